@@ -1,0 +1,79 @@
+"""One error hierarchy. Each class carries the process exit code; only cli.main() exits."""
+
+from __future__ import annotations
+
+
+class ForkbuildError(Exception):
+    """Base of every error forkbuild reports. `hint` says what to do next."""
+
+    return_code = 1
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+
+class ConfigError(ForkbuildError):
+    """series.toml (or a patch it names) is invalid. Carries every problem found."""
+
+    return_code = 2
+
+    def __init__(self, problems: list[str], *, source: str = "series.toml") -> None:
+        self.problems = tuple(problems)
+        lines = "\n".join(f"  - {problem}" for problem in problems)
+        super().__init__(f"{source}: {len(problems)} problem(s)\n{lines}")
+
+
+class UpstreamError(ForkbuildError):
+    """Fetching or verifying the pinned upstream failed (download, sha256, git fetch)."""
+
+    return_code = 3
+
+
+class ApplyError(ForkbuildError):
+    """One or more patches do not apply strictly."""
+
+    return_code = 4
+
+
+class DirtyTreeError(ForkbuildError):
+    """A work tree holds work that is not in the series; nothing was touched."""
+
+    return_code = 5
+
+
+class ExportDriftError(ForkbuildError):
+    """`export --check`: patches/ would change."""
+
+    return_code = 6
+
+
+class UnsafePatchError(ForkbuildError):
+    """A patch writes outside the tree, uses absolute paths, touches .git/ or a symlink."""
+
+    return_code = 7
+
+
+class BuildError(ForkbuildError):
+    """A wheel or image could not be built or failed validation."""
+
+    return_code = 8
+
+
+class RebaseStopped(ForkbuildError):
+    """A rebase stopped at a conflict; state is journaled, resume with --continue."""
+
+    return_code = 9
+
+
+class LockTimeout(ForkbuildError):
+    """Another forkbuild process holds the cache lock for too long."""
+
+    return_code = 10
+
+
+class ToolMissing(ForkbuildError):
+    """An external program (git, quilt, docker) is not installed."""
+
+    return_code = 11
