@@ -49,6 +49,11 @@ def _features_from_declared_guards() -> set[str]:
 
 @pytest.fixture(scope="session")
 def built_features() -> frozenset[str]:
+    # FORKBUILD_TEST_FEATURES=a,b overrides detection: the harness uses it to
+    # prove guard_on tests fail on an sglang that lacks the patch.
+    override = os.environ.get("FORKBUILD_TEST_FEATURES")
+    if override is not None:
+        return frozenset(name for name in override.split(",") if name)
     manifest = _installed_manifest()
     if manifest is not None:
         return frozenset(manifest["features"])
