@@ -1,0 +1,5 @@
+import sys
+
+from forkbuild.cli import main
+
+sys.exit(main())

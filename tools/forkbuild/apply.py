@@ -1,0 +1,259 @@
+"""Apply a variant: plan first (which patches, safety, base), then build a work
+tree of upstream + one commit per patch with `git am -3`.
+
+Strict: exact and offset applies are fine (offsets are reported); git never
+fuzzes; a 3-way merge is reported as such. A patch that fails is reported with
+the left-out patches it probably needs, and the run goes on to find every
+failing patch (`forkbuild check` reports them all at once).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import unidiff
+
+from forkbuild.cache import UpstreamCache
+from forkbuild.config import PatchEntry, Series
+from forkbuild.context import Context
+from forkbuild.errors import ApplyError, DirtyTreeError
+from forkbuild.git import Git
+from forkbuild.patchfile import PatchInfo, check_safe, read_patch
+
+STATE_FILE = "forkbuild-worktree.json"
+FULL_SERIES_REF = "refs/forkbuild/series"
+APPLYING = re.compile(r"^Applying: (?P<subject>.*)$")
+THREE_WAY = "Falling back to patching base and 3-way merge"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PatchRecord:
+    entry: PatchEntry
+    outcome: str  # "exact" | "offset" | "3way" | "failed"
+    commit: str = ""
+    detail: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApplyPlan:
+    variant: str  # a variant name, or "" for the whole series
+    entries: tuple[PatchEntry, ...]
+    infos: tuple[PatchInfo, ...]
+    left_out: tuple[PatchEntry, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApplyResult:
+    dest: Path
+    variant: str
+    base_commit: str
+    head_commit: str
+    records: tuple[PatchRecord, ...] = field(default_factory=tuple)
+
+    @property
+    def failures(self) -> tuple[PatchRecord, ...]:
+        return tuple(record for record in self.records if record.outcome == "failed")
+
+
+def plan_variant(series: Series, variant: str | None) -> ApplyPlan:
+    """Which patches a variant applies, each read and checked for path safety."""
+    entries = series.patches_for(variant) if variant else series.patches
+    for entry in entries:
+        check_safe(entry.path)
+    chosen = set(entries)
+    return ApplyPlan(variant=variant or "", entries=entries, infos=tuple(read_patch(entry.path) for entry in entries),
+                     left_out=tuple(entry for entry in series.patches if entry not in chosen))
+
+
+def apply_variant(*, context: Context, variant: str | None, dest: Path) -> ApplyResult:
+    """Apply `variant` (None: the whole series) into the work tree `dest` and raise on any failure."""
+    result = apply_plan(context=context, plan=plan_variant(context.series, variant), dest=dest)
+    if result.failures:
+        raise ApplyError(describe_failures(result), hint="fix the patch, or run `forkbuild check` to see every variant")
+    return result
+
+
+def apply_plan(*, context: Context, plan: ApplyPlan, dest: Path) -> ApplyResult:
+    series = context.series
+    cache = UpstreamCache(context.cache_dir, reporter=context.reporter)
+    base = cache.ensure(series.upstream)
+    cache_git = cache.git()
+    if plan.left_out:
+        # Patches after a left-out one were written on top of it: `am -3` needs the
+        # blobs of the whole series to merge them, so the series is applied once.
+        ensure_series_blobs(context=context, cache=cache, base=base)
+    worktree = prepare_worktree(cache_git, dest=dest, base=base)
+    label = plan.variant or "the whole series"
+    with context.reporter.step(f"Applying {len(plan.entries)} patches of {label} into {dest}"):
+        records = _am_all(worktree, plan, reporter=context.reporter)
+    head = worktree.head()
+    _write_state(worktree, {"variant": plan.variant, "base": base, "head": head,
+                            "patches": [record.entry.file for record in records if record.commit]})
+    for record in records:
+        if record.outcome in ("offset", "3way"):
+            context.reporter.info(f"{record.entry.file}: {record.outcome} {record.detail}".rstrip())
+    return ApplyResult(dest=dest, variant=plan.variant, base_commit=base, head_commit=head, records=tuple(records))
+
+
+def describe_failures(result: ApplyResult) -> str:
+    lines = [f"{len(result.failures)} patch(es) of {result.variant or 'the series'} do not apply:"]
+    lines += [f"  - {record.entry.file}: {record.detail}" for record in result.failures]
+    return "\n".join(lines)
+
+
+# -- the work tree ------------------------------------------------------------
+
+def _state_path(worktree: Git) -> Path:
+    return worktree.git_dir / STATE_FILE
+
+
+def read_state(dest: Path) -> dict | None:
+    try:
+        return json.loads(_state_path(Git(dest)).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _write_state(worktree: Git, state: dict) -> None:
+    path = _state_path(worktree)
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
+    os.replace(temporary, path)
+
+
+def prepare_worktree(cache_git: Git, *, dest: Path, base: str) -> Git:
+    """A clean work tree at `base`: new, or one forkbuild made that holds nothing else."""
+    if not dest.exists() or not any(dest.iterdir()):
+        return cache_git.add_worktree(dest, base)
+    state = read_state(dest) if (dest / ".git").exists() else None
+    if state is None:
+        raise DirtyTreeError(f"{dest} exists and is not a forkbuild work tree",
+                             hint="choose another --dir, or remove that directory yourself")
+    worktree = Git(dest)
+    if worktree.am_in_progress():
+        raise DirtyTreeError(f"{dest}: a `git am` is in progress there",
+                             hint=f"finish it (git -C {dest} am --continue) and export, or discard it: git -C {dest} am --abort")
+    dirty = worktree.status_porcelain()
+    if dirty:
+        raise DirtyTreeError(f"{dest} has uncommitted changes:\n{dirty}",
+                             hint=f"keep them: commit and `forkbuild export --dir {dest}`; "
+                                  f"discard them: git -C {dest} reset --hard && git -C {dest} clean -fd")
+    head = worktree.head()
+    if head != state["head"]:
+        extra = worktree.commits(state["head"], head)
+        raise DirtyTreeError(f"{dest} has {len(extra) or 'other'} commit(s) that are not in the series (HEAD {head[:12]})",
+                             hint=f"keep them: `forkbuild export --dir {dest}`; "
+                                  f"discard them: git -C {dest} reset --hard {state['head'][:12]}")
+    worktree.checkout_detached(base)
+    return worktree
+
+
+# -- applying ---------------------------------------------------------------
+
+def _am_all(worktree: Git, plan: ApplyPlan, *, reporter) -> list[PatchRecord]:
+    """`git am -3` the plan's patches; on a failure, record it, skip it and go on."""
+    records: list[PatchRecord] = []
+    remaining = list(zip(plan.entries, plan.infos))
+    while remaining:
+        before = worktree.head()
+        result = worktree.am([entry.path for entry, _ in remaining], three_way=True,
+                             committer_date_is_author_date=True)
+        reporter.detail(result.stdout + result.stderr)
+        made = worktree.commits(before, worktree.head())
+        three_way = _three_way_subjects(result.stdout + result.stderr)
+        for (entry, info), commit in zip(remaining, made):
+            records.append(_record_for(worktree, entry, info, commit, three_way=info.subject in three_way))
+        remaining = remaining[len(made):]
+        if result.status == 0:
+            break
+        failed_entry, _ = remaining.pop(0)
+        worktree.am_abort()
+        records.append(PatchRecord(entry=failed_entry, outcome="failed",
+                                   detail=_failure_detail(failed_entry, plan, result.stdout + result.stderr)))
+    return records
+
+
+def _three_way_subjects(output: str) -> set[str]:
+    subjects, current = set(), None
+    for line in output.splitlines():
+        match = APPLYING.match(line)
+        if match:
+            current = match["subject"]
+        elif THREE_WAY in line and current is not None:
+            subjects.add(current)
+    return subjects
+
+
+def _record_for(worktree: Git, entry: PatchEntry, info: PatchInfo, commit: str, *, three_way: bool) -> PatchRecord:
+    if three_way:
+        return PatchRecord(entry=entry, outcome="3way", commit=commit, detail="(merged with the series' blobs)")
+    offsets = _offsets(info, worktree.diff_tree_patch(commit))
+    if offsets:
+        return PatchRecord(entry=entry, outcome="offset", commit=commit, detail="; ".join(offsets))
+    return PatchRecord(entry=entry, outcome="exact", commit=commit)
+
+
+def _offsets(info: PatchInfo, applied_diff: str) -> list[str]:
+    """Where the hunks landed elsewhere than the patch file says."""
+    applied = {_strip(patched.path): [hunk.source_start for hunk in patched] for patched in unidiff.PatchSet(applied_diff)}
+    found = []
+    for change in info.files:
+        for number, (wanted, actual) in enumerate(zip(change.hunk_starts, applied.get(change.path, [])), start=1):
+            if wanted != actual:
+                found.append(f"{change.path} hunk {number}: {actual - wanted:+d} lines")
+    return found
+
+
+def _strip(path: str) -> str:
+    return path[2:] if path[:2] in ("a/", "b/") else path
+
+
+def _failure_detail(entry: PatchEntry, plan: ApplyPlan, output: str) -> str:
+    touched = {change.path for change in read_patch(entry.path).files}
+    needs = [other.file for other in plan.left_out
+             if touched & {change.path for change in read_patch(other.path).files}]
+    reason = next((line.strip() for line in output.splitlines()
+                   if line.startswith(("error:", "CONFLICT"))), "does not apply")
+    if needs:
+        return f"{reason}; it needs {', '.join(needs)} (left out of {plan.variant or 'the series'}; same files)"
+    return reason
+
+
+# -- the whole series' blobs ------------------------------------------------
+
+def _series_key(series: Series, base: str) -> str:
+    digest = hashlib.sha256(base.encode())
+    for entry in series.patches:
+        digest.update(entry.file.encode() + b"\0" + entry.path.read_bytes())
+    return digest.hexdigest()[:20]
+
+
+def ensure_series_blobs(*, context: Context, cache: UpstreamCache, base: str) -> None:
+    """Apply the whole series once (per content) in the cache, keeping its commits under a ref."""
+    ref = f"{FULL_SERIES_REF}/{_series_key(context.series, base)}"
+    cache_git = cache.git()
+    if cache_git.rev(ref):
+        return
+    with cache.lock(), tempfile.TemporaryDirectory(prefix="forkbuild-series-") as scratch:
+        if cache_git.rev(ref):
+            return
+        dest = Path(scratch) / "tree"
+        worktree = cache_git.add_worktree(dest, base)
+        try:
+            plan = plan_variant(context.series, None)
+            records = _am_all(worktree, plan, reporter=context.reporter)
+            if any(record.outcome == "failed" for record in records):
+                raise ApplyError(describe_failures(ApplyResult(dest=dest, variant="", base_commit=base,
+                                                               head_commit=worktree.head(), records=tuple(records))),
+                                 hint="the whole series must apply before a variant that leaves patches out can")
+            cache_git.update_ref(ref, worktree.head())
+        finally:
+            cache_git.remove_worktree(dest)
+            shutil.rmtree(dest, ignore_errors=True)

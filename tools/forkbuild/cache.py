@@ -1,0 +1,183 @@
+"""The upstream cache: pinned wheels (sha256-verified) and a git repository with
+one commit per imported upstream version, tagged `upstream/<version>`.
+
+Earlier versions stay in the repository: the rebase needs their blobs for
+3-way merges. A file lock lets several forkbuild/nox processes share it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import urllib.error
+import urllib.request
+import zipfile
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+from forkbuild.config import Upstream, WheelPin
+from forkbuild.console import Reporter
+from forkbuild.errors import LockTimeout, UpstreamError
+from forkbuild.git import Git, GitFailed
+
+PYPI_JSON = os.environ.get("FORKBUILD_PYPI_JSON", "https://pypi.org/pypi")
+LOCK_TIMEOUT_SECONDS = 900
+# Imports are committed with a fixed identity and date, so the same upstream
+# gives the same commit id on every machine.
+IMPORT_DATE = "946684800 +0000"
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class UpstreamCache:
+    def __init__(self, path: Path, *, reporter: Reporter | None = None) -> None:
+        self.path = Path(path)
+        self.reporter = reporter or Reporter()
+
+    @property
+    def repo_path(self) -> Path:
+        return self.path / "upstream.git"
+
+    @property
+    def wheels_dir(self) -> Path:
+        return self.path / "wheels"
+
+    def lock(self) -> FileLock:
+        self.path.mkdir(parents=True, exist_ok=True)
+        return FileLock(str(self.path / "lock"), timeout=LOCK_TIMEOUT_SECONDS)
+
+    def git(self) -> Git:
+        if not (self.repo_path / "HEAD").exists():
+            Git.init(self.repo_path, bare=True)
+        return Git(self.repo_path)
+
+    def imported(self, upstream: Upstream) -> str | None:
+        """The commit of an already imported version, without taking the lock."""
+        if not (self.repo_path / "HEAD").exists():
+            return None
+        return Git(self.repo_path).rev(f"refs/tags/{upstream.tag}")
+
+    def ensure(self, upstream: Upstream, *, python_tag: str | None = None) -> str:
+        """The cache commit of `upstream`, importing it first if needed."""
+        commit = self.imported(upstream)
+        if commit:
+            return commit
+        try:
+            with self.lock():
+                commit = self.imported(upstream)  # another process may have imported it meanwhile
+                if commit:
+                    return commit
+                with self.reporter.step(f"Importing {upstream.name} {upstream.version} ({upstream.source})"):
+                    if upstream.source == "git":
+                        commit = self._import_git(upstream)
+                    else:
+                        commit = self._import_wheel(upstream, self._wheel_locked(self._pin(upstream, python_tag)))
+                    self.git().tag(upstream.tag, commit)
+                return commit
+        except Timeout as error:
+            raise LockTimeout(f"{self.path / 'lock'} is held by another process for over {LOCK_TIMEOUT_SECONDS}s") from error
+
+    def wheel(self, pin: WheelPin) -> Path:
+        """The verified wheel file for `pin`, downloading it when it is not cached."""
+        cached = self.wheels_dir / pin.filename
+        if cached.is_file():
+            return cached
+        try:
+            with self.lock():
+                return self._wheel_locked(pin)
+        except Timeout as error:
+            raise LockTimeout(f"{self.path / 'lock'} is held by another process for over {LOCK_TIMEOUT_SECONDS}s") from error
+
+    # -- internals (called with the lock held) ------------------------------
+    @staticmethod
+    def _pin(upstream: Upstream, python_tag: str | None) -> WheelPin:
+        if python_tag:
+            return upstream.wheel_for(python_tag)
+        if not upstream.wheels:
+            raise UpstreamError("upstream.wheels: no wheel pinned to import")
+        # The .py files are identical across Python tags; any pinned wheel lays out the same tree.
+        return upstream.wheels[0]
+
+    def _wheel_locked(self, pin: WheelPin) -> Path:
+        target = self.wheels_dir / pin.filename
+        if target.is_file():
+            return target
+        self.wheels_dir.mkdir(parents=True, exist_ok=True)
+        url = pin.url or self._pypi_url(pin)
+        handle, partial_name = tempfile.mkstemp(dir=self.wheels_dir, prefix=f".{pin.filename}.", suffix=".part")
+        partial = Path(partial_name)
+        try:
+            with os.fdopen(handle, "wb") as out:
+                self._download(url, out, label=pin.filename)
+            actual = sha256_of(partial)
+            if actual != pin.sha256:
+                raise UpstreamError(
+                    f"{pin.filename}: sha256 mismatch: series.toml pins {pin.sha256}, {url} gave {actual}",
+                    hint="nothing in the cache was changed; check the pin in series.toml [[upstream.wheels]]")
+            os.replace(partial, target)
+        finally:
+            partial.unlink(missing_ok=True)
+        return target
+
+    def _pypi_url(self, pin: WheelPin) -> str:
+        name, version = pin.filename.split("-")[:2]
+        meta_url = f"{PYPI_JSON}/{name}/{version}/json"
+        try:
+            with urllib.request.urlopen(meta_url, timeout=60) as response:
+                release = json.load(response)
+        except (urllib.error.URLError, OSError, ValueError) as error:
+            raise UpstreamError(f"cannot read {meta_url}: {error}",
+                                hint="set url = ... in the [[upstream.wheels]] pin, or check the network") from error
+        for entry in release.get("urls", []):
+            if entry.get("filename") == pin.filename:
+                return entry["url"]
+        raise UpstreamError(f"{pin.filename} is not among the files PyPI lists for {name} {version}")
+
+    def _download(self, url: str, out, *, label: str) -> None:
+        try:
+            with urllib.request.urlopen(url, timeout=120) as response:
+                total = int(response.headers.get("Content-Length") or 0) or None
+                with self.reporter.download_progress() as progress:
+                    task = progress.add_task(label, total=total)
+                    for block in iter(lambda: response.read(1 << 20), b""):
+                        out.write(block)
+                        progress.advance(task, len(block))
+        except (urllib.error.URLError, OSError) as error:
+            raise UpstreamError(f"download of {url} failed: {error}") from error
+
+    def _import_wheel(self, upstream: Upstream, wheel: Path) -> str:
+        """Lay the wheel's packages out under <package_root>/ and commit them."""
+        with tempfile.TemporaryDirectory(prefix="forkbuild-import-") as scratch:
+            root = Path(scratch) / upstream.package_root
+            with zipfile.ZipFile(wheel) as archive:
+                members = [name for name in archive.namelist()
+                           if not name.split("/", 1)[0].endswith((".dist-info", ".data"))]
+                archive.extractall(root, members=members)
+            message = f"{upstream.name} {upstream.version} (release wheel {wheel.name})\n\nsha256: {sha256_of(wheel)}\n"
+            return self.git().commit_directory(Path(scratch), message=message, date=IMPORT_DATE)
+
+    def _import_git(self, upstream: Upstream) -> str:
+        pin = upstream.git
+        if not pin or not pin.url or not pin.commit:
+            raise UpstreamError("upstream.git: url and commit are required for source = 'git'")
+        repo = self.git()
+        if not repo.has_object(pin.commit):
+            try:
+                repo.run("fetch", "--no-tags", "--quiet", pin.url, pin.commit)
+            except GitFailed as error:
+                raise UpstreamError(f"cannot fetch {pin.commit} from {pin.url}: {error.stderr}") from error
+        commit = repo.rev(pin.commit)
+        if commit is None:
+            raise UpstreamError(f"{pin.url} has no commit {pin.commit}")
+        if not (pin.commit and commit.startswith(pin.commit)):
+            raise UpstreamError(f"{pin.url}: {pin.commit} resolved to {commit}; pin the full commit id")
+        return commit

@@ -1,0 +1,22 @@
+"""`forkbuild fetch`: import the pinned upstream (and its wheels) into the cache."""
+
+from __future__ import annotations
+
+from forkbuild.cache import UpstreamCache
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("fetch", help="import the pinned upstream into the cache (offline when cached)")
+    parser.add_argument("--wheels", action="store_true", help="also download every pinned wheel (all Python tags)")
+    parser.set_defaults(run=run)
+
+
+def run(args, context) -> int:
+    upstream = context.series.upstream
+    cache = UpstreamCache(context.cache_dir, reporter=context.reporter)
+    commit = cache.ensure(upstream)
+    context.reporter.info(f"{upstream.name} {upstream.version}: {upstream.tag} = {commit[:12]} in {cache.repo_path}")
+    if args.wheels:
+        for pin in upstream.wheels:
+            context.reporter.info(f"{pin.filename}: {cache.wheel(pin)}")
+    return 0

@@ -1,0 +1,46 @@
+"""What every command needs: where the series is, the parsed series, the cache, output."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+from forkbuild.console import Reporter
+from forkbuild.errors import ConfigError
+
+SERIES_FILE = "series.toml"
+
+
+def find_series_dir(start: Path) -> Path:
+    for directory in (start, *start.parents):
+        if (directory / SERIES_FILE).is_file():
+            return directory
+    raise ConfigError([f"no {SERIES_FILE} in {start} or any parent directory"], source=str(start))
+
+
+@dataclass
+class Context:
+    series_dir: Path
+    cache_dir: Path
+    reporter: Reporter = field(default_factory=Reporter)
+
+    @classmethod
+    def create(cls, *, series_dir: Path | None, cache_dir: Path | None, reporter: Reporter) -> "Context":
+        root = (series_dir or find_series_dir(Path.cwd())).resolve()
+        if not (root / SERIES_FILE).is_file():
+            raise ConfigError([f"{root / SERIES_FILE} does not exist"], source=str(root))
+        cache = cache_dir or Path(os.environ.get("FORKBUILD_CACHE") or root / ".cache" / "forkbuild")
+        return cls(series_dir=root, cache_dir=cache.resolve(), reporter=reporter)
+
+    @cached_property
+    def series(self):
+        """series.toml, parsed and validated once."""
+        from forkbuild.config import load_series
+
+        return load_series(self.series_dir / SERIES_FILE)
+
+    @property
+    def build_dir(self) -> Path:
+        return self.series_dir / "build"

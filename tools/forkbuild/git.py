@@ -1,0 +1,200 @@
+"""The one place that talks to git. Every method returns data or raises GitFailed.
+
+gitpython runs the commands; identity, signing and hooks are pinned so results
+do not depend on the user's git configuration.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Mapping
+
+import git as gitpython
+from git.exc import GitCommandError
+
+from forkbuild.errors import ForkbuildError, ToolMissing
+
+IDENTITY = {"user.name": "forkbuild", "user.email": "forkbuild@localhost"}
+# Pinned so a user's config cannot change what forkbuild produces or let a
+# hook/signing prompt interrupt it.
+PINNED_CONFIG = {
+    **IDENTITY,
+    "commit.gpgsign": "false",
+    "core.hooksPath": os.devnull,
+    "core.autocrlf": "false",
+    "am.threeWay": "false",
+    "am.keepcr": "false",
+    "apply.whitespace": "nowarn",
+    "gc.auto": "0",
+}
+
+
+class GitFailed(ForkbuildError):
+    """A git command failed; carries the command and its output."""
+
+    return_code = 12
+
+    def __init__(self, error: GitCommandError) -> None:
+        command = " ".join(str(part) for part in error.command)
+        self.stdout = _text(error.stdout)
+        self.stderr = _text(error.stderr)
+        super().__init__(f"git failed ({error.status}): {command}\n{self.stderr or self.stdout}".rstrip())
+
+
+def _text(value: object) -> str:
+    text = value.decode(errors="replace") if isinstance(value, bytes) else str(value or "")
+    # gitpython wraps captured streams as "\n  stderr: '...'"; keep the content.
+    for prefix in ("\n  stdout: '", "\n  stderr: '"):
+        if text.startswith(prefix):
+            text = text[len(prefix):].rstrip("'")
+    return text.strip()
+
+
+@dataclass(frozen=True)
+class Result:
+    status: int
+    stdout: str
+    stderr: str
+
+
+class Git:
+    """A repository (work tree or bare) and the git commands forkbuild runs in it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        try:
+            self.repo = gitpython.Repo(self.path)
+        except gitpython.exc.GitCommandNotFound as error:
+            raise ToolMissing("git is not installed", hint="install git (apt-get install git)") from error
+        except (gitpython.exc.InvalidGitRepositoryError, gitpython.exc.NoSuchPathError) as error:
+            raise ForkbuildError(f"{self.path} is not a git repository") from error
+
+    @classmethod
+    def init(cls, path: Path, *, bare: bool = False) -> "Git":
+        path.mkdir(parents=True, exist_ok=True)
+        gitpython.Repo.init(path, bare=bare, initial_branch="main")
+        return cls(path)
+
+    @property
+    def git_dir(self) -> Path:
+        return Path(self.repo.git_dir)
+
+    def run(self, *args: str, env: Mapping[str, str] | None = None, check: bool = True) -> Result:
+        """Run `git <args>` with the pinned config; raise GitFailed unless check=False."""
+        pinned = [item for key, value in PINNED_CONFIG.items() for item in ("-c", f"{key}={value}")]
+        command = ["git", *pinned, *args]
+        try:
+            status, stdout, stderr = self.repo.git.execute(
+                command, with_extended_output=True, with_exceptions=check, env=dict(env or {}),
+                strip_newline_in_stdout=False)
+        except GitCommandError as error:
+            raise GitFailed(error) from error
+        return Result(status=status, stdout=stdout, stderr=stderr)
+
+    def out(self, *args: str, env: Mapping[str, str] | None = None) -> str:
+        return self.run(*args, env=env).stdout.strip()
+
+    # -- refs and objects -------------------------------------------------
+    def rev(self, ref: str) -> str | None:
+        result = self.run("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", check=False)
+        return result.stdout.strip() if result.status == 0 else None
+
+    def update_ref(self, ref: str, commit: str) -> None:
+        self.run("update-ref", ref, commit)
+
+    def delete_ref(self, ref: str) -> None:
+        self.run("update-ref", "-d", ref)
+
+    def tag(self, name: str, commit: str) -> None:
+        self.run("tag", "--no-sign", name, commit)
+
+    def has_object(self, sha: str) -> bool:
+        return self.run("cat-file", "-e", sha, check=False).status == 0
+
+    def commit_directory(self, directory: Path, *, message: str, date: str, parents: Iterable[str] = ()) -> str:
+        """Commit the content of `directory` (outside any work tree) and return the sha.
+
+        Uses a private index so the repository's own index and work tree are untouched.
+        """
+        index = self.git_dir / f"forkbuild-import-{os.getpid()}.index"
+        env = {"GIT_INDEX_FILE": str(index), "GIT_WORK_TREE": str(directory),
+               "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date}
+        try:
+            self.run("add", "--all", "--force", ".", env=env)
+            tree = self.out("write-tree", env=env)
+        finally:
+            index.unlink(missing_ok=True)
+        parent_args = [arg for parent in parents for arg in ("-p", parent)]
+        return self.out("commit-tree", tree, *parent_args, "-m", message, env=env)
+
+    # -- work trees -------------------------------------------------------
+    def add_worktree(self, path: Path, commit: str) -> "Git":
+        self.run("worktree", "add", "--force", "--detach", str(path), commit)
+        return Git(path)
+
+    def remove_worktree(self, path: Path) -> None:
+        self.run("worktree", "remove", "--force", str(path), check=False)
+        self.run("worktree", "prune")
+
+    def status_porcelain(self) -> str:
+        return self.out("status", "--porcelain", "--untracked-files=all")
+
+    def head(self) -> str:
+        return self.out("rev-parse", "HEAD")
+
+    def checkout_detached(self, commit: str) -> None:
+        self.run("checkout", "--quiet", "--detach", commit)
+
+    def reset_hard(self, commit: str) -> None:
+        self.run("reset", "--quiet", "--hard", commit)
+
+    def commits(self, base: str, head: str) -> list[str]:
+        """Commits in base..head, oldest first."""
+        listing = self.out("rev-list", "--reverse", f"{base}..{head}")
+        return listing.split() if listing else []
+
+    # -- patches ----------------------------------------------------------
+    def am(self, patches: list[Path], *, three_way: bool, committer_date_is_author_date: bool = False) -> Result:
+        """`git am` a list of mbox patches; returns the result without raising on failure."""
+        args = ["am", "--keep-non-patch", "--no-signoff"]
+        if three_way:
+            args.append("--3way")
+        if committer_date_is_author_date:
+            # Same patches, same base -> same commit ids, run after run.
+            args.append("--committer-date-is-author-date")
+        return self.run(*args, *[str(path) for path in patches], check=False)
+
+    def am_abort(self) -> None:
+        self.run("am", "--abort", check=False)
+
+    def am_in_progress(self) -> bool:
+        return (self.git_dir / "rebase-apply").exists()
+
+    def diff_tree_patch(self, commit: str) -> str:
+        """The full-index patch of a single commit, as format-patch would diff it."""
+        return self.out("diff-tree", "--no-commit-id", "-p", "--full-index", "--no-renames", f"{commit}^", commit)
+
+    def format_patch(self, commit: str) -> str:
+        """One commit as an mbox patch with flags fixed for churn-free export."""
+        return self.run(
+            "format-patch",
+            "--stdout",
+            "-1", commit,
+            "--zero-commit",      # "From 000..." line: the commit sha changes on every re-apply
+            "--full-index",       # full blob ids: `am -3` can rebuild the preimage from them
+            "--no-signature",     # no "-- \n2.39.5" trailer: differs between git versions
+            "--no-stat",          # the diffstat repeats the diff and churns with it
+            "--keep-subject",     # no "[PATCH n/m]": numbering changes when patches are added
+            "--no-numbered",
+            "--no-renames",       # renames depend on similarity heuristics; plain add/delete is stable
+            "--encode-email-headers",
+        ).stdout
+
+    def changed_files(self, base: str, head: str) -> list[tuple[str, str]]:
+        """(status letter, path) of every file that differs between two commits."""
+        raw = self.run("diff", "--name-status", "--no-renames", "-z", base, head).stdout
+        fields = [field for field in raw.split("\0") if field]
+        return list(zip(fields[0::2], fields[1::2]))
+

@@ -1,0 +1,142 @@
+"""Reading patch files: headers and trailers (email), files and hunks (unidiff),
+and the path-safety rules every patch must pass before git sees it."""
+
+from __future__ import annotations
+
+import email
+import email.policy
+import re
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+import unidiff
+
+from forkbuild.errors import UnsafePatchError
+
+TRAILER = re.compile(r"^(?P<key>[A-Za-z][A-Za-z0-9-]*):\s*(?P<value>.+?)\s*$")
+SYMLINK_MODE = "120000"
+
+
+@dataclass(frozen=True, kw_only=True)
+class FileChange:
+    path: str
+    added: int
+    removed: int
+    status: str  # "A", "M" or "D"
+    hunk_starts: tuple[int, ...]  # source line of each hunk: offsets show up here
+
+
+@dataclass(frozen=True, kw_only=True)
+class PatchInfo:
+    path: Path
+    subject: str
+    author: str
+    date: str
+    message: str
+    trailers: tuple[tuple[str, str], ...]
+    files: tuple[FileChange, ...]
+
+    def trailer(self, key: str) -> list[str]:
+        return [value for name, value in self.trailers if name.lower() == key.lower()]
+
+    @property
+    def added(self) -> int:
+        return sum(change.added for change in self.files)
+
+    @property
+    def removed(self) -> int:
+        return sum(change.removed for change in self.files)
+
+
+def split_mail(text: str) -> tuple[email.message.Message, str]:
+    """The mail headers of a format-patch file and everything after them."""
+    # Drop the mbox "From <sha> <date>" separator; email.parser wants headers first.
+    body = text.split("\n", 1)[1] if text.startswith("From ") else text
+    message = email.message_from_string(body, policy=email.policy.compat32)
+    return message, message.get_payload()
+
+
+def parse_trailers(message: str) -> tuple[tuple[str, str], ...]:
+    """Trailers: the `Key: value` lines of the message's last paragraph."""
+    paragraphs = [block for block in message.strip().split("\n\n") if block.strip()]
+    if not paragraphs:
+        return ()
+    found = [TRAILER.match(line) for line in paragraphs[-1].splitlines()]
+    if not all(found):
+        return ()
+    return tuple((match["key"], match["value"]) for match in found)
+
+
+def _decode_header(value: str | None) -> str:
+    if value is None:
+        return ""
+    return str(email.header.make_header(email.header.decode_header(value))).replace("\n", " ").strip()
+
+
+def _diff_start(payload: str) -> int:
+    match = re.search(r"^diff --git ", payload, flags=re.MULTILINE)
+    return match.start() if match else len(payload)
+
+
+def read_patch(path: Path) -> PatchInfo:
+    text = path.read_text(encoding="utf-8", errors="surrogateescape")
+    headers, payload = split_mail(text)
+    start = _diff_start(payload)
+    message_body = payload[:start].split("\n---\n", 1)[0].strip("\n")
+    subject = _decode_header(headers.get("Subject"))
+    try:
+        diff = unidiff.PatchSet(payload[start:])
+    except unidiff.UnidiffParseError as error:
+        raise UnsafePatchError(f"patches/{path.name}: cannot parse the diff: {error}") from error
+    files = tuple(_file_change(patched) for patched in diff)
+    return PatchInfo(path=path, subject=subject, author=_decode_header(headers.get("From")),
+                     date=headers.get("Date", ""), message=message_body,
+                     trailers=parse_trailers(message_body), files=files)
+
+
+def _strip_prefix(name: str) -> str:
+    return name[2:] if name[:2] in ("a/", "b/") else name
+
+
+def _file_change(patched: unidiff.PatchedFile) -> FileChange:
+    status = "A" if patched.is_added_file else "D" if patched.is_removed_file else "M"
+    path = _strip_prefix(patched.target_file if status != "D" else patched.source_file)
+    return FileChange(path=path, added=patched.added, removed=patched.removed, status=status,
+                      hunk_starts=tuple(hunk.source_start for hunk in patched))
+
+
+def check_safe(path: Path, *, tree: Path | None = None) -> None:
+    """Refuse a patch that writes outside the tree, uses absolute paths, touches .git/,
+    creates a symlink or goes through one in `tree`."""
+    text = path.read_text(encoding="utf-8", errors="surrogateescape")
+    problems = []
+    for header in re.finditer(r"^diff --git (\S+) (\S+)$", text, flags=re.MULTILINE):
+        for raw in header.groups():
+            problems.extend(_path_problems(raw, tree=tree))
+    for mode in re.finditer(r"^(?:new file|new|old|deleted file) mode (\d+)$", text, flags=re.MULTILINE):
+        if mode.group(1) == SYMLINK_MODE:
+            problems.append("creates or changes a symbolic link")
+    for name in re.finditer(r"^(?:---|\+\+\+) (\S+)", text, flags=re.MULTILINE):
+        if name.group(1) != "/dev/null":
+            problems.extend(_path_problems(name.group(1), tree=tree))
+    if problems:
+        unique = sorted(set(problems))
+        raise UnsafePatchError(f"patches/{path.name} is unsafe:\n" + "\n".join(f"  - {problem}" for problem in unique),
+                               hint="patches may only change regular files inside the upstream tree")
+
+
+def _path_problems(raw: str, *, tree: Path | None) -> list[str]:
+    if raw.startswith("/"):
+        return [f"{raw}: absolute path"]
+    name = PurePosixPath(_strip_prefix(raw))
+    if ".." in name.parts:
+        return [f"{name}: leaves the tree (..)"]
+    if ".git" in name.parts:
+        return [f"{name}: touches .git/"]
+    if tree is not None:
+        current = tree
+        for part in name.parts[:-1]:
+            current = current / part
+            if current.is_symlink():
+                return [f"{name}: goes through the symbolic link {current.relative_to(tree)}"]
+    return []
