@@ -1,0 +1,47 @@
+"""The front door. Sessions stay thin: they install forkbuild and call its CLI."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).parent
+nox.options.sessions = ["tests"]
+nox.options.reuse_venv = "yes"
+
+
+def _variants() -> list[str]:
+    with open(ROOT / "series.toml", "rb") as handle:
+        return list(tomllib.load(handle)["variants"])
+
+
+VARIANTS = [nox.param(name, id=name) for name in _variants()]
+
+
+def _install_forkbuild(session: nox.Session) -> None:
+    session.install("-e", f"{ROOT}[test]")
+
+
+@nox.session(python="3.11")
+def tests(session: nox.Session) -> None:
+    """forkbuild's own tests: unit (fixture repos) and integration (real sglang wheels)."""
+    _install_forkbuild(session)
+    session.run("pytest", *session.posargs)
+
+
+@nox.session(name="apply", python="3.11", default=False)
+@nox.parametrize("variant", VARIANTS)
+def apply(session: nox.Session, variant: str) -> None:
+    """Fetch upstream and apply the variant's patches into .forkbuild-work/<variant>."""
+    _install_forkbuild(session)
+    session.run("forkbuild", "apply", "--variant", variant, "--dir", str(ROOT / ".forkbuild-work" / variant), *session.posargs)
+
+
+@nox.session(name="check", python="3.11", default=False)
+def check(session: nox.Session) -> None:
+    """Every variant applies strictly; patches/ is what export would write."""
+    _install_forkbuild(session)
+    session.run("forkbuild", "check", *session.posargs)
+    session.run("forkbuild", "export", "--check")
