@@ -167,9 +167,20 @@ class _Problems:
         self.lines = text.splitlines()
         self.items: list[str] = []
 
-    def line_of(self, needle: str) -> int | None:
-        # tomllib keeps no positions: find the table header, the quoted value or
-        # the `key =` line by text, trying the whole needle before its last part.
+    def _table_start(self, key: str) -> int:
+        """Index of the line after the header of the innermost table `key` lies in."""
+        parts = re.sub(r"\[\d+\]", "", key).split(".")
+        for end in range(len(parts), 0, -1):
+            header = re.compile(r"^\s*\[\[?\s*" + re.escape(".".join(parts[:end])) + r"\s*\]\]?\s*(#.*)?$")
+            for number, line in enumerate(self.lines):
+                if header.search(line):
+                    return number
+        return 0
+
+    def line_of(self, needle: str, *, key: str = "") -> int | None:
+        # tomllib keeps no positions: find the quoted value or the `key =` line by
+        # text, searching from the header of the table the key lies in.
+        start = self._table_start(key) if key else 0
         candidates = [needle] + ([needle.rsplit(".", 1)[-1]] if "." in needle and "[" not in needle else [])
         for candidate in candidates:
             escaped = re.escape(candidate)
@@ -179,13 +190,14 @@ class _Problems:
                 re.compile(r"(^|[{,])\s*\"?" + escaped + r"\"?\s*="),
             )
             for pattern in patterns:
-                for number, line in enumerate(self.lines, start=1):
-                    if pattern.search(line):
-                        return number
+                for offset in (start, 0):
+                    for number, line in enumerate(self.lines[offset:], start=offset + 1):
+                        if pattern.search(line):
+                            return number
         return None
 
     def add(self, key: str, message: str, *, near: str | None = None) -> None:
-        line = self.line_of(near or key)
+        line = self.line_of(near or key, key=key)
         where = f"{key} (line {line})" if line else key
         self.items.append(f"{where}: {message}")
 

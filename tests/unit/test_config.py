@@ -1,0 +1,205 @@
+"""series.toml validation: one test per kind of bad input, each naming the key and line."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from forkbuild.config import load_series
+from forkbuild.errors import ConfigError
+
+SHA = "0" * 64
+
+VALID = """\
+[series]
+name = "demo"
+default_variant = "full"
+
+[upstream]
+name = "demo"
+version = "1.0"
+package_root = "python"
+source = "wheel"
+
+[[upstream.wheels]]
+python_tag = "py3"
+filename = "demo-1.0-py3-none-any.whl"
+sha256 = "{sha}"
+
+[features.base]
+description = "guard types"
+
+[features.fast]
+description = "go fast"
+requires = ["base"]
+guards = [{{ env = "DSV41_FAST", type = "switch", default = "0" }}]
+
+[features.slow]
+description = "go slow"
+requires = ["base"]
+conflicts = ["fast"]
+guards = [{{ env = "DSV41_SLOW_LEVEL", type = "int", default = "2" }}]
+
+[[patches]]
+file = "base.patch"
+feature = "base"
+unguarded = "declares the guards"
+
+[[patches]]
+file = "fast.patch"
+feature = "fast"
+
+[[patches]]
+file = "slow.patch"
+feature = "slow"
+
+[variants.full]
+description = "base and fast"
+features = ["base", "fast"]
+env = {{ DSV41_FAST = "on" }}
+
+[variants.calm]
+features = ["base", "slow"]
+""".format(sha=SHA)
+
+
+def write_series(root: Path, text: str = VALID, *, patches=("base.patch", "fast.patch", "slow.patch")) -> Path:
+    (root / "patches").mkdir(exist_ok=True)
+    for name in patches:
+        (root / "patches" / name).write_text(f"Subject: {name}\n\ndiff --git a/x b/x\n")
+    path = root / "series.toml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def problems_of(path: Path) -> list[str]:
+    with pytest.raises(ConfigError) as caught:
+        load_series(path)
+    return list(caught.value.problems)
+
+
+def test_valid_series_loads_into_frozen_dataclasses(tmp_path):
+    series = load_series(write_series(tmp_path))
+    assert [entry.file for entry in series.patches_for("full")] == ["base.patch", "fast.patch"]
+    assert [guard.env for guard in series.guards_for(["fast", "slow"])] == ["DSV41_FAST", "DSV41_SLOW_LEVEL"]
+    assert series.variants["full"].env["DSV41_FAST"] == "on"
+    with pytest.raises(AttributeError):
+        series.name = "other"  # frozen
+
+
+def test_content_hash_changes_with_patch_bytes_and_only_for_variants_holding_it(tmp_path):
+    series = load_series(write_series(tmp_path))
+    before = {name: series.content_hash(name) for name in ("full", "calm")}
+    (tmp_path / "patches" / "fast.patch").write_text("Subject: changed\n")
+    after = {name: series.content_hash(name) for name in ("full", "calm")}
+    assert before["full"] != after["full"]
+    assert before["calm"] == after["calm"]
+
+
+def test_unknown_key_is_named_with_line_and_near_miss(tmp_path):
+    path = write_series(tmp_path, VALID.replace('description = "go fast"', 'descripton = "go fast"'))
+    [problem] = problems_of(path)
+    assert problem.startswith("features.fast.descripton (line 20)")
+    assert "perhaps you meant 'description'" in problem
+
+
+def test_unknown_feature_in_variant_suggests_near_miss(tmp_path):
+    path = write_series(tmp_path, VALID.replace('features = ["base", "fast"]', 'features = ["base", "fsat"]'))
+    problems = problems_of(path)
+    assert any("variants.full.features" in problem and "unknown feature 'fsat'" in problem
+               and "perhaps you meant 'fast'" in problem for problem in problems)
+
+
+def test_unknown_default_variant(tmp_path):
+    path = write_series(tmp_path, VALID.replace('default_variant = "full"', 'default_variant = "ful"'))
+    [problem] = problems_of(path)
+    assert problem.startswith("series.default_variant (line 3)") and "perhaps you meant 'full'" in problem
+
+
+def test_unknown_variant_lookup_suggests(tmp_path):
+    series = load_series(write_series(tmp_path))
+    with pytest.raises(ConfigError, match="perhaps you meant 'calm'"):
+        series.variant("clam")
+
+
+def test_missing_patch_file(tmp_path):
+    path = write_series(tmp_path, patches=("base.patch", "fast.patch"))
+    [problem] = problems_of(path)
+    assert "patches/slow.patch does not exist" in problem and "(line 40)" in problem
+
+
+def test_unlisted_patch_file(tmp_path):
+    path = write_series(tmp_path, patches=("base.patch", "fast.patch", "slow.patch", "stray.patch"))
+    [problem] = problems_of(path)
+    assert "patches/stray.patch is not listed" in problem
+
+
+def test_patch_listed_twice(tmp_path):
+    text = VALID.replace('[variants.full]', '[[patches]]\nfile = "fast.patch"\nfeature = "fast"\n\n[variants.full]')
+    [problem] = problems_of(write_series(tmp_path, text))
+    assert problem.startswith("patches[3].file") and "already listed as patches[1]" in problem
+
+
+def test_requires_cycle(tmp_path):
+    text = VALID.replace('[features.base]\ndescription = "guard types"',
+                         '[features.base]\ndescription = "guard types"\nrequires = ["slow"]')
+    problems = problems_of(write_series(tmp_path, text))
+    assert any("cycle:" in problem and "base" in problem and "slow" in problem for problem in problems)
+
+
+def test_variant_with_conflicting_features(tmp_path):
+    text = VALID.replace('features = ["base", "slow"]', 'features = ["base", "slow", "fast"]')
+    problems = problems_of(write_series(tmp_path, text))
+    assert any("variants.calm.features" in p and "slow conflicts with fast" in p for p in problems)
+
+
+def test_variant_missing_a_required_feature(tmp_path):
+    text = VALID.replace('features = ["base", "slow"]', 'features = ["slow"]')
+    [problem] = problems_of(write_series(tmp_path, text))
+    assert "slow requires base, which the variant leaves out" in problem
+
+
+def test_variant_env_sets_guard_of_left_out_feature(tmp_path):
+    text = VALID.replace('[variants.calm]', '[variants.calm]\nenv = { DSV41_FAST = "1" }')
+    [problem] = problems_of(write_series(tmp_path, text))
+    assert "variants.calm.env.DSV41_FAST" in problem and "guard of fast, which variant calm leaves out" in problem
+
+
+def test_variant_env_value_must_fit_the_guard_type(tmp_path):
+    text = VALID.replace('env = { DSV41_FAST = "on" }', 'env = { DSV41_FAST = "maybe" }')
+    [problem] = problems_of(write_series(tmp_path, text))
+    assert "variants.full.env.DSV41_FAST" in problem and "not a switch value" in problem
+
+
+def test_guard_default_must_fit_its_type(tmp_path):
+    text = VALID.replace('type = "int", default = "2"', 'type = "int", default = "two"')
+    [problem] = problems_of(write_series(tmp_path, text))
+    assert "features.slow.guards[0].default" in problem
+
+
+def test_patch_with_unknown_feature(tmp_path):
+    text = VALID.replace('file = "slow.patch"\nfeature = "slow"', 'file = "slow.patch"\nfeature = "slo"')
+    problems = problems_of(write_series(tmp_path, text))
+    assert any(p.startswith("patches[2].feature") and "perhaps you meant 'slow'" in p for p in problems)
+
+
+def test_all_problems_are_reported_at_once(tmp_path):
+    text = (VALID.replace('descripton', 'description')
+            .replace('description = "go fast"', 'descripton = "go fast"')
+            .replace('default_variant = "full"', 'default_variant = "nope"'))
+    problems = problems_of(write_series(tmp_path, text, patches=("base.patch", "fast.patch")))
+    assert len(problems) == 3
+
+
+def test_invalid_toml_names_the_file(tmp_path):
+    path = write_series(tmp_path, "[series\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_series(path)
+
+
+def test_the_repository_series_is_valid():
+    series = load_series(Path(__file__).resolve().parents[2] / "series.toml")
+    assert series.default_variant in series.variants
+    assert {"stock", "tp3", "tp4"} <= set(series.variants)
