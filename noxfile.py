@@ -8,7 +8,7 @@ from pathlib import Path
 import nox
 
 ROOT = Path(__file__).parent
-nox.options.sessions = ["tests"]
+nox.options.sessions = ["tests", "check", "test-patch", "image-tests"]
 nox.options.reuse_venv = "yes"
 
 
