@@ -1,0 +1,228 @@
+"""draft_tau: DSV41_DRAFT_TAU scales the DSpark draft's sampling temperature.
+
+The staged path (DsparkDraftSampler.stage_sampling_params, read by the draft
+graph and the megakernel sampler) and the eager path (sample_draft_block) both
+go through resolve_draft_params; the accept step's q (_draft_probs) must use the
+temperatures the draft actually sampled at. All on CPU: the markov sampler and
+the softmax have torch paths.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+FEATURE = "draft_tau"
+
+# Request temperatures; row 1 is greedy (top_k 1), so the draft argmaxes it.
+TEMPERATURES = (0.7, 1.0, 0.5)
+TOP_KS = (50, 1, 40)
+VOCAB = 32
+GAMMA = 2
+
+
+@pytest.fixture
+def draft_modules(monkeypatch):
+    """Sets DSV41_DRAFT_TAU and re-reads it into the draft module's import-time
+    constant (reloading the module would re-register its invariants)."""
+    from sglang.srt.speculative.dspark_components import dspark_draft, dspark_draft_sampler
+
+    def load(tau: str):
+        monkeypatch.setenv("DSV41_DRAFT_TAU", tau)
+        monkeypatch.setattr(dspark_draft, "_DRAFT_TAU", dspark_draft._read_draft_tau())
+        return dspark_draft, dspark_draft_sampler
+
+    return load
+
+
+def _sampling_info():
+    import torch
+
+    return SimpleNamespace(
+        temperatures=torch.tensor(TEMPERATURES).view(-1, 1),
+        top_ks=torch.tensor(TOP_KS, dtype=torch.int32),
+    )
+
+
+def _tp_sync():
+    from sglang.srt.speculative.spec_tp_sync import SpecTpSync
+
+    # A single-rank group: SpecTpSync broadcasts nothing.
+    return SpecTpSync(SimpleNamespace(world_size=1, rank_in_group=0))
+
+
+def _markov_head():
+    import torch
+    from sglang.srt.models.dspark import VanillaMarkov
+
+    torch.manual_seed(0)
+    return VanillaMarkov(vocab_size=VOCAB, markov_rank=8)
+
+
+def _staged_params(sampler_module, draft_module):
+    import torch
+
+    model = SimpleNamespace(markov_head=_markov_head(), sample_from_anchor=False, confidence_head=None)
+    noise = draft_module.DraftNoise(key=1, offset=torch.zeros(1, dtype=torch.int64))
+    sampler = sampler_module.DsparkDraftSampler(
+        model=model,
+        gamma=GAMMA,
+        max_bs=4,
+        device="cpu",
+        noise=noise,
+        tp_sync=_tp_sync(),
+        greedy_draft=False,
+    )
+    sampler.stage_sampling_params(bs=len(TEMPERATURES), sampling_info=_sampling_info())
+    return sampler.params
+
+
+def _eager_block(draft_module):
+    import torch
+
+    torch.manual_seed(1)
+    bs = len(TEMPERATURES)
+    noise = draft_module.DraftNoise(key=7, offset=torch.zeros(1, dtype=torch.int64))
+    return draft_module.sample_draft_block(
+        base_logits=torch.randn(bs, GAMMA, VOCAB),
+        anchor_tokens=torch.tensor([3, 5, 9]),
+        draft_hidden=None,
+        sampling_info=_sampling_info(),
+        markov_head=_markov_head(),
+        noise=noise,
+        device=torch.device("cpu"),
+        tp_sync=_tp_sync(),
+        greedy_draft=False,
+    )
+
+
+def _expected_step_temperatures(tau: float):
+    import torch
+
+    return torch.tensor([0.0 if k <= 1 else t * tau for t, k in zip(TEMPERATURES, TOP_KS)])
+
+
+def _stock_modules():
+    from sglang.srt.speculative.dspark_components import dspark_draft, dspark_draft_sampler
+
+    return dspark_draft, dspark_draft_sampler
+
+
+@pytest.mark.guard_off
+def test_staged_temperatures_are_stock_when_unset():
+    import torch
+
+    draft, sampler_module = _stock_modules()
+    params = _staged_params(sampler_module, draft)
+    bs = len(TEMPERATURES)
+    torch.testing.assert_close(params.temperatures[:bs], torch.tensor(TEMPERATURES))
+    torch.testing.assert_close(params.step_temperatures[:bs], _expected_step_temperatures(1.0))
+
+
+@pytest.mark.guard_on
+@pytest.mark.parametrize("tau", ["1", "1.0"])
+def test_tau_one_is_the_stock_path(draft_modules, tau):
+    import torch
+
+    draft, sampler_module = draft_modules(tau)
+    params = _staged_params(sampler_module, draft)
+    bs = len(TEMPERATURES)
+    torch.testing.assert_close(params.temperatures[:bs], torch.tensor(TEMPERATURES))
+    torch.testing.assert_close(params.step_temperatures[:bs], _expected_step_temperatures(1.0))
+    # The identity hands the request's own tensor to the accept step, as stock does.
+    assert draft.draft_temperatures(params.temperatures) is params.temperatures
+
+
+@pytest.mark.guard_off
+def test_eager_draft_q_uses_request_temperatures():
+    import torch
+    from sglang.srt.speculative.dspark_components.dspark_verify import _draft_probs
+
+    draft, _ = _stock_modules()
+    block = _eager_block(draft)
+    torch.testing.assert_close(block.temperatures, torch.tensor(TEMPERATURES))
+    q = _draft_probs(block, VOCAB, torch.device("cpu"))
+    temps = torch.tensor(TEMPERATURES).view(-1, 1, 1)
+    torch.testing.assert_close(q, torch.softmax(block.corrected_logits.float() / temps, dim=-1))
+
+
+@pytest.mark.guard_on
+@pytest.mark.parametrize("tau", [2.0, 0.5])
+def test_staged_temperatures_scale_by_tau(draft_modules, tau):
+    import torch
+
+    draft, sampler_module = draft_modules(str(tau))
+    params = _staged_params(sampler_module, draft)
+    bs = len(TEMPERATURES)
+    # The draft samples at tau x T; greedy rows still argmax.
+    torch.testing.assert_close(params.step_temperatures[:bs], _expected_step_temperatures(tau))
+    # The verify target keeps the request's temperature (the sampling-accept
+    # graph reads it from here as the target's).
+    torch.testing.assert_close(params.temperatures[:bs], torch.tensor(TEMPERATURES))
+
+
+@pytest.mark.guard_on
+def test_accept_q_is_the_distribution_sampled_from(draft_modules):
+    import torch
+    from sglang.kernels.ops.speculative.dspark.markov_sample import MarkovSampleStep
+    from sglang.srt.speculative.dspark_components.dspark_verify import _draft_probs
+
+    tau = 2.0
+    draft, _ = draft_modules(str(tau))
+    block = _eager_block(draft)
+    scaled = torch.tensor(TEMPERATURES) * tau
+    torch.testing.assert_close(block.temperatures, scaled)
+    # The accept step's q: softmax of the kept step logits at the scaled temperatures.
+    q = _draft_probs(block, VOCAB, torch.device("cpu"))
+    torch.testing.assert_close(q, torch.softmax(block.corrected_logits.float() / scaled.view(-1, 1, 1), dim=-1))
+    # And the first drafted token is the one the sampler draws at those temperatures
+    # from the same noise (its kept logits already carry the markov bias).
+    step_temps = _expected_step_temperatures(tau)
+    first = MarkovSampleStep.torch(
+        base_logits=block.corrected_logits[:, 0].float(),
+        bias=torch.zeros(len(TEMPERATURES), VOCAB),
+        temperatures=step_temps,
+        key=7,
+        offset=torch.zeros(1, dtype=torch.int64),
+        step=0,
+        step_dtype=torch.float32,
+    )
+    torch.testing.assert_close(block.draft_tokens[:, 0], first)
+
+
+@pytest.mark.guard_on
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "fast"])
+def test_bad_tau_is_rejected_naming_the_variable(monkeypatch, value):
+    from sglang.srt.speculative.dspark_components import dspark_draft
+
+    monkeypatch.setenv("DSV41_DRAFT_TAU", value)
+    with pytest.raises(ValueError, match="DSV41_DRAFT_TAU"):
+        dspark_draft._read_draft_tau()
+
+
+@pytest.mark.guard_on
+def test_bad_tau_stops_the_import(monkeypatch):
+    # A fresh interpreter: the module reads the guard once, at import (startup).
+    monkeypatch.setenv("DSV41_DRAFT_TAU", "0")
+    module = "sglang.srt.speculative.dspark_components.dspark_draft"
+    proc = subprocess.run(
+        [sys.executable, "-c", f"import {module}"], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode != 0
+    assert "DSV41_DRAFT_TAU must be a finite number > 0" in proc.stderr
+
+
+@pytest.mark.absent
+def test_without_the_feature_tau_is_ignored(monkeypatch):
+    import torch
+    from sglang.srt.environ import Envs
+
+    monkeypatch.setenv("DSV41_DRAFT_TAU", "2")
+    assert "DSV41_DRAFT_TAU" not in vars(Envs)
+    draft, sampler_module = _stock_modules()
+    params = _staged_params(sampler_module, draft)
+    bs = len(TEMPERATURES)
+    torch.testing.assert_close(params.step_temperatures[:bs], _expected_step_temperatures(1.0))
