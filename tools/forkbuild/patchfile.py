@@ -79,7 +79,11 @@ def _diff_start(payload: str) -> int:
 
 
 def read_patch(path: Path) -> PatchInfo:
-    text = path.read_text(encoding="utf-8", errors="surrogateescape")
+    return parse_patch(path.read_text(encoding="utf-8", errors="surrogateescape"), path=path)
+
+
+def parse_patch(text: str, *, path: Path) -> PatchInfo:
+    """A patch's text (e.g. fresh `git format-patch` output); `path` names it in errors."""
     headers, payload = split_mail(text)
     start = _diff_start(payload)
     message_body = payload[:start].split("\n---\n", 1)[0].strip("\n")
