@@ -1,0 +1,37 @@
+"""`forkbuild build-wheel`: a variant's patched wheel, one per pinned Python tag."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from forkbuild.wheel.builder import MODES, WheelRequest, build_wheels
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("build-wheel", help="build a variant's patched, validated wheel(s)")
+    parser.add_argument("--variant", help="variant to build (default: series.default_variant)")
+    parser.add_argument("--out", type=Path, default=None, help="output directory (default: <series dir>/dist)")
+    parser.add_argument("--python-tag", action="append", default=[], metavar="TAG",
+                        help="build only for this pinned tag, e.g. cp311 (repeatable; default: every pinned tag)")
+    parser.add_argument("--mode", choices=MODES, default="",
+                        help="overlay the release wheel, or `python -m build` a git checkout "
+                             "(default: from [upstream] source)")
+    parser.add_argument("--force", action="store_true", help="rebuild even when the wheel is up to date")
+    parser.add_argument("--no-isolation", action="store_true",
+                        help="source mode: build in forkbuild's own environment (python -m build --no-isolation)")
+    parser.set_defaults(run=run)
+
+
+def run(args, context) -> int:
+    request = WheelRequest(
+        variant=args.variant or context.series.default_variant,
+        out_dir=(args.out or context.series_dir / "dist").resolve(),
+        python_tags=tuple(args.python_tag),
+        mode=args.mode,
+        force=args.force,
+        isolation=not args.no_isolation,
+    )
+    for wheel in build_wheels(context=context, request=request):
+        # The path goes to stdout (everything else goes to stderr) so scripts can use it.
+        print(wheel.path)
+    return 0

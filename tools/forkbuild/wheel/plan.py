@@ -1,0 +1,102 @@
+"""What an overlay build writes: decided before building, from the variant's
+patch files and the release wheel's member list; refused when a patch changes
+something the wheel only holds compiled.
+
+Paths: patches use upstream's git layout (`python/sglang/x.py`); the wheel
+holds `sglang/x.py`. `package_root` ("python") is the difference.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import stat
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from forkbuild.config import PatchEntry
+from forkbuild.errors import BuildError
+from forkbuild.patchfile import read_patch
+
+# Sources of compiled extensions (Rust, C, C++, CUDA, Cython) and the files
+# that drive their build. The release wheel holds only the built .so files;
+# overlaying a changed source would change nothing that runs.
+COMPILED_SUFFIXES = frozenset({".rs", ".c", ".cc", ".cpp", ".cxx", ".cu", ".cuh", ".h", ".hh", ".hpp",
+                               ".hxx", ".pyx", ".pxd"})
+BUILD_FILES = frozenset({"Cargo.toml", "Cargo.lock", "build.rs", "CMakeLists.txt", "setup.py", "setup.cfg",
+                         "pyproject.toml"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class WheelLayout:
+    """Which repository paths a release wheel holds, and under which member names."""
+
+    package_root: str
+    members: frozenset[str]
+
+    @property
+    def packages(self) -> frozenset[str]:
+        """Top-level directories of the wheel that are not metadata."""
+        tops = {name.split("/", 1)[0] for name in self.members if "/" in name}
+        return frozenset(top for top in tops if not top.endswith((".dist-info", ".data")))
+
+    def member_for(self, repo_path: str) -> str | None:
+        """The wheel member of a repository path; None when the wheel holds no such package."""
+        prefix = f"{self.package_root.strip('/')}/" if self.package_root.strip("/") else ""
+        if not repo_path.startswith(prefix):
+            return None
+        member = repo_path[len(prefix):]
+        return member if member.split("/", 1)[0] in self.packages else None
+
+    def ships_sources_like(self, member: str) -> bool:
+        """Does the wheel ship files with this suffix from this directory (as data, e.g. JIT kernels)?"""
+        directory, suffix = posixpath.dirname(member), PurePosixPath(member).suffix
+        return any(posixpath.dirname(name) == directory and name.endswith(suffix) for name in self.members)
+
+    def is_compiled(self, repo_path: str) -> bool:
+        path = PurePosixPath(repo_path)
+        member = self.member_for(repo_path)
+        if member is None:
+            return path.suffix in COMPILED_SUFFIXES or path.name in BUILD_FILES
+        if path.suffix not in COMPILED_SUFFIXES:
+            return False
+        return member not in self.members and not self.ships_sources_like(member)
+
+
+def refuse_compiled(patches: Iterable[PatchEntry], layout: WheelLayout) -> None:
+    """Raise BuildError naming each patch that changes a compiled source or build file."""
+    found = [(entry.file, change.path) for entry in patches for change in read_patch(entry.path).files
+             if layout.is_compiled(change.path)]
+    if found:
+        lines = "\n".join(f"  - patches/{patch}: {path}" for patch, path in found)
+        raise BuildError(
+            f"the overlay build cannot apply these changes: the release wheel holds them compiled or built\n{lines}",
+            hint="build from source instead: set [upstream] source = \"git\" (url + commit) in series.toml "
+                 "and run `forkbuild build-wheel --mode source` on a machine with the toolchain")
+
+
+@dataclass(frozen=True, kw_only=True)
+class OverlayChanges:
+    """Wheel members to write (content) or delete (None), and files the wheel does not hold."""
+
+    changes: Mapping[str, bytes | None]
+    executable: frozenset[str]
+    outside: tuple[str, ...]
+
+
+def collect_changes(*, tree: Path, changed: Iterable[tuple[str, str]], layout: WheelLayout) -> OverlayChanges:
+    """Read the changed files (git's (status, path) pairs) from the patched work tree."""
+    changes: dict[str, bytes | None] = {}
+    executable, outside = set(), []
+    for status, repo_path in changed:
+        member = layout.member_for(repo_path)
+        if member is None:
+            outside.append(repo_path)
+        elif status == "D":
+            changes[member] = None
+        else:
+            file = tree / repo_path
+            changes[member] = file.read_bytes()
+            if file.stat().st_mode & stat.S_IXUSR:
+                executable.add(member)
+    return OverlayChanges(changes=changes, executable=frozenset(executable), outside=tuple(sorted(outside)))
