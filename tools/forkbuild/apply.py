@@ -121,6 +121,12 @@ def read_state(dest: Path) -> dict | None:
         return None
 
 
+def record_exported(worktree: Git, *, head: str, patches: list[str]) -> None:
+    """After `export`: the tree's commits are the series now, so apply may refresh it again."""
+    state = read_state(worktree.path) or {}
+    _write_state(worktree, {**state, "head": head, "patches": patches})
+
+
 def _write_state(worktree: Git, state: dict) -> None:
     path = _state_path(worktree)
     temporary = path.with_suffix(".tmp")
