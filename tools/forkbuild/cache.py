@@ -8,7 +8,6 @@ Earlier versions stay in the repository: the rebase needs their blobs for
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import tempfile
 import urllib.error
@@ -22,8 +21,8 @@ from forkbuild.config import Upstream, WheelPin
 from forkbuild.console import Reporter
 from forkbuild.errors import LockTimeout, UpstreamError
 from forkbuild.git import Git, GitFailed
+from forkbuild.pypi import find_file
 
-PYPI_JSON = os.environ.get("FORKBUILD_PYPI_JSON", "https://pypi.org/pypi")
 LOCK_TIMEOUT_SECONDS = 900
 # Imports are committed with a fixed identity and date, so the same upstream
 # gives the same commit id on every machine.
@@ -112,7 +111,7 @@ class UpstreamCache:
         if target.is_file():
             return target
         self.wheels_dir.mkdir(parents=True, exist_ok=True)
-        url = pin.url or self._pypi_url(pin)
+        url = pin.url or find_file(pin.filename.split("-")[0], pin.filename).url
         handle, partial_name = tempfile.mkstemp(dir=self.wheels_dir, prefix=f".{pin.filename}.", suffix=".part")
         partial = Path(partial_name)
         try:
@@ -127,20 +126,6 @@ class UpstreamCache:
         finally:
             partial.unlink(missing_ok=True)
         return target
-
-    def _pypi_url(self, pin: WheelPin) -> str:
-        name, version = pin.filename.split("-")[:2]
-        meta_url = f"{PYPI_JSON}/{name}/{version}/json"
-        try:
-            with urllib.request.urlopen(meta_url, timeout=60) as response:
-                release = json.load(response)
-        except (urllib.error.URLError, OSError, ValueError) as error:
-            raise UpstreamError(f"cannot read {meta_url}: {error}",
-                                hint="set url = ... in the [[upstream.wheels]] pin, or check the network") from error
-        for entry in release.get("urls", []):
-            if entry.get("filename") == pin.filename:
-                return entry["url"]
-        raise UpstreamError(f"{pin.filename} is not among the files PyPI lists for {name} {version}")
 
     def _download(self, url: str, out, *, label: str) -> None:
         try:

@@ -70,7 +70,9 @@ def parse_trailers(message: str) -> tuple[tuple[str, str], ...]:
 def _decode_header(value: str | None) -> str:
     if value is None:
         return ""
-    return str(email.header.make_header(email.header.decode_header(value))).replace("\n", " ").strip()
+    # Unfold (RFC 5322): a line break followed by whitespace is just the whitespace.
+    unfolded = re.sub(r"\r?\n(?=[ \t])", "", value)
+    return str(email.header.make_header(email.header.decode_header(unfolded))).strip()
 
 
 def _diff_start(payload: str) -> int:

@@ -1,0 +1,57 @@
+"""The package index, through the PEP 691 JSON simple API (the one API every
+PyPI mirror serves; the legacy /pypi/<name>/json API is not always there)."""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+
+from forkbuild.errors import UpstreamError
+
+INDEX_URL = os.environ.get("FORKBUILD_INDEX_URL", "https://pypi.org/simple").rstrip("/")
+SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
+
+
+@dataclass(frozen=True, kw_only=True)
+class IndexFile:
+    filename: str
+    url: str
+    sha256: str
+
+
+def project_files(project: str) -> list[IndexFile]:
+    url = f"{INDEX_URL}/{canonicalize_name(project)}/"
+    request = urllib.request.Request(url, headers={"Accept": SIMPLE_JSON})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            listing = json.load(response)
+    except (urllib.error.URLError, OSError, ValueError) as error:
+        raise UpstreamError(f"cannot read the index page {url}: {error}",
+                            hint="check the network, or set FORKBUILD_INDEX_URL to a reachable index") from error
+    return [IndexFile(filename=entry["filename"], url=entry["url"], sha256=entry.get("hashes", {}).get("sha256", ""))
+            for entry in listing.get("files", []) if not entry.get("yanked")]
+
+
+def find_file(project: str, filename: str) -> IndexFile:
+    for entry in project_files(project):
+        if entry.filename == filename:
+            return entry
+    raise UpstreamError(f"{filename} is not among the files {INDEX_URL} lists for {project}")
+
+
+def release_wheels(project: str, version: str) -> list[IndexFile]:
+    """Every wheel of one release, in the index's order."""
+    found = []
+    for entry in project_files(project):
+        try:
+            _, wheel_version, _, _ = parse_wheel_filename(entry.filename)
+        except InvalidWheelFilename:
+            continue
+        if str(wheel_version) == version:
+            found.append(entry)
+    return found
