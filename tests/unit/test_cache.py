@@ -1,0 +1,132 @@
+"""The upstream cache on fixture wheels and a fixture git remote made in tmp_path."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from forkbuild.cache import UpstreamCache
+from forkbuild.config import GitPin, Upstream, WheelPin
+from forkbuild.errors import UpstreamError
+
+
+def make_wheel(directory: Path, version: str, files: dict[str, str]) -> WheelPin:
+    path = directory / f"demo-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, text in files.items():
+            archive.writestr(f"demo/{name}", text)
+        archive.writestr(f"demo-{version}.dist-info/METADATA", f"Metadata-Version: 2.1\nName: demo\nVersion: {version}\n")
+        archive.writestr(f"demo-{version}.dist-info/RECORD", "")
+    sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    return WheelPin(python_tag="py3", filename=path.name, sha256=sha, url=path.as_uri())
+
+
+def wheel_upstream(pin: WheelPin, version: str) -> Upstream:
+    return Upstream(name="demo", version=version, package_root="python", source="wheel", git=None, wheels=(pin,))
+
+
+def git(*args: str, cwd: Path) -> str:
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd,
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+def refs(cache: UpstreamCache) -> str:
+    return git("for-each-ref", cwd=cache.repo_path) if cache.repo_path.exists() else ""
+
+
+def test_wheel_import_lays_packages_under_the_root_and_tags(tmp_path):
+    pin = make_wheel(tmp_path, "1.0", {"__init__.py": "VERSION = '1.0'\n", "core.py": "def f():\n    return 1\n"})
+    cache = UpstreamCache(tmp_path / "cache")
+    commit = cache.ensure(wheel_upstream(pin, "1.0"))
+    files = git("ls-tree", "-r", "--name-only", commit, cwd=cache.repo_path).split()
+    assert files == ["python/demo/__init__.py", "python/demo/core.py"]
+    assert git("rev-parse", "upstream/1.0^{commit}", cwd=cache.repo_path) == commit
+    assert (cache.wheels_dir / pin.filename).is_file()
+
+
+def test_same_wheel_gives_the_same_commit_on_any_machine(tmp_path):
+    pin = make_wheel(tmp_path, "1.0", {"__init__.py": "x = 1\n"})
+    first = UpstreamCache(tmp_path / "a").ensure(wheel_upstream(pin, "1.0"))
+    second = UpstreamCache(tmp_path / "b").ensure(wheel_upstream(pin, "1.0"))
+    assert first == second
+
+
+def test_second_run_needs_no_network(tmp_path, monkeypatch):
+    pin = make_wheel(tmp_path, "1.0", {"__init__.py": "x = 1\n"})
+    cache = UpstreamCache(tmp_path / "cache")
+    commit = cache.ensure(wheel_upstream(pin, "1.0"))
+    monkeypatch.setattr("urllib.request.urlopen", lambda *a, **k: pytest.fail("network used"))
+    assert cache.ensure(wheel_upstream(pin, "1.0")) == commit
+    assert cache.wheel(pin) == cache.wheels_dir / pin.filename
+
+
+def test_sha256_mismatch_refuses_and_deletes_nothing(tmp_path):
+    good = make_wheel(tmp_path, "1.0", {"__init__.py": "x = 1\n"})
+    cache = UpstreamCache(tmp_path / "cache")
+    cache.ensure(wheel_upstream(good, "1.0"))
+    before = (refs(cache), sorted(p.name for p in cache.wheels_dir.iterdir()))
+    newer = make_wheel(tmp_path, "1.1", {"__init__.py": "x = 2\n"})
+    tampered = WheelPin(python_tag="py3", filename=newer.filename, sha256="f" * 64, url=newer.url)
+    with pytest.raises(UpstreamError, match="sha256 mismatch"):
+        cache.ensure(wheel_upstream(tampered, "1.1"))
+    assert (refs(cache), sorted(p.name for p in cache.wheels_dir.iterdir())) == before
+
+
+def test_earlier_versions_stay_in_the_cache(tmp_path):
+    cache = UpstreamCache(tmp_path / "cache")
+    old = cache.ensure(wheel_upstream(make_wheel(tmp_path, "1.0", {"__init__.py": "x = 1\n"}), "1.0"))
+    new = cache.ensure(wheel_upstream(make_wheel(tmp_path, "1.1", {"__init__.py": "x = 2\n"}), "1.1"))
+    assert old != new
+    assert {line.split()[-1] for line in refs(cache).splitlines()} >= {"refs/tags/upstream/1.0", "refs/tags/upstream/1.1"}
+
+
+def test_git_mode_fetches_the_pinned_commit_from_a_remote(tmp_path):
+    work = tmp_path / "upstream-work"
+    (work / "python" / "demo").mkdir(parents=True)
+    git("init", "-q", "-b", "main", cwd=work)
+    (work / "python" / "demo" / "__init__.py").write_text("x = 1\n")
+    git("add", "-A", cwd=work)
+    git("commit", "-qm", "v1", cwd=work)
+    pinned = git("rev-parse", "HEAD", cwd=work)
+    (work / "python" / "demo" / "__init__.py").write_text("x = 2\n")
+    git("commit", "-qam", "after the pin", cwd=work)
+    remote = tmp_path / "remote.git"
+    git("clone", "-q", "--bare", str(work), str(remote), cwd=tmp_path)
+    upstream = Upstream(name="demo", version="1.0", package_root="python", source="git",
+                        git=GitPin(url=str(remote), commit=pinned), wheels=())
+    cache = UpstreamCache(tmp_path / "cache")
+    assert cache.ensure(upstream) == pinned
+    assert git("show", f"{pinned}:python/demo/__init__.py", cwd=cache.repo_path) == "x = 1"
+
+
+def test_git_mode_unknown_commit_is_an_upstream_error(tmp_path):
+    remote = tmp_path / "remote.git"
+    git("init", "-q", "--bare", str(remote), cwd=tmp_path)
+    upstream = Upstream(name="demo", version="1.0", package_root="python", source="git",
+                        git=GitPin(url=str(remote), commit="1" * 40), wheels=())
+    with pytest.raises(UpstreamError, match="cannot fetch"):
+        UpstreamCache(tmp_path / "cache").ensure(upstream)
+
+
+def test_two_processes_share_the_cache_through_the_lock(tmp_path):
+    pin = make_wheel(tmp_path, "1.0", {f"m{i}.py": f"x = {i}\n" for i in range(200)})
+    script = textwrap.dedent(f"""
+        from pathlib import Path
+        from forkbuild.cache import UpstreamCache
+        from forkbuild.config import Upstream, WheelPin
+        pin = WheelPin(python_tag="py3", filename={pin.filename!r}, sha256={pin.sha256!r}, url={pin.url!r})
+        upstream = Upstream(name="demo", version="1.0", package_root="python", source="wheel", git=None, wheels=(pin,))
+        print(UpstreamCache(Path({str(tmp_path / 'cache')!r})).ensure(upstream))
+    """)
+    processes = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for _ in range(2)]
+    outputs = [process.communicate(timeout=120) for process in processes]
+    assert [process.returncode for process in processes] == [0, 0], outputs
+    assert outputs[0][0] == outputs[1][0]
+    assert len(refs(UpstreamCache(tmp_path / "cache")).splitlines()) == 1
