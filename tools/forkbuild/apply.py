@@ -127,6 +127,11 @@ def record_exported(worktree: Git, *, head: str, patches: list[str]) -> None:
     _write_state(worktree, {**state, "head": head, "patches": patches})
 
 
+def record_series_tree(worktree: Git, *, base: str, head: str, patches: list[str]) -> None:
+    """Mark a tree built outside apply (the rebase's) as a full-series work tree `export` reads."""
+    _write_state(worktree, {"variant": "", "base": base, "head": head, "patches": patches})
+
+
 def _write_state(worktree: Git, state: dict) -> None:
     path = _state_path(worktree)
     temporary = path.with_suffix(".tmp")
