@@ -174,7 +174,8 @@ class Git:
 
     def diff_tree_patch(self, commit: str) -> str:
         """The full-index patch of a single commit, as format-patch would diff it."""
-        return self.out("diff-tree", "--no-commit-id", "-p", "--full-index", "--no-renames", f"{commit}^", commit)
+        # .stdout, not out(): stripping would cut a trailing blank context line (" ") off the last hunk.
+        return self.run("diff-tree", "--no-commit-id", "-p", "--full-index", "--no-renames", f"{commit}^", commit).stdout
 
     def format_patch(self, commit: str) -> str:
         """One commit as an mbox patch with flags fixed for churn-free export."""
