@@ -1,0 +1,210 @@
+"""export: apply -> export is a no-op; drift, noise, refresh, trailers, new/removed/reordered commits."""
+
+from __future__ import annotations
+
+import tomllib
+
+import pytest
+
+from fixtures import SeriesFixture, commit_all, edit
+from forkbuild.apply import apply_variant
+from forkbuild.errors import ConfigError, DirtyTreeError, ExportDriftError, ForkbuildError
+from forkbuild.export import export_series, normalized, patch_name
+from forkbuild.git import Git
+from forkbuild.patchfile import read_patch
+from forkbuild.series_edit import quilt_series_text
+
+
+def make_tree(fx: SeriesFixture, *, variant: str | None = None) -> Git:
+    dest = fx.root / ".forkbuild-work" / (variant or "series")
+    apply_variant(context=fx.context(), variant=variant, dest=dest)
+    return Git(dest)
+
+
+def snapshot(fx: SeriesFixture) -> dict[str, bytes]:
+    files = {path.name: path.read_bytes() for path in fx.patches_dir.iterdir()}
+    files["series.toml"] = fx.series_toml.read_bytes()
+    return files
+
+
+def toml_patches(fx: SeriesFixture) -> list[tuple[str, str]]:
+    return [(entry["file"], entry["feature"]) for entry in tomllib.loads(fx.series_toml.read_text())["patches"]]
+
+
+def amend(tree: Git, commit: str, change) -> None:
+    """Rewrite `commit` in place with `change(tree)` applied, keeping the commits after it."""
+    later = tree.commits(commit, tree.head())
+    tree.run("checkout", "--quiet", "--detach", commit)
+    change(tree)
+    tree.run("add", "--all", ".")
+    tree.run("commit", "--quiet", "--amend", "--no-edit")
+    for sha in later:
+        tree.run("cherry-pick", "--allow-empty", sha)
+
+
+def test_apply_then_export_is_a_noop(series_fx: SeriesFixture) -> None:
+    tree = make_tree(series_fx)
+    before = snapshot(series_fx)
+    plan = export_series(context=series_fx.context(), tree=tree.path)
+    assert [p.action for p in plan.patches] == ["unchanged"] * 3
+    after = snapshot(series_fx)
+    assert after.pop("series") == quilt_series_text(spec.file for spec in series_fx.specs).encode()
+    assert after == before
+    assert series_fx.cli("export", "--check") == 0
+
+
+def test_check_lists_a_changed_patch_and_writes_nothing(series_fx: SeriesFixture) -> None:
+    tree = make_tree(series_fx)
+    export_series(context=series_fx.context(), tree=tree.path)
+    amend(tree, tree.commits(tree.head() + "~3", tree.head())[1],
+          lambda t: edit(t.path, "python/pkg/core.py", "return value * 3", "return value * 4"))
+    before = snapshot(series_fx)
+    with pytest.raises(ExportDriftError) as error:
+        export_series(context=series_fx.context(), tree=tree.path, check=True)
+    assert "patches/alpha-scale.patch (changed)" in error.value.message
+    assert "beta-limit.patch" not in error.value.message
+    assert snapshot(series_fx) == before
+    assert series_fx.cli("export", "--check") == ExportDriftError.return_code
+    assert series_fx.cli("export") == 0
+    assert "value * 4" in (series_fx.patches_dir / "alpha-scale.patch").read_text()
+    assert series_fx.cli("export", "--check") == 0
+
+
+def test_offset_only_change_is_left_alone_unless_refresh(series_fx: SeriesFixture) -> None:
+    tree = make_tree(series_fx)
+    export_series(context=series_fx.context(), tree=tree.path)
+    # Three lines more at the top of util.py: beta's util.py hunk moves by 3 lines
+    # and its blob ids change, nothing else does.
+    first = tree.commits(tree.head() + "~3", tree.head())[0]
+    amend(tree, first, lambda t: edit(t.path, "python/pkg/util.py", '"""Helpers."""\n', '"""Helpers."""\n\n# one\n# two\n'))
+    before = (series_fx.patches_dir / "beta-limit.patch").read_text()
+    plan = export_series(context=series_fx.context(), tree=tree.path)
+    actions = {p.file: p.action for p in plan.patches}
+    assert actions == {"guards.patch": "changed", "alpha-scale.patch": "unchanged", "beta-limit.patch": "noise"}
+    assert (series_fx.patches_dir / "beta-limit.patch").read_text() == before
+    assert series_fx.cli("export", "--check") == 0
+
+    plan = export_series(context=series_fx.context(), tree=tree.path, refresh=True)
+    refreshed = (series_fx.patches_dir / "beta-limit.patch").read_text()
+    assert {p.file: p.action for p in plan.patches}["beta-limit.patch"] == "changed"
+    assert refreshed != before and normalized(refreshed) == normalized(before)
+    assert series_fx.cli("export", "--check", "--refresh") == 0
+
+
+def test_trailers_round_trip(series_fx: SeriesFixture) -> None:
+    tree = make_tree(series_fx)
+    message = tree.out("log", "-1", "--format=%B", tree.head())
+    assert message.endswith("Feature: beta\nGuard: DSV41_BETA")
+    export_series(context=series_fx.context(), tree=tree.path)
+    text = (series_fx.patches_dir / "beta-limit.patch").read_text()
+    assert "\nFeature: beta\nGuard: DSV41_BETA\n\ndiff --git" in text
+    assert read_patch(series_fx.patches_dir / "beta-limit.patch").trailers == (("Feature", "beta"), ("Guard", "DSV41_BETA"))
+
+
+def test_feature_trailer_disagreeing_with_series_toml_names_both(series_fx: SeriesFixture) -> None:
+    tree = make_tree(series_fx)
+    message = tree.out("log", "-1", "--format=%B").replace("Feature: beta", "Feature: alpha").replace("Guard: DSV41_BETA", "Guard: DSV41_ALPHA")
+    tree.run("commit", "--quiet", "--amend", "-m", message)
+    with pytest.raises(ConfigError) as error:
+        export_series(context=series_fx.context(), tree=tree.path)
+    text = str(error.value)
+    assert "Feature: alpha" in text and "patches/beta-limit.patch" in text and "'beta'" in text
+
+
+def test_guard_trailer_must_belong_to_the_feature(series_fx: SeriesFixture) -> None:
+    tree = make_tree(series_fx)
+    message = tree.out("log", "-1", "--format=%B") + "\nGuard: DSV41_ALPHA\n"
+    tree.run("commit", "--quiet", "--amend", "-m", message)
+    with pytest.raises(ConfigError, match="Guard: DSV41_ALPHA is not a guard of feature 'beta'"):
+        export_series(context=series_fx.context(), tree=tree.path)
+
+
+def test_new_commit_becomes_a_new_entry_keeping_comments(series_fx: SeriesFixture) -> None:
+    tree = make_tree(series_fx)
+    edit(tree.path, "python/pkg/core.py", "    return value + 1\n", "    return value + 2\n")
+    commit_all(tree, "core: offset by two\n\nTwo is better.\n\nFeature: alpha\n")
+    assert series_fx.cli("export", "--check") == ExportDriftError.return_code
+    assert series_fx.cli("export") == 0
+    name = "alpha-core-offset-by-two.patch"
+    assert toml_patches(series_fx)[-1] == (name, "alpha")
+    assert "# The series, in order." in series_fx.series_toml.read_text()
+    assert "# Variants" in series_fx.series_toml.read_text().split(name)[1]
+    assert (series_fx.patches_dir / "series").read_text().splitlines()[-1] == name
+    series_fx.load()  # still valid
+    assert series_fx.cli("export", "--check") == 0
+    # The tree's new commit is now part of the series: apply may refresh the tree.
+    assert series_fx.cli("apply", "--all", "--dir", str(tree.path)) == 0
+
+
+def test_new_commit_without_feature_trailer_is_refused(series_fx: SeriesFixture) -> None:
+    tree = make_tree(series_fx)
+    edit(tree.path, "python/pkg/core.py", "    return value + 1\n", "    return value + 2\n")
+    commit_all(tree, "core: offset by two\n\nNo trailer.\n")
+    with pytest.raises(ConfigError, match="needs exactly one `Feature: <name>` trailer"):
+        export_series(context=series_fx.context(), tree=tree.path)
+
+
+def test_unknown_feature_suggests_near_miss(series_fx: SeriesFixture) -> None:
+    tree = make_tree(series_fx)
+    edit(tree.path, "python/pkg/core.py", "    return value + 1\n", "    return value + 2\n")
+    commit_all(tree, "core: offset by two\n\nFeature: alpah\n")
+    with pytest.raises(ConfigError, match="perhaps you meant 'alpha'"):
+        export_series(context=series_fx.context(), tree=tree.path)
+
+
+def test_dropped_commit_removes_its_entry_and_file(series_fx: SeriesFixture) -> None:
+    tree = make_tree(series_fx)
+    commits = tree.commits(tree.head() + "~3", tree.head())
+    tree.run("reset", "--quiet", "--hard", commits[1])
+    assert series_fx.cli("export") == 0
+    assert toml_patches(series_fx) == [("guards.patch", "guards"), ("alpha-scale.patch", "alpha")]
+    assert not (series_fx.patches_dir / "beta-limit.patch").exists()
+    assert (series_fx.patches_dir / "series").read_text().split("\n")[-3:] == ["guards.patch", "alpha-scale.patch", ""]
+
+
+def test_reordered_commits_reorder_series_toml(series_fx: SeriesFixture) -> None:
+    tree = make_tree(series_fx)
+    guards, alpha, beta = tree.commits(tree.head() + "~3", tree.head())
+    tree.run("reset", "--quiet", "--hard", guards)
+    tree.run("cherry-pick", beta)
+    tree.run("cherry-pick", alpha)
+    assert series_fx.cli("export") == 0
+    assert [file for file, _ in toml_patches(series_fx)] == ["guards.patch", "beta-limit.patch", "alpha-scale.patch"]
+    assert series_fx.cli("export", "--check") == 0
+
+
+def test_reworded_subject_keeps_the_entry_by_position(series_fx: SeriesFixture) -> None:
+    tree = make_tree(series_fx)
+    message = tree.out("log", "-1", "--format=%B").replace("util: lower the limit", "util: a lower limit")
+    tree.run("commit", "--quiet", "--amend", "-m", message)
+    plan = export_series(context=series_fx.context(), tree=tree.path)
+    assert [(p.file, p.action) for p in plan.patches][-1] == ("beta-limit.patch", "changed")
+    assert "Subject: util: a lower limit" in (series_fx.patches_dir / "beta-limit.patch").read_text()
+
+
+def test_dirty_tree_is_refused_and_left_alone(series_fx: SeriesFixture) -> None:
+    tree = make_tree(series_fx)
+    edit(tree.path, "python/pkg/core.py", "value + 1", "value + 5")
+    before = snapshot(series_fx)
+    with pytest.raises(DirtyTreeError, match="uncommitted changes"):
+        export_series(context=series_fx.context(), tree=tree.path)
+    assert "value + 5" in (tree.path / "python/pkg/core.py").read_text()
+    assert snapshot(series_fx) == before
+
+
+def test_variant_tree_is_refused(series_fx: SeriesFixture) -> None:
+    tree = make_tree(series_fx, variant="lite")
+    with pytest.raises(ForkbuildError, match="holds variant 'lite' only"):
+        export_series(context=series_fx.context(), tree=tree.path)
+
+
+def test_missing_tree_says_how_to_make_it(series_fx: SeriesFixture) -> None:
+    with pytest.raises(ForkbuildError) as error:
+        export_series(context=series_fx.context(), tree=series_fx.root / "nowhere")
+    assert "forkbuild apply --all" in error.value.hint
+
+
+def test_patch_name_from_feature_and_subject() -> None:
+    assert patch_name("draft_tau", "sampling: scale the draft temperature") == "draft-tau-sampling-scale-the-draft-temperature.patch"
+    assert patch_name("guards", "guards: startup report") == "guards-startup-report.patch"
+    assert len(patch_name("x", "word " * 40)) <= len("x-") + 48 + len(".patch")

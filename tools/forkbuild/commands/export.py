@@ -1,0 +1,41 @@
+"""`forkbuild export`: regenerate patches/ from the full-series work tree's commits."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.table import Table
+
+from forkbuild.export import DEFAULT_TREE, export_series
+
+ACTION_STYLE = {"unchanged": "dim", "noise": "dim", "changed": "yellow", "new": "green"}
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("export", help="regenerate patches/ (and series.toml's patch list) from the series work tree")
+    parser.add_argument("--dir", type=Path, default=None,
+                        help=f"the full-series work tree (`forkbuild apply --all`; default: {DEFAULT_TREE})")
+    parser.add_argument("--check", action="store_true",
+                        help="write nothing; exit non-zero listing the files export would change (a CI gate)")
+    parser.add_argument("--refresh", action="store_true",
+                        help="also rewrite patches whose only change is index/offset noise")
+    parser.set_defaults(run=run)
+
+
+def run(args, context) -> int:
+    tree = (args.dir or context.series_dir / DEFAULT_TREE).resolve()
+    with context.reporter.step(f"{'Checking' if args.check else 'Exporting'} {tree} against patches/"):
+        plan = export_series(context=context, tree=tree, check=args.check, refresh=args.refresh)
+    table = Table("patch", "feature", "commit", "result", title=f"export of {tree}")
+    for patch in plan.patches:
+        result = "kept (index/offset noise only)" if patch.action == "noise" else patch.action
+        table.add_row(patch.file, patch.feature, patch.commit[:12], f"[{ACTION_STYLE[patch.action]}]{result}[/]")
+    for name in plan.removed:
+        table.add_row(name, "", "", "[red]removed[/]")
+    context.reporter.console.print(table)
+    changes = plan.changes()
+    if args.check:
+        context.reporter.info("patches/ is up to date")
+    else:
+        context.reporter.info(f"{len(changes)} file(s) written" if changes else "nothing to write")
+    return 0

@@ -1,0 +1,269 @@
+"""Export: regenerate patches/ (and series.toml's [[patches]], and the quilt
+`patches/series`) from the commits of the full-series work tree.
+
+Each commit becomes one `git format-patch` file (Git.format_patch: fixed flags).
+Commits are matched to series entries by subject, then by position; a new
+commit becomes a new entry named from its `Feature:` trailer and subject; an
+entry with no commit left is removed. A patch whose only difference from the
+file on disk is index/offset noise stays as it is unless `refresh` is asked.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from forkbuild.apply import read_state, record_exported
+from forkbuild.cache import UpstreamCache
+from forkbuild.config import PatchEntry, Series
+from forkbuild.context import Context
+from forkbuild.errors import ConfigError, DirtyTreeError, ExportDriftError, ForkbuildError
+from forkbuild.git import Git
+from forkbuild.patchfile import PatchInfo, parse_patch, read_patch
+from forkbuild.series_edit import EntrySpec, quilt_series_text, updated_series_toml, write_atomic
+
+DEFAULT_TREE = Path(".forkbuild-work") / "series"
+# What changes in a patch when only its position moved: the blob ids of the
+# `index` line and the line numbers (and function context) of hunk headers.
+NOISE = (
+    re.compile(r"^index [0-9a-f]+\.\.[0-9a-f]+(?: [0-7]{6})?$", re.MULTILINE),
+    re.compile(r"^@@ -\d+(?:,\d+)? \+\d+(?:,\d+)? @@.*$", re.MULTILINE),
+)
+SLUG_LENGTH = 48
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExportedPatch:
+    file: str
+    feature: str
+    upstream: str
+    commit: str
+    subject: str
+    text: str  # fresh `git format-patch` output
+    action: str  # "unchanged" | "noise" (kept: index/offset changes only) | "changed" | "new"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExportPlan:
+    tree: Path
+    head: str
+    patches: tuple[ExportedPatch, ...]
+    removed: tuple[str, ...]
+    series_toml: str | None  # the new series.toml text, None when unchanged
+    quilt_series: str | None  # the new patches/series text, None when unchanged
+
+    def changes(self) -> list[str]:
+        """What writing the plan would change, one line per file."""
+        lines = [f"patches/{p.file} ({p.action})" for p in self.patches if p.action in ("new", "changed")]
+        lines += [f"patches/{name} (removed)" for name in self.removed]
+        if self.series_toml is not None:
+            lines.append("series.toml (the patch list)")
+        if self.quilt_series is not None:
+            lines.append("patches/series")
+        return lines
+
+
+def export_series(*, context: Context, tree: Path, check: bool = False, refresh: bool = False) -> ExportPlan:
+    """Plan the export of `tree`; with check, raise ExportDriftError on any change, else write it."""
+    series = context.series
+    worktree, base = open_export_tree(context=context, tree=tree)
+    plan = plan_export(series, worktree=worktree, base=base, refresh=refresh)
+    if check:
+        changes = plan.changes()
+        if changes:
+            raise ExportDriftError(
+                f"patches/ is not what `forkbuild export` would write from {tree}:\n"
+                + "\n".join(f"  - {line}" for line in changes),
+                hint=f"run `forkbuild export --dir {tree}` and commit the result")
+        return plan
+    write_plan(series, plan)
+    record_exported(worktree, head=plan.head, patches=[patch.file for patch in plan.patches])
+    return plan
+
+
+# -- the work tree -------------------------------------------------------------
+
+def open_export_tree(*, context: Context, tree: Path) -> tuple[Git, str]:
+    """The full-series work tree at `tree` and its upstream base, refusing any state export could lose."""
+    if not (tree / ".git").exists():
+        raise ForkbuildError(f"{tree} is not a work tree", hint=f"make it with `forkbuild apply --all --dir {tree}`")
+    state = read_state(tree)
+    if state is None:
+        raise ForkbuildError(f"{tree} was not made by `forkbuild apply`", hint=f"make one with `forkbuild apply --all --dir <new dir>`")
+    if state.get("variant"):
+        raise ForkbuildError(f"{tree} holds variant {state['variant']!r} only: exporting it would drop the other patches",
+                             hint="export the whole series' tree: `forkbuild apply --all` (default .forkbuild-work/series)")
+    worktree = Git(tree)
+    if worktree.am_in_progress():
+        raise DirtyTreeError(f"{tree}: a `git am` is in progress",
+                             hint=f"finish it (git -C {tree} am --continue) or abort it (git -C {tree} am --abort), then export")
+    dirty = worktree.status_porcelain()
+    if dirty:
+        raise DirtyTreeError(f"{tree} has uncommitted changes; export reads commits only:\n{dirty}",
+                             hint=f"commit them (git -C {tree} commit, or --amend into the patch's commit), then export")
+    base = state["base"]
+    pinned = UpstreamCache(context.cache_dir, reporter=context.reporter).imported(context.series.upstream)
+    if pinned and pinned != base:
+        raise ForkbuildError(f"{tree} is built on {base[:12]}, but series.toml pins {context.series.upstream.tag} = {pinned[:12]}",
+                             hint="re-apply the series onto the pinned upstream (forkbuild apply --all) and redo the change there")
+    head = worktree.head()
+    if worktree.run("merge-base", "--is-ancestor", base, head, check=False).status != 0:
+        raise ForkbuildError(f"{tree}: HEAD {head[:12]} is not on top of the upstream base {base[:12]}")
+    if worktree.out("rev-list", "--merges", f"{base}..{head}"):
+        raise ForkbuildError(f"{tree}: merge commits cannot become patches", hint="linearize the history (git rebase)")
+    return worktree, base
+
+
+# -- planning ------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class _Commit:
+    sha: str
+    text: str
+    info: PatchInfo
+
+    @property
+    def label(self) -> str:
+        return f"commit {self.sha[:12]} {self.info.subject!r}"
+
+
+def plan_export(series: Series, *, worktree: Git, base: str, refresh: bool) -> ExportPlan:
+    head = worktree.head()
+    commits = [_read_commit(worktree, sha) for sha in worktree.commits(base, head)]
+    matches = match_commits(commits, series.patches)
+    _check_trailers(series, commits, matches, where=worktree.path)
+    names = _new_names(series, commits, matches)
+    patches = []
+    for commit, entry in zip(commits, matches):
+        file = entry.file if entry else names[commit.sha]
+        action = _action(series.patches_dir / file, commit.text, refresh=refresh)
+        patches.append(ExportedPatch(file=file, feature=commit.info.trailer("Feature")[0],
+                                     upstream=entry.upstream_status if entry else "local",
+                                     commit=commit.sha, subject=commit.info.subject, text=commit.text, action=action))
+    kept = {entry.file for entry in matches if entry}
+    removed = tuple(entry.file for entry in series.patches if entry.file not in kept)
+    current_toml = series.path.read_text()
+    new_toml = updated_series_toml(current_toml, [EntrySpec(file=p.file, feature=p.feature, upstream=p.upstream)
+                                                  for p in patches])
+    quilt_path = series.patches_dir / "series"
+    quilt = quilt_series_text(p.file for p in patches)
+    old_quilt = quilt_path.read_text() if quilt_path.is_file() else None
+    return ExportPlan(tree=worktree.path, head=head, patches=tuple(patches), removed=removed,
+                      series_toml=None if new_toml == current_toml else new_toml,
+                      quilt_series=None if quilt == old_quilt else quilt)
+
+
+def _read_commit(worktree: Git, sha: str) -> _Commit:
+    text = worktree.format_patch(sha)
+    return _Commit(sha=sha, text=text, info=parse_patch(text, path=Path(f"{sha[:12]}.patch")))
+
+
+def match_commits(commits: list[_Commit], entries: tuple[PatchEntry, ...]) -> list[PatchEntry | None]:
+    """The series entry of each commit: same subject first, then same position and feature."""
+    subjects = {entry.file: read_patch(entry.path).subject for entry in entries}
+    used: set[str] = set()
+    matches: list[PatchEntry | None] = [None] * len(commits)
+    for index, commit in enumerate(commits):
+        for entry in entries:
+            if entry.file not in used and subjects[entry.file] == commit.info.subject:
+                matches[index] = entry
+                used.add(entry.file)
+                break
+    # A reworded commit keeps its place in the series (and its feature).
+    for index, commit in enumerate(commits):
+        if matches[index] is None and index < len(entries):
+            entry = entries[index]
+            if entry.file not in used and entry.feature in commit.info.trailer("Feature"):
+                matches[index] = entry
+                used.add(entry.file)
+    return matches
+
+
+def _check_trailers(series: Series, commits: list[_Commit], matches: list[PatchEntry | None], *, where: Path) -> None:
+    problems = []
+    for commit, entry in zip(commits, matches):
+        features = commit.info.trailer("Feature")
+        if len(features) != 1:
+            problems.append(f"{commit.label}: needs exactly one `Feature: <name>` trailer (has {len(features)})")
+            continue
+        feature = features[0]
+        if entry and entry.feature != feature:
+            problems.append(f"{commit.label}: its trailer says Feature: {feature}, "
+                            f"but series.toml lists patches/{entry.file} under feature {entry.feature!r}")
+        if feature not in series.features:
+            near = difflib.get_close_matches(feature, list(series.features), n=1)
+            problems.append(f"{commit.label}: Feature: {feature} is not a feature of series.toml"
+                            + (f" (perhaps you meant {near[0]!r}?)" if near else ""))
+            continue
+        declared = {guard.env for guard in series.features[feature].guards}
+        for guard in commit.info.trailer("Guard"):
+            if guard not in declared:
+                problems.append(f"{commit.label}: Guard: {guard} is not a guard of feature {feature!r} "
+                                f"(declared: {', '.join(sorted(declared)) or 'none'})")
+    if problems:
+        raise ConfigError(problems, source=f"commits of {where}")
+
+
+def _new_names(series: Series, commits: list[_Commit], matches: list[PatchEntry | None]) -> dict[str, str]:
+    """A file name for each commit without an entry: `<feature>-<subject slug>.patch`, unique."""
+    taken = {entry.file for entry in series.patches} | {path.name for path in series.patches_dir.glob("*")}
+    names = {}
+    for commit, entry in zip(commits, matches):
+        if entry is None:
+            names[commit.sha] = unique_name(patch_name(commit.info.trailer("Feature")[0], commit.info.subject), taken)
+            taken.add(names[commit.sha])
+    return names
+
+
+def patch_name(feature: str, subject: str) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", subject.lower()).strip("-")
+    if len(slug) > SLUG_LENGTH:
+        slug = slug[:SLUG_LENGTH].rsplit("-", 1)[0]
+    prefix = feature.replace("_", "-")
+    if slug.startswith(prefix + "-") or slug == prefix:
+        return f"{slug}.patch"
+    return f"{prefix}-{slug}.patch"
+
+
+def unique_name(name: str, taken: set[str]) -> str:
+    stem, number = name.removesuffix(".patch"), 2
+    while name in taken:
+        name, number = f"{stem}-{number}.patch", number + 1
+    return name
+
+
+def normalized(text: str) -> str:
+    """A patch with its index/offset noise blanked out."""
+    for pattern in NOISE:
+        text = pattern.sub("", text)
+    return text
+
+
+def _action(path: Path, text: str, *, refresh: bool) -> str:
+    if not path.is_file():
+        return "new"
+    old = path.read_text(encoding="utf-8", errors="surrogateescape")
+    if old == text:
+        return "unchanged"
+    if not refresh and normalized(old) == normalized(text):
+        return "noise"
+    return "changed"
+
+
+# -- writing -------------------------------------------------------------------
+
+def write_plan(series: Series, plan: ExportPlan) -> None:
+    """Write new and changed patches, then series.toml, then drop removed files and
+    write patches/series: every step is an atomic file write or delete."""
+    series.patches_dir.mkdir(exist_ok=True)
+    for patch in plan.patches:
+        if patch.action in ("new", "changed"):
+            write_atomic(series.patches_dir / patch.file, patch.text.encode("utf-8", errors="surrogateescape"))
+    if plan.series_toml is not None:
+        write_atomic(series.path, plan.series_toml)
+    for name in plan.removed:
+        (series.patches_dir / name).unlink(missing_ok=True)
+    if plan.quilt_series is not None:
+        write_atomic(series.patches_dir / "series", plan.quilt_series)
