@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# A private docker daemon for CI and local image builds.
+#
+#   .ci/dockerd.sh start   install docker.io/debootstrap if missing, start dockerd, wait for it
+#   .ci/dockerd.sh stop    stop the daemon this script started (by its pid file)
+#   .ci/dockerd.sh env     print the exports that point clients at it (eval "$(.ci/dockerd.sh env)")
+#   .ci/dockerd.sh status  exit 0 when it answers
+#
+# The daemon has its own socket, data root, exec root and pid file under
+# $FORKBUILD_DOCKERD_DIR (default /var/tmp/forkbuild-dockerd) so it never
+# touches another daemon on the machine. --bridge=none/--iptables=false: it
+# creates no network and no firewall rules; builds run with --network none.
+#
+# Debian's /usr/bin/docker (20.10) is the client: BuildKit is built into its
+# dockerd, while /usr/local/bin/docker (28.x) has no buildx plugin and fails
+# with DOCKER_BUILDKIT=1.
+#
+# Use from .ci/run:
+#   .ci/dockerd.sh start && trap '.ci/dockerd.sh stop' EXIT
+#   eval "$(.ci/dockerd.sh env)"
+set -euo pipefail
+
+STATE="${FORKBUILD_DOCKERD_DIR:-/var/tmp/forkbuild-dockerd}"
+# The exec root holds containerd's and the daemon's unix sockets: keep it
+# short (sun_path is 108 bytes), hence /run and a hash of the state dir.
+EXEC_ROOT="/run/fbd-$(printf '%s' "$STATE" | sha256sum | cut -c1-12)"
+SOCKET="$STATE/docker.sock"
+PIDFILE="$STATE/dockerd.pid"
+LOG="$STATE/dockerd.log"
+DOCKER=/usr/bin/docker
+DOCKERD=/usr/sbin/dockerd
+START_TIMEOUT="${FORKBUILD_DOCKERD_TIMEOUT:-60}"
+
+log() { printf 'dockerd.sh: %s\n' "$*" >&2; }
+
+ensure_packages() {
+  local missing=()
+  [[ -x "$DOCKERD" && -x "$DOCKER" ]] || missing+=(docker.io)
+  command -v debootstrap >/dev/null || [[ -x /usr/sbin/debootstrap ]] || missing+=(debootstrap)
+  command -v docker-compose >/dev/null || missing+=(docker-compose)
+  ((${#missing[@]} == 0)) && return 0
+  log "installing ${missing[*]}"
+  if ! DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" >"$STATE/apt.log" 2>&1; then
+    # A fresh machine may have no package lists yet.
+    apt-get update >>"$STATE/apt.log" 2>&1
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" >>"$STATE/apt.log" 2>&1 \
+      || { log "apt-get install ${missing[*]} failed; see $STATE/apt.log"; tail -20 "$STATE/apt.log" >&2; return 1; }
+  fi
+  [[ -x "$DOCKER" ]] || { log "$DOCKER missing after installing docker.io"; return 1; }
+}
+
+running_pid() {
+  [[ -f "$PIDFILE" ]] || return 1
+  local pid
+  pid="$(cat "$PIDFILE")"
+  [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null && printf '%s\n' "$pid"
+}
+
+answers() { "$DOCKER" -H "unix://$SOCKET" version >/dev/null 2>&1; }
+
+cmd_start() {
+  mkdir -p "$STATE"
+  ensure_packages
+  if running_pid >/dev/null && answers; then
+    log "already running (pid $(running_pid)), socket $SOCKET"
+    return 0
+  fi
+  rm -f "$PIDFILE" "$SOCKET"
+  mkdir -p "$STATE/data" "$EXEC_ROOT"
+  # setsid: the daemon leaves the caller's process group, so a Ctrl-C in the
+  # caller's terminal does not kill it mid-build; `stop` ends it explicitly.
+  setsid "$DOCKERD" \
+    --host "unix://$SOCKET" \
+    --data-root "$STATE/data" \
+    --exec-root "$EXEC_ROOT" \
+    --pidfile "$PIDFILE" \
+    --bridge=none --iptables=false --ip-masq=false \
+    >"$LOG" 2>&1 </dev/null &
+  local launcher=$! waited=0
+  until answers; do
+    if ! kill -0 "$launcher" 2>/dev/null && ! running_pid >/dev/null; then
+      log "dockerd exited during startup; last log lines:"
+      tail -30 "$LOG" >&2
+      return 1
+    fi
+    if ((waited >= START_TIMEOUT * 2)); then
+      log "dockerd did not answer on $SOCKET within ${START_TIMEOUT}s; last log lines:"
+      tail -30 "$LOG" >&2
+      cmd_stop || true
+      return 1
+    fi
+    sleep 0.5
+    waited=$((waited + 1))
+  done
+  log "running (pid $(running_pid)), socket $SOCKET, data $STATE/data"
+}
+
+cmd_stop() {
+  local pid
+  if ! pid="$(running_pid)"; then
+    log "not running"
+    rm -f "$PIDFILE"
+    return 0
+  fi
+  kill -TERM "$pid"
+  # dockerd stops its containers (10 s grace) and its containerd first.
+  for _ in $(seq 1 60); do
+    kill -0 "$pid" 2>/dev/null || { log "stopped (pid $pid)"; rm -f "$PIDFILE"; return 0; }
+    sleep 0.5
+  done
+  log "dockerd (pid $pid) ignored SIGTERM for 30 s; sending SIGKILL"
+  kill -KILL "$pid" 2>/dev/null || true
+  rm -f "$PIDFILE"
+}
+
+cmd_env() {
+  cat <<EOF
+export DOCKER_HOST=unix://$SOCKET
+export FORKBUILD_DOCKER_HOST=unix://$SOCKET
+export FORKBUILD_DOCKER=$DOCKER
+export DOCKER_BUILDKIT=1
+export COMPOSE_DOCKER_CLI_BUILD=1
+EOF
+}
+
+case "${1:-}" in
+  start) cmd_start ;;
+  stop) cmd_stop ;;
+  env) cmd_env ;;
+  status) answers ;;
+  *) echo "usage: $0 start|stop|env|status" >&2; exit 2 ;;
+esac

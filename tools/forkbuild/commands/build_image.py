@@ -1,0 +1,48 @@
+"""`forkbuild build-image`: a variant's docker image, in wheel or delta mode."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from forkbuild.commands.build_base import ensure_bases
+from forkbuild.image import build
+from forkbuild.image.docker import Docker
+from forkbuild.image.inputs import prepare_context
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("build-image", help="build a variant's docker image (wheel or delta mode)")
+    parser.add_argument("--variant", help="variant to build (default: series.default_variant)")
+    parser.add_argument("--mode", choices=build.MODES, default="wheel",
+                        help="wheel: pip install the patched wheel over the base; delta: a thin layer of the "
+                             "changed files over a base with the stock wheel installed (default: wheel)")
+    bases = parser.add_mutually_exclusive_group()
+    bases.add_argument("--base", help="base image (default: the official lmsysorg/sglang image of the pinned version)")
+    bases.add_argument("--local-base", action="store_true",
+                       help="make and use the local stock base (`forkbuild build-base --stock`): no registry needed")
+    parser.add_argument("--tag", help="image tag (default: forkbuild/sglang:<variant>-<mode>)")
+    parser.add_argument("--wheel", type=Path, action="append", default=[], metavar="PATH",
+                        help="use this patched wheel instead of building one (repeatable: one per Python tag)")
+    parser.add_argument("--python-tag", action="append", default=[], metavar="TAG",
+                        help="build the wheel only for this pinned tag (repeatable; default: every pinned tag)")
+    parser.set_defaults(run=run)
+
+
+def run(args, context) -> int:
+    variant = context.series.variant(args.variant or context.series.default_variant).name
+    docker = Docker.connect(reporter=context.reporter)
+    with context.reporter.step(f"build context for {variant}"):
+        image_context = prepare_context(context, variant=variant, wheels=[p.resolve() for p in args.wheel],
+                                        python_tags=args.python_tag)
+    if args.local_base:
+        base = ensure_bases(context=context, docker=docker, stock=True)[-1]
+    else:
+        base = args.base or build.official_base(image_context.upstream_version)
+    tag = args.tag or build.default_tag(variant, args.mode)
+    with context.reporter.step(f"image {tag} ({args.mode} on {base})"):
+        built = build.build_image(docker=docker, context=image_context, mode=args.mode, base=base, tag=tag)
+    context.reporter.info(f"{tag}: sglang {image_context.version}, {built.seconds:.1f}s, "
+                          f"{len(built.layers)} layers over the base adding {built.added_bytes / 1e6:.1f} MB "
+                          f"(the {args.mode} layer {built.mode_layer_bytes / 1e6:.1f} MB)")
+    print(tag)
+    return 0

@@ -1,0 +1,145 @@
+"""Local base images, made without a registry and cached by content.
+
+- the root file system: `debootstrap --variant=minbase` of Debian bookworm
+  with Python 3.11, pip and venv, kept as a tarball in the forkbuild cache;
+- `python` base: that tarball `docker import`ed, plus a venv (docker/base/python.Dockerfile);
+- `stock` base: the python base with the pinned sglang wheel installed
+  --no-deps (docker/base/stock.Dockerfile): what `delta` images build on.
+
+Each tag carries a hash of its recipe (and inputs), so an existing image of
+the same recipe is reused and a changed recipe gets a new tag.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from filelock import FileLock
+
+from forkbuild.config import WheelPin
+from forkbuild.console import Reporter
+from forkbuild.errors import BuildError, ToolMissing
+from forkbuild.image.docker import Docker
+
+ROOTFS_RECIPE = {
+    "suite": "bookworm",
+    "variant": "minbase",
+    "include": ["python3", "python3-pip", "python3-venv"],
+    "mirror": "http://deb.debian.org/debian",
+}
+PYTHON_BASE_REPO = "forkbuild-base/python"
+STOCK_BASE_REPO = "forkbuild-base/sglang"
+ROOTFS_REPO = "forkbuild-base/rootfs"
+HASH_DIGITS = 12
+# apt's package lists and downloaded .debs are not needed at run time (~100 MB).
+ROOTFS_CLEAN = ("var/lib/apt/lists", "var/cache/apt/archives", "var/cache/apt/pkgcache.bin",
+                "var/cache/apt/srcpkgcache.bin", "var/log")
+
+
+def _digest(*parts: bytes | str) -> str:
+    hasher = hashlib.sha256()
+    for part in parts:
+        data = part.encode() if isinstance(part, str) else part
+        hasher.update(len(data).to_bytes(8, "big") + data)
+    return hasher.hexdigest()[:HASH_DIGITS]
+
+
+def rootfs_key() -> str:
+    return _digest(json.dumps(ROOTFS_RECIPE, sort_keys=True))
+
+
+def python_base_tag(docker_dir: Path) -> str:
+    recipe = (docker_dir / "base" / "python.Dockerfile").read_bytes()
+    return f"{PYTHON_BASE_REPO}:3.11-{_digest(rootfs_key(), recipe)}"
+
+
+def stock_base_tag(*, docker_dir: Path, python_base: str, pin: WheelPin, version: str) -> str:
+    recipe = (docker_dir / "base" / "stock.Dockerfile").read_bytes()
+    return f"{STOCK_BASE_REPO}:{version}-{pin.python_tag}-{_digest(python_base, pin.sha256, recipe)}"
+
+
+def rootfs_tarball(cache_dir: Path, *, reporter: Reporter) -> Path:
+    """The debootstrap tarball of ROOTFS_RECIPE in `<cache>/docker/`, made once."""
+    directory = cache_dir / "docker"
+    directory.mkdir(parents=True, exist_ok=True)
+    tarball = directory / f"rootfs-{rootfs_key()}.tar"
+    with FileLock(str(directory / "rootfs.lock")):
+        if tarball.is_file():
+            return tarball
+        with reporter.step(f"debootstrap {ROOTFS_RECIPE['suite']} ({ROOTFS_RECIPE['variant']}) -> {tarball.name}"):
+            _debootstrap_to(tarball, reporter=reporter)
+    return tarball
+
+
+def _debootstrap_to(tarball: Path, *, reporter: Reporter) -> None:
+    debootstrap = shutil.which("debootstrap") or ("/usr/sbin/debootstrap" if os.path.exists("/usr/sbin/debootstrap") else None)
+    if not debootstrap:
+        raise ToolMissing("debootstrap is not installed", hint="apt-get install debootstrap (or run .ci/dockerd.sh start)")
+    with tempfile.TemporaryDirectory(dir=tarball.parent, prefix="rootfs-") as work:
+        root = Path(work) / "root"
+        command = [debootstrap, f"--variant={ROOTFS_RECIPE['variant']}",
+                   f"--include={','.join(ROOTFS_RECIPE['include'])}",
+                   ROOTFS_RECIPE["suite"], str(root), ROOTFS_RECIPE["mirror"]]
+        _call(command, reporter=reporter, what="debootstrap")
+        for relative in ROOTFS_CLEAN:
+            target = root / relative
+            if target.is_dir():
+                for child in target.iterdir():
+                    shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+            elif target.exists():
+                target.unlink()
+        partial = Path(work) / "rootfs.tar"
+        _call(["tar", "--numeric-owner", "-C", str(root), "-cf", str(partial), "."], reporter=reporter, what="tar")
+        os.replace(partial, tarball)
+
+
+def _call(command: list[str], *, reporter: Reporter, what: str) -> None:
+    reporter.detail("$ " + " ".join(command))
+    result = subprocess.run(command, capture_output=True)
+    if result.returncode != 0:
+        output = (result.stderr or result.stdout).decode("utf-8", "replace").splitlines()[-30:]
+        raise BuildError(f"{what} failed (exit {result.returncode}):\n" + "\n".join(output))
+
+
+def ensure_python_base(*, docker: Docker, docker_dir: Path, cache_dir: Path, reporter: Reporter) -> str:
+    """The tag of the python base, built if this daemon does not have it."""
+    tag = python_base_tag(docker_dir)
+    if docker.image_exists(tag):
+        reporter.info(f"python base: {tag} (present)")
+        return tag
+    tarball = rootfs_tarball(cache_dir, reporter=reporter)
+    rootfs = f"{ROOTFS_REPO}:{rootfs_key()}"
+    with reporter.step(f"python base {tag}"):
+        if not docker.image_exists(rootfs):
+            docker.import_tarball(tarball, tag=rootfs)
+        docker.build(context=docker_dir / "base", dockerfile=docker_dir / "base" / "python.Dockerfile",
+                     tag=tag, build_args={"ROOTFS": rootfs})
+    return tag
+
+
+def ensure_stock_base(*, docker: Docker, docker_dir: Path, python_base: str, pin: WheelPin, wheel: Path,
+                      version: str, reporter: Reporter) -> str:
+    """The tag of the python base plus the pinned stock wheel, built if missing."""
+    tag = stock_base_tag(docker_dir=docker_dir, python_base=python_base, pin=pin, version=version)
+    if docker.image_exists(tag):
+        reporter.info(f"stock base: {tag} (present)")
+        return tag
+    with reporter.step(f"stock base {tag}"), tempfile.TemporaryDirectory(prefix="forkbuild-stock-") as work:
+        context = Path(work)
+        _link_or_copy(wheel, context / pin.filename)
+        docker.build(context=context, dockerfile=docker_dir / "base" / "stock.Dockerfile", tag=tag,
+                     build_args={"PYTHON_BASE": python_base, "WHEEL": pin.filename})
+    return tag
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)

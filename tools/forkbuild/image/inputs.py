@@ -1,0 +1,32 @@
+"""What an image is built from: the variant's patched wheels (made by
+`forkbuild build-wheel`'s code) and the pinned stock wheels, and the build
+context made of them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from forkbuild.cache import UpstreamCache
+from forkbuild.context import Context
+from forkbuild.image import context as image_context
+from forkbuild.wheel.builder import WheelRequest, build_wheels
+
+
+def variant_wheels(context: Context, *, variant: str, python_tags: Sequence[str]) -> list[Path]:
+    """The variant's patched wheels in <series>/dist, built unless up to date."""
+    request = WheelRequest(variant=variant, out_dir=(context.series_dir / "dist").resolve(),
+                           python_tags=tuple(python_tags))
+    return [built.path for built in build_wheels(context=context, request=request)]
+
+
+def prepare_context(context: Context, *, variant: str, wheels: Sequence[Path] = (),
+                    python_tags: Sequence[str] = ()) -> image_context.ImageContext:
+    """build/image/<variant>/ from the given wheels, or from freshly built ones."""
+    chosen = list(wheels) or variant_wheels(context, variant=variant, python_tags=python_tags)
+    cache = UpstreamCache(context.cache_dir, reporter=context.reporter)
+    upstream = context.series.upstream
+    stock = {tag: cache.wheel(upstream.wheel_for(tag))
+             for tag in sorted({image_context.python_tag(wheel) for wheel in chosen})}
+    return image_context.prepare(docker_dir=context.series_dir / "docker", variant=variant, wheels=chosen,
+                                 upstream_wheels=stock, dest=context.build_dir / "image" / variant)

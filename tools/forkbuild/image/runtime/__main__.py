@@ -1,0 +1,47 @@
+"""`python -m forkbuild_runtime {delta-plan,check,doctor}` inside an image."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from . import check, delta, doctor
+from .installed import ImageError
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="forkbuild_runtime")
+    commands = parser.add_subparsers(dest="command", required=True)
+    plan = commands.add_parser("delta-plan", help="plan the delta layer over this base's stock sglang")
+    plan.add_argument("--wheels", type=Path, required=True)
+    plan.add_argument("--upstream-records", type=Path, required=True)
+    plan.add_argument("--upstream-version", required=True)
+    plan.add_argument("--out", type=Path, required=True)
+    verify = commands.add_parser("check", help="verify the installed patched sglang")
+    verify.add_argument("--variant")
+    verify.add_argument("--version")
+    verify.add_argument("--env-defaults", action="store_true", help="also require the variant's ENV defaults")
+    diagnose = commands.add_parser("doctor", help="variant, features, guard values; warn about misconfiguration")
+    diagnose.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "delta-plan":
+            delta.main(wheels=args.wheels, upstream_records=args.upstream_records,
+                       upstream_version=args.upstream_version, out=args.out)
+            return 0
+        if args.command == "check":
+            print("\n".join(check.run(variant=args.variant, version=args.version, env_defaults=args.env_defaults)))
+            return 0
+        return doctor.main(strict=args.strict)
+    except ImageError as error:
+        print(f"forkbuild: error: {error}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""The image's build-time check (and `forkbuild-entrypoint check`): the patched
+sglang is the one installed and it is intact.
+
+- the installed version is the manifest's (and the expected one);
+- `import sglang` resolves to that installation, not a leftover source tree;
+- the manifest reads back, in the package and in the .dist-info, identical;
+- every file the installed RECORD lists has its listed hash (the patched files
+  are present, nothing else changed);
+- the guards of every feature whose patches are built in are declared, and no
+  guard of a feature left out is;
+- with --env-defaults: the variant's runtime defaults are in the environment.
+Standard library only (runs inside images).
+"""
+
+from __future__ import annotations
+
+import os
+
+from . import guards
+from .installed import DIST_INFO_MANIFEST, ImageError, installed, package_dir, read_manifest, verify_record
+
+
+def run(*, variant: str | None, version: str | None, env_defaults: bool) -> list[str]:
+    """The lines of a passing report; raises ImageError listing every problem."""
+    dist = installed("sglang")
+    package = package_dir("sglang")
+    manifest = read_manifest(package)
+    problems: list[str] = []
+    if manifest.get("version") != dist.version:
+        problems.append(f"installed sglang is {dist.version}, its manifest says {manifest.get('version')}")
+    if version and dist.version != version:
+        problems.append(f"installed sglang is {dist.version}, expected {version}")
+    if variant and manifest.get("variant") != variant:
+        problems.append(f"the manifest's variant is {manifest.get('variant')!r}, expected {variant!r}")
+    if not package.is_relative_to(dist.site):
+        problems.append(f"`import sglang` loads {package}, not the installed {dist.site / 'sglang'}")
+    dist_manifest = dist.site / dist.dist_info / DIST_INFO_MANIFEST
+    if not dist_manifest.is_file() or dist_manifest.read_bytes() != (package / "_forkbuild_manifest.json").read_bytes():
+        problems.append(f"{dist_manifest} is missing or differs from the package's manifest")
+    checked, record_problems = verify_record(dist)
+    problems += record_problems
+    problems += _guard_problems(manifest, package)
+    if env_defaults:
+        problems += [f"ENV {key}={os.environ.get(key)!r}, the variant's default is {value!r}"
+                     for key, value in manifest.get("env_defaults", {}).items() if os.environ.get(key) != value]
+    if problems:
+        raise ImageError("image check failed:\n" + "\n".join(f"  - {line}" for line in problems))
+    return [f"sglang {dist.version} in {dist.site} (variant {manifest['variant']}, series {manifest['series']})",
+            f"RECORD: {checked} files match their hashes",
+            f"features: {', '.join(manifest['features']) or '(none)'}",
+            f"guards declared: {len(guards.declared(package))}"]
+
+
+def _guard_problems(manifest: dict, package) -> list[str]:
+    declared = guards.declared(package)
+    # A feature can only declare its guards once its patch is in the series;
+    # a variant listing a feature with no patch yet is a series.toml matter.
+    patched = {entry["feature"] for entry in manifest.get("patches", [])}
+    built = {g["env"]: g for g in manifest.get("guards", []) if g["feature"] in patched}
+    left_out = {g["env"]: g for g in manifest.get("series_guards", []) if g["env"] not in built
+                and g["feature"] not in manifest.get("features", [])}
+    problems = [f"guard {env} (feature {g['feature']}) is not declared in sglang/srt/environ.py"
+                for env, g in built.items() if env not in declared]
+    problems += [f"guard {env} is declared but feature {g['feature']} is not built into this variant"
+                 for env, g in left_out.items() if env in declared]
+    return problems

@@ -1,0 +1,74 @@
+"""`doctor`: what this image is and how it is configured right now.
+
+Prints the variant, the features built in, the recipe's settings and every
+guard's current value (the recipe's `start.sh doctor` "decode:" line), and
+warns loudly about a guard set for a feature this image does not have, an
+unknown DSV41_* variable, or a value sglang would refuse at startup.
+Standard library only (runs inside images).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from . import guards
+from .installed import installed, package_dir, read_manifest
+
+
+def report(environ: dict[str, str]) -> tuple[list[str], list[str], list[str]]:
+    """(lines, warnings, errors) for the installed build and `environ`."""
+    dist = installed("sglang")
+    manifest = read_manifest(package_dir("sglang"))
+    get = lambda key, default="-": environ.get(key, default)  # noqa: E731
+    built = manifest["guards"]
+    lines = [
+        f"variant:  {manifest['variant']}  (series {manifest['series']} {manifest['series_hash'][:12]})",
+        f"sglang:   {dist.version}  (upstream {manifest['upstream']['version']}, {dist.site})",
+        f"features: {', '.join(manifest['features']) or '(none: stock)'}",
+        f"model:    {get('MODEL_PATH')}  state={get('STATE_PATH')}",
+        f"parallel: TP={get('TP_SIZE')}  ctx={get('CONTEXT_LENGTH')}  util={get('MEM_FRACTION_STATIC')}  "
+        f"max_running={get('MAX_RUNNING_REQUESTS')}",
+        f"offload:  {get('OFFLOAD_MODE')}  cache={get('DSV41_CACHE_GIB')}GiB",
+        "decode:   " + ("  ".join(f"{_short(g['env'])}={get(g['env'], '(unset)')}" for g in built) or "(no guards)"),
+        "guards:",
+        *(f"  {g['env']}={get(g['env'], '(unset)')}  [{g['feature']}, {g['type']}, default {g['default']!r}]"
+          for g in built),
+    ]
+    return lines, *_problems(manifest, environ)
+
+
+def _short(env: str) -> str:
+    return env[len(guards.PREFIX):].lower() if env.startswith(guards.PREFIX) else env
+
+
+def _problems(manifest: dict, environ: dict[str, str]) -> tuple[list[str], list[str]]:
+    built = {g["env"]: g for g in manifest["guards"]}
+    known = {g["env"]: g for g in manifest["series_guards"]}
+    settings = set(manifest.get("runtime_settings", [])) | set(manifest.get("env_defaults", {}))
+    warnings, errors = [], []
+    for env, value in sorted(environ.items()):
+        if env in built:
+            reason = guards.problem(built[env]["type"], value)
+            if reason:
+                errors.append(f"{env}={value!r} is {reason}: sglang will refuse to start")
+        elif env in known:
+            warnings.append(f"{env}={value!r} is set, but feature '{known[env]['feature']}' is NOT built into this "
+                            f"image (variant {manifest['variant']}): it has no effect")
+        elif env.startswith(guards.PREFIX) and env not in settings:
+            warnings.append(f"{env}={value!r} is not a guard of series {manifest['series']}: it has no effect")
+    return warnings, errors
+
+
+def main(*, strict: bool) -> int:
+    lines, warnings, errors = report(dict(os.environ))
+    print("\n".join(lines))
+    if warnings or errors:
+        bar = "!" * 78
+        print(bar, file=sys.stderr)
+        for line in errors:
+            print(f"ERROR: {line}", file=sys.stderr)
+        for line in warnings:
+            print(f"WARNING: {line}", file=sys.stderr)
+        print(bar, file=sys.stderr)
+    return 1 if errors or (strict and warnings) else 0

@@ -1,0 +1,94 @@
+"""What is installed in this image's Python: the distribution, its RECORD, the
+package's manifest. Standard library only (runs inside images)."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import records
+
+MANIFEST = "_forkbuild_manifest.json"
+DIST_INFO_MANIFEST = "forkbuild_manifest.json"
+
+
+class ImageError(Exception):
+    """The image is not what it should be; the message says what and how to fix it."""
+
+
+@dataclass(frozen=True)
+class Installed:
+    name: str
+    version: str
+    site: Path
+    dist_info: str
+    rows: tuple[records.Row, ...]
+    direct_url: dict | None
+
+    def read(self, relative: str) -> bytes:
+        return (self.site / relative).read_bytes()
+
+    @property
+    def editable(self) -> bool:
+        """An editable or source-tree install (the official image's /sgl-workspace/sglang)."""
+        if self.direct_url and self.direct_url.get("dir_info", {}).get("editable"):
+            return True
+        return not any(row.path == f"{self.name}/__init__.py" for row in self.rows)
+
+
+def installed(name: str = "sglang") -> Installed:
+    try:
+        dist = importlib.metadata.distribution(name)
+    except importlib.metadata.PackageNotFoundError:
+        raise ImageError(f"{name} is not installed for {sys.executable}") from None
+    text = dist.read_text("RECORD")
+    if text is None:
+        raise ImageError(f"{name} {dist.version} has no RECORD: not installed by a wheel installer")
+    rows = tuple(records.parse(text))
+    dist_infos = {row.path.split("/", 1)[0] for row in rows if row.path.split("/", 1)[0].endswith(".dist-info")}
+    if len(dist_infos) != 1:
+        raise ImageError(f"{name}'s RECORD names {len(dist_infos)} .dist-info directories: {sorted(dist_infos)}")
+    direct_url = dist.read_text("direct_url.json")
+    return Installed(name=name, version=dist.version, site=Path(dist.locate_file("")).resolve(),
+                     dist_info=dist_infos.pop(), rows=rows,
+                     direct_url=json.loads(direct_url) if direct_url else None)
+
+
+def package_dir(name: str = "sglang") -> Path:
+    """Where `import name` loads from, without running the package's __init__."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise ImageError(f"`import {name}` finds no package for {sys.executable}")
+    return Path(list(spec.submodule_search_locations)[0]).resolve()
+
+
+def read_manifest(package: Path) -> dict:
+    path = package / MANIFEST
+    if not path.is_file():
+        raise ImageError(f"{path} is missing: this sglang is not a forkbuild build")
+    try:
+        return json.loads(path.read_bytes())
+    except ValueError as error:
+        raise ImageError(f"{path}: not JSON: {error}") from None
+
+
+def verify_record(dist: Installed) -> tuple[int, list[str]]:
+    """(files checked, problems): every RECORD row with a hash has that hash and size."""
+    problems, checked = [], 0
+    for row in dist.rows:
+        if not row.hash:
+            continue
+        path = dist.site / row.path
+        try:
+            data = path.read_bytes()
+        except OSError as error:
+            problems.append(f"{row.path}: listed in RECORD but unreadable ({error.strerror})")
+            continue
+        checked += 1
+        if records.hash_of(data) != row.hash or (row.size and int(row.size) != len(data)):
+            problems.append(f"{row.path}: content does not match its RECORD hash")
+    return checked, problems

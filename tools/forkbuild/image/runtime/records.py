@@ -1,0 +1,61 @@
+"""RECORD rows (PEP 376 / the wheel spec): parse, render, hash, and the pyc a
+source compiles to. Standard library only (runs inside images)."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import io
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Row:
+    path: str
+    hash: str = ""
+    size: str = ""
+
+
+def parse(text: str) -> list[Row]:
+    rows = []
+    for fields in csv.reader(io.StringIO(text)):
+        if not fields:
+            continue
+        if len(fields) != 3:
+            raise ValueError(f"RECORD row {fields!r} does not have 3 fields")
+        rows.append(Row(*fields))
+    return rows
+
+
+def render(rows: list[Row]) -> bytes:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, delimiter=",", quotechar='"', lineterminator="\n")
+    for row in rows:
+        writer.writerow((row.path, row.hash, row.size))
+    return buffer.getvalue().encode("utf-8")
+
+
+def hash_of(data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode("ascii").rstrip("=")
+    return f"sha256={digest}"
+
+
+def row_for(path: str, data: bytes) -> Row:
+    return Row(path, hash_of(data), str(len(data)))
+
+
+def pyc_for(source: str, cache_tag: str) -> str:
+    """`a/b.py` -> `a/__pycache__/b.<cache_tag>.pyc` (what pip and compileall write)."""
+    directory, _, name = source.rpartition("/")
+    prefix = f"{directory}/" if directory else ""
+    return f"{prefix}__pycache__/{name[:-3]}.{cache_tag}.pyc"
+
+
+def pyc_source(path: str) -> str | None:
+    """The source a `__pycache__/*.pyc` row belongs to; None for other rows."""
+    directory, _, name = path.rpartition("/")
+    if not name.endswith(".pyc") or not (directory == "__pycache__" or directory.endswith("/__pycache__")):
+        return None
+    parent = directory[: -len("__pycache__")]
+    return f"{parent}{name.split('.', 1)[0]}.py"
