@@ -7,6 +7,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
 from forkbuild.errors import ForkbuildError
@@ -37,7 +38,8 @@ class Reporter:
         self.console.print(f"[yellow]warning:[/yellow] {message}")
 
     def error(self, error: ForkbuildError) -> None:
-        self.console.print(f"[bold red]error:[/bold red] {error.message}", markup=True, highlight=False)
+        # escape(): messages quote TOML ("[[patches]]") that rich would read as markup.
+        self.console.print(f"[bold red]error:[/bold red] {escape(error.message)}", markup=True, highlight=False)
         if error.hint:
             self.console.print(f"[cyan]hint:[/cyan] {error.hint}")
 
