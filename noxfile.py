@@ -39,6 +39,14 @@ def apply(session: nox.Session, variant: str) -> None:
     session.run("forkbuild", "apply", "--variant", variant, "--dir", str(ROOT / ".forkbuild-work" / variant), *session.posargs)
 
 
+@nox.session(name="build-wheel", python="3.11", default=False)
+@nox.parametrize("variant", VARIANTS)
+def build_wheel(session: nox.Session, variant: str) -> None:
+    """The variant's patched wheels (one per pinned Python tag) in dist/; kept when up to date."""
+    _install_forkbuild(session)
+    session.run("forkbuild", "build-wheel", "--variant", variant, *session.posargs)
+
+
 @nox.session(name="check", python="3.11", default=False)
 def check(session: nox.Session) -> None:
     """Every variant applies strictly; patches/ is what export would write."""
