@@ -85,7 +85,7 @@ def apply_plan(*, context: Context, plan: ApplyPlan, dest: Path) -> ApplyResult:
     cache = UpstreamCache(context.cache_dir, reporter=context.reporter)
     base = cache.ensure(series.upstream)
     cache_git = cache.git()
-    if plan.left_out:
+    if plan.left_out and plan.entries:  # nothing applied (stock): no merges, no series blobs needed
         # Patches after a left-out one were written on top of it: `am -3` needs the
         # blobs of the whole series to merge them, so the series is applied once.
         ensure_series_blobs(context=context, cache=cache, base=base)
