@@ -1,0 +1,102 @@
+"""`check`: every variant (and the whole series) applied strictly, every failing
+patch of every variant found in one pass; path safety of every patch."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from forkbuild.apply import PatchRecord, apply_plan, plan_variant
+from forkbuild.cache import UpstreamCache
+from forkbuild.config import Series
+from forkbuild.context import Context
+from forkbuild.errors import ApplyError, UnsafePatchError
+from forkbuild.patchfile import check_safe
+
+SERIES = ""  # the name check results use for the whole series
+
+
+@dataclass(frozen=True, kw_only=True)
+class VariantCheck:
+    variant: str  # SERIES for the whole series
+    records: tuple[PatchRecord, ...] = ()
+    error: str = ""  # set when the variant could not be tried at all
+
+    @property
+    def label(self) -> str:
+        return self.variant or "(whole series)"
+
+    @property
+    def failures(self) -> tuple[PatchRecord, ...]:
+        return tuple(record for record in self.records if record.outcome == "failed")
+
+    @property
+    def ok(self) -> bool:
+        return not self.error and not self.failures
+
+    def count(self, outcome: str) -> int:
+        return sum(1 for record in self.records if record.outcome == outcome)
+
+
+def unsafe_patches(series: Series, *, tree: Path | None = None) -> list[str]:
+    """Every path-safety problem of every patch (not just the first)."""
+    problems = []
+    for entry in series.patches:
+        try:
+            check_safe(entry.path, tree=tree)
+        except UnsafePatchError as error:
+            problems.append(error.message)
+    return problems
+
+
+def check_series(*, context: Context) -> list[VariantCheck]:
+    """Apply the whole series, then each variant, into one scratch work tree (removed after)."""
+    series = context.series
+    problems = unsafe_patches(series)
+    if problems:
+        raise UnsafePatchError("\n".join(problems), hint="patches may only change regular files inside the upstream tree")
+    cache_git = UpstreamCache(context.cache_dir, reporter=context.reporter).git()
+    scratch = Path(tempfile.mkdtemp(prefix="forkbuild-check-"))
+    dest = scratch / "tree"
+    try:
+        results = [_try(context, SERIES, dest)]
+        # Symbolic links can only be seen in a tree: upstream's own, plus what the series adds.
+        problems = unsafe_patches(series, tree=dest)
+        if problems:
+            raise UnsafePatchError("\n".join(problems), hint="patches must not write through symbolic links")
+        results += [_try(context, name, dest) for name in series.variants]
+    finally:
+        if dest.exists():
+            cache_git.remove_worktree(dest)
+        shutil.rmtree(scratch, ignore_errors=True)
+    return results
+
+
+def _try(context: Context, variant: str, dest: Path) -> VariantCheck:
+    """One variant's apply, the failures recorded rather than raised."""
+    try:
+        # The work tree is reused: apply resets it to upstream (it only holds our own commits).
+        result = apply_plan(context=context, plan=plan_variant(context.series, variant or None), dest=dest)
+    except ApplyError as error:
+        # A variant that leaves patches out needs the whole series to apply first.
+        return VariantCheck(variant=variant, error=error.message)
+    return VariantCheck(variant=variant, records=result.records)
+
+
+def describe(results: list[VariantCheck]) -> str:
+    """Every failure of every variant, for the error message."""
+    lines = []
+    for result in results:
+        if result.error:
+            lines.append(f"  - {result.label}: not tried: {result.error.splitlines()[0]}")
+        lines += [f"  - {result.label}: {record.entry.file}: {record.detail}" for record in result.failures]
+    return "\n".join(lines)
+
+
+def raise_on_failures(results: list[VariantCheck]) -> None:
+    failing = [result for result in results if not result.ok]
+    if failing:
+        raise ApplyError(f"{len(failing)} of {len(results)} applies fail:\n{describe(results)}",
+                         hint="fix the patch in the series work tree (forkbuild apply --all), export, check again")

@@ -1,0 +1,34 @@
+"""`forkbuild check`: every variant applies strictly; every failure reported in one pass."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from forkbuild.check import check_series, raise_on_failures
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("check", help="apply the whole series and every variant in scratch trees; report every failing patch")
+    parser.set_defaults(run=run)
+
+
+def run(args, context) -> int:
+    with context.reporter.step("Checking series.toml, path safety and every variant"):
+        results = check_series(context=context)
+    summary = Table("variant", "patches", "exact", "offset", "3way", "failed", title="forkbuild check")
+    for result in results:
+        failed = str(len(result.failures)) if not result.error else "not tried"
+        summary.add_row(result.label, str(len(result.records)), str(result.count("exact")), str(result.count("offset")),
+                        str(result.count("3way")), f"[red]{failed}[/]" if not result.ok else failed)
+    context.reporter.console.print(summary)
+    failures = Table("variant", "patch", "feature", "why", title="failing patches")
+    for result in results:
+        if result.error:
+            failures.add_row(result.label, "", "", result.error, style="red")
+        for record in result.failures:
+            failures.add_row(result.label, record.entry.file, record.entry.feature, record.detail, style="red")
+    if failures.row_count:
+        context.reporter.console.print(failures)
+    raise_on_failures(results)
+    context.reporter.info("every variant applies")
+    return 0
