@@ -1,0 +1,161 @@
+"""rebase on fixture repos: the ladder's outcomes, conflicts (--continue, --skip),
+upstreamed and emptied patches, the pin and the report."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+
+import pytest
+
+from fixtures import SeriesFixture, make_series
+from forkbuild.errors import RebaseStopped
+from forkbuild.git import Git
+from rebase_fixtures import (CONFLICT_CHANGES, LADDER_CHANGES, NEW_VERSION, UPSTREAMED_CHANGES, WITH_DOCS, edit,
+                             fingerprint, rebase_args, release, tree)
+
+
+def report_of(fx: SeriesFixture) -> dict:
+    return json.loads((fx.root / "build" / "rebase" / f"1.0-to-{NEW_VERSION}.json").read_text())
+
+
+def outcomes(report: dict) -> dict[str, str]:
+    return {patch["file"]: patch["outcome"] for patch in report["patches"]}
+
+
+def pinned(fx: SeriesFixture) -> dict:
+    return tomllib.loads(fx.series_toml.read_text())["upstream"]
+
+
+def test_ladder_clean_offset_three_way(git_series_fx: SeriesFixture) -> None:
+    fx = git_series_fx
+    commit = release(fx, LADDER_CHANGES)
+    assert fx.cli(*rebase_args(commit)) == 0
+    report = report_of(fx)
+    assert outcomes(report) == {"guards.patch": "clean", "alpha-scale.patch": "offset", "beta-limit.patch": "3way"}
+    assert "python/pkg/core.py hunk 1: +5 lines" in report["patches"][1]["detail"]
+    assert report["auto_applied"] == 3 and report["check"]["ok"]
+    assert report["patches"][2]["files"] == ["python/pkg/environ.py", "python/pkg/util.py"]
+    # Range-diff pairs the old and new commit of each patch ("1: ... = 1: ..." or "! ").
+    assert all(patch["range_diff"].startswith("1:  ") for patch in report["patches"])
+    assert pinned(fx)["version"] == NEW_VERSION and pinned(fx)["git"]["commit"] == commit
+    assert "# The fixture's upstream." in fx.series_toml.read_text()  # comments survive
+    # The 3-way merged patch was re-exported against 2.0; the series now applies as is.
+    assert "UTIL_CONSTANT_0 = 100" in (fx.patches_dir / "beta-limit.patch").read_text()
+    assert fx.cli("apply", "--all", "--dir", str(fx.root / "check-tree")) == 0
+    assert not (fx.root / ".forkbuild-work" / "rebase-journal").exists()
+    assert not (fx.root / ".forkbuild-work" / "rebase").exists()
+    md = (fx.root / "build" / "rebase" / f"1.0-to-{NEW_VERSION}.md").read_text()
+    assert "| 3 | `beta-limit.patch` | beta | 3-way |" in md
+
+
+def test_conflict_resolved_then_continue(git_series_fx: SeriesFixture) -> None:
+    fx = git_series_fx
+    commit = release(fx, CONFLICT_CHANGES)
+    assert fx.cli(*rebase_args(commit)) == RebaseStopped.return_code
+    work = tree(fx)
+    core = work.path / "python/pkg/core.py"
+    assert "<<<<<<<" in core.read_text()
+    # Resolve: keep 2.0's comment and the patch's alpha branch.
+    text = core.read_text()
+    start, end = text.index("<<<<<<<"), text.index(">>>>>>>")
+    end = text.index("\n", end) + 1
+    text = text[:start] + "    if envs.DSV41_ALPHA:\n        return value * 3\n    return value * 2  # doubled in 2.0\n" + text[end:]
+    core.write_text(text)
+    # Unstaged resolution: --continue refuses and changes nothing.
+    assert fx.cli("rebase", "--continue") == RebaseStopped.return_code
+    work.run("add", "python/pkg/core.py")
+    assert fx.cli("rebase", "--continue") == 0
+    report = report_of(fx)
+    assert outcomes(report)["alpha-scale.patch"] == "resolved"
+    assert "doubled in 2.0" in (fx.patches_dir / "alpha-scale.patch").read_text()
+    assert report["check"]["ok"]
+
+
+def test_skip_drops_the_stopped_patch(git_series_fx: SeriesFixture) -> None:
+    fx = git_series_fx
+    commit = release(fx, CONFLICT_CHANGES)
+    assert fx.cli(*rebase_args(commit)) == RebaseStopped.return_code
+    assert fx.cli("rebase", "--skip") == 0
+    report = report_of(fx)
+    assert outcomes(report) == {"guards.patch": "clean", "alpha-scale.patch": "dropped", "beta-limit.patch": "3way"}
+    assert not (fx.patches_dir / "alpha-scale.patch").exists()
+    assert [entry["file"] for entry in tomllib.loads(fx.series_toml.read_text())["patches"]] == [
+        "guards.patch", "beta-limit.patch"]
+
+
+def test_abort_restores_everything_byte_for_byte(git_series_fx: SeriesFixture) -> None:
+    fx = git_series_fx
+    commit = release(fx, CONFLICT_CHANGES)
+    fx.cli("fetch")
+    before = fingerprint(fx)
+    assert fx.cli(*rebase_args(commit)) == RebaseStopped.return_code
+    assert fingerprint(fx) != before  # the new upstream's tag at least
+    assert fx.cli("rebase", "--abort") == 0
+    assert fingerprint(fx) == before
+    assert not (fx.root / ".forkbuild-work" / "rebase").exists()
+    assert fx.cli("rebase", "--continue") != 0  # nothing in progress any more
+
+
+def test_upstreamed_patch_is_proposed_for_dropping_with_evidence(tmp_path) -> None:
+    fx = make_series(tmp_path, source="git", specs=WITH_DOCS)
+    commit = release(fx, UPSTREAMED_CHANGES)
+    before = fingerprint(fx)
+    assert fx.cli(*rebase_args(commit)) == RebaseStopped.return_code  # stops for review
+    draft = json.loads((fx.root / ".forkbuild-work" / "rebase-journal" / "report.json").read_text())
+    docs = next(patch for patch in draft["patches"] if patch["file"] == "beta-docs.patch")
+    assert docs["outcome"] == "upstreamed" and docs["proposal"] == "drop"
+    assert docs["evidence"] == [{"file": "python/pkg/util.py", "hunk": 1, "found": True, "start": 1, "end": 1,
+                                 "how": "post-image"}]
+    assert (fx.patches_dir / "beta-docs.patch").exists()  # nothing deleted before the yes
+    assert {k: v for k, v in fingerprint(fx).items() if not k.startswith("ref ")} == \
+        {k: v for k, v in before.items() if not k.startswith("ref ")}
+    assert fx.cli("rebase", "--continue") == 0
+    report = report_of(fx)
+    assert outcomes(report)["beta-docs.patch"] == "upstreamed"
+    assert not (fx.patches_dir / "beta-docs.patch").exists()
+    md = (fx.root / "build" / "rebase" / f"1.0-to-{NEW_VERSION}.md").read_text()
+    assert "python/pkg/util.py:1-1 (hunk 1, post-image)" in md
+
+
+def test_accept_drops_does_not_stop(tmp_path) -> None:
+    fx = make_series(tmp_path, source="git", specs=WITH_DOCS)
+    commit = release(fx, UPSTREAMED_CHANGES)
+    assert fx.cli(*rebase_args(commit), "--accept-drops") == 0
+    assert outcomes(report_of(fx))["beta-docs.patch"] == "upstreamed"
+
+
+def test_patch_emptied_by_resolution_is_told_apart(git_series_fx: SeriesFixture) -> None:
+    fx = git_series_fx
+    commit = release(fx, CONFLICT_CHANGES)
+    assert fx.cli(*rebase_args(commit)) == RebaseStopped.return_code
+    # Take 2.0's side for everything the patch touches: nothing of it remains.
+    tree(fx).run("checkout", "HEAD", "--", "python")
+    assert fx.cli("rebase", "--continue") == RebaseStopped.return_code  # proposed drop: review
+    assert fx.cli("rebase", "--continue") == 0
+    report = report_of(fx)
+    alpha = next(patch for patch in report["patches"] if patch["file"] == "alpha-scale.patch")
+    assert alpha["outcome"] == "emptied" and alpha["proposal"] == "drop"
+    # Told apart from "upstream has it": upstream lacks the patch's hunks.
+    assert alpha["evidence"] and not any(item["found"] for item in alpha["evidence"])
+    assert "emptied by resolution" in (fx.root / "build" / "rebase" / f"1.0-to-{NEW_VERSION}.md").read_text()
+
+
+def test_start_refuses_while_a_rebase_is_in_progress(git_series_fx: SeriesFixture) -> None:
+    fx = git_series_fx
+    commit = release(fx, CONFLICT_CHANGES)
+    assert fx.cli(*rebase_args(commit)) == RebaseStopped.return_code
+    assert fx.cli(*rebase_args(commit)) == 1
+    assert fx.cli("rebase", "--abort") == 0
+
+
+def test_skip_needs_a_conflict(git_series_fx: SeriesFixture) -> None:
+    fx = git_series_fx
+    assert fx.cli("rebase", "--skip") == 1  # no rebase in progress
+
+
+def test_short_commit_is_refused(git_series_fx: SeriesFixture) -> None:
+    fx = git_series_fx
+    commit = release(fx, LADDER_CHANGES)
+    assert fx.cli("rebase", "--onto", commit[:10], "--version", NEW_VERSION) == 3
+    assert not (fx.root / ".forkbuild-work" / "rebase-journal").exists()

@@ -1,0 +1,61 @@
+"""`forkbuild rebase`: move the series onto a new upstream release or commit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.table import Table
+
+from forkbuild.errors import ForkbuildError
+from forkbuild.rebase import report
+from forkbuild.rebase.engine import Rebase, default_tree
+from forkbuild.rebase.target import resolve
+
+OUTCOME_STYLE = {"clean": "green", "offset": "green", "3way": "yellow", "resolved": "yellow",
+                 "upstreamed": "cyan", "emptied": "magenta", "dropped": "red"}
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "rebase", help="move the series onto a new upstream version (or commit), resumably",
+        description="Replays every patch onto the new upstream (exact, offset, 3-way), stops at conflicts with "
+                    "the state journaled, proposes patches upstream already has for dropping, then re-exports "
+                    "patches/, moves the series.toml pin, checks every variant and writes build/rebase/<old>-to-<new>.md/.json.")
+    action = parser.add_mutually_exclusive_group(required=True)
+    action.add_argument("--onto", metavar="VERSION|COMMIT",
+                        help="a release of the upstream package (its wheels from the index) or a full git commit id")
+    action.add_argument("--continue", dest="resume", action="store_const", const="continue",
+                        help="go on after resolving a conflict (edit, `git add`), after a review stop or a kill")
+    action.add_argument("--skip", dest="resume", action="store_const", const="skip",
+                        help="leave out the patch the rebase stopped at (reported as dropped)")
+    action.add_argument("--abort", dest="resume", action="store_const", const="abort",
+                        help="stop and put series.toml, patches/ and the cache refs back as they were")
+    parser.add_argument("--version", dest="target_version", metavar="VERSION",
+                        help="with --onto COMMIT: the version name of that commit (the cache tag upstream/VERSION)")
+    parser.add_argument("--dir", type=Path, default=None,
+                        help="the work tree where conflicts are resolved (default: .forkbuild-work/rebase)")
+    parser.add_argument("--accept-drops", action="store_true",
+                        help="drop patches upstream already has without stopping for review (they stay in the report)")
+    parser.set_defaults(run=run)
+
+
+def run(args, context) -> int:
+    rebase = Rebase(context)
+    if args.resume:
+        if args.dir or args.target_version:
+            raise ForkbuildError(f"--{args.resume} takes no --dir/--version: the journal remembers them")
+        state = rebase.resume(args.resume)
+    else:
+        target = resolve(context.series.upstream, onto=args.onto, version=args.target_version)
+        tree = (args.dir or default_tree(context.series_dir)).resolve()
+        state = rebase.start(target=target, tree=tree, accept_drops=args.accept_drops)
+    if state["phase"] == "aborted":
+        context.reporter.info("rebase aborted: series.toml, patches/ and the cache refs are as before")
+        return 0
+    table = Table("patch", "outcome", "detail", title=f"rebase {state['old']['version']} -> {state['target']['version']}")
+    for patch in state["patches"]:
+        label = report.LABELS[patch["outcome"]]
+        table.add_row(patch["file"], f"[{OUTCOME_STYLE[patch['outcome']]}]{label}[/]", patch["detail"])
+    context.reporter.console.print(table)
+    context.reporter.info(f"report: {state['report']}")
+    return 0

@@ -1,0 +1,329 @@
+"""The rebase as a journaled state machine.
+
+phase     what the journal means                         on --continue
+prepare   backup taken; nothing else is certain          import + old series + work tree, again
+replay    patches[:cursor] are done, HEAD is their top    go on at cursor
+applying  a kill hit patch `cursor` mid-way               reset to head_before, redo it
+conflict  `git am` stopped at patch `cursor`              settle the user's resolution, go on
+review    replayed; drop proposals await a yes            accept the drops, finalize
+finalize  writing the new series                          restore the backup, write it all again
+checked   written; `forkbuild check` failed               check again, finish
+
+Every step is redone safely from its journal entry, so a kill at any point
+loses nothing; --abort puts series.toml, patches/ and the cache refs back from
+the journal's backup.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from pathlib import Path
+
+from forkbuild.apply import record_series_tree
+from forkbuild.cache import UpstreamCache
+from forkbuild.config import GitPin, Upstream, WheelPin
+from forkbuild.context import Context
+from forkbuild.errors import ForkbuildError, RebaseStopped
+from forkbuild.git import Git
+from forkbuild.rebase import ladder, report
+from forkbuild.rebase.journal import Journal, checkpoint
+from forkbuild.rebase.pin import moved_pin
+from forkbuild.rebase.upstreamed import HunkEvidence, evidence
+from forkbuild.series_edit import write_atomic
+
+OLD_SERIES_REF = "refs/forkbuild/rebase/old-series"
+NEW_SERIES_REF = "refs/forkbuild/rebase/new-series"
+DROP_OUTCOMES = ("upstreamed", "emptied")
+
+
+def default_tree(series_dir: Path) -> Path:
+    return series_dir / ".forkbuild-work" / "rebase"
+
+
+def _upstream_dict(upstream: Upstream) -> dict:
+    return dataclasses.asdict(upstream)
+
+
+def _upstream_from(data: dict) -> Upstream:
+    git = GitPin(**data["git"]) if data.get("git") else None
+    wheels = tuple(WheelPin(**pin) for pin in data.get("wheels", ()))
+    return Upstream(**{**data, "git": git, "wheels": wheels})
+
+
+class Rebase:
+    def __init__(self, context: Context) -> None:
+        self.context = context
+        self.reporter = context.reporter
+        self.journal = Journal(context.series_dir)
+        self.cache = UpstreamCache(context.cache_dir, reporter=context.reporter)
+
+    # -- entry points -------------------------------------------------------------
+    def start(self, *, target: Upstream, tree: Path, accept_drops: bool) -> dict:
+        series = self.context.series
+        if self.journal.exists():
+            raise ForkbuildError("a rebase is already in progress",
+                                 hint="`forkbuild rebase --continue`, `--skip` or `--abort` it first")
+        if target.version == series.upstream.version:
+            raise ForkbuildError(f"the series is already on {series.upstream.name} {target.version}")
+        if tree.exists() and any(tree.iterdir()):
+            raise ForkbuildError(f"{tree} exists and is not empty", hint="remove it, or pass another --dir")
+        state = {
+            "phase": "prepare", "worktree": str(tree), "accept_drops": accept_drops,
+            "old": _upstream_dict(series.upstream), "target": _upstream_dict(target),
+            "old_base": None, "new_base": None, "cursor": 0, "head_before": None,
+            "patches": [{"file": entry.file, "feature": entry.feature, "old_commit": "", "outcome": None,
+                         "commit": "", "detail": "", "evidence": [], "conflicts": []} for entry in series.patches],
+        }
+        self.journal.create(state, cache_git=self.cache.git())
+        return self.run(self.journal.load())
+
+    def resume(self, action: str) -> dict:
+        state = self.journal.load()
+        if action == "abort":
+            self.abort(state)
+            return state
+        if action == "skip":
+            if state["phase"] != "conflict":
+                raise ForkbuildError(f"--skip: the rebase is not stopped at a conflict (phase {state['phase']})",
+                                     hint="--continue goes on, --abort puts everything back")
+            self._skip(state)
+        # --continue while the drops are proposed is the user's yes to them.
+        return self.run(state, resumed_at=state["phase"])
+
+    def run(self, state: dict, *, resumed_at: str | None = None) -> dict:
+        if state["phase"] == "prepare":
+            try:
+                self._prepare(state)
+            except ForkbuildError:
+                if resumed_at:
+                    raise
+                self.reporter.warn("the rebase could not start; putting everything back")
+                self.abort(state)
+                raise
+        if state["phase"] == "conflict":
+            self._settle(state)
+        if state["phase"] in ("replay", "applying"):
+            self._replay(state)
+        if state["phase"] == "replayed":
+            if self._proposals(state) and not state["accept_drops"]:
+                state["phase"] = "review"
+                self.journal.save(state, step="review")
+            else:
+                state["phase"] = "finalize"
+                self.journal.save(state, step="finalize")
+        if state["phase"] == "review":
+            if resumed_at != "review":
+                self._stop_for_review(state)
+            state["accept_drops"], state["phase"] = True, "finalize"
+            self.journal.save(state, step="finalize")
+        if state["phase"] == "finalize":
+            self._finalize(state)
+        if state["phase"] in ("checked", "check-failed"):
+            self._check_and_finish(state)
+        return state
+
+    # -- prepare --------------------------------------------------------------------
+    def _prepare(self, state: dict) -> None:
+        old, target = _upstream_from(state["old"]), _upstream_from(state["target"])
+        with self.reporter.step(f"Importing {old.name} {old.version} and {target.version} into the cache"):
+            state["old_base"] = self.cache.ensure(old)
+            state["new_base"] = self.cache.ensure(target)
+        self.journal.save(state, step="imported")
+        tree = Path(state["worktree"])
+        cache_git = self.cache.git()
+        self._drop_tree(cache_git, tree)
+        worktree = cache_git.add_worktree(tree, state["old_base"])
+        checkpoint("worktree")
+        backup = self._backup_patches(state)
+        with self.reporter.step(f"Applying the {len(backup)} patches on {old.version} (their blobs feed the 3-way merges)"):
+            result = worktree.am(backup, three_way=True, committer_date_is_author_date=True)
+            made = worktree.commits(state["old_base"], worktree.head())
+        if result.status != 0 or len(made) != len(backup):
+            failed = state["patches"][len(made)]["file"] if len(made) < len(backup) else "?"
+            raise ForkbuildError(f"the series does not apply on its own pin {old.version} (stopped at {failed}):\n"
+                                 f"{(result.stderr or result.stdout).strip()}",
+                                 hint="fix the series first: `forkbuild check`")
+        cache_git.update_ref(OLD_SERIES_REF, worktree.head())
+        for patch, commit in zip(state["patches"], made):
+            patch["old_commit"] = commit
+        worktree.checkout_detached(state["new_base"])
+        state["phase"], state["cursor"] = "replay", 0
+        self.journal.save(state, step="prepared")
+
+    def _backup_patches(self, state: dict) -> list[Path]:
+        # The journal's copies: patches/ itself may be half rewritten by a killed finalize.
+        return [self.journal.backup / "patches" / patch["file"] for patch in state["patches"]]
+
+    @staticmethod
+    def _drop_tree(cache_git: Git, tree: Path) -> None:
+        """Remove the rebase work tree (ours: the journal owns it) and its registration."""
+        if tree.exists():
+            cache_git.remove_worktree(tree)
+            shutil.rmtree(tree, ignore_errors=True)
+        cache_git.run("worktree", "prune")
+
+    # -- replay ---------------------------------------------------------------------
+    def _worktree(self, state: dict) -> Git:
+        return Git(Path(state["worktree"]))
+
+    def _replay(self, state: dict) -> None:
+        worktree = self._worktree(state)
+        if state["phase"] == "applying":
+            # Killed mid-patch: whatever git got to, go back to before that patch and redo it.
+            ladder.skip(worktree, head_before=state["head_before"])
+        paths = self._backup_patches(state)
+        while state["cursor"] < len(paths):
+            patch = state["patches"][state["cursor"]]
+            state["phase"], state["head_before"] = "applying", worktree.head()
+            self.journal.save(state, step=f"applying:{patch['file']}")
+            step = ladder.replay(worktree, paths[state["cursor"]])
+            self._record(patch, step)
+            if step.outcome == "conflict":
+                state["phase"] = "conflict"
+                self.journal.save(state, step="conflict")
+                self._stop_at_conflict(state, patch)
+            self.reporter.info(f"{patch['file']}: {report.LABELS[step.outcome]} {step.detail}".rstrip())
+            state["phase"], state["cursor"] = "replay", state["cursor"] + 1
+            self.journal.save(state, step=f"applied:{patch['file']}")
+        state["phase"] = "replayed"
+        self.journal.save(state, step="replayed")
+
+    @staticmethod
+    def _record(patch: dict, step: ladder.Step) -> None:
+        patch.update(outcome=step.outcome, commit=step.commit, detail=step.detail,
+                     evidence=[item.as_dict() for item in step.evidence], conflicts=list(step.conflicts))
+
+    def _stop_at_conflict(self, state: dict, patch: dict) -> None:
+        tree = state["worktree"]
+        files = ", ".join(patch["conflicts"]) or "see `git am --show-current-patch=diff`"
+        raise RebaseStopped(
+            f"{patch['file']} does not apply to {state['target']['version']}: {patch['detail']}\n"
+            f"  conflicted: {files}\n  work tree: {tree}",
+            hint=f"resolve in {tree} (edit, `git add`), then `forkbuild rebase --continue`; "
+                 "`--skip` drops this patch; `--abort` puts everything back")
+
+    def _settle(self, state: dict) -> None:
+        patch = state["patches"][state["cursor"]]
+        path = self._backup_patches(state)[state["cursor"]]
+        worktree = self._worktree(state)
+        step = ladder.settle(worktree, patch=path, head_before=state["head_before"])
+        if step.outcome == "emptied":
+            # Not "upstream already has it": the patch did not reverse-apply; say which hunks upstream lacks.
+            found = evidence(worktree, commit=worktree.head(), patch_text=path.read_text(errors="surrogateescape"))
+            step = dataclasses.replace(step, evidence=tuple(found))
+        self._record(patch, step)
+        self.reporter.info(f"{patch['file']}: {report.LABELS[step.outcome]}")
+        state["phase"], state["cursor"] = "replay", state["cursor"] + 1
+        self.journal.save(state, step=f"settled:{patch['file']}")
+
+    def _skip(self, state: dict) -> None:
+        patch = state["patches"][state["cursor"]]
+        ladder.skip(self._worktree(state), head_before=state["head_before"])
+        patch.update(outcome="dropped", commit="", detail="left out with --skip at a conflict", evidence=[])
+        state["phase"], state["cursor"] = "replay", state["cursor"] + 1
+        self.journal.save(state, step=f"skipped:{patch['file']}")
+
+    # -- review -----------------------------------------------------------------------
+    @staticmethod
+    def _proposals(state: dict) -> list[dict]:
+        return [patch for patch in state["patches"] if patch["outcome"] in DROP_OUTCOMES]
+
+    def _stop_for_review(self, state: dict) -> None:
+        md_path = self.journal.path / "report.md"
+        draft = self._report(state, check=None, final=False)
+        report.write(draft, md_path=md_path, json_path=self.journal.path / "report.json")
+        lines = [f"  - {p['file']}: {report.LABELS[p['outcome']]}: {p['detail']}; evidence: "
+                 + "; ".join(_evidence_text(p)) for p in self._proposals(state)]
+        raise RebaseStopped("every patch is replayed; proposed for dropping:\n" + "\n".join(lines)
+                            + f"\n  draft report: {md_path}",
+                            hint="`forkbuild rebase --continue` drops them and writes the series; "
+                                 "`--abort` puts everything back")
+
+    # -- finalize ---------------------------------------------------------------------
+    def _finalize(self, state: dict) -> None:
+        from forkbuild.export import export_series
+
+        worktree = self._worktree(state)
+        self.journal.restore_series()  # a known start: redoing this phase writes the same result
+        checkpoint("finalize:restored")
+        self.cache.git().update_ref(NEW_SERIES_REF, worktree.head())
+        series_toml = self.context.series_dir / "series.toml"
+        write_atomic(series_toml, moved_pin(series_toml.read_text(), _upstream_from(state["target"])))
+        checkpoint("finalize:pinned")
+        kept = [p["file"] for p in state["patches"] if p["commit"]]
+        record_series_tree(worktree, base=state["new_base"], head=worktree.head(), patches=kept)
+        context = self._fresh_context()
+        with self.reporter.step("Exporting the rebased patches"):
+            export_series(context=context, tree=worktree.path)
+        checkpoint("finalize:exported")
+        state["phase"] = "checked"
+        self.journal.save(state, step="exported")
+
+    def _fresh_context(self) -> Context:
+        return Context(series_dir=self.context.series_dir, cache_dir=self.context.cache_dir, reporter=self.reporter)
+
+    def _check_and_finish(self, state: dict) -> None:
+        from forkbuild.rebase.checking import check_every_variant
+
+        check = check_every_variant(self._fresh_context())
+        final = self._report(state, check=check, final=True)
+        md_path, json_path = report.paths(self.context.build_dir, old=state["old"]["version"],
+                                          new=state["target"]["version"])
+        report.write(final, md_path=md_path, json_path=json_path)
+        state["report"] = str(md_path)
+        if not check["ok"]:
+            state["phase"] = "check-failed"
+            self.journal.save(state, step="check-failed")
+            raise RebaseStopped(f"the rebased series fails `forkbuild check`:\n{check['detail']}\n  report: {md_path}",
+                                hint="fix series.toml/patches/ by hand and `forkbuild rebase --continue` to check again; "
+                                     "`--abort` puts the old series back")
+        self._finish(state)
+
+    def _finish(self, state: dict) -> None:
+        cache_git = self.cache.git()
+        self._drop_tree(cache_git, Path(state["worktree"]))
+        for ref in (OLD_SERIES_REF, NEW_SERIES_REF):
+            if cache_git.rev(ref):
+                cache_git.delete_ref(ref)
+        checkpoint("finish:cleaned")
+        self.journal.remove()
+        state["phase"] = "done"
+
+    def _report(self, state: dict, *, check: dict | None, final: bool) -> dict:
+        cache_git = self.cache.git()
+        patches = []
+        for patch in state["patches"]:
+            commit = patch["commit"]
+            proposal = "drop" if patch["outcome"] in DROP_OUTCOMES else None
+            patches.append({
+                "file": patch["file"], "feature": patch["feature"], "outcome": patch["outcome"],
+                "detail": patch["detail"], "old_commit": patch["old_commit"], "new_commit": commit,
+                "files": report.files_of(cache_git, commit or patch["old_commit"]),
+                "evidence": patch["evidence"], "evidence_text": _evidence_text(patch), "proposal": proposal,
+                "range_diff": report.range_diff(cache_git, old_commit=patch["old_commit"], new_commit=commit),
+            })
+        return report.document(state, patches=patches, check=check, final=final)
+
+    # -- abort --------------------------------------------------------------------------
+    def abort(self, state: dict) -> None:
+        """Everything as before the rebase: work tree gone, series files and cache refs restored."""
+        cache_git = self.cache.git()
+        tree = Path(state["worktree"])
+        if (tree / ".git").exists():
+            worktree = Git(tree)
+            if worktree.am_in_progress():
+                worktree.am_abort()
+        self._drop_tree(cache_git, tree)
+        checkpoint("abort:tree")
+        self.journal.restore_series()
+        checkpoint("abort:series")
+        with self.cache.lock():
+            self.journal.restore_refs(cache_git)
+        checkpoint("abort:refs")
+        self.journal.remove()
+        state["phase"] = "aborted"
+
+
+def _evidence_text(patch: dict) -> list[str]:
+    return [HunkEvidence(**item).describe() for item in patch["evidence"]]

@@ -1,0 +1,186 @@
+"""The rebase journal: what a rebase has done so far, on disk, so that a killed
+process loses nothing.
+
+Layout (`<series>/.forkbuild-work/rebase-journal/`):
+- `state.json`: the rebase's state; replaced atomically (temp file, fsync,
+  rename, fsync of the directory) on every step.
+- `backup/series.toml`, `backup/patches/...`: the series exactly as it was
+  before the rebase changed anything; `backup/refs.json`: every ref of the
+  cache repository; `backup/hashes.json`: sha256 of each backed-up file.
+
+The journal directory is built under a temporary name and renamed into place
+only once the backup is complete, so either there is no journal (nothing was
+changed yet) or there is a full backup to go back to.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from forkbuild.errors import ForkbuildError
+from forkbuild.git import Git
+
+JOURNAL_DIR = "rebase-journal"
+STATE_FILE = "state.json"
+# Tests kill the process right after the journal records this step (SIGKILL: no
+# cleanup handlers run), to prove that --continue and --abort recover from it.
+KILL_AT_ENV = "FORKBUILD_REBASE_KILL_AT"
+SCHEMA = 1
+
+
+def fsync_dir(path: Path) -> None:
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def write_durable(path: Path, data: bytes) -> None:
+    """Write `path` so that after a crash it holds either the old or the new bytes."""
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def checkpoint(step: str) -> None:
+    """Die here, without cleanup, when the test hook asks for this step."""
+    if os.environ.get(KILL_AT_ENV) == step:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def snapshot_refs(repo: Git) -> dict[str, str]:
+    """Every ref of a repository (name -> object id)."""
+    listing = repo.out("for-each-ref", "--format=%(objectname) %(refname)")
+    return dict(reversed(line.split(" ", 1)) for line in listing.splitlines() if line)
+
+
+@dataclass(frozen=True)
+class SeriesFiles:
+    """The files a rebase rewrites: series.toml and everything under patches/."""
+
+    root: Path
+
+    def relative_paths(self) -> list[str]:
+        found = ["series.toml"] if (self.root / "series.toml").is_file() else []
+        patches = self.root / "patches"
+        if patches.is_dir():
+            found += sorted(str(path.relative_to(self.root)) for path in patches.rglob("*") if path.is_file())
+        return found
+
+
+class Journal:
+    def __init__(self, series_dir: Path) -> None:
+        self.series_dir = series_dir
+        self.path = series_dir / ".forkbuild-work" / JOURNAL_DIR
+        self.backup = self.path / "backup"
+
+    def exists(self) -> bool:
+        return (self.path / STATE_FILE).is_file()
+
+    # -- state ----------------------------------------------------------------
+    def load(self) -> dict:
+        try:
+            state = json.loads((self.path / STATE_FILE).read_text())
+        except FileNotFoundError:
+            raise ForkbuildError("no rebase is in progress",
+                                 hint="start one with `forkbuild rebase --onto VERSION|COMMIT`") from None
+        except ValueError as error:
+            raise ForkbuildError(f"{self.path / STATE_FILE} is not valid JSON: {error}") from error
+        if state.get("schema") != SCHEMA:
+            raise ForkbuildError(f"{self.path / STATE_FILE}: unknown journal schema {state.get('schema')!r}")
+        return state
+
+    def save(self, state: dict, *, step: str) -> None:
+        """Record `state` durably, then honour the kill hook for `step`."""
+        state["step"] = step
+        write_durable(self.path / STATE_FILE, (json.dumps(state, indent=2, sort_keys=True) + "\n").encode())
+        checkpoint(step)
+
+    # -- creation: the backup first, then the journal appears at once -----------
+    def create(self, state: dict, *, cache_git: Git) -> None:
+        parent = self.path.parent
+        parent.mkdir(parents=True, exist_ok=True)
+        for stale in parent.glob(f".{JOURNAL_DIR}.*"):
+            # A start that was killed before its journal appeared: nothing was changed.
+            shutil.rmtree(stale, ignore_errors=True)
+        scratch = Path(tempfile.mkdtemp(dir=parent, prefix=f".{JOURNAL_DIR}."))
+        backup = scratch / "backup"
+        hashes = {}
+        for relative in SeriesFiles(self.series_dir).relative_paths():
+            target = backup / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(self.series_dir / relative, target)
+            hashes[relative] = _sha256(target)
+        (backup / "hashes.json").write_text(json.dumps(hashes, indent=2, sort_keys=True) + "\n")
+        (backup / "refs.json").write_text(json.dumps(snapshot_refs(cache_git), indent=2, sort_keys=True) + "\n")
+        state = {**state, "schema": SCHEMA, "step": "begun"}
+        (scratch / STATE_FILE).write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
+        for path in [*backup.rglob("*"), scratch / STATE_FILE]:
+            if path.is_file():
+                with path.open("rb") as handle:
+                    os.fsync(handle.fileno())
+        os.rename(scratch, self.path)
+        fsync_dir(parent)
+        checkpoint("begun")
+
+    # -- going back -------------------------------------------------------------
+    def backed_up_hashes(self) -> dict[str, str]:
+        return json.loads((self.backup / "hashes.json").read_text())
+
+    def backed_up_refs(self) -> dict[str, str]:
+        return json.loads((self.backup / "refs.json").read_text())
+
+    def restore_series(self) -> None:
+        """Put series.toml and patches/ back exactly as they were (bytes and file set)."""
+        hashes = self.backed_up_hashes()
+        for relative in SeriesFiles(self.series_dir).relative_paths():
+            if relative not in hashes:
+                (self.series_dir / relative).unlink()
+        for relative, digest in hashes.items():
+            source, target = self.backup / relative, self.series_dir / relative
+            if _sha256(source) != digest:
+                raise ForkbuildError(f"the journal's backup of {relative} is damaged (sha256 mismatch)",
+                                     hint=f"recover it by hand from {source} or from git")
+            if target.is_file() and _sha256(target) == digest:
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            write_durable(target, source.read_bytes())
+            shutil.copystat(source, target)
+
+    def restore_refs(self, cache_git: Git) -> None:
+        """Every cache ref as it was: new ones deleted, moved ones moved back."""
+        wanted = self.backed_up_refs()
+        current = snapshot_refs(cache_git)
+        for ref in sorted(set(current) - set(wanted)):
+            cache_git.delete_ref(ref)
+        for ref, sha in sorted(wanted.items()):
+            if current.get(ref) != sha:
+                cache_git.update_ref(ref, sha)
+
+    def remove(self) -> None:
+        """Drop the journal: rename first so a kill mid-delete leaves no half journal."""
+        trash = self.path.with_name(f".{JOURNAL_DIR}.done")
+        shutil.rmtree(trash, ignore_errors=True)
+        os.rename(self.path, trash)
+        fsync_dir(self.path.parent)
+        shutil.rmtree(trash, ignore_errors=True)

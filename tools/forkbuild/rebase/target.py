@@ -1,0 +1,94 @@
+"""Where a rebase goes: the new upstream pin, from `--onto VERSION` (the release's
+wheels on the package index, one per Python tag the series pins now, each with
+the index's sha256) or `--onto COMMIT` (a commit of the upstream git URL)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from packaging.utils import parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
+from forkbuild import pypi
+from forkbuild.config import GitPin, Upstream, WheelPin
+from forkbuild.errors import UpstreamError
+
+COMMIT = re.compile(r"[0-9a-f]{7,40}")
+
+
+def looks_like_commit(onto: str) -> bool:
+    """A hex string of 7+ digits is a commit; version strings have dots."""
+    return bool(COMMIT.fullmatch(onto)) and "." not in onto
+
+
+def resolve(current: Upstream, *, onto: str, version: str | None = None) -> Upstream:
+    """The upstream pin the rebase moves to."""
+    if looks_like_commit(onto):
+        return _git_target(current, commit=onto, version=version)
+    try:
+        Version(onto)
+    except InvalidVersion as error:
+        raise UpstreamError(f"--onto {onto!r} is neither a version (like 0.5.23) nor a commit id") from error
+    return _wheel_target(current, version=onto)
+
+
+def _git_target(current: Upstream, *, commit: str, version: str | None) -> Upstream:
+    if not current.git or not current.git.url:
+        raise UpstreamError("--onto COMMIT needs [upstream.git] url in series.toml")
+    if len(commit) != 40:
+        raise UpstreamError(f"--onto {commit}: give the full 40-digit commit id (git fetches commits by full id)")
+    if not version:
+        raise UpstreamError(f"--onto {commit}: name the version this commit is (--version X), "
+                            "it becomes the cache tag upstream/X and the series' upstream.version")
+    git = GitPin(url=current.git.url, ref=_moved_ref(current, version), commit=commit)
+    # Wheels pinned beside a git source belong to the old version: a new version's
+    # wheels are looked up only when the series builds from them (source = "wheel").
+    return dataclasses.replace(current, version=version, git=git, wheels=())
+
+
+def _wheel_target(current: Upstream, *, version: str) -> Upstream:
+    if not current.wheels:
+        raise UpstreamError("--onto VERSION needs [[upstream.wheels]] pins to follow (which Python tags)")
+    files = pypi.release_wheels(current.name, version)
+    if not files:
+        raise UpstreamError(f"{current.name} {version}: the index lists no wheels for this version")
+    pins = tuple(_follow(pin, files, version=version) for pin in current.wheels)
+    git = current.git and GitPin(url=current.git.url, ref=_moved_ref(current, version), commit="")
+    return dataclasses.replace(current, version=version, wheels=pins, git=git)
+
+
+def _moved_ref(current: Upstream, version: str) -> str:
+    """The git ref, renamed along with the version when it spells the version (v0.5.22 -> v0.5.23)."""
+    ref = current.git.ref if current.git else ""
+    return ref.replace(current.version, version) if current.version and current.version in ref else ref
+
+
+def _wheel_tags(filename: str) -> set[tuple[str, str, str]]:
+    _, _, _, tags = parse_wheel_filename(filename)
+    return {(tag.interpreter, tag.abi, tag.platform) for tag in tags}
+
+
+def _arch(platform: str) -> str:
+    # manylinux_2_34_x86_64 -> x86_64: the glibc floor may move between releases.
+    match = re.match(r"(?:many|musl)linux_\d+_\d+_(.+)|linux_(.+)", platform)
+    return next((group for group in match.groups() if group), platform) if match else platform
+
+
+def _follow(pin: WheelPin, files: list[pypi.IndexFile], *, version: str) -> WheelPin:
+    """The new release's wheel for the same interpreter/ABI and architecture as `pin`."""
+    old = _wheel_tags(pin.filename)
+    same = [entry for entry in files if _wheel_tags(entry.filename) & old]
+    if not same:
+        wanted = {(i, a, _arch(p)) for i, a, p in old}
+        same = [entry for entry in files
+                if {(i, a, _arch(p)) for i, a, p in _wheel_tags(entry.filename)} & wanted]
+    if len(same) != 1:
+        listed = ", ".join(entry.filename for entry in same or files)
+        raise UpstreamError(f"{version}: {'no' if not same else 'more than one'} wheel matches the {pin.python_tag} "
+                            f"pin {pin.filename} (index lists: {listed})")
+    chosen = same[0]
+    if not re.fullmatch(r"[0-9a-f]{64}", chosen.sha256 or ""):
+        raise UpstreamError(f"{chosen.filename}: the index gives no sha256 digest; refusing to pin it unverified")
+    # The url is kept for the import; series.toml gets it only where the old pin had one.
+    return WheelPin(python_tag=pin.python_tag, filename=chosen.filename, sha256=chosen.sha256, url=chosen.url)

@@ -1,0 +1,77 @@
+"""Evidence for "upstream already has this change": where the new upstream tree
+carries each hunk's result (file and lines), or which hunks it does not carry."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import unidiff
+
+from forkbuild.git import Git
+
+
+@dataclass(frozen=True, kw_only=True)
+class HunkEvidence:
+    file: str
+    hunk: int  # 1-based, in the patch
+    found: bool
+    start: int = 0  # 1-based lines of the new tree that carry the hunk's added lines
+    end: int = 0
+    how: str = ""  # "post-image" | "added lines" | "file identical" | "file absent" | "not found"
+
+    def describe(self) -> str:
+        if not self.found:
+            return f"{self.file} hunk {self.hunk}: not in upstream"
+        if self.start:
+            return f"{self.file}:{self.start}-{self.end} (hunk {self.hunk}, {self.how})"
+        return f"{self.file} ({self.how})"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _find(haystack: list[str], needle: list[str]) -> int:
+    """Index of the first occurrence of `needle` as consecutive lines, or -1."""
+    if not needle:
+        return -1
+    for index in range(len(haystack) - len(needle) + 1):
+        if haystack[index:index + len(needle)] == needle:
+            return index
+    return -1
+
+
+def _hunk_evidence(path: str, number: int, hunk: unidiff.Hunk, lines: list[str]) -> HunkEvidence:
+    post = [line.value for line in hunk.target_lines()]
+    added = [line.value for line in hunk if line.is_added]
+    at = _find(lines, post)
+    if at >= 0:
+        # Point at the added lines inside the post-image (or the whole of it for pure removals).
+        first = next((i for i, line in enumerate(hunk.target_lines()) if line.is_added), 0)
+        length = len(added) or len(post)
+        return HunkEvidence(file=path, hunk=number, found=True, start=at + first + 1, end=at + first + length,
+                            how="post-image")
+    at = _find(lines, added)
+    if at >= 0:
+        return HunkEvidence(file=path, hunk=number, found=True, start=at + 1, end=at + len(added), how="added lines")
+    return HunkEvidence(file=path, hunk=number, found=False, how="not found")
+
+
+def evidence(repo: Git, *, commit: str, patch_text: str) -> list[HunkEvidence]:
+    """For each hunk of `patch_text`: where `commit`'s tree already has its result."""
+    found = []
+    for patched in unidiff.PatchSet(patch_text):
+        path = patched.path
+        shown = repo.run("show", f"{commit}:{path}", check=False)
+        if patched.is_removed_file:
+            found.append(HunkEvidence(file=path, hunk=0, found=shown.status != 0, how="file absent"))
+            continue
+        if shown.status != 0:
+            found.append(HunkEvidence(file=path, hunk=0, found=False, how="not found"))
+            continue
+        lines = shown.stdout.splitlines(keepends=True)
+        if patched.is_added_file:
+            wanted = [line.value for hunk in patched for line in hunk.target_lines()]
+            found.append(HunkEvidence(file=path, hunk=0, found=wanted == lines, how="file identical"))
+            continue
+        found += [_hunk_evidence(path, number, hunk, lines) for number, hunk in enumerate(patched, start=1)]
+    return found
