@@ -1,0 +1,44 @@
+"""status: patches with feature, guards, files and +/-; variants with their features; --json."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fixtures import SeriesFixture
+from forkbuild.status import series_status
+
+
+def test_patches_and_variants(series_fx: SeriesFixture) -> None:
+    status = series_status(series_fx.load())
+    patches = {patch.file: patch for patch in status.patches}
+    assert list(patches) == ["guards.patch", "alpha-scale.patch", "beta-limit.patch"]
+    alpha = patches["alpha-scale.patch"]
+    assert alpha.feature == "alpha" and alpha.guards == ("DSV41_ALPHA",) and alpha.guard_trailers == ("DSV41_ALPHA",)
+    assert alpha.files == ("python/pkg/core.py", "python/pkg/environ.py")
+    assert (alpha.added, alpha.removed) == (3, 0)
+    assert alpha.variants == ("full",)
+    assert patches["beta-limit.patch"].variants == ("full", "lite")
+    assert patches["guards.patch"].guards == () and patches["guards.patch"].upstream == "local"
+    variants = {variant.name: variant for variant in status.variants}
+    assert variants["lite"].features == ("guards", "beta")
+    assert variants["lite"].patches == ("guards.patch", "beta-limit.patch")
+    assert variants["full"].env == {"DSV41_ALPHA": "1"}
+    assert variants["stock"].patches == ()
+
+
+def test_json_on_stdout(series_fx: SeriesFixture, capsys: pytest.CaptureFixture[str]) -> None:
+    assert series_fx.cli("status", "--json") == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["upstream"]["version"] == "1.0"
+    assert [patch["file"] for patch in data["patches"]] == ["guards.patch", "alpha-scale.patch", "beta-limit.patch"]
+    assert data["patches"][2]["removed"] == 0 and data["patches"][2]["added"] == 3
+    assert {variant["name"]: variant["features"] for variant in data["variants"]}["lite"] == ["guards", "beta"]
+
+
+def test_tables(series_fx: SeriesFixture, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    assert series_fx.cli("status") == 0
+    out = capsys.readouterr().out
+    assert "alpha-scale.patch" in out and "DSV41_BETA" in out and "lite" in out
