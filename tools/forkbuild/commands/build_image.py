@@ -41,8 +41,9 @@ def run(args, context) -> int:
     tag = args.tag or build.default_tag(variant, args.mode)
     with context.reporter.step(f"image {tag} ({args.mode} on {base})"):
         built = build.build_image(docker=docker, context=image_context, mode=args.mode, base=base, tag=tag)
+    filled = sum(1 for layer in built.layers if layer.size)
     context.reporter.info(f"{tag}: sglang {image_context.version}, {built.seconds:.1f}s, "
-                          f"{len(built.layers)} layers over the base adding {built.added_bytes / 1e6:.1f} MB "
+                          f"{filled} non-empty layers over the base adding {built.added_bytes / 1e6:.1f} MB "
                           f"(the {args.mode} layer {built.mode_layer_bytes / 1e6:.1f} MB)")
     print(tag)
     return 0

@@ -25,6 +25,7 @@ from filelock import FileLock
 from forkbuild.config import WheelPin
 from forkbuild.console import Reporter
 from forkbuild.errors import BuildError, ToolMissing
+from forkbuild.image.context import link_or_copy
 from forkbuild.image.docker import Docker
 
 ROOTFS_RECIPE = {
@@ -132,14 +133,7 @@ def ensure_stock_base(*, docker: Docker, docker_dir: Path, python_base: str, pin
         return tag
     with reporter.step(f"stock base {tag}"), tempfile.TemporaryDirectory(prefix="forkbuild-stock-") as work:
         context = Path(work)
-        _link_or_copy(wheel, context / pin.filename)
+        link_or_copy(wheel, context / pin.filename)
         docker.build(context=context, dockerfile=docker_dir / "base" / "stock.Dockerfile", tag=tag,
                      build_args={"PYTHON_BASE": python_base, "WHEEL": pin.filename})
     return tag
-
-
-def _link_or_copy(source: Path, target: Path) -> None:
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copy2(source, target)

@@ -91,7 +91,7 @@ def prepare(*, docker_dir: Path, variant: str, wheels: Sequence[Path], upstream_
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         (work / "wheels").mkdir()
         for wheel in wheels:
-            _link_or_copy(wheel, work / "wheels" / wheel.name)
+            link_or_copy(wheel, work / "wheels" / wheel.name)
         (work / "upstream").mkdir()
         for tag, wheel in sorted(upstream_wheels.items()):
             (work / "upstream" / f"{tag}.RECORD").write_bytes(upstream_record(wheel))
@@ -112,7 +112,8 @@ def _replace_dir(new: Path, dest: Path) -> None:
         shutil.rmtree(old)
 
 
-def _link_or_copy(source: Path, target: Path) -> None:
+def link_or_copy(source: Path, target: Path) -> None:
+    """A hard link when on the same file system (wheels are 39 MB), else a copy."""
     try:
         os.link(source, target)
     except OSError:

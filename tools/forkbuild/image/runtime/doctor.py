@@ -30,12 +30,17 @@ def report(environ: dict[str, str]) -> tuple[list[str], list[str], list[str]]:
         f"parallel: TP={get('TP_SIZE')}  ctx={get('CONTEXT_LENGTH')}  util={get('MEM_FRACTION_STATIC')}  "
         f"max_running={get('MAX_RUNNING_REQUESTS')}",
         f"offload:  {get('OFFLOAD_MODE')}  cache={get('DSV41_CACHE_GIB')}GiB",
-        "decode:   " + ("  ".join(f"{_short(g['env'])}={get(g['env'], '(unset)')}" for g in built) or "(no guards)"),
-        "guards:",
-        *(f"  {g['env']}={get(g['env'], '(unset)')}  [{g['feature']}, {g['type']}, default {g['default']!r}]"
+        "decode:   " + ("  ".join(f"{_short(g['env'])}={_value(g, environ)}" for g in built) or "(no guards)"),
+        "guards:" if built else "guards:   (none built in)",
+        *(f"  {g['env']}={_value(g, environ)}  [{g['feature']}, {g['type']}, default {g['default']!r}]"
           for g in built),
     ]
     return lines, *_problems(manifest, environ)
+
+
+def _value(guard: dict, environ: dict[str, str]) -> str:
+    """The value sglang will read: the variable's, or (unset) and the guard's default."""
+    return environ[guard["env"]] if guard["env"] in environ else f"(unset: {guard['default']!r})"
 
 
 def _short(env: str) -> str:

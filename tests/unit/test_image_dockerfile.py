@@ -1,0 +1,95 @@
+"""The variant's Dockerfile lines and the compose file, generated without docker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from forkbuild.errors import BuildError
+from forkbuild.image import build, compose, dockerfile
+from forkbuild.image.context import ImageContext
+
+TEMPLATE = (Path(__file__).parents[2] / "docker" / "Dockerfile").read_text()
+
+
+def manifest(variant: str = "tp4", **overrides) -> dict:
+    base = {
+        "schema": 1, "series": "dsv41", "variant": variant, "version": f"0.5.23+{variant}.0123456789",
+        "series_hash": "ab" * 32,
+        "upstream": {"name": "sglang", "version": "0.5.23", "source": "wheel", "wheel": "w.whl", "sha256": "00",
+                     "git_url": "", "commit": ""},
+        "features": ["guards", "draft_tau"],
+        "guards": [{"env": "DSV41_DRAFT_TAU", "feature": "draft_tau", "type": "float", "default": "1.0"}],
+        "series_guards": [{"env": "DSV41_DRAFT_TAU", "feature": "draft_tau", "type": "float", "default": "1.0"}],
+        "runtime_settings": ["MODEL_PATH", "TP_SIZE"],
+        "env_defaults": {"MODEL_PATH": "/models/M", "TP_SIZE": "4", "DSV41_DRAFT_TAU": "1"},
+        "patches": [],
+    }
+    return {**base, **overrides}
+
+
+def test_variant_lines_carry_env_labels_and_the_check():
+    text = dockerfile.render(TEMPLATE, manifest(), source="w.whl")
+    assert text.startswith(TEMPLATE.rstrip("\n"))
+    tail = text[len(TEMPLATE.rstrip("\n")):]
+    assert 'ENV MODEL_PATH="/models/M" \\\n    TP_SIZE="4" \\\n    DSV41_DRAFT_TAU="1"' in tail
+    assert 'io.forkbuild.series-hash="' + "ab" * 32 + '"' in tail
+    assert 'io.forkbuild.features="guards,draft_tau"' in tail
+    assert 'io.forkbuild.upstream.version="0.5.23"' in tail
+    assert 'org.opencontainers.image.version="0.5.23+tp4.0123456789"' in tail
+    assert tail.rstrip().endswith("check --variant tp4 --version 0.5.23+tp4.0123456789 --env-defaults")
+
+
+def test_template_has_both_modes_and_the_official_default_base():
+    assert "ARG BASE_IMAGE=lmsysorg/sglang:v0.5.23-cu130" in TEMPLATE
+    for stage in ("AS wheel", "AS delta-plan", "AS delta", "FROM ${MODE} AS image"):
+        assert stage in TEMPLATE
+    assert build.official_base("0.5.23") == "lmsysorg/sglang:v0.5.23-cu130"
+
+
+def test_stock_variant_without_env_writes_no_empty_env():
+    text = dockerfile.variant_lines(manifest("stock", features=[], guards=[], env_defaults={}), source="w.whl")
+    assert "ENV" not in text and "LABEL" in text
+
+
+@pytest.mark.parametrize(("value", "quoted"), [("b12x", '"b12x"'), ('a"b', '"a\\"b"'), ("$HOME", '"\\$HOME"'),
+                                               ("a\\b", '"a\\\\b"'), ("", '""')])
+def test_quote_escapes_what_dockerfiles_interpret(value, quoted):
+    assert dockerfile.quote(value, where="x") == quoted
+
+
+def test_line_break_in_a_value_is_an_error_naming_it():
+    bad = manifest(env_defaults={"EXTRA": "a\nb"})
+    with pytest.raises(BuildError, match="w.whl: env_defaults EXTRA: a Dockerfile value cannot contain a line break"):
+        dockerfile.variant_lines(bad, source="w.whl")
+
+
+def test_build_args_reject_unknown_modes(tmp_path):
+    context = ImageContext(path=tmp_path, manifest=manifest())
+    assert build.build_args(context, mode="delta", base="B") == {
+        "BASE_IMAGE": "B", "MODE": "delta", "SGLANG_VERSION": "0.5.23+tp4.0123456789", "UPSTREAM_VERSION": "0.5.23"}
+    with pytest.raises(BuildError, match="unknown image mode 'layer'"):
+        build.build_args(context, mode="layer", base="B")
+
+
+def test_compose_has_one_service_per_variant_and_mode(tmp_path):
+    contexts = [ImageContext(path=tmp_path / "build" / "image" / v, manifest=manifest(v)) for v in ("tp4", "tp3")]
+    items = compose.services(contexts, modes=["wheel", "delta"], bases={"wheel": "W", "delta": "D"},
+                             relative_to=tmp_path / "build")
+    assert [s.name for s in items] == ["tp4-wheel", "tp4-delta", "tp3-wheel", "tp3-delta"]
+    text = compose.render(items, header="generated\n\nline")
+    assert text.startswith("# generated\n#\n# line\nservices:\n")
+    block = text.split('  "tp3-delta":\n', 1)[1]
+    assert block.splitlines()[:10] == [
+        '    image: "forkbuild/sglang:tp3-delta"',
+        "    build:",
+        '      context: "image/tp3"',
+        '      target: "image"',
+        '      network: "none"',
+        "      args:",
+        '        "BASE_IMAGE": "${FORKBUILD_DELTA_BASE_IMAGE:-D}"',
+        '        "MODE": "delta"',
+        '        "SGLANG_VERSION": "0.5.23+tp3.0123456789"',
+        '        "UPSTREAM_VERSION": "0.5.23"',
+    ]
