@@ -1,0 +1,174 @@
+"""import: quilt series (DEP-3 headers kept) and git commit ranges into series.toml + patches/."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from fixtures import SeriesFixture, commit_all, edit
+from forkbuild.errors import ApplyError, ConfigError
+from forkbuild.export import export_series
+from forkbuild.apply import apply_variant
+from forkbuild.git import Git
+from forkbuild.importer import git_range_incoming, import_patches, parse_dep3, quilt_incoming
+from forkbuild.patchfile import read_patch
+
+QUILT_PATCH = """\
+Description: core: offset by ten
+ The offset was too small for the new callers.
+ .
+ Second paragraph of the description.
+Author: Quilt Person <quilt@example.com>
+Origin: vendor, https://example.com/offset
+Forwarded: https://example.com/pr/7
+Last-Update: 2024-05-01
+
+--- a/python/pkg/core.py
++++ b/python/pkg/core.py
+@@ -8,7 +8,7 @@ def scale(value):
+ 
+ 
+ def offset(value):
+-    return value + 1
++    return value + 10
+ 
+ CORE_CONSTANT_0 = 0
+ CORE_CONSTANT_1 = 1
+"""
+
+QUILT_GUARDED = """\
+From: Other Person <other@example.com>
+Subject: util: beta helper
+Date: Wed, 01 May 2024 10:00:00 +0000
+
+Reads the beta guard.
+---
+ python/pkg/util.py | 1 +
+Index: pkg/python/pkg/util.py
+===================================================================
+--- pkg.orig/python/pkg/util.py
++++ pkg/python/pkg/util.py
+@@ -1,3 +1,4 @@
+ \"\"\"Helpers.\"\"\"
++BETA_ENV = "DSV41_BETA"
+ 
+ 
+"""
+
+
+def quilt_dir(tmp_path: Path, patches: dict[str, str], series: str) -> Path:
+    directory = tmp_path / "quilt"
+    directory.mkdir()
+    for name, text in patches.items():
+        (directory / name).write_text(text)
+    (directory / "series").write_text(series)
+    return directory
+
+
+def entries(fx: SeriesFixture) -> list[dict]:
+    return tomllib.loads(fx.series_toml.read_text())["patches"]
+
+
+def test_parse_dep3_keeps_every_field() -> None:
+    header = parse_dep3(QUILT_PATCH, fallback_subject="x")
+    assert header.subject == "core: offset by ten"
+    assert header.body == "The offset was too small for the new callers.\n\nSecond paragraph of the description."
+    assert header.author == "Quilt Person <quilt@example.com>"
+    assert header.date == "2024-05-01T00:00:00+0000"
+    assert header.trailers == (("Origin", "vendor, https://example.com/offset"), ("Forwarded", "https://example.com/pr/7"),
+                               ("Last-Update", "2024-05-01"))
+    assert header.upstream == "submitted"
+
+
+def test_parse_mail_style_header() -> None:
+    header = parse_dep3(QUILT_GUARDED, fallback_subject="x")
+    assert (header.subject, header.author, header.body) == ("util: beta helper", "Other Person <other@example.com>",
+                                                           "Reads the beta guard.")
+    assert header.date == "1714557600 +0000" and header.upstream == "local"
+
+
+def test_import_quilt_series(series_fx: SeriesFixture, tmp_path: Path) -> None:
+    directory = quilt_dir(tmp_path, {"offset.diff": QUILT_PATCH, "beta-env.patch": QUILT_GUARDED},
+                          "# comment\noffset.diff\nbeta-env.patch -p1\n")
+    before = series_fx.series_toml.read_text()
+    assert series_fx.cli("import", "--quilt", str(directory), "--feature", "beta") == 0
+    after = entries(series_fx)
+    assert [(e["file"], e["feature"], e.get("upstream", "local")) for e in after[-2:]] == [
+        ("offset.patch", "beta", "submitted"), ("beta-env.patch", "beta", "local")]
+    assert series_fx.series_toml.read_text().startswith(before.split("[[patches]]")[0])  # comments and tables kept
+    offset = read_patch(series_fx.patches_dir / "offset.patch")
+    assert offset.author == "Quilt Person <quilt@example.com>"
+    assert offset.subject == "core: offset by ten"
+    assert offset.trailers == (("Origin", "vendor, https://example.com/offset"), ("Forwarded", "https://example.com/pr/7"),
+                               ("Last-Update", "2024-05-01"), ("Feature", "beta"))
+    assert "Second paragraph of the description." in offset.message
+    guarded = read_patch(series_fx.patches_dir / "beta-env.patch")
+    assert guarded.trailer("Guard") == ["DSV41_BETA"] and guarded.files[0].path == "python/pkg/util.py"
+    assert (series_fx.patches_dir / "series").read_text().splitlines()[-2:] == ["offset.patch", "beta-env.patch"]
+    series_fx.load()
+    # The imported files are what export writes: apply -> export --check is clean.
+    tree = series_fx.root / ".forkbuild-work" / "series"
+    apply_variant(context=series_fx.context(), variant=None, dest=tree)
+    export_series(context=series_fx.context(), tree=tree, check=True)
+
+
+def test_import_refuses_to_overwrite(series_fx: SeriesFixture, tmp_path: Path) -> None:
+    directory = quilt_dir(tmp_path, {"beta-limit.patch": QUILT_PATCH}, "beta-limit.patch\n")
+    before = {path.name: path.read_bytes() for path in series_fx.patches_dir.iterdir()}
+    toml = series_fx.series_toml.read_bytes()
+    with pytest.raises(ConfigError, match="patches/beta-limit.patch exists already"):
+        import_patches(context=series_fx.context(), incoming=quilt_incoming(series_fx.load(), directory, feature="beta"))
+    assert {path.name: path.read_bytes() for path in series_fx.patches_dir.iterdir()} == before
+    assert series_fx.series_toml.read_bytes() == toml
+
+
+def test_import_unknown_feature(series_fx: SeriesFixture, tmp_path: Path) -> None:
+    directory = quilt_dir(tmp_path, {"offset.patch": QUILT_PATCH}, "offset.patch\n")
+    with pytest.raises(ConfigError, match="perhaps you meant 'beta'"):
+        import_patches(context=series_fx.context(), incoming=quilt_incoming(series_fx.load(), directory, feature="betta"))
+
+
+def test_import_patch_that_does_not_apply_writes_nothing(series_fx: SeriesFixture, tmp_path: Path) -> None:
+    directory = quilt_dir(tmp_path, {"bad.patch": QUILT_PATCH.replace("return value + 1", "return value + 2")}, "bad.patch\n")
+    toml = series_fx.series_toml.read_bytes()
+    with pytest.raises(ApplyError, match="bad.patch does not apply"):
+        import_patches(context=series_fx.context(), incoming=quilt_incoming(series_fx.load(), directory, feature="beta"))
+    assert not (series_fx.patches_dir / "bad.patch").exists()
+    assert series_fx.series_toml.read_bytes() == toml
+
+
+def make_source_range(fx: SeriesFixture) -> tuple[Git, str, str]:
+    """A repository laid out like upstream + the series, with two new commits on top."""
+    repo = Git(fx.upstream_repo)
+    repo.run("checkout", "--quiet", "series")
+    start = repo.head()
+    edit(repo.path, "python/pkg/core.py", "    return value + 1\n", "    return value + 3\n")
+    commit_all(repo, "core: offset by three\n\nThree.\n\nFeature: alpha\n")
+    edit(repo.path, "python/pkg/util.py", '"""Helpers."""\n', '"""Helpers."""\nBETA = "DSV41_BETA"\n')
+    commit_all(repo, "util: name the beta guard\n\nNo trailer here.\n\nReviewed-by: Someone <s@example.com>\n")
+    return repo, start, repo.head()
+
+
+def test_import_git_range_feature_disagreement_writes_nothing(series_fx: SeriesFixture) -> None:
+    repo, start, end = make_source_range(series_fx)
+    assert series_fx.cli("import", "--git-range", str(repo.path), f"{start}..{end}", "--feature", "beta") == ConfigError.return_code
+    # The first commit says alpha, --feature says beta: refused, nothing written.
+    assert len(entries(series_fx)) == 3
+
+
+def test_import_git_range_uses_each_commits_feature(series_fx: SeriesFixture) -> None:
+    repo, start, end = make_source_range(series_fx)
+    with pytest.raises(ConfigError, match="has no `Feature:` trailer"):
+        git_range_incoming(series_fx.load(), repo.path, f"{start}..{end}", feature=None)
+    repo.run("commit", "--quiet", "--amend", "-m",
+             "util: name the beta guard\n\nNo trailer here.\n\nReviewed-by: Someone <s@example.com>\nFeature: beta\n")
+    end = repo.head()
+    assert series_fx.cli("import", "--git-range", str(repo.path), f"{start}..{end}") == 0
+    assert [(e["file"], e["feature"]) for e in entries(series_fx)[-2:]] == [
+        ("alpha-core-offset-by-three.patch", "alpha"), ("beta-util-name-the-beta-guard.patch", "beta")]
+    info = read_patch(series_fx.patches_dir / "beta-util-name-the-beta-guard.patch")
+    assert info.trailers == (("Reviewed-by", "Someone <s@example.com>"), ("Feature", "beta"), ("Guard", "DSV41_BETA"))
+    assert info.author == "Fixture Author <author@example.com>"
+    assert series_fx.cli("check") == 0
