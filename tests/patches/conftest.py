@@ -3,6 +3,11 @@
 Which features are built in comes from the installed wheel's manifest; a tree
 without one (a developer's PYTHONPATH checkout) falls back to the guards its
 environ.py declares, mapped to features through series.toml.
+FORKBUILD_TEST_FEATURES=a,b overrides both.
+
+With FORKBUILD_TEST_RESULTS=<path>, the outcome of every test is written there
+as JSON (one record per test: feature, check, test, outcome, reason) for
+`forkbuild test-patch` to summarise.
 """
 
 from __future__ import annotations
@@ -17,13 +22,19 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHECK_MARKERS = ("guard_off", "guard_on", "absent")
+RESULTS_ENV = "FORKBUILD_TEST_RESULTS"
+FEATURES_ENV = "FORKBUILD_TEST_FEATURES"
+RECORDER = "forkbuild-recorder"
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "guard_off: the feature's guards unset; asserts stock behaviour")
     config.addinivalue_line("markers", "guard_on: the test turns the guard on; asserts the feature")
     config.addinivalue_line("markers", "absent: the feature is not built in; asserts it is absent")
+    config.pluginmanager.register(_Recorder(), RECORDER)
 
+
+# -- which features are built in -----------------------------------------------
 
 def _installed_manifest() -> dict | None:
     resource = importlib.resources.files("sglang") / "_forkbuild_manifest.json"
@@ -49,9 +60,9 @@ def _features_from_declared_guards() -> set[str]:
 
 @pytest.fixture(scope="session")
 def built_features() -> frozenset[str]:
-    # FORKBUILD_TEST_FEATURES=a,b overrides detection: the harness uses it to
-    # prove guard_on tests fail on an sglang that lacks the patch.
-    override = os.environ.get("FORKBUILD_TEST_FEATURES")
+    # The override lets the harness prove guard_on tests fail on an sglang that
+    # lacks the patch.
+    override = os.environ.get(FEATURES_ENV)
     if override is not None:
         return frozenset(name for name in override.split(",") if name)
     manifest = _installed_manifest()
@@ -59,6 +70,8 @@ def built_features() -> frozenset[str]:
         return frozenset(manifest["features"])
     return frozenset(_features_from_declared_guards())
 
+
+# -- feature and check of each test -------------------------------------------
 
 def _check_of(item: pytest.Item) -> str:
     checks = [name for name in CHECK_MARKERS if item.get_closest_marker(name)]
@@ -74,15 +87,86 @@ def _feature_of(item: pytest.Item) -> str:
     return feature
 
 
+_CLASSIFIED = pytest.StashKey[tuple[str, str]]()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Checked at collection, so a test without FEATURE or with the wrong
+    # markers stops the run before anything executes.
+    recorder = config.pluginmanager.get_plugin(RECORDER)
+    for item in items:
+        item.stash[_CLASSIFIED] = (_feature_of(item), _check_of(item))
+        recorder.classify(item.nodeid, *item.stash[_CLASSIFIED])
+
+
 @pytest.fixture(autouse=True)
 def _feature_gate(request: pytest.FixtureRequest, built_features, monkeypatch) -> None:
     """Skip what does not apply to this build; start every test with no DSV41_* set."""
     for name in list(os.environ):
         if name.startswith("DSV41_"):
             monkeypatch.delenv(name)
-    feature, check = _feature_of(request.node), _check_of(request.node)
+    feature, check = request.node.stash[_CLASSIFIED]
     built = feature in built_features
     if check == "absent" and built:
         pytest.skip(f"{feature} is built into this variant")
     if check != "absent" and not built:
         pytest.skip(f"{feature} is not built into this variant")
+
+
+# -- recording outcomes --------------------------------------------------------
+
+_RANK = {"pass": 0, "skip": 1, "fail": 2}
+
+
+class _Recorder:
+    """A plugin keeping one record per test; the worst phase (setup, call,
+    teardown) decides its outcome. Written at the end of the session."""
+
+    def __init__(self) -> None:
+        self.classified: dict[str, tuple[str, str]] = {}
+        self.records: dict[str, dict] = {}
+
+    def classify(self, nodeid: str, feature: str, check: str) -> None:
+        self.classified[nodeid] = (feature, check)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        feature, check = self.classified.get(report.nodeid, ("", "collect"))
+        outcome, reason = _outcome_of(report)
+        current = self.records.get(report.nodeid)
+        if current is not None and _RANK[current["outcome"]] >= _RANK[outcome]:
+            return
+        self.records[report.nodeid] = {"feature": feature, "check": check, "test": report.nodeid,
+                                       "outcome": outcome, "reason": reason}
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            self.records[report.nodeid] = {"feature": "", "check": "collect", "test": report.nodeid,
+                                           "outcome": "fail", "reason": _first_line(str(report.longrepr))}
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        target = os.environ.get(RESULTS_ENV)
+        if target:
+            _write_json(Path(target), list(self.records.values()))
+
+
+def _write_json(path: Path, data) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(json.dumps(data, indent=1) + "\n")
+    os.replace(temporary, path)
+
+
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
+def _outcome_of(report: pytest.TestReport) -> tuple[str, str]:
+    if report.passed:
+        return "pass", ""
+    if report.skipped:
+        # A skip's longrepr is (file, line, "Skipped: reason").
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        return "skip", reason.removeprefix("Skipped: ")
+    crash = getattr(report.longrepr, "reprcrash", None)
+    message = crash.message if crash is not None else str(report.longrepr)
+    return "fail", f"{report.when}: {_first_line(message)}"

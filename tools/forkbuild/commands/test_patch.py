@@ -1,0 +1,33 @@
+"""`forkbuild test-patch`: prove a variant (structure, then behaviour under pytest)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from forkbuild.testpatch import summary
+from forkbuild.testpatch.runner import Options, run_variant
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("test-patch", help="structure checks and behaviour tests of a variant's patched sglang")
+    parser.add_argument("--variant", help="variant to test (default: series.default_variant)")
+    parser.add_argument("--python", type=Path, default=Path(sys.executable),
+                        help="interpreter of the test venv; the variant's wheel is installed there --no-deps "
+                             "(default: the one running forkbuild, as in `nox -s test-patch`)")
+    parser.add_argument("--from-tree", action="store_true",
+                        help="test the applied work tree on PYTHONPATH instead of installing the wheel")
+    parser.add_argument("--structure-only", action="store_true", help="only the structure checks (fast, no torch)")
+    parser.set_defaults(run=run)
+
+
+def run(args, context) -> int:
+    options = Options(variant=args.variant or context.series.default_variant, python=args.python,
+                      from_tree=args.from_tree, structure_only=args.structure_only)
+    outcome = run_variant(context=context, options=options)
+    context.reporter.console.print(summary.table(outcome.rows, variant=options.variant, checks=outcome.checks))
+    context.reporter.info(f"written: {outcome.report}")
+    if outcome.failed:
+        context.reporter.warn(f"{len(outcome.failed)} check(s) failed; details in {outcome.report}")
+        return 1
+    return 0

@@ -1,0 +1,131 @@
+"""Behaviour: run tests/patches under pytest against the variant's sglang,
+either its wheel installed into a test Python or an applied tree on PYTHONPATH,
+and turn each test's outcome into a record."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from forkbuild import manifest as manifest_module
+from forkbuild.context import Context
+from forkbuild.errors import BuildError
+from forkbuild.testpatch.records import (FAIL, GUARD_OFF, GUARD_OFF_UNPATCHED, GUARD_ON, GUARD_ON_UNPATCHED, PASS,
+                                         Record)
+from forkbuild.wheel.builder import WheelRequest, build_wheels
+
+TESTS_DIR = "tests/patches"
+RESULTS_ENV = "FORKBUILD_TEST_RESULTS"  # tests/patches/conftest.py writes each test's outcome there
+FEATURES_ENV = "FORKBUILD_TEST_FEATURES"  # and takes the built-in features from here when set
+# pytest: 0 all passed, 1 some failed, 5 nothing collected; anything else means
+# the run itself broke (usage error, internal error, interrupted).
+PYTEST_RAN = (0, 1, 5)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TestPython:
+    """The interpreter the tests run with, and how it finds sglang."""
+
+    executable: Path
+    env: Mapping[str, str]
+
+
+def python_tag(python: Path) -> str:
+    return _probe(python, "import sys; print(f'cp{sys.version_info[0]}{sys.version_info[1]}')")
+
+
+def _probe(python: Path, code: str) -> str:
+    done = subprocess.run([str(python), "-c", code], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise BuildError(f"{python} failed to run: {done.stderr.strip()}")
+    return done.stdout.strip()
+
+
+def require_torch(python: Path) -> None:
+    found = _probe(python, "import importlib.util; print(importlib.util.find_spec('torch') is not None)")
+    if found != "True":
+        raise BuildError(f"{python} has no torch: the behaviour tests need the test venv",
+                         hint="run `nox -s test-patch`, or pass --python <venv>/bin/python of a venv made from "
+                              "constraints/test-patch.txt (pip install -c constraints/test-patch.txt -r constraints/test-patch.in)")
+
+
+def install_variant_wheel(*, context: Context, variant: str, python: Path) -> Path:
+    """Build (or reuse) the variant's wheel for `python` and install it there --no-deps,
+    unless exactly that build is installed already."""
+    request = WheelRequest(variant=variant, out_dir=context.series_dir / "dist", python_tags=(python_tag(python),))
+    (wheel,) = build_wheels(context=context, request=request)
+    wanted = manifest_module.read_wheel(wheel.path)
+    if _installed_manifest(python) == wanted:
+        context.reporter.info(f"{wheel.path.name} is installed already")
+        return wheel.path
+    with context.reporter.step(f"Installing {wheel.path.name} --no-deps"):
+        done = subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--force-reinstall",
+                               "--disable-pip-version-check", "--quiet", str(wheel.path)], capture_output=True, text=True)
+        context.reporter.detail(done.stdout + done.stderr)
+        if done.returncode != 0:
+            raise BuildError(f"pip could not install {wheel.path.name} into {python}:\n{done.stderr.strip()}")
+    return wheel.path
+
+
+# Reads the installed manifest without importing sglang (its __init__ takes seconds).
+_READ_INSTALLED = """
+import importlib.util, json, pathlib
+spec = importlib.util.find_spec("sglang")
+path = spec and pathlib.Path(list(spec.submodule_search_locations)[0], "_forkbuild_manifest.json")
+print(path.read_text() if path and path.is_file() else "null")
+"""
+
+
+def _installed_manifest(python: Path) -> dict | None:
+    return json.loads(_probe(python, _READ_INSTALLED))
+
+
+def run_tests(*, context: Context, python: TestPython, features: str | None = None,
+              markers: str = "") -> list[dict]:
+    """Run tests/patches; returns the conftest's records. `features` sets
+    FORKBUILD_TEST_FEATURES (None: the installed manifest decides)."""
+    env = {**os.environ, **python.env}
+    env.pop(FEATURES_ENV, None)
+    if features is not None:
+        env[FEATURES_ENV] = features
+    with tempfile.TemporaryDirectory(prefix="forkbuild-pytest-") as scratch:
+        results = Path(scratch) / "results.json"
+        env[RESULTS_ENV] = str(results)
+        command = [str(python.executable), "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfE",
+                   "--rootdir", str(context.series_dir), str(context.series_dir / TESTS_DIR)]
+        if markers:
+            command += ["-m", markers]
+        done = subprocess.run(command, cwd=context.series_dir, env=env, capture_output=True, text=True)
+        if done.returncode not in PYTEST_RAN or not results.is_file():
+            raise BuildError(f"pytest did not run (exit {done.returncode}):\n{(done.stdout + done.stderr)[-4000:]}")
+        context.reporter.detail(done.stdout + done.stderr)
+        return json.loads(results.read_text())
+
+
+def behaviour_records(raw: list[dict]) -> list[Record]:
+    return [Record(feature=item["feature"], check=item["check"], outcome=item["outcome"],
+                   reason=item["reason"], test=item["test"]) for item in raw]
+
+
+def unpatched_records(raw: list[dict]) -> list[Record]:
+    """Outcomes on stock sglang with every feature claimed as built in: a
+    guard_on test must fail there (else it cannot tell the patch is missing),
+    a guard_off test must pass (it asserts stock behaviour)."""
+    records = []
+    for item in raw:
+        outcome, reason = item["outcome"], item["reason"]
+        if item["check"] == GUARD_ON and outcome != "skip":
+            check = GUARD_ON_UNPATCHED
+            outcome, reason = ((PASS, f"fails without the patch ({reason})") if outcome == FAIL
+                               else (FAIL, "passes on stock sglang: it does not detect a missing patch"))
+        elif item["check"] == GUARD_OFF:
+            check = GUARD_OFF_UNPATCHED
+        else:
+            check = item["check"]
+        records.append(Record(feature=item["feature"], check=check, outcome=outcome, reason=reason, test=item["test"]))
+    return records

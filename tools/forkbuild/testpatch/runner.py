@@ -1,0 +1,82 @@
+"""One variant, end to end: structure, behaviour, (for a variant without
+features) the proof that the tests fail without the patches, summary."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from forkbuild.context import Context
+from forkbuild.testpatch import behaviour, summary
+from forkbuild.testpatch.behaviour import TestPython
+from forkbuild.testpatch.records import (ABSENT, CHECKS, FAIL, GUARD_OFF, GUARD_ON, STRUCTURE, UNPATCHED_CHECKS,
+                                         Record)
+from forkbuild.testpatch.structure import applied, check_structure
+
+
+@dataclass(frozen=True, kw_only=True)
+class Options:
+    variant: str
+    python: Path  # the interpreter the behaviour tests run with
+    from_tree: bool = False  # PYTHONPATH the applied tree instead of installing the wheel
+    structure_only: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outcome:
+    rows: list[dict]
+    checks: tuple[str, ...]
+    report: Path
+
+    @property
+    def failed(self) -> list[dict]:
+        return [row for row in self.rows if row["outcome"] == FAIL]
+
+
+def run_variant(*, context: Context, options: Options) -> Outcome:
+    series, variant = context.series, options.variant
+    features = series.variant(variant).features
+    # A variant without features is stock sglang: the place to prove that every
+    # guard_on test fails when its patch is missing.
+    prove = not features and not options.structure_only
+    records: list[Record] = []
+    with context.reporter.step(f"{variant}: applying and checking structure"), \
+            applied(context=context, variant=variant) as result:
+        records += check_structure(series=series, variant=variant, result=result)
+        if options.from_tree and not options.structure_only:
+            python = TestPython(executable=options.python,
+                                env={"PYTHONPATH": str(result.dest / series.upstream.package_root)})
+            records += _behaviour(context, python, features=features, prove=prove)
+    if not options.from_tree and not options.structure_only:
+        behaviour.require_torch(options.python)
+        behaviour.install_variant_wheel(context=context, variant=variant, python=options.python)
+        records += _behaviour(context, TestPython(executable=options.python, env={}), features=None, prove=prove)
+    checks = (STRUCTURE,) if options.structure_only else CHECKS + (UNPATCHED_CHECKS if prove else ())
+    rows = summary.cells(records, features=list(series.features), checks=checks)
+    if not options.structure_only:
+        _require_tests(rows, built=set(features))
+    report = context.build_dir / "test-patch" / f"{variant}.json"
+    summary.write(report, rows, variant=variant)
+    return Outcome(rows=rows, checks=checks, report=report)
+
+
+def _behaviour(context: Context, python: TestPython, *, features, prove: bool) -> list[Record]:
+    """`features` None: the installed manifest says what is built in; else the
+    variant's features (an applied tree has no manifest)."""
+    claimed = None if features is None else ",".join(features)
+    with context.reporter.step("behaviour: tests/patches"):
+        records = behaviour.behaviour_records(behaviour.run_tests(context=context, python=python, features=claimed))
+    if prove:
+        every = ",".join(context.series.features)
+        with context.reporter.step("behaviour on stock sglang with every feature claimed: guard_on must fail"):
+            raw = behaviour.run_tests(context=context, python=python, features=every, markers="guard_on or guard_off")
+        records += behaviour.unpatched_records(raw)
+    return records
+
+
+def _require_tests(rows: list[dict], *, built: set[str]) -> None:
+    """A built-in feature needs guard_off and guard_on tests; a left-out one, an absent test."""
+    for row in rows:
+        wanted = (GUARD_OFF, GUARD_ON) if row["feature"] in built else (ABSENT,)
+        if row["check"] in wanted and not row["details"]:
+            row["outcome"], row["reason"] = FAIL, f"no {row['check']} test for {row['feature']} in tests/patches"

@@ -1,0 +1,158 @@
+"""Structure checks of a variant, on its applied tree; fast and torch-free.
+
+- every patch applies strictly (exact/offset; 3-way is reported);
+- every Python file a patch touches compiles;
+- every patch's added lines read one of its feature's guards through sglang's
+  registry (`envs.DSV41_...`), unless series.toml marks it `unguarded`; every
+  guard is read somewhere; no patch reads a guard the variant does not declare;
+- the patched environ.py declares exactly the guards of the variant's
+  features, with series.toml's types and defaults.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import unidiff
+
+from forkbuild.apply import ApplyResult, PatchRecord, apply_plan, plan_variant
+from forkbuild.cache import UpstreamCache
+from forkbuild.config import Series
+from forkbuild.context import Context
+from forkbuild.git import Git
+from forkbuild.testpatch.declarations import mismatch, read_declarations
+from forkbuild.testpatch.records import FAIL, PASS, SKIP, STRUCTURE, Record
+from forkbuild.wheel import naming
+
+ENVIRON = "srt/environ.py"  # inside the package: where sglang's envs registry lives
+GUARD_READ = re.compile(r"\benvs\.(?P<env>[A-Z][A-Z0-9_]*)\b")
+
+
+def check_structure(*, series: Series, variant: str, result: ApplyResult) -> list[Record]:
+    """The structure records of `variant`, applied (failures included) in `result`."""
+    tree = Git(result.dest)
+    records = [_apply_record(record) for record in result.records]
+    applied = [record for record in result.records if record.commit]
+    records += _compile_records(tree, applied)
+    records += _guard_read_records(series, variant, tree, applied)
+    records += _declaration_records(series, variant, result.dest / environ_path(series))
+    return records
+
+
+def environ_path(series: Series) -> str:
+    return f"{series.upstream.package_root}/{naming.distribution_part(series.upstream.name)}/{ENVIRON}"
+
+
+@contextmanager
+def applied(*, context: Context, variant: str) -> Iterator[ApplyResult]:
+    """The variant applied in a temporary work tree; failed patches are recorded, not raised."""
+    cache = UpstreamCache(context.cache_dir, reporter=context.reporter)
+    with tempfile.TemporaryDirectory(prefix="forkbuild-test-patch-") as scratch:
+        dest = Path(scratch) / variant
+        try:
+            yield apply_plan(context=context, plan=plan_variant(context.series, variant), dest=dest)
+        finally:
+            if dest.exists():
+                cache.git().remove_worktree(dest)
+
+
+def _record(feature: str, step: str, outcome: str, reason: str) -> Record:
+    return Record(feature=feature, check=STRUCTURE, step=step, outcome=outcome, reason=reason)
+
+
+def _apply_record(record: PatchRecord) -> Record:
+    outcome = FAIL if record.outcome == "failed" else PASS
+    return _record(record.entry.feature, "apply", outcome, f"{record.entry.file}: {record.outcome} {record.detail}".rstrip())
+
+
+def _touched(tree: Git, commit: str) -> list[str]:
+    return [path for status, path in tree.changed_files(f"{commit}^", commit) if status != "D"]
+
+
+def _compile_records(tree: Git, applied: list[PatchRecord]) -> list[Record]:
+    records = []
+    for record in applied:
+        for path in _touched(tree, record.commit):
+            if path.endswith(".py"):
+                records.append(_compile_one(record, tree.path / path, path))
+    return records
+
+
+def _compile_one(record: PatchRecord, file: Path, path: str) -> Record:
+    try:
+        compile(file.read_bytes(), path, "exec", dont_inherit=True)
+    except SyntaxError as error:
+        return _record(record.entry.feature, "compile", FAIL, f"{path}:{error.lineno}: {error.msg} (after {record.entry.file})")
+    return _record(record.entry.feature, "compile", PASS, f"{path} compiles")
+
+
+def _added_reads(tree: Git, commit: str) -> set[str]:
+    """Guards the commit's added lines read through `envs.`."""
+    reads = set()
+    for patched in unidiff.PatchSet(tree.diff_tree_patch(commit)):
+        for hunk in patched:
+            for line in hunk:
+                if line.is_added:
+                    reads.update(match["env"] for match in GUARD_READ.finditer(line.value) if match["env"].startswith("DSV41_"))
+    return reads
+
+
+def _guard_read_records(series: Series, variant: str, tree: Git, applied: list[PatchRecord]) -> list[Record]:
+    declared = {guard.env for guard in series.guards_for(series.variant(variant).features)}
+    records, read_by_feature = [], {}
+    for record in applied:
+        entry, reads = record.entry, _added_reads(tree, record.commit)
+        read_by_feature.setdefault(entry.feature, set()).update(reads)
+        own = {guard.env for guard in series.features[entry.feature].guards}
+        undeclared = sorted(reads - declared)
+        if undeclared:
+            records.append(_record(entry.feature, "guard_read", FAIL,
+                                   f"{entry.file} reads {', '.join(undeclared)}, which {variant} does not declare "
+                                   "(AttributeError at runtime)"))
+        if entry.unguarded:
+            records.append(_record(entry.feature, "guard_read", PASS, f"{entry.file}: unguarded: {entry.unguarded}"))
+        elif reads & own:
+            records.append(_record(entry.feature, "guard_read", PASS, f"{entry.file} reads {', '.join(sorted(reads & own))}"))
+        else:
+            records.append(_record(entry.feature, "guard_read", FAIL,
+                                   f"{entry.file}: added code reads none of {', '.join(sorted(own)) or 'its (no) guards'} "
+                                   "through envs; read it, or mark the patch unguarded = \"<reason>\" in series.toml"))
+    for name in series.variant(variant).features:
+        for guard in series.features[name].guards:
+            if guard.env not in read_by_feature.get(name, set()):
+                records.append(_record(name, "guard_read", FAIL, f"no patch of {name} reads envs.{guard.env}"))
+    return records
+
+
+def _declaration_records(series: Series, variant: str, environ: Path) -> list[Record]:
+    declarations = read_declarations(environ)
+    chosen = set(series.variant(variant).features)
+    owners = {guard.env: guard for guard in series.all_guards()}
+    records = []
+    for env, declaration in sorted(declarations.items()):
+        guard = owners.get(env)
+        where = f"{environ.name}:{declaration.line}"
+        if guard is None:
+            records.append(_record("", "guard_decl", FAIL, f"{where}: {env} is no feature's guard in series.toml"))
+        elif guard.feature not in chosen:
+            records.append(_record(guard.feature, "guard_decl", FAIL,
+                                   f"{where}: {env} is declared, but {variant} leaves {guard.feature} out"))
+    for name in sorted(set(series.features) - chosen):
+        if not any(owners[env].feature == name for env in declarations if env in owners):
+            records.append(_record(name, "guard_decl", PASS if series.features[name].guards else SKIP,
+                                   f"not built into {variant}; none of its guards declared"))
+    for name in series.variant(variant).features:
+        for guard in series.features[name].guards:
+            declaration = declarations.get(guard.env)
+            if declaration is None:
+                records.append(_record(name, "guard_decl", FAIL, f"{guard.env} is not declared in class Envs of {environ.name}"))
+                continue
+            problem = mismatch(guard, declaration)
+            outcome, reason = (FAIL, problem) if problem else (PASS, f"{guard.env}: {declaration.field_class}, default {guard.default!r}")
+            records.append(_record(name, "guard_decl", outcome, f"{environ.name}:{declaration.line}: {reason}"
+                                   if problem else reason))
+    return records
