@@ -132,9 +132,10 @@ def check_safe(path: Path, *, tree: Path | None = None) -> None:
 
 
 def _path_problems(raw: str, *, tree: Path | None) -> list[str]:
-    if raw.startswith("/"):
-        return [f"{raw}: absolute path"]
-    name = PurePosixPath(_strip_prefix(raw))
+    stripped = _strip_prefix(raw)
+    if raw.startswith("/") or stripped.startswith("/"):
+        return [f"{stripped}: absolute path"]
+    name = PurePosixPath(stripped)
     if ".." in name.parts:
         return [f"{name}: leaves the tree (..)"]
     if ".git" in name.parts:

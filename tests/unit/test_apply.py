@@ -1,0 +1,141 @@
+"""Strict apply on the fixture series: one commit per patch, offsets reported,
+never fuzz, left-out patches merged with the series' blobs, dependencies named,
+work never clobbered, unsafe patches refused."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from fixtures import DEFAULT_PATCHES, FEATURES_TOML, VARIANTS_TOML, PatchSpec, make_series
+
+from forkbuild.apply import apply_variant, read_state
+from forkbuild.errors import ApplyError, DirtyTreeError, UnsafePatchError
+from forkbuild.git import Git
+
+
+def log(tree) -> list[str]:
+    return Git(tree).out("log", "--format=%an <%ae>|%ad|%s", "--date=raw", "HEAD").splitlines()[::-1]
+
+
+def test_one_commit_per_patch_with_the_patch_author_date_and_message(series_fx, tmp_path):
+    result = apply_variant(context=series_fx.context(), variant="full", dest=tmp_path / "w")
+    assert [record.outcome for record in result.records] == ["exact", "exact", "exact"]
+    assert log(tmp_path / "w")[1:] == [f"Fixture Author <author@example.com>|1700000000 +0000|{spec.subject}"
+                                       for spec in DEFAULT_PATCHES]
+    body = Git(tmp_path / "w").out("log", "-1", "--format=%B", result.records[1].commit)
+    assert "Feature: alpha" in body and "Guard: DSV41_ALPHA" in body
+    assert "return value * 3" in (tmp_path / "w" / "python/pkg/core.py").read_text()
+
+
+def test_same_patches_same_commit_ids(series_fx, tmp_path):
+    first = apply_variant(context=series_fx.context(), variant="full", dest=tmp_path / "a")
+    second = apply_variant(context=series_fx.context(), variant="full", dest=tmp_path / "b")
+    assert first.head_commit == second.head_commit
+
+
+def test_variant_leaving_a_patch_out_merges_the_later_one_with_the_series_blobs(series_fx, tmp_path):
+    result = apply_variant(context=series_fx.context(), variant="lite", dest=tmp_path / "w")
+    assert [(record.entry.file, record.outcome) for record in result.records] == [
+        ("guards.patch", "exact"), ("beta-limit.patch", "3way")]
+    environ = (tmp_path / "w" / "python/pkg/environ.py").read_text()
+    assert "DSV41_BETA" in environ and "DSV41_ALPHA" not in environ
+
+
+def _shift_hunks(text: str, by: int) -> str:
+    def shift(match: re.Match) -> str:
+        return f"@@ -{int(match[1]) + by},{match[2]} +{int(match[3]) + by},{match[4]} @@"
+    return re.sub(r"@@ -(\d+),(\d+) \+(\d+),(\d+) @@", shift, text)
+
+
+def test_offsets_are_applied_and_reported(series_fx, tmp_path):
+    patch = series_fx.patches_dir / "beta-limit.patch"
+    patch.write_text(_shift_hunks(patch.read_text(), 2))
+    result = apply_variant(context=series_fx.context(), variant="full", dest=tmp_path / "w")
+    record = result.records[-1]
+    assert record.outcome == "offset"
+    assert "python/pkg/util.py hunk 1: -2 lines" in record.detail
+
+
+def test_a_patch_whose_context_does_not_match_is_never_fuzzed_in(series_fx, tmp_path):
+    patch = series_fx.patches_dir / "beta-limit.patch"
+    patch.write_text(patch.read_text().replace(" def limit(value, ceiling=100):", " def limit(value, ceiling=99):"))
+    with pytest.raises(ApplyError, match="beta-limit.patch"):
+        apply_variant(context=series_fx.context(), variant="full", dest=tmp_path / "w")
+    assert "ceiling = 50" not in (tmp_path / "w" / "python/pkg/util.py").read_text()
+
+
+GAMMA = PatchSpec(file="gamma.patch", feature="gamma", subject="core: scale alpha further", body="Builds on alpha.",
+                  guards=("DSV41_GAMMA",),
+                  edits=(("python/pkg/core.py", "        return value * 3\n", "        return value * 3 + envs.DSV41_GAMMA\n"),))
+GAMMA_FEATURE = '\n[features.gamma]\ndescription = "on top of alpha"\nguards = [{ env = "DSV41_GAMMA", type = "int", default = "0" }]\n'
+GAMMA_VARIANT = '\n[variants.nogamma]\nfeatures = ["guards", "beta", "gamma"]\n'
+
+
+def test_a_patch_that_needs_a_left_out_one_names_it(tmp_path):
+    fixture = make_series(tmp_path, specs=(*DEFAULT_PATCHES, GAMMA), features_toml=FEATURES_TOML + GAMMA_FEATURE,
+                          variants_toml=VARIANTS_TOML + GAMMA_VARIANT)
+    with pytest.raises(ApplyError) as caught:
+        apply_variant(context=fixture.context(), variant="nogamma", dest=tmp_path / "w")
+    assert "gamma.patch" in caught.value.message
+    assert "it needs alpha-scale.patch (left out of nogamma" in caught.value.message
+
+
+def test_uncommitted_changes_are_never_clobbered(series_fx, tmp_path):
+    apply_variant(context=series_fx.context(), variant="full", dest=tmp_path / "w")
+    core = tmp_path / "w" / "python/pkg/core.py"
+    core.write_text(core.read_text() + "# my work\n")
+    with pytest.raises(DirtyTreeError, match="uncommitted changes") as caught:
+        apply_variant(context=series_fx.context(), variant="lite", dest=tmp_path / "w")
+    assert "git -C" in caught.value.hint and "export" in caught.value.hint
+    assert core.read_text().endswith("# my work\n")
+
+
+def test_commits_not_in_the_series_are_never_clobbered(series_fx, tmp_path):
+    apply_variant(context=series_fx.context(), variant="full", dest=tmp_path / "w")
+    tree = Git(tmp_path / "w")
+    (tmp_path / "w" / "notes.txt").write_text("mine\n")
+    tree.run("add", "notes.txt")
+    tree.run("commit", "-qm", "my commit")
+    mine = tree.head()
+    with pytest.raises(DirtyTreeError, match="1 commit"):
+        apply_variant(context=series_fx.context(), variant="full", dest=tmp_path / "w")
+    assert tree.head() == mine
+
+
+def test_a_clean_forkbuild_tree_is_refreshed_in_place(series_fx, tmp_path):
+    apply_variant(context=series_fx.context(), variant="full", dest=tmp_path / "w")
+    result = apply_variant(context=series_fx.context(), variant="lite", dest=tmp_path / "w")
+    assert read_state(tmp_path / "w")["head"] == result.head_commit
+    assert "DSV41_ALPHA" not in (tmp_path / "w" / "python/pkg/environ.py").read_text()
+
+
+def test_a_directory_forkbuild_did_not_make_is_left_alone(series_fx, tmp_path):
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / "keep.txt").write_text("x")
+    with pytest.raises(DirtyTreeError, match="not a forkbuild work tree"):
+        apply_variant(context=series_fx.context(), variant="full", dest=tmp_path / "w")
+    assert (tmp_path / "w" / "keep.txt").read_text() == "x"
+
+
+@pytest.mark.parametrize(("old", "new", "problem"), [
+    ("a/python/pkg/util.py", "a/../outside.py", "leaves the tree"),
+    ("b/python/pkg/util.py", "b//etc/passwd", "absolute path"),
+    ("b/python/pkg/util.py", "b/.git/hooks/pre-commit", "touches .git/"),
+])
+def test_unsafe_patches_are_refused_naming_patch_and_path(series_fx, tmp_path, old, new, problem):
+    patch = series_fx.patches_dir / "beta-limit.patch"
+    patch.write_text(patch.read_text().replace(old, new))
+    with pytest.raises(UnsafePatchError) as caught:
+        apply_variant(context=series_fx.context(), variant="full", dest=tmp_path / "w")
+    assert "patches/beta-limit.patch" in caught.value.message and problem in caught.value.message
+    assert not (tmp_path / "w").exists()
+
+
+def test_a_patch_creating_a_symlink_is_refused(series_fx, tmp_path):
+    link = ("diff --git a/python/pkg/link b/python/pkg/link\nnew file mode 120000\nindex 0000000..1111111\n"
+            "--- /dev/null\n+++ b/python/pkg/link\n@@ -0,0 +1 @@\n+/etc/passwd\n\\ No newline at end of file\n")
+    patch = series_fx.patches_dir / "beta-limit.patch"
+    patch.write_text(patch.read_text() + link)
+    with pytest.raises(UnsafePatchError, match="symbolic link"):
+        apply_variant(context=series_fx.context(), variant="full", dest=tmp_path / "w")
