@@ -53,3 +53,15 @@ def check(session: nox.Session) -> None:
     _install_forkbuild(session)
     session.run("forkbuild", "check", *session.posargs)
     session.run("forkbuild", "export", "--check")
+
+
+@nox.session(name="test-patch", python="3.11", reuse_venv=True)
+@nox.parametrize("variant", VARIANTS)
+def test_patch(session: nox.Session, variant: str) -> None:
+    """Prove a variant: structure checks, then tests/patches against its wheel installed here (CPU)."""
+    constraints = str(ROOT / "constraints" / "test-patch.txt")
+    # The session venv is the test venv: pinned deps, forkbuild, then (by
+    # forkbuild) the variant's sglang wheel --no-deps.
+    session.install("-c", constraints, "-r", str(ROOT / "constraints" / "test-patch.in"))
+    session.install("-c", constraints, "-e", str(ROOT))
+    session.run("forkbuild", "test-patch", "--variant", variant, *session.posargs)

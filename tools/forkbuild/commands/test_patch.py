@@ -26,6 +26,8 @@ def run(args, context) -> int:
                       from_tree=args.from_tree, structure_only=args.structure_only)
     outcome = run_variant(context=context, options=options)
     context.reporter.console.print(summary.table(outcome.rows, variant=options.variant, checks=outcome.checks))
+    for line in summary.problems(outcome.rows):
+        context.reporter.info(line)
     context.reporter.info(f"written: {outcome.report}")
     if outcome.failed:
         context.reporter.warn(f"{len(outcome.failed)} check(s) failed; details in {outcome.report}")

@@ -6,7 +6,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from rich.markup import escape
 from rich.table import Table
 
 from forkbuild.testpatch.records import FAIL, PASS, Record, summarise, write_json
@@ -31,7 +30,7 @@ def cells(records: Iterable[Record], *, features: Sequence[str], checks: Sequenc
 
 
 def table(rows: list[dict], *, variant: str, checks: Sequence[str]) -> Table:
-    grid = Table("feature", *checks, title=f"test-patch {variant}", show_lines=True)
+    grid = Table("feature", *checks, title=f"test-patch {variant}")
     by_feature: dict[str, dict[str, dict]] = {}
     for row in rows:
         by_feature.setdefault(row["feature"] or "(no feature)", {})[row["check"]] = row
@@ -42,8 +41,21 @@ def table(rows: list[dict], *, variant: str, checks: Sequence[str]) -> Table:
 
 def _cell(row: dict) -> str:
     style = _STYLE.get(row["outcome"], "yellow")
-    reason = row["reason"] if len(row["reason"]) <= 90 else row["reason"][:87] + "..."
-    return f"[{style}]{row['outcome']}[/{style}] [dim]{escape(reason)}[/dim]"
+    counts = _counts(row["details"])
+    return f"[{style}]{row['outcome']}[/{style}]" + (f" [dim]{counts}[/dim]" if counts else "")
+
+
+def _counts(details: list[dict]) -> str:
+    tally: dict[str, int] = {}
+    for detail in details:
+        tally[detail["outcome"]] = tally.get(detail["outcome"], 0) + 1
+    return " ".join(f"{count} {outcome}" for outcome, count in sorted(tally.items()))
+
+
+def problems(rows: list[dict]) -> list[str]:
+    """One line per failed or skipped cell: what and why (the table has no room)."""
+    return [f"{row['feature'] or '(no feature)'} / {row['check']}: {row['outcome']}: {row['reason']}"
+            for row in rows if row["outcome"] != PASS]
 
 
 def write(path: Path, rows: list[dict], *, variant: str) -> None:
