@@ -208,3 +208,11 @@ def test_patch_name_from_feature_and_subject() -> None:
     assert patch_name("draft_tau", "sampling: scale the draft temperature") == "draft-tau-sampling-scale-the-draft-temperature.patch"
     assert patch_name("guards", "guards: startup report") == "guards-startup-report.patch"
     assert len(patch_name("x", "word " * 40)) <= len("x-") + 48 + len(".patch")
+
+
+def test_check_on_a_fresh_clone_applies_the_series_first(series_fx: SeriesFixture) -> None:
+    assert not (series_fx.root / ".forkbuild-work").exists()
+    assert series_fx.cli("export", "--check") == ExportDriftError.return_code  # patches/series not written yet
+    assert (series_fx.root / ".forkbuild-work" / "series" / "python" / "pkg" / "core.py").is_file()
+    assert series_fx.cli("export") == 0
+    assert series_fx.cli("export", "--check") == 0

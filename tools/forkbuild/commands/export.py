@@ -6,6 +6,7 @@ from pathlib import Path
 
 from rich.table import Table
 
+from forkbuild.apply import apply_variant
 from forkbuild.export import DEFAULT_TREE, export_series
 
 ACTION_STYLE = {"unchanged": "dim", "noise": "dim", "changed": "yellow", "new": "green"}
@@ -24,6 +25,11 @@ def add_parser(subparsers) -> None:
 
 def run(args, context) -> int:
     tree = (args.dir or context.series_dir / DEFAULT_TREE).resolve()
+    if args.check and not tree.exists():
+        # A fresh clone (CI): check that patches/ is exactly what applying and
+        # exporting it gives.
+        context.reporter.info(f"{tree} does not exist: applying the whole series there first")
+        apply_variant(context=context, variant=None, dest=tree)
     with context.reporter.step(f"{'Checking' if args.check else 'Exporting'} {tree} against patches/"):
         plan = export_series(context=context, tree=tree, check=args.check, refresh=args.refresh)
     table = Table("patch", "feature", "commit", "result", title=f"export of {tree}")
