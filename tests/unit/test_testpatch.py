@@ -1,0 +1,328 @@
+"""test-patch on a fixture upstream: a tiny "sglang" with a tiny envs registry,
+two guarded features with patches and tests/patches-style tests run by the
+repository's own tests/patches/conftest.py.
+
+The harness's promise: removing one patch from a variant makes its feature's
+guard-on test fail (and the structure checks say why)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from fixtures import PatchSpec, commit_spec, make_upstream_repo
+from forkbuild.cli import main as cli_main
+
+REPO = Path(__file__).resolve().parents[2]
+ENVIRON = "python/sglang/srt/environ.py"
+
+UPSTREAM = {
+    "python/sglang/__init__.py": '"""A tiny stand-in for sglang."""\n',
+    "python/sglang/srt/__init__.py": "",
+    ENVIRON: textwrap.dedent('''\
+        """The envs registry (stdlib only), shaped like sglang's."""
+
+        import os
+
+
+        class EnvField:
+            def __init__(self, default):
+                self.default = default
+
+            def __set_name__(self, owner, name):
+                self.name = name
+
+            def get(self):
+                value = os.getenv(self.name)
+                return self.default if value is None else self.parse(value)
+
+
+        class EnvInt(EnvField):
+            def parse(self, value):
+                return int(value)
+
+
+        class Envs:
+            SGLANG_WORKERS = EnvInt(1)
+
+
+        envs = Envs()
+        '''),
+    "python/sglang/core.py": textwrap.dedent('''\
+        """The code the features change."""
+
+        from sglang.srt.environ import envs
+
+
+        def scale(value):
+            return value * 2
+
+
+        def limit(value):
+            return min(value, 100)
+        '''),
+}
+
+GUARDS = PatchSpec(
+    file="guards.patch", feature="guards", subject="environ: switch type and guard section", body="Guards.",
+    edits=((ENVIRON, "class Envs:\n", textwrap.dedent('''\
+        class EnvSwitch(EnvField):
+            def parse(self, value):
+                if value.strip().lower() in ("1", "on", "true", "yes", "y"):
+                    return True
+                if value.strip().lower() in ("", "0", "off", "false", "no", "n"):
+                    return False
+                raise ValueError(f"{self.name}={value!r} is not a switch value")
+
+
+        class EnvStrictInt(EnvInt):
+            pass
+
+
+        class Envs:
+            # -- feature: alpha
+
+            # -- feature: beta
+
+        ''')),))
+ALPHA = PatchSpec(
+    file="alpha.patch", feature="alpha", subject="core: scale by three", body="Alpha.", guards=("DSV41_ALPHA",),
+    edits=((ENVIRON, "    # -- feature: alpha\n", "    # -- feature: alpha\n    DSV41_ALPHA = EnvSwitch(False)\n"),
+           ("python/sglang/core.py", "    return value * 2\n",
+            "    if envs.DSV41_ALPHA.get():\n        return value * 3\n    return value * 2\n")))
+BETA = PatchSpec(
+    file="beta.patch", feature="beta", subject="core: a configurable limit", body="Beta.", guards=("DSV41_BETA_LIMIT",),
+    edits=((ENVIRON, "    # -- feature: beta\n", "    # -- feature: beta\n    DSV41_BETA_LIMIT = EnvStrictInt(0)\n"),
+           ("python/sglang/core.py", "    return min(value, 100)\n",
+            "    return min(value, envs.DSV41_BETA_LIMIT.get() or 100)\n")))
+
+SERIES_TOML = '''\
+[series]
+name = "fixture"
+default_variant = "full"
+
+[upstream]
+name = "sglang"
+version = "1.0"
+package_root = "python"
+source = "git"
+
+[upstream.git]
+url = "{repo}"
+commit = "{commit}"
+
+[features.guards]
+description = "switch type and guard section"
+
+[features.alpha]
+description = "scale by three"
+requires = ["guards"]
+guards = [{{ env = "DSV41_ALPHA", type = "switch", default = "0" }}]
+
+[features.beta]
+description = "a configurable limit"
+requires = ["guards"]
+guards = [{{ env = "DSV41_BETA_LIMIT", type = "int", default = "{beta_default}" }}]
+
+[[patches]]
+file = "guards.patch"
+feature = "guards"
+unguarded = "declares the guard types and section"
+{patches}
+[variants.full]
+description = "everything"
+features = ["guards", "alpha", "beta"]
+
+[variants.stock]
+description = "upstream only"
+features = []
+'''
+
+TEST_ALPHA = '''\
+import importlib
+
+import pytest
+
+FEATURE = "alpha"
+
+
+@pytest.mark.guard_off
+def test_scale_doubles():
+    from sglang import core
+    assert core.scale(5) == 10
+
+
+@pytest.mark.guard_on
+def test_scale_triples(monkeypatch):
+    monkeypatch.setenv("DSV41_ALPHA", "on")
+    from sglang import core
+    assert core.scale(5) == 15
+
+
+@pytest.mark.absent
+def test_alpha_undeclared():
+    from sglang.srt import environ
+    assert not hasattr(environ.Envs, "DSV41_ALPHA")
+'''
+
+TEST_BETA = '''\
+import pytest
+
+FEATURE = "beta"
+
+
+@pytest.mark.guard_off
+def test_limit_is_100():
+    from sglang import core
+    assert core.limit(500) == 100
+
+
+@pytest.mark.guard_on
+def test_limit_follows_the_guard(monkeypatch):
+    monkeypatch.setenv("DSV41_BETA_LIMIT", "7")
+    from sglang import core
+    assert core.limit(500) == 7
+
+
+@pytest.mark.absent
+def test_beta_undeclared():
+    from sglang.srt import environ
+    assert not hasattr(environ.Envs, "DSV41_BETA_LIMIT")
+'''
+
+TEST_GUARDS = '''\
+import pytest
+
+FEATURE = "guards"
+
+
+@pytest.mark.guard_on
+def test_switch_spellings(monkeypatch):
+    from sglang.srt import environ
+    field = environ.EnvSwitch(False)
+    field.name = "DSV41_PROBE"
+    monkeypatch.setenv("DSV41_PROBE", "off")
+    assert field.get() is False
+
+
+@pytest.mark.guard_off
+def test_registry_reads_upstream_settings():
+    from sglang.srt.environ import envs
+    assert envs.SGLANG_WORKERS.get() == 1
+
+
+@pytest.mark.absent
+def test_no_switch_type():
+    from sglang.srt import environ
+    assert not hasattr(environ, "EnvSwitch")
+'''
+
+
+def _make(tmp_path: Path, *, specs=(ALPHA, BETA), beta_default: str = "0") -> Path:
+    repo, commit = make_upstream_repo(tmp_path / "upstream", UPSTREAM)
+    root = tmp_path / "series"
+    (root / "patches").mkdir(parents=True)
+    repo.run("checkout", "--quiet", "-b", "series")
+    for spec in (GUARDS, *specs):
+        (root / "patches" / spec.file).write_text(repo.format_patch(commit_spec(repo, spec)))
+    entries = "".join(f'\n[[patches]]\nfile = "{spec.file}"\nfeature = "{spec.feature}"\n' for spec in specs)
+    (root / "series.toml").write_text(SERIES_TOML.format(repo=repo.path, commit=commit, patches=entries,
+                                                         beta_default=beta_default))
+    tests = root / "tests" / "patches"
+    tests.mkdir(parents=True)
+    # The repository's own conftest: the contract under test.
+    shutil.copy(REPO / "tests" / "patches" / "conftest.py", tests / "conftest.py")
+    for name, text in {"test_alpha.py": TEST_ALPHA, "test_beta.py": TEST_BETA, "test_guards.py": TEST_GUARDS}.items():
+        (tests / name).write_text(text)
+    return root
+
+
+def _run(root: Path, variant: str, *extra: str) -> tuple[int, dict[tuple[str, str], dict]]:
+    code = cli_main(["-C", str(root), "--cache", str(root.parent / "cache"),
+                     "test-patch", "--variant", variant, "--from-tree", *extra])
+    rows = json.loads((root / "build" / "test-patch" / f"{variant}.json").read_text())
+    return code, {(row["feature"], row["check"]): row for row in rows}
+
+
+def test_full_variant_passes_every_feature_both_ways(tmp_path):
+    code, cells = _run(_make(tmp_path), "full")
+    for feature in ("guards", "alpha", "beta"):
+        for check in ("structure", "guard_off", "guard_on"):
+            assert cells[feature, check]["outcome"] == "pass", cells[feature, check]
+        assert cells[feature, "absent"]["outcome"] == "skip"
+    assert code == 0
+    row = cells["alpha", "guard_on"]
+    assert set(row) >= {"variant", "feature", "check", "outcome", "reason"}
+    assert row["details"][0]["test"].endswith("test_alpha.py::test_scale_triples")
+
+
+def test_removing_a_patch_makes_its_guard_on_test_fail(tmp_path):
+    code, cells = _run(_make(tmp_path, specs=(BETA,)), "full")
+    assert code == 1
+    assert cells["alpha", "guard_on"]["outcome"] == "fail"
+    assert "test_scale_triples" in cells["alpha", "guard_on"]["reason"]
+    assert cells["alpha", "guard_off"]["outcome"] == "pass"  # stock behaviour still holds
+    structure = [detail["reason"] for detail in cells["alpha", "structure"]["details"] if detail["outcome"] == "fail"]
+    assert any("no patch of alpha reads envs.DSV41_ALPHA" in reason for reason in structure)
+    assert any("DSV41_ALPHA is not declared" in reason for reason in structure)
+    # The other feature is untouched.
+    assert cells["beta", "guard_on"]["outcome"] == "pass"
+
+
+def test_stock_runs_the_absent_tests_and_proves_guard_on_tests_fail_without_patches(tmp_path):
+    code, cells = _run(_make(tmp_path), "stock")
+    for feature in ("guards", "alpha", "beta"):
+        assert cells[feature, "absent"]["outcome"] == "pass", cells[feature, "absent"]
+        assert cells[feature, "guard_on"]["outcome"] == "skip"
+        assert cells[feature, "guard_on_unpatched"]["outcome"] == "pass", cells[feature, "guard_on_unpatched"]
+        assert cells[feature, "guard_off_unpatched"]["outcome"] == "pass", cells[feature, "guard_off_unpatched"]
+    assert code == 0
+
+
+def test_a_guard_on_test_that_passes_on_stock_fails_the_proof(tmp_path):
+    root = _make(tmp_path)
+    weak = TEST_BETA.replace('assert core.limit(500) == 7', 'assert core.limit(5) == 5')
+    (root / "tests" / "patches" / "test_beta.py").write_text(weak)
+    code, cells = _run(root, "stock")
+    assert cells["beta", "guard_on_unpatched"]["outcome"] == "fail"
+    assert "does not detect a missing patch" in cells["beta", "guard_on_unpatched"]["reason"]
+    assert code == 1
+
+
+def test_default_mismatch_with_series_toml_fails_structure(tmp_path):
+    code, cells = _run(_make(tmp_path, beta_default="5"), "full", "--structure-only")
+    assert code == 1
+    assert cells["beta", "structure"]["outcome"] == "fail"
+    assert "default 0, series.toml says '5'" in cells["beta", "structure"]["reason"]
+    assert cells["alpha", "structure"]["outcome"] == "pass"
+
+
+def test_a_patch_reading_no_guard_fails_unless_marked_unguarded(tmp_path):
+    sneaky = PatchSpec(file="alpha.patch", feature="alpha", subject="core: scale by three", body="Always.",
+                       edits=(ALPHA.edits[0], ("python/sglang/core.py", "    return value * 2\n", "    return value * 3\n")))
+    root = _make(tmp_path, specs=(sneaky, BETA))
+    code, cells = _run(root, "full", "--structure-only")
+    assert code == 1
+    reasons = [detail["reason"] for detail in cells["alpha", "structure"]["details"] if detail["outcome"] == "fail"]
+    assert any("alpha.patch: added code reads none of DSV41_ALPHA" in reason for reason in reasons)
+
+
+@pytest.mark.parametrize("declaration, problem", [
+    ("EnvSwitch(True)", "default True, series.toml says '0'"),
+    ("EnvStrictInt(0)", "declared as EnvStrictInt, series.toml says type 'switch' (EnvSwitch)"),
+    ("EnvSwitch(default=False)", ""),
+    ("EnvSwitch(_computed())", "its default is not a literal"),
+])
+def test_declaration_mismatch(tmp_path, declaration, problem):
+    from forkbuild.config import Guard
+    from forkbuild.testpatch.declarations import mismatch, read_declarations
+
+    environ = tmp_path / "environ.py"
+    environ.write_text(f"class Envs:\n    OTHER = 1\n    DSV41_X = {declaration}\n")
+    found = read_declarations(environ)
+    assert list(found) == ["DSV41_X"] and found["DSV41_X"].line == 3
+    assert mismatch(Guard(env="DSV41_X", type="switch", default="0", feature="x"), found["DSV41_X"]).startswith(problem)
