@@ -1,0 +1,207 @@
+"""Every variant's image, in both modes, built for real on a docker daemon from
+the real pinned sglang wheel, then checked from inside each container.
+
+Needs a daemon: FORKBUILD_DOCKER_HOST (`.ci/docker-tests.sh` starts one and
+sets it). The images build on the local bases (`forkbuild build-base --stock`)
+via the generated compose file, all in parallel.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from forkbuild.commands.build_base import ensure_bases
+from forkbuild.commands.compose import compose_build
+from forkbuild.console import Reporter
+from forkbuild.context import Context
+from forkbuild.errors import BuildError
+from forkbuild.image import build, compose, dockerfile
+from forkbuild.image.docker import Docker
+from forkbuild.image.inputs import prepare_context
+from forkbuild.image.runtime import records
+
+REPO = Path(__file__).resolve().parents[2]
+HOST = os.environ.get("FORKBUILD_DOCKER_HOST", "")
+VARIANTS = list(tomllib.loads((REPO / "series.toml").read_text())["variants"])
+IMAGES = [(variant, mode) for variant in VARIANTS for mode in build.MODES]
+TAG = "forkbuild-test/sglang:{variant}-{mode}"
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.docker,
+    pytest.mark.skipif(not HOST, reason="FORKBUILD_DOCKER_HOST is not set: no docker daemon configured "
+                                        "(run .ci/docker-tests.sh, or `.ci/dockerd.sh start` and "
+                                        "`eval \"$(.ci/dockerd.sh env)\"`)"),
+]
+
+# Runs inside a container with the image's Python: an independent RECORD check
+# (it shares no code with forkbuild_runtime).
+RECORD_SCRIPT = r"""
+import base64, csv, hashlib, importlib.metadata, json, pathlib
+dist = importlib.metadata.distribution("sglang")
+site = pathlib.Path(dist.locate_file(""))
+rows, bad = {}, []
+for path, digest, size in csv.reader(dist.read_text("RECORD").splitlines()):
+    if not digest:
+        continue
+    algorithm, _, expected = digest.partition("=")
+    data = (site / path).read_bytes()
+    actual = base64.urlsafe_b64encode(hashlib.new(algorithm, data).digest()).rstrip(b"=").decode()
+    if actual != expected or int(size) != len(data):
+        bad.append(path)
+    rows[path] = digest
+print(json.dumps({"rows": rows, "bad": bad}))
+"""
+MANIFEST_SCRIPT = ("import importlib.util, pathlib; spec = importlib.util.find_spec('sglang'); "
+                   "print((pathlib.Path(spec.submodule_search_locations[0]) / '_forkbuild_manifest.json').read_text())")
+
+
+@pytest.fixture(scope="module")
+def context() -> Context:
+    return Context.create(series_dir=REPO, cache_dir=None, reporter=Reporter())
+
+
+@pytest.fixture(scope="module")
+def docker(context) -> Docker:
+    return Docker.connect(reporter=context.reporter, host=HOST)
+
+
+@pytest.fixture(scope="module")
+def bases(context, docker) -> tuple[str, str]:
+    return ensure_bases(context=context, docker=docker, stock=True)
+
+
+@pytest.fixture(scope="module")
+def contexts(context):
+    return {variant: prepare_context(context, variant=variant, python_tags=["cp311"]) for variant in VARIANTS}
+
+
+@pytest.fixture(scope="module")
+def images(contexts, docker, bases, tmp_path_factory):
+    """Every (variant, mode) image, built in parallel from a generated compose file."""
+    stock_base = bases[1]
+    out = REPO / "build"
+    services = compose.services(list(contexts.values()), modes=build.MODES,
+                                bases={"wheel": stock_base, "delta": stock_base}, relative_to=out)
+    services = [compose.Service(**{**service.__dict__, "image": TAG.format(variant=service.name.rsplit("-", 1)[0],
+                                                                           mode=service.name.rsplit("-", 1)[1])})
+                for service in services]
+    compose_file = out / "compose-test.yaml"
+    compose_file.write_text(compose.render(services, header="forkbuild integration test"))
+    compose_build(docker=docker, compose_file=compose_file, reporter=Reporter())
+    return {(variant, mode): TAG.format(variant=variant, mode=mode) for variant, mode in IMAGES}
+
+
+def run(docker: Docker, image: str, *command: str, env: dict[str, str] = {}, check: bool = True):
+    return docker.run_container(image, *command, env=env, check=check)
+
+
+def wheel_rows(context_dir: Path) -> dict[str, str]:
+    (wheel,) = (context_dir / "wheels").glob("*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        dist_info = next(n.split("/")[0] for n in archive.namelist() if n.endswith(".dist-info/RECORD"))
+        rows = records.parse(archive.read(f"{dist_info}/RECORD").decode())
+    return {row.path: row.hash for row in rows if row.hash and not row.path.startswith(f"{dist_info}/")}
+
+
+@pytest.mark.parametrize(("variant", "mode"), IMAGES)
+def test_pip_show_gives_the_local_version(images, contexts, docker, variant, mode):
+    output = run(docker, images[variant, mode], "pip", "show", "sglang").stdout.decode()
+    assert f"Version: {contexts[variant].version}\n" in output
+
+
+@pytest.mark.parametrize(("variant", "mode"), IMAGES)
+def test_every_installed_file_has_its_record_hash_and_is_the_wheels(images, contexts, docker, variant, mode):
+    result = json.loads(run(docker, images[variant, mode], "python3", "-c", RECORD_SCRIPT).stdout)
+    assert result["bad"] == []
+    installed = {path: digest for path, digest in result["rows"].items()
+                 if not path.startswith("../") and ".dist-info/" not in path}
+    assert installed == wheel_rows(contexts[variant].path)
+
+
+@pytest.mark.parametrize(("variant", "mode"), IMAGES)
+def test_manifest_reads_back_and_labels_match(images, contexts, docker, variant, mode):
+    manifest = json.loads(run(docker, images[variant, mode], "python3", "-c", MANIFEST_SCRIPT).stdout)
+    assert manifest == dict(contexts[variant].manifest)
+    labels = docker.inspect(images[variant, mode])["Config"]["Labels"]
+    assert dockerfile.labels(manifest).items() <= labels.items()
+    assert labels["io.forkbuild.mode"] == mode
+
+
+@pytest.mark.parametrize(("variant", "mode"), IMAGES)
+def test_guard_defaults_are_in_the_environment(images, contexts, docker, variant, mode):
+    lines = run(docker, images[variant, mode], "env").stdout.decode().splitlines()
+    environment = dict(line.split("=", 1) for line in lines if "=" in line)
+    defaults = contexts[variant].manifest["env_defaults"]
+    assert defaults and {key: environment.get(key) for key in defaults} == defaults
+
+
+@pytest.mark.parametrize(("variant", "mode"), IMAGES)
+def test_doctor_and_check_run(images, contexts, docker, variant, mode):
+    doctor = run(docker, images[variant, mode], "doctor", "--strict").stdout.decode()
+    assert f"variant:  {variant} " in doctor
+    for guard in contexts[variant].manifest["guards"]:
+        assert f"  {guard['env']}=" in doctor
+    check = run(docker, images[variant, mode], "check", "--env-defaults").stdout.decode()
+    assert "files match their hashes" in check
+
+
+def _left_out(manifest) -> list[dict]:
+    built = {guard["env"] for guard in manifest["guards"]}
+    return [guard for guard in manifest["series_guards"] if guard["env"] not in built]
+
+
+def test_doctor_warns_about_a_guard_for_a_feature_not_built_in(images, contexts, docker):
+    variant = next((v for v in VARIANTS if _left_out(contexts[v].manifest)), None)
+    if variant is None:
+        pytest.skip("every variant builds in every feature")
+    guard = _left_out(contexts[variant].manifest)[0]
+    result = run(docker, images[variant, "delta"], "doctor", env={guard["env"]: guard["default"] or "1"})
+    assert f"feature '{guard['feature']}' is NOT built into this image" in result.stderr.decode()
+    strict = run(docker, images[variant, "delta"], "doctor", "--strict", env={guard["env"]: "1"}, check=False)
+    assert strict.returncode == 1
+
+
+def test_serve_builds_the_launch_command_from_the_environment(images, docker):
+    variant = VARIANTS[-1]
+    settings = {"CONTEXT_LENGTH": "262144", "MEM_FRACTION_STATIC": "0.95", "MAX_RUNNING_REQUESTS": "4",
+                "TP_SIZE": "3", "EXTRA_SGLANG_ARGS": "--watchdog-timeout 1800 --enable-metrics"}
+    output = run(docker, images[variant, "wheel"], "serve", "--dry-run", env=settings).stdout.decode()
+    command = output.strip().splitlines()[-1]
+    assert command.startswith("python3 -m sglang.launch_server --model-path ")
+    for flag in ("--tp-size 3", "--context-length 262144", "--mem-fraction-static 0.95",
+                 "--max-running-requests 4", "--watchdog-timeout 1800 --enable-metrics"):
+        assert flag in command
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_delta_layer_is_thin_and_pip_stays_consistent(images, bases, docker, contexts, variant):
+    delta = build.layers_above(docker, images[variant, "delta"], bases[1])
+    wheel = build.layers_above(docker, images[variant, "wheel"], bases[1])
+    delta_bytes = sum(layer.size for layer in delta if "compileall" in layer.created_by)
+    wheel_bytes = sum(layer.size for layer in wheel if "pip install" in layer.created_by)
+    assert 0 < delta_bytes < 20e6 < 100e6 < wheel_bytes
+    image = images[variant, "delta"]
+    checks = run(docker, image, "pip", "check", check=False).stdout.decode()
+    stock_checks = run(docker, bases[1], "pip", "check", check=False).stdout.decode()
+    assert checks.replace(contexts[variant].version, contexts[variant].upstream_version) == stock_checks
+    leftover = run(docker, image, "sh", "-c", "pip uninstall -y sglang >/dev/null && "
+                   "find \"$(python3 -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])')\" "
+                   "-maxdepth 1 -name 'sglang*'").stdout.decode()
+    assert leftover == ""
+
+
+def test_delta_refuses_a_base_that_is_not_the_pinned_stock_wheel(images, contexts, docker, bases):
+    variant = VARIANTS[0]
+    with pytest.raises(BuildError, match="made for the pinned stock"):
+        build.build_image(docker=docker, context=contexts[variant], mode="delta",
+                          base=images[VARIANTS[-1], "wheel"], tag="forkbuild-test/refused:1")
+    with pytest.raises(BuildError, match="sglang is not installed"):
+        build.build_image(docker=docker, context=contexts[variant], mode="delta", base=bases[0],
+                          tag="forkbuild-test/refused:2")
