@@ -47,6 +47,20 @@ def build_wheel(session: nox.Session, variant: str) -> None:
     session.run("forkbuild", "build-wheel", "--variant", variant, *session.posargs)
 
 
+@nox.session(name="build-image", python="3.11", default=False)
+@nox.parametrize("variant", VARIANTS)
+def build_image(session: nox.Session, variant: str) -> None:
+    """The variant's docker image in both modes (wheel, delta), or in the one `--mode` given.
+
+    Needs a daemon (`.ci/dockerd.sh start`) and a base: posargs go to every
+    build, e.g. `nox -s build-image -- --local-base` or `-- --base IMAGE`.
+    """
+    _install_forkbuild(session)
+    chosen = any(arg.startswith("--mode") for arg in session.posargs)
+    for mode in [[]] if chosen else [["--mode", "wheel"], ["--mode", "delta"]]:
+        session.run("forkbuild", "build-image", "--variant", variant, *mode, *session.posargs)
+
+
 @nox.session(name="check", python="3.11", default=False)
 def check(session: nox.Session) -> None:
     """Every variant applies strictly; patches/ is what export would write."""
