@@ -74,10 +74,10 @@ def _check_changes(source: ZipSource, overlay: Overlay, dist_info: str) -> None:
 class _Writer:
     """ZipWriter plus the RECORD rows of what it wrote."""
 
-    def __init__(self, stream: BinaryIO, source: ZipSource) -> None:
+    def __init__(self, stream: BinaryIO, source: ZipSource, *, upstream_record: Mapping[str, RecordEntry]) -> None:
         self.zip = ZipWriter(stream)
         self.source = source
-        self.upstream_record: Mapping[str, RecordEntry] = {}
+        self.upstream_record = upstream_record
         self.rows: list[RecordEntry] = []
 
     def copy(self, member: Member, *, name: str | None = None) -> None:
@@ -109,8 +109,8 @@ def write_overlay(source: ZipSource, overlay: Overlay, stream: BinaryIO) -> None
     new_dist_info = naming.dist_info_dir(overlay.name, overlay.version)
     record_path = f"{old_dist_info}/RECORD"
     metadata_path = f"{old_dist_info}/METADATA"
-    writer = _Writer(stream, source)
-    writer.upstream_record = parse_record(source.read(record_path).decode("utf-8"), source=source.path.name)
+    upstream_record = parse_record(source.read(record_path).decode("utf-8"), source=source.path.name)
+    writer = _Writer(stream, source, upstream_record=upstream_record)
     # New members carry the upstream METADATA's timestamp: fixed by the pinned
     # wheel, never the clock, the time zone or SOURCE_DATE_EPOCH.
     stamp = source.by_name[metadata_path].info.date_time
