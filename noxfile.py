@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import tomllib
 from pathlib import Path
 
@@ -69,13 +70,31 @@ def check(session: nox.Session) -> None:
     session.run("forkbuild", "export", "--check")
 
 
-@nox.session(name="test-patch", python="3.11", reuse_venv=True)
+TEST_VENV = ROOT / ".nox" / "test-patch-venv"
+TEST_VENV_INPUTS = ("constraints/test-patch.txt", "constraints/test-patch.in", "pyproject.toml")
+
+
+@nox.session(name="test-patch", python=False)
 @nox.parametrize("variant", VARIANTS)
 def test_patch(session: nox.Session, variant: str) -> None:
-    """Prove a variant: structure checks, then tests/patches against its wheel installed here (CPU)."""
-    constraints = str(ROOT / "constraints" / "test-patch.txt")
-    # The session venv is the test venv: pinned deps, forkbuild, then (by
-    # forkbuild) the variant's sglang wheel --no-deps.
-    session.install("-c", constraints, "-r", str(ROOT / "constraints" / "test-patch.in"))
-    session.install("-c", constraints, "-e", str(ROOT))
-    session.run("forkbuild", "test-patch", "--variant", variant, *session.posargs)
+    """Prove a variant: structure checks, then tests/patches against its wheel in the test venv (CPU)."""
+    python = _test_venv(session)
+    session.run(str(python), "-m", "forkbuild", "test-patch", "--variant", variant, *session.posargs)
+
+
+def _test_venv(session: nox.Session) -> Path:
+    """One test venv for every variant, reused between runs: pinned deps (torch
+    alone is ~5.5 GB; a venv per variant would cost minutes of CI each), then
+    forkbuild; forkbuild installs each variant's sglang wheel --no-deps itself.
+    Re-synced when the constraints or forkbuild's own requirements change."""
+    python = TEST_VENV / "bin" / "python"
+    if not python.exists():
+        session.run("python3.11", "-m", "venv", str(TEST_VENV), external=True)
+    stamp = TEST_VENV / "forkbuild-inputs.sha256"
+    digest = hashlib.sha256(b"".join((ROOT / name).read_bytes() for name in TEST_VENV_INPUTS)).hexdigest()
+    if not stamp.is_file() or stamp.read_text() != digest:
+        constraints = str(ROOT / "constraints" / "test-patch.txt")
+        session.run(str(python), "-m", "pip", "install", "-c", constraints, "-r", str(ROOT / "constraints" / "test-patch.in"), external=True)
+        session.run(str(python), "-m", "pip", "install", "-c", constraints, "-e", str(ROOT), external=True)
+        stamp.write_text(digest)
+    return python
