@@ -62,6 +62,15 @@ def build_image(session: nox.Session, variant: str) -> None:
         session.run("forkbuild", "build-image", "--variant", variant, *mode, *session.posargs)
 
 
+@nox.session(name="image-tests", python="3.11", default=False)
+def image_tests(session: nox.Session) -> None:
+    """Every variant's image in both modes, built and checked inside, on a private
+    docker daemon that .ci/docker-tests.sh installs, starts and stops (needs root)."""
+    _install_forkbuild(session)
+    session.run("bash", str(ROOT / ".ci" / "docker-tests.sh"), *session.posargs,
+                env={"PYTHON": str(Path(session.bin) / "python")}, external=True)
+
+
 @nox.session(name="check", python="3.11", default=False)
 def check(session: nox.Session) -> None:
     """Every variant applies strictly; patches/ is what export would write."""
