@@ -1,0 +1,91 @@
+"""max_new_tokens: a chat request's max_new_tokens is its completion budget."""
+
+from __future__ import annotations
+
+import pytest
+
+FEATURE = "max_new_tokens"
+GUARD = "DSV41_MAX_NEW_TOKENS"
+MESSAGES = [{"role": "user", "content": "hi"}]
+
+
+def _request(**fields):
+    from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest
+
+    return ChatCompletionRequest(model="m", messages=MESSAGES, **fields)
+
+
+def _budget(request):
+    return request.to_sampling_params(stop=[], model_generation_config={})["max_new_tokens"]
+
+
+@pytest.mark.guard_off
+def test_max_new_tokens_is_dropped():
+    assert _budget(_request(max_new_tokens=5)) is None
+
+
+@pytest.mark.guard_off
+def test_max_new_tokens_never_conflicts():
+    assert _budget(_request(max_new_tokens=5, max_tokens=7)) == 7
+
+
+@pytest.mark.guard_on
+def test_max_new_tokens_is_the_budget(monkeypatch):
+    monkeypatch.setenv(GUARD, "1")
+
+    assert _budget(_request(max_new_tokens=5)) == 5
+    # The same value under two names is no conflict.
+    assert _budget(_request(max_new_tokens=5, max_tokens=5)) == 5
+    assert _budget(_request(max_new_tokens=5, max_completion_tokens=5)) == 5
+
+
+@pytest.mark.guard_on
+@pytest.mark.parametrize("other", ["max_tokens", "max_completion_tokens"])
+def test_conflicting_values_are_rejected_naming_both(monkeypatch, other):
+    from pydantic import ValidationError
+
+    monkeypatch.setenv(GUARD, "1")
+
+    # A ValidationError of the request body is the server's 400
+    # (http_server.validation_exception_handler).
+    with pytest.raises(ValidationError, match=f"max_new_tokens=5 conflicts with {other}=7"):
+        _request(max_new_tokens=5, **{other: 7})
+
+
+@pytest.mark.guard_on
+@pytest.mark.parametrize(
+    ("budget", "prompt_len", "expected"),
+    [(1000, 100, 28), (10, 100, 10), (1000, 128, 1000), (1000, 200, 1000)],
+    ids=["cut-to-room", "fits", "prompt-fills-context", "prompt-too-long"],
+)
+def test_budget_is_clamped_to_the_context(budget, prompt_len, expected):
+    from sglang.srt.entrypoints.openai import serving_chat
+
+    sampling_params = {"max_new_tokens": budget}
+
+    serving_chat._clamp_max_new_tokens(
+        sampling_params, prompt_ids=list(range(prompt_len)), context_length=128
+    )
+
+    assert sampling_params["max_new_tokens"] == expected
+
+
+@pytest.mark.guard_on
+def test_budget_without_a_token_prompt_is_clamped_to_the_context_length():
+    from sglang.srt.entrypoints.openai import serving_chat
+
+    sampling_params = {"max_new_tokens": 1000}
+
+    serving_chat._clamp_max_new_tokens(sampling_params, prompt_ids="a text prompt", context_length=128)
+
+    assert sampling_params["max_new_tokens"] == 128
+
+
+@pytest.mark.absent
+def test_absent_max_new_tokens_dropped_and_guard_undeclared(monkeypatch):
+    from sglang.srt import environ
+
+    assert GUARD not in vars(environ.Envs)
+    monkeypatch.setenv(GUARD, "1")
+
+    assert _budget(_request(max_new_tokens=5)) is None
