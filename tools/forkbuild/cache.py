@@ -122,6 +122,8 @@ class UpstreamCache:
                 raise UpstreamError(
                     f"{pin.filename}: sha256 mismatch: series.toml pins {pin.sha256}, {url} gave {actual}",
                     hint="nothing in the cache was changed; check the pin in series.toml [[upstream.wheels]]")
+            # mkstemp makes the file 0600; the wheel is copied into images and venvs.
+            partial.chmod(0o644)
             os.replace(partial, target)
         finally:
             partial.unlink(missing_ok=True)
