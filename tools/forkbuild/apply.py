@@ -179,8 +179,9 @@ def _am_all(worktree: Git, plan: ApplyPlan, *, reporter) -> list[PatchRecord]:
         reporter.detail(result.stdout + result.stderr)
         made = worktree.commits(before, worktree.head())
         three_way = _three_way_subjects(result.stdout + result.stderr)
+        diffs = worktree.commit_diffs(before, worktree.head()) if made else {}
         for (entry, info), commit in zip(remaining, made):
-            records.append(_record_for(worktree, entry, info, commit, three_way=info.subject in three_way))
+            records.append(_record_for(entry, info, commit, diffs[commit], three_way=info.subject in three_way))
         remaining = remaining[len(made):]
         if result.status == 0:
             break
@@ -202,10 +203,10 @@ def _three_way_subjects(output: str) -> set[str]:
     return subjects
 
 
-def _record_for(worktree: Git, entry: PatchEntry, info: PatchInfo, commit: str, *, three_way: bool) -> PatchRecord:
+def _record_for(entry: PatchEntry, info: PatchInfo, commit: str, applied_diff: str, *, three_way: bool) -> PatchRecord:
     if three_way:
         return PatchRecord(entry=entry, outcome="3way", commit=commit, detail="(merged with the series' blobs)")
-    offsets = _offsets(info, worktree.diff_tree_patch(commit))
+    offsets = _offsets(info, applied_diff)
     if offsets:
         return PatchRecord(entry=entry, outcome="offset", commit=commit, detail="; ".join(offsets))
     return PatchRecord(entry=entry, outcome="exact", commit=commit)

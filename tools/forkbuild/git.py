@@ -177,6 +177,15 @@ class Git:
         # .stdout, not out(): stripping would cut a trailing blank context line (" ") off the last hunk.
         return self.run("diff-tree", "--no-commit-id", "-p", "--full-index", "--no-renames", f"{commit}^", commit).stdout
 
+    def commit_diffs(self, base: str, head: str) -> dict[str, str]:
+        """The full-index patch of every commit in base..head, from one git process."""
+        raw = self.run("log", "-p", "--full-index", "--no-renames", "--format=%x00%H", f"{base}..{head}").stdout
+        diffs = {}
+        for block in raw.split("\0")[1:]:
+            sha, _, diff = block.partition("\n")
+            diffs[sha] = diff.lstrip("\n")
+        return diffs
+
     def format_patch(self, commit: str) -> str:
         """One commit as an mbox patch with flags fixed for churn-free export."""
         return self.run(
