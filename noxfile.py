@@ -107,3 +107,17 @@ def _test_venv(session: nox.Session) -> Path:
         session.run(str(python), "-m", "pip", "install", "-c", constraints, "-e", str(ROOT), external=True)
         stamp.write_text(digest)
     return python
+
+
+@nox.session(name="rebase", python="3.11", default=False)
+def rebase(session: nox.Session) -> None:
+    """Move the series onto a new upstream: `nox -s rebase -- 0.5.24` (or a commit with --version X);
+    after a stop: `nox -s rebase -- --continue` / `--skip` / `--abort`."""
+    if not session.posargs:
+        session.error("name the target: nox -s rebase -- VERSION   (or -- --continue / --skip / --abort)")
+    _install_forkbuild(session)
+    first, rest = session.posargs[0], session.posargs[1:]
+    if first.startswith("--"):
+        session.run("forkbuild", "rebase", first, *rest)
+    else:
+        session.run("forkbuild", "rebase", "--onto", first, *rest)
