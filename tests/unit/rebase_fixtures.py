@@ -8,7 +8,6 @@ import hashlib
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 from fixtures import DEFAULT_PATCHES, PatchSpec, SeriesFixture, commit_all, edit
 from forkbuild.git import Git

@@ -6,13 +6,10 @@ from __future__ import annotations
 import json
 import tomllib
 
-import pytest
-
 from fixtures import SeriesFixture, make_series
 from forkbuild.errors import RebaseStopped
-from forkbuild.git import Git
-from rebase_fixtures import (CONFLICT_CHANGES, LADDER_CHANGES, NEW_VERSION, UPSTREAMED_CHANGES, WITH_DOCS, edit,
-                             fingerprint, rebase_args, release, tree)
+from rebase_fixtures import (CONFLICT_CHANGES, LADDER_CHANGES, NEW_VERSION, UPSTREAMED_CHANGES, WITH_DOCS, fingerprint,
+                             rebase_args, release, tree)
 
 
 def report_of(fx: SeriesFixture) -> dict:

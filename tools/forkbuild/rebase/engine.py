@@ -25,8 +25,10 @@ from forkbuild.cache import UpstreamCache
 from forkbuild.config import GitPin, Upstream, WheelPin
 from forkbuild.context import Context
 from forkbuild.errors import ForkbuildError, RebaseStopped
+from forkbuild.export import export_series
 from forkbuild.git import Git
 from forkbuild.rebase import ladder, report
+from forkbuild.rebase.checking import check_every_variant
 from forkbuild.rebase.journal import Journal, checkpoint
 from forkbuild.rebase.pin import moved_pin
 from forkbuild.rebase.upstreamed import HunkEvidence, evidence
@@ -177,7 +179,7 @@ class Rebase:
             patch = state["patches"][state["cursor"]]
             state["phase"], state["head_before"] = "applying", worktree.head()
             self.journal.save(state, step=f"applying:{patch['file']}")
-            step = ladder.replay(worktree, paths[state["cursor"]])
+            step = ladder.replay(worktree, paths[state["cursor"]], upstream=state["new_base"])
             self._record(patch, step)
             if step.outcome == "conflict":
                 state["phase"] = "conflict"
@@ -210,7 +212,7 @@ class Rebase:
         step = ladder.settle(worktree, patch=path, head_before=state["head_before"])
         if step.outcome == "emptied":
             # Not "upstream already has it": the patch did not reverse-apply; say which hunks upstream lacks.
-            found = evidence(worktree, commit=worktree.head(), patch_text=path.read_text(errors="surrogateescape"))
+            found = evidence(worktree, commit=state["new_base"], patch_text=path.read_text(errors="surrogateescape"))
             step = dataclasses.replace(step, evidence=tuple(found))
         self._record(patch, step)
         self.reporter.info(f"{patch['file']}: {report.LABELS[step.outcome]}")
@@ -242,8 +244,6 @@ class Rebase:
 
     # -- finalize ---------------------------------------------------------------------
     def _finalize(self, state: dict) -> None:
-        from forkbuild.export import export_series
-
         worktree = self._worktree(state)
         self.journal.restore_series()  # a known start: redoing this phase writes the same result
         checkpoint("finalize:restored")
@@ -264,8 +264,6 @@ class Rebase:
         return Context(series_dir=self.context.series_dir, cache_dir=self.context.cache_dir, reporter=self.reporter)
 
     def _check_and_finish(self, state: dict) -> None:
-        from forkbuild.rebase.checking import check_every_variant
-
         check = check_every_variant(self._fresh_context())
         final = self._report(state, check=check, final=True)
         md_path, json_path = report.paths(self.context.build_dir, old=state["old"]["version"],

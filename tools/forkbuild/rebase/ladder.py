@@ -18,7 +18,7 @@ import unidiff
 
 from forkbuild.errors import RebaseStopped
 from forkbuild.git import Git
-from forkbuild.patchfile import check_safe, read_patch
+from forkbuild.patchfile import check_safe
 from forkbuild.rebase.upstreamed import HunkEvidence, evidence
 
 INDEX_LINE = re.compile(r"^index ([0-9a-f]+)\.\.[0-9a-f]+", re.MULTILINE)
@@ -63,14 +63,17 @@ def unmerged_paths(worktree: Git) -> list[str]:
     return listing.splitlines() if listing else []
 
 
-def replay(worktree: Git, patch: Path) -> Step:
-    """Apply one patch on top of the work tree's HEAD; a conflict leaves `git am` stopped there."""
+def replay(worktree: Git, patch: Path, *, upstream: str) -> Step:
+    """Apply one patch on top of the work tree's HEAD; a conflict leaves `git am` stopped there.
+
+    Evidence for an upstreamed patch points into `upstream` (the new release's
+    commit), not HEAD, whose line numbers the earlier fork patches shift."""
     check_safe(patch, tree=worktree.path)
     text = _patch_text(patch)
     head = worktree.head()
     if worktree.run("apply", "--reverse", "--check", str(patch), check=False).status == 0:
         return Step(outcome="upstreamed", detail="the new upstream already holds the patch's result (it reverse-applies)",
-                    evidence=tuple(evidence(worktree, commit=head, patch_text=text)))
+                    evidence=tuple(evidence(worktree, commit=upstream, patch_text=text)))
     if worktree.run("apply", "--check", str(patch), check=False).status == 0:
         result = worktree.am([patch], three_way=False, committer_date_is_author_date=True)
         if result.status != 0:
@@ -84,7 +87,7 @@ def replay(worktree: Git, patch: Path) -> Step:
     if result.status == 0:
         if worktree.head() == head:
             return Step(outcome="upstreamed", detail="a 3-way merge left nothing to change (upstream already has it)",
-                        evidence=tuple(evidence(worktree, commit=head, patch_text=text)))
+                        evidence=tuple(evidence(worktree, commit=upstream, patch_text=text)))
         return Step(outcome="3way", commit=worktree.head(), detail="merged with the old series' blobs")
     reason = next((line.strip() for line in (result.stdout + "\n" + result.stderr).splitlines()
                    if line.startswith(("error:", "CONFLICT"))), "does not apply")
@@ -138,6 +141,3 @@ def skip(worktree: Git, *, head_before: str) -> None:
     worktree.reset_hard(head_before)
     worktree.run("clean", "-fdq")
 
-
-def patch_subject(patch: Path) -> str:
-    return read_patch(patch).subject

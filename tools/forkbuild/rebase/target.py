@@ -48,6 +48,9 @@ def _git_target(current: Upstream, *, commit: str, version: str | None) -> Upstr
 
 
 def _wheel_target(current: Upstream, *, version: str) -> Upstream:
+    if current.source == "git":
+        raise UpstreamError(f"--onto {version}: this series builds from git (upstream.source = 'git'); "
+                            "rebase onto a commit: --onto <full commit id> --version X")
     if not current.wheels:
         raise UpstreamError("--onto VERSION needs [[upstream.wheels]] pins to follow (which Python tags)")
     files = pypi.release_wheels(current.name, version)
