@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 HOST = os.environ.get("FORKBUILD_DOCKER_HOST", "")
 VARIANTS = list(tomllib.loads((REPO / "series.toml").read_text())["variants"])
 IMAGES = [(variant, mode) for variant in VARIANTS for mode in build.MODES]
-TAG = "forkbuild-test/sglang:{variant}-{mode}"
+REPOSITORY = "forkbuild-test/sglang"
 
 pytestmark = [
     pytest.mark.integration,
@@ -87,15 +87,12 @@ def images(contexts, docker, bases, tmp_path_factory):
     """Every (variant, mode) image, built in parallel from a generated compose file."""
     stock_base = bases[1]
     out = REPO / "build"
-    services = compose.services(list(contexts.values()), modes=build.MODES,
-                                bases={"wheel": stock_base, "delta": stock_base}, relative_to=out)
-    services = [compose.Service(**{**service.__dict__, "image": TAG.format(variant=service.name.rsplit("-", 1)[0],
-                                                                           mode=service.name.rsplit("-", 1)[1])})
-                for service in services]
+    services = compose.services(list(contexts.values()), modes=build.MODES, relative_to=out, repository=REPOSITORY,
+                                bases={"wheel": stock_base, "delta": stock_base})
     compose_file = out / "compose-test.yaml"
     compose_file.write_text(compose.render(services, header="forkbuild integration test"))
     compose_build(docker=docker, compose_file=compose_file, reporter=Reporter())
-    return {(variant, mode): TAG.format(variant=variant, mode=mode) for variant, mode in IMAGES}
+    return {(variant, mode): build.default_tag(variant, mode, repository=REPOSITORY) for variant, mode in IMAGES}
 
 
 def run(docker: Docker, image: str, *command: str, env: dict[str, str] = {}, check: bool = True):

@@ -62,7 +62,8 @@ def run(args, context) -> int:
     return 0
 
 
-def compose_build(*, docker: Docker, compose_file: Path, reporter, services: tuple[str, ...] = ()) -> None:
+def compose_build(*, docker: Docker, compose_file: Path, reporter, services: tuple[str, ...] = (),
+                  no_cache: bool = False) -> None:
     """`docker-compose build --parallel` with our docker client first on PATH:
     compose 1.29 runs `docker build` from PATH when COMPOSE_DOCKER_CLI_BUILD=1."""
     program = shutil.which("docker-compose")
@@ -70,7 +71,7 @@ def compose_build(*, docker: Docker, compose_file: Path, reporter, services: tup
         raise ToolMissing("docker-compose is not installed", hint="apt-get install docker-compose")
     env = dict(docker.env)
     env["PATH"] = f"{Path(docker.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    command = [program, "-f", str(compose_file), "build", "--parallel", *services]
+    command = [program, "-f", str(compose_file), "build", "--parallel", *(["--no-cache"] if no_cache else []), *services]
     reporter.detail("$ " + " ".join(command))
     result = subprocess.run(command, env=env, capture_output=not reporter.verbose)
     if result.returncode != 0:

@@ -20,8 +20,8 @@ def official_base(upstream_version: str) -> str:
     return OFFICIAL_BASE.format(version=upstream_version)
 
 
-def default_tag(variant: str, mode: str) -> str:
-    return f"{IMAGE_REPO}:{variant}-{mode}"
+def default_tag(variant: str, mode: str, *, repository: str = IMAGE_REPO) -> str:
+    return f"{repository}:{variant}-{mode}"
 
 
 def build_args(context: ImageContext, *, mode: str, base: str) -> dict[str, str]:
@@ -56,10 +56,11 @@ class BuiltImage:
         return sum(layer.size for layer in self.layers if marker in layer.created_by)
 
 
-def build_image(*, docker: Docker, context: ImageContext, mode: str, base: str, tag: str) -> BuiltImage:
+def build_image(*, docker: Docker, context: ImageContext, mode: str, base: str, tag: str,
+                no_cache: bool = False) -> BuiltImage:
     args = build_args(context, mode=mode, base=base)
     start = time.monotonic()
-    docker.build(context=context.path, tag=tag, target=TARGET, build_args=args, stream=True)
+    docker.build(context=context.path, tag=tag, target=TARGET, build_args=args, stream=True, no_cache=no_cache)
     seconds = time.monotonic() - start
     return BuiltImage(tag=tag, mode=mode, base=base, seconds=seconds, layers=layers_above(docker, tag, base))
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from forkbuild.image.build import TARGET, build_args, default_tag
+from forkbuild.image.build import IMAGE_REPO, TARGET, build_args, default_tag
 from forkbuild.image.context import ImageContext
 
 # Users point compose at other bases without regenerating the file.
@@ -29,12 +29,12 @@ class Service:
 
 
 def services(contexts: Sequence[ImageContext], *, modes: Sequence[str], bases: dict[str, str],
-             relative_to: Path) -> list[Service]:
+             relative_to: Path, repository: str = IMAGE_REPO) -> list[Service]:
     result = []
     for context in contexts:
         for mode in modes:
             args = build_args(context, mode=mode, base=f"${{{BASE_VARIABLE[mode]}:-{bases[mode]}}}")
-            result.append(Service(name=f"{context.variant}-{mode}", image=default_tag(context.variant, mode),
+            result.append(Service(name=f"{context.variant}-{mode}", image=default_tag(context.variant, mode, repository=repository),
                                   context=os.path.relpath(context.path, relative_to), args=args))
     return result
 

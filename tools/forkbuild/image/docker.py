@@ -81,9 +81,11 @@ class Docker:
         return json.loads(self.run("image", "inspect", ref).stdout)[0]
 
     def build(self, *, context: Path, tag: str, dockerfile: Path | None = None, target: str | None = None,
-              build_args: Mapping[str, str] = {}, stream: bool = False) -> None:
+              build_args: Mapping[str, str] = {}, stream: bool = False, no_cache: bool = False) -> None:
         """`docker build` without network: everything the image needs is in the context."""
         args = ["build", "--network", "none", "--tag", tag, "--progress", "plain"]
+        if no_cache:
+            args.append("--no-cache")
         if dockerfile:
             args += ["--file", str(dockerfile)]
         if target:

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The docker part of CI: a private dockerd, the local base images, every
+# variant's image in both modes built and checked (tests/integration/test_image_build.py),
+# and the daemon stopped again, also when something fails.
+#
+#   .ci/docker-tests.sh [pytest args...]
+#
+# PYTHON: the interpreter that has forkbuild and pytest (default: python3).
+# FORKBUILD_DOCKERD_DIR: where the daemon keeps its state (see .ci/dockerd.sh);
+# keeping it between runs keeps the base images (they are tagged by recipe hash).
+# From .ci/run:  .ci/docker-tests.sh  (or `source` nothing: it is self-contained)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON="${PYTHON:-python3}"
+
+started=0
+if ! .ci/dockerd.sh status; then
+  .ci/dockerd.sh start
+  started=1
+fi
+# Stop only a daemon this script started; a developer's running one stays.
+trap 'if [[ $started == 1 ]]; then .ci/dockerd.sh stop; fi' EXIT
+eval "$(.ci/dockerd.sh env)"
+
+SECONDS=0
+"$PYTHON" -m forkbuild build-base --stock
+echo "docker-tests: bases ready after ${SECONDS}s"
+"$PYTHON" -m pytest -m docker -p no:cacheprovider tests/integration/test_image_build.py "$@"
+echo "docker-tests: done after ${SECONDS}s"
