@@ -78,13 +78,14 @@ def _compile_records(tree: Git, applied: list[PatchRecord]) -> list[Record]:
     for record in applied:
         for path in _touched(tree, record.commit):
             if path.endswith(".py"):
-                records.append(_compile_one(record, tree.path / path, path))
+                records.append(_compile_one(record, tree.out("show", f"{record.commit}:{path}"), path))
     return records
 
 
-def _compile_one(record: PatchRecord, file: Path, path: str) -> Record:
+def _compile_one(record: PatchRecord, source: str, path: str) -> Record:
+    # The file as this patch left it: a later patch may change or remove it.
     try:
-        compile(file.read_bytes(), path, "exec", dont_inherit=True)
+        compile(source, path, "exec", dont_inherit=True)
     except SyntaxError as error:
         return _record(record.entry.feature, "compile", FAIL, f"{path}:{error.lineno}: {error.msg} (after {record.entry.file})")
     return _record(record.entry.feature, "compile", PASS, f"{path} compiles")
