@@ -21,10 +21,10 @@ import unidiff
 
 from forkbuild.apply import ApplyResult, PatchRecord, apply_plan, plan_variant
 from forkbuild.cache import UpstreamCache
-from forkbuild.config import Series
+from forkbuild.config import Guard, Series
 from forkbuild.context import Context
 from forkbuild.git import Git
-from forkbuild.testpatch.declarations import mismatch, read_declarations
+from forkbuild.testpatch.declarations import Declaration, mismatch, read_declarations
 from forkbuild.testpatch.records import FAIL, PASS, SKIP, STRUCTURE, Record
 from forkbuild.wheel import naming
 
@@ -131,29 +131,36 @@ def _guard_read_records(series: Series, variant: str, tree: Git, applied: list[P
 
 def _declaration_records(series: Series, variant: str, environ: Path) -> list[Record]:
     declarations = read_declarations(environ)
-    chosen = set(series.variant(variant).features)
+    chosen = series.variant(variant).features
     owners = {guard.env: guard for guard in series.all_guards()}
+    records = _stray_declarations(declarations, owners, chosen=chosen, variant=variant, environ=environ)
+    declared_features = {owners[env].feature for env in declarations if env in owners}
+    for name in sorted(set(series.features) - set(chosen) - declared_features):
+        records.append(_record(name, "guard_decl", PASS if series.features[name].guards else SKIP,
+                               f"not built into {variant}; none of its guards declared"))
+    for guard in series.guards_for(chosen):
+        records.append(_declared_as_series_says(guard, declarations.get(guard.env), environ=environ))
+    return records
+
+
+def _stray_declarations(declarations: dict[str, Declaration], owners: dict[str, Guard], *, chosen: tuple[str, ...],
+                        variant: str, environ: Path) -> list[Record]:
+    """DSV41_* fields of Envs that series.toml does not know, or whose feature the variant leaves out."""
     records = []
     for env, declaration in sorted(declarations.items()):
-        guard = owners.get(env)
-        where = f"{environ.name}:{declaration.line}"
+        guard, where = owners.get(env), f"{environ.name}:{declaration.line}"
         if guard is None:
             records.append(_record("", "guard_decl", FAIL, f"{where}: {env} is no feature's guard in series.toml"))
         elif guard.feature not in chosen:
             records.append(_record(guard.feature, "guard_decl", FAIL,
                                    f"{where}: {env} is declared, but {variant} leaves {guard.feature} out"))
-    for name in sorted(set(series.features) - chosen):
-        if not any(owners[env].feature == name for env in declarations if env in owners):
-            records.append(_record(name, "guard_decl", PASS if series.features[name].guards else SKIP,
-                                   f"not built into {variant}; none of its guards declared"))
-    for name in series.variant(variant).features:
-        for guard in series.features[name].guards:
-            declaration = declarations.get(guard.env)
-            if declaration is None:
-                records.append(_record(name, "guard_decl", FAIL, f"{guard.env} is not declared in class Envs of {environ.name}"))
-                continue
-            problem = mismatch(guard, declaration)
-            outcome, reason = (FAIL, problem) if problem else (PASS, f"{guard.env}: {declaration.field_class}, default {guard.default!r}")
-            records.append(_record(name, "guard_decl", outcome, f"{environ.name}:{declaration.line}: {reason}"
-                                   if problem else reason))
     return records
+
+
+def _declared_as_series_says(guard: Guard, declaration: Declaration | None, *, environ: Path) -> Record:
+    if declaration is None:
+        return _record(guard.feature, "guard_decl", FAIL, f"{guard.env} is not declared in class Envs of {environ.name}")
+    problem = mismatch(guard, declaration)
+    if problem:
+        return _record(guard.feature, "guard_decl", FAIL, f"{environ.name}:{declaration.line}: {guard.env} {problem}")
+    return _record(guard.feature, "guard_decl", PASS, f"{guard.env}: {declaration.field_class}, default {guard.default!r}")
