@@ -103,8 +103,8 @@ def _test_venv(session: nox.Session) -> Path:
     digest = hashlib.sha256(b"".join((ROOT / name).read_bytes() for name in TEST_VENV_INPUTS)).hexdigest()
     if not stamp.is_file() or stamp.read_text() != digest:
         constraints = str(ROOT / "constraints" / "test-patch.txt")
-        session.run(str(python), "-m", "pip", "install", "-c", constraints, "-r", str(ROOT / "constraints" / "test-patch.in"), external=True)
-        session.run(str(python), "-m", "pip", "install", "-c", constraints, "-e", str(ROOT), external=True)
+        session.run(str(python), "-m", "pip", "install", "--quiet", "-c", constraints, "-r", str(ROOT / "constraints" / "test-patch.in"), external=True)
+        session.run(str(python), "-m", "pip", "install", "--quiet", "-c", constraints, "-e", str(ROOT), external=True)
         stamp.write_text(digest)
     return python
 
