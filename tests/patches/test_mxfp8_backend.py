@@ -154,6 +154,14 @@ def blackwell_flashinfer(fp8_utils, monkeypatch):
     monkeypatch.setattr(fp8_utils, "get_platform", lambda: platform)
     monkeypatch.setattr(fp8_utils, "is_flashinfer_available", lambda: True)
     monkeypatch.setattr(fp8_utils, "_is_cuda", True)
+    monkeypatch.setattr(fp8_utils, "get_device_sm", lambda: 121)
+    # FlashInfer's CuTe-DSL MXFP8 probe (auto path only): none on this box.
+    monkeypatch.setattr(
+        fp8_utils,
+        "_raw_flashinfer_mm_mxfp8",
+        types.SimpleNamespace(is_backend_supported=lambda name, sm: False),
+        raising=False,
+    )
     return fp8_utils
 
 
@@ -215,14 +223,6 @@ def test_guard_off_follows_fp8_gemm_backend(
     monkeypatch.setattr(
         fp8_utils, "FP8_GEMM_RUNNER_BACKEND", fp8_utils.Fp8GemmRunnerBackend[runner]
     )
-    # The CuTe-DSL probe only runs on the auto path; this box has no CuTe-DSL.
-    monkeypatch.setattr(
-        fp8_utils,
-        "_raw_flashinfer_mm_mxfp8",
-        types.SimpleNamespace(is_backend_supported=lambda name, sm: False),
-        raising=False,
-    )
-    monkeypatch.setattr(fp8_utils, "get_device_sm", lambda: 121)
     backend = fp8_utils.Mxfp8DenseGemmBackend
     assert fp8_utils.resolve_mxfp8_dense_gemm_backend() is backend[dense]
     assert fp8_utils.resolve_block_fp8_mxfp8_backend() is backend[block]
