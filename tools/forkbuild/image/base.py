@@ -90,11 +90,12 @@ def _debootstrap_to(tarball: Path, *, reporter: Reporter) -> None:
         _call(command, reporter=reporter, what="debootstrap")
         for relative in ROOTFS_CLEAN:
             target = root / relative
-            if target.is_dir():
-                for child in target.iterdir():
-                    shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
-            elif target.exists():
-                target.unlink()
+            children = list(target.iterdir()) if target.is_dir() else [target] if target.exists() else []
+            for child in children:
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child)
+                else:
+                    child.unlink()
         partial = Path(work) / "rootfs.tar"
         _call(["tar", "--numeric-owner", "-C", str(root), "-cf", str(partial), "."], reporter=reporter, what="tar")
         os.replace(partial, tarball)

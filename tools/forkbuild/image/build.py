@@ -60,7 +60,14 @@ def build_image(*, docker: Docker, context: ImageContext, mode: str, base: str, 
                 no_cache: bool = False) -> BuiltImage:
     args = build_args(context, mode=mode, base=base)
     start = time.monotonic()
-    docker.build(context=context.path, tag=tag, target=TARGET, build_args=args, stream=True, no_cache=no_cache)
+    try:
+        docker.build(context=context.path, tag=tag, target=TARGET, build_args=args, stream=True, no_cache=no_cache)
+    except BuildError as error:
+        if docker.image_exists(base):
+            raise
+        raise BuildError(error.message, hint=f"the base {base} is not on this daemon and could not be pulled: "
+                                             "pass --base IMAGE, or --local-base to make one here "
+                                             "(`forkbuild build-base --stock`)") from error
     seconds = time.monotonic() - start
     return BuiltImage(tag=tag, mode=mode, base=base, seconds=seconds, layers=layers_above(docker, tag, base))
 

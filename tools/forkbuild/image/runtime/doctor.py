@@ -20,7 +20,10 @@ def report(environ: dict[str, str]) -> tuple[list[str], list[str], list[str]]:
     """(lines, warnings, errors) for the installed build and `environ`."""
     dist = installed("sglang")
     manifest = read_manifest(package_dir("sglang"))
-    get = lambda key, default="-": environ.get(key, default)  # noqa: E731
+
+    def get(key: str) -> str:
+        return environ.get(key, "-")
+
     built = manifest["guards"]
     lines = [
         f"variant:  {manifest['variant']}  (series {manifest['series']} {manifest['series_hash'][:12]})",
