@@ -20,7 +20,9 @@ def make_wheel(directory: Path, version: str, files: dict[str, str]) -> WheelPin
     path = directory / f"demo-{version}-py3-none-any.whl"
     with zipfile.ZipFile(path, "w") as archive:
         for name, text in files.items():
-            archive.writestr(f"demo/{name}", text)
+            member = zipfile.ZipInfo(f"demo/{name}")
+            member.external_attr = (0o755 if name.endswith(".sh") else 0o644) << 16
+            archive.writestr(member, text)
         archive.writestr(f"demo-{version}.dist-info/METADATA", f"Metadata-Version: 2.1\nName: demo\nVersion: {version}\n")
         archive.writestr(f"demo-{version}.dist-info/RECORD", "")
     sha = hashlib.sha256(path.read_bytes()).hexdigest()
@@ -48,6 +50,14 @@ def test_wheel_import_lays_packages_under_the_root_and_tags(tmp_path):
     assert files == ["python/demo/__init__.py", "python/demo/core.py"]
     assert git("rev-parse", "upstream/1.0^{commit}", cwd=cache.repo_path) == commit
     assert (cache.wheels_dir / pin.filename).is_file()
+
+
+def test_wheel_import_keeps_the_executable_bit(tmp_path):
+    pin = make_wheel(tmp_path, "1.0", {"__init__.py": "x = 1\n", "run.sh": "#!/bin/sh\n"})
+    cache = UpstreamCache(tmp_path / "cache")
+    listing = git("ls-tree", "-r", cache.ensure(wheel_upstream(pin, "1.0")), cwd=cache.repo_path).splitlines()
+    modes = {line.split()[-1]: line.split()[0] for line in listing}
+    assert modes == {"python/demo/__init__.py": "100644", "python/demo/run.sh": "100755"}
 
 
 def test_same_wheel_gives_the_same_commit_on_any_machine(tmp_path):

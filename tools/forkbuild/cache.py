@@ -149,6 +149,10 @@ class UpstreamCache:
                 members = [name for name in archive.namelist()
                            if not name.split("/", 1)[0].endswith((".dist-info", ".data"))]
                 archive.extractall(root, members=members)
+                for info in archive.infolist():
+                    # zipfile drops permissions; keep the executable bit git tracks.
+                    if info.filename in members and (info.external_attr >> 16) & 0o111:
+                        (root / info.filename).chmod(0o755)
             message = f"{upstream.name} {upstream.version} (release wheel {wheel.name})\n\nsha256: {sha256_of(wheel)}\n"
             return self.git().commit_directory(Path(scratch), message=message, date=IMPORT_DATE)
 
