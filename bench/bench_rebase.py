@@ -40,18 +40,19 @@ from forkbuild.git import Git  # noqa: E402
 from forkbuild.rebase.target import resolve  # noqa: E402
 
 
-def git_am_3way(cache_git: Git, *, base: str, patches: list[Path], dest: Path) -> tuple[float, int, str]:
-    """(seconds, commits made, final tree) of `git am -3` with --skip past each failure."""
-    worktree = cache_git.add_worktree(dest, base)
+def git_am_3way(cache_git: Git, *, base: str, patches: list[Path], dest: Path) -> dict:
+    """Seconds (checkout + am, am alone), commits made and final tree of `git am -3`, --skip past failures."""
     start = time.perf_counter()
+    worktree = cache_git.add_worktree(dest, base)
+    checked_out = time.perf_counter()
     result = worktree.am(patches, three_way=True, committer_date_is_author_date=True)
     while result.status != 0 and worktree.am_in_progress():
         result = worktree.run("am", "--skip", check=False)
-    elapsed = time.perf_counter() - start
+    end = time.perf_counter()
     made = len(worktree.commits(base, worktree.head()))
     tree = worktree.out("rev-parse", "HEAD^{tree}")
     cache_git.remove_worktree(dest)
-    return elapsed, made, tree
+    return {"fresh": end - start, "am": end - checked_out, "made": made, "tree": tree}
 
 
 def forkbuild_rebase(root: Path, cache: Path) -> tuple[float, dict]:
@@ -82,10 +83,9 @@ def one_run(scratch: Path, cache: Path) -> dict:
     target = resolve(series.upstream, onto=NEW)
     new_base = cache_obj.ensure(target)
     cache_git = cache_obj.git()
-    am_seconds, am_made, am_tree = git_am_3way(cache_git, base=new_base, patches=[e.path for e in series.patches],
-                                               dest=scratch / "am")
+    am = git_am_3way(cache_git, base=new_base, patches=[entry.path for entry in series.patches], dest=scratch / "am")
     rebase_seconds, report = forkbuild_rebase(root, cache)
-    return {"am": am_seconds, "am_made": am_made, "am_tree": am_tree, "rebase": rebase_seconds, "report": report,
+    return {"am": am, "rebase": rebase_seconds, "report": report,
             "rebase_tree": rebased_tree(cache_git, base=new_base, root=root, dest=scratch / "check")}
 
 
@@ -100,19 +100,28 @@ def main() -> int:
         for _ in range(args.repeat):
             # The cache repository stays (a fresh one would time the wheel imports); the series is rebuilt.
             runs.append(one_run(scratch, cache))
-    am = statistics.median(run["am"] for run in runs)
-    rebase = statistics.median(run["rebase"] for run in runs)
+    def median(pick) -> float:
+        return statistics.median(pick(run) for run in runs)
+
+    am_fresh, am_only = median(lambda run: run["am"]["fresh"]), median(lambda run: run["am"]["am"])
+    rebase, replay = median(lambda run: run["rebase"]), median(lambda run: run["report"]["timings"]["replay"])
     last = runs[-1]
-    report = last["report"]
+    report, am_made = last["report"], last["am"]["made"]
+    phases = ", ".join(f"{name} {median(lambda run, n=name: run['report']['timings'][n]):.2f}s"
+                       for name in report["timings"])
     outcomes = ", ".join(f"{p['file']}={p['outcome']}" for p in report["patches"])
     print(f"series: {len(PATCHES)} patches against sglang {OLD}, rebased onto {NEW} ({args.repeat} runs, medians)")
-    print(f"git am -3          {am:8.2f} s   auto-applied {last['am_made']}/{len(PATCHES)}")
-    print(f"forkbuild rebase   {rebase:8.2f} s   auto-applied {report['auto_applied']}/{len(PATCHES)}  ({outcomes})")
-    print(f"ratio rebase / git am -3: {rebase / am:.1f}x")
-    same = last["am_tree"] == last["rebase_tree"]
+    print(f"git am -3           checkout+am {am_fresh:7.2f} s   am alone {am_only:6.2f} s   auto-applied {am_made}/{len(PATCHES)}")
+    print(f"forkbuild rebase    end to end  {rebase:7.2f} s   replay   {replay:6.2f} s   auto-applied "
+          f"{report['auto_applied']}/{len(PATCHES)}")
+    print(f"  phases: {phases}")
+    print(f"  outcomes: {outcomes}")
+    print(f"ratio end to end / (checkout + git am -3): {rebase / am_fresh:.1f}x;  "
+          f"replay / git am -3 alone: {replay / am_only:.1f}x")
+    same = last["am"]["tree"] == last["rebase_tree"]
     print(f"result trees identical (rebased series vs git am -3): {'yes' if same else 'NO'}"
-          f"  [{last['rebase_tree'][:12]} / {last['am_tree'][:12]}]")
-    return 0 if same and report["auto_applied"] >= last["am_made"] else 1
+          f"  [{last['rebase_tree'][:12]} / {last['am']['tree'][:12]}]")
+    return 0 if same and report["auto_applied"] >= am_made else 1
 
 
 if __name__ == "__main__":

@@ -156,3 +156,31 @@ def test_short_commit_is_refused(git_series_fx: SeriesFixture) -> None:
     commit = release(fx, LADDER_CHANGES)
     assert fx.cli("rebase", "--onto", commit[:10], "--version", NEW_VERSION) == 3
     assert not (fx.root / ".forkbuild-work" / "rebase-journal").exists()
+
+
+def test_failing_check_keeps_the_journal_for_continue_or_abort(git_series_fx: SeriesFixture, monkeypatch) -> None:
+    fx = git_series_fx
+    commit = release(fx, LADDER_CHANGES)
+    fx.cli("fetch")
+    before = fingerprint(fx)
+    verdicts = iter([{"ok": False, "detail": "lite: beta-limit.patch: does not apply"}, {"ok": True, "detail": "ok"}])
+    monkeypatch.setattr("forkbuild.rebase.engine.check_every_variant", lambda context: next(verdicts))
+    assert fx.cli(*rebase_args(commit)) == RebaseStopped.return_code
+    assert report_of(fx)["check"] == {"ok": False, "detail": "lite: beta-limit.patch: does not apply"}
+    assert (fx.root / ".forkbuild-work" / "rebase-journal").exists()
+    assert pinned(fx)["version"] == NEW_VERSION  # written, awaiting a fix or an abort
+    assert fx.cli("rebase", "--continue") == 0  # checks again (now passing) and finishes
+    assert report_of(fx)["check"]["ok"]
+    assert not (fx.root / ".forkbuild-work" / "rebase-journal").exists()
+    assert fingerprint(fx) != before
+
+
+def test_abort_after_a_failing_check_restores(git_series_fx: SeriesFixture, monkeypatch) -> None:
+    fx = git_series_fx
+    commit = release(fx, LADDER_CHANGES)
+    fx.cli("fetch")
+    before = fingerprint(fx)
+    monkeypatch.setattr("forkbuild.rebase.engine.check_every_variant", lambda context: {"ok": False, "detail": "x"})
+    assert fx.cli(*rebase_args(commit)) == RebaseStopped.return_code
+    assert fx.cli("rebase", "--abort") == 0
+    assert fingerprint(fx) == before

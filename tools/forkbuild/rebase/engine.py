@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from forkbuild.apply import record_series_tree
 from forkbuild.cache import UpstreamCache
@@ -41,6 +44,17 @@ DROP_OUTCOMES = ("upstreamed", "emptied")
 
 def default_tree(series_dir: Path) -> Path:
     return series_dir / ".forkbuild-work" / "rebase"
+
+
+@contextmanager
+def timed(state: dict, phase: str) -> Iterator[None]:
+    """Add the seconds spent in `phase` to the state (journaled with the next step, reported)."""
+    start = time.monotonic()
+    try:
+        yield
+    finally:
+        timings = state.setdefault("timings", {})
+        timings[phase] = round(timings.get(phase, 0.0) + time.monotonic() - start, 3)
 
 
 def _upstream_dict(upstream: Upstream) -> dict:
@@ -96,7 +110,8 @@ class Rebase:
     def run(self, state: dict, *, resumed_at: str | None = None) -> dict:
         if state["phase"] == "prepare":
             try:
-                self._prepare(state)
+                with timed(state, "prepare"):
+                    self._prepare(state)
             except ForkbuildError:
                 if resumed_at:
                     raise
@@ -106,7 +121,8 @@ class Rebase:
         if state["phase"] == "conflict":
             self._settle(state)
         if state["phase"] in ("replay", "applying"):
-            self._replay(state)
+            with timed(state, "replay"):
+                self._replay(state)
         if state["phase"] == "replayed":
             if self._proposals(state) and not state["accept_drops"]:
                 state["phase"] = "review"
@@ -120,7 +136,8 @@ class Rebase:
             state["accept_drops"], state["phase"] = True, "finalize"
             self.journal.save(state, step="finalize")
         if state["phase"] == "finalize":
-            self._finalize(state)
+            with timed(state, "export"):
+                self._finalize(state)
         if state["phase"] in ("checked", "check-failed"):
             self._check_and_finish(state)
         return state
@@ -128,7 +145,8 @@ class Rebase:
     # -- prepare --------------------------------------------------------------------
     def _prepare(self, state: dict) -> None:
         old, target = _upstream_from(state["old"]), _upstream_from(state["target"])
-        with self.reporter.step(f"Importing {old.name} {old.version} and {target.version} into the cache"):
+        with self.reporter.step(f"Importing {old.name} {old.version} and {target.version} into the cache"), \
+                timed(state, "import"):
             state["old_base"] = self.cache.ensure(old)
             state["new_base"] = self.cache.ensure(target)
         self.journal.save(state, step="imported")
@@ -264,7 +282,8 @@ class Rebase:
         return Context(series_dir=self.context.series_dir, cache_dir=self.context.cache_dir, reporter=self.reporter)
 
     def _check_and_finish(self, state: dict) -> None:
-        check = check_every_variant(self._fresh_context())
+        with timed(state, "check"):
+            check = check_every_variant(self._fresh_context())
         final = self._report(state, check=check, final=True)
         md_path, json_path = report.paths(self.context.build_dir, old=state["old"]["version"],
                                           new=state["target"]["version"])

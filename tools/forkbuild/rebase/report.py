@@ -52,6 +52,7 @@ def document(state: dict, *, patches: list[dict], check: dict | None, final: boo
         "summary": {outcome: counts.get(outcome, 0) for outcome in LABELS},
         "auto_applied": sum(counts.get(outcome, 0) for outcome in ("clean", "offset", "3way")),
         "check": check,
+        "timings": state.get("timings", {}),
         "patches": patches,
     }
 
