@@ -44,7 +44,8 @@ def summarise(records: Iterable[Record]) -> tuple[str, str]:
     failures = [record for record in records if record.outcome == FAIL]
     if failures:
         first = failures[0]
-        return FAIL, f"{len(failures)}/{len(records)} failed; {first.test or first.step}: {first.reason}"
+        where = f"{first.test or first.step}: " if first.test or first.step else ""
+        return FAIL, f"{len(failures)}/{len(records)} failed; {where}{first.reason}"
     passed = [record for record in records if record.outcome == PASS]
     if not passed:
         return SKIP, records[0].reason

@@ -43,11 +43,17 @@ def run_variant(*, context: Context, options: Options) -> Outcome:
     with context.reporter.step(f"{variant}: applying and checking structure"), \
             applied(context=context, variant=variant) as result:
         records += check_structure(series=series, variant=variant, result=result)
-        if options.from_tree and not options.structure_only:
+        behave = not options.structure_only and not result.failures
+        if options.from_tree and behave:
             python = TestPython(executable=options.python,
                                 env={"PYTHONPATH": str(result.dest / series.upstream.package_root)})
             records += _behaviour(context, python, features=features, prove=prove)
-    if not options.from_tree and not options.structure_only:
+    if result.failures and not options.structure_only:
+        # No wheel can be built: say so in every behaviour cell instead of stopping without a summary.
+        reason = f"not run: {len(result.failures)} patch(es) of {variant} do not apply (see structure)"
+        records += [Record(feature=name, check=check, outcome=FAIL, reason=reason)
+                    for name in features for check in (GUARD_OFF, GUARD_ON)]
+    elif not options.from_tree and behave:
         behaviour.require_torch(options.python)
         behaviour.install_variant_wheel(context=context, variant=variant, python=options.python)
         records += _behaviour(context, TestPython(executable=options.python, env={}), features=None, prove=prove)
