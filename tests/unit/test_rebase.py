@@ -110,6 +110,7 @@ def test_upstreamed_patch_is_proposed_for_dropping_with_evidence(tmp_path) -> No
     assert fx.cli("rebase", "--continue") == 0
     report = report_of(fx)
     assert outcomes(report)["beta-docs.patch"] == "upstreamed"
+    assert report["patches"][-1]["proposal"] == "dropped"
     assert not (fx.patches_dir / "beta-docs.patch").exists()
     md = (fx.root / "build" / "rebase" / f"1.0-to-{NEW_VERSION}.md").read_text()
     assert "python/pkg/util.py:1-1 (hunk 1, post-image)" in md
@@ -132,7 +133,7 @@ def test_patch_emptied_by_resolution_is_told_apart(git_series_fx: SeriesFixture)
     assert fx.cli("rebase", "--continue") == 0
     report = report_of(fx)
     alpha = next(patch for patch in report["patches"] if patch["file"] == "alpha-scale.patch")
-    assert alpha["outcome"] == "emptied" and alpha["proposal"] == "drop"
+    assert alpha["outcome"] == "emptied" and alpha["proposal"] == "dropped"
     # Told apart from "upstream has it": upstream lacks the patch's hunks.
     assert alpha["evidence"] and not any(item["found"] for item in alpha["evidence"])
     assert "emptied by resolution" in (fx.root / "build" / "rebase" / f"1.0-to-{NEW_VERSION}.md").read_text()

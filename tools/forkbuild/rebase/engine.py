@@ -312,7 +312,8 @@ class Rebase:
         patches = []
         for patch in state["patches"]:
             commit = patch["commit"]
-            proposal = "drop" if patch["outcome"] in DROP_OUTCOMES else None
+            # Proposed while the review waits; dropped once the user said yes (the final report).
+            proposal = ("dropped" if final else "drop") if patch["outcome"] in DROP_OUTCOMES else None
             patches.append({
                 "file": patch["file"], "feature": patch["feature"], "outcome": patch["outcome"],
                 "detail": patch["detail"], "old_commit": patch["old_commit"], "new_commit": commit,

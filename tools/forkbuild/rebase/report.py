@@ -21,6 +21,8 @@ LABELS = {
     "dropped": "dropped",
 }
 
+PROPOSAL_NOTES = {"drop": " (proposed drop)", "dropped": " (dropped from the series)"}
+
 
 def range_diff(repo: Git, *, old_commit: str, new_commit: str) -> str:
     """Old vs new version of one patch. A creation factor of 100 makes git pair
@@ -66,7 +68,7 @@ def markdown(report: dict) -> str:
     lines += [f"Outcomes: {counts}.", ""]
     lines += ["| # | patch | feature | outcome | files | detail |", "|---|---|---|---|---|---|"]
     for number, patch in enumerate(report["patches"], start=1):
-        outcome = LABELS[patch["outcome"]] + (" (proposed drop)" if patch.get("proposal") == "drop" else "")
+        outcome = LABELS[patch["outcome"]] + PROPOSAL_NOTES.get(patch.get("proposal"), "")
         files = "<br>".join(f"`{path}`" for path in patch["files"])
         lines.append(f"| {number} | `{patch['file']}` | {patch['feature']} | {outcome} | {files} | {patch['detail']} |")
     lines.append("")
