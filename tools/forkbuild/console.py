@@ -39,9 +39,10 @@ class Reporter:
 
     def error(self, error: ForkbuildError) -> None:
         # escape(): messages quote TOML ("[[patches]]") that rich would read as markup.
-        self.console.print(f"[bold red]error:[/bold red] {escape(error.message)}", markup=True, highlight=False)
+        color = "red" if error.label == "error" else "yellow"
+        self.console.print(f"[bold {color}]{error.label}:[/bold {color}] {escape(error.message)}", markup=True, highlight=False)
         if error.hint:
-            self.console.print(f"[cyan]hint:[/cyan] {error.hint}")
+            self.console.print(f"[cyan]hint:[/cyan] {escape(error.hint)}")
 
     def download_progress(self) -> Progress:
         return Progress(TextColumn("  {task.description}"), BarColumn(), DownloadColumn(),

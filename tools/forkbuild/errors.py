@@ -7,6 +7,7 @@ class ForkbuildError(Exception):
     """Base of every error forkbuild reports. `hint` says what to do next."""
 
     return_code = 1
+    label = "error"  # how the CLI introduces the message
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
         super().__init__(message)
@@ -65,6 +66,7 @@ class RebaseStopped(ForkbuildError):
     """A rebase stopped at a conflict; state is journaled, resume with --continue."""
 
     return_code = 9
+    label = "stopped"
 
 
 class LockTimeout(ForkbuildError):

@@ -273,7 +273,10 @@ class Rebase:
         record_series_tree(worktree, base=state["new_base"], head=worktree.head(), patches=kept)
         context = self._fresh_context()
         with self.reporter.step("Exporting the rebased patches"):
-            export_series(context=context, tree=worktree.path)
+            # refresh: on a new upstream every patch is rewritten against it (index
+            # lines, hunk positions), so the series applies exactly on the new pin
+            # and its 3-way blobs are the new version's; the range-diff shows the change.
+            export_series(context=context, tree=worktree.path, refresh=True)
         checkpoint("finalize:exported")
         state["phase"] = "checked"
         self.journal.save(state, step="exported")
