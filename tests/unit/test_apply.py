@@ -9,7 +9,7 @@ import re
 import pytest
 from fixtures import DEFAULT_PATCHES, FEATURES_TOML, VARIANTS_TOML, PatchSpec, make_series
 
-from forkbuild.apply import apply_variant, read_state
+from forkbuild.apply import apply_plan, apply_variant, plan_variant, read_state
 from forkbuild.errors import ApplyError, DirtyTreeError, UnsafePatchError
 from forkbuild.git import Git
 
@@ -139,3 +139,16 @@ def test_a_patch_creating_a_symlink_is_refused(series_fx, tmp_path):
     patch.write_text(patch.read_text() + link)
     with pytest.raises(UnsafePatchError, match="symbolic link"):
         apply_variant(context=series_fx.context(), variant="full", dest=tmp_path / "w")
+
+
+def test_a_failing_patch_keeps_the_ones_applied_before_it(series_fx, tmp_path):
+    patch = series_fx.patches_dir / "alpha-scale.patch"
+    patch.write_text(patch.read_text().replace("     return value * 2", "     return value * 5"))
+    context = series_fx.context()
+    result = apply_plan(context=context, plan=plan_variant(context.series, "full"), dest=tmp_path / "w")
+    # beta's environ.py context holds alpha's guard: without alpha it cannot apply either.
+    assert [(record.entry.file, record.outcome) for record in result.records] == [
+        ("guards.patch", "exact"), ("alpha-scale.patch", "failed"), ("beta-limit.patch", "failed")]
+    assert [line.split("|")[-1] for line in log(tmp_path / "w")[1:]] == [DEFAULT_PATCHES[0].subject]
+    assert result.head_commit == result.records[0].commit
+    assert not Git(tmp_path / "w").status_porcelain()

@@ -186,7 +186,8 @@ def _am_all(worktree: Git, plan: ApplyPlan, *, reporter) -> list[PatchRecord]:
         if result.status == 0:
             break
         failed_entry, _ = remaining.pop(0)
-        worktree.am_abort()
+        # --quit, not --abort: --abort would also undo the patches this run applied.
+        worktree.am_quit()
         records.append(PatchRecord(entry=failed_entry, outcome="failed",
                                    detail=_failure_detail(failed_entry, plan, result.stdout + result.stderr)))
     return records

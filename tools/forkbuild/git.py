@@ -167,7 +167,13 @@ class Git:
         return self.run(*args, *[str(path) for path in patches], check=False)
 
     def am_abort(self) -> None:
+        """Stop a `git am` and go back to where it started."""
         self.run("am", "--abort", check=False)
+
+    def am_quit(self) -> None:
+        """Stop a `git am`, keeping the commits it made, and clean the failed patch's residue."""
+        self.run("am", "--quit")
+        self.run("reset", "--quiet", "--hard", "HEAD")
 
     def am_in_progress(self) -> bool:
         return (self.git_dir / "rebase-apply").exists()
