@@ -18,9 +18,17 @@ if ! .ci/dockerd.sh status; then
   .ci/dockerd.sh start
   started=1
 fi
-# Stop only a daemon this script started; a developer's running one stays.
-trap 'if [[ $started == 1 ]]; then .ci/dockerd.sh stop; fi' EXIT
 eval "$(.ci/dockerd.sh env)"
+
+finish() {
+  # Rebuilt test images leave their predecessors untagged; the tagged bases
+  # (content-addressed) stay for the next run. Then stop only a daemon this
+  # script started: a developer's running one stays.
+  /usr/bin/docker image prune --force >/dev/null || true
+  /usr/bin/docker builder prune --force >/dev/null || true
+  if [[ $started == 1 ]]; then .ci/dockerd.sh stop; fi
+}
+trap finish EXIT
 
 SECONDS=0
 "$PYTHON" -m forkbuild build-base --stock
