@@ -20,13 +20,12 @@ import argparse
 import time
 from pathlib import Path
 
-from forkbuild.commands.build_base import ensure_bases
 from forkbuild.commands.compose import compose_build
 from forkbuild.console import Reporter
 from forkbuild.context import Context
 from forkbuild.image import build, compose
 from forkbuild.image.docker import Docker
-from forkbuild.image.inputs import prepare_context
+from forkbuild.image.inputs import ensure_bases, prepare_context
 
 REPOSITORY = "forkbuild-bench/sglang"
 

@@ -16,14 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from forkbuild.commands.build_base import ensure_bases
 from forkbuild.commands.compose import compose_build
 from forkbuild.console import Reporter
 from forkbuild.context import Context
 from forkbuild.errors import BuildError
 from forkbuild.image import build, compose, dockerfile
 from forkbuild.image.docker import Docker
-from forkbuild.image.inputs import prepare_context
+from forkbuild.image.inputs import ensure_bases, prepare_context
 from forkbuild.image.runtime import records
 
 REPO = Path(__file__).resolve().parents[2]

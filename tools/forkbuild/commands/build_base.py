@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from forkbuild.cache import UpstreamCache
-from forkbuild.image import base
 from forkbuild.image.docker import Docker
+from forkbuild.image.inputs import ensure_bases
 
 
 def add_parser(subparsers) -> None:
@@ -22,17 +21,3 @@ def run(args, context) -> int:
     # stdout carries only the tags, for scripts: `read py stock < <(forkbuild build-base --stock)`.
     print(" ".join(tags))
     return 0
-
-
-def ensure_bases(*, context, docker: Docker, stock: bool, python_tag: str = "cp311") -> tuple[str, ...]:
-    docker_dir = context.series_dir / "docker"
-    python_base = base.ensure_python_base(docker=docker, docker_dir=docker_dir, cache_dir=context.cache_dir,
-                                          reporter=context.reporter)
-    if not stock:
-        return (python_base,)
-    upstream = context.series.upstream
-    pin = upstream.wheel_for(python_tag)
-    wheel = UpstreamCache(context.cache_dir, reporter=context.reporter).wheel(pin)
-    stock_base = base.ensure_stock_base(docker=docker, docker_dir=docker_dir, python_base=python_base, pin=pin,
-                                        wheel=wheel, version=upstream.version, reporter=context.reporter)
-    return python_base, stock_base

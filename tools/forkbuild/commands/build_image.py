@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from forkbuild.commands.build_base import ensure_bases
 from forkbuild.image import build
 from forkbuild.image.docker import Docker
-from forkbuild.image.inputs import prepare_context
+from forkbuild.image.inputs import ensure_bases, prepare_context
 
 
 def add_parser(subparsers) -> None:

@@ -1,4 +1,4 @@
-"""What an image is built from: the variant's patched wheels (made by
+"""What an image is built from: the local bases, the variant's patched wheels (made by
 `forkbuild build-wheel`'s code) and the pinned stock wheels, and the build
 context made of them."""
 
@@ -9,7 +9,9 @@ from pathlib import Path
 
 from forkbuild.cache import UpstreamCache
 from forkbuild.context import Context
+from forkbuild.image import base
 from forkbuild.image import context as image_context
+from forkbuild.image.docker import Docker
 from forkbuild.wheel.builder import WheelRequest, build_wheels
 
 
@@ -30,3 +32,18 @@ def prepare_context(context: Context, *, variant: str, wheels: Sequence[Path] = 
              for tag in sorted({image_context.python_tag(wheel) for wheel in chosen})}
     return image_context.prepare(docker_dir=context.series_dir / "docker", variant=variant, wheels=chosen,
                                  upstream_wheels=stock, dest=context.build_dir / "image" / variant)
+
+
+def ensure_bases(*, context: Context, docker: Docker, stock: bool, python_tag: str = "cp311") -> tuple[str, ...]:
+    """The local base tags: (python,) or (python, stock), each built if missing."""
+    docker_dir = context.series_dir / "docker"
+    python_base = base.ensure_python_base(docker=docker, docker_dir=docker_dir, cache_dir=context.cache_dir,
+                                          reporter=context.reporter)
+    if not stock:
+        return (python_base,)
+    upstream = context.series.upstream
+    pin = upstream.wheel_for(python_tag)
+    wheel = UpstreamCache(context.cache_dir, reporter=context.reporter).wheel(pin)
+    stock_base = base.ensure_stock_base(docker=docker, docker_dir=docker_dir, python_base=python_base, pin=pin,
+                                        wheel=wheel, version=upstream.version, reporter=context.reporter)
+    return python_base, stock_base
