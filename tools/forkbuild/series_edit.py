@@ -1,19 +1,19 @@
 """Writing the series back: the [[patches]] list of series.toml (tomlkit, so
-comments and layout survive), the quilt `patches/series` file, atomic writes.
+comments and layout survive) and the quilt `patches/series` file.
 
 Only `export` and `import` change the series; both go through here.
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
 import tomlkit
 from tomlkit.items import AoT, Table
+
+from forkbuild.fsutil import write_atomic  # noqa: F401  (export, import and rebase write through it)
 
 QUILT_SERIES = "series"
 QUILT_HEADER = (
@@ -29,23 +29,6 @@ class EntrySpec:
     file: str
     feature: str
     upstream: str = "local"
-
-
-def write_atomic(path: Path, data: str | bytes) -> None:
-    """Write via a temporary file in the same directory and rename: readers never see half a file."""
-    payload = data.encode() if isinstance(data, str) else data
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(payload)
-        if path.exists():
-            os.chmod(temporary, path.stat().st_mode & 0o777)
-        else:
-            os.chmod(temporary, 0o644)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 def quilt_series_text(files: Iterable[str]) -> str:

@@ -1,0 +1,60 @@
+"""fsutil.write_atomic: whole files only, sane modes, no temporary left behind."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from forkbuild import fsutil
+from forkbuild.fsutil import write_atomic
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_a_new_file_is_0644_whatever_mkstemp_made(tmp_path: Path) -> None:
+    write_atomic(tmp_path / "new.txt", "text\n")
+    assert (tmp_path / "new.txt").read_text() == "text\n"
+    assert mode(tmp_path / "new.txt") == 0o644
+
+
+def test_an_existing_file_keeps_its_mode_and_bytes_are_written_as_is(tmp_path: Path) -> None:
+    target = tmp_path / "tool.sh"
+    target.write_text("old\n")
+    target.chmod(0o755)
+    write_atomic(target, b"\xff\x00new\n")
+    assert target.read_bytes() == b"\xff\x00new\n"
+    assert mode(target) == 0o755
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "keep.txt"
+    target.write_text("old\n")
+
+    def broken_replace(source, destination):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(fsutil.os, "replace", broken_replace)
+    with pytest.raises(OSError, match="No space"):
+        write_atomic(target, "new\n")
+    assert target.read_text() == "old\n"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["keep.txt"]
+
+
+def test_every_write_uses_its_own_temporary_in_the_same_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sources = []
+    real_replace = os.replace
+
+    def spy(source, destination):
+        sources.append(Path(source))
+        real_replace(source, destination)
+
+    monkeypatch.setattr(fsutil.os, "replace", spy)
+    write_atomic(tmp_path / "a.json", "1")
+    write_atomic(tmp_path / "a.json", "2")
+    assert len(set(sources)) == 2 and all(source.parent == tmp_path for source in sources)
+    assert (tmp_path / "a.json").read_text() == "2"
