@@ -5,13 +5,10 @@ that builds all their images in parallel (`docker-compose build` here,
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 
-from forkbuild.errors import BuildError, ToolMissing
-from forkbuild.image import build, compose
+from forkbuild.image import build, compose, process
 from forkbuild.image.docker import Docker
 from forkbuild.image.inputs import ensure_bases, prepare_context
 
@@ -65,17 +62,11 @@ def compose_build(*, docker: Docker, compose_file: Path, reporter, services: tup
                   no_cache: bool = False) -> None:
     """`docker-compose build --parallel` with our docker client first on PATH:
     compose 1.29 runs `docker build` from PATH when COMPOSE_DOCKER_CLI_BUILD=1."""
-    program = shutil.which("docker-compose")
-    if not program:
-        raise ToolMissing("docker-compose is not installed", hint="apt-get install docker-compose")
     env = dict(docker.env)
     env["PATH"] = f"{Path(docker.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    command = [program, "-f", str(compose_file), "build", "--parallel", *(["--no-cache"] if no_cache else []), *services]
-    reporter.detail("$ " + " ".join(command))
-    result = subprocess.run(command, env=env, capture_output=not reporter.verbose)
-    if result.returncode != 0:
-        output = (result.stderr or b"").decode("utf-8", "replace").splitlines()[-40:]
-        raise BuildError(f"docker-compose build failed (exit {result.returncode}):\n" + "\n".join(output))
+    command = ["docker-compose", "-f", str(compose_file), "build", "--parallel",
+               *(["--no-cache"] if no_cache else []), *services]
+    process.run(command, reporter=reporter, missing_hint="apt-get install docker-compose", env=env, stream=True)
 
 
 def _write_atomic(path: Path, text: str) -> None:

@@ -16,7 +16,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 
@@ -24,7 +23,8 @@ from filelock import FileLock
 
 from forkbuild.config import WheelPin
 from forkbuild.console import Reporter
-from forkbuild.errors import BuildError, ToolMissing
+from forkbuild.errors import ToolMissing
+from forkbuild.image import process
 from forkbuild.image.context import link_or_copy
 from forkbuild.image.docker import Docker
 
@@ -82,12 +82,14 @@ def _debootstrap_to(tarball: Path, *, reporter: Reporter) -> None:
     debootstrap = shutil.which("debootstrap") or ("/usr/sbin/debootstrap" if os.path.exists("/usr/sbin/debootstrap") else None)
     if not debootstrap:
         raise ToolMissing("debootstrap is not installed", hint="apt-get install debootstrap (or run .ci/dockerd.sh start)")
+    # Found before debootstrap's minutes of work, not after.
+    tar = process.require("tar", hint="apt-get install tar")
     with tempfile.TemporaryDirectory(dir=tarball.parent, prefix="rootfs-") as work:
         root = Path(work) / "root"
         command = [debootstrap, f"--variant={ROOTFS_RECIPE['variant']}",
                    f"--include={','.join(ROOTFS_RECIPE['include'])}",
                    ROOTFS_RECIPE["suite"], str(root), ROOTFS_RECIPE["mirror"]]
-        _call(command, reporter=reporter, what="debootstrap")
+        process.run(command, reporter=reporter, missing_hint="apt-get install debootstrap", stream=True)
         for relative in ROOTFS_CLEAN:
             target = root / relative
             children = list(target.iterdir()) if target.is_dir() else [target] if target.exists() else []
@@ -97,16 +99,9 @@ def _debootstrap_to(tarball: Path, *, reporter: Reporter) -> None:
                 else:
                     child.unlink()
         partial = Path(work) / "rootfs.tar"
-        _call(["tar", "--numeric-owner", "-C", str(root), "-cf", str(partial), "."], reporter=reporter, what="tar")
+        process.run([tar, "--numeric-owner", "-C", str(root), "-cf", str(partial), "."], reporter=reporter,
+                    missing_hint="apt-get install tar")
         os.replace(partial, tarball)
-
-
-def _call(command: list[str], *, reporter: Reporter, what: str) -> None:
-    reporter.detail("$ " + " ".join(command))
-    result = subprocess.run(command, capture_output=True)
-    if result.returncode != 0:
-        output = (result.stderr or result.stdout).decode("utf-8", "replace").splitlines()[-30:]
-        raise BuildError(f"{what} failed (exit {result.returncode}):\n" + "\n".join(output))
 
 
 def ensure_python_base(*, docker: Docker, docker_dir: Path, cache_dir: Path, reporter: Reporter) -> str:

@@ -17,21 +17,26 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from forkbuild.console import Reporter
-from forkbuild.errors import BuildError, ToolMissing
+from forkbuild.errors import ToolMissing
+from forkbuild.image import process
 
 DEBIAN_CLIENT = Path("/usr/bin/docker")
+CLIENT_HINT = "run `.ci/dockerd.sh start` (installs docker.io) or set FORKBUILD_DOCKER to a docker client"
 
 
 def find_client() -> str:
     configured = os.environ.get("FORKBUILD_DOCKER")
     if configured:
-        return configured
+        found = shutil.which(configured)
+        if not found:
+            raise ToolMissing(f"FORKBUILD_DOCKER={configured}: no such executable (not a file, not executable, "
+                              "or not on PATH)", hint=CLIENT_HINT)
+        return found
     if DEBIAN_CLIENT.is_file():
         return str(DEBIAN_CLIENT)
     found = shutil.which("docker")
     if not found:
-        raise ToolMissing("no docker client found",
-                          hint="run `.ci/dockerd.sh start` (installs docker.io) or set FORKBUILD_DOCKER")
+        raise ToolMissing("no docker client found", hint=CLIENT_HINT)
     return found
 
 
@@ -58,20 +63,16 @@ class Docker:
         docker.ping()
         return docker
 
-    def run(self, *args: str, input: bytes | None = None, check: bool = True) -> subprocess.CompletedProcess:
-        command = [self.executable, *args]
-        self.reporter.detail("$ " + " ".join(command))
-        result = subprocess.run(command, env=dict(self.env), input=input, capture_output=True)
-        if check and result.returncode != 0:
-            raise BuildError(f"`docker {' '.join(args[:3])} ...` failed (exit {result.returncode}):\n"
-                             f"{_tail(result.stderr or result.stdout)}")
-        return result
+    def run(self, *args: str, input: bytes | None = None, check: bool = True,
+            stream: bool = False) -> subprocess.CompletedProcess:
+        return process.run([self.executable, *args], reporter=self.reporter, missing_hint=CLIENT_HINT, env=self.env,
+                           input=input, stream=stream, check=check)
 
     def ping(self) -> None:
         result = self.run("version", "--format", "{{.Server.Version}}", check=False)
         if result.returncode != 0:
             raise ToolMissing(f"the docker daemon does not answer ({self.env.get('DOCKER_HOST', 'default socket')}):\n"
-                              f"{_tail(result.stderr)}",
+                              f"{process.tail(result.stderr)}",
                               hint="start one with `.ci/dockerd.sh start` and `eval \"$(.ci/dockerd.sh env)\"`")
 
     def image_exists(self, ref: str) -> bool:
@@ -93,11 +94,8 @@ class Docker:
         for key, value in build_args.items():
             args += ["--build-arg", f"{key}={value}"]
         args.append(str(context))
-        if stream and self.reporter.verbose:
-            # Long builds show BuildKit's own progress with -v.
-            subprocess.run([self.executable, *args], env=dict(self.env), check=False).check_returncode()
-            return
-        self.run(*args)
+        # stream: long builds show BuildKit's own progress with -v.
+        self.run(*args, stream=stream)
 
     def run_container(self, image: str, *command: str, env: Mapping[str, str] = {},
                       entrypoint: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
@@ -114,7 +112,3 @@ class Docker:
             args += ["--change", change]
         self.run(*args, str(tarball), tag)
 
-
-def _tail(output: bytes, lines: int = 40) -> str:
-    text = output.decode("utf-8", "replace").rstrip()
-    return "\n".join(text.splitlines()[-lines:])
