@@ -140,3 +140,26 @@ def test_two_processes_share_the_cache_through_the_lock(tmp_path):
     assert [process.returncode for process in processes] == [0, 0], outputs
     assert outputs[0][0] == outputs[1][0]
     assert len(refs(UpstreamCache(tmp_path / "cache")).splitlines()) == 1
+
+
+def test_a_held_lock_becomes_lock_timeout_with_a_hint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from filelock import FileLock
+
+    from forkbuild import cache as cache_module
+    from forkbuild.errors import LockTimeout
+
+    (tmp_path / "dist").mkdir()
+    pin = make_wheel(tmp_path / "dist", "1.0", {"__init__.py": ""})
+    cache = UpstreamCache(tmp_path / "cache")
+    monkeypatch.setattr(cache_module, "LOCK_TIMEOUT_SECONDS", 0.1)
+    cache.path.mkdir(parents=True)
+    with FileLock(str(cache.path / "lock")):  # another process importing
+        with pytest.raises(LockTimeout, match="held by another process") as caught:
+            cache.wheel(pin)
+        with pytest.raises(LockTimeout):
+            with cache.locked():
+                pass
+    assert "stale" in caught.value.hint
+    with cache.locked():  # free again: taken and released
+        pass
+    assert cache.wheel(pin).is_file()

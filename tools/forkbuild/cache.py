@@ -13,7 +13,9 @@ import tempfile
 import urllib.error
 import urllib.request
 import zipfile
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from filelock import FileLock, Timeout
 
@@ -54,6 +56,21 @@ class UpstreamCache:
         self.path.mkdir(parents=True, exist_ok=True)
         return FileLock(str(self.path / "lock"), timeout=LOCK_TIMEOUT_SECONDS)
 
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the cache lock; waiting longer than LOCK_TIMEOUT_SECONDS raises LockTimeout."""
+        lock = self.lock()
+        try:
+            lock.acquire()
+        except Timeout as error:
+            raise LockTimeout(f"{self.path / 'lock'} is held by another process for over {LOCK_TIMEOUT_SECONDS}s",
+                              hint="wait for the other forkbuild/nox run to finish; if none is running, "
+                                   "the lock is stale: delete it") from error
+        try:
+            yield
+        finally:
+            lock.release()
+
     def git(self) -> Git:
         if not (self.repo_path / "HEAD").exists():
             Git.init(self.repo_path, bare=True)
@@ -70,31 +87,25 @@ class UpstreamCache:
         commit = self.imported(upstream)
         if commit:
             return commit
-        try:
-            with self.lock():
-                commit = self.imported(upstream)  # another process may have imported it meanwhile
-                if commit:
-                    return commit
-                with self.reporter.step(f"Importing {upstream.name} {upstream.version} ({upstream.source})"):
-                    if upstream.source == "git":
-                        commit = self._import_git(upstream)
-                    else:
-                        commit = self._import_wheel(upstream, self._wheel_locked(self._pin(upstream, python_tag)))
-                    self.git().tag(upstream.tag, commit)
+        with self.locked():
+            commit = self.imported(upstream)  # another process may have imported it meanwhile
+            if commit:
                 return commit
-        except Timeout as error:
-            raise LockTimeout(f"{self.path / 'lock'} is held by another process for over {LOCK_TIMEOUT_SECONDS}s") from error
+            with self.reporter.step(f"Importing {upstream.name} {upstream.version} ({upstream.source})"):
+                if upstream.source == "git":
+                    commit = self._import_git(upstream)
+                else:
+                    commit = self._import_wheel(upstream, self._wheel_locked(self._pin(upstream, python_tag)))
+                self.git().tag(upstream.tag, commit)
+            return commit
 
     def wheel(self, pin: WheelPin) -> Path:
         """The verified wheel file for `pin`, downloading it when it is not cached."""
         cached = self.wheels_dir / pin.filename
         if cached.is_file():
             return cached
-        try:
-            with self.lock():
-                return self._wheel_locked(pin)
-        except Timeout as error:
-            raise LockTimeout(f"{self.path / 'lock'} is held by another process for over {LOCK_TIMEOUT_SECONDS}s") from error
+        with self.locked():
+            return self._wheel_locked(pin)
 
     # -- internals (called with the lock held) ------------------------------
     @staticmethod
