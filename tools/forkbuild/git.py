@@ -178,6 +178,12 @@ class Git:
     def am_in_progress(self) -> bool:
         return (self.git_dir / "rebase-apply").exists()
 
+    def apply_only(self, patch: Path, *, include: str) -> None:
+        """Apply to the work tree (no index, no commit) only the part of `patch`
+        that touches `include` (a path or glob, as in the diff); a patch that does
+        not touch it is a no-op. Raises GitFailed when that part does not apply."""
+        self.run("apply", f"--include={include}", str(patch))
+
     def diff_tree_patch(self, commit: str) -> str:
         """The full-index patch of a single commit, as format-patch would diff it."""
         # .stdout, not out(): stripping would cut a trailing blank context line (" ") off the last hunk.
