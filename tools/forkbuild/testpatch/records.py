@@ -13,15 +13,15 @@ STRUCTURE = "structure"
 GUARD_OFF = "guard_off"
 GUARD_ON = "guard_on"
 ABSENT = "absent"
-# The tests run once more against stock sglang with every feature claimed as
-# built in: guard_on tests must fail there, guard_off tests must pass.
+# On a variant without features the tests run once more with every feature
+# claimed as built in, against stock sglang plus only the guard declarations
+# (testpatch.proof): guard_on tests must fail there, guard_off tests must pass.
 GUARD_ON_UNPATCHED = "guard_on_unpatched"
 GUARD_OFF_UNPATCHED = "guard_off_unpatched"
 CHECKS = (STRUCTURE, GUARD_OFF, GUARD_ON, ABSENT)
 UNPATCHED_CHECKS = (GUARD_OFF_UNPATCHED, GUARD_ON_UNPATCHED)
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
-_RANK = {PASS: 0, SKIP: 1, FAIL: 2}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,6 +32,8 @@ class Record:
     reason: str = ""
     step: str = ""  # structure: apply | compile | guard_read | guard_decl
     test: str = ""  # behaviour: the pytest node id
+    exception: str = ""  # behaviour, failed: "<type>: <message>" of what the test raised
+    proof: str = ""  # guard_on_unpatched: how the test failed without its patch (see testpatch.proof)
 
 
 def summarise(records: Iterable[Record]) -> tuple[str, str]:
