@@ -18,14 +18,12 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import unidiff
-
 from forkbuild.cache import UpstreamCache
 from forkbuild.config import PatchEntry, Series
 from forkbuild.context import Context
 from forkbuild.errors import ApplyError, DirtyTreeError
 from forkbuild.git import Git
-from forkbuild.patchfile import PatchInfo, check_safe, read_patch
+from forkbuild.patchfile import PatchInfo, check_safe, hunk_offsets, read_patch
 
 STATE_FILE = "forkbuild-worktree.json"
 FULL_SERIES_REF = "refs/forkbuild/series"
@@ -207,25 +205,10 @@ def _three_way_subjects(output: str) -> set[str]:
 def _record_for(entry: PatchEntry, info: PatchInfo, commit: str, applied_diff: str, *, three_way: bool) -> PatchRecord:
     if three_way:
         return PatchRecord(entry=entry, outcome="3way", commit=commit, detail="(merged with the series' blobs)")
-    offsets = _offsets(info, applied_diff)
+    offsets = hunk_offsets(entry.path.read_text(encoding="utf-8", errors="surrogateescape"), applied_diff)
     if offsets:
         return PatchRecord(entry=entry, outcome="offset", commit=commit, detail="; ".join(offsets))
     return PatchRecord(entry=entry, outcome="exact", commit=commit)
-
-
-def _offsets(info: PatchInfo, applied_diff: str) -> list[str]:
-    """Where the hunks landed elsewhere than the patch file says."""
-    applied = {_strip(patched.path): [hunk.source_start for hunk in patched] for patched in unidiff.PatchSet(applied_diff)}
-    found = []
-    for change in info.files:
-        for number, (wanted, actual) in enumerate(zip(change.hunk_starts, applied.get(change.path, [])), start=1):
-            if wanted != actual:
-                found.append(f"{change.path} hunk {number}: {actual - wanted:+d} lines")
-    return found
-
-
-def _strip(path: str) -> str:
-    return path[2:] if path[:2] in ("a/", "b/") else path
 
 
 def _failure_detail(entry: PatchEntry, plan: ApplyPlan, output: str) -> str:

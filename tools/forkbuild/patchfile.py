@@ -100,13 +100,29 @@ def parse_patch(text: str, *, path: Path) -> PatchInfo:
                      trailers=parse_trailers(message_body), files=files)
 
 
-def _strip_prefix(name: str) -> str:
+def strip_prefix(name: str) -> str:
+    """A diff's file name without git's a/ or b/ prefix."""
     return name[2:] if name[:2] in ("a/", "b/") else name
+
+
+def hunk_offsets(patch_text: str, applied_diff: str) -> list[str]:
+    """Where the hunks of a patch file landed elsewhere than the file says, one line each
+    ("<path> hunk <n>: +3 lines"); `applied_diff` is the diff of the commit git made from it."""
+    _, payload = split_mail(patch_text)
+    expected = unidiff.PatchSet(payload[_diff_start(payload):])
+    # unidiff's .path is already without the a/ b/ prefix.
+    applied = {patched.path: [hunk.source_start for hunk in patched] for patched in unidiff.PatchSet(applied_diff)}
+    moved = []
+    for patched in expected:
+        for number, (hunk, actual) in enumerate(zip(patched, applied.get(patched.path, [])), start=1):
+            if hunk.source_start != actual:
+                moved.append(f"{patched.path} hunk {number}: {actual - hunk.source_start:+d} lines")
+    return moved
 
 
 def _file_change(patched: unidiff.PatchedFile) -> FileChange:
     status = "A" if patched.is_added_file else "D" if patched.is_removed_file else "M"
-    path = _strip_prefix(patched.target_file if status != "D" else patched.source_file)
+    path = strip_prefix(patched.target_file if status != "D" else patched.source_file)
     return FileChange(path=path, added=patched.added, removed=patched.removed, status=status,
                       hunk_starts=tuple(hunk.source_start for hunk in patched))
 
@@ -132,7 +148,7 @@ def check_safe(path: Path, *, tree: Path | None = None) -> None:
 
 
 def _path_problems(raw: str, *, tree: Path | None) -> list[str]:
-    stripped = _strip_prefix(raw)
+    stripped = strip_prefix(raw)
     if raw.startswith("/") or stripped.startswith("/"):
         return [f"{stripped}: absolute path"]
     name = PurePosixPath(stripped)
