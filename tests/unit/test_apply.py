@@ -152,3 +152,16 @@ def test_a_failing_patch_keeps_the_ones_applied_before_it(series_fx, tmp_path):
     assert [line.split("|")[-1] for line in log(tmp_path / "w")[1:]] == [DEFAULT_PATCHES[0].subject]
     assert result.head_commit == result.records[0].commit
     assert not Git(tmp_path / "w").status_porcelain()
+
+
+def test_a_held_cache_lock_is_a_lock_timeout_not_a_traceback(series_fx, tmp_path, monkeypatch):
+    from filelock import FileLock
+
+    from forkbuild import cache as cache_module
+    from forkbuild.errors import LockTimeout
+
+    apply_variant(context=series_fx.context(), variant="full", dest=tmp_path / "full")  # upstream imported
+    monkeypatch.setattr(cache_module, "LOCK_TIMEOUT_SECONDS", 0.1)
+    # "lite" leaves alpha out: the whole series' blobs are made under the lock first.
+    with FileLock(str(series_fx.cache / "lock")), pytest.raises(LockTimeout, match="held by another process"):
+        apply_variant(context=series_fx.context(), variant="lite", dest=tmp_path / "lite")

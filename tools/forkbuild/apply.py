@@ -237,7 +237,7 @@ def ensure_series_blobs(*, context: Context, cache: UpstreamCache, base: str) ->
     cache_git = cache.git()
     if cache_git.rev(ref):
         return
-    with cache.lock(), tempfile.TemporaryDirectory(prefix="forkbuild-series-") as scratch:
+    with cache.locked(), tempfile.TemporaryDirectory(prefix="forkbuild-series-") as scratch:
         if cache_git.rev(ref):
             return
         dest = Path(scratch) / "tree"
