@@ -102,7 +102,7 @@ def wheel_rows(context_dir: Path) -> dict[str, str]:
     (wheel,) = (context_dir / "wheels").glob("*.whl")
     with zipfile.ZipFile(wheel) as archive:
         dist_info = next(n.split("/")[0] for n in archive.namelist() if n.endswith(".dist-info/RECORD"))
-        rows = records.parse(archive.read(f"{dist_info}/RECORD").decode())
+        rows = records.parse(archive.read(f"{dist_info}/RECORD").decode(), source=f"{wheel}: RECORD")
     return {row.path: row.hash for row in rows if row.hash and not row.path.startswith(f"{dist_info}/")}
 
 

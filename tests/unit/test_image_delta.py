@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from forkbuild.image.runtime import __main__ as runtime_main
 from forkbuild.image.runtime import delta, installed, records
+from forkbuild.image.runtime.errors import ImageError
 
 CACHE_TAG = sys.implementation.cache_tag
 STOCK_FILES = {
@@ -73,7 +75,7 @@ def install_stock(site: Path) -> None:
 def base_of(site: Path) -> installed.Installed:
     dists = list(importlib.metadata.distributions(path=[str(site)]))
     assert len(dists) == 1, [d.metadata["Version"] for d in dists]
-    rows = tuple(records.parse(dists[0].read_text("RECORD")))
+    rows = tuple(records.parse(dists[0].read_text("RECORD"), source="site RECORD"))
     dist_info = next(r.path.split("/", 1)[0] for r in rows if ".dist-info/" in r.path)
     direct = dists[0].read_text("direct_url.json")
     return installed.Installed(name="pkg", version=dists[0].version, site=site, dist_info=dist_info, rows=rows,
@@ -97,7 +99,7 @@ def patched(tmp_path: Path):
 def stock_rows(tmp_path: Path) -> list[records.Row]:
     wheel = make_wheel(tmp_path / "pkg-1.0-py3-none-any.whl", version="1.0", files=STOCK_FILES)
     with zipfile.ZipFile(wheel) as archive:
-        return records.parse(archive.read("pkg-1.0.dist-info/RECORD").decode())
+        return records.parse(archive.read("pkg-1.0.dist-info/RECORD").decode(), source="stock RECORD")
 
 
 def test_plan_copies_only_changed_and_added_files(site, patched):
@@ -111,7 +113,7 @@ def test_plan_copies_only_changed_and_added_files(site, patched):
 
 def test_installed_record_is_rewritten(site, patched):
     plan = delta.plan(base_of(site), patched, cache_tag=CACHE_TAG)
-    rows = {row.path: row for row in records.parse(plan.files["pkg-1.0+v.abc.dist-info/RECORD"].decode())}
+    rows = {row.path: row for row in records.parse(plan.files["pkg-1.0+v.abc.dist-info/RECORD"].decode(), source="planned RECORD")}
     assert rows["pkg/changed.py"].hash == records.hash_of(PATCHED_FILES["pkg/changed.py"])
     assert rows["pkg/same.py"].hash == records.hash_of(STOCK_FILES["pkg/same.py"])
     assert "pkg/gone.py" not in rows and records.pyc_for("pkg/gone.py", CACHE_TAG) not in rows
@@ -200,6 +202,27 @@ def test_pyc_paths_round_trip(source, pyc):
 
 def test_record_rows_with_commas_round_trip():
     rows = [records.Row('dir/N=1,K=2,[128, 128].json', "sha256=x", "3"), records.Row("a/RECORD")]
-    assert records.parse(records.render(rows).decode()) == rows
-    with pytest.raises(ValueError, match="does not have 3 fields"):
-        records.parse("a,b\n")
+    assert records.parse(records.render(rows).decode(), source="RECORD") == rows
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ("a,,\nb,c\n", "x/RECORD: line 2: RECORD row ['b', 'c'] does not have 3 fields"),
+    ("a,sha256=x,ten\n", "x/RECORD: line 1: size 'ten' of a is not a number"),
+    ("a" * 200_000 + ",,\n", "x/RECORD: line 1: not a RECORD"),  # past csv's field size limit
+], ids=["fields", "size", "csv"])
+def test_a_malformed_record_is_an_image_error_naming_the_file(text, problem):
+    with pytest.raises(ImageError) as caught:
+        records.parse(text, source="x/RECORD")
+    assert str(caught.value).startswith(problem)
+
+
+def test_a_malformed_installed_record_is_reported_without_a_traceback(tmp_path, monkeypatch, capsys):
+    """`forkbuild_runtime check` on an sglang whose RECORD is broken: exit 1, one error line."""
+    dist_info = tmp_path / "sglang-1.0.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 1.0\n")
+    (dist_info / "RECORD").write_text("sglang/__init__.py,sha256=x,1\nsglang-1.0.dist-info/RECORD\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert runtime_main.main(["check"]) == 1
+    assert capsys.readouterr().err == ("forkbuild: error: the installed RECORD of sglang 1.0: line 2: RECORD row "
+                                       "['sglang-1.0.dist-info/RECORD'] does not have 3 fields\n")

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from . import check, delta, doctor
-from .installed import ImageError
+from .errors import ImageError
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -17,7 +17,8 @@ from __future__ import annotations
 import os
 
 from . import guards
-from .installed import DIST_INFO_MANIFEST, ImageError, installed, package_dir, read_manifest, verify_record
+from .errors import ImageError
+from .installed import DIST_INFO_MANIFEST, MANIFEST, installed, package_dir, read_manifest, verify_record
 
 
 def run(*, variant: str | None, version: str | None, env_defaults: bool) -> list[str]:
@@ -35,7 +36,7 @@ def run(*, variant: str | None, version: str | None, env_defaults: bool) -> list
     if not package.is_relative_to(dist.site):
         problems.append(f"`import sglang` loads {package}, not the installed {dist.site / 'sglang'}")
     dist_manifest = dist.site / dist.dist_info / DIST_INFO_MANIFEST
-    if not dist_manifest.is_file() or dist_manifest.read_bytes() != (package / "_forkbuild_manifest.json").read_bytes():
+    if not dist_manifest.is_file() or dist_manifest.read_bytes() != (package / MANIFEST).read_bytes():
         problems.append(f"{dist_manifest} is missing or differs from the package's manifest")
     checked, record_problems = verify_record(dist)
     problems += record_problems

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import records
-from .installed import ImageError, Installed
+from .errors import ImageError
+from .installed import Installed
 
 # Files pip writes into a .dist-info that the wheel does not carry: kept.
 # direct_url.json is left out: it names the stock wheel file, and pip
@@ -56,7 +57,14 @@ def open_wheel(archive: zipfile.ZipFile) -> Wheel:
         raise DeltaRefused(f"{archive.filename}: expected one .dist-info, found {dist_infos}")
     if any(top.endswith(".data") for top in tops):
         raise DeltaRefused(f"{archive.filename} has a .data directory; a delta layer cannot place it: use --mode wheel")
-    rows = records.parse(archive.read(f"{dist_infos[0]}/RECORD").decode("utf-8"))
+    record = f"{dist_infos[0]}/RECORD"
+    try:
+        text = archive.read(record).decode("utf-8")
+    except KeyError:
+        raise DeltaRefused(f"{archive.filename} has no {record}: not a valid wheel") from None
+    except UnicodeDecodeError as error:
+        raise DeltaRefused(f"{archive.filename}: {record} is not UTF-8: {error}") from None
+    rows = records.parse(text, source=f"{archive.filename}: {record}")
     return Wheel(dist_info=dist_infos[0], rows={row.path: row for row in rows}, read=archive.read)
 
 
@@ -157,7 +165,8 @@ def main(*, wheels: Path, upstream_records: Path, upstream_version: str, out: Pa
     upstream_record = upstream_records / f"{python_tag}.RECORD"
     if not upstream_record.is_file():
         raise DeltaRefused(f"no pinned {python_tag} wheel RECORD in the build context ({upstream_record})")
-    check_base(base, upstream_rows=records.parse(upstream_record.read_text()), upstream_version=upstream_version)
+    upstream_rows = records.parse(upstream_record.read_text(), source=str(upstream_record))
+    check_base(base, upstream_rows=upstream_rows, upstream_version=upstream_version)
     wheel_path = pick_wheel(wheels, python_tag=python_tag)
     with zipfile.ZipFile(wheel_path) as archive:
         delta = plan(base, open_wheel(archive), cache_tag=sys.implementation.cache_tag)

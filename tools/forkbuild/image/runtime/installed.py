@@ -11,13 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import records
+from .errors import ImageError
 
+# forkbuild.manifest.PACKAGE_FILE / DIST_INFO_FILE: this package runs without
+# forkbuild installed, so it keeps its own copy (a unit test keeps them equal).
 MANIFEST = "_forkbuild_manifest.json"
 DIST_INFO_MANIFEST = "forkbuild_manifest.json"
-
-
-class ImageError(Exception):
-    """The image is not what it should be; the message says what and how to fix it."""
 
 
 @dataclass(frozen=True)
@@ -48,14 +47,17 @@ def installed(name: str = "sglang") -> Installed:
     text = dist.read_text("RECORD")
     if text is None:
         raise ImageError(f"{name} {dist.version} has no RECORD: not installed by a wheel installer")
-    rows = tuple(records.parse(text))
+    rows = tuple(records.parse(text, source=f"the installed RECORD of {name} {dist.version}"))
     dist_infos = {row.path.split("/", 1)[0] for row in rows if row.path.split("/", 1)[0].endswith(".dist-info")}
     if len(dist_infos) != 1:
         raise ImageError(f"{name}'s RECORD names {len(dist_infos)} .dist-info directories: {sorted(dist_infos)}")
     direct_url = dist.read_text("direct_url.json")
+    try:
+        url = json.loads(direct_url) if direct_url else None
+    except ValueError as error:
+        raise ImageError(f"{name} {dist.version}: direct_url.json is not JSON: {error}") from None
     return Installed(name=name, version=dist.version, site=Path(dist.locate_file("")).resolve(),
-                     dist_info=dist_infos.pop(), rows=rows,
-                     direct_url=json.loads(direct_url) if direct_url else None)
+                     dist_info=dist_infos.pop(), rows=rows, direct_url=url)
 
 
 def package_dir(name: str = "sglang") -> Path:

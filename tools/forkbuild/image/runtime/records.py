@@ -9,6 +9,8 @@ import hashlib
 import io
 from dataclasses import dataclass
 
+from .errors import ImageError
+
 
 @dataclass(frozen=True)
 class Row:
@@ -17,14 +19,21 @@ class Row:
     size: str = ""
 
 
-def parse(text: str) -> list[Row]:
+def parse(text: str, *, source: str) -> list[Row]:
+    """The rows of a RECORD; ImageError naming `source` (the file) for a malformed one."""
     rows = []
-    for fields in csv.reader(io.StringIO(text)):
-        if not fields:
-            continue
-        if len(fields) != 3:
-            raise ValueError(f"RECORD row {fields!r} does not have 3 fields")
-        rows.append(Row(*fields))
+    reader = csv.reader(io.StringIO(text))
+    try:
+        for fields in reader:
+            if not fields:
+                continue
+            if len(fields) != 3:
+                raise ImageError(f"{source}: line {reader.line_num}: RECORD row {fields!r} does not have 3 fields")
+            if fields[2] and not fields[2].isdigit():
+                raise ImageError(f"{source}: line {reader.line_num}: size {fields[2]!r} of {fields[0]} is not a number")
+            rows.append(Row(*fields))
+    except csv.Error as error:
+        raise ImageError(f"{source}: line {reader.line_num}: not a RECORD (CSV): {error}") from None
     return rows
 
 
