@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from forkbuild import manifest
 from forkbuild.commands.compose import compose_build
 from forkbuild.console import Reporter
 from forkbuild.context import Context
@@ -58,7 +59,7 @@ for path, digest, size in csv.reader(dist.read_text("RECORD").splitlines()):
 print(json.dumps({"rows": rows, "bad": bad}))
 """
 MANIFEST_SCRIPT = ("import importlib.util, pathlib; spec = importlib.util.find_spec('sglang'); "
-                   "print((pathlib.Path(spec.submodule_search_locations[0]) / '_forkbuild_manifest.json').read_text())")
+                   f"print((pathlib.Path(spec.submodule_search_locations[0]) / {manifest.PACKAGE_FILE!r}).read_text())")
 
 
 @pytest.fixture(scope="module")

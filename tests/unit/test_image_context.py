@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from forkbuild.errors import BuildError
+from forkbuild.manifest import DIST_INFO_FILE
 from forkbuild.image import context as image_context
 from forkbuild.image.runtime import doctor, guards
 from test_image_dockerfile import manifest
@@ -21,7 +22,7 @@ def fake_wheel(directory: Path, *, variant: str = "tp4", tag: str = "cp311", **o
     name = f"sglang-{data['version']}-{tag}-{tag}-manylinux_2_34_x86_64.whl"
     path = directory / name
     with zipfile.ZipFile(path, "w") as archive:
-        archive.writestr(f"sglang-{data['version']}.dist-info/forkbuild_manifest.json", json.dumps(data))
+        archive.writestr(f"sglang-{data['version']}.dist-info/{DIST_INFO_FILE}", json.dumps(data))
         archive.writestr(f"sglang-{data['version']}.dist-info/RECORD", "")
     return path
 
