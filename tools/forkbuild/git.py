@@ -135,7 +135,18 @@ class Git:
         return Git(path)
 
     def remove_worktree(self, path: Path) -> None:
-        self.run("worktree", "remove", "--force", str(path), check=False)
+        """Unregister and delete a work tree of this repository; a path git does not
+        (or no longer) know as one is left alone. Raises GitFailed when removal fails."""
+        self.prune_worktrees()  # forget trees whose directory is already gone
+        if Path(path).resolve() in {tree.resolve() for tree in self.worktrees()}:
+            self.run("worktree", "remove", "--force", str(path))
+
+    def worktrees(self) -> list[Path]:
+        """The paths of every work tree of this repository (the main one first)."""
+        listing = self.out("worktree", "list", "--porcelain")
+        return [Path(line.removeprefix("worktree ")) for line in listing.splitlines() if line.startswith("worktree ")]
+
+    def prune_worktrees(self) -> None:
         self.run("worktree", "prune")
 
     def status_porcelain(self) -> str:
@@ -167,8 +178,10 @@ class Git:
         return self.run(*args, *[str(path) for path in patches], check=False)
 
     def am_abort(self) -> None:
-        """Stop a `git am` and go back to where it started."""
-        self.run("am", "--abort", check=False)
+        """Stop a `git am` and go back to where it started; nothing to do when none is
+        in progress (a failed `am` that never started one). Raises GitFailed if the abort fails."""
+        if self.am_in_progress():
+            self.run("am", "--abort")
 
     def am_quit(self) -> None:
         """Stop a `git am`, keeping the commits it made, and clean the failed patch's residue."""
@@ -177,6 +190,64 @@ class Git:
 
     def am_in_progress(self) -> bool:
         return (self.git_dir / "rebase-apply").exists()
+
+    def am_continue(self) -> None:
+        """Commit the resolved, staged patch a stopped `git am` waits on, and go on."""
+        self.run("am", "--continue")
+
+    def am_skip(self) -> None:
+        """Drop the patch a stopped `git am` waits on, and go on."""
+        self.run("am", "--skip")
+
+    # -- questions git answers with its exit status ------------------------
+    def _answer(self, *args: str) -> bool:
+        """True for exit status 0, False for 1; anything else (bad patch, bad revision) raises GitFailed."""
+        result = self.run(*args, check=False)
+        if result.status not in (0, 1):
+            raise GitFailed(GitCommandError(["git", *args], result.status, result.stderr, result.stdout))
+        return result.status == 0
+
+    def apply_check(self, patch: Path, *, reverse: bool = False) -> bool:
+        """Whether `patch` applies exactly (no fuzz) to the work tree; reversed:
+        whether the work tree already holds its result."""
+        return self._answer("apply", "--check", *(["--reverse"] if reverse else []), str(patch))
+
+    def has_staged_changes(self) -> bool:
+        """Whether the index differs from HEAD."""
+        return not self._answer("diff", "--cached", "--quiet", "HEAD")
+
+    def is_ancestor(self, ancestor: str, descendant: str) -> bool:
+        return self._answer("merge-base", "--is-ancestor", ancestor, descendant)
+
+    def unmerged_paths(self) -> list[str]:
+        """Paths the index holds conflicting stages for (a stopped merge or `am -3`)."""
+        listing = self.out("diff", "--name-only", "--diff-filter=U")
+        return listing.splitlines() if listing else []
+
+    def clean_untracked(self) -> None:
+        """Delete untracked files and directories (ignored ones stay)."""
+        self.run("clean", "-fdq")
+
+    def refs(self) -> dict[str, str]:
+        """Every ref of the repository: name -> object id."""
+        listing = self.out("for-each-ref", "--format=%(refname) %(objectname)")
+        return dict(line.split(" ", 1) for line in listing.splitlines() if line)
+
+    def has_file(self, commit: str, path: str) -> bool:
+        """Whether `commit`'s tree holds `path`; a bad commit raises GitFailed."""
+        return bool(self.out("ls-tree", "--name-only", commit, "--", path))
+
+    def show_file(self, commit: str, path: str) -> str:
+        """`path`'s content at `commit`, byte for byte (not stripped); raises GitFailed when absent."""
+        return self.run("cat-file", "blob", f"{commit}:{path}").stdout
+
+    def commit_time(self, commit: str) -> int:
+        """The committer date of `commit`, in seconds since the epoch."""
+        return int(self.out("log", "-1", "--format=%ct", commit))
+
+    def range_diff(self, old: str, new: str, *, creation_factor: int) -> str:
+        """`git range-diff` of two commit ranges, without colour."""
+        return self.out("range-diff", "--no-color", f"--creation-factor={creation_factor}", old, new)
 
     def apply_only(self, patch: Path, *, include: str) -> None:
         """Apply to the work tree (no index, no commit) only the part of `patch`
