@@ -58,3 +58,23 @@ def test_every_write_uses_its_own_temporary_in_the_same_directory(tmp_path: Path
     write_atomic(tmp_path / "a.json", "2")
     assert len(set(sources)) == 2 and all(source.parent == tmp_path for source in sources)
     assert (tmp_path / "a.json").read_text() == "2"
+
+
+def test_apply_writes_its_work_tree_state_atomically(series_fx, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The state file had a fixed "<name>.tmp" (two writers clobbered each other, and
+    # a failed rename left it behind); now it goes through write_atomic.
+    from forkbuild.apply import STATE_FILE, apply_variant
+    from forkbuild.git import Git
+
+    written = []
+    real = fsutil.write_atomic
+
+    def spy(path, data):
+        written.append(Path(path).name)
+        real(path, data)
+
+    monkeypatch.setattr("forkbuild.apply.write_atomic", spy)
+    apply_variant(context=series_fx.context(), variant="full", dest=tmp_path / "w")
+    assert written == [STATE_FILE]
+    git_dir = Git(tmp_path / "w").git_dir
+    assert sorted(path.name for path in git_dir.iterdir() if STATE_FILE in path.name) == [STATE_FILE]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import shutil
 import tempfile
@@ -22,6 +21,7 @@ from forkbuild.cache import UpstreamCache
 from forkbuild.config import PatchEntry, Series
 from forkbuild.context import Context
 from forkbuild.errors import ApplyError, DirtyTreeError
+from forkbuild.fsutil import write_atomic
 from forkbuild.git import Git
 from forkbuild.patchfile import PatchInfo, check_safe, hunk_offsets, read_patch
 
@@ -131,10 +131,7 @@ def record_series_tree(worktree: Git, *, base: str, head: str, patches: list[str
 
 
 def _write_state(worktree: Git, state: dict) -> None:
-    path = _state_path(worktree)
-    temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
-    os.replace(temporary, path)
+    write_atomic(_state_path(worktree), json.dumps(state, indent=2, sort_keys=True) + "\n")
 
 
 def prepare_worktree(cache_git: Git, *, dest: Path, base: str) -> Git:
