@@ -78,3 +78,23 @@ def test_apply_writes_its_work_tree_state_atomically(series_fx, tmp_path: Path, 
     assert written == [STATE_FILE]
     git_dir = Git(tmp_path / "w").git_dir
     assert sorted(path.name for path in git_dir.iterdir() if STATE_FILE in path.name) == [STATE_FILE]
+
+
+def test_test_patch_records_leave_no_temporary_when_the_write_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from forkbuild.testpatch.records import write_json
+
+    write_json(tmp_path / "out" / "stock.json", [{"a": 1}])
+    monkeypatch.setattr(fsutil.os, "replace", lambda source, destination: (_ for _ in ()).throw(OSError("disk full")))
+    with pytest.raises(OSError):
+        write_json(tmp_path / "out" / "stock.json", [{"a": 2}])
+    assert [path.name for path in (tmp_path / "out").iterdir()] == ["stock.json"]
+    assert (tmp_path / "out" / "stock.json").read_text() == '[\n {\n  "a": 1\n }\n]\n'
+    assert mode(tmp_path / "out" / "stock.json") == 0o644
+
+
+def test_compose_writes_through_write_atomic() -> None:
+    # Its own mkstemp writer left compose.yaml 0600 and a temporary behind on errors.
+    from forkbuild.commands import compose
+
+    assert compose.write_atomic is fsutil.write_atomic
+    assert not hasattr(compose, "_write_atomic")

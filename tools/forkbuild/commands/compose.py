@@ -5,9 +5,9 @@ that builds all their images in parallel (`docker-compose build` here,
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
+from forkbuild.fsutil import write_atomic
 from forkbuild.image import build, compose, process
 from forkbuild.image.docker import Docker
 from forkbuild.image.inputs import ensure_bases, prepare_context
@@ -50,7 +50,8 @@ def run(args, context) -> int:
     header = HEADER.format(path=os.path.relpath(out, context.series_dir), version=series.upstream.version,
                            wheel_var=compose.BASE_VARIABLE["wheel"], delta_var=compose.BASE_VARIABLE["delta"])
     text = compose.render(compose.services(contexts, modes=modes, bases=bases, relative_to=out.parent), header=header)
-    _write_atomic(out, text)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(out, text)
     context.reporter.info(f"{out}: {len(variants) * len(modes)} services")
     if args.build:
         compose_build(docker=docker, compose_file=out, reporter=context.reporter)
@@ -67,11 +68,3 @@ def compose_build(*, docker: Docker, compose_file: Path, reporter, services: tup
     command = ["docker-compose", "-f", str(compose_file), "build", "--parallel",
                *(["--no-cache"] if no_cache else []), *services]
     process.run(command, reporter=reporter, missing_hint="apt-get install docker-compose", env=env, stream=True)
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, partial = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(handle, "w") as stream:
-        stream.write(text)
-    os.replace(partial, path)

@@ -4,10 +4,11 @@ summarised into one cell per (feature, check) and written as JSON."""
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
+
+from forkbuild.fsutil import write_atomic
 
 STRUCTURE = "structure"
 GUARD_OFF = "guard_off"
@@ -61,6 +62,4 @@ def failed(records: Iterable[Record]) -> list[Record]:
 def write_json(path: Path, data: list[dict]) -> None:
     """Atomically: a reader never sees half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps(data, indent=1) + "\n")
-    os.replace(temporary, path)
+    write_atomic(path, json.dumps(data, indent=1) + "\n")
