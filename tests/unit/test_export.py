@@ -216,3 +216,27 @@ def test_check_on_a_fresh_clone_applies_the_series_first(series_fx: SeriesFixtur
     assert (series_fx.root / ".forkbuild-work" / "series" / "python" / "pkg" / "core.py").is_file()
     assert series_fx.cli("export") == 0
     assert series_fx.cli("export", "--check") == 0
+
+
+def test_apply_and_export_refuse_unsaved_work_with_the_same_advice(series_fx: SeriesFixture) -> None:
+    tree = make_tree(series_fx)
+    edit(tree.path, "python/pkg/core.py", "value + 1", "value + 5")
+
+    def refusals() -> tuple[DirtyTreeError, DirtyTreeError]:
+        with pytest.raises(DirtyTreeError) as by_export:
+            export_series(context=series_fx.context(), tree=tree.path)
+        with pytest.raises(DirtyTreeError) as by_apply:
+            apply_variant(context=series_fx.context(), variant=None, dest=tree.path)
+        return by_export.value, by_apply.value
+
+    by_export, by_apply = refusals()
+    assert (by_export.message, by_export.hint) == (by_apply.message, by_apply.hint)
+    assert "uncommitted changes" in by_export.message
+    assert f"forkbuild export --dir {tree.path}" in by_export.hint and "reset --hard" in by_export.hint
+
+    tree.run("checkout", "--", ".")
+    stale = series_fx.patches_dir / "beta-limit.patch"  # applied already: `git am` stops on it
+    assert tree.am([stale], three_way=False).status != 0
+    by_export, by_apply = refusals()
+    assert (by_export.message, by_export.hint) == (by_apply.message, by_apply.hint)
+    assert "`git am` is in progress" in by_export.message and "am --abort" in by_export.hint

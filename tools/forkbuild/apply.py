@@ -134,6 +134,22 @@ def _write_state(worktree: Git, state: dict) -> None:
     write_atomic(_state_path(worktree), json.dumps(state, indent=2, sort_keys=True) + "\n")
 
 
+def refuse_unsaved_work(worktree: Git) -> None:
+    """Raise DirtyTreeError if the tree holds work no commit has: a stopped `git am`, or
+    uncommitted changes. apply would reset them away; export reads commits only."""
+    dest = worktree.path
+    if worktree.am_in_progress():
+        raise DirtyTreeError(f"{dest}: a `git am` is in progress there",
+                             hint=f"finish it (git -C {dest} am --continue) and export, "
+                                  f"or discard it (git -C {dest} am --abort)")
+    dirty = worktree.status_porcelain()
+    if dirty:
+        raise DirtyTreeError(f"{dest} has uncommitted changes:\n{dirty}",
+                             hint=f"keep them: commit them (git -C {dest} commit, or --amend into the patch's commit), "
+                                  f"then `forkbuild export --dir {dest}`; "
+                                  f"discard them: git -C {dest} reset --hard && git -C {dest} clean -fd")
+
+
 def prepare_worktree(cache_git: Git, *, dest: Path, base: str) -> Git:
     """A clean work tree at `base`: new, or one forkbuild made that holds nothing else."""
     if not dest.exists() or not any(dest.iterdir()):
@@ -143,14 +159,7 @@ def prepare_worktree(cache_git: Git, *, dest: Path, base: str) -> Git:
         raise DirtyTreeError(f"{dest} exists and is not a forkbuild work tree",
                              hint="choose another --dir, or remove that directory yourself")
     worktree = Git(dest)
-    if worktree.am_in_progress():
-        raise DirtyTreeError(f"{dest}: a `git am` is in progress there",
-                             hint=f"finish it (git -C {dest} am --continue) and export, or discard it: git -C {dest} am --abort")
-    dirty = worktree.status_porcelain()
-    if dirty:
-        raise DirtyTreeError(f"{dest} has uncommitted changes:\n{dirty}",
-                             hint=f"keep them: commit and `forkbuild export --dir {dest}`; "
-                                  f"discard them: git -C {dest} reset --hard && git -C {dest} clean -fd")
+    refuse_unsaved_work(worktree)
     head = worktree.head()
     if head != state["head"]:
         extra = worktree.commits(state["head"], head)

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from forkbuild.apply import read_state, record_exported
+from forkbuild.apply import read_state, record_exported, refuse_unsaved_work
 from forkbuild.cache import UpstreamCache
 from forkbuild.config import PatchEntry, Series
 from forkbuild.context import Context
@@ -96,13 +96,7 @@ def open_export_tree(*, context: Context, tree: Path) -> tuple[Git, str]:
         raise ForkbuildError(f"{tree} holds variant {state['variant']!r} only: exporting it would drop the other patches",
                              hint="export the whole series' tree: `forkbuild apply --all` (default .forkbuild-work/series)")
     worktree = Git(tree)
-    if worktree.am_in_progress():
-        raise DirtyTreeError(f"{tree}: a `git am` is in progress",
-                             hint=f"finish it (git -C {tree} am --continue) or abort it (git -C {tree} am --abort), then export")
-    dirty = worktree.status_porcelain()
-    if dirty:
-        raise DirtyTreeError(f"{tree} has uncommitted changes; export reads commits only:\n{dirty}",
-                             hint=f"commit them (git -C {tree} commit, or --amend into the patch's commit), then export")
+    refuse_unsaved_work(worktree)
     base = state["base"]
     pinned = UpstreamCache(context.cache_dir, reporter=context.reporter).imported(context.series.upstream)
     if pinned and pinned != base:
