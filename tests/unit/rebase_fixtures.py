@@ -11,7 +11,7 @@ import sys
 
 from fixtures import DEFAULT_PATCHES, PatchSpec, SeriesFixture, commit_all, edit
 from forkbuild.git import Git
-from forkbuild.rebase.journal import KILL_AT_ENV, snapshot_refs
+from forkbuild.rebase.journal import KILL_AT_ENV
 
 NEW_VERSION = "2.0"
 
@@ -53,7 +53,7 @@ def fingerprint(fx: SeriesFixture) -> dict[str, str]:
     found = {str(path.relative_to(fx.root)): hashlib.sha256(path.read_bytes()).hexdigest() for path in files}
     cache_repo = fx.cache / "upstream.git"
     if (cache_repo / "HEAD").exists():
-        found.update({f"ref {name}": sha for name, sha in snapshot_refs(Git(cache_repo)).items()})
+        found.update({f"ref {name}": sha for name, sha in Git(cache_repo).refs().items()})
     return found
 
 

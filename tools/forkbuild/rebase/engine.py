@@ -181,7 +181,7 @@ class Rebase:
         if tree.exists():
             cache_git.remove_worktree(tree)
             shutil.rmtree(tree, ignore_errors=True)
-        cache_git.run("worktree", "prune")
+        cache_git.prune_worktrees()
 
     # -- replay ---------------------------------------------------------------------
     def _worktree(self, state: dict) -> Git:
@@ -332,9 +332,7 @@ class Rebase:
         cache_git = self.cache.git()
         tree = Path(state["worktree"])
         if (tree / ".git").exists():
-            worktree = Git(tree)
-            if worktree.am_in_progress():
-                worktree.am_abort()
+            Git(tree).am_abort()
         self._drop_tree(cache_git, tree)
         checkpoint("abort:tree")
         self.journal.restore_series()

@@ -70,8 +70,7 @@ def _sha256(path: Path) -> str:
 
 def snapshot_refs(repo: Git) -> dict[str, str]:
     """Every ref of a repository (name -> object id)."""
-    listing = repo.out("for-each-ref", "--format=%(objectname) %(refname)")
-    return dict(reversed(line.split(" ", 1)) for line in listing.splitlines() if line)
+    return repo.refs()
 
 
 @dataclass(frozen=True)

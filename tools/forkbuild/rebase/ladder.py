@@ -58,11 +58,6 @@ def missing_preimages(worktree: Git, patch_text: str) -> list[str]:
             if not ZERO_BLOB.match(sha) and not worktree.has_object(sha)]
 
 
-def unmerged_paths(worktree: Git) -> list[str]:
-    listing = worktree.out("diff", "--name-only", "--diff-filter=U")
-    return listing.splitlines() if listing else []
-
-
 def replay(worktree: Git, patch: Path, *, upstream: str) -> Step:
     """Apply one patch on top of the work tree's HEAD; a conflict leaves `git am` stopped there.
 
@@ -71,10 +66,10 @@ def replay(worktree: Git, patch: Path, *, upstream: str) -> Step:
     check_safe(patch, tree=worktree.path)
     text = _patch_text(patch)
     head = worktree.head()
-    if worktree.run("apply", "--reverse", "--check", str(patch), check=False).status == 0:
+    if worktree.apply_check(patch, reverse=True):
         return Step(outcome="upstreamed", detail="the new upstream already holds the patch's result (it reverse-applies)",
                     evidence=tuple(evidence(worktree, commit=upstream, patch_text=text)))
-    if worktree.run("apply", "--check", str(patch), check=False).status == 0:
+    if worktree.apply_check(patch):
         result = worktree.am([patch], three_way=False, committer_date_is_author_date=True)
         if result.status != 0:
             worktree.am_abort()
@@ -93,24 +88,23 @@ def replay(worktree: Git, patch: Path, *, upstream: str) -> Step:
                    if line.startswith(("error:", "CONFLICT"))), "does not apply")
     if missing:
         reason += f"; no 3-way merge possible: preimage blob(s) {', '.join(s[:12] for s in missing)} are not in the cache"
-    return Step(outcome="conflict", detail=reason, conflicts=tuple(unmerged_paths(worktree)))
+    return Step(outcome="conflict", detail=reason, conflicts=tuple(worktree.unmerged_paths()))
 
 
 def settle(worktree: Git, *, patch: Path, head_before: str) -> Step:
     """After the user dealt with a conflict: resolved (a commit), or emptied (nothing left)."""
     if worktree.am_in_progress():
-        unmerged = unmerged_paths(worktree)
+        unmerged = worktree.unmerged_paths()
         if unmerged:
             raise RebaseStopped(f"{patch.name}: still unmerged: {', '.join(unmerged)}",
                                 hint=f"resolve the conflict markers in {worktree.path}, `git add` the files, "
                                      "then `forkbuild rebase --continue`")
         _refuse_unstaged(worktree, patch)
-        staged = worktree.run("diff", "--cached", "--quiet", "HEAD", check=False).status != 0
-        if staged:
-            worktree.run("am", "--continue")
+        if worktree.has_staged_changes():
+            worktree.am_continue()
             return _settled(worktree, patch=patch, head_before=head_before)
         # Nothing staged: either the user committed by hand, or the resolution kept upstream's side everywhere.
-        worktree.run("am", "--skip")
+        worktree.am_skip()
     else:
         _refuse_unstaged(worktree, patch)
     return _settled(worktree, patch=patch, head_before=head_before)
@@ -136,8 +130,7 @@ def _settled(worktree: Git, *, patch: Path, head_before: str) -> Step:
 
 def skip(worktree: Git, *, head_before: str) -> None:
     """Leave the stopped patch out: the tree goes back to before it."""
-    if worktree.am_in_progress():
-        worktree.am_abort()
+    worktree.am_abort()
     worktree.reset_hard(head_before)
-    worktree.run("clean", "-fdq")
+    worktree.clean_untracked()
 

@@ -29,8 +29,7 @@ def range_diff(repo: Git, *, old_commit: str, new_commit: str) -> str:
     the two commits however much they differ: they are the same patch by identity."""
     if not old_commit or not new_commit:
         return ""
-    return repo.out("range-diff", "--no-color", "--creation-factor=100",
-                    f"{old_commit}^..{old_commit}", f"{new_commit}^..{new_commit}")
+    return repo.range_diff(f"{old_commit}^..{old_commit}", f"{new_commit}^..{new_commit}", creation_factor=100)
 
 
 def files_of(repo: Git, commit: str) -> list[str]:

@@ -61,14 +61,14 @@ def evidence(repo: Git, *, commit: str, patch_text: str) -> list[HunkEvidence]:
     found = []
     for patched in unidiff.PatchSet(patch_text):
         path = patched.path
-        shown = repo.run("show", f"{commit}:{path}", check=False)
+        present = repo.has_file(commit, path)
         if patched.is_removed_file:
-            found.append(HunkEvidence(file=path, hunk=0, found=shown.status != 0, how="file absent"))
+            found.append(HunkEvidence(file=path, hunk=0, found=not present, how="file absent"))
             continue
-        if shown.status != 0:
+        if not present:
             found.append(HunkEvidence(file=path, hunk=0, found=False, how="not found"))
             continue
-        lines = shown.stdout.splitlines(keepends=True)
+        lines = repo.show_file(commit, path).splitlines(keepends=True)
         if patched.is_added_file:
             wanted = [line.value for hunk in patched for line in hunk.target_lines()]
             found.append(HunkEvidence(file=path, hunk=0, found=wanted == lines, how="file identical"))

@@ -78,7 +78,7 @@ def _compile_records(tree: Git, applied: list[PatchRecord]) -> list[Record]:
     for record in applied:
         for path in _touched(tree, record.commit):
             if path.endswith(".py"):
-                records.append(_compile_one(record, tree.out("show", f"{record.commit}:{path}"), path))
+                records.append(_compile_one(record, tree.show_file(record.commit, path), path))
     return records
 
 

@@ -193,7 +193,7 @@ def _build_source(*, context: Context, request: WheelRequest, version: str) -> t
         return tuple(BuiltWheel(path=path, version=version, rebuilt=False) for path in current)
     with applied_tree(context=context, variant=request.variant) as result, \
             tempfile.TemporaryDirectory(prefix="forkbuild-build-") as scratch:
-        epoch = int(Git(result.dest).out("log", "-1", "--format=%ct", result.head_commit))
+        epoch = Git(result.dest).commit_time(result.head_commit)
         with reporter.step(f"python -m build in the patched {series.upstream.name} checkout"):
             built = build_from_checkout(project=result.dest / series.upstream.package_root, out_dir=Path(scratch),
                                         upstream_version=series.upstream.version, epoch=epoch,

@@ -1,0 +1,91 @@
+"""The rebase package (and the test-patch/wheel git call sites) talk to git only
+through named Git methods, and those methods raise instead of ignoring failures."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import forkbuild
+from forkbuild.git import Git, GitFailed
+
+PACKAGE = Path(forkbuild.__file__).parent
+# Modules whose git calls the review found as raw command strings.
+CALLERS = sorted((PACKAGE / "rebase").glob("*.py")) + [PACKAGE / "testpatch" / "structure.py",
+                                                      PACKAGE / "wheel" / "builder.py"]
+
+
+def raw_git_calls(path: Path) -> list[str]:
+    """`<x>.run("...")` / `<x>.out("...")`: a git command spelled out outside git.py."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("run", "out")
+                and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            found.append(f"{path.name}:{node.lineno}: .{node.func.attr}({node.args[0].value!r}, ...)")
+    return found
+
+
+@pytest.mark.parametrize("path", CALLERS, ids=lambda path: f"{path.parent.name}/{path.name}")
+def test_no_raw_git_command_strings(path: Path) -> None:
+    assert raw_git_calls(path) == []
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Git:
+    git = Git.init(tmp_path / "repo")
+    (git.path / "f").write_text("a\n")
+    git.run("add", "f")
+    git.run("commit", "--quiet", "-m", "one")
+    return git
+
+
+def write_patch(path: Path, old: str, new: str) -> Path:
+    path.write_text(f"--- a/f\n+++ b/f\n@@ -1 +1 @@\n-{old}\n+{new}\n")
+    return path
+
+
+def test_apply_check_answers_and_raises_on_a_broken_patch(repo: Git, tmp_path: Path) -> None:
+    forward = write_patch(tmp_path / "forward.patch", "a", "b")
+    assert repo.apply_check(forward) and not repo.apply_check(forward, reverse=True)
+    assert repo.apply_check(write_patch(tmp_path / "done.patch", "z", "a"), reverse=True)
+    assert not repo.apply_check(write_patch(tmp_path / "other.patch", "x", "y"))
+    # Not "does not apply" (which would send the ladder on to a 3-way merge): an error.
+    (tmp_path / "broken.patch").write_text("not a patch\n")
+    with pytest.raises(GitFailed, match="No valid patches"):
+        repo.apply_check(tmp_path / "broken.patch")
+
+
+def test_am_abort_raises_when_git_cannot_abort(repo: Git, tmp_path: Path) -> None:
+    repo.am_abort()  # nothing in progress: nothing to do
+    mail = tmp_path / "0001.patch"
+    mail.write_text("From: A <a@example.invalid>\nDate: Thu, 1 Jan 2004 00:00:00 +0000\nSubject: change\n\n---\n"
+                    + write_patch(tmp_path / "plain.patch", "x", "y").read_text())
+    assert repo.am([mail], three_way=False).status != 0 and repo.am_in_progress()
+    # Another git process holds the index: the abort fails, and says so instead of passing silently.
+    (repo.git_dir / "index.lock").write_text("")
+    with pytest.raises(GitFailed, match="index.lock"):
+        repo.am_abort()
+    (repo.git_dir / "index.lock").unlink()
+    repo.am_abort()
+    assert not repo.am_in_progress()
+
+
+def test_show_file_and_has_file(repo: Git) -> None:
+    assert repo.show_file("HEAD", "f") == "a\n"
+    assert repo.has_file("HEAD", "f") and not repo.has_file("HEAD", "missing")
+    with pytest.raises(GitFailed):
+        repo.show_file("HEAD", "missing")
+    with pytest.raises(GitFailed):
+        repo.has_file("0" * 40, "f")
+
+
+def test_remove_worktree_leaves_unknown_paths_alone(repo: Git, tmp_path: Path) -> None:
+    stranger = tmp_path / "not-a-worktree"
+    stranger.mkdir()
+    repo.remove_worktree(stranger)
+    assert stranger.is_dir()
+    tree = repo.add_worktree(tmp_path / "tree", repo.head())
+    repo.remove_worktree(tree.path)
+    assert not tree.path.exists() and repo.worktrees() == [repo.path.resolve()]
