@@ -6,8 +6,9 @@ environ.py declares, mapped to features through series.toml.
 FORKBUILD_TEST_FEATURES=a,b overrides both.
 
 With FORKBUILD_TEST_RESULTS=<path>, the outcome of every test is written there
-as JSON (one record per test: feature, check, test, outcome, reason) for
-`forkbuild test-patch` to summarise.
+as JSON (one record per test: feature, check, test, outcome, reason, and for a
+failure the exception: type, message, and the missing name of an ImportError
+or AttributeError) for `forkbuild test-patch` to summarise.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from __future__ import annotations
 import importlib.resources
 import json
 import os
+import re
 import tomllib
+import types
 from pathlib import Path
 
 import pytest
@@ -129,6 +132,15 @@ class _Recorder:
     def classify(self, nodeid: str, feature: str, check: str) -> None:
         self.classified[nodeid] = (feature, check)
 
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
+        report = yield
+        # The report keeps only the formatted traceback; the harness needs the
+        # exception itself (type, missing name) to judge why a test failed.
+        if report.failed and call.excinfo is not None:
+            report.forkbuild_exception = _describe(call.excinfo.value)
+        return report
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         feature, check = self.classified.get(report.nodeid, ("", "collect"))
         outcome, reason = _outcome_of(report)
@@ -136,7 +148,8 @@ class _Recorder:
         if current is not None and _RANK[current["outcome"]] >= _RANK[outcome]:
             return
         self.records[report.nodeid] = {"feature": feature, "check": check, "test": report.nodeid,
-                                       "outcome": outcome, "reason": reason}
+                                       "outcome": outcome, "reason": reason,
+                                       "exception": getattr(report, "forkbuild_exception", None)}
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
@@ -158,6 +171,47 @@ def _write_json(path: Path, data) -> None:
 
 def _first_line(text: str) -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
+_CANNOT_IMPORT = re.compile(r"cannot import name '(?P<name>\w+)'(?: from '(?P<owner>[\w.]+)')?")
+# AttributeError's own wording, and monkeypatch.setattr's "<repr> has no attribute 'x'".
+_NO_ATTRIBUTE = re.compile(r"(?:module '(?P<module>[\w.]+)'|type object '(?P<cls>\w+)'|'(?P<type>\w+)' object"
+                           r"|<(?:[\w.]+\.)?(?P<repr>\w+) object at 0x[0-9a-f]+>) has no attribute '(?P<name>\w+)'")
+
+
+def _describe(error: BaseException) -> dict:
+    """Type and first message line of `error`; for an import or attribute
+    error also the name that is missing and what it is missing from."""
+    described = {"type": type(error).__name__, "message": _first_line(str(error))}
+    described.update(_missing(error))
+    return described
+
+
+def _missing(error: BaseException) -> dict:
+    if isinstance(error, ModuleNotFoundError) and error.name:
+        return {"missing": error.name, "owner": ""}
+    if isinstance(error, ImportError):
+        match = _CANNOT_IMPORT.search(str(error))
+        return {"missing": match["name"], "owner": match["owner"] or error.name or ""} if match else {}
+    if isinstance(error, AttributeError):
+        match = _NO_ATTRIBUTE.search(str(error))
+        name = getattr(error, "name", None) or (match["name"] if match else None)
+        if name is None:
+            return {}
+        return {"missing": name, "owner": _owner(getattr(error, "obj", None), match)}
+    return {}
+
+
+def _owner(obj, match: re.Match | None) -> str:
+    if isinstance(obj, types.ModuleType):
+        return obj.__name__
+    if isinstance(obj, type):
+        return obj.__name__
+    if obj is not None:
+        return type(obj).__name__
+    if match is None:
+        return ""
+    return match["module"] or match["cls"] or match["type"] or match["repr"] or ""
 
 
 def _outcome_of(report: pytest.TestReport) -> tuple[str, str]:

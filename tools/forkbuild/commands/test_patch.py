@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from forkbuild.testpatch import summary
+from forkbuild.testpatch import proof, summary
 from forkbuild.testpatch.runner import Options, run_variant
 
 
@@ -28,8 +28,22 @@ def run(args, context) -> int:
     context.reporter.console.print(summary.table(outcome.rows, variant=options.variant, checks=outcome.checks))
     for line in summary.problems(outcome.rows):
         context.reporter.info(line)
+    if outcome.proof is not None:
+        _print_proof(context.reporter, outcome)
     context.reporter.info(f"written: {outcome.report}")
     if outcome.failed:
         context.reporter.warn(f"{len(outcome.failed)} check(s) failed; details in {outcome.report}")
         return 1
     return 0
+
+
+def _print_proof(reporter, outcome) -> None:
+    """The stock proof: counts, per feature; every test that did not count, and (-v) why each one did."""
+    reporter.info(f"stock proof: {proof.sentence(outcome.proof)}")
+    for line in proof.feature_lines(outcome.proof):
+        reporter.info(f"  {line}")
+    for result, test, why in proof.explained(outcome.rows):
+        if result == "fail":
+            reporter.info(f"  does not count: {test}: {why}")
+        else:
+            reporter.detail(f"  counts: {test}: {why}")

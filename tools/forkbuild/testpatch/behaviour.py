@@ -15,8 +15,7 @@ from typing import Mapping
 from forkbuild import manifest as manifest_module
 from forkbuild.context import Context
 from forkbuild.errors import BuildError
-from forkbuild.testpatch.records import (FAIL, GUARD_OFF, GUARD_OFF_UNPATCHED, GUARD_ON, GUARD_ON_UNPATCHED, PASS,
-                                         Record)
+from forkbuild.testpatch.records import Record
 from forkbuild.wheel.builder import WheelRequest, build_wheels
 
 TESTS_DIR = "tests/patches"
@@ -108,24 +107,11 @@ def run_tests(*, context: Context, python: TestPython, features: str | None = No
 
 
 def behaviour_records(raw: list[dict]) -> list[Record]:
-    return [Record(feature=item["feature"], check=item["check"], outcome=item["outcome"],
-                   reason=item["reason"], test=item["test"]) for item in raw]
+    return [Record(feature=item["feature"], check=item["check"], outcome=item["outcome"], reason=item["reason"],
+                   test=item["test"], exception=exception_text(item)) for item in raw]
 
 
-def unpatched_records(raw: list[dict]) -> list[Record]:
-    """Outcomes on stock sglang with every feature claimed as built in: a
-    guard_on test must fail there (else it cannot tell the patch is missing),
-    a guard_off test must pass (it asserts stock behaviour)."""
-    records = []
-    for item in raw:
-        outcome, reason = item["outcome"], item["reason"]
-        if item["check"] == GUARD_ON and outcome != "skip":
-            check = GUARD_ON_UNPATCHED
-            outcome, reason = ((PASS, f"fails without the patch ({reason})") if outcome == FAIL
-                               else (FAIL, "passes on stock sglang: it does not detect a missing patch"))
-        elif item["check"] == GUARD_OFF:
-            check = GUARD_OFF_UNPATCHED
-        else:
-            check = item["check"]
-        records.append(Record(feature=item["feature"], check=check, outcome=outcome, reason=reason, test=item["test"]))
-    return records
+def exception_text(item: dict) -> str:
+    """'<type>: <message>' of what a failed test raised, as the conftest recorded it."""
+    exception = item.get("exception")
+    return f"{exception['type']}: {exception['message']}" if exception else ""

@@ -1,5 +1,6 @@
 """One variant, end to end: structure, behaviour, (for a variant without
-features) the proof that the tests fail without the patches, summary."""
+features) the proof that the tests fail without the patches (testpatch.proof),
+summary."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from forkbuild.context import Context
-from forkbuild.testpatch import behaviour, summary
+from forkbuild.testpatch import behaviour, proof, summary
 from forkbuild.testpatch.behaviour import TestPython
 from forkbuild.testpatch.records import (ABSENT, CHECKS, FAIL, GUARD_OFF, GUARD_ON, STRUCTURE, UNPATCHED_CHECKS,
                                          Record)
@@ -27,6 +28,7 @@ class Outcome:
     rows: list[dict]
     checks: tuple[str, ...]
     report: Path
+    proof: dict | None = None  # proof.counts() of the stock proof, when it ran
 
     @property
     def failed(self) -> list[dict]:
@@ -61,9 +63,10 @@ def run_variant(*, context: Context, options: Options) -> Outcome:
     rows = summary.cells(records, features=list(series.features), checks=checks)
     if not options.structure_only:
         _require_tests(rows, built=set(features))
+    numbers = proof.counts(records) if prove else None
     report = context.build_dir / "test-patch" / f"{variant}.json"
-    summary.write(report, rows, variant=variant)
-    return Outcome(rows=rows, checks=checks, report=report)
+    summary.write(report, rows, variant=variant, extra=[proof.summary_row(numbers)] if numbers else [])
+    return Outcome(rows=rows, checks=checks, report=report, proof=numbers)
 
 
 def _behaviour(context: Context, python: TestPython, *, features, prove: bool) -> list[Record]:
@@ -73,10 +76,7 @@ def _behaviour(context: Context, python: TestPython, *, features, prove: bool) -
     with context.reporter.step("behaviour: tests/patches"):
         records = behaviour.behaviour_records(behaviour.run_tests(context=context, python=python, features=claimed))
     if prove:
-        every = ",".join(context.series.features)
-        with context.reporter.step("behaviour on stock sglang with every feature claimed: guard_on must fail"):
-            raw = behaviour.run_tests(context=context, python=python, features=every, markers="guard_on or guard_off")
-        records += behaviour.unpatched_records(raw)
+        records += proof.run_proof(context=context, stock=python)
     return records
 
 

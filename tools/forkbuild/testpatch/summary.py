@@ -59,5 +59,6 @@ def problems(rows: list[dict]) -> list[str]:
             for row in rows if row["outcome"] == FAIL]
 
 
-def write(path: Path, rows: list[dict], *, variant: str) -> None:
-    write_json(path, [{"variant": variant, **row} for row in rows])
+def write(path: Path, rows: list[dict], *, variant: str, extra: Sequence[dict] = ()) -> None:
+    """The cells, then `extra` records (the stock proof's counts)."""
+    write_json(path, [{"variant": variant, **row} for row in [*rows, *extra]])

@@ -1,0 +1,242 @@
+"""The stock proof: every guard_on test must fail where its patch's behaviour is
+missing, and for that reason only; every guard_off test must pass there.
+
+A guard_on test sets its guard and asserts the feature. On plain stock sglang
+the guard is not even declared, so almost any such test fails at once with
+AttributeError on `envs.DSV41_...`: that proves nothing about behaviour. So a
+guarded feature's tests run against stock plus only the guard declarations
+(the environ.py part of every patch, series order): a test that still fails
+there fails on what the patch does. A feature without guards of its own
+(`guards`) declares the guard machinery itself: its behaviour is in environ.py,
+so its tests are proven on plain stock.
+
+How each failure counts:
+- on an assertion (AssertionError; pytest's Failed: pytest.fail, DID NOT RAISE);
+- on a missing name the feature's patches add (ImportError/AttributeError of a
+  function, class, attribute or module the patch defines);
+- on another exception: the test passes with the patch in the same venv, so
+  the patch's code is the difference; accepted, counted apart to be looked at;
+- a missing DSV41_* name is a harness or test error, never a proof: the
+  declarations are there, so the test reads a guard nobody declares.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path, PurePosixPath
+
+import unidiff
+
+from forkbuild.cache import UpstreamCache
+from forkbuild.config import GUARD_PREFIX, Series
+from forkbuild.context import Context
+from forkbuild.errors import ApplyError
+from forkbuild.git import GitFailed
+from forkbuild.patchfile import split_mail
+from forkbuild.testpatch import behaviour
+from forkbuild.testpatch.behaviour import TestPython
+from forkbuild.testpatch.records import (FAIL, GUARD_OFF, GUARD_OFF_UNPATCHED, GUARD_ON, GUARD_ON_UNPATCHED, PASS,
+                                         SKIP, Record)
+from forkbuild.testpatch.structure import environ_path
+
+ASSERTION = "assertion"
+MISSING_NAME = "missing_name"
+OTHER = "other_exception"
+HARNESS_ERROR = "harness_error"
+PASSES = "passes_without_patch"
+KINDS = (ASSERTION, MISSING_NAME, OTHER, HARNESS_ERROR, PASSES)
+ACCEPTED = (ASSERTION, MISSING_NAME, OTHER)
+ASSERTION_TYPES = ("AssertionError", "Failed")  # Failed: pytest.fail() and pytest.raises' "DID NOT RAISE"
+
+_DEFINED = re.compile(r"^\s*(?:async\s+def|def|class)\s+(?P<name>\w+)"
+                      r"|^\s*(?:self\.)?(?P<target>\w+)\s*(?::[^=]*)?=(?!=)")
+_IMPORTED = re.compile(r"^\s*(?:from\s+\S+\s+)?import\s+(?P<names>[\w., ]+)$")
+
+
+# -- the trees the proof runs on ----------------------------------------------
+
+@contextmanager
+def declarations_tree(*, context: Context) -> Iterator[Path]:
+    """Stock sglang plus only the environ.py part of every patch of the series,
+    in series order; yields the directory to put on PYTHONPATH."""
+    series = context.series
+    cache = UpstreamCache(context.cache_dir, reporter=context.reporter)
+    base = cache.ensure(series.upstream)
+    environ = environ_path(series)
+    with tempfile.TemporaryDirectory(prefix="forkbuild-declarations-") as scratch:
+        dest = Path(scratch) / "declarations"
+        tree = cache.git().add_worktree(dest, base)
+        try:
+            for entry in series.patches:
+                try:
+                    tree.apply_only(entry.path, include=environ)
+                except GitFailed as error:
+                    raise ApplyError(f"patches/{entry.file}: its {environ} part does not apply on upstream plus "
+                                     f"the declarations of the patches before it:\n{error.stderr}",
+                                     hint="run `forkbuild check`; the feature patches must apply on the guards "
+                                          "patch and each other in series order") from error
+            yield dest / series.upstream.package_root
+        finally:
+            cache.git().remove_worktree(dest)
+
+
+def declaring_features(series: Series) -> list[str]:
+    """Features with no guard of their own: they make the guard machinery, so
+    their behaviour is in environ.py and is proven on plain stock."""
+    return [name for name, feature in series.features.items() if not feature.guards]
+
+
+# -- running -----------------------------------------------------------------
+
+def run_proof(*, context: Context, stock: TestPython) -> list[Record]:
+    """The guard_on_unpatched and guard_off_unpatched records. `stock` runs the
+    tests against plain stock sglang (installed wheel or applied tree)."""
+    series = context.series
+    plain = declaring_features(series)
+    added = {name: added_names(series, name) for name in series.features}
+    records: list[Record] = []
+    if plain:
+        with context.reporter.step(f"proof on stock sglang: guard_on tests of {', '.join(plain)} must fail"):
+            raw = behaviour.run_tests(context=context, python=stock, features=",".join(plain), markers="guard_on")
+        # The other features' tests skip here (not claimed): they are proven below.
+        records += proof_records([item for item in raw if item["feature"] in plain], added=added, on="stock sglang")
+    try:
+        with declarations_tree(context=context) as declared, \
+                context.reporter.step("proof on stock sglang + guard declarations: guard_on must fail, guard_off pass"):
+            python = TestPython(executable=stock.executable, env={"PYTHONPATH": str(declared)})
+            raw = behaviour.run_tests(context=context, python=python, features=",".join(series.features),
+                                      markers="guard_on or guard_off")
+    except ApplyError as error:
+        reason = f"not run: {error.message.splitlines()[0]}"
+        return records + [Record(feature=name, check=check, outcome=FAIL, reason=reason)
+                          for name in series.features for check in (GUARD_OFF_UNPATCHED, GUARD_ON_UNPATCHED)]
+    guarded = [item for item in raw if not (item["check"] == GUARD_ON and item["feature"] in plain)]
+    return records + proof_records(guarded, added=added, on="stock sglang + guard declarations")
+
+
+# -- judging -----------------------------------------------------------------
+
+def added_names(series: Series, feature: str) -> set[str]:
+    """Names `feature`'s patches define (functions, classes, assignments,
+    imports) and the modules they add (dotted, and the last part alone)."""
+    names: set[str] = set()
+    for entry in series.patches:
+        if entry.feature != feature:
+            continue
+        _, payload = split_mail(entry.path.read_text(encoding="utf-8", errors="surrogateescape"))
+        for patched in unidiff.PatchSet(payload):
+            if patched.is_added_file and patched.path.endswith(".py"):
+                names |= _module_names(patched.path, package_root=series.upstream.package_root)
+            for hunk in patched:
+                for line in hunk:
+                    if line.is_added:
+                        names |= _defined(line.value)
+    return names
+
+
+def _module_names(path: str, *, package_root: str) -> set[str]:
+    parts = PurePosixPath(path).relative_to(package_root).with_suffix("").parts
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return {".".join(parts), parts[-1]}
+
+
+def _defined(line: str) -> set[str]:
+    match = _DEFINED.match(line)
+    if match:
+        return {match["name"] or match["target"]}
+    imported = _IMPORTED.match(line)
+    if imported:
+        # "a as b, c": the names bound are the last word of each part.
+        return {part.split()[-1] for part in imported["names"].split(",") if part.strip()}
+    return set()
+
+
+def judge(item: dict, *, added: set[str]) -> tuple[str, str]:
+    """(kind, why) of a guard_on test that ran without its patch."""
+    if item["outcome"] == PASS:
+        return PASSES, "passes without the patch: it does not detect a missing patch"
+    exception = item.get("exception") or {}
+    if not exception:
+        return HARNESS_ERROR, f"harness error: no exception recorded for the failure ({item['reason']})"
+    raised = f"{exception['type']}: {exception['message']}"
+    missing = exception.get("missing") or ""
+    if missing.startswith(GUARD_PREFIX):
+        return HARNESS_ERROR, (f"harness/test error: fails on the undeclared guard {missing} ({raised}), "
+                               "before reaching any behaviour")
+    if exception["type"] in ASSERTION_TYPES:
+        return ASSERTION, f"fails on an assertion: {raised}"
+    if missing and _is_added(missing, added):
+        return MISSING_NAME, f"fails on {missing}, which the patch adds: {raised}"
+    return OTHER, f"fails on {exception['type']} (not an assertion, not a name the patch adds): {raised}"
+
+
+def _is_added(missing: str, added: set[str]) -> bool:
+    # ModuleNotFoundError may name a new package above the new module.
+    return missing in added or any(name.startswith(f"{missing}.") for name in added)
+
+
+def proof_records(raw: list[dict], *, added: dict[str, set[str]], on: str) -> list[Record]:
+    records = []
+    for item in raw:
+        exception = behaviour.exception_text(item)
+        if item["check"] == GUARD_ON and item["outcome"] != SKIP:
+            kind, why = judge(item, added=added.get(item["feature"], set()))
+            outcome = PASS if kind in ACCEPTED else FAIL
+            records.append(Record(feature=item["feature"], check=GUARD_ON_UNPATCHED, outcome=outcome,
+                                  reason=f"{why} (on {on})", test=item["test"], exception=exception, proof=kind))
+        elif item["check"] in (GUARD_ON, GUARD_OFF):
+            check = GUARD_ON_UNPATCHED if item["check"] == GUARD_ON else GUARD_OFF_UNPATCHED
+            records.append(Record(feature=item["feature"], check=check, outcome=item["outcome"],
+                                  reason=f"{item['reason']} (on {on})" if item["reason"] else f"on {on}",
+                                  test=item["test"], exception=exception))
+    return records
+
+
+# -- counting ----------------------------------------------------------------
+
+def counts(records: list[Record]) -> dict:
+    """How the guard_on tests fared without their patches, overall and per feature."""
+    proven = [record for record in records if record.check == GUARD_ON_UNPATCHED]
+    total = Counter(record.proof or record.outcome for record in proven)
+    by_feature: dict[str, Counter] = {}
+    for record in proven:
+        by_feature.setdefault(record.feature, Counter())[record.proof or record.outcome] += 1
+    return {"guard_on_tests": len(proven), **{kind: total[kind] for kind in (*KINDS, SKIP, FAIL)},
+            "by_feature": {feature: dict(counter) for feature, counter in by_feature.items()}}
+
+
+def sentence(numbers: dict) -> str:
+    """One line for the console and the JSON: '139 guard_on tests without their patches: ...'."""
+    parts = [f"{numbers[ASSERTION]} fail on assertions", f"{numbers[MISSING_NAME]} on missing patch-added names",
+             f"{numbers[OTHER]} on other exceptions", f"{numbers[HARNESS_ERROR]} harness/test errors",
+             f"{numbers[PASSES]} pass without the patch"]
+    if numbers[SKIP]:
+        parts.append(f"{numbers[SKIP]} skipped")
+    if numbers[FAIL]:
+        parts.append(f"{numbers[FAIL]} not run")
+    return f"{numbers['guard_on_tests']} guard_on tests without their patches: " + ", ".join(parts)
+
+
+def summary_row(numbers: dict) -> dict:
+    """The counts as one more record of the variant's JSON report."""
+    outcome = FAIL if numbers[HARNESS_ERROR] or numbers[PASSES] or numbers[FAIL] else PASS
+    return {"feature": "", "check": "proof", "outcome": outcome, "reason": sentence(numbers), "counts": numbers,
+            "details": []}
+
+
+def feature_lines(numbers: dict) -> list[str]:
+    """Per feature: how its guard_on tests failed without the patch ('alpha: 2 assertion, 1 missing_name')."""
+    return [f"{feature or '(no feature)'}: " + ", ".join(f"{count} {kind}" for kind, count in sorted(kinds.items()))
+            for feature, kinds in numbers["by_feature"].items()]
+
+
+def explained(rows: list[dict]) -> list[tuple[str, str, str]]:
+    """(outcome, test, why it counted) of every guard_on test the proof ran."""
+    return [(detail["outcome"], detail["test"], detail["reason"]) for row in rows if row["check"] == GUARD_ON_UNPATCHED
+            for detail in row["details"] if detail["outcome"] != SKIP]
+
