@@ -165,3 +165,23 @@ def test_a_held_cache_lock_is_a_lock_timeout_not_a_traceback(series_fx, tmp_path
     # "lite" leaves alpha out: the whole series' blobs are made under the lock first.
     with FileLock(str(series_fx.cache / "lock")), pytest.raises(LockTimeout, match="held by another process"):
         apply_variant(context=series_fx.context(), variant="lite", dest=tmp_path / "lite")
+
+
+def test_dir_naming_an_existing_file_is_refused_and_the_file_kept(series_fx, tmp_path):
+    (tmp_path / "w").write_text("mine\n")
+    with pytest.raises(DirtyTreeError, match="is not a directory"):
+        apply_variant(context=series_fx.context(), variant="full", dest=tmp_path / "w")
+    assert series_fx.cli("apply", "--dir", str(tmp_path / "w")) == DirtyTreeError.return_code
+    assert (tmp_path / "w").read_text() == "mine\n"
+
+
+@pytest.mark.parametrize("text", ["{not json", '{"variant": "", "base": "abc", "patches": []}', '["a list"]'])
+def test_a_corrupt_state_file_is_a_dirty_tree_error_with_a_hint(series_fx, tmp_path, text):
+    from forkbuild.apply import STATE_FILE
+
+    apply_variant(context=series_fx.context(), variant="full", dest=tmp_path / "w")
+    (Git(tmp_path / "w").git_dir / STATE_FILE).write_text(text)
+    with pytest.raises(DirtyTreeError, match="forkbuild state .* is unreadable") as caught:
+        apply_variant(context=series_fx.context(), variant="full", dest=tmp_path / "w")
+    assert "apply again" in caught.value.hint
+    assert series_fx.cli("export", "--dir", str(tmp_path / "w")) == DirtyTreeError.return_code

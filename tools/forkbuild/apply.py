@@ -26,6 +26,8 @@ from forkbuild.git import Git
 from forkbuild.patchfile import PatchInfo, check_safe, hunk_offsets, read_patch
 
 STATE_FILE = "forkbuild-worktree.json"
+# What the state file must hold: what apply builds a tree from and what export checks.
+STATE_KEYS = {"variant": str, "base": str, "head": str, "patches": list}
 FULL_SERIES_REF = "refs/forkbuild/series"
 APPLYING = re.compile(r"^Applying: (?P<subject>.*)$")
 THREE_WAY = "Falling back to patching base and 3-way merge"
@@ -113,10 +115,28 @@ def _state_path(worktree: Git) -> Path:
 
 
 def read_state(dest: Path) -> dict | None:
-    try:
-        return json.loads(_state_path(Git(dest)).read_text())
-    except (OSError, ValueError):
+    """The state apply recorded for the work tree `dest`; None if forkbuild did not make it."""
+    path = _state_path(Git(dest))
+    if not path.is_file():
         return None
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise _corrupt_state(dest, path, str(error)) from error
+    if not isinstance(state, dict):
+        raise _corrupt_state(dest, path, "not a JSON object")
+    wrong = [key for key, kind in STATE_KEYS.items() if not isinstance(state.get(key), kind)]
+    if wrong:
+        raise _corrupt_state(dest, path, f"missing or mistyped: {', '.join(wrong)}")
+    return state
+
+
+def _corrupt_state(dest: Path, path: Path, reason: str) -> DirtyTreeError:
+    # Without the state forkbuild cannot tell the series' commits from the user's:
+    # refuse to touch the tree rather than guess.
+    return DirtyTreeError(f"{dest}: its forkbuild state {path} is unreadable ({reason})",
+                          hint=f"save any commits of yours first (git -C {dest} log), then remove {dest} "
+                               "and apply again")
 
 
 def record_exported(worktree: Git, *, head: str, patches: list[str]) -> None:
@@ -152,6 +172,8 @@ def refuse_unsaved_work(worktree: Git) -> None:
 
 def prepare_worktree(cache_git: Git, *, dest: Path, base: str) -> Git:
     """A clean work tree at `base`: new, or one forkbuild made that holds nothing else."""
+    if dest.exists() and not dest.is_dir():
+        raise DirtyTreeError(f"{dest} exists and is not a directory", hint="choose another --dir")
     if not dest.exists() or not any(dest.iterdir()):
         return cache_git.add_worktree(dest, base)
     state = read_state(dest) if (dest / ".git").exists() else None
