@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 import tomllib
 
+from filelock import FileLock
 from fixtures import SeriesFixture, make_series
-from forkbuild.errors import RebaseStopped
+from forkbuild.errors import LockTimeout, RebaseStopped
 from rebase_fixtures import (CONFLICT_CHANGES, LADDER_CHANGES, NEW_VERSION, UPSTREAMED_CHANGES, WITH_DOCS, fingerprint,
                              rebase_args, release, tree)
 
@@ -183,5 +184,21 @@ def test_abort_after_a_failing_check_restores(git_series_fx: SeriesFixture, monk
     before = fingerprint(fx)
     monkeypatch.setattr("forkbuild.rebase.engine.check_every_variant", lambda context: {"ok": False, "detail": "x"})
     assert fx.cli(*rebase_args(commit)) == RebaseStopped.return_code
+    assert fx.cli("rebase", "--abort") == 0
+    assert fingerprint(fx) == before
+
+
+def test_abort_while_another_process_holds_the_cache_lock(git_series_fx: SeriesFixture, monkeypatch) -> None:
+    fx = git_series_fx
+    commit = release(fx, CONFLICT_CHANGES)
+    fx.cli("fetch")
+    before = fingerprint(fx)
+    assert fx.cli(*rebase_args(commit)) == RebaseStopped.return_code
+    monkeypatch.setattr("forkbuild.cache.LOCK_TIMEOUT_SECONDS", 0.2)
+    holder = FileLock(str(fx.cache / "lock"))
+    with holder:
+        # A LockTimeout (exit 10, with a hint), not a filelock traceback; the journal stays for a retry.
+        assert fx.cli("rebase", "--abort") == LockTimeout.return_code
+    assert (fx.root / ".forkbuild-work" / "rebase-journal").exists()
     assert fx.cli("rebase", "--abort") == 0
     assert fingerprint(fx) == before

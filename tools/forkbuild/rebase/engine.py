@@ -337,7 +337,7 @@ class Rebase:
         checkpoint("abort:tree")
         self.journal.restore_series()
         checkpoint("abort:series")
-        with self.cache.lock():
+        with self.cache.locked():
             self.journal.restore_refs(cache_git)
         checkpoint("abort:refs")
         self.journal.remove()
