@@ -240,3 +240,63 @@ def test_apply_and_export_refuse_unsaved_work_with_the_same_advice(series_fx: Se
     by_export, by_apply = refusals()
     assert (by_export.message, by_export.hint) == (by_apply.message, by_apply.hint)
     assert "`git am` is in progress" in by_export.message and "am --abort" in by_export.hint
+
+
+def pull_a_newer_alpha(fx: SeriesFixture) -> bytes:
+    """patches/alpha-scale.patch changes under the tree, as a `git pull` of the series would."""
+    path = fx.patches_dir / "alpha-scale.patch"
+    path.write_text(path.read_text().replace("Scale by three instead of two.", "Scale by three (reviewed)."))
+    return path.read_bytes()
+
+
+def test_export_refuses_a_tree_older_than_patches(series_fx: SeriesFixture) -> None:
+    tree = make_tree(series_fx)
+    newer = pull_a_newer_alpha(series_fx)
+    before = snapshot(series_fx)
+    for check in (False, True):
+        with pytest.raises(DirtyTreeError) as error:
+            export_series(context=series_fx.context(), tree=tree.path, check=check)
+        assert "patches/alpha-scale.patch (changed)" in error.value.message
+        assert "beta-limit.patch" not in error.value.message
+        assert f"forkbuild apply --all --dir {tree.path}" in error.value.hint
+    assert series_fx.cli("export") == DirtyTreeError.return_code
+    assert series_fx.cli("export", "--check") == DirtyTreeError.return_code
+    assert snapshot(series_fx) == before and before["alpha-scale.patch"] == newer
+    # The advice works: the re-applied tree exports to exactly what patches/ holds.
+    assert series_fx.cli("apply", "--all") == 0
+    assert series_fx.cli("export", "--check") == ExportDriftError.return_code  # only patches/series is missing
+    assert series_fx.cli("export") == 0
+    assert (series_fx.patches_dir / "alpha-scale.patch").read_bytes() == newer
+
+
+def test_a_stale_tree_with_own_commits_is_told_how_to_move_them(series_fx: SeriesFixture) -> None:
+    tree = make_tree(series_fx)
+    applied = tree.head()
+    edit(tree.path, "python/pkg/core.py", "    return value + 1\n", "    return value + 2\n")
+    mine = commit_all(tree, "core: offset by two\n\nFeature: alpha\n")
+    pull_a_newer_alpha(series_fx)
+    with pytest.raises(DirtyTreeError) as error:
+        export_series(context=series_fx.context(), tree=tree.path)
+    assert f"cherry-pick {applied[:12]}..{mine[:12]}" in error.value.hint
+    assert not (series_fx.patches_dir / "alpha-core-offset-by-two.patch").exists()
+
+
+def test_patches_added_or_dropped_since_apply_are_named(series_fx: SeriesFixture) -> None:
+    tree = make_tree(series_fx)
+    text = series_fx.series_toml.read_text()
+    series_fx.series_toml.write_text(text.replace('[[patches]]\nfile = "beta-limit.patch"\nfeature = "beta"\n', ""))
+    (series_fx.patches_dir / "beta-limit.patch").unlink()
+    with pytest.raises(DirtyTreeError, match=r"patches/beta-limit.patch \(no longer in series.toml\)"):
+        export_series(context=series_fx.context(), tree=tree.path)
+    assert not (series_fx.patches_dir / "beta-limit.patch").exists()
+
+
+def test_export_records_what_it_wrote_so_the_next_export_is_allowed(series_fx: SeriesFixture) -> None:
+    tree = make_tree(series_fx)
+    amend(tree, tree.commits(tree.head() + "~3", tree.head())[1],
+          lambda t: edit(t.path, "python/pkg/core.py", "return value * 3", "return value * 4"))
+    assert series_fx.cli("export") == 0
+    amend(tree, tree.commits(tree.head() + "~3", tree.head())[1],
+          lambda t: edit(t.path, "python/pkg/core.py", "return value * 4", "return value * 5"))
+    assert series_fx.cli("export") == 0
+    assert "value * 5" in (series_fx.patches_dir / "alpha-scale.patch").read_text()

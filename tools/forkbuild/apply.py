@@ -16,6 +16,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterable, Mapping
 
 from forkbuild.cache import UpstreamCache
 from forkbuild.config import PatchEntry, Series
@@ -90,12 +91,15 @@ def apply_plan(*, context: Context, plan: ApplyPlan, dest: Path) -> ApplyResult:
         # blobs of the whole series to merge them, so the series is applied once.
         ensure_series_blobs(context=context, cache=cache, base=base)
     worktree = prepare_worktree(cache_git, dest=dest, base=base)
+    # Recorded in the tree's state: export refuses a tree made from other patches than patches/ holds now.
+    hashes = series_hashes(series)
     label = plan.variant or "the whole series"
     with context.reporter.step(f"Applying {len(plan.entries)} patches of {label} into {dest}"):
         records = _am_all(worktree, plan, reporter=context.reporter)
     head = worktree.head()
     _write_state(worktree, {"variant": plan.variant, "base": base, "head": head,
-                            "patches": [record.entry.file for record in records if record.commit]})
+                            "patches": [record.entry.file for record in records if record.commit],
+                            "sha256": hashes})
     for record in records:
         if record.outcome in ("offset", "3way"):
             context.reporter.info(f"{record.entry.file}: {record.outcome} {record.detail}".rstrip())
@@ -126,6 +130,8 @@ def read_state(dest: Path) -> dict | None:
     if not isinstance(state, dict):
         raise _corrupt_state(dest, path, "not a JSON object")
     wrong = [key for key, kind in STATE_KEYS.items() if not isinstance(state.get(key), kind)]
+    if not isinstance(state.get("sha256", {}), dict):  # absent in trees made before it was recorded
+        wrong.append("sha256")
     if wrong:
         raise _corrupt_state(dest, path, f"missing or mistyped: {', '.join(wrong)}")
     return state
@@ -139,15 +145,30 @@ def _corrupt_state(dest: Path, path: Path, reason: str) -> DirtyTreeError:
                                "and apply again")
 
 
-def record_exported(worktree: Git, *, head: str, patches: list[str]) -> None:
-    """After `export`: the tree's commits are the series now, so apply may refresh it again."""
+def series_hashes(series: Series) -> dict[str, str]:
+    """sha256 of each patch file of the series, by file name."""
+    return file_hashes(series.patches_dir, [entry.file for entry in series.patches])
+
+
+def file_hashes(directory: Path, names: Iterable[str]) -> dict[str, str]:
+    return {name: hashlib.sha256((directory / name).read_bytes()).hexdigest() for name in names}
+
+
+def record_exported(worktree: Git, *, head: str, patches: list[str], hashes: Mapping[str, str]) -> None:
+    """After `export`: the tree's commits are the series now (`hashes`: its patch files as
+    written), so apply may refresh the tree again and export may write from it."""
     state = read_state(worktree.path) or {}
-    _write_state(worktree, {**state, "head": head, "patches": patches})
+    _write_state(worktree, {**state, "head": head, "patches": patches, "sha256": dict(hashes)})
 
 
-def record_series_tree(worktree: Git, *, base: str, head: str, patches: list[str]) -> None:
-    """Mark a tree built outside apply (the rebase's) as a full-series work tree `export` reads."""
-    _write_state(worktree, {"variant": "", "base": base, "head": head, "patches": patches})
+def record_series_tree(worktree: Git, *, base: str, head: str, patches: list[str],
+                       hashes: Mapping[str, str] | None = None) -> None:
+    """Mark a tree built outside apply (the rebase's) as a full-series work tree `export` reads.
+
+    `hashes` (series_hashes of the series the tree replaces) lets export check that
+    patches/ did not change meanwhile; without it export warns that it cannot."""
+    state = {"variant": "", "base": base, "head": head, "patches": patches}
+    _write_state(worktree, state if hashes is None else {**state, "sha256": dict(hashes)})
 
 
 def _write_state(worktree: Git, state: dict) -> None:

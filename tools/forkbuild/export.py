@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from forkbuild.apply import read_state, record_exported, refuse_unsaved_work
+from forkbuild.apply import file_hashes, read_state, record_exported, refuse_unsaved_work, series_hashes
 from forkbuild.cache import UpstreamCache
 from forkbuild.config import PatchEntry, Series
 from forkbuild.context import Context
@@ -79,7 +79,8 @@ def export_series(*, context: Context, tree: Path, check: bool = False, refresh:
                 hint=f"run `forkbuild export --dir {tree}` and commit the result")
         return plan
     write_plan(series, plan)
-    record_exported(worktree, head=plan.head, patches=[patch.file for patch in plan.patches])
+    files = [patch.file for patch in plan.patches]
+    record_exported(worktree, head=plan.head, patches=files, hashes=file_hashes(series.patches_dir, files))
     return plan
 
 
@@ -97,6 +98,7 @@ def open_export_tree(*, context: Context, tree: Path) -> tuple[Git, str]:
                              hint="export the whole series' tree: `forkbuild apply --all` (default .forkbuild-work/series)")
     worktree = Git(tree)
     refuse_unsaved_work(worktree)
+    _refuse_stale_tree(context, state=state, worktree=worktree)
     base = state["base"]
     pinned = UpstreamCache(context.cache_dir, reporter=context.reporter).imported(context.series.upstream)
     if pinned and pinned != base:
@@ -108,6 +110,33 @@ def open_export_tree(*, context: Context, tree: Path) -> tuple[Git, str]:
     if worktree.out("rev-list", "--merges", f"{base}..{head}"):
         raise ForkbuildError(f"{tree}: merge commits cannot become patches", hint="linearize the history (git rebase)")
     return worktree, base
+
+
+def _refuse_stale_tree(context: Context, *, state: dict, worktree: Git) -> None:
+    """Refuse a tree made from other patch files than patches/ holds now (a pull, a
+    checkout, another tree's export): its older commits would overwrite them."""
+    tree, recorded = worktree.path, state.get("sha256")
+    if recorded is None:
+        context.reporter.warn(f"{tree} records no patch hashes (made by an older forkbuild): export cannot tell "
+                              f"whether patches/ changed since it was applied")
+        return
+    current = series_hashes(context.series)
+    changes = [f"patches/{name} (changed)" for name in current if name in recorded and recorded[name] != current[name]]
+    changes += [f"patches/{name} (added to series.toml)" for name in current if name not in recorded]
+    changes += [f"patches/{name} (no longer in series.toml)" for name in recorded if name not in current]
+    if not changes:
+        return
+    message = (f"patches/ changed since {tree} was applied; exporting it would overwrite that with the tree's "
+               "older commits:\n" + "\n".join(f"  - {line}" for line in changes))
+    head, applied = worktree.head(), state["head"]
+    if head == applied:
+        raise DirtyTreeError(message, hint=f"re-apply the tree (forkbuild apply --all --dir {tree}): it holds no "
+                                           "commits of yours; then make your change there and export")
+    raise DirtyTreeError(message, hint=(
+        f"{tree} holds commits that are not exported: apply the current series into a new tree "
+        f"(forkbuild apply --all --dir NEW), bring them over (new commits: git -C NEW cherry-pick "
+        f"{applied[:12]}..{head[:12]}; amended ones: redo the change), export from there "
+        f"(forkbuild export --dir NEW), then re-apply {tree}"))
 
 
 # -- planning ------------------------------------------------------------------
