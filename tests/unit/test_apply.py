@@ -185,3 +185,22 @@ def test_a_corrupt_state_file_is_a_dirty_tree_error_with_a_hint(series_fx, tmp_p
         apply_variant(context=series_fx.context(), variant="full", dest=tmp_path / "w")
     assert "apply again" in caught.value.hint
     assert series_fx.cli("export", "--dir", str(tmp_path / "w")) == DirtyTreeError.return_code
+
+
+def test_am_failing_after_committing_every_patch_is_reported_on_the_last(series_fx, tmp_path, monkeypatch):
+    from forkbuild.git import Result
+
+    real_am = Git.am
+
+    def am_then_fail(self, patches, **options):
+        result = real_am(self, patches, **options)
+        return Result(status=128, stdout=result.stdout, stderr="fatal: could not write the index\n")
+
+    monkeypatch.setattr(Git, "am", am_then_fail)
+    context = series_fx.context()
+    result = apply_plan(context=context, plan=plan_variant(context.series, "full"), dest=tmp_path / "w")
+    assert [(record.entry.file, record.outcome) for record in result.records] == [
+        ("guards.patch", "exact"), ("alpha-scale.patch", "exact"), ("beta-limit.patch", "failed")]
+    assert result.failures[0].detail == "git am failed after committing it: fatal: could not write the index"
+    with pytest.raises(ApplyError, match="beta-limit.patch: git am failed after committing it"):
+        apply_variant(context=series_fx.context(), variant="full", dest=tmp_path / "again")

@@ -232,9 +232,18 @@ def _am_all(worktree: Git, plan: ApplyPlan, *, reporter) -> list[PatchRecord]:
         remaining = remaining[len(made):]
         if result.status == 0:
             break
+        if worktree.am_in_progress():
+            # --quit, not --abort: --abort would also undo the patches this run applied.
+            worktree.am_quit()
+        if not remaining:
+            # git made a commit for every patch and still failed: the error belongs to
+            # the last one, whose commit may be incomplete; report it, never guess it is fine.
+            last = records.pop()
+            records.append(PatchRecord(entry=last.entry, outcome="failed", commit=last.commit,
+                                       detail="git am failed after committing it: "
+                                              + _reason(result.stdout + result.stderr, default=f"exit {result.status}")))
+            break
         failed_entry, _ = remaining.pop(0)
-        # --quit, not --abort: --abort would also undo the patches this run applied.
-        worktree.am_quit()
         records.append(PatchRecord(entry=failed_entry, outcome="failed",
                                    detail=_failure_detail(failed_entry, plan, result.stdout + result.stderr)))
     return records
@@ -260,12 +269,17 @@ def _record_for(entry: PatchEntry, info: PatchInfo, commit: str, applied_diff: s
     return PatchRecord(entry=entry, outcome="exact", commit=commit)
 
 
+def _reason(output: str, *, default: str = "does not apply") -> str:
+    """The line of git am's output that says why it stopped."""
+    return next((line.strip() for line in output.splitlines()
+                 if line.startswith(("error:", "fatal:", "CONFLICT"))), default)
+
+
 def _failure_detail(entry: PatchEntry, plan: ApplyPlan, output: str) -> str:
     touched = {change.path for change in read_patch(entry.path).files}
     needs = [other.file for other in plan.left_out
              if touched & {change.path for change in read_patch(other.path).files}]
-    reason = next((line.strip() for line in output.splitlines()
-                   if line.startswith(("error:", "CONFLICT"))), "does not apply")
+    reason = _reason(output)
     if needs:
         return f"{reason}; it needs {', '.join(needs)} (left out of {plan.variant or 'the series'}; same files)"
     return reason
