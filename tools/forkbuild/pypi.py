@@ -13,7 +13,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 
 from forkbuild.errors import UpstreamError
 
-INDEX_URL = os.environ.get("FORKBUILD_INDEX_URL", "https://pypi.org/simple").rstrip("/")
+DEFAULT_INDEX_URL = "https://pypi.org/simple"
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 
 
@@ -24,8 +24,13 @@ class IndexFile:
     sha256: str
 
 
+def index_url() -> str:
+    """$FORKBUILD_INDEX_URL (read on every call, so a test or a caller can set it late) or PyPI."""
+    return (os.environ.get("FORKBUILD_INDEX_URL") or DEFAULT_INDEX_URL).rstrip("/")
+
+
 def project_files(project: str) -> list[IndexFile]:
-    url = f"{INDEX_URL}/{canonicalize_name(project)}/"
+    url = f"{index_url()}/{canonicalize_name(project)}/"
     request = urllib.request.Request(url, headers={"Accept": SIMPLE_JSON})
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
@@ -41,7 +46,7 @@ def find_file(project: str, filename: str) -> IndexFile:
     for entry in project_files(project):
         if entry.filename == filename:
             return entry
-    raise UpstreamError(f"{filename} is not among the files {INDEX_URL} lists for {project}")
+    raise UpstreamError(f"{filename} is not among the files {index_url()} lists for {project}")
 
 
 def release_wheels(project: str, version: str) -> list[IndexFile]:
