@@ -9,6 +9,7 @@ import tomllib
 from filelock import FileLock
 from fixtures import SeriesFixture, make_series
 from forkbuild.errors import LockTimeout, RebaseStopped
+from forkbuild.git import Git
 from rebase_fixtures import (CONFLICT_CHANGES, LADDER_CHANGES, NEW_VERSION, UPSTREAMED_CHANGES, WITH_DOCS, fingerprint,
                              rebase_args, release, tree)
 
@@ -202,3 +203,21 @@ def test_abort_while_another_process_holds_the_cache_lock(git_series_fx: SeriesF
     assert (fx.root / ".forkbuild-work" / "rebase-journal").exists()
     assert fx.cli("rebase", "--abort") == 0
     assert fingerprint(fx) == before
+
+
+def test_abort_keeps_refs_other_processes_made_meanwhile(git_series_fx: SeriesFixture) -> None:
+    fx = git_series_fx
+    commit = release(fx, CONFLICT_CHANGES)
+    fx.cli("fetch")
+    before = fingerprint(fx)
+    assert fx.cli(*rebase_args(commit)) == RebaseStopped.return_code
+    # Another forkbuild run sharing the cache imports a version and keeps a ref while the rebase waits.
+    cache = Git(fx.cache / "upstream.git")
+    base = before["ref refs/tags/upstream/1.0"]
+    cache.tag("upstream/0.9", base)
+    cache.update_ref("refs/forkbuild/other-run/series", base)
+    assert fx.cli("rebase", "--abort") == 0
+    after = fingerprint(fx)
+    assert after.pop("ref refs/tags/upstream/0.9") == base
+    assert after.pop("ref refs/forkbuild/other-run/series") == base
+    assert after == before  # what the rebase itself made (tag upstream/2.0, its series refs) is gone

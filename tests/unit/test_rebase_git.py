@@ -10,6 +10,7 @@ import pytest
 
 import forkbuild
 from forkbuild.git import Git, GitFailed
+from forkbuild.rebase import refs
 
 PACKAGE = Path(forkbuild.__file__).parent
 # Modules whose git calls the review found as raw command strings.
@@ -89,3 +90,21 @@ def test_remove_worktree_leaves_unknown_paths_alone(repo: Git, tmp_path: Path) -
     tree = repo.add_worktree(tmp_path / "tree", repo.head())
     repo.remove_worktree(tree.path)
     assert not tree.path.exists() and repo.worktrees() == [repo.path.resolve()]
+
+
+def test_restore_puts_back_only_refs_still_where_the_rebase_put_them(repo: Git) -> None:
+    first = repo.head()
+    (repo.path / "f").write_text("b\n")
+    repo.run("commit", "--quiet", "-am", "two")
+    second = repo.head()
+    state = {"id": "x", "refs": {}}
+    made, moved, taken = "refs/tags/made", "refs/heads/moved", "refs/tags/taken-over"
+    for ref, before in ((made, None), (moved, first), (taken, None)):
+        refs.record(state, ref, before=before, after=second)
+        repo.update_ref(ref, second)
+    repo.update_ref(taken, first)  # someone else re-pointed it after the rebase made it
+    repo.update_ref("refs/tags/theirs", first)  # someone else's, never recorded
+    assert refs.restore(repo, state["refs"]) == [taken]
+    current = repo.refs()
+    assert made not in current and current[moved] == first
+    assert current[taken] == first and current["refs/tags/theirs"] == first

@@ -20,7 +20,7 @@ from rebase_fixtures import CONFLICT_CHANGES, LADDER_CHANGES, NEW_VERSION, finge
 CONTINUE_STEPS = ["begun", "imported", "worktree", "prepared", "applying:alpha-scale.patch",
                   "applied:beta-limit.patch", "replayed", "finalize:restored", "finalize:pinned",
                   "finalize:exported", "exported", "finish:cleaned"]
-ABORT_STEPS = ["imported", "applying:beta-limit.patch", "finalize:pinned", "finalize:exported", "finish:cleaned"]
+ABORT_STEPS = ["importing:2.0", "imported", "applying:beta-limit.patch", "finalize:pinned", "finalize:exported", "finish:cleaned"]
 
 
 def series_files(fx: SeriesFixture) -> dict[str, bytes]:

@@ -10,35 +10,36 @@ finalize  writing the new series                          restore the backup, wr
 checked   written; `forkbuild check` failed               check again, finish
 
 Every step is redone safely from its journal entry, so a kill at any point
-loses nothing; --abort puts series.toml, patches/ and the cache refs back from
-the journal's backup.
+loses nothing; --abort puts series.toml and patches/ back from the journal's
+backup and undoes the cache refs the rebase created or moved (rebase/refs.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import secrets
 import shutil
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from forkbuild.apply import record_series_tree
+from forkbuild.apply import FULL_SERIES_REF, record_series_tree
 from forkbuild.cache import UpstreamCache
 from forkbuild.config import GitPin, Upstream, WheelPin
 from forkbuild.context import Context
 from forkbuild.errors import ForkbuildError, RebaseStopped
 from forkbuild.export import export_series
 from forkbuild.git import Git
-from forkbuild.rebase import ladder, report
+from forkbuild.rebase import ladder, refs, report
 from forkbuild.rebase.checking import check_every_variant
 from forkbuild.rebase.journal import Journal, checkpoint
 from forkbuild.rebase.pin import moved_pin
 from forkbuild.rebase.upstreamed import HunkEvidence, evidence
 from forkbuild.series_edit import write_atomic
 
-OLD_SERIES_REF = "refs/forkbuild/rebase/old-series"
-NEW_SERIES_REF = "refs/forkbuild/rebase/new-series"
+OLD_SERIES = "old-series"  # the series applied on the old pin (its blobs feed the 3-way merges)
+NEW_SERIES = "new-series"  # the replayed series (the report's range-diffs read it)
 DROP_OUTCOMES = ("upstreamed", "emptied")
 
 
@@ -86,12 +87,13 @@ class Rebase:
             raise ForkbuildError(f"{tree} exists and is not empty", hint="remove it, or pass another --dir")
         state = {
             "phase": "prepare", "worktree": str(tree), "accept_drops": accept_drops,
+            "id": secrets.token_hex(6), "refs": {},
             "old": _upstream_dict(series.upstream), "target": _upstream_dict(target),
             "old_base": None, "new_base": None, "cursor": 0, "head_before": None,
             "patches": [{"file": entry.file, "feature": entry.feature, "old_commit": "", "outcome": None,
                          "commit": "", "detail": "", "evidence": [], "conflicts": []} for entry in series.patches],
         }
-        self.journal.create(state, cache_git=self.cache.git())
+        self.journal.create(state)
         return self.run(self.journal.load())
 
     def resume(self, action: str) -> dict:
@@ -147,8 +149,8 @@ class Rebase:
         old, target = _upstream_from(state["old"]), _upstream_from(state["target"])
         with self.reporter.step(f"Importing {old.name} {old.version} and {target.version} into the cache"), \
                 timed(state, "import"):
-            state["old_base"] = self.cache.ensure(old)
-            state["new_base"] = self.cache.ensure(target)
+            state["old_base"] = self._import(state, old)
+            state["new_base"] = self._import(state, target)
         self.journal.save(state, step="imported")
         tree = Path(state["worktree"])
         cache_git = self.cache.git()
@@ -164,12 +166,31 @@ class Rebase:
             raise ForkbuildError(f"the series does not apply on its own pin {old.version} (stopped at {failed}):\n"
                                  f"{(result.stderr or result.stdout).strip()}",
                                  hint="fix the series first: `forkbuild check`")
-        cache_git.update_ref(OLD_SERIES_REF, worktree.head())
+        self._move_ref(state, refs.series_ref(state, OLD_SERIES), worktree.head())
         for patch, commit in zip(state["patches"], made):
             patch["old_commit"] = commit
         worktree.checkout_detached(state["new_base"])
         state["phase"], state["cursor"] = "replay", 0
         self.journal.save(state, step="prepared")
+
+    def _import(self, state: dict, upstream: Upstream) -> str:
+        """The cache commit of `upstream`; a tag the import creates is recorded for --abort."""
+        ref = f"refs/tags/{upstream.tag}"
+        if ref not in state["refs"] and self.cache.imported(upstream) is None:
+            # Journaled before the import: a kill mid-import must not leave a tag abort does not know of.
+            refs.record(state, ref, before=None, after=None)
+            self.journal.save(state, step=f"importing:{upstream.version}")
+        commit = self.cache.ensure(upstream)
+        if ref in state["refs"]:
+            state["refs"][ref]["after"] = commit
+        return commit
+
+    def _move_ref(self, state: dict, ref: str, commit: str) -> None:
+        """Point a cache ref at `commit`, journaling where it was first so that --abort can put it back."""
+        cache_git = self.cache.git()
+        refs.record(state, ref, before=cache_git.refs().get(ref), after=commit)
+        self.journal.save(state, step=f"ref:{ref.rsplit('/', 1)[-1]}")
+        cache_git.update_ref(ref, commit)
 
     def _backup_patches(self, state: dict) -> list[Path]:
         # The journal's copies: patches/ itself may be half rewritten by a killed finalize.
@@ -265,7 +286,7 @@ class Rebase:
         worktree = self._worktree(state)
         self.journal.restore_series()  # a known start: redoing this phase writes the same result
         checkpoint("finalize:restored")
-        self.cache.git().update_ref(NEW_SERIES_REF, worktree.head())
+        self._move_ref(state, refs.series_ref(state, NEW_SERIES), worktree.head())
         series_toml = self.context.series_dir / "series.toml"
         write_atomic(series_toml, moved_pin(series_toml.read_text(), _upstream_from(state["target"])))
         checkpoint("finalize:pinned")
@@ -284,9 +305,19 @@ class Rebase:
     def _fresh_context(self) -> Context:
         return Context(series_dir=self.context.series_dir, cache_dir=self.context.cache_dir, reporter=self.reporter)
 
-    def _check_and_finish(self, state: dict) -> None:
+    def _check(self, state: dict) -> dict:
+        """`forkbuild check` of the new series; the series-blob refs it adds to the cache are the rebase's."""
+        cache_git = self.cache.git()
+        known = set(cache_git.refs())
         with timed(state, "check"):
             check = check_every_variant(self._fresh_context())
+        for ref, sha in cache_git.refs().items():
+            if ref.startswith(f"{FULL_SERIES_REF}/") and ref not in known:
+                refs.record(state, ref, before=None, after=sha)
+        return check
+
+    def _check_and_finish(self, state: dict) -> None:
+        check = self._check(state)
         final = self._report(state, check=check, final=True)
         md_path, json_path = report.paths(self.context.build_dir, old=state["old"]["version"],
                                           new=state["target"]["version"])
@@ -298,12 +329,13 @@ class Rebase:
             raise RebaseStopped(f"the rebased series fails `forkbuild check`:\n{check['detail']}\n  report: {md_path}",
                                 hint="fix series.toml/patches/ by hand and `forkbuild rebase --continue` to check again; "
                                      "`--abort` puts the old series back")
+        self.journal.save(state, step="check-passed")  # the refs the check made, for an abort after a kill
         self._finish(state)
 
     def _finish(self, state: dict) -> None:
         cache_git = self.cache.git()
         self._drop_tree(cache_git, Path(state["worktree"]))
-        for ref in (OLD_SERIES_REF, NEW_SERIES_REF):
+        for ref in (refs.series_ref(state, OLD_SERIES), refs.series_ref(state, NEW_SERIES)):
             if cache_git.rev(ref):
                 cache_git.delete_ref(ref)
         checkpoint("finish:cleaned")
@@ -328,7 +360,8 @@ class Rebase:
 
     # -- abort --------------------------------------------------------------------------
     def abort(self, state: dict) -> None:
-        """Everything as before the rebase: work tree gone, series files and cache refs restored."""
+        """Everything as before the rebase: work tree gone, series files restored, the
+        cache refs the rebase created or moved put back (every other ref left alone)."""
         cache_git = self.cache.git()
         tree = Path(state["worktree"])
         if (tree / ".git").exists():
@@ -338,7 +371,9 @@ class Rebase:
         self.journal.restore_series()
         checkpoint("abort:series")
         with self.cache.locked():
-            self.journal.restore_refs(cache_git)
+            left = refs.restore(cache_git, state["refs"])
+        for ref in left:
+            self.reporter.warn(f"{ref}: left as it is: it changed after the rebase set it")
         checkpoint("abort:refs")
         self.journal.remove()
         state["phase"] = "aborted"

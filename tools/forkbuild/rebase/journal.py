@@ -5,8 +5,9 @@ Layout (`<series>/.forkbuild-work/rebase-journal/`):
 - `state.json`: the rebase's state; replaced atomically (temp file, fsync,
   rename, fsync of the directory) on every step.
 - `backup/series.toml`, `backup/patches/...`: the series exactly as it was
-  before the rebase changed anything; `backup/refs.json`: every ref of the
-  cache repository; `backup/hashes.json`: sha256 of each backed-up file.
+  before the rebase changed anything; `backup/hashes.json`: sha256 of each
+  backed-up file. (The cache refs the rebase creates are recorded in the state
+  as it goes: rebase/refs.py.)
 
 The journal directory is built under a temporary name and renamed into place
 only once the backup is complete, so either there is no journal (nothing was
@@ -25,14 +26,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from forkbuild.errors import ForkbuildError
-from forkbuild.git import Git
 
 JOURNAL_DIR = "rebase-journal"
 STATE_FILE = "state.json"
 # Tests kill the process right after the journal records this step (SIGKILL: no
 # cleanup handlers run), to prove that --continue and --abort recover from it.
 KILL_AT_ENV = "FORKBUILD_REBASE_KILL_AT"
-SCHEMA = 1
+# 2: cache refs recorded in the state as the rebase makes them (1 snapshotted all of them).
+SCHEMA = 2
 
 
 def fsync_dir(path: Path) -> None:
@@ -68,11 +69,6 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def snapshot_refs(repo: Git) -> dict[str, str]:
-    """Every ref of a repository (name -> object id)."""
-    return repo.refs()
-
-
 @dataclass(frozen=True)
 class SeriesFiles:
     """The files a rebase rewrites: series.toml and everything under patches/."""
@@ -106,7 +102,8 @@ class Journal:
         except ValueError as error:
             raise ForkbuildError(f"{self.path / STATE_FILE} is not valid JSON: {error}") from error
         if state.get("schema") != SCHEMA:
-            raise ForkbuildError(f"{self.path / STATE_FILE}: unknown journal schema {state.get('schema')!r}")
+            raise ForkbuildError(f"{self.path / STATE_FILE}: unknown journal schema {state.get('schema')!r}",
+                                 hint="finish or abort it with the forkbuild version that started it")
         return state
 
     def save(self, state: dict, *, step: str) -> None:
@@ -116,7 +113,7 @@ class Journal:
         checkpoint(step)
 
     # -- creation: the backup first, then the journal appears at once -----------
-    def create(self, state: dict, *, cache_git: Git) -> None:
+    def create(self, state: dict) -> None:
         parent = self.path.parent
         parent.mkdir(parents=True, exist_ok=True)
         for stale in parent.glob(f".{JOURNAL_DIR}.*"):
@@ -131,7 +128,6 @@ class Journal:
             shutil.copy2(self.series_dir / relative, target)
             hashes[relative] = _sha256(target)
         (backup / "hashes.json").write_text(json.dumps(hashes, indent=2, sort_keys=True) + "\n")
-        (backup / "refs.json").write_text(json.dumps(snapshot_refs(cache_git), indent=2, sort_keys=True) + "\n")
         state = {**state, "schema": SCHEMA, "step": "begun"}
         (scratch / STATE_FILE).write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
         for path in [*backup.rglob("*"), scratch / STATE_FILE]:
@@ -145,9 +141,6 @@ class Journal:
     # -- going back -------------------------------------------------------------
     def backed_up_hashes(self) -> dict[str, str]:
         return json.loads((self.backup / "hashes.json").read_text())
-
-    def backed_up_refs(self) -> dict[str, str]:
-        return json.loads((self.backup / "refs.json").read_text())
 
     def restore_series(self) -> None:
         """Put series.toml and patches/ back exactly as they were (bytes and file set)."""
@@ -165,16 +158,6 @@ class Journal:
             target.parent.mkdir(parents=True, exist_ok=True)
             write_durable(target, source.read_bytes())
             shutil.copystat(source, target)
-
-    def restore_refs(self, cache_git: Git) -> None:
-        """Every cache ref as it was: new ones deleted, moved ones moved back."""
-        wanted = self.backed_up_refs()
-        current = snapshot_refs(cache_git)
-        for ref in sorted(set(current) - set(wanted)):
-            cache_git.delete_ref(ref)
-        for ref, sha in sorted(wanted.items()):
-            if current.get(ref) != sha:
-                cache_git.update_ref(ref, sha)
 
     def remove(self) -> None:
         """Drop the journal: rename first so a kill mid-delete leaves no half journal."""
