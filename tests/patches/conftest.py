@@ -174,9 +174,11 @@ def _first_line(text: str) -> str:
 
 
 _CANNOT_IMPORT = re.compile(r"cannot import name '(?P<name>\w+)'(?: from '(?P<owner>[\w.]+)')?")
-# AttributeError's own wording, and monkeypatch.setattr's "<repr> has no attribute 'x'".
-_NO_ATTRIBUTE = re.compile(r"(?:module '(?P<module>[\w.]+)'|type object '(?P<cls>\w+)'|'(?P<type>\w+)' object"
-                           r"|<(?:[\w.]+\.)?(?P<repr>\w+) object at 0x[0-9a-f]+>) has no attribute '(?P<name>\w+)'")
+# AttributeError's own wording, and monkeypatch.setattr's "<repr> has no attribute 'x'"
+# (a module's repr: <module 'a.b' from '...'>).
+_NO_ATTRIBUTE = re.compile(r"(?:<?module '(?P<module>[\w.]+)'(?: from '[^']*'>)?|type object '(?P<cls>\w+)'"
+                           r"|'(?P<type>\w+)' object|<(?:[\w.]+\.)?(?P<repr>\w+) object at 0x[0-9a-f]+>)"
+                           r" has no attribute '(?P<name>\w+)'")
 
 
 def _describe(error: BaseException) -> dict:
