@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -203,3 +204,58 @@ def test_the_repository_series_is_valid():
     series = load_series(Path(__file__).resolve().parents[2] / "series.toml")
     assert series.default_variant in series.variants
     assert {"stock", "tp3", "tp4"} <= set(series.variants)
+
+
+WRONG_TYPES = [
+    ('source = "wheel"\n', 'source = "wheel"\ngit = "x"\n', "upstream.git (line 10): must be a table, not a string"),
+    ('filename = "demo-1.0-py3-none-any.whl"', "filename = 3",
+     "upstream.wheels[0].filename (line 13): must be a string, not an integer"),
+    ('env = {{ DSV41_FAST = "on" }}'.format(), 'env = "x"', "variants.full.env (line 46): must be a table, not a string"),
+    ('env = {{ DSV41_FAST = "on" }}'.format(), "env = { DSV41_FAST = 1 }",
+     "variants.full.env (line 46): values must be strings (they become environment variables): DSV41_FAST"),
+    ('{ env = "DSV41_FAST"', "{ env = 1", "features.fast.guards[0].env (line 22): must be a string, not an integer"),
+    ('guards = [{ env = "DSV41_FAST", type = "switch", default = "0" }]', 'guards = "DSV41_FAST"',
+     "features.fast.guards (line 22): must be an array of tables, not a string"),
+    ('file = "fast.patch"\nfeature = "fast"', 'file = "fast.patch"\nfeature = 7',
+     "patches[1].feature (line 37): must be a string, not an integer"),
+    ('file = "fast.patch"', "file = true", "patches[1].file (line 36): must be a string, not a boolean"),
+    ('default_variant = "full"', "default_variant = 1", "series.default_variant (line 3): must be a string, not an integer"),
+    ('description = "go fast"', "description = []", "features.fast.description (line 20): must be a string, not an array"),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "problem"), WRONG_TYPES, ids=[case[2].split(" ")[0] for case in WRONG_TYPES])
+def test_a_value_of_the_wrong_type_is_a_problem_not_a_traceback(tmp_path, old, new, problem):
+    assert old in VALID
+    problems = problems_of(write_series(tmp_path, VALID.replace(old, new, 1)))
+    assert problems == [problem]  # and nothing cascades from the skipped value
+
+
+def test_every_wrong_type_is_reported_at_once(tmp_path):
+    cases = [WRONG_TYPES[index] for index in (0, 1, 2, 4, 7, 8, 9)]  # the others edit the same lines
+    text = VALID
+    for old, new, _ in cases:
+        assert old in text
+        text = text.replace(old, new, 1)
+    problems = problems_of(write_series(tmp_path, text))
+    without_lines = [re.sub(r" \(line \d+\)", "", problem) for problem in problems]
+    assert sorted(without_lines) == sorted(re.sub(r" \(line \d+\)", "", problem) for _, _, problem in cases)
+
+
+def test_a_table_given_as_a_string(tmp_path):
+    without_features = "\n".join(block for block in VALID.split("\n\n") if not block.startswith("[features."))
+    problems = problems_of(write_series(tmp_path, 'features = "x"\n' + without_features))
+    assert problems[0] == "features (line 1): must be a table, not a string"
+    assert all("Traceback" not in problem for problem in problems)
+
+
+def test_wheel_pins_need_a_tag_and_a_file_name_and_one_pin_per_tag(tmp_path):
+    second = '[[upstream.wheels]]\npython_tag = "py3"\nfilename = "demo-1.0-cp311.whl"\nsha256 = "{sha}"\n\n'.format(sha=SHA)
+    text = VALID.replace('python_tag = "py3"', 'python_tag = ""', 1).replace(
+        'filename = "demo-1.0-py3-none-any.whl"', 'filename = ""').replace("[features.base]", second + "[features.base]")
+    problems = problems_of(write_series(tmp_path, text))
+    assert problems == ["upstream.wheels[0].python_tag (line 12): is required (a non-empty string)",
+                        "upstream.wheels[0].filename (line 13): is required (a non-empty string)"]
+    text = VALID.replace("[features.base]", second + "[features.base]")
+    assert problems_of(write_series(tmp_path, text)) == [
+        "upstream.wheels[1].python_tag (line 17): 'py3' is pinned already by upstream.wheels[0]"]

@@ -117,7 +117,7 @@ class Series:
 
     def variant(self, name: str) -> Variant:
         if name not in self.variants:
-            raise ConfigError([f"unknown variant {name!r}{_near_miss(name, self.variants)}"], source=str(self.path))
+            raise ConfigError([f"unknown variant {name!r}{near_miss(name, self.variants)}"], source=str(self.path))
         return self.variants[name]
 
     def patches_for(self, variant: str) -> tuple[PatchEntry, ...]:
@@ -155,7 +155,8 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _near_miss(name: str, known: Iterable[str]) -> str:
+def near_miss(name: str, known: Iterable[str]) -> str:
+    """' (perhaps you meant 'x'?)' for the closest of `known`, or ''."""
     matches = difflib.get_close_matches(name, list(known), n=1)
     return f" (perhaps you meant {matches[0]!r}?)" if matches else ""
 
@@ -166,9 +167,16 @@ class _Problems:
     def __init__(self, text: str) -> None:
         self.lines = text.splitlines()
         self.items: list[str] = []
+        self.keys: set[str] = set()
 
     def _table_start(self, key: str) -> int:
         """Index of the line after the header of the innermost table `key` lies in."""
+        item = re.match(r"^([\w.-]+)\[(\d+)\]", key)
+        if item:  # an array of tables: the n-th [[header]]
+            header = re.compile(r"^\s*\[\[\s*" + re.escape(item[1]) + r"\s*\]\]\s*(#.*)?$")
+            starts = [number for number, line in enumerate(self.lines) if header.search(line)]
+            if int(item[2]) < len(starts):
+                return starts[int(item[2])]
         parts = re.sub(r"\[\d+\]", "", key).split(".")
         for end in range(len(parts), 0, -1):
             header = re.compile(r"^\s*\[\[?\s*" + re.escape(".".join(parts[:end])) + r"\s*\]\]?\s*(#.*)?$")
@@ -199,7 +207,51 @@ class _Problems:
     def add(self, key: str, message: str, *, near: str | None = None) -> None:
         line = self.line_of(near or key, key=key)
         where = f"{key} (line {line})" if line else key
+        self.keys.add(key)
         self.items.append(f"{where}: {message}")
+
+    def has(self, key: str) -> bool:
+        """Whether `key` has a problem already (later checks then say nothing more about it)."""
+        return key in self.keys
+
+    def has_matching(self, pattern: str) -> bool:
+        return any(re.fullmatch(pattern, key) for key in self.keys)
+
+    # -- typed access: a wrong type is a problem, and the caller gets a safe empty value --
+    def table(self, value: Any, where: str, *, near: str | None = None) -> Mapping[str, Any]:
+        if isinstance(value, dict):
+            return value
+        self.add(where, f"must be a table, not {_toml_type(value)}", near=near)
+        return {}
+
+    def tables(self, value: Any, where: str, *, near: str | None = None) -> list[Mapping[str, Any] | None]:
+        """An array of tables; an item that is not a table is reported and comes back as None."""
+        if not isinstance(value, list):
+            self.add(where, f"must be an array of tables, not {_toml_type(value)}", near=near)
+            return []
+        items: list[Mapping[str, Any] | None] = []
+        for index, item in enumerate(value):
+            items.append(item if isinstance(item, dict) else None)
+            if not isinstance(item, dict):
+                self.add(f"{where}[{index}]", f"must be a table, not {_toml_type(item)}", near=near)
+        return items
+
+    def string(self, table: Mapping[str, Any], key: str, where: str, *, default: str = "",
+               required: bool = False, near: str | None = None) -> str:
+        value = table.get(key, default)
+        if not isinstance(value, str):
+            self.add(f"{where}.{key}".lstrip("."), f"must be a string, not {_toml_type(value)}", near=near or key)
+            return default
+        if required and not value:
+            self.add(f"{where}.{key}".lstrip("."), "is required (a non-empty string)", near=near or where or key)
+        return value
+
+
+def _toml_type(value: Any) -> str:
+    """The TOML name of a parsed value's type, for messages."""
+    names = {bool: "a boolean", int: "an integer", float: "a float", str: "a string", list: "an array",
+             dict: "a table"}
+    return names.get(type(value), f"a {type(value).__name__}")
 
 
 _KEYS = {
@@ -220,7 +272,7 @@ def _check_keys(problems: _Problems, table: Mapping[str, Any], kind: str, where:
     allowed = _KEYS[kind]
     for key in table:
         if key not in allowed:
-            problems.add(f"{where}.{key}".lstrip("."), f"unknown key{_near_miss(key, allowed)}", near=key)
+            problems.add(f"{where}.{key}".lstrip("."), f"unknown key{near_miss(key, allowed)}", near=key)
 
 
 def _string_list(problems: _Problems, value: Any, where: str) -> tuple[str, ...]:
@@ -230,43 +282,76 @@ def _string_list(problems: _Problems, value: Any, where: str) -> tuple[str, ...]
     return tuple(value)
 
 
-def _parse_upstream(problems: _Problems, raw: Mapping[str, Any]) -> Upstream:
+def _string_table(problems: _Problems, value: Any, where: str) -> dict[str, str]:
+    """A table of environment variables: every value a string."""
+    table = problems.table(value, where)
+    wrong = [key for key, item in table.items() if not isinstance(item, str)]
+    if wrong:
+        problems.add(where, f"values must be strings (they become environment variables): {', '.join(wrong)}")
+    return {key: item for key, item in table.items() if isinstance(item, str)}
+
+
+def _parse_upstream(problems: _Problems, value: Any) -> Upstream:
+    raw = problems.table(value, "upstream")
     _check_keys(problems, raw, "upstream", "upstream")
-    for key in ("name", "version", "package_root"):
-        if not isinstance(raw.get(key), str) or not raw.get(key):
-            problems.add(f"upstream.{key}", "is required (a non-empty string)", near="upstream")
-    source = raw.get("source", "wheel")
+    name, version, package_root = (problems.string(raw, key, "upstream", required=True, near="upstream")
+                                   for key in ("name", "version", "package_root"))
+    source = problems.string(raw, "source", "upstream", default="wheel")
     if source not in UPSTREAM_SOURCES:
         problems.add("upstream.source", f"must be one of {UPSTREAM_SOURCES}, not {source!r}")
     git = None
     if "git" in raw:
-        _check_keys(problems, raw["git"], "upstream.git", "upstream.git")
-        git = GitPin(url=raw["git"].get("url", ""), ref=raw["git"].get("ref", ""), commit=raw["git"].get("commit", ""))
-    wheels = []
-    for index, pin in enumerate(raw.get("wheels", [])):
-        _check_keys(problems, pin, "upstream.wheels", f"upstream.wheels[{index}]")
-        if not re.fullmatch(r"[0-9a-f]{64}", pin.get("sha256", "")):
-            problems.add(f"upstream.wheels[{index}].sha256", "must be 64 lowercase hex digits", near="sha256")
-        wheels.append(WheelPin(python_tag=pin.get("python_tag", ""), filename=pin.get("filename", ""),
-                               sha256=pin.get("sha256", ""), url=pin.get("url", "")))
-    if source == "wheel" and not wheels:
+        table = problems.table(raw["git"], "upstream.git", near="git")
+        _check_keys(problems, table, "upstream.git", "upstream.git")
+        git = GitPin(**{key: problems.string(table, key, "upstream.git") for key in ("url", "ref", "commit")})
+    wheels = _parse_wheels(problems, raw.get("wheels", []))
+    if source == "wheel" and not wheels and not problems.has("upstream.wheels"):
         problems.add("upstream.wheels", "source = 'wheel' needs at least one [[upstream.wheels]] pin", near="upstream")
     if source == "git" and not (git and git.url and git.commit):
         problems.add("upstream.git", "source = 'git' needs url and commit", near="upstream")
-    return Upstream(name=raw.get("name", ""), version=raw.get("version", ""), package_root=raw.get("package_root", ""),
-                    source=source, git=git, wheels=tuple(wheels))
+    return Upstream(name=name, version=version, package_root=package_root, source=source, git=git,
+                    wheels=tuple(wheels))
 
 
-def _parse_guard(problems: _Problems, raw: Any, *, feature: str, where: str) -> Guard | None:
-    if not isinstance(raw, dict):
-        problems.add(where, "must be a table {env, type, default}", near="guards")
+def _parse_wheels(problems: _Problems, value: Any) -> list[WheelPin]:
+    wheels: list[WheelPin] = []
+    pinned: dict[str, int] = {}
+    for index, pin in enumerate(problems.tables(value, "upstream.wheels", near="wheels")):
+        where = f"upstream.wheels[{index}]"
+        if pin is None:
+            continue
+        _check_keys(problems, pin, "upstream.wheels", where)
+        tag = problems.string(pin, "python_tag", where, required=True, near="python_tag")
+        filename = problems.string(pin, "filename", where, required=True, near="filename")
+        sha256 = problems.string(pin, "sha256", where, near="sha256")
+        if filename and Path(filename).name != filename:
+            problems.add(f"{where}.filename", f"{filename!r} must be a plain file name", near=filename)
+        if not re.fullmatch(r"[0-9a-f]{64}", sha256) and not problems.has(f"{where}.sha256"):
+            problems.add(f"{where}.sha256", "must be 64 lowercase hex digits", near="sha256")
+        if tag in pinned:
+            # wheel_for() would silently take the first: two pins for one tag are a mistake.
+            problems.add(f"{where}.python_tag", f"{tag!r} is pinned already by upstream.wheels[{pinned[tag]}]",
+                         near="python_tag")
+        elif tag:
+            pinned[tag] = index
+        wheels.append(WheelPin(python_tag=tag, filename=filename, sha256=sha256,
+                               url=problems.string(pin, "url", where)))
+    return wheels
+
+
+def _parse_guard(problems: _Problems, raw: Mapping[str, Any] | None, *, feature: str, where: str) -> Guard | None:
+    if raw is None:
         return None
     _check_keys(problems, raw, "features.*.guards", where)
-    env, guard_type, default = raw.get("env", ""), raw.get("type", ""), raw.get("default")
+    env = problems.string(raw, "env", where, near="guards")
+    guard_type = problems.string(raw, "type", where, near=env or "guards")
+    if problems.has(f"{where}.env") or problems.has(f"{where}.type"):
+        return None
     if not env.startswith(GUARD_PREFIX):
         problems.add(f"{where}.env", f"{env!r}: guard variables start with {GUARD_PREFIX}", near=env or "guards")
     if guard_type not in GUARD_TYPES:
         problems.add(f"{where}.type", f"{guard_type!r} is not one of {GUARD_TYPES}", near=env or "guards")
+    default = raw.get("default")
     if not isinstance(default, str):
         problems.add(f"{where}.default", "is required, as a string (the env value)", near=env or "guards")
         default = ""
@@ -275,19 +360,22 @@ def _parse_guard(problems: _Problems, raw: Any, *, feature: str, where: str) -> 
             check_value(guard_type, default)
         except ValueError as error:
             problems.add(f"{where}.default", str(error), near=env)
-    return Guard(env=env, type=guard_type, default=default, feature=feature, description=raw.get("description", ""))
+    return Guard(env=env, type=guard_type, default=default, feature=feature,
+                 description=problems.string(raw, "description", where, near=env))
 
 
-def _parse_features(problems: _Problems, raw: Mapping[str, Any]) -> dict[str, Feature]:
+def _parse_features(problems: _Problems, value: Any) -> dict[str, Feature]:
     features = {}
-    for name, table in raw.items():
+    for name, item in problems.table(value, "features").items():
         where = f"features.{name}"
+        table = problems.table(item, where, near=f"features.{name}")
         _check_keys(problems, table, "features.*", where)
         guards = [_parse_guard(problems, guard, feature=name, where=f"{where}.guards[{index}]")
-                  for index, guard in enumerate(table.get("guards", []))]
+                  for index, guard in enumerate(problems.tables(table.get("guards", []), f"{where}.guards",
+                                                                near="guards"))]
         features[name] = Feature(
             name=name,
-            description=table.get("description", ""),
+            description=problems.string(table, "description", where),
             requires=_string_list(problems, table.get("requires", []), f"{where}.requires"),
             conflicts=_string_list(problems, table.get("conflicts", []), f"{where}.conflicts"),
             guards=tuple(guard for guard in guards if guard),
@@ -295,33 +383,36 @@ def _parse_features(problems: _Problems, raw: Mapping[str, Any]) -> dict[str, Fe
     return features
 
 
-def _parse_patches(problems: _Problems, raw: list[Any], patches_dir: Path) -> list[PatchEntry]:
+def _parse_patches(problems: _Problems, value: Any, patches_dir: Path) -> list[PatchEntry]:
     entries = []
-    for index, table in enumerate(raw):
+    for index, table in enumerate(problems.tables(value, "patches", near="patches")):
         where = f"patches[{index}]"
+        if table is None:
+            continue
         _check_keys(problems, table, "patches", where)
-        file = table.get("file", "")
+        file = problems.string(table, "file", where)
+        if problems.has(f"{where}.file"):
+            continue  # not a string: nothing to check the file of
         if not file or Path(file).name != file:
             problems.add(f"{where}.file", f"{file!r} must be a plain file name inside patches/", near=file or "patches")
-        status = table.get("upstream", "local")
+        status = problems.string(table, "upstream", where, default="local", near=file)
         if status not in UPSTREAM_STATUSES:
             problems.add(f"{where}.upstream", f"{status!r} is not one of {UPSTREAM_STATUSES}", near=file)
-        entries.append(PatchEntry(file=file, feature=table.get("feature", ""), path=patches_dir / file,
-                                  upstream_status=status, unguarded=table.get("unguarded", "")))
+        entries.append(PatchEntry(file=file, feature=problems.string(table, "feature", where),
+                                  path=patches_dir / file, upstream_status=status,
+                                  unguarded=problems.string(table, "unguarded", where, near=file)))
     return entries
 
 
-def _parse_variants(problems: _Problems, raw: Mapping[str, Any]) -> dict[str, Variant]:
+def _parse_variants(problems: _Problems, value: Any) -> dict[str, Variant]:
     variants = {}
-    for name, table in raw.items():
+    for name, item in problems.table(value, "variants").items():
         where = f"variants.{name}"
+        table = problems.table(item, where, near=f"variants.{name}")
         _check_keys(problems, table, "variants.*", where)
-        env = table.get("env", {})
-        if not all(isinstance(value, str) for value in env.values()):
-            problems.add(f"{where}.env", "values must be strings (they become environment variables)")
-        variants[name] = Variant(name=name, description=table.get("description", ""),
+        variants[name] = Variant(name=name, description=problems.string(table, "description", where),
                                  features=_string_list(problems, table.get("features", []), f"{where}.features"),
-                                 env=MappingProxyType({key: str(value) for key, value in env.items()}))
+                                 env=MappingProxyType(_string_table(problems, table.get("env", {}), f"{where}.env")))
     return variants
 
 
@@ -331,14 +422,14 @@ def _check_references(problems: _Problems, series: Series) -> None:
         for relation in ("requires", "conflicts"):
             for other in getattr(feature, relation):
                 if other not in features:
-                    problems.add(f"features.{name}.{relation}", f"unknown feature {other!r}{_near_miss(other, features)}", near=other)
+                    problems.add(f"features.{name}.{relation}", f"unknown feature {other!r}{near_miss(other, features)}", near=other)
     for index, entry in enumerate(series.patches):
-        if entry.feature not in features:
-            problems.add(f"patches[{index}].feature", f"unknown feature {entry.feature!r}{_near_miss(entry.feature, features)}",
+        if entry.feature not in features and not problems.has(f"patches[{index}].feature"):
+            problems.add(f"patches[{index}].feature", f"unknown feature {entry.feature!r}{near_miss(entry.feature, features)}",
                          near=entry.file)
-    if series.default_variant not in series.variants:
+    if series.default_variant not in series.variants and not problems.has("series.default_variant"):
         problems.add("series.default_variant",
-                     f"unknown variant {series.default_variant!r}{_near_miss(series.default_variant, series.variants)}")
+                     f"unknown variant {series.default_variant!r}{near_miss(series.default_variant, series.variants)}")
 
 
 def _check_patch_files(problems: _Problems, series: Series) -> None:
@@ -349,7 +440,8 @@ def _check_patch_files(problems: _Problems, series: Series) -> None:
         seen.setdefault(entry.file, index)
         if entry.file and not entry.path.is_file():
             problems.add(f"patches[{index}].file", f"patches/{entry.file} does not exist", near=entry.file)
-    if series.patches_dir.is_dir():
+    # An entry skipped for a wrong type may be the one listing a file: say nothing then.
+    if series.patches_dir.is_dir() and not problems.has_matching(r"patches\[\d+\]\.file"):
         for path in sorted(series.patches_dir.glob("*.patch")):
             if path.name not in seen:
                 problems.add("patches", f"patches/{path.name} is not listed in series.toml (add a [[patches]] entry or delete it)")
@@ -382,7 +474,7 @@ def _check_variants(problems: _Problems, series: Series) -> None:
         for feature_name in variant.features:
             feature = series.features.get(feature_name)
             if feature is None:
-                problems.add(f"variants.{name}.features", f"unknown feature {feature_name!r}{_near_miss(feature_name, series.features)}",
+                problems.add(f"variants.{name}.features", f"unknown feature {feature_name!r}{near_miss(feature_name, series.features)}",
                              near=f"variants.{name}")
                 continue
             for needed in feature.requires:
@@ -396,8 +488,10 @@ def _check_variants(problems: _Problems, series: Series) -> None:
         for env, value in variant.env.items():
             guard = guard_owner.get(env)
             if guard is None:
-                if env.startswith(GUARD_PREFIX) and env not in series.runtime_env:
-                    problems.add(f"variants.{name}.env.{env}", f"not the guard of any feature{_near_miss(env, guard_owner)}", near=env)
+                # A guard skipped for a wrong type may be the one declaring it: say nothing then.
+                if (env.startswith(GUARD_PREFIX) and env not in series.runtime_env
+                        and not problems.has_matching(r"features\.[^.]+\.guards.*")):
+                    problems.add(f"variants.{name}.env.{env}", f"not the guard of any feature{near_miss(env, guard_owner)}", near=env)
                 continue
             if guard.feature not in chosen:
                 problems.add(f"variants.{name}.env.{env}", f"guard of {guard.feature}, which variant {name} leaves out", near=env)
@@ -414,21 +508,22 @@ def parse_series(text: str, *, path: Path) -> Series:
     except tomllib.TOMLDecodeError as error:
         raise ConfigError([f"not valid TOML: {error}"], source=str(path)) from error
     _check_keys(problems, raw, "", "")
-    meta = raw.get("series", {})
+    meta = problems.table(raw.get("series", {}), "series")
     _check_keys(problems, meta, "series", "series")
-    runtime = raw.get("runtime", {})
+    runtime = problems.table(raw.get("runtime", {}), "runtime")
     _check_keys(problems, runtime, "runtime", "runtime")
     if "upstream" not in raw:
         problems.add("upstream", "the [upstream] table is required")
     series = Series(
         path=path,
-        name=meta.get("name", path.parent.name),
-        default_variant=meta.get("default_variant", ""),
+        name=problems.string(meta, "name", "series", default=path.parent.name),
+        default_variant=problems.string(meta, "default_variant", "series"),
         upstream=_parse_upstream(problems, raw.get("upstream", {})),
         features=MappingProxyType(_parse_features(problems, raw.get("features", {}))),
         patches=tuple(_parse_patches(problems, raw.get("patches", []), path.parent / "patches")),
         variants=MappingProxyType(_parse_variants(problems, raw.get("variants", {}))),
-        runtime_env=MappingProxyType({key: str(value) for key, value in runtime.get("env", {}).items()}),
+        runtime_env=MappingProxyType({key: str(value) for key, value
+                                      in problems.table(runtime.get("env", {}), "runtime.env", near="env").items()}),
     )
     _check_references(problems, series)
     _check_patch_files(problems, series)
