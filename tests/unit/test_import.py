@@ -172,3 +172,26 @@ def test_import_git_range_uses_each_commits_feature(series_fx: SeriesFixture) ->
     assert info.trailers == (("Reviewed-by", "Someone <s@example.com>"), ("Feature", "beta"), ("Guard", "DSV41_BETA"))
     assert info.author == "Fixture Author <author@example.com>"
     assert series_fx.cli("check") == 0
+
+
+def test_import_and_export_suggest_features_through_config_near_miss(series_fx: SeriesFixture, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from forkbuild import export, importer
+
+    # One "perhaps you meant" for series.toml, export and import (no inline difflib copies).
+    monkeypatch.setattr(importer, "near_miss", lambda name, known: " (suggested by config.near_miss)")
+    monkeypatch.setattr(export, "near_miss", lambda name, known: " (suggested by config.near_miss)")
+    directory = quilt_dir(tmp_path, {"offset.patch": QUILT_PATCH}, "offset.patch\n")
+    with pytest.raises(ConfigError, match="suggested by config.near_miss"):
+        import_patches(context=series_fx.context(), incoming=quilt_incoming(series_fx.load(), directory, feature="betta"))
+    tree = Git(apply_variant(context=series_fx.context(), variant=None, dest=tmp_path / "tree").dest)
+    edit(tree.path, "python/pkg/core.py", "    return value + 1\n", "    return value + 2\n")
+    commit_all(tree, "core: offset by two\n\nFeature: alpah\n")
+    with pytest.raises(ConfigError, match="suggested by config.near_miss"):
+        export_series(context=series_fx.context(), tree=tree.path)
+
+
+def test_import_unknown_feature_without_a_near_miss_says_to_add_it(series_fx: SeriesFixture, tmp_path: Path) -> None:
+    directory = quilt_dir(tmp_path, {"offset.patch": QUILT_PATCH}, "offset.patch\n")
+    with pytest.raises(ConfigError, match=r"add a \[features.NAME\] table first"):
+        import_patches(context=series_fx.context(), incoming=quilt_incoming(series_fx.load(), directory, feature="zzzz"))

@@ -10,14 +10,13 @@ file on disk is index/offset noise stays as it is unless `refresh` is asked.
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from forkbuild.apply import file_hashes, read_state, record_exported, refuse_unsaved_work, series_hashes
 from forkbuild.cache import UpstreamCache
-from forkbuild.config import PatchEntry, Series
+from forkbuild.config import PatchEntry, Series, near_miss
 from forkbuild.context import Context
 from forkbuild.errors import ConfigError, DirtyTreeError, ExportDriftError, ForkbuildError
 from forkbuild.git import Git
@@ -216,9 +215,8 @@ def _check_trailers(series: Series, commits: list[_Commit], matches: list[PatchE
             problems.append(f"{commit.label}: its trailer says Feature: {feature}, "
                             f"but series.toml lists patches/{entry.file} under feature {entry.feature!r}")
         if feature not in series.features:
-            near = difflib.get_close_matches(feature, list(series.features), n=1)
             problems.append(f"{commit.label}: Feature: {feature} is not a feature of series.toml"
-                            + (f" (perhaps you meant {near[0]!r}?)" if near else ""))
+                            f"{near_miss(feature, series.features)}")
             continue
         declared = {guard.env for guard in series.features[feature].guards}
         for guard in commit.info.trailer("Guard"):

@@ -9,7 +9,6 @@ that commit's `git format-patch` output — the same bytes `export` would write.
 
 from __future__ import annotations
 
-import difflib
 import email.utils
 import re
 import shutil
@@ -20,7 +19,7 @@ from typing import Callable
 
 from forkbuild.apply import apply_variant
 from forkbuild.cache import UpstreamCache
-from forkbuild.config import Series
+from forkbuild.config import Series, near_miss
 from forkbuild.context import Context
 from forkbuild.errors import ApplyError, ConfigError, ForkbuildError
 from forkbuild.export import patch_name
@@ -267,9 +266,8 @@ def check_incoming(series: Series, incoming: list[Incoming]) -> None:
     seen: set[str] = set()
     for item in incoming:
         if item.feature not in series.features:
-            near = difflib.get_close_matches(item.feature, list(series.features), n=1)
             problems.append(f"{item.source}: feature {item.feature!r} is not in series.toml"
-                            + (f" (perhaps you meant {near[0]!r}?)" if near else " (add a [features.NAME] table first)"))
+                            + (near_miss(item.feature, series.features) or " (add a [features.NAME] table first)"))
         if item.name in taken:
             problems.append(f"{item.source}: patches/{item.name} exists already; import never overwrites (rename one of them)")
         elif item.name in seen:
