@@ -281,6 +281,55 @@ def test_stock_runs_the_absent_tests_and_proves_guard_on_tests_fail_without_patc
         assert cells[feature, "guard_on_unpatched"]["outcome"] == "pass", cells[feature, "guard_on_unpatched"]
         assert cells[feature, "guard_off_unpatched"]["outcome"] == "pass", cells[feature, "guard_off_unpatched"]
     assert code == 0
+    # alpha and beta ran with their guards declared, so they fail on the behaviour itself; guards (whose
+    # behaviour is environ.py) on plain stock, where the switch type the patch adds is missing.
+    (alpha,) = cells["alpha", "guard_on_unpatched"]["details"]
+    assert alpha["proof"] == "assertion" and alpha["exception"] == "AssertionError: assert 10 == 15"
+    assert "stock sglang + guard declarations" in alpha["reason"]
+    (guards,) = cells["guards", "guard_on_unpatched"]["details"]
+    assert guards["proof"] == "missing_name" and "EnvSwitch" in guards["reason"]
+    counts = cells["", "proof"]["counts"]
+    assert (counts["guard_on_tests"], counts["assertion"], counts["missing_name"]) == (3, 2, 1)
+    assert counts["harness_error"] == counts["passes_without_patch"] == 0
+    assert cells["", "proof"]["outcome"] == "pass"
+
+
+# Both fail on plain stock with AttributeError on Envs, as the old proof wanted, without testing beta's behaviour.
+GUARD_ONLY = '''
+
+@pytest.mark.guard_on
+def test_the_guard_reads_seven(monkeypatch):
+    monkeypatch.setenv("DSV41_BETA_LIMIT", "7")
+    from sglang.srt.environ import envs
+    assert envs.DSV41_BETA_LIMIT.get() == 7
+'''
+MISSPELT_GUARD = '''
+
+@pytest.mark.guard_on
+def test_the_guard_reads_seven(monkeypatch):
+    monkeypatch.setenv("DSV41_BETA_LIMT", "7")
+    from sglang import core
+    from sglang.srt.environ import envs
+    assert core.limit(500) == envs.DSV41_BETA_LIMT.get()
+'''
+
+
+@pytest.mark.parametrize("test_text, kind, why", [
+    (GUARD_ONLY, "passes_without_patch", "passes without the patch"),
+    (MISSPELT_GUARD, "harness_error", "undeclared guard DSV41_BETA_LIMT"),
+])
+def test_a_guard_on_test_failing_on_stock_only_for_its_undeclared_guard_is_no_proof(tmp_path, test_text, kind, why):
+    root = _make(tmp_path)
+    (root / "tests" / "patches" / "test_beta.py").write_text(TEST_BETA + test_text)
+    code, cells = _run(root, "stock")
+    assert code == 1
+    details = {detail["test"].rsplit("::", 1)[1]: detail for detail in cells["beta", "guard_on_unpatched"]["details"]}
+    assert details["test_the_guard_reads_seven"]["outcome"] == "fail"
+    assert details["test_the_guard_reads_seven"]["proof"] == kind
+    assert why in details["test_the_guard_reads_seven"]["reason"]
+    assert details["test_limit_follows_the_guard"]["proof"] == "assertion"  # the real test still counts
+    assert cells["beta", "guard_on_unpatched"]["outcome"] == "fail"
+    assert cells["", "proof"]["counts"][kind] == 1 and cells["", "proof"]["outcome"] == "fail"
 
 
 def test_a_guard_on_test_that_passes_on_stock_fails_the_proof(tmp_path):
@@ -326,3 +375,32 @@ def test_declaration_mismatch(tmp_path, declaration, problem):
     found = read_declarations(environ)
     assert list(found) == ["DSV41_X"] and found["DSV41_X"].line == 3
     assert mismatch(Guard(env="DSV41_X", type="switch", default="0", feature="x"), found["DSV41_X"]).startswith(problem)
+
+
+@pytest.mark.parametrize("exception, added, kind", [
+    ({"type": "AssertionError", "message": "assert 10 == 15"}, set(), "assertion"),
+    ({"type": "Failed", "message": "DID NOT RAISE <class 'ValueError'>"}, set(), "assertion"),
+    ({"type": "ImportError", "message": "cannot import name 'triple' from 'sglang.core'", "missing": "triple",
+      "owner": "sglang.core"}, {"triple"}, "missing_name"),
+    ({"type": "ModuleNotFoundError", "message": "No module named 'sglang.kernels'", "missing": "sglang.kernels",
+      "owner": ""}, {"sglang.kernels.w8", "w8"}, "missing_name"),
+    ({"type": "ImportError", "message": "cannot import name 'triple' from 'sglang.core'", "missing": "triple",
+      "owner": "sglang.core"}, {"quadruple"}, "other_exception"),
+    ({"type": "AttributeError", "message": "'Envs' object has no attribute 'DSV41_ALPHA'", "missing": "DSV41_ALPHA",
+      "owner": "Envs"}, {"DSV41_ALPHA"}, "harness_error"),
+    ({}, set(), "harness_error"),
+])
+def test_judge_a_guard_on_failure_without_the_patch(exception, added, kind):
+    from forkbuild.testpatch.proof import judge
+
+    item = {"outcome": "fail", "reason": "call: boom", "exception": exception}
+    assert judge(item, added=added)[0] == kind
+
+
+def test_added_names_are_what_the_features_patches_define(tmp_path):
+    from forkbuild.config import load_series
+    from forkbuild.testpatch.proof import added_names
+
+    series = load_series(_make(tmp_path) / "series.toml")
+    assert {"EnvSwitch", "EnvStrictInt", "parse"} <= added_names(series, "guards")
+    assert "DSV41_ALPHA" in added_names(series, "alpha") and "EnvSwitch" not in added_names(series, "alpha")
