@@ -195,3 +195,15 @@ def test_import_unknown_feature_without_a_near_miss_says_to_add_it(series_fx: Se
     directory = quilt_dir(tmp_path, {"offset.patch": QUILT_PATCH}, "offset.patch\n")
     with pytest.raises(ConfigError, match=r"add a \[features.NAME\] table first"):
         import_patches(context=series_fx.context(), incoming=quilt_incoming(series_fx.load(), directory, feature="zzzz"))
+
+
+def test_a_bad_dep3_date_is_a_config_error_naming_each_patch(series_fx: SeriesFixture, tmp_path: Path) -> None:
+    bad = QUILT_GUARDED.replace("Date: Wed, 01 May 2024 10:00:00 +0000", "Date: last tuesday")
+    directory = quilt_dir(tmp_path, {"one.patch": bad, "two.patch": bad.replace("tuesday", "friday")},
+                          "one.patch\ntwo.patch\n")
+    with pytest.raises(ConfigError) as caught:
+        quilt_incoming(series_fx.load(), directory, feature="beta")
+    assert caught.value.problems == (
+        f"{directory / 'one.patch'}: Date: 'last tuesday' is not a mail (RFC 2822) date, e.g. 'Wed, 01 May 2024 10:00:00 +0000'",
+        f"{directory / 'two.patch'}: Date: 'last friday' is not a mail (RFC 2822) date, e.g. 'Wed, 01 May 2024 10:00:00 +0000'")
+    assert series_fx.cli("import", "--quilt", str(directory), "--feature", "beta") == ConfigError.return_code

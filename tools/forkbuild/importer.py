@@ -117,8 +117,11 @@ def _dep3_from(fields: list[tuple[str, str]], free: list[str], *, fallback_subje
 
 def _git_date(date: str, last_update: str) -> str:
     if date:
-        parsed = email.utils.parsedate_to_datetime(date)
-        return f"{int(parsed.timestamp())} {parsed.strftime('%z') or '+0000'}" if parsed else ""
+        try:
+            parsed = email.utils.parsedate_to_datetime(date)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"Date: {date!r} is not a mail (RFC 2822) date, e.g. 'Wed, 01 May 2024 10:00:00 +0000'") from error
+        return f"{int(parsed.timestamp())} {parsed.strftime('%z') or '+0000'}"
     if re.fullmatch(r"\d{4}-\d{2}-\d{2}", last_update):
         return f"{last_update}T00:00:00+0000"
     return ""
@@ -155,17 +158,23 @@ def quilt_incoming(series: Series, directory: Path, *, feature: str) -> list[Inc
     series_file = directory / "series"
     if not series_file.is_file():
         raise ForkbuildError(f"{directory} has no quilt `series` file", hint="point --quilt at the directory holding `series`")
-    incoming = []
+    incoming, problems = [], []
     for name, strip in read_quilt_series(series_file):
         path = directory / name
         if not path.is_file():
             raise ForkbuildError(f"{series_file}: lists {name}, which does not exist")
         check_safe(path)
         text = path.read_text(encoding="utf-8", errors="surrogateescape")
-        header = parse_dep3(text, fallback_subject=f"import {Path(name).stem}")
+        try:
+            header = parse_dep3(text, fallback_subject=f"import {Path(name).stem}")
+        except ValueError as error:
+            problems.append(f"{path}: {error}")
+            continue
         incoming.append(Incoming(name=Path(name).stem + ".patch", source=str(path), feature=feature,
                                  upstream=header.upstream,
                                  commit=_quilt_committer(series, path, header, strip=strip, feature=feature, diff=text)))
+    if problems:
+        raise ConfigError(problems, source=f"import from {directory}")
     return incoming
 
 
