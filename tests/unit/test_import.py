@@ -207,3 +207,26 @@ def test_a_bad_dep3_date_is_a_config_error_naming_each_patch(series_fx: SeriesFi
         f"{directory / 'one.patch'}: Date: 'last tuesday' is not a mail (RFC 2822) date, e.g. 'Wed, 01 May 2024 10:00:00 +0000'",
         f"{directory / 'two.patch'}: Date: 'last friday' is not a mail (RFC 2822) date, e.g. 'Wed, 01 May 2024 10:00:00 +0000'")
     assert series_fx.cli("import", "--quilt", str(directory), "--feature", "beta") == ConfigError.return_code
+
+
+def test_a_failure_before_series_toml_is_written_removes_the_patches_written(series_fx: SeriesFixture, tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from forkbuild import importer
+
+    directory = quilt_dir(tmp_path, {"offset.patch": QUILT_PATCH, "guarded.patch": QUILT_GUARDED},
+                          "offset.patch\nguarded.patch\n")
+    before = {path.name: path.read_bytes() for path in series_fx.patches_dir.iterdir()}
+    toml = series_fx.series_toml.read_bytes()
+    real = importer.write_atomic
+
+    def full_disk_at_series_toml(path, data):
+        if Path(path).name == "series.toml":
+            raise OSError(28, "No space left on device")
+        real(path, data)
+
+    monkeypatch.setattr(importer, "write_atomic", full_disk_at_series_toml)
+    with pytest.raises(OSError, match="No space"):
+        import_patches(context=series_fx.context(), incoming=quilt_incoming(series_fx.load(), directory, feature="beta"))
+    assert {path.name: path.read_bytes() for path in series_fx.patches_dir.iterdir()} == before
+    assert series_fx.series_toml.read_bytes() == toml
+    series_fx.load()  # still valid: no unlisted patch file left behind

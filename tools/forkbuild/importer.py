@@ -308,12 +308,21 @@ def import_patches(*, context: Context, incoming: list[Incoming]) -> list[Import
 
 
 def _write(series: Series, incoming: list[Incoming], texts: dict[str, str]) -> None:
-    for item in incoming:
-        target = series.patches_dir / item.name
-        if target.exists():  # appeared while we were applying: still never overwrite
-            raise ForkbuildError(f"patches/{item.name} appeared during the import; nothing more was written")
-        write_atomic(target, texts[item.name].encode("utf-8", errors="surrogateescape"))
+    """The patch files, then series.toml listing them; if that fails part way, the
+    patch files written are removed again (an unlisted patch would break series.toml)."""
     entries = [EntrySpec(file=entry.file, feature=entry.feature, upstream=entry.upstream_status) for entry in series.patches]
     entries += [EntrySpec(file=item.name, feature=item.feature, upstream=item.upstream) for item in incoming]
-    write_atomic(series.path, updated_series_toml(series.path.read_text(), entries))
+    written: list[Path] = []
+    try:
+        for item in incoming:
+            target = series.patches_dir / item.name
+            if target.exists():  # appeared while we were applying: still never overwrite
+                raise ForkbuildError(f"patches/{item.name} appeared during the import; nothing was written")
+            write_atomic(target, texts[item.name].encode("utf-8", errors="surrogateescape"))
+            written.append(target)
+        write_atomic(series.path, updated_series_toml(series.path.read_text(), entries))
+    except BaseException:
+        for path in written:
+            path.unlink(missing_ok=True)
+        raise
     write_atomic(series.patches_dir / "series", quilt_series_text(entry.file for entry in entries))
