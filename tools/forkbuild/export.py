@@ -19,9 +19,10 @@ from forkbuild.cache import UpstreamCache
 from forkbuild.config import PatchEntry, Series, near_miss
 from forkbuild.context import Context
 from forkbuild.errors import ConfigError, DirtyTreeError, ExportDriftError, ForkbuildError
+from forkbuild.fsutil import write_atomic
 from forkbuild.git import Git
 from forkbuild.patchfile import PatchInfo, parse_patch, read_patch
-from forkbuild.series_edit import EntrySpec, quilt_series_text, updated_series_toml, write_atomic
+from forkbuild.series_edit import EntrySpec, quilt_series_text, updated_series_toml
 
 DEFAULT_TREE = Path(".forkbuild-work") / "series"
 # What changes in a patch when only its position moved: the blob ids of the

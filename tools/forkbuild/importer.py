@@ -23,9 +23,10 @@ from forkbuild.config import Series, near_miss
 from forkbuild.context import Context
 from forkbuild.errors import ApplyError, ConfigError, ForkbuildError
 from forkbuild.export import patch_name
+from forkbuild.fsutil import write_atomic
 from forkbuild.git import IDENTITY, Git
 from forkbuild.patchfile import check_safe, parse_trailers
-from forkbuild.series_edit import EntrySpec, quilt_series_text, read_quilt_series, updated_series_toml, write_atomic
+from forkbuild.series_edit import EntrySpec, quilt_series_text, read_quilt_series, updated_series_toml
 
 FIELD = re.compile(r"^(?P<key>[A-Za-z][A-Za-z0-9-]*):[ \t]*(?P<value>.*)$")
 # Where a patch's header ends: the diff, quilt's Index:/=== lines, or format-patch's "---".
