@@ -8,7 +8,7 @@ import tomllib
 
 from filelock import FileLock
 from fixtures import SeriesFixture, make_series
-from forkbuild.errors import LockTimeout, RebaseStopped
+from forkbuild.errors import DirtyTreeError, LockTimeout, RebaseStopped
 from forkbuild.git import Git
 from rebase_fixtures import (CONFLICT_CHANGES, LADDER_CHANGES, NEW_VERSION, UPSTREAMED_CHANGES, WITH_DOCS, fingerprint,
                              rebase_args, release, tree)
@@ -221,3 +221,40 @@ def test_abort_keeps_refs_other_processes_made_meanwhile(git_series_fx: SeriesFi
     assert after.pop("ref refs/tags/upstream/0.9") == base
     assert after.pop("ref refs/forkbuild/other-run/series") == base
     assert after == before  # what the rebase itself made (tag upstream/2.0, its series refs) is gone
+
+
+def test_finishing_refuses_to_overwrite_series_edits_made_while_stopped(git_series_fx: SeriesFixture) -> None:
+    fx = git_series_fx
+    commit = release(fx, CONFLICT_CHANGES)
+    assert fx.cli(*rebase_args(commit)) == RebaseStopped.return_code
+    # While the rebase waits at the conflict, the user (or a pull) changes the series.
+    original = fx.series_toml.read_text()
+    fx.series_toml.write_text(original + "# a note added meanwhile\n")
+    (fx.patches_dir / "gamma-new.patch").write_text("a patch written meanwhile\n")
+    assert fx.cli("rebase", "--skip") == DirtyTreeError.return_code
+    # Nothing overwritten or deleted; the rebase waits.
+    assert fx.series_toml.read_text().endswith("# a note added meanwhile\n")
+    assert (fx.patches_dir / "gamma-new.patch").read_text() == "a patch written meanwhile\n"
+    assert (fx.root / ".forkbuild-work" / "rebase-journal").exists()
+    # Put back as the hint says: the rebase finishes.
+    fx.series_toml.write_text(original)
+    (fx.patches_dir / "gamma-new.patch").unlink()
+    assert fx.cli("rebase", "--continue") == 0
+    assert outcomes(report_of(fx))["alpha-scale.patch"] == "dropped"
+
+
+def test_abort_saves_series_edits_made_while_stopped(git_series_fx: SeriesFixture, monkeypatch) -> None:
+    fx = git_series_fx
+    commit = release(fx, LADDER_CHANGES)
+    fx.cli("fetch")
+    before = fingerprint(fx)
+    monkeypatch.setattr("forkbuild.rebase.engine.check_every_variant", lambda context: {"ok": False, "detail": "x"})
+    assert fx.cli(*rebase_args(commit)) == RebaseStopped.return_code  # written, then the check failed
+    alpha = fx.patches_dir / "alpha-scale.patch"
+    alpha.write_text(alpha.read_text() + "-- \nfixed by hand\n")
+    (fx.patches_dir / "beta-limit.patch").unlink()
+    assert fx.cli("rebase", "--abort") == 0
+    assert fingerprint(fx) == before
+    [saved] = (fx.root / ".forkbuild-work").glob("rebase-edits-*")
+    assert (saved / "patches" / "alpha-scale.patch").read_text().endswith("fixed by hand\n")
+    assert [path.name for path in saved.rglob("*") if path.is_file()] == ["alpha-scale.patch"]

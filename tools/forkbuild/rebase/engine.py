@@ -28,7 +28,7 @@ from forkbuild.apply import FULL_SERIES_REF, record_series_tree
 from forkbuild.cache import UpstreamCache
 from forkbuild.config import GitPin, Upstream, WheelPin
 from forkbuild.context import Context
-from forkbuild.errors import ForkbuildError, RebaseStopped
+from forkbuild.errors import DirtyTreeError, ForkbuildError, RebaseStopped
 from forkbuild.export import export_series
 from forkbuild.git import Git
 from forkbuild.rebase import ladder, refs, report
@@ -283,6 +283,9 @@ class Rebase:
 
     # -- finalize ---------------------------------------------------------------------
     def _finalize(self, state: dict) -> None:
+        self._refuse_foreign_edits(state)
+        state["writing"] = True
+        self.journal.save(state, step="finalize:writing")
         worktree = self._worktree(state)
         self.journal.restore_series()  # a known start: redoing this phase writes the same result
         checkpoint("finalize:restored")
@@ -299,8 +302,22 @@ class Rebase:
             # and its 3-way blobs are the new version's; the range-diff shows the change.
             export_series(context=context, tree=worktree.path, refresh=True)
         checkpoint("finalize:exported")
+        state["written"], state["writing"] = self.journal.series_hashes(), False
         state["phase"] = "checked"
         self.journal.save(state, step="exported")
+
+    def _refuse_foreign_edits(self, state: dict) -> None:
+        edits = self.journal.foreign_edits(state)
+        if not edits:
+            return
+        listing = "\n".join(f"  {relative} ({how})" for relative, how in edits.items())
+        raise DirtyTreeError(
+            f"series.toml/patches/ were edited while the rebase was stopped; writing the rebased series "
+            f"would overwrite:\n{listing}",
+            hint="to keep these edits, save them elsewhere (commit them on another branch, or copy them out), put "
+                 "the files back as they were (`git checkout -- <files>`, remove new ones), run `forkbuild rebase "
+                 "--continue`, then redo them on the rebased series; or `forkbuild rebase --abort`, which restores "
+                 "the series from before the rebase and saves the edited files under .forkbuild-work/")
 
     def _fresh_context(self) -> Context:
         return Context(series_dir=self.context.series_dir, cache_dir=self.context.cache_dir, reporter=self.reporter)
@@ -361,7 +378,13 @@ class Rebase:
     # -- abort --------------------------------------------------------------------------
     def abort(self, state: dict) -> None:
         """Everything as before the rebase: work tree gone, series files restored, the
-        cache refs the rebase created or moved put back (every other ref left alone)."""
+        cache refs the rebase created or moved put back (every other ref left alone).
+        Series files edited while the rebase was stopped are saved aside first."""
+        edits = self.journal.foreign_edits(state)
+        if edits:
+            saved = self.journal.save_aside(edits)
+            self.reporter.warn(f"edited during the rebase, saved to {saved} before restoring: "
+                               + ", ".join(f"{relative} ({how})" for relative, how in edits.items()))
         cache_git = self.cache.git()
         tree = Path(state["worktree"])
         if (tree / ".git").exists():

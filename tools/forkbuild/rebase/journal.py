@@ -9,6 +9,12 @@ Layout (`<series>/.forkbuild-work/rebase-journal/`):
   backed-up file. (The cache refs the rebase creates are recorded in the state
   as it goes: rebase/refs.py.)
 
+The state's `written` holds the sha256 of each series file as forkbuild last
+left it (the backup's at first, the rebased series' after the finalize), and
+`writing` is set while the finalize rewrites them. A file matching neither the
+backup nor `written` was edited by someone else while the rebase was stopped:
+finishing refuses to overwrite it, and --abort saves it aside before restoring.
+
 The journal directory is built under a temporary name and renamed into place
 only once the backup is complete, so either there is no journal (nothing was
 changed yet) or there is a full backup to go back to.
@@ -128,7 +134,7 @@ class Journal:
             shutil.copy2(self.series_dir / relative, target)
             hashes[relative] = _sha256(target)
         (backup / "hashes.json").write_text(json.dumps(hashes, indent=2, sort_keys=True) + "\n")
-        state = {**state, "schema": SCHEMA, "step": "begun"}
+        state = {**state, "schema": SCHEMA, "step": "begun", "written": hashes, "writing": False}
         (scratch / STATE_FILE).write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
         for path in [*backup.rglob("*"), scratch / STATE_FILE]:
             if path.is_file():
@@ -141,6 +147,36 @@ class Journal:
     # -- going back -------------------------------------------------------------
     def backed_up_hashes(self) -> dict[str, str]:
         return json.loads((self.backup / "hashes.json").read_text())
+
+    def series_hashes(self) -> dict[str, str]:
+        """sha256 of series.toml and of every file under patches/, as they are now."""
+        return {relative: _sha256(self.series_dir / relative)
+                for relative in SeriesFiles(self.series_dir).relative_paths()}
+
+    def foreign_edits(self, state: dict) -> dict[str, str]:
+        """Series files as neither the backup nor forkbuild's last write has them:
+        path -> "changed" | "new" | "deleted"."""
+        if state["writing"]:
+            # Killed while the finalize rewrote them: the differences are forkbuild's own half-done writes.
+            return {}
+        backup, written, current = self.backed_up_hashes(), state["written"], self.series_hashes()
+        found = {}
+        for relative in sorted(set(backup) | set(written) | set(current)):
+            now = current.get(relative)
+            if now in (backup.get(relative), written.get(relative)):
+                continue
+            known = relative in backup or relative in written
+            found[relative] = "deleted" if now is None else "changed" if known else "new"
+        return found
+
+    def save_aside(self, edits: dict[str, str]) -> Path:
+        """Copy the edited files that exist to a new directory beside the journal; returns it."""
+        target = Path(tempfile.mkdtemp(dir=self.path.parent, prefix="rebase-edits-"))
+        for relative, how in edits.items():
+            if how != "deleted":
+                (target / relative).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(self.series_dir / relative, target / relative)
+        return target
 
     def restore_series(self) -> None:
         """Put series.toml and patches/ back exactly as they were (bytes and file set)."""
