@@ -291,3 +291,41 @@ class Git:
         fields = [field for field in raw.split("\0") if field]
         return list(zip(fields[0::2], fields[1::2]))
 
+
+    # -- export, import and the cache ------------------------------------
+    def merge_commits(self, base: str, head: str) -> list[str]:
+        """The merge commits in base..head (a patch series cannot hold any)."""
+        listing = self.out("rev-list", "--merges", f"{base}..{head}")
+        return listing.split() if listing else []
+
+    def commit_message(self, commit: str = "HEAD") -> str:
+        """The full message of `commit` (subject, body, trailers), trailing newlines stripped."""
+        return self.out("log", "-1", "--format=%B", commit)
+
+    def subject(self, commit: str = "HEAD") -> str:
+        return self.out("log", "-1", "--format=%s", commit)
+
+    def author_date(self, commit: str = "HEAD") -> str:
+        """The author date of `commit` as git stores it ("<seconds> <+zone>"), for GIT_*_DATE."""
+        return self.out("log", "-1", "--format=%ad", "--date=raw", commit)
+
+    def apply_index(self, patch: Path, *, strip: int = 1) -> None:
+        """Apply `patch` to the work tree and the index, strictly (no fuzz, no 3-way);
+        raises GitFailed (git's reason in .stderr) when it does not apply."""
+        self.run("apply", "--index", f"-p{strip}", str(patch))
+
+    def commit(self, message: str, *, env: Mapping[str, str] | None = None, amend: bool = False) -> str:
+        """Commit the index with `message` kept verbatim (blank lines, trailers); returns the new HEAD."""
+        # Through a file with --cleanup=verbatim: -m would be re-wrapped and stripped.
+        message_file = self.git_dir / f"FORKBUILD_COMMIT_MSG-{os.getpid()}"
+        message_file.write_text(message)
+        try:
+            self.run("commit", "--quiet", *(["--amend"] if amend else []), "--cleanup=verbatim",
+                     "-F", str(message_file), env=env)
+        finally:
+            message_file.unlink(missing_ok=True)
+        return self.head()
+
+    def fetch(self, url: str, ref: str) -> None:
+        """Fetch `ref` (a commit id or a ref name) from `url`, without tags."""
+        self.run("fetch", "--no-tags", "--quiet", url, ref)
