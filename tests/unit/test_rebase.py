@@ -26,10 +26,12 @@ def pinned(fx: SeriesFixture) -> dict:
     return tomllib.loads(fx.series_toml.read_text())["upstream"]
 
 
-def test_ladder_clean_offset_three_way(git_series_fx: SeriesFixture) -> None:
+def test_ladder_clean_offset_three_way(git_series_fx: SeriesFixture, capfd) -> None:
     fx = git_series_fx
     commit = release(fx, LADDER_CHANGES)
     assert fx.cli(*rebase_args(commit)) == 0
+    # No warnings on a clean run (the export knows which patch files the rebase tree was built from).
+    assert "warning" not in capfd.readouterr().err
     report = report_of(fx)
     assert outcomes(report) == {"guards.patch": "clean", "alpha-scale.patch": "offset", "beta-limit.patch": "3way"}
     assert "python/pkg/core.py hunk 1: +5 lines" in report["patches"][1]["detail"]

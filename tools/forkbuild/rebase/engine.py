@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from forkbuild.apply import FULL_SERIES_REF, record_series_tree
+from forkbuild.apply import FULL_SERIES_REF, record_series_tree, series_hashes
 from forkbuild.cache import UpstreamCache
 from forkbuild.config import GitPin, Upstream, WheelPin
 from forkbuild.context import Context
@@ -294,8 +294,10 @@ class Rebase:
         write_atomic(series_toml, moved_pin(series_toml.read_text(), _upstream_from(state["target"])))
         checkpoint("finalize:pinned")
         kept = [p["file"] for p in state["patches"] if p["commit"]]
-        record_series_tree(worktree, base=state["new_base"], head=worktree.head(), patches=kept)
         context = self._fresh_context()
+        # patches/ holds the backup again (restored above): the files the work tree was built from.
+        record_series_tree(worktree, base=state["new_base"], head=worktree.head(), patches=kept,
+                           hashes=series_hashes(context.series))
         with self.reporter.step("Exporting the rebased patches"):
             # refresh: on a new upstream every patch is rewritten against it (index
             # lines, hunk positions), so the series applies exactly on the new pin
