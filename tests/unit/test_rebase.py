@@ -10,6 +10,7 @@ from filelock import FileLock
 from fixtures import SeriesFixture, make_series
 from forkbuild.errors import DirtyTreeError, LockTimeout, RebaseStopped
 from forkbuild.git import Git
+from forkbuild.patchfile import hunk_offsets
 from rebase_fixtures import (CONFLICT_CHANGES, LADDER_CHANGES, NEW_VERSION, UPSTREAMED_CHANGES, WITH_DOCS, fingerprint,
                              rebase_args, release, tree)
 
@@ -48,6 +49,17 @@ def test_ladder_clean_offset_three_way(git_series_fx: SeriesFixture, capfd) -> N
     assert not (fx.root / ".forkbuild-work" / "rebase").exists()
     md = (fx.root / "build" / "rebase" / f"1.0-to-{NEW_VERSION}.md").read_text()
     assert "| 3 | `beta-limit.patch` | beta | 3-way |" in md
+
+
+def test_offsets_come_from_patchfile_hunk_offsets(git_series_fx: SeriesFixture, monkeypatch) -> None:
+    # One offset finder for apply and rebase (it reads only the diff, not a commit message quoting one).
+    found = []
+    monkeypatch.setattr("forkbuild.rebase.ladder.hunk_offsets",
+                        lambda patch_text, applied_diff: found.append(hunk_offsets(patch_text, applied_diff)) or found[-1])
+    fx = git_series_fx
+    assert fx.cli(*rebase_args(release(fx, LADDER_CHANGES))) == 0
+    assert found == [[], ["python/pkg/core.py hunk 1: +5 lines"]]  # guards (clean), alpha (offset); beta: 3-way
+    assert report_of(fx)["patches"][1]["detail"] == "python/pkg/core.py hunk 1: +5 lines"
 
 
 def test_conflict_resolved_then_continue(git_series_fx: SeriesFixture) -> None:

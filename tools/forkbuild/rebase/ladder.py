@@ -14,11 +14,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import unidiff
-
 from forkbuild.errors import RebaseStopped
 from forkbuild.git import Git
-from forkbuild.patchfile import check_safe
+from forkbuild.patchfile import check_safe, hunk_offsets
 from forkbuild.rebase.upstreamed import HunkEvidence, evidence
 
 INDEX_LINE = re.compile(r"^index ([0-9a-f]+)\.\.[0-9a-f]+", re.MULTILINE)
@@ -39,17 +37,6 @@ class Step:
 
 def _patch_text(path: Path) -> str:
     return path.read_text(encoding="utf-8", errors="surrogateescape")
-
-
-def _offsets(patch_text: str, applied_diff: str) -> list[str]:
-    """Hunks that landed at other lines than the patch file says."""
-    applied = {patched.path: [hunk.source_start for hunk in patched] for patched in unidiff.PatchSet(applied_diff)}
-    moved = []
-    for patched in unidiff.PatchSet(patch_text):
-        for number, (hunk, actual) in enumerate(zip(patched, applied.get(patched.path, [])), start=1):
-            if hunk.source_start != actual:
-                moved.append(f"{patched.path} hunk {number}: {actual - hunk.source_start:+d} lines")
-    return moved
 
 
 def missing_preimages(worktree: Git, patch_text: str) -> list[str]:
@@ -75,7 +62,7 @@ def replay(worktree: Git, patch: Path, *, upstream: str) -> Step:
             worktree.am_abort()
             raise RebaseStopped(f"{patch.name}: `git apply --check` passed but `git am` failed:\n{result.stderr}")
         commit = worktree.head()
-        moved = _offsets(text, worktree.diff_tree_patch(commit))
+        moved = hunk_offsets(text, worktree.diff_tree_patch(commit))
         return Step(outcome="offset" if moved else "clean", commit=commit, detail="; ".join(moved))
     missing = missing_preimages(worktree, text)
     result = worktree.am([patch], three_way=True, committer_date_is_author_date=True)
