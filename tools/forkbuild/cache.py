@@ -174,7 +174,7 @@ class UpstreamCache:
         repo = self.git()
         if not repo.has_object(pin.commit):
             try:
-                repo.run("fetch", "--no-tags", "--quiet", pin.url, pin.commit)
+                repo.fetch(pin.url, pin.commit)
             except GitFailed as error:
                 raise UpstreamError(f"cannot fetch {pin.commit} from {pin.url}: {error.stderr}") from error
         commit = repo.rev(pin.commit)

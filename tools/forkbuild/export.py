@@ -105,9 +105,9 @@ def open_export_tree(*, context: Context, tree: Path) -> tuple[Git, str]:
         raise ForkbuildError(f"{tree} is built on {base[:12]}, but series.toml pins {context.series.upstream.tag} = {pinned[:12]}",
                              hint="re-apply the series onto the pinned upstream (forkbuild apply --all) and redo the change there")
     head = worktree.head()
-    if worktree.run("merge-base", "--is-ancestor", base, head, check=False).status != 0:
+    if not worktree.is_ancestor(base, head):
         raise ForkbuildError(f"{tree}: HEAD {head[:12]} is not on top of the upstream base {base[:12]}")
-    if worktree.out("rev-list", "--merges", f"{base}..{head}"):
+    if worktree.merge_commits(base, head):
         raise ForkbuildError(f"{tree}: merge commits cannot become patches", hint="linearize the history (git rebase)")
     return worktree, base
 

@@ -24,7 +24,7 @@ from forkbuild.context import Context
 from forkbuild.errors import ApplyError, ConfigError, ForkbuildError
 from forkbuild.export import patch_name
 from forkbuild.fsutil import write_atomic
-from forkbuild.git import IDENTITY, Git
+from forkbuild.git import IDENTITY, Git, GitFailed
 from forkbuild.patchfile import check_safe, parse_trailers
 from forkbuild.series_edit import EntrySpec, quilt_series_text, read_quilt_series, updated_series_toml
 
@@ -181,10 +181,12 @@ def quilt_incoming(series: Series, directory: Path, *, feature: str) -> list[Inc
 
 def _quilt_committer(series: Series, path: Path, header: Dep3, *, strip: int, feature: str, diff: str):
     def commit(tree: Git) -> str:
-        applied = tree.run("apply", "--index", f"-p{strip}", str(path), check=False)
-        if applied.status != 0:
-            raise ApplyError(f"{path} does not apply on top of the series: {(applied.stderr or applied.stdout).strip()}",
-                             hint="refresh it against the series first (quilt push/refresh), or fix its -p level in `series`")
+        try:
+            tree.apply_index(path, strip=strip)
+        except GitFailed as error:
+            raise ApplyError(f"{path} does not apply on top of the series: {error.stderr or error.stdout}",
+                             hint="refresh it against the series first (quilt push/refresh), or fix its -p level in `series`"
+                             ) from error
         trailers = [*header.trailers, ("Feature", feature), *guard_trailers(series, feature, diff)]
         message = with_trailers(f"{header.subject}\n\n{header.body}" if header.body else header.subject, trailers)
         return _commit(tree, message=message, author=header.author, date=header.date or _mtime(path))
@@ -200,19 +202,7 @@ def _commit(tree: Git, *, message: str, author: str, date: str) -> str:
     env = {"GIT_AUTHOR_NAME": name or address or IDENTITY["user.name"],
            "GIT_AUTHOR_EMAIL": address if "@" in address else IDENTITY["user.email"],
            "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date}
-    _commit_message(tree, message, env=env)
-    return tree.head()
-
-
-def _commit_message(tree: Git, message: str, *, env: dict[str, str], amend: bool = False) -> None:
-    """`git commit` with the message verbatim (through a file: trailers and blank lines kept)."""
-    message_file = tree.git_dir / "FORKBUILD_IMPORT_MSG"
-    message_file.write_text(message)
-    try:
-        tree.run("commit", "--quiet", *(["--amend"] if amend else []), "--cleanup=verbatim",
-                 "-F", str(message_file), env=env)
-    finally:
-        message_file.unlink(missing_ok=True)
+    return tree.commit(message, env=env)
 
 
 def git_range_incoming(series: Series, repo: Path, revisions: str, *, feature: str | None) -> list[Incoming]:
@@ -220,7 +210,7 @@ def git_range_incoming(series: Series, repo: Path, revisions: str, *, feature: s
     if ".." not in revisions:
         raise ForkbuildError(f"{revisions!r} is not a range", hint="give A..B: the commits after A up to B")
     start, end = revisions.split("..", 1)
-    if source.out("rev-list", "--merges", revisions):
+    if source.merge_commits(start, end or "HEAD"):
         raise ForkbuildError(f"{repo} {revisions} holds merge commits, which cannot become patches")
     commits = source.commits(start, end or "HEAD")
     if not commits:
@@ -228,7 +218,7 @@ def git_range_incoming(series: Series, repo: Path, revisions: str, *, feature: s
     incoming = []
     for sha in commits:
         text = source.format_patch(sha)
-        message = source.out("log", "-1", "--format=%B", sha)
+        message = source.commit_message(sha)
         own = [value for key, value in parse_trailers(message) if key.lower() == "feature"]
         if own and feature and own != [feature]:
             raise ConfigError([f"commit {sha[:12]} of {repo} says Feature: {own[0]}, but --feature is {feature}"],
@@ -237,7 +227,7 @@ def git_range_incoming(series: Series, repo: Path, revisions: str, *, feature: s
         if not chosen:
             raise ConfigError([f"commit {sha[:12]} of {repo} has no `Feature:` trailer; pass --feature NAME"],
                               source="import")
-        subject = source.out("log", "-1", "--format=%s", sha)
+        subject = source.subject(sha)
         incoming.append(Incoming(name=patch_name(chosen, subject), source=f"{repo}@{sha[:12]}", feature=chosen,
                                  commit=_am_committer(series, text, source=f"{repo}@{sha[:12]}", feature=chosen,
                                                       has_feature=bool(own))))
@@ -256,13 +246,13 @@ def _am_committer(series: Series, text: str, *, source: str, feature: str, has_f
             tree.am_abort()
             output = (result.stderr + result.stdout).strip().splitlines()
             raise ApplyError(f"{source} does not apply on top of the series: {output[0] if output else 'git am failed'}")
-        message = tree.out("log", "-1", "--format=%B")
+        message = tree.commit_message()
         present = {value for key, value in parse_trailers(message) if key.lower() == "guard"}
         extra = [] if has_feature else [("Feature", feature)]
         extra += [item for item in guard_trailers(series, feature, text) if item[1] not in present]
         if extra:
-            date = tree.out("log", "-1", "--format=%ad", "--date=raw")
-            _commit_message(tree, with_trailers(message, extra), env={"GIT_COMMITTER_DATE": date}, amend=True)
+            # Same committer date as am gave it: re-importing gives the same commit ids.
+            return tree.commit(with_trailers(message, extra), env={"GIT_COMMITTER_DATE": tree.author_date()}, amend=True)
         return tree.head()
     return commit
 
@@ -298,7 +288,7 @@ def import_patches(*, context: Context, incoming: list[Incoming]) -> list[Import
         with context.reporter.step(f"Committing {len(incoming)} incoming patch(es) on top of the series"):
             made = [(item, item.commit(tree)) for item in incoming]
         texts = {item.name: tree.format_patch(sha) for item, sha in made}
-        subjects = {item.name: tree.out("log", "-1", "--format=%s", sha) for item, sha in made}
+        subjects = {item.name: tree.subject(sha) for item, sha in made}
     finally:
         if dest.exists():
             UpstreamCache(context.cache_dir, reporter=context.reporter).git().remove_worktree(dest)

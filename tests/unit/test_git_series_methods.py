@@ -1,0 +1,63 @@
+"""The Git methods export, import and the cache use (named, returning data or raising)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fixtures import commit_all, edit, make_upstream_repo
+from forkbuild.git import Git, GitFailed
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Git:
+    return make_upstream_repo(tmp_path / "repo")[0]
+
+
+def test_commit_keeps_the_message_verbatim_and_log_reads_it_back(repo: Git) -> None:
+    edit(repo.path, "python/pkg/core.py", "value * 2", "value * 4")
+    repo.run("add", "--all")
+    message = "core: four\n\n\nTwo blank lines kept.\n\nFeature: alpha\nGuard: DSV41_ALPHA\n"
+    head = repo.commit(message, env={"GIT_AUTHOR_DATE": "1700000000 +0100", "GIT_COMMITTER_DATE": "1700000000 +0100"})
+    assert head == repo.head()
+    assert repo.commit_message() == message.rstrip("\n")
+    assert repo.subject(head) == "core: four"
+    assert repo.author_date() == "1700000000 +0100"
+    assert not list(repo.git_dir.glob("FORKBUILD_COMMIT_MSG*"))
+    amended = repo.commit(message + "Reviewed-by: R <r@example.com>\n", amend=True)
+    assert repo.commit_message(amended).endswith("Guard: DSV41_ALPHA\nReviewed-by: R <r@example.com>")
+
+
+def test_merge_commits_lists_only_merges(repo: Git) -> None:
+    base = repo.head()
+    repo.run("checkout", "--quiet", "-b", "side")
+    edit(repo.path, "python/pkg/util.py", "ceiling=100", "ceiling=90")
+    commit_all(repo, "util: side")
+    repo.run("checkout", "--quiet", "main")
+    edit(repo.path, "python/pkg/core.py", "value * 2", "value * 4")
+    commit_all(repo, "core: main")
+    assert repo.merge_commits(base, "HEAD") == []
+    repo.run("merge", "--quiet", "--no-edit", "side")
+    assert repo.merge_commits(base, "HEAD") == [repo.head()]
+
+
+def test_apply_index_stages_a_patch_or_raises_with_gits_reason(repo: Git, tmp_path: Path) -> None:
+    edit(repo.path, "python/pkg/core.py", "value * 2", "value * 4")
+    patch = tmp_path / "four.patch"
+    patch.write_text(repo.run("diff").stdout)
+    repo.run("checkout", "--", ".")
+    repo.apply_index(patch)
+    assert repo.status_porcelain() == "M  python/pkg/core.py"
+    with pytest.raises(GitFailed) as caught:
+        repo.apply_index(patch)  # applied already
+    assert "patch does not apply" in caught.value.stderr
+
+
+def test_fetch_brings_a_commit_from_another_repository(repo: Git, tmp_path: Path) -> None:
+    bare = Git.init(tmp_path / "cache.git", bare=True)
+    assert not bare.has_object(repo.head())
+    bare.fetch(str(repo.path), repo.head())
+    assert bare.has_object(repo.head())
+    with pytest.raises(GitFailed):
+        bare.fetch(str(tmp_path / "nowhere"), "main")
