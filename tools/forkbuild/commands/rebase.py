@@ -29,7 +29,8 @@ def add_parser(subparsers) -> None:
     action.add_argument("--skip", dest="resume", action="store_const", const="skip",
                         help="leave out the patch the rebase stopped at (reported as dropped)")
     action.add_argument("--abort", dest="resume", action="store_const", const="abort",
-                        help="stop and put series.toml, patches/ and the cache refs back as they were")
+                        help="stop and put series.toml and patches/ back as they were, and undo the cache refs the rebase "
+                             "made (files edited meanwhile are saved aside first)")
     parser.add_argument("--version", dest="target_version", metavar="VERSION",
                         help="with --onto COMMIT: the version name of that commit (the cache tag upstream/VERSION)")
     parser.add_argument("--dir", type=Path, default=None,
@@ -50,7 +51,7 @@ def run(args, context) -> int:
         tree = (args.dir or default_tree(context.series_dir)).resolve()
         state = rebase.start(target=target, tree=tree, accept_drops=args.accept_drops)
     if state["phase"] == "aborted":
-        context.reporter.info("rebase aborted: series.toml, patches/ and the cache refs are as before")
+        context.reporter.info("rebase aborted: series.toml, patches/ and the cache refs it made are as before")
         return 0
     table = Table("patch", "outcome", "detail", title=f"rebase {state['old']['version']} -> {state['target']['version']}")
     for patch in state["patches"]:
