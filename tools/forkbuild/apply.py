@@ -95,7 +95,7 @@ def apply_plan(*, context: Context, plan: ApplyPlan, dest: Path) -> ApplyResult:
     hashes = series_hashes(series)
     label = plan.variant or "the whole series"
     with context.reporter.step(f"Applying {len(plan.entries)} patches of {label} into {dest}"):
-        records = _am_all(worktree, plan, reporter=context.reporter)
+        records = _am_all(worktree, plan)
     head = worktree.head()
     _write_state(worktree, {"variant": plan.variant, "base": base, "head": head,
                             "patches": [record.entry.file for record in records if record.commit],
@@ -215,7 +215,7 @@ def prepare_worktree(cache_git: Git, *, dest: Path, base: str) -> Git:
 
 # -- applying ---------------------------------------------------------------
 
-def _am_all(worktree: Git, plan: ApplyPlan, *, reporter) -> list[PatchRecord]:
+def _am_all(worktree: Git, plan: ApplyPlan) -> list[PatchRecord]:
     """`git am -3` the plan's patches; on a failure, record it, skip it and go on."""
     records: list[PatchRecord] = []
     remaining = list(zip(plan.entries, plan.infos))
@@ -223,7 +223,6 @@ def _am_all(worktree: Git, plan: ApplyPlan, *, reporter) -> list[PatchRecord]:
         before = worktree.head()
         result = worktree.am([entry.path for entry, _ in remaining], three_way=True,
                              committer_date_is_author_date=True)
-        reporter.detail(result.stdout + result.stderr)
         made = worktree.commits(before, worktree.head())
         three_way = _three_way_subjects(result.stdout + result.stderr)
         diffs = worktree.commit_diffs(before, worktree.head()) if made else {}
@@ -307,7 +306,7 @@ def ensure_series_blobs(*, context: Context, cache: UpstreamCache, base: str) ->
         worktree = cache_git.add_worktree(dest, base)
         try:
             plan = plan_variant(context.series, None)
-            records = _am_all(worktree, plan, reporter=context.reporter)
+            records = _am_all(worktree, plan)
             if any(record.outcome == "failed" for record in records):
                 raise ApplyError(describe_failures(ApplyResult(dest=dest, variant="", base_commit=base,
                                                                head_commit=worktree.head(), records=tuple(records))),

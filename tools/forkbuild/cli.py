@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from forkbuild import __version__, commands
-from forkbuild.console import Reporter
+from forkbuild.console import Reporter, configure_logging
 from forkbuild.context import Context
 from forkbuild.errors import ForkbuildError
 
@@ -34,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     reporter = Reporter(verbose=args.verbose)
+    configure_logging(reporter)
     try:
         context = Context.create(series_dir=args.series_dir, cache_dir=args.cache, reporter=reporter)
         result = args.run(args, context)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from contextlib import contextmanager
 from typing import Iterator
 
 from rich.console import Console
+from rich.logging import RichHandler
 from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
@@ -47,3 +49,17 @@ class Reporter:
     def download_progress(self) -> Progress:
         return Progress(TextColumn("  {task.description}"), BarColumn(), DownloadColumn(),
                         TransferSpeedColumn(), console=self.console, transient=True)
+
+
+def configure_logging(reporter: Reporter) -> None:
+    """forkbuild's loggers (git's commands and output: "forkbuild.git") to the reporter's
+    console: everything with -v, warnings and errors otherwise."""
+    logger = logging.getLogger("forkbuild")
+    for handler in [handler for handler in logger.handlers if isinstance(handler, RichHandler)]:
+        logger.removeHandler(handler)  # main() may run more than once in a process (tests)
+    handler = RichHandler(console=reporter.console, show_time=False, show_path=False, markup=False,
+                          highlighter=None, rich_tracebacks=False)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG if reporter.verbose else logging.WARNING)
+

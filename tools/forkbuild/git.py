@@ -6,7 +6,9 @@ do not depend on the user's git configuration.
 
 from __future__ import annotations
 
+import logging
 import os
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
@@ -16,6 +18,10 @@ from git.exc import GitCommandError
 
 from forkbuild.errors import ForkbuildError, ToolMissing
 
+# Every git command and its output, at DEBUG: `forkbuild -v` shows them (cli configures it).
+LOG = logging.getLogger("forkbuild.git")
+# Output shown per stream and command: `log -p` of a whole series would flood the terminal.
+LOGGED_LINES = 200
 IDENTITY = {"user.name": "forkbuild", "user.email": "forkbuild@localhost"}
 # Pinned so a user's config cannot change what forkbuild produces or let a
 # hook/signing prompt interrupt it.
@@ -52,6 +58,22 @@ def _text(value: object) -> str:
     return text.strip()
 
 
+def _log_output(status: object, stdout: str, stderr: str) -> None:
+    if not LOG.isEnabledFor(logging.DEBUG):
+        return  # no joining of large outputs nobody will see
+    parts = [_clip(stdout), _clip(stderr)]
+    output = "\n".join(part for part in parts if part)
+    if status != 0 or output:
+        LOG.debug("exit %s%s", status, "\n" + output if output else "")
+
+
+def _clip(text: str) -> str:
+    lines = text.rstrip("\n").splitlines()
+    if len(lines) <= LOGGED_LINES:
+        return "\n".join(lines)
+    return "\n".join(lines[:LOGGED_LINES] + [f"... ({len(lines) - LOGGED_LINES} more lines)"])
+
+
 @dataclass(frozen=True)
 class Result:
     status: int
@@ -85,12 +107,17 @@ class Git:
         """Run `git <args>` with the pinned config; raise GitFailed unless check=False."""
         pinned = [item for key, value in PINNED_CONFIG.items() for item in ("-c", f"{key}={value}")]
         command = ["git", *pinned, *args]
+        # Logged without the pinned -c options: they are the same on every command.
+        LOG.debug("$ git -C %s %s", self.path, shlex.join(args))
         try:
             status, stdout, stderr = self.repo.git.execute(
                 command, with_extended_output=True, with_exceptions=check, env=dict(env or {}),
                 strip_newline_in_stdout=False)
         except GitCommandError as error:
-            raise GitFailed(error) from error
+            failed = GitFailed(error)
+            _log_output(error.status, failed.stdout, failed.stderr)
+            raise failed from error
+        _log_output(status, stdout, stderr)
         return Result(status=status, stdout=stdout, stderr=stderr)
 
     def out(self, *args: str, env: Mapping[str, str] | None = None) -> str:

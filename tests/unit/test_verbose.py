@@ -1,0 +1,58 @@
+"""-v shows git's own output: Git.run logs every command and its output to
+"forkbuild.git" at DEBUG, and cli.main sends forkbuild's logs to stderr (DEBUG with -v)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from fixtures import make_upstream_repo
+from forkbuild import git as git_module
+from forkbuild.git import Git, GitFailed
+
+
+@pytest.fixture(autouse=True)
+def restore_forkbuild_logger():
+    logger = logging.getLogger("forkbuild")
+    handlers, level = list(logger.handlers), logger.level
+    yield
+    logger.handlers[:] = handlers
+    logger.setLevel(level)
+
+
+def test_every_git_command_and_its_output_is_logged_at_debug(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    repo = make_upstream_repo(tmp_path / "repo")[0]
+    caplog.set_level(logging.DEBUG, logger="forkbuild.git")
+    repo.run("log", "-1", "--format=%s")
+    assert [record.name for record in caplog.records] == ["forkbuild.git", "forkbuild.git"]
+    assert caplog.records[0].getMessage() == f"$ git -C {repo.path} log -1 --format=%s"
+    assert caplog.records[1].getMessage() == "exit 0\npkg 1.0"
+    caplog.clear()
+    with pytest.raises(GitFailed):
+        repo.run("rev-parse", "--verify", "no-such-ref")
+    assert caplog.records[-1].getMessage().startswith("exit 128\nfatal: Needed a single revision")
+
+
+def test_long_output_is_clipped(tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = make_upstream_repo(tmp_path / "repo")[0]
+    monkeypatch.setattr(git_module, "LOGGED_LINES", 3)
+    caplog.set_level(logging.DEBUG, logger="forkbuild.git")
+    repo.run("show", "HEAD:python/pkg/core.py")
+    assert caplog.records[-1].getMessage().splitlines()[-1].endswith("more lines)")
+    assert len(caplog.records[-1].getMessage().splitlines()) == 1 + 3 + 1
+
+
+def test_cli_verbose_shows_git_am_output_on_stderr_and_quiet_does_not(series_fx, capsys: pytest.CaptureFixture) -> None:
+    assert series_fx.cli("-v", "apply", "--all") == 0
+    err = capsys.readouterr().err
+    assert "$ git -C" in err and " am --keep-non-patch" in err
+    assert "Applying: core: scale by alpha when DSV41_ALPHA is set" in err  # git am's own output
+    assert logging.getLogger("forkbuild").level == logging.DEBUG
+
+    assert series_fx.cli("apply", "--all") == 0
+    err = capsys.readouterr().err
+    assert "$ git" not in err and "Applying:" not in err
+    assert logging.getLogger("forkbuild").level == logging.WARNING
+    assert len(logging.getLogger("forkbuild").handlers) == 1  # replaced, not piled up
