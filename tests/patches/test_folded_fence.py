@@ -8,6 +8,9 @@ The race itself needs a GPU and a graph; the aliasing is what the patch changes.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -95,12 +98,14 @@ def test_fenced_results_survive_the_next_replay(monkeypatch):
 
 
 @pytest.mark.guard_on
-def test_bad_value_fails_naming_the_variable(monkeypatch):
-    from sglang.srt.environ import envs
-
-    monkeypatch.setenv("DSV41_FOLDED_FENCE", "sometimes")
-    with pytest.raises(ValueError, match="DSV41_FOLDED_FENCE"):
-        envs.DSV41_FOLDED_FENCE.get()
+def test_bad_value_stops_the_verify_module_at_import_naming_the_variable():
+    # The guard is read once, when dspark_verify is imported (startup): a bad
+    # value must stop there. A fresh interpreter, because the module is cached here.
+    module = "sglang.srt.speculative.dspark_components.dspark_verify"
+    env = {**os.environ, "DSV41_FOLDED_FENCE": "sometimes"}
+    result = subprocess.run([sys.executable, "-c", f"import {module}"], env=env, capture_output=True, text=True)
+    assert result.returncode != 0
+    assert "DSV41_FOLDED_FENCE" in result.stderr
 
 
 @pytest.mark.absent

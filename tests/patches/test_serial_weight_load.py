@@ -76,15 +76,13 @@ def test_guard_on_no_executor_is_used(monkeypatch, value):
     assert ran_on == [threading.main_thread()]
 
 
-@pytest.mark.guard_on
+@pytest.mark.guard_off
 def test_guard_explicitly_off_keeps_the_pool(monkeypatch):
-    from sglang.srt.environ import envs
-
+    # The recipe's .env writes the guard off as "0": stock behaviour, patched or not.
     monkeypatch.setenv(GUARD, "0")
 
     executor, _, _ = _load_one(_submit_as_deepseek_imports_it(), use_async=True)
 
-    assert envs.DSV41_SERIAL_WEIGHT_LOAD.get() is False
     assert executor.submitted == 1
 
 
