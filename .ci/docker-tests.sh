@@ -13,20 +13,23 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
 
+# `start` says `started` only when it launched the daemon (under its lock, so
+# two runs starting at once agree on which one owns it).
 started=0
-if ! .ci/dockerd.sh status; then
-  .ci/dockerd.sh start
-  started=1
-fi
+start_output="$(.ci/dockerd.sh start)"
+if [[ $start_output == started ]]; then started=1; fi
 eval "$(.ci/dockerd.sh env)"
 
 finish() {
-  # Rebuilt test images leave their predecessors untagged; the tagged bases
-  # (content-addressed) stay for the next run. Then stop only a daemon this
-  # script started: a developer's running one stays.
-  /usr/bin/docker image prune --force >/dev/null || true
-  /usr/bin/docker builder prune --force >/dev/null || true
-  if [[ $started == 1 ]]; then .ci/dockerd.sh stop; fi
+  # Only on a daemon this script started: a developer's running one keeps its
+  # images, build cache and uptime. Rebuilt test images leave their
+  # predecessors untagged; the tagged bases (content-addressed) stay in the
+  # data root for the next run.
+  if [[ $started == 1 ]]; then
+    /usr/bin/docker image prune --force >/dev/null || true
+    /usr/bin/docker builder prune --force >/dev/null || true
+    .ci/dockerd.sh stop
+  fi
 }
 trap finish EXIT
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # A private docker daemon for CI and local image builds.
 #
-#   .ci/dockerd.sh start   install docker.io/debootstrap if missing, start dockerd, wait for it
+#   .ci/dockerd.sh start   install docker.io/debootstrap if missing, start dockerd, wait for it;
+#                          prints `started` on stdout when it launched the daemon (nothing when
+#                          one was already running), so a caller knows whether to stop it
 #   .ci/dockerd.sh stop    stop the daemon this script started (by its pid file)
 #   .ci/dockerd.sh env     print the exports that point clients at it (eval "$(.ci/dockerd.sh env)")
 #   .ci/dockerd.sh status  exit 0 when it answers
@@ -30,6 +32,7 @@ LOG="$STATE/dockerd.log"
 DOCKER=/usr/bin/docker
 DOCKERD=/usr/sbin/dockerd
 START_TIMEOUT="${FORKBUILD_DOCKERD_TIMEOUT:-60}"
+LOCK_TIMEOUT=$((START_TIMEOUT + 900))
 
 log() { printf 'dockerd.sh: %s\n' "$*" >&2; }
 
@@ -53,49 +56,86 @@ running_pid() {
   [[ -f "$PIDFILE" ]] || return 1
   local pid
   pid="$(cat "$PIDFILE")"
-  [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null && printf '%s\n' "$pid"
+  # comm: a stale pid file's number may belong to another process by now.
+  [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null && [[ "$(cat "/proc/$pid/comm" 2>/dev/null)" == dockerd ]] \
+    && printf '%s\n' "$pid"
 }
 
-answers() { "$DOCKER" -H "unix://$SOCKET" version >/dev/null 2>&1; }
+# timeout: a daemon that accepts on its socket but is hung (or still busy
+# starting) would keep the client waiting forever.
+answers() { timeout 5 "$DOCKER" -H "unix://$SOCKET" version >/dev/null 2>&1; }
+
+# One start at a time per state dir, and stop waits for a start in progress.
+# Reentrant: cmd_start calls cmd_stop on a timeout while holding it.
+take_lock() {
+  [[ -n "${LOCKED:-}" ]] && return 0
+  exec 9>"$STATE/start.lock"
+  # The holder may be installing docker.io first: allow for apt, not just startup.
+  if ! flock -w "$LOCK_TIMEOUT" 9; then
+    log "another dockerd.sh has held $STATE/start.lock for over ${LOCK_TIMEOUT}s"
+    return 1
+  fi
+  LOCKED=1
+}
+
+# A daemon that is running but not answering yet is starting up (or stopping):
+# wait for it rather than start a second dockerd on the same data root.
+wait_for_pid() {
+  local pid=$1 deadline=$((SECONDS + START_TIMEOUT))
+  until answers; do
+    kill -0 "$pid" 2>/dev/null || return 1
+    if ((SECONDS >= deadline)); then
+      log "dockerd (pid $pid) runs on $STATE/data but does not answer on $SOCKET after ${START_TIMEOUT}s;" \
+        "not starting a second one: see $LOG, or stop it (.ci/dockerd.sh stop)"
+      exit 1
+    fi
+    sleep 0.5
+  done
+}
 
 cmd_start() {
   mkdir -p "$STATE"
+  take_lock
   ensure_packages
-  if running_pid >/dev/null && answers; then
-    log "already running (pid $(running_pid)), socket $SOCKET"
+  local pid
+  if pid="$(running_pid)" && wait_for_pid "$pid"; then
+    log "already running (pid $pid), socket $SOCKET"
     return 0
   fi
   rm -f "$PIDFILE" "$SOCKET"
   mkdir -p "$STATE/data" "$EXEC_ROOT"
   # setsid: the daemon leaves the caller's process group, so a Ctrl-C in the
   # caller's terminal does not kill it mid-build; `stop` ends it explicitly.
+  # 9>&-: the daemon must not inherit (and so hold forever) the start lock.
   setsid "$DOCKERD" \
     --host "unix://$SOCKET" \
     --data-root "$STATE/data" \
     --exec-root "$EXEC_ROOT" \
     --pidfile "$PIDFILE" \
     --bridge=none --iptables=false --ip-masq=false \
-    >"$LOG" 2>&1 </dev/null &
-  local launcher=$! waited=0
+    >"$LOG" 2>&1 </dev/null 9>&- &
+  local launcher=$! deadline=$((SECONDS + START_TIMEOUT))
   until answers; do
     if ! kill -0 "$launcher" 2>/dev/null && ! running_pid >/dev/null; then
       log "dockerd exited during startup; last log lines:"
       tail -30 "$LOG" >&2
       return 1
     fi
-    if ((waited >= START_TIMEOUT * 2)); then
+    if ((SECONDS >= deadline)); then
       log "dockerd did not answer on $SOCKET within ${START_TIMEOUT}s; last log lines:"
       tail -30 "$LOG" >&2
       cmd_stop || true
       return 1
     fi
     sleep 0.5
-    waited=$((waited + 1))
   done
   log "running (pid $(running_pid)), socket $SOCKET, data $STATE/data"
+  echo started
 }
 
 cmd_stop() {
+  [[ -d "$STATE" ]] || { log "not running"; return 0; }
+  take_lock
   local pid
   if ! pid="$(running_pid)"; then
     log "not running"
