@@ -72,10 +72,10 @@ def install_variant_wheel(*, context: Context, variant: str, python: Path) -> Pa
 
 
 # Reads the installed manifest without importing sglang (its __init__ takes seconds).
-_READ_INSTALLED = """
+_READ_INSTALLED = f"""
 import importlib.util, json, pathlib
 spec = importlib.util.find_spec("sglang")
-path = spec and pathlib.Path(list(spec.submodule_search_locations)[0], "_forkbuild_manifest.json")
+path = spec and pathlib.Path(list(spec.submodule_search_locations)[0], {manifest_module.PACKAGE_FILE!r})
 print(path.read_text() if path and path.is_file() else "null")
 """
 

@@ -15,13 +15,12 @@ from typing import BinaryIO
 from installer.records import RecordEntry
 
 from forkbuild.errors import BuildError
+from forkbuild.manifest import DIST_INFO_FILE, PACKAGE_FILE
 from forkbuild.wheel import naming
 from forkbuild.wheel.record import entry_for, parse_record, render_record, renamed
 from forkbuild.wheel.zipraw import FILE_MODE, Member, ZipSource, ZipWriter
 
 EXECUTABLE_MODE = 0o100755 << 16
-MANIFEST_NAME = "_forkbuild_manifest.json"
-DIST_INFO_MANIFEST = "forkbuild_manifest.json"
 VERSION_MODULE = "_version.py"
 
 
@@ -42,7 +41,7 @@ class Overlay:
 
     @property
     def manifest_member(self) -> str:
-        return f"{self.package}/{MANIFEST_NAME}"
+        return f"{self.package}/{PACKAGE_FILE}"
 
     @property
     def version_member(self) -> str:
@@ -140,7 +139,7 @@ def write_overlay(source: ZipSource, overlay: Overlay, stream: BinaryIO) -> None
             writer.add(new_name, metadata, date_time=member.info.date_time, external_attr=member.info.external_attr)
         else:
             writer.copy(member, name=new_name)
-    writer.add(f"{new_dist_info}/{DIST_INFO_MANIFEST}", overlay.manifest, date_time=stamp)
+    writer.add(f"{new_dist_info}/{DIST_INFO_FILE}", overlay.manifest, date_time=stamp)
     new_record = f"{new_dist_info}/RECORD"
     writer.zip.add(new_record, render_record(writer.rows, record_path=new_record),
                    date_time=source.by_name[record_path].info.date_time)
