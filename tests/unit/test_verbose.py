@@ -10,7 +10,7 @@ import pytest
 
 from fixtures import make_upstream_repo
 from forkbuild import git as git_module
-from forkbuild.git import Git, GitFailed
+from forkbuild.git import GitFailed
 
 
 @pytest.fixture(autouse=True)

@@ -14,9 +14,10 @@ import json
 import re
 import shutil
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Iterable, Iterator, Mapping
 
 from forkbuild.cache import UpstreamCache
 from forkbuild.config import PatchEntry, Series
@@ -104,6 +105,26 @@ def apply_plan(*, context: Context, plan: ApplyPlan, dest: Path) -> ApplyResult:
         if record.outcome in ("offset", "3way"):
             context.reporter.info(f"{record.entry.file}: {record.outcome} {record.detail}".rstrip())
     return ApplyResult(dest=dest, variant=plan.variant, base_commit=base, head_commit=head, records=tuple(records))
+
+
+@contextmanager
+def scratch_tree(*, context: Context, variant: str | None, strict: bool) -> Iterator[ApplyResult]:
+    """The variant applied in a temporary work tree, removed afterwards.
+
+    strict: raise ApplyError on a failing patch (as apply_variant does); otherwise
+    the failures are in the result's records, for callers that report them.
+    """
+    cache = UpstreamCache(context.cache_dir, reporter=context.reporter)
+    with tempfile.TemporaryDirectory(prefix="forkbuild-scratch-") as scratch:
+        dest = Path(scratch) / (variant or "series")
+        try:
+            if strict:
+                yield apply_variant(context=context, variant=variant, dest=dest)
+            else:
+                yield apply_plan(context=context, plan=plan_variant(context.series, variant), dest=dest)
+        finally:
+            if dest.exists():
+                cache.git().remove_worktree(dest)
 
 
 def describe_failures(result: ApplyResult) -> str:

@@ -92,7 +92,7 @@ def open_export_tree(*, context: Context, tree: Path) -> tuple[Git, str]:
         raise ForkbuildError(f"{tree} is not a work tree", hint=f"make it with `forkbuild apply --all --dir {tree}`")
     state = read_state(tree)
     if state is None:
-        raise ForkbuildError(f"{tree} was not made by `forkbuild apply`", hint=f"make one with `forkbuild apply --all --dir <new dir>`")
+        raise ForkbuildError(f"{tree} was not made by `forkbuild apply`", hint="make one with `forkbuild apply --all --dir <new dir>`")
     if state.get("variant"):
         raise ForkbuildError(f"{tree} holds variant {state['variant']!r} only: exporting it would drop the other patches",
                              hint="export the whole series' tree: `forkbuild apply --all` (default .forkbuild-work/series)")

@@ -32,10 +32,10 @@ def write_atomic(path: Path, data: str | bytes) -> None:
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
-    _fsync_directory(path.parent)
+    fsync_directory(path.parent)
 
 
-def _fsync_directory(directory: Path) -> None:
+def fsync_directory(directory: Path) -> None:
     # The rename is only durable once the directory entry is on disk too.
     descriptor = os.open(directory, os.O_RDONLY)
     try:

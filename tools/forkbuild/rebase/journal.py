@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from forkbuild.errors import ForkbuildError
+from forkbuild.fsutil import fsync_directory, write_atomic
 
 JOURNAL_DIR = "rebase-journal"
 STATE_FILE = "state.json"
@@ -40,29 +41,6 @@ STATE_FILE = "state.json"
 KILL_AT_ENV = "FORKBUILD_REBASE_KILL_AT"
 # 2: cache refs recorded in the state as the rebase makes them (1 snapshotted all of them).
 SCHEMA = 2
-
-
-def fsync_dir(path: Path) -> None:
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-
-
-def write_durable(path: Path, data: bytes) -> None:
-    """Write `path` so that after a crash it holds either the old or the new bytes."""
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
 
 
 def checkpoint(step: str) -> None:
@@ -115,7 +93,7 @@ class Journal:
     def save(self, state: dict, *, step: str) -> None:
         """Record `state` durably, then honour the kill hook for `step`."""
         state["step"] = step
-        write_durable(self.path / STATE_FILE, (json.dumps(state, indent=2, sort_keys=True) + "\n").encode())
+        write_atomic(self.path / STATE_FILE, json.dumps(state, indent=2, sort_keys=True) + "\n")
         checkpoint(step)
 
     # -- creation: the backup first, then the journal appears at once -----------
@@ -141,7 +119,7 @@ class Journal:
                 with path.open("rb") as handle:
                     os.fsync(handle.fileno())
         os.rename(scratch, self.path)
-        fsync_dir(parent)
+        fsync_directory(parent)
         checkpoint("begun")
 
     # -- going back -------------------------------------------------------------
@@ -192,7 +170,7 @@ class Journal:
             if target.is_file() and _sha256(target) == digest:
                 continue
             target.parent.mkdir(parents=True, exist_ok=True)
-            write_durable(target, source.read_bytes())
+            write_atomic(target, source.read_bytes())
             shutil.copystat(source, target)
 
     def remove(self) -> None:
@@ -200,5 +178,5 @@ class Journal:
         trash = self.path.with_name(f".{JOURNAL_DIR}.done")
         shutil.rmtree(trash, ignore_errors=True)
         os.rename(self.path, trash)
-        fsync_dir(self.path.parent)
+        fsync_directory(self.path.parent)
         shutil.rmtree(trash, ignore_errors=True)

@@ -12,7 +12,8 @@ from forkbuild.testpatch import behaviour, proof, summary
 from forkbuild.testpatch.behaviour import TestPython
 from forkbuild.testpatch.records import (ABSENT, CHECKS, FAIL, GUARD_OFF, GUARD_ON, STRUCTURE, UNPATCHED_CHECKS,
                                          Record)
-from forkbuild.testpatch.structure import applied, check_structure
+from forkbuild.apply import scratch_tree
+from forkbuild.testpatch.structure import check_structure
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,7 +44,7 @@ def run_variant(*, context: Context, options: Options) -> Outcome:
     prove = not features and not options.structure_only
     records: list[Record] = []
     with context.reporter.step(f"{variant}: applying and checking structure"), \
-            applied(context=context, variant=variant) as result:
+            scratch_tree(context=context, variant=variant, strict=False) as result:
         records += check_structure(series=series, variant=variant, result=result)
         behave = not options.structure_only and not result.failures
         if options.from_tree and behave:

@@ -12,17 +12,12 @@
 from __future__ import annotations
 
 import re
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import unidiff
 
-from forkbuild.apply import ApplyResult, PatchRecord, apply_plan, plan_variant
-from forkbuild.cache import UpstreamCache
+from forkbuild.apply import ApplyResult, PatchRecord
 from forkbuild.config import Guard, Series
-from forkbuild.context import Context
 from forkbuild.git import Git
 from forkbuild.testpatch.declarations import Declaration, mismatch, read_declarations
 from forkbuild.testpatch.records import FAIL, PASS, SKIP, STRUCTURE, Record
@@ -45,19 +40,6 @@ def check_structure(*, series: Series, variant: str, result: ApplyResult) -> lis
 
 def environ_path(series: Series) -> str:
     return f"{series.upstream.package_root}/{naming.distribution_part(series.upstream.name)}/{ENVIRON}"
-
-
-@contextmanager
-def applied(*, context: Context, variant: str) -> Iterator[ApplyResult]:
-    """The variant applied in a temporary work tree; failed patches are recorded, not raised."""
-    cache = UpstreamCache(context.cache_dir, reporter=context.reporter)
-    with tempfile.TemporaryDirectory(prefix="forkbuild-test-patch-") as scratch:
-        dest = Path(scratch) / variant
-        try:
-            yield apply_plan(context=context, plan=plan_variant(context.series, variant), dest=dest)
-        finally:
-            if dest.exists():
-                cache.git().remove_worktree(dest)
 
 
 def _record(feature: str, step: str, outcome: str, reason: str) -> Record:

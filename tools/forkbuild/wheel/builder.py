@@ -9,14 +9,13 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from forkbuild import manifest as manifest_module
-from forkbuild.apply import ApplyResult, apply_variant
+from forkbuild.apply import scratch_tree
 from forkbuild.cache import UpstreamCache
 from forkbuild.config import Series, WheelPin
 from forkbuild.context import Context
@@ -101,19 +100,6 @@ def install_validated(target: Path, write: Callable[[BinaryIO], None]) -> None:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-@contextmanager
-def applied_tree(*, context: Context, variant: str) -> Iterator[ApplyResult]:
-    """The variant applied in a temporary work tree, removed afterwards."""
-    cache = UpstreamCache(context.cache_dir, reporter=context.reporter)
-    with tempfile.TemporaryDirectory(prefix="forkbuild-wheel-") as scratch:
-        dest = Path(scratch) / variant
-        try:
-            yield apply_variant(context=context, variant=variant, dest=dest)
-        finally:
-            if dest.exists():
-                cache.git().remove_worktree(dest)
-
-
 @dataclass(frozen=True, kw_only=True)
 class _Target:
     pin: WheelPin
@@ -169,7 +155,7 @@ def _package(series: Series) -> str:
 def _patched_files(*, context: Context, variant: str, layout: WheelLayout, has_patches: bool) -> OverlayChanges:
     if not has_patches:
         return OverlayChanges(changes={}, executable=frozenset(), outside=())
-    with applied_tree(context=context, variant=variant) as result:
+    with scratch_tree(context=context, variant=variant, strict=True) as result:
         changed = Git(result.dest).changed_files(result.base_commit, result.head_commit)
         return collect_changes(tree=result.dest, changed=changed, layout=layout)
 
@@ -191,7 +177,7 @@ def _build_source(*, context: Context, request: WheelRequest, version: str) -> t
         for path in current:
             reporter.info(f"{path.name}: up to date (same upstream commit and series content)")
         return tuple(BuiltWheel(path=path, version=version, rebuilt=False) for path in current)
-    with applied_tree(context=context, variant=request.variant) as result, \
+    with scratch_tree(context=context, variant=request.variant, strict=True) as result, \
             tempfile.TemporaryDirectory(prefix="forkbuild-build-") as scratch:
         epoch = Git(result.dest).commit_time(result.head_commit)
         with reporter.step(f"python -m build in the patched {series.upstream.name} checkout"):
