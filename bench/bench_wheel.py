@@ -22,12 +22,13 @@ import time
 from pathlib import Path
 
 from forkbuild import manifest as manifest_module
+from forkbuild.apply import scratch_tree
 from forkbuild.cache import UpstreamCache
 from forkbuild.console import Reporter
 from forkbuild.context import Context
-from forkbuild.wheel import naming
 from forkbuild.git import Git
-from forkbuild.wheel.builder import WheelRequest, applied_tree, build_wheels, variant_version
+from forkbuild.wheel import naming
+from forkbuild.wheel.builder import WheelRequest, build_wheels, variant_version
 from forkbuild.wheel.overlay import Overlay, write_overlay
 from forkbuild.wheel.plan import OverlayChanges, WheelLayout, collect_changes
 from forkbuild.wheel.validate import validate_wheel
@@ -41,7 +42,7 @@ def timed(action) -> float:
 
 
 def variant_changes(context: Context, variant: str, layout: WheelLayout) -> OverlayChanges:
-    with applied_tree(context=context, variant=variant) as result:
+    with scratch_tree(context=context, variant=variant, strict=True) as result:
         changed = Git(result.dest).changed_files(result.base_commit, result.head_commit)
         return collect_changes(tree=result.dest, changed=changed, layout=layout)
 

@@ -14,13 +14,13 @@ import venv
 from pathlib import Path
 
 import pytest
-
 from forkbuild import manifest as manifest_module
+from forkbuild.apply import scratch_tree
 from forkbuild.console import Reporter
 from forkbuild.context import Context
 from forkbuild.errors import BuildError
 from forkbuild.git import Git
-from forkbuild.wheel.builder import WheelRequest, applied_tree, build_wheels, variant_version
+from forkbuild.wheel.builder import WheelRequest, build_wheels, variant_version
 from forkbuild.wheel.validate import validate_wheel
 from forkbuild.wheel.zipraw import ZipSource, ZipWriter
 
@@ -97,7 +97,7 @@ def test_installed_version_is_the_local_version(context, installed):
 def test_installed_files_are_the_patched_tree(context, installed):
     """Every file the patches change is installed with the patched content; the guard types exist."""
     site = Path(run_python(installed, "import sysconfig; print(sysconfig.get_paths()['platlib'])").strip())
-    with applied_tree(context=context, variant=VARIANT) as result:
+    with scratch_tree(context=context, variant=VARIANT, strict=True) as result:
         changed = Git(result.dest).changed_files(result.base_commit, result.head_commit)
         assert changed, "the variant changes no file"
         root = context.series.upstream.package_root
