@@ -10,20 +10,22 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
-import urllib.error
-import urllib.request
 import zipfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
-
-from filelock import FileLock, Timeout
+from typing import TYPE_CHECKING, Iterator
 
 from forkbuild.config import Upstream, WheelPin
 from forkbuild.console import Reporter
 from forkbuild.errors import LockTimeout, UpstreamError
 from forkbuild.git import Git, GitFailed
-from forkbuild.pypi import find_file
+
+if TYPE_CHECKING:
+    from filelock import FileLock
+
+# filelock, urllib and the index client are imported where they are used: the
+# usual path (upstream already cached) needs none of them, and every command
+# pays for its imports at startup.
 
 LOCK_TIMEOUT_SECONDS = 900
 # Imports are committed with a fixed identity and date, so the same upstream
@@ -54,11 +56,15 @@ class UpstreamCache:
 
     def lock(self) -> FileLock:
         self.path.mkdir(parents=True, exist_ok=True)
+        from filelock import FileLock
+
         return FileLock(str(self.path / "lock"), timeout=LOCK_TIMEOUT_SECONDS)
 
     @contextmanager
     def locked(self) -> Iterator[None]:
         """Hold the cache lock; waiting longer than LOCK_TIMEOUT_SECONDS raises LockTimeout."""
+        from filelock import Timeout
+
         lock = self.lock()
         try:
             lock.acquire()
@@ -122,6 +128,8 @@ class UpstreamCache:
         if target.is_file():
             return target
         self.wheels_dir.mkdir(parents=True, exist_ok=True)
+        from forkbuild.pypi import find_file
+
         url = pin.url or find_file(pin.filename.split("-")[0], pin.filename).url
         handle, partial_name = tempfile.mkstemp(dir=self.wheels_dir, prefix=f".{pin.filename}.", suffix=".part")
         partial = Path(partial_name)
@@ -141,6 +149,9 @@ class UpstreamCache:
         return target
 
     def _download(self, url: str, out, *, label: str) -> None:
+        import urllib.error
+        import urllib.request
+
         try:
             with urllib.request.urlopen(url, timeout=120) as response:
                 total = int(response.headers.get("Content-Length") or 0) or None

@@ -5,14 +5,16 @@ from __future__ import annotations
 import logging
 import time
 from contextlib import contextmanager
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from rich.console import Console
 from rich.logging import RichHandler
 from rich.markup import escape
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
 from forkbuild.errors import ForkbuildError
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 
 class Reporter:
@@ -46,7 +48,10 @@ class Reporter:
         if error.hint:
             self.console.print(f"[cyan]hint:[/cyan] {escape(error.hint)}")
 
-    def download_progress(self) -> Progress:
+    def download_progress(self) -> "Progress":
+        # rich.progress is imported only when something is downloaded.
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
         return Progress(TextColumn("  {task.description}"), BarColumn(), DownloadColumn(),
                         TransferSpeedColumn(), console=self.console, transient=True)
 
