@@ -177,7 +177,9 @@ class Git:
         self.run("worktree", "prune")
 
     def status_porcelain(self) -> str:
-        return self.out("status", "--porcelain", "--untracked-files=all")
+        """Uncommitted changes; an untracked directory is one line, not one per file
+        (enough to tell "dirty", and it spares a walk through every untracked file)."""
+        return self.out("status", "--porcelain", "--untracked-files=normal")
 
     def head(self) -> str:
         return self.out("rev-parse", "HEAD")
