@@ -25,6 +25,7 @@ from forkbuild.context import Context
 from forkbuild.errors import ApplyError, DirtyTreeError
 from forkbuild.fsutil import write_atomic
 from forkbuild.git import Git
+from forkbuild.matrix.combination import Combination, as_combination
 from forkbuild.patchfile import PatchInfo, check_safe, hunk_offsets, read_patch
 
 STATE_FILE = "forkbuild-worktree.json"
@@ -64,17 +65,19 @@ class ApplyResult:
         return tuple(record for record in self.records if record.outcome == "failed")
 
 
-def plan_variant(series: Series, variant: str | None) -> ApplyPlan:
-    """Which patches a variant applies, each read and checked for path safety."""
-    entries = series.patches_for(variant) if variant else series.patches
+def plan_variant(series: Series, variant: Combination | str | None) -> ApplyPlan:
+    """Which patches a combination (a variant, or any set of features; None: the whole
+    series) applies, each read and checked for path safety."""
+    combination = as_combination(series, variant) if variant else None
+    entries = combination.patches(series) if combination else series.patches
     for entry in entries:
         check_safe(entry.path)
     chosen = set(entries)
-    return ApplyPlan(variant=variant or "", entries=entries, infos=tuple(read_patch(entry.path) for entry in entries),
+    return ApplyPlan(variant=combination.name if combination else "", entries=entries, infos=tuple(read_patch(entry.path) for entry in entries),
                      left_out=tuple(entry for entry in series.patches if entry not in chosen))
 
 
-def apply_variant(*, context: Context, variant: str | None, dest: Path) -> ApplyResult:
+def apply_variant(*, context: Context, variant: Combination | str | None, dest: Path) -> ApplyResult:
     """Apply `variant` (None: the whole series) into the work tree `dest` and raise on any failure."""
     result = apply_plan(context=context, plan=plan_variant(context.series, variant), dest=dest)
     if result.failures:
@@ -108,7 +111,7 @@ def apply_plan(*, context: Context, plan: ApplyPlan, dest: Path) -> ApplyResult:
 
 
 @contextmanager
-def scratch_tree(*, context: Context, variant: str | None, strict: bool) -> Iterator[ApplyResult]:
+def scratch_tree(*, context: Context, variant: Combination | str | None, strict: bool) -> Iterator[ApplyResult]:
     """The variant applied in a temporary work tree, removed afterwards.
 
     strict: raise ApplyError on a failing patch (as apply_variant does); otherwise
@@ -116,7 +119,7 @@ def scratch_tree(*, context: Context, variant: str | None, strict: bool) -> Iter
     """
     cache = UpstreamCache(context.cache_dir, reporter=context.reporter)
     with tempfile.TemporaryDirectory(prefix="forkbuild-scratch-") as scratch:
-        dest = Path(scratch) / (variant or "series")
+        dest = Path(scratch) / (getattr(variant, "name", variant) or "series")
         try:
             if strict:
                 yield apply_variant(context=context, variant=variant, dest=dest)

@@ -121,8 +121,12 @@ class Series:
         return self.variants[name]
 
     def patches_for(self, variant: str) -> tuple[PatchEntry, ...]:
-        features = set(self.variant(variant).features)
-        return tuple(entry for entry in self.patches if entry.feature in features)
+        return self.patches_of(self.variant(variant).features)
+
+    def patches_of(self, features: Iterable[str]) -> tuple[PatchEntry, ...]:
+        """The patches of these features, in series order."""
+        chosen = set(features)
+        return tuple(entry for entry in self.patches if entry.feature in chosen)
 
     def guards_for(self, features: Iterable[str]) -> tuple[Guard, ...]:
         return tuple(guard for name in features for guard in self.features[name].guards)
@@ -133,6 +137,13 @@ class Series:
     def content_hash(self, variant: str) -> str:
         """sha256 of everything a variant's build contains: pin, features, env, patch bytes."""
         chosen = self.variant(variant)
+        return self.build_hash(name=chosen.name, features=chosen.features, env=chosen.env)
+
+    def build_hash(self, *, name: str, features: Iterable[str], env: Mapping[str, str],
+                   extra: Mapping[str, str] | None = None) -> str:
+        """sha256 of a build of `features` named `name` with runtime defaults `env`
+        (a variant, or any combination: forkbuild.matrix.combination)."""
+        features = tuple(features)
         identity = {
             "upstream": {
                 "name": self.upstream.name,
@@ -141,12 +152,13 @@ class Series:
                 "git": self.upstream.git and [self.upstream.git.url, self.upstream.git.commit],
                 "wheels": sorted(pin.sha256 for pin in self.upstream.wheels),
             },
-            "variant": chosen.name,
-            "features": sorted(chosen.features),
-            "guards": [[g.env, g.type, g.default] for g in self.guards_for(chosen.features)],
-            "env": dict(sorted(chosen.env.items())),
+            "variant": name,
+            "features": sorted(features),
+            "guards": [[g.env, g.type, g.default] for g in self.guards_for(features)],
+            "env": dict(sorted(env.items())),
             "runtime_env": dict(sorted(self.runtime_env.items())),
-            "patches": [[p.file, p.feature, _sha256(p.path)] for p in self.patches_for(variant)],
+            "patches": [[p.file, p.feature, _sha256(p.path)] for p in self.patches_of(features)],
+            **(extra or {}),
         }
         return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
 

@@ -16,11 +16,12 @@ from typing import Any
 
 from forkbuild.config import Guard, Series, WheelPin
 from forkbuild.errors import BuildError
+from forkbuild.matrix.combination import Combination, as_combination
 
 SCHEMA = 1
 PACKAGE_FILE = "_forkbuild_manifest.json"
 DIST_INFO_FILE = "forkbuild_manifest.json"
-KEYS = ("schema", "series", "variant", "version", "series_hash", "upstream", "features", "guards",
+KEYS = ("schema", "series", "variant", "base_variant", "version", "series_hash", "upstream", "features", "guards",
         "series_guards", "runtime_settings", "env_defaults", "patches")
 
 
@@ -28,20 +29,24 @@ def _guard_record(guard: Guard) -> dict[str, str]:
     return {"env": guard.env, "feature": guard.feature, "type": guard.type, "default": guard.default}
 
 
-def build_manifest(*, series: Series, variant: str, version: str, pin: WheelPin | None) -> dict[str, Any]:
-    """The manifest of `variant` built as `version` from `pin` (None: built from git)."""
-    chosen = series.variant(variant)
+def build_manifest(*, series: Series, variant: Combination | str, version: str,
+                   pin: WheelPin | None) -> dict[str, Any]:
+    """The manifest of `variant` (a Combination or a variant's name) built as `version`
+    from `pin` (None: built from git)."""
+    chosen = as_combination(series, variant)
     upstream = series.upstream
     guard_envs = {guard.env for guard in series.all_guards()}
     # Settings are the variables an image sets that are not feature guards
-    # (MODEL_PATH, TP_SIZE ...): the series' runtime env, then the variant's.
+    # (MODEL_PATH, TP_SIZE ...): the series' runtime env, then the variant's
+    # (a combination's come from its base variant).
     settings = list(dict.fromkeys([*series.runtime_env, *(key for key in chosen.env if key not in guard_envs)]))
     return {
         "schema": SCHEMA,
         "series": series.name,
         "variant": chosen.name,
+        "base_variant": chosen.base,
         "version": version,
-        "series_hash": series.content_hash(variant),
+        "series_hash": chosen.content_hash(series),
         "upstream": {
             "name": upstream.name,
             "version": upstream.version,
@@ -58,7 +63,7 @@ def build_manifest(*, series: Series, variant: str, version: str, pin: WheelPin 
         "env_defaults": {**series.runtime_env, **chosen.env},
         "patches": [{"file": entry.file, "feature": entry.feature,
                      "sha256": hashlib.sha256(entry.path.read_bytes()).hexdigest()}
-                    for entry in series.patches_for(variant)],
+                    for entry in chosen.patches(series)],
     }
 
 

@@ -7,6 +7,8 @@ from pathlib import Path
 from rich.table import Table
 
 from forkbuild.apply import apply_variant
+from forkbuild.errors import ConfigError
+from forkbuild.matrix import arguments
 
 
 def add_parser(subparsers) -> None:
@@ -14,16 +16,21 @@ def add_parser(subparsers) -> None:
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--variant", help="variant to apply (default: series.default_variant)")
     which.add_argument("--all", action="store_true", help="apply every patch of the series (the tree `export` reads)")
+    arguments.add_arguments(parser, variant_option=False)
     parser.add_argument("--dir", type=Path, default=None,
                         help="work tree to create or refresh (default: .forkbuild-work/<variant or series>)")
     parser.set_defaults(run=run)
 
 
 def run(args, context) -> int:
-    variant = None if args.all else (args.variant or context.series.default_variant)
-    dest = (args.dir or context.series_dir / ".forkbuild-work" / (variant or "series")).resolve()
-    result = apply_variant(context=context, variant=variant, dest=dest)
-    table = Table("patch", "feature", "outcome", "detail", title=f"{variant or 'series'} -> {dest}")
+    if args.all and arguments.chosen(args):
+        raise ConfigError(["--all applies the whole series: --features/--with/--without choose a combination"],
+                          source="command line")
+    combination = None if args.all else arguments.from_args(args, context)
+    name = combination.name if combination else "series"
+    dest = (args.dir or context.series_dir / ".forkbuild-work" / name).resolve()
+    result = apply_variant(context=context, variant=combination, dest=dest)
+    table = Table("patch", "feature", "outcome", "detail", title=f"{name} -> {dest}")
     for record in result.records:
         table.add_row(record.entry.file, record.entry.feature, record.outcome, record.detail)
     context.reporter.console.print(table)

@@ -7,11 +7,12 @@ from pathlib import Path
 from forkbuild.image import build
 from forkbuild.image.docker import Docker
 from forkbuild.image.inputs import ensure_bases, prepare_context
+from forkbuild.matrix import arguments
 
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("build-image", help="build a variant's docker image (wheel or delta mode)")
-    parser.add_argument("--variant", help="variant to build (default: series.default_variant)")
+    arguments.add_arguments(parser)
     parser.add_argument("--mode", choices=build.MODES, default="wheel",
                         help="wheel: pip install the patched wheel over the base; delta: a thin layer of the "
                              "changed files over a base with the stock wheel installed (default: wheel)")
@@ -28,10 +29,11 @@ def add_parser(subparsers) -> None:
 
 
 def run(args, context) -> int:
-    variant = context.series.variant(args.variant or context.series.default_variant).name
+    combination = arguments.from_args(args, context)
+    variant = combination.name
     docker = Docker.connect(reporter=context.reporter)
     with context.reporter.step(f"build context for {variant}"):
-        image_context = prepare_context(context, variant=variant, wheels=[p.resolve() for p in args.wheel],
+        image_context = prepare_context(context, variant=combination, wheels=[p.resolve() for p in args.wheel],
                                         python_tags=args.python_tag)
     if args.local_base:
         base = ensure_bases(context=context, docker=docker, stock=True)[-1]

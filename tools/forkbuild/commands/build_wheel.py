@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from forkbuild.matrix import arguments
 from forkbuild.wheel.builder import MODES, WheelRequest, build_wheels
 
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("build-wheel", help="build a variant's patched, validated wheel(s)")
-    parser.add_argument("--variant", help="variant to build (default: series.default_variant)")
+    arguments.add_arguments(parser)
     parser.add_argument("--out", type=Path, default=None, help="output directory (default: <series dir>/dist)")
     parser.add_argument("--python-tag", action="append", default=[], metavar="TAG",
                         help="build only for this pinned tag, e.g. cp311 (repeatable; default: every pinned tag)")
@@ -24,7 +25,7 @@ def add_parser(subparsers) -> None:
 
 def run(args, context) -> int:
     request = WheelRequest(
-        variant=args.variant or context.series.default_variant,
+        variant=arguments.from_args(args, context),
         out_dir=(args.out or context.series_dir / "dist").resolve(),
         python_tags=tuple(args.python_tag),
         mode=args.mode,

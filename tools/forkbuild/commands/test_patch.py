@@ -5,13 +5,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from forkbuild.matrix import arguments
 from forkbuild.testpatch import proof, summary
 from forkbuild.testpatch.runner import Options, run_variant
 
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("test-patch", help="structure checks and behaviour tests of a variant's patched sglang")
-    parser.add_argument("--variant", help="variant to test (default: series.default_variant)")
+    arguments.add_arguments(parser)
     parser.add_argument("--python", type=Path, default=Path(sys.executable),
                         help="interpreter of the test venv; the variant's wheel is installed there --no-deps "
                              "(default: the one running forkbuild, as in `nox -s test-patch`)")
@@ -22,10 +23,11 @@ def add_parser(subparsers) -> None:
 
 
 def run(args, context) -> int:
-    options = Options(variant=args.variant or context.series.default_variant, python=args.python,
+    combination = arguments.from_args(args, context)
+    options = Options(variant=combination, python=args.python,
                       from_tree=args.from_tree, structure_only=args.structure_only)
     outcome = run_variant(context=context, options=options)
-    context.reporter.console.print(summary.table(outcome.rows, variant=options.variant, checks=outcome.checks))
+    context.reporter.console.print(summary.table(outcome.rows, variant=combination.name, checks=outcome.checks))
     for line in summary.problems(outcome.rows):
         context.reporter.info(line)
     if outcome.proof is not None:

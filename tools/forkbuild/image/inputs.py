@@ -12,26 +12,28 @@ from forkbuild.context import Context
 from forkbuild.image import base
 from forkbuild.image import context as image_context
 from forkbuild.image.docker import Docker
+from forkbuild.matrix.combination import Combination, as_combination
 from forkbuild.wheel.builder import WheelRequest, build_wheels
 
 
-def variant_wheels(context: Context, *, variant: str, python_tags: Sequence[str]) -> list[Path]:
+def variant_wheels(context: Context, *, variant: Combination | str, python_tags: Sequence[str]) -> list[Path]:
     """The variant's patched wheels in <series>/dist, built unless up to date."""
     request = WheelRequest(variant=variant, out_dir=(context.series_dir / "dist").resolve(),
                            python_tags=tuple(python_tags))
     return [built.path for built in build_wheels(context=context, request=request)]
 
 
-def prepare_context(context: Context, *, variant: str, wheels: Sequence[Path] = (),
+def prepare_context(context: Context, *, variant: Combination | str, wheels: Sequence[Path] = (),
                     python_tags: Sequence[str] = ()) -> image_context.ImageContext:
     """build/image/<variant>/ from the given wheels, or from freshly built ones."""
+    variant = as_combination(context.series, variant)
     chosen = list(wheels) or variant_wheels(context, variant=variant, python_tags=python_tags)
     cache = UpstreamCache(context.cache_dir, reporter=context.reporter)
     upstream = context.series.upstream
     stock = {tag: cache.wheel(upstream.wheel_for(tag))
              for tag in sorted({image_context.python_tag(wheel) for wheel in chosen})}
-    return image_context.prepare(docker_dir=context.series_dir / "docker", variant=variant, wheels=chosen,
-                                 upstream_wheels=stock, dest=context.build_dir / "image" / variant)
+    return image_context.prepare(docker_dir=context.series_dir / "docker", variant=variant.name, wheels=chosen,
+                                 upstream_wheels=stock, dest=context.build_dir / "image" / variant.name)
 
 
 def ensure_bases(*, context: Context, docker: Docker, stock: bool, python_tag: str = "cp311") -> tuple[str, ...]:

@@ -15,6 +15,7 @@ from typing import Mapping
 from forkbuild import manifest as manifest_module
 from forkbuild.context import Context
 from forkbuild.errors import BuildError
+from forkbuild.matrix.combination import Combination
 from forkbuild.testpatch.records import Record
 from forkbuild.wheel.builder import WheelRequest, build_wheels
 
@@ -53,7 +54,7 @@ def require_torch(python: Path) -> None:
                               "constraints/test-patch.txt (pip install -c constraints/test-patch.txt -r constraints/test-patch.in)")
 
 
-def install_variant_wheel(*, context: Context, variant: str, python: Path) -> Path:
+def install_variant_wheel(*, context: Context, variant: Combination | str, python: Path) -> Path:
     """Build (or reuse) the variant's wheel for `python` and install it there --no-deps,
     unless exactly that build is installed already."""
     request = WheelRequest(variant=variant, out_dir=context.series_dir / "dist", python_tags=(python_tag(python),))

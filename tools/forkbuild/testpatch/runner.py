@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from forkbuild.context import Context
+from forkbuild.matrix.combination import Combination, as_combination
 from forkbuild.testpatch import behaviour, proof, summary
 from forkbuild.testpatch.behaviour import TestPython
 from forkbuild.testpatch.records import (ABSENT, CHECKS, FAIL, GUARD_OFF, GUARD_ON, STRUCTURE, UNPATCHED_CHECKS,
@@ -18,7 +19,7 @@ from forkbuild.testpatch.structure import check_structure
 
 @dataclass(frozen=True, kw_only=True)
 class Options:
-    variant: str
+    variant: Combination | str  # what to test: a Combination, or a variant's name
     python: Path  # the interpreter the behaviour tests run with
     from_tree: bool = False  # PYTHONPATH the applied tree instead of installing the wheel
     structure_only: bool = False
@@ -37,15 +38,16 @@ class Outcome:
 
 
 def run_variant(*, context: Context, options: Options) -> Outcome:
-    series, variant = context.series, options.variant
-    features = series.variant(variant).features
+    series = context.series
+    combination = as_combination(series, options.variant)
+    variant, features = combination.name, combination.features
     # A variant without features is stock sglang: the place to prove that every
     # guard_on test fails when its patch is missing.
     prove = not features and not options.structure_only
     records: list[Record] = []
     with context.reporter.step(f"{variant}: applying and checking structure"), \
-            scratch_tree(context=context, variant=variant, strict=False) as result:
-        records += check_structure(series=series, variant=variant, result=result)
+            scratch_tree(context=context, variant=combination, strict=False) as result:
+        records += check_structure(series=series, variant=combination, result=result)
         behave = not options.structure_only and not result.failures
         if options.from_tree and behave:
             python = TestPython(executable=options.python,
@@ -58,7 +60,7 @@ def run_variant(*, context: Context, options: Options) -> Outcome:
                     for name in features for check in (GUARD_OFF, GUARD_ON)]
     elif not options.from_tree and behave:
         behaviour.require_torch(options.python)
-        behaviour.install_variant_wheel(context=context, variant=variant, python=options.python)
+        behaviour.install_variant_wheel(context=context, variant=combination, python=options.python)
         records += _behaviour(context, TestPython(executable=options.python, env={}), features=None, prove=prove)
     checks = (STRUCTURE,) if options.structure_only else CHECKS + (UNPATCHED_CHECKS if prove else ())
     rows = summary.cells(records, features=list(series.features), checks=checks)

@@ -19,6 +19,7 @@ import unidiff
 from forkbuild.apply import ApplyResult, PatchRecord
 from forkbuild.config import Guard, Series
 from forkbuild.git import Git
+from forkbuild.matrix.combination import Combination, as_combination
 from forkbuild.testpatch.declarations import Declaration, mismatch, read_declarations
 from forkbuild.testpatch.records import FAIL, PASS, SKIP, STRUCTURE, Record
 from forkbuild.wheel import naming
@@ -27,8 +28,10 @@ ENVIRON = "srt/environ.py"  # inside the package: where sglang's envs registry l
 GUARD_READ = re.compile(r"\benvs\.(?P<env>[A-Z][A-Z0-9_]*)\b")
 
 
-def check_structure(*, series: Series, variant: str, result: ApplyResult) -> list[Record]:
-    """The structure records of `variant`, applied (failures included) in `result`."""
+def check_structure(*, series: Series, variant: Combination | str, result: ApplyResult) -> list[Record]:
+    """The structure records of `variant` (a Combination or a variant's name), applied
+    (failures included) in `result`."""
+    variant = as_combination(series, variant)
     tree = Git(result.dest)
     records = [_apply_record(record) for record in result.records]
     applied = [record for record in result.records if record.commit]
@@ -84,8 +87,8 @@ def _added_reads(tree: Git, commit: str) -> set[str]:
     return reads
 
 
-def _guard_read_records(series: Series, variant: str, tree: Git, applied: list[PatchRecord]) -> list[Record]:
-    declared = {guard.env for guard in series.guards_for(series.variant(variant).features)}
+def _guard_read_records(series: Series, variant: Combination, tree: Git, applied: list[PatchRecord]) -> list[Record]:
+    declared = {guard.env for guard in variant.guards(series)}
     records, read_by_feature = [], {}
     for record in applied:
         entry, reads = record.entry, _added_reads(tree, record.commit)
@@ -94,7 +97,7 @@ def _guard_read_records(series: Series, variant: str, tree: Git, applied: list[P
         undeclared = sorted(reads - declared)
         if undeclared:
             records.append(_record(entry.feature, "guard_read", FAIL,
-                                   f"{entry.file} reads {', '.join(undeclared)}, which {variant} does not declare "
+                                   f"{entry.file} reads {', '.join(undeclared)}, which {variant.name} does not declare "
                                    "(AttributeError at runtime)"))
         if entry.unguarded:
             records.append(_record(entry.feature, "guard_read", PASS, f"{entry.file}: unguarded: {entry.unguarded}"))
@@ -104,22 +107,22 @@ def _guard_read_records(series: Series, variant: str, tree: Git, applied: list[P
             records.append(_record(entry.feature, "guard_read", FAIL,
                                    f"{entry.file}: added code reads none of {', '.join(sorted(own)) or 'its (no) guards'} "
                                    "through envs; read it, or mark the patch unguarded = \"<reason>\" in series.toml"))
-    for name in series.variant(variant).features:
+    for name in variant.features:
         for guard in series.features[name].guards:
             if guard.env not in read_by_feature.get(name, set()):
                 records.append(_record(name, "guard_read", FAIL, f"no patch of {name} reads envs.{guard.env}"))
     return records
 
 
-def _declaration_records(series: Series, variant: str, environ: Path) -> list[Record]:
+def _declaration_records(series: Series, variant: Combination, environ: Path) -> list[Record]:
     declarations = read_declarations(environ)
-    chosen = series.variant(variant).features
+    chosen = variant.features
     owners = {guard.env: guard for guard in series.all_guards()}
-    records = _stray_declarations(declarations, owners, chosen=chosen, variant=variant, environ=environ)
+    records = _stray_declarations(declarations, owners, chosen=chosen, variant=variant.name, environ=environ)
     declared_features = {owners[env].feature for env in declarations if env in owners}
     for name in sorted(set(series.features) - set(chosen) - declared_features):
         records.append(_record(name, "guard_decl", PASS if series.features[name].guards else SKIP,
-                               f"not built into {variant}; none of its guards declared"))
+                               f"not built into {variant.name}; none of its guards declared"))
     for guard in series.guards_for(chosen):
         records.append(_declared_as_series_says(guard, declarations.get(guard.env), environ=environ))
     return records

@@ -10,7 +10,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -21,6 +21,7 @@ from forkbuild.config import Series, WheelPin
 from forkbuild.context import Context
 from forkbuild.errors import BuildError
 from forkbuild.git import Git
+from forkbuild.matrix.combination import Combination, as_combination
 from forkbuild.wheel import naming
 from forkbuild.wheel.overlay import Overlay, write_overlay
 from forkbuild.wheel.plan import OverlayChanges, WheelLayout, collect_changes, refuse_compiled
@@ -33,7 +34,7 @@ MODES = ("overlay", "source")
 
 @dataclass(frozen=True, kw_only=True)
 class WheelRequest:
-    variant: str
+    variant: Combination | str  # what to build: a Combination, or a variant's name
     out_dir: Path
     python_tags: tuple[str, ...] = ()  # empty: every pinned tag (overlay), the running interpreter (source)
     mode: str = ""  # empty: overlay for a release-wheel upstream, source for a git upstream
@@ -59,13 +60,16 @@ def resolve_mode(series: Series, mode: str) -> str:
     return mode
 
 
-def variant_version(series: Series, variant: str) -> str:
-    return naming.local_version(upstream_version=series.upstream.version, variant=series.variant(variant).name,
-                                content_hash=series.content_hash(variant))
+def variant_version(series: Series, variant: Combination | str) -> str:
+    """`<upstream>+<variant>.<hash>`; a combination that is no named variant: `<upstream>+combo.<hash>`."""
+    combination = as_combination(series, variant)
+    return naming.local_version(upstream_version=series.upstream.version, variant=combination.version_label(),
+                                content_hash=combination.content_hash(series))
 
 
 def build_wheels(*, context: Context, request: WheelRequest) -> tuple[BuiltWheel, ...]:
     series = context.series
+    request = replace(request, variant=as_combination(series, request.variant))
     version = variant_version(series, request.variant)
     if resolve_mode(series, request.mode) == "overlay":
         return _build_overlay(context=context, request=request, version=version)
@@ -129,7 +133,7 @@ def _build_overlay(*, context: Context, request: WheelRequest, version: str) -> 
         return tuple(BuiltWheel(path=target.path, version=version, rebuilt=False) for target in targets)
     cache = UpstreamCache(context.cache_dir, reporter=reporter)
     sources = {target.pin.python_tag: ZipSource(cache.wheel(target.pin)) for target in stale}
-    patches = series.patches_for(request.variant)
+    patches = as_combination(series, request.variant).patches(series)
     layouts = {tag: WheelLayout(package_root=series.upstream.package_root, members=frozenset(source.by_name))
                for tag, source in sources.items()}
     for layout in layouts.values():
@@ -152,7 +156,7 @@ def _package(series: Series) -> str:
     return naming.distribution_part(series.upstream.name)
 
 
-def _patched_files(*, context: Context, variant: str, layout: WheelLayout, has_patches: bool) -> OverlayChanges:
+def _patched_files(*, context: Context, variant: Combination | str, layout: WheelLayout, has_patches: bool) -> OverlayChanges:
     if not has_patches:
         return OverlayChanges(changes={}, executable=frozenset(), outside=())
     with scratch_tree(context=context, variant=variant, strict=True) as result:
