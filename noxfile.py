@@ -91,6 +91,15 @@ def test_patch(session: nox.Session, variant: str) -> None:
     session.run(str(python), "-m", "forkbuild", "test-patch", "--variant", variant, *session.posargs)
 
 
+@nox.session(name="test-patch-matrix", python=False, default=False)
+def test_patch_matrix(session: nox.Session) -> None:
+    """test-patch over a matrix of feature combinations, in the one test venv, with one
+    summary table and build/test-patch/matrix-<strategy>.json:
+    `nox -s test-patch-matrix -- --strategy pairwise` (each, all, variants; --structure-only)."""
+    python = _test_venv(session)
+    session.run(str(python), "-m", "forkbuild", "matrix", "--test-patch", *(session.posargs or ["--strategy", "pairwise"]))
+
+
 def _test_venv(session: nox.Session) -> Path:
     """One test venv for every variant, reused between runs: pinned deps (torch
     alone is ~5.5 GB; a venv per variant would cost minutes of CI each), then

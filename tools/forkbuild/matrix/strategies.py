@@ -1,0 +1,231 @@
+"""Which combinations a matrix holds, per strategy:
+
+- variants: the named variants of series.toml;
+- each:     stock, then every feature alone (with what it requires);
+- pairwise: a covering array of strength 2 over "feature in / out": for every two
+            features a, b, every one of (a in, b in), (a in, b out), (a out, b in),
+            (a out, b out) that requires/conflicts allow appears in some
+            combination. So every pair that may coexist is built together, and
+            every pair also with one of them missing (a fault that needs a feature
+            to be *absent* shows too). Built greedily (AETG: each row starts from an
+            uncovered pair and takes, feature by feature, the state covering the
+            most uncovered pairs, among several candidate rows);
+- all:      every valid subset (refused above a limit unless forced).
+
+Why not allpairspy (evaluated, bench/bench_matrix.py measures both): it covers
+pairs of *values* of a fixed list of parameters and handles constraints with a
+filter over partial rows. requires/conflicts are not expressible as "this row
+is invalid" early enough: a row with a feature in and the feature it requires
+out is rejected only once both are placed, and allpairspy then gives up on the
+pair (it reports pairs it could not place nowhere), so it has no way to tell
+"infeasible" from "missed". Here feasibility is exact: a partial assignment is
+feasible iff the requires-closure of its "in" features contains none of its
+"out" features and no conflict - and the rows it produces are the closures, so
+every row is buildable as it stands.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from dataclasses import dataclass
+from typing import Iterable
+
+from forkbuild.config import Series
+from forkbuild.errors import ConfigError
+from forkbuild.matrix.combination import Combination, closure, coexist, from_features, of_variant
+
+STRATEGIES = ("variants", "each", "pairwise", "all")
+ALL_LIMIT = 64  # `all` refuses more combinations than this unless forced
+ENUMERATION_LIMIT = 22  # `all` enumerates 2^n subsets: beyond this many features it refuses outright
+ATTEMPTS = 4  # pairwise: greedy runs with different tie-breaks; the smallest wins
+CANDIDATES = 30  # candidate rows per greedy step (AETG uses 50; 30 is as good on 15 features and faster)
+
+Pair = tuple[tuple[str, bool], tuple[str, bool]]  # ((feature, in?), (feature, in?)), features in series order
+
+
+@dataclass(frozen=True, kw_only=True)
+class Matrix:
+    strategy: str
+    combinations: tuple[Combination, ...]
+    lower_bound: int  # no valid matrix of this strategy has fewer combinations
+    note: str = ""
+
+    @property
+    def count(self) -> int:
+        return len(self.combinations)
+
+
+def build_matrix(series: Series, strategy: str, *, base: str = "", force: bool = False,
+                 limit: int = ALL_LIMIT, seed: int = 0) -> Matrix:
+    if strategy == "variants":
+        combos = tuple(of_variant(series, name) for name in series.variants)
+        return Matrix(strategy=strategy, combinations=combos, lower_bound=len(combos))
+    if strategy == "each":
+        return _each(series, base=base)
+    if strategy == "pairwise":
+        # The greedy construction depends on its random tie-breaks: keep the smallest of a few (deterministic) runs.
+        rows = min((pairwise_rows(series, seed=seed + attempt) for attempt in range(ATTEMPTS)), key=len)
+        combos = _combinations(series, rows, base=base)
+        return Matrix(strategy=strategy, combinations=combos, lower_bound=pairwise_lower_bound(series),
+                      note=f"{len(feasible_pairs(series))} feasible (feature, in/out) pairs covered")
+    if strategy == "all":
+        subsets = valid_subsets(series)
+        if len(subsets) > limit and not force:
+            raise ConfigError([f"--strategy all: {len(subsets)} valid combinations, more than the limit of {limit}"],
+                              source="command line")
+        combos = _combinations(series, subsets, base=base)
+        return Matrix(strategy=strategy, combinations=combos, lower_bound=len(combos))
+    raise ConfigError([f"unknown strategy {strategy!r}: choose one of {', '.join(STRATEGIES)}"], source="command line")
+
+
+def _each(series: Series, *, base: str) -> Matrix:
+    rows = [frozenset()] + [closure(series, [name]) for name in series.features]
+    combos = _combinations(series, rows, base=base)
+    return Matrix(strategy="each", combinations=combos, lower_bound=len(combos))
+
+
+def _combinations(series: Series, rows: Iterable[frozenset[str]], *, base: str) -> tuple[Combination, ...]:
+    combos: dict[str, Combination] = {}
+    for row in rows:
+        combination = from_features(series, sorted(row), base=base)
+        combos.setdefault(combination.name, combination)
+    return tuple(combos.values())
+
+
+# -- feasibility ---------------------------------------------------------------
+
+def feasible(series: Series, inside: Iterable[str], outside: Iterable[str]) -> bool:
+    """Whether some valid combination holds every `inside` feature and none of `outside`.
+
+    requires only ever add features, so the smallest completion is the closure of
+    `inside`: feasible iff it avoids `outside` and has no conflict."""
+    held = closure(series, inside)
+    return not (held & set(outside)) and coexist(series, held)
+
+
+def feasible_pairs(series: Series) -> set[Pair]:
+    names = list(series.features)
+    pairs = set()
+    for a, b in itertools.combinations(names, 2):
+        for state_a, state_b in itertools.product((True, False), repeat=2):
+            inside = [name for name, state in ((a, state_a), (b, state_b)) if state]
+            outside = [name for name, state in ((a, state_a), (b, state_b)) if not state]
+            if feasible(series, inside, outside):
+                pairs.add(((a, state_a), (b, state_b)))
+    return pairs
+
+
+def _row_pairs(names: list[str], row: frozenset[str]) -> set[Pair]:
+    return {((a, a in row), (b, b in row)) for a, b in itertools.combinations(names, 2)}
+
+
+# -- pairwise ------------------------------------------------------------------
+
+def pairwise_rows(series: Series, *, seed: int = 0, candidates: int = CANDIDATES) -> list[frozenset[str]]:
+    """A greedy covering array (strength 2, binary: feature in or out), valid rows only."""
+    names = list(series.features)
+    uncovered = feasible_pairs(series)
+    rows: list[frozenset[str]] = []
+    rng = random.Random(seed)
+    while uncovered:
+        best, best_gain = None, -1
+        for _ in range(candidates):
+            row = _candidate_row(series, names, uncovered, rng)
+            gain = len(_row_pairs(names, row) & uncovered)
+            if gain > best_gain:
+                best, best_gain = row, gain
+        assert best is not None and best_gain > 0  # a row starting from an uncovered feasible pair covers it
+        rows.append(best)
+        uncovered -= _row_pairs(names, best)
+    return _drop_redundant(names, rows)
+
+
+def _drop_redundant(names: list[str], rows: list[frozenset[str]]) -> list[frozenset[str]]:
+    """Early rows' pairs are often all covered again by later ones: drop such rows."""
+    kept = list(rows)
+    for row in list(rows):
+        others = set().union(*(_row_pairs(names, other) for other in kept if other is not row))
+        if _row_pairs(names, row) <= others:
+            kept.remove(row)
+    return kept
+
+
+def _candidate_row(series: Series, names: list[str], uncovered: set[Pair], rng: random.Random) -> frozenset[str]:
+    # Start from an uncovered pair whose features occur in the most uncovered pairs (AETG's first choice).
+    weight: dict[tuple[str, bool], int] = {}
+    for first, second in uncovered:
+        weight[first] = weight.get(first, 0) + 1
+        weight[second] = weight.get(second, 0) + 1
+    top = max(weight[a] + weight[b] for a, b in uncovered)
+    (a, state_a), (b, state_b) = rng.choice(sorted(pair for pair in uncovered if weight[pair[0]] + weight[pair[1]] == top))
+    fixed = {a: state_a, b: state_b}
+    rest = [name for name in names if name not in fixed]
+    rng.shuffle(rest)
+    for name in rest:
+        scores = []
+        for state in (True, False):
+            trial = {**fixed, name: state}
+            if not feasible(series, [n for n, s in trial.items() if s], [n for n, s in trial.items() if not s]):
+                continue
+            gain = sum(1 for other, other_state in fixed.items()
+                       if _ordered_pair(names, (name, state), (other, other_state)) in uncovered)
+            scores.append((gain, rng.random(), state))
+        fixed[name] = max(scores)[2]  # one state is always feasible: the row so far is
+    return closure(series, [name for name, state in fixed.items() if state])
+
+
+def _ordered_pair(names: list[str], one: tuple[str, bool], two: tuple[str, bool]) -> Pair:
+    return (one, two) if names.index(one[0]) < names.index(two[0]) else (two, one)
+
+
+def pairwise_lower_bound(series: Series) -> int:
+    """No strength-2 covering array of this series is smaller than this.
+
+    Two bounds, the larger wins: (1) a pair of features with k feasible states needs
+    k rows; (2) a set of features every two of which take all four in/out states
+    holds, restricted to them, an unconstrained binary covering array, whose
+    minimum size is the smallest N with C(N-1, ceil(N/2)) >= n (Kleitman-Spencer)."""
+    pairs = feasible_pairs(series)
+    states: dict[tuple[str, str], int] = {}
+    for (a, _), (b, _) in pairs:
+        states[(a, b)] = states.get((a, b), 0) + 1
+    by_pair = max(states.values(), default=1 if series.features else 0)
+    # Features nobody requires, then drop those in a constrained pair until none is left.
+    required = {needed for feature in series.features.values() for needed in feature.requires}
+    free = [name for name in series.features if name not in required]
+    while True:
+        short = [(a, b) for a, b in itertools.combinations(free, 2) if states.get((a, b), 0) < 4]
+        if not short:
+            break
+        counts: dict[str, int] = {}
+        for a, b in short:
+            counts[a], counts[b] = counts.get(a, 0) + 1, counts.get(b, 0) + 1
+        free.remove(max(counts, key=lambda name: counts[name]))
+    return max(by_pair, _binary_covering_minimum(len(free)))
+
+
+def _binary_covering_minimum(factors: int) -> int:
+    if factors < 2:
+        return 2 if factors == 1 else 1
+    rows = 4
+    while math.comb(rows - 1, math.ceil(rows / 2)) < factors:
+        rows += 1
+    return rows
+
+
+# -- all -----------------------------------------------------------------------
+
+def valid_subsets(series: Series) -> list[frozenset[str]]:
+    """Every subset of the features closed under requires and free of conflicts."""
+    names = list(series.features)
+    if len(names) > ENUMERATION_LIMIT:
+        raise ConfigError([f"--strategy all: {len(names)} features is 2^{len(names)} subsets to enumerate "
+                           f"(limit: {ENUMERATION_LIMIT} features); use pairwise"], source="command line")
+    subsets = []
+    for mask in range(1 << len(names)):
+        chosen = frozenset(name for index, name in enumerate(names) if mask >> index & 1)
+        if closure(series, chosen) == chosen and coexist(series, chosen):
+            subsets.append(chosen)
+    return subsets
