@@ -79,3 +79,9 @@ class ToolMissing(ForkbuildError):
     """An external program (git, quilt, docker) is not installed."""
 
     return_code = 11
+
+
+class BisectError(ForkbuildError):
+    """`forkbuild bisect` cannot start or go on: stock fails, the full set passes, or its probe log disagrees."""
+
+    return_code = 15

@@ -1,0 +1,82 @@
+"""`forkbuild bisect`: the smallest set of a combination's features for which a
+command fails while stock passes (delta debugging; see forkbuild.matrix.bisect)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from forkbuild.errors import BisectError
+from forkbuild.image import build
+from forkbuild.matrix import arguments
+from forkbuild.matrix.bisect import FAIL, ProbeLog, bisect
+from forkbuild.matrix.probe import (FEATURES_ENV, IMAGE_ENV, WHEELS_ENV, Builder, BuildProbes, ImageOptions,
+                                    RuntimeProbes, running_tag)
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "bisect", help="delta-debug a variant's features to a minimal set for which CMD fails while stock passes",
+        description=f"Each probe runs CMD with {FEATURES_ENV} (comma-separated), {WHEELS_ENV} (the probe's wheel "
+                    f"paths) and, with --image, {IMAGE_ENV} in its environment; with --runtime also the DSV41_* "
+                    "guards. Exit status 0 of CMD means pass.")
+    arguments.add_arguments(parser)
+    parser.add_argument("--runtime", action="store_true",
+                        help="one build of the combination; probes turn its DSV41_* guards on/off through the "
+                             "environment (no rebuild). On = the value in your environment, else the variant's "
+                             "runtime default, else 1 for a switch")
+    parser.add_argument("--image", action="store_true", help=f"also build each probe's image ({IMAGE_ENV})")
+    parser.add_argument("--base", default="", help="--image: base image (default: the official image)")
+    parser.add_argument("--local-base", action="store_true", help="--image: the local stock base")
+    parser.add_argument("--retries", type=int, default=0, metavar="N",
+                        help="try a failing probe N more times: it fails only if every try fails (flaky commands)")
+    parser.add_argument("--continue", dest="resume", action="store_true",
+                        help="resume from the probe log of the same bisect (after a kill or a stop)")
+    parser.add_argument("--log", type=Path, help="probe log (default: build/bisect/<combination>-<key>.json)")
+    parser.add_argument("--python-tag", action="append", default=[], metavar="TAG",
+                        help="wheels for these pinned tags (default: the running interpreter's)")
+    parser.add_argument("--json", action="store_true", help='print {"minimal": [...], "probes": [...]} on stdout')
+    parser.add_argument("command", nargs="+", metavar="CMD", help="the command (after --) to run for each probe, with its arguments")
+    parser.set_defaults(run=run)
+
+
+def run(args, context) -> int:
+    if args.retries < 0:
+        raise BisectError("--retries must be 0 or more")
+    series = context.series
+    target = arguments.from_args(args, context)
+    image = ImageOptions(base=args.base, local_base=args.local_base) if args.image else None
+    builder = Builder(context=context, python_tags=tuple(args.python_tag) or running_tag(series),
+                      out_dir=context.build_dir / "bisect" / "wheels", image=image)
+    command = tuple(args.command)
+    probes = (RuntimeProbes if args.runtime else BuildProbes)(context=context, target=target, command=command,
+                                                              builder=builder)
+    if args.runtime and probes.fixed:
+        context.reporter.info(f"not toggled at run time (no guard, or none set): {', '.join(probes.fixed)}")
+    candidates = probes.candidates
+    if not candidates:
+        raise BisectError(f"{target.name} has no feature to bisect")
+    key = {"mode": "runtime" if args.runtime else "build", "image": bool(args.image), "target": target.name,
+           "features": list(target.features), "candidates": list(candidates), "command": list(command),
+           "on": getattr(probes, "on", None)}
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
+    log = ProbeLog((args.log or context.build_dir / "bisect" / f"{target.name}-{digest}.json").resolve(), key=key,
+                   resume=args.resume)
+    context.reporter.info(f"bisecting {len(candidates)} features of {target.name} "
+                          f"({'runtime guards' if args.runtime else 'a build per probe'}); log: {log.path}")
+
+    def report(probe, replayed: bool) -> None:
+        mark = "[red]FAIL[/]" if probe.outcome == FAIL else "[green]pass[/]"
+        source = " (from the log)" if replayed else f" ({probe.seconds:.1f}s, exit {list(probe.exit_codes)})"
+        context.reporter.console.print(f"  probe {mark} {', '.join(probe.features) or 'stock'}{source}")
+
+    result = bisect(candidates, run=probes, log=log, tries=1 + args.retries, report=report)
+    if args.json:
+        print(json.dumps(result.as_json(), indent=2))
+    else:
+        print(f"minimal failing set: {', '.join(result.minimal)}")
+    context.reporter.info(f"{len(result.probes)} probes ({result.replayed} from the log); the command passes on "
+                          f"stock and fails with {', '.join(result.minimal)}"
+                          + ("" if args.runtime else " (plus what they require)"))
+    return 0

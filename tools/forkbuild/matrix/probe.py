@@ -1,0 +1,182 @@
+"""How one bisect probe runs the user's command.
+
+- Build mode: the probe's features are built (a wheel per probe, cached by
+  content hash, so a repeated or resumed probe builds nothing; with --image also
+  its image) and the command gets FORKBUILD_FEATURES, FORKBUILD_WHEELS and
+  FORKBUILD_IMAGE.
+- Runtime mode: the target combination is built once; each probe turns guards on
+  or off through the environment, as an operator would on a node, and the command
+  gets FORKBUILD_FEATURES and every candidate's DSV41_* variables.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from forkbuild.config import Guard, Series
+from forkbuild.context import Context
+from forkbuild.errors import BisectError
+from forkbuild.guards import parse_switch
+from forkbuild.matrix.combination import Combination, from_features
+
+FEATURES_ENV = "FORKBUILD_FEATURES"
+WHEELS_ENV = "FORKBUILD_WHEELS"  # the wheel paths, os.pathsep-separated (one per Python tag)
+IMAGE_ENV = "FORKBUILD_IMAGE"
+OUTPUT_TAIL = 600  # characters of the command's output kept in the probe log for a failing try
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImageOptions:
+    base: str = ""  # "" with local: the local stock base
+    local_base: bool = False
+    mode: str = "wheel"
+
+
+@dataclass(kw_only=True)
+class Builder:
+    """Builds a combination's wheels (and image), each once per content."""
+
+    context: Context
+    python_tags: tuple[str, ...]
+    out_dir: Path
+    image: ImageOptions | None = None
+    _docker: object = field(default=None, init=False)
+
+    def build(self, combination: Combination) -> dict[str, str]:
+        """The probe environment of a build of `combination`: its wheels and image."""
+        from forkbuild.wheel.builder import WheelRequest, build_wheels
+
+        request = WheelRequest(variant=combination, out_dir=self.out_dir, python_tags=self.python_tags)
+        with self.context.reporter.step(f"wheel of {combination.name} ({combination.label})"):
+            wheels = [built.path for built in build_wheels(context=self.context, request=request)]
+        env = {WHEELS_ENV: os.pathsep.join(str(path) for path in wheels)}
+        if self.image is not None:
+            env[IMAGE_ENV] = self._build_image(combination, wheels)
+        return env
+
+    def _build_image(self, combination: Combination, wheels: Sequence[Path]) -> str:
+        from forkbuild.image import build
+        from forkbuild.image.docker import Docker
+        from forkbuild.image.inputs import ensure_bases, prepare_context
+
+        if self._docker is None:
+            self._docker = Docker.connect(reporter=self.context.reporter)
+        image_context = prepare_context(self.context, variant=combination, wheels=wheels)
+        base = self.image.base
+        if self.image.local_base:
+            base = ensure_bases(context=self.context, docker=self._docker, stock=True)[-1]
+        base = base or build.official_base(image_context.upstream_version)
+        tag = build.default_tag(combination.name, self.image.mode)
+        with self.context.reporter.step(f"image {tag}"):
+            build.build_image(docker=self._docker, context=image_context, mode=self.image.mode, base=base, tag=tag)
+        return tag
+
+
+def running_tag(series: Series) -> tuple[str, ...]:
+    """The pinned Python tag of the interpreter running forkbuild (a probe needs one wheel), else every one."""
+    tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    return (tag,) if any(pin.python_tag == tag for pin in series.upstream.wheels) else ()
+
+
+def run_command(command: Sequence[str], env: Mapping[str, str], *, reporter) -> tuple[int, str]:
+    """One try of the user's command; (exit code, the tail of its output)."""
+    try:
+        done = subprocess.run(list(command), env={**os.environ, **env}, capture_output=True, text=True,
+                              errors="replace")
+    except OSError as error:
+        raise BisectError(f"cannot run {command[0]}: {error.strerror}", hint="check the command after `--`") from error
+    output = done.stdout + done.stderr
+    reporter.detail(output)
+    return done.returncode, output[-OUTPUT_TAIL:] if done.returncode else ""
+
+
+@dataclass(kw_only=True)
+class BuildProbes:
+    """Build mode: each probe is its own build of the probe's features (plus what they require)."""
+
+    context: Context
+    target: Combination
+    command: tuple[str, ...]
+    builder: Builder
+
+    @property
+    def candidates(self) -> tuple[str, ...]:
+        return self.target.features
+
+    def __call__(self, features: tuple[str, ...]) -> tuple[int, str]:
+        series = self.context.series
+        combination = from_features(series, features, base=self.target.base)
+        env = {FEATURES_ENV: ",".join(combination.features), **self.builder.build(combination)}
+        code, tail = run_command(self.command, env, reporter=self.context.reporter)
+        return code, f"built {combination.name} ({combination.label}); exit {code}" + (f"\n{tail}" if tail else "")
+
+
+def on_values(series: Series, target: Combination, environ: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    """Per feature of `target`, the guard values that turn it on at run time: the value set in
+    `environ` (the operator's), else the target's runtime default when it is not the guard's
+    default, else "1" for the feature's first switch. Features none of whose guards then
+    differ from their defaults cannot be toggled at run time and are left out."""
+    result = {}
+    for name in target.features:
+        guards = series.features[name].guards
+        values = {guard.env: environ.get(guard.env, target.env.get(guard.env, guard.default)) for guard in guards}
+        if all(_is_default(guard, values[guard.env]) for guard in guards):
+            first_switch = next((guard for guard in guards if guard.type == "switch"), None)
+            if first_switch is not None and first_switch.env not in environ:
+                values[first_switch.env] = "1"
+        if any(not _is_default(guard, values[guard.env]) for guard in guards):
+            result[name] = values
+    return result
+
+
+def _is_default(guard: Guard, value: str) -> bool:
+    if guard.type == "switch":
+        return parse_switch(value) == parse_switch(guard.default)
+    return value == guard.default
+
+
+@dataclass(kw_only=True)
+class RuntimeProbes:
+    """Runtime mode: one build of the target; each probe sets the candidates' guards on or off."""
+
+    context: Context
+    target: Combination
+    command: tuple[str, ...]
+    builder: Builder
+    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    _built: dict[str, str] | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self.on = on_values(self.context.series, self.target, self.environ)
+
+    @property
+    def candidates(self) -> tuple[str, ...]:
+        return tuple(self.on)
+
+    @property
+    def fixed(self) -> tuple[str, ...]:
+        """Features of the build no guard can turn off (e.g. `guards` itself)."""
+        return tuple(name for name in self.target.features if name not in self.on)
+
+    def guard_env(self, features: tuple[str, ...]) -> dict[str, str]:
+        series = self.context.series
+        env = {}
+        for name, values in self.on.items():
+            for guard in series.features[name].guards:
+                env[guard.env] = values[guard.env] if name in features else guard.default
+        return env
+
+    def __call__(self, features: tuple[str, ...]) -> tuple[int, str]:
+        if self._built is None:
+            self._built = self.builder.build(self.target)
+        guards = self.guard_env(features)
+        env = {**self._built, FEATURES_ENV: ",".join(features), **guards}
+        code, tail = run_command(self.command, env, reporter=self.context.reporter)
+        on = " ".join(f"{key}={value}" for key, value in guards.items() if key in
+                      {g.env for name in features for g in self.context.series.features[name].guards})
+        return code, f"{self.target.name} with {on or 'every guard off'}; exit {code}" + (f"\n{tail}" if tail else "")
