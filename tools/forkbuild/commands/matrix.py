@@ -43,6 +43,8 @@ def add_parser(subparsers) -> None:
     tests.add_argument("--python", type=Path, default=Path(sys.executable),
                        help="interpreter of the test venv (default: the one running forkbuild)")
     tests.add_argument("--structure-only", action="store_true", help="only the structure checks (fast, no torch)")
+    tests.add_argument("--from-tree", action="store_true",
+                       help="test each applied work tree on PYTHONPATH instead of installing its wheel")
     parser.set_defaults(run=run)
 
 
@@ -86,7 +88,8 @@ def _bake(args, context, matrix) -> int:
 
 
 def _test_patch(args, context, matrix) -> int:
-    run_ = testing.run_matrix(context=context, matrix=matrix, python=args.python, structure_only=args.structure_only)
+    run_ = testing.run_matrix(context=context, matrix=matrix, python=args.python, structure_only=args.structure_only,
+                              from_tree=args.from_tree)
     context.reporter.console.print(testing.table(run_, strategy=matrix.strategy))
     context.reporter.info(f"written: {run_.report}")
     if run_.failed:

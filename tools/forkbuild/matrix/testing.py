@@ -32,14 +32,15 @@ class MatrixRun:
         return [row for row in self.rows if row["outcome"] != PASS]
 
 
-def run_matrix(*, context: Context, matrix: Matrix, python: Path, structure_only: bool = False) -> MatrixRun:
+def run_matrix(*, context: Context, matrix: Matrix, python: Path, structure_only: bool = False,
+               from_tree: bool = False) -> MatrixRun:
     rows = []
     for number, combination in enumerate(matrix.combinations, start=1):
         context.reporter.info(f"[{number}/{matrix.count}] {combination.name}: {combination.label}")
         row = {"name": combination.name, "features": list(combination.features), "base": combination.base}
         try:
             outcome = run_variant(context=context, options=Options(variant=combination, python=python,
-                                                                   structure_only=structure_only))
+                                                                   structure_only=structure_only, from_tree=from_tree))
         except ForkbuildError as error:
             rows.append({**row, "outcome": ERROR, "counts": {}, "failing": [], "reason": error.message,
                          "report": ""})
