@@ -11,7 +11,7 @@ import os
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 import git as gitpython
 from git.exc import GitCommandError
@@ -358,3 +358,22 @@ class Git:
     def fetch(self, url: str, ref: str) -> None:
         """Fetch `ref` (a commit id or a ref name) from `url`, without tags."""
         self.run("fetch", "--no-tags", "--quiet", url, ref)
+
+    # -- applying without a work tree (combination wheels) -------------------
+    def read_tree(self, tree: str, *, index: Path) -> None:
+        """Load `tree` into the private index `index` (no work tree involved)."""
+        self.run("read-tree", tree, env={"GIT_INDEX_FILE": str(index)})
+
+    def apply_cached(self, patch: Path, *, index: Path) -> str | None:
+        """`git apply --cached --3way` of `patch` onto the private index; the resulting tree,
+        or None (index unchanged) when it does not apply."""
+        env = {"GIT_INDEX_FILE": str(index)}
+        if self.run("apply", "--cached", "--3way", str(patch), env=env, check=False).status != 0:
+            return None
+        return self.out("write-tree", env=env)
+
+    def blob(self, tree: str, path: str) -> tuple[bytes, bool]:
+        """Content of `path` in `tree` and whether git records it executable."""
+        root = gitpython.Tree(self.repo, bytes.fromhex(self.out("rev-parse", f"{tree}^{{tree}}")), mode=0o40000, path="")
+        item = root / path
+        return item.data_stream.read(), item.mode == 0o100755

@@ -24,6 +24,7 @@ from forkbuild.git import Git
 from forkbuild.matrix.combination import Combination, as_combination
 from forkbuild.wheel import naming
 from forkbuild.wheel.overlay import Overlay, write_overlay
+from forkbuild.wheel.patched import patched_changes
 from forkbuild.wheel.plan import OverlayChanges, WheelLayout, collect_changes, refuse_compiled
 from forkbuild.wheel.source import build_from_checkout
 from forkbuild.wheel.validate import validate_wheel
@@ -159,6 +160,11 @@ def _package(series: Series) -> str:
 def _patched_files(*, context: Context, variant: Combination | str, layout: WheelLayout, has_patches: bool) -> OverlayChanges:
     if not has_patches:
         return OverlayChanges(changes={}, executable=frozenset(), outside=())
+    # Without a work tree first (fast, and reused across combinations); the strict
+    # work-tree apply when a patch does not apply there, to report why.
+    fast = patched_changes(context=context, combination=as_combination(context.series, variant), layout=layout)
+    if fast is not None:
+        return fast
     with scratch_tree(context=context, variant=variant, strict=True) as result:
         changed = Git(result.dest).changed_files(result.base_commit, result.head_commit)
         return collect_changes(tree=result.dest, changed=changed, layout=layout)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import posixpath
 import stat
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -84,8 +84,11 @@ class OverlayChanges:
     outside: tuple[str, ...]
 
 
-def collect_changes(*, tree: Path, changed: Iterable[tuple[str, str]], layout: WheelLayout) -> OverlayChanges:
-    """Read the changed files (git's (status, path) pairs) from the patched work tree."""
+def collect_changes(*, tree: Path | None = None, changed: Iterable[tuple[str, str]], layout: WheelLayout,
+                    read: Callable[[str], tuple[bytes, bool]] | None = None) -> OverlayChanges:
+    """Read the changed files (git's (status, path) pairs) from the patched work tree `tree`,
+    or through `read` (path -> content, executable) when there is no work tree."""
+    read = read or _tree_reader(tree)
     changes: dict[str, bytes | None] = {}
     executable, outside = set(), []
     for status, repo_path in changed:
@@ -95,8 +98,18 @@ def collect_changes(*, tree: Path, changed: Iterable[tuple[str, str]], layout: W
         elif status == "D":
             changes[member] = None
         else:
-            file = tree / repo_path
-            changes[member] = file.read_bytes()
-            if file.stat().st_mode & stat.S_IXUSR:
+            changes[member], is_executable = read(repo_path)
+            if is_executable:
                 executable.add(member)
     return OverlayChanges(changes=changes, executable=frozenset(executable), outside=tuple(sorted(outside)))
+
+
+def _tree_reader(tree: Path | None) -> Callable[[str], tuple[bytes, bool]]:
+    if tree is None:
+        raise ValueError("collect_changes needs a work tree or a reader")
+
+    def read(repo_path: str) -> tuple[bytes, bool]:
+        file = tree / repo_path
+        return file.read_bytes(), bool(file.stat().st_mode & stat.S_IXUSR)
+
+    return read
