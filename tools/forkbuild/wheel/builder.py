@@ -5,6 +5,7 @@ validate it, and only then move it into the output directory.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import sys
@@ -88,8 +89,9 @@ def up_to_date(target: Path, manifest: dict[str, Any]) -> bool:
         return False  # unreadable: rebuilt
 
 
-def install_validated(target: Path, write: Callable[[BinaryIO], None]) -> None:
-    """Write a wheel next to `target` under its final name, validate it, then rename it into place."""
+def install_validated(target: Path, write: Callable[[BinaryIO], None], *, verified_source: Path | None = None) -> None:
+    """Write a wheel next to `target` under its final name, validate it (see validate_wheel for
+    `verified_source`), then rename it into place."""
     target.parent.mkdir(parents=True, exist_ok=True)
     # The temporary wheel needs the real file name (installer reads the
     # distribution and version from it); a private directory on the same file
@@ -99,7 +101,7 @@ def install_validated(target: Path, write: Callable[[BinaryIO], None]) -> None:
         temporary = scratch / target.name
         with temporary.open("wb") as stream:
             write(stream)
-        validate_wheel(temporary)
+        validate_wheel(temporary, verified_source=verified_source)
         os.replace(temporary, target)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -133,7 +135,7 @@ def _build_overlay(*, context: Context, request: WheelRequest, version: str) -> 
     if not stale:
         return tuple(BuiltWheel(path=target.path, version=version, rebuilt=False) for target in targets)
     cache = UpstreamCache(context.cache_dir, reporter=reporter)
-    sources = {target.pin.python_tag: ZipSource(cache.wheel(target.pin)) for target in stale}
+    sources = {target.pin.python_tag: _zip_source(cache.wheel(target.pin)) for target in stale}
     patches = as_combination(series, request.variant).patches(series)
     layouts = {tag: WheelLayout(package_root=series.upstream.package_root, members=frozenset(source.by_name))
                for tag, source in sources.items()}
@@ -149,8 +151,20 @@ def _build_overlay(*, context: Context, request: WheelRequest, version: str) -> 
                           executable=changes.executable)
         with reporter.step(f"Building {target.path.name} (overlay, {len(changes.changes)} changed files)"):
             source = sources[target.pin.python_tag]
-            install_validated(target.path, lambda stream: write_overlay(source, overlay, stream))
+            install_validated(target.path, lambda stream: write_overlay(source, overlay, stream),
+                              verified_source=source.path)
     return tuple(BuiltWheel(path=target.path, version=version, rebuilt=target in stale) for target in targets)
+
+
+def _zip_source(path: Path) -> ZipSource:
+    """The release wheel, read and indexed once per process (a matrix builds many wheels from it)."""
+    status = path.stat()
+    return _cached_source(str(path), status.st_size, status.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=4)
+def _cached_source(path: str, size: int, mtime_ns: int) -> ZipSource:
+    return ZipSource(Path(path))
 
 
 def _package(series: Series) -> str:

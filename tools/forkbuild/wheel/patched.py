@@ -27,8 +27,8 @@ from forkbuild.context import Context
 from forkbuild.matrix.combination import Combination
 from forkbuild.wheel.plan import OverlayChanges, WheelLayout, collect_changes
 
-# (upstream commit, sha256 of each patch applied so far) -> tree
-_PREFIX_TREES: dict[tuple[str, tuple[str, ...]], str] = {}
+# (cache repository, upstream commit, sha256 of each patch applied so far) -> tree
+_PREFIX_TREES: dict[tuple[str, str, tuple[str, ...]], str] = {}
 
 
 def patched_changes(*, context: Context, combination: Combination, layout: WheelLayout) -> OverlayChanges | None:
@@ -39,9 +39,10 @@ def patched_changes(*, context: Context, combination: Combination, layout: Wheel
         ensure_series_blobs(context=context, cache=cache, base=base)
     git = cache.git()
     digests = tuple(hashlib.sha256(entry.path.read_bytes()).hexdigest() for entry in plan.entries)
-    done = max((length for length in range(len(digests) + 1) if (base, digests[:length]) in _PREFIX_TREES),
-               default=0)
-    tree = _PREFIX_TREES.get((base, digests[:done]), base)
+    repository = str(git.git_dir)
+    done = max((length for length in range(len(digests) + 1)
+                if (repository, base, digests[:length]) in _PREFIX_TREES), default=0)
+    tree = _PREFIX_TREES.get((repository, base, digests[:done]), base)
     with tempfile.TemporaryDirectory(prefix="forkbuild-index-") as scratch:
         index = Path(scratch) / "index"
         if done < len(digests):
@@ -50,6 +51,6 @@ def patched_changes(*, context: Context, combination: Combination, layout: Wheel
             tree = git.apply_cached(plan.entries[length - 1].path, index=index)
             if tree is None:
                 return None
-            _PREFIX_TREES[(base, digests[:length])] = tree
+            _PREFIX_TREES[(repository, base, digests[:length])] = tree
     changed = git.changed_files(base, tree) if plan.entries else []
     return collect_changes(changed=changed, layout=layout, read=lambda path: git.blob(tree, path))

@@ -8,6 +8,7 @@ holds `sglang/x.py`. `package_root` ("python") is the difference.
 
 from __future__ import annotations
 
+import functools
 import posixpath
 import stat
 from collections.abc import Callable, Iterable, Mapping
@@ -34,7 +35,7 @@ class WheelLayout:
     package_root: str
     members: frozenset[str]
 
-    @property
+    @functools.cached_property
     def packages(self) -> frozenset[str]:
         """Top-level directories of the wheel that are not metadata."""
         tops = {name.split("/", 1)[0] for name in self.members if "/" in name}

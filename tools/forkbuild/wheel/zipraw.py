@@ -33,6 +33,7 @@ _MADE_BY_UNIX = (3 << 8) | 20
 _EXTRACT_VERSION = 20
 FILE_MODE = 0o100644 << 16
 DEFLATE_LEVEL = 9
+_FLUSH_BYTES = 1 << 23
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -140,10 +141,18 @@ class ZipWriter:
         self.records: list[_Record] = []
         self.names: set[str] = set()
         self.position = 0
+        # ~20,000 small chunks per wheel: one write call each cost more than the copying.
+        self.pending = bytearray()
 
     def _write(self, chunk: bytes) -> None:
-        self.stream.write(chunk)
+        self.pending += chunk
         self.position += len(chunk)
+        if len(self.pending) >= _FLUSH_BYTES:
+            self._flush()
+
+    def _flush(self) -> None:
+        self.stream.write(self.pending)
+        self.pending.clear()
 
     def _claim(self, name: str) -> None:
         if name in self.names:
@@ -216,3 +225,4 @@ class ZipWriter:
             raise BuildError("the wheel needs zip64 (over 65535 members or 4 GiB): not supported")
         self._write(_END.pack(_END_SIGNATURE, 0, 0, len(self.records), len(self.records),
                               self.position - start, start, 0))
+        self._flush()

@@ -1,0 +1,98 @@
+"""The fast paths a matrix of wheels takes: the changed files from `git apply
+--cached --3way` on a private index must be exactly what the strict work-tree
+apply (`git am -3`) gives; validation against a verified source must still
+catch a wrong hash in anything not copied from it."""
+
+from __future__ import annotations
+
+import itertools
+import zipfile
+
+import pytest
+from wheelkit import wheel_series
+
+from forkbuild.apply import scratch_tree
+from forkbuild.console import Reporter
+from forkbuild.context import Context
+from forkbuild.errors import ApplyError, BuildError
+from forkbuild.git import Git
+from forkbuild.matrix.combination import from_features
+from forkbuild.wheel.builder import WheelRequest, build_wheels
+from forkbuild.wheel.patched import patched_changes
+from forkbuild.wheel.plan import WheelLayout, collect_changes
+from forkbuild.wheel.validate import validate_wheel
+
+
+def test_index_apply_equals_the_work_tree_apply_for_every_combination(series_fx):
+    context = series_fx.context()
+    layout = WheelLayout(package_root="python", members=frozenset({"pkg/__init__.py", "pkg/environ.py",
+                                                                    "pkg/core.py", "pkg/util.py"}))
+    names = list(context.series.features)
+    for size in range(1, len(names) + 1):
+        for chosen in itertools.combinations(names, size):
+            combination = from_features(context.series, chosen)
+            fast = patched_changes(context=context, combination=combination, layout=layout)
+            with scratch_tree(context=context, variant=combination, strict=True) as result:
+                changed = Git(result.dest).changed_files(result.base_commit, result.head_commit)
+                strict = collect_changes(tree=result.dest, changed=changed, layout=layout)
+            assert fast == strict, combination.features
+    # `beta` without `alpha` (variant lite) needs the 3-way merge with the series' blobs: covered above.
+    assert any(set(c) == {"guards", "beta"} for size in range(3) for c in itertools.combinations(names, size))
+
+
+def test_a_patch_that_does_not_apply_falls_back_to_the_strict_apply(series_fx):
+    context = series_fx.context()
+    patch = context.series.patches_dir / "alpha-scale.patch"
+    patch.write_text(patch.read_text().replace("return value * 2", "return value * 7"))
+    layout = WheelLayout(package_root="python", members=frozenset({"pkg/core.py"}))
+    every = from_features(context.series, ["alpha", "beta"])  # the whole series: no series blobs needed first
+    assert patched_changes(context=context, combination=every, layout=layout) is None
+    with pytest.raises(ApplyError, match="alpha-scale.patch"):  # what the builder then runs, and reports
+        with scratch_tree(context=context, variant=every, strict=True):
+            pass
+
+
+@pytest.fixture
+def built(tmp_path):
+    series_dir, cache, upstream = wheel_series(tmp_path)
+    context = Context.create(series_dir=series_dir, cache_dir=cache, reporter=Reporter())
+    (wheel,) = build_wheels(context=context, request=WheelRequest(variant="full", out_dir=tmp_path / "out"))
+    return wheel.path, upstream
+
+
+def _rewrite(wheel, tmp_path, change):
+    """A copy of `wheel` with `change(name, data) -> data` applied to every member (RECORD unchanged)."""
+    target = tmp_path / "bad" / wheel.name
+    target.parent.mkdir()
+    with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as out:
+        for info in source.infolist():
+            out.writestr(info, change(info.filename, source.read(info)))
+    return target
+
+
+def test_validation_against_the_source_still_checks_the_patched_members(built, tmp_path):
+    wheel, upstream = built
+    validate_wheel(wheel, verified_source=upstream)
+    bad = _rewrite(wheel, tmp_path, lambda name, data: data + b"# x\n" if name == "demo/core.py" else data)
+    with pytest.raises(BuildError, match="demo/core.py didn't match RECORD"):
+        validate_wheel(bad, verified_source=upstream)
+
+
+def test_validation_against_the_source_still_checks_copied_members_that_changed(built, tmp_path):
+    wheel, upstream = built
+    # tool.sh is copied from upstream; changed here, its bytes are no longer the source's: hashed, and caught.
+    bad = _rewrite(wheel, tmp_path, lambda name, data: b"#!/bin/sh\necho bye\n" if name == "demo/tool.sh" else data)
+    with pytest.raises(BuildError, match="demo/tool.sh didn't match RECORD"):
+        validate_wheel(bad, verified_source=upstream)
+
+
+def test_a_member_missing_from_record_is_reported(built, tmp_path):
+    wheel, upstream = built
+    target = tmp_path / "extra" / wheel.name
+    target.parent.mkdir()
+    with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(target, "w") as out:
+        for info in source.infolist():
+            out.writestr(info, source.read(info))
+        out.writestr("demo/smuggled.py", b"X = 1\n")
+    with pytest.raises(BuildError, match="smuggled.py is not mentioned in RECORD"):
+        validate_wheel(target, verified_source=upstream)
