@@ -373,7 +373,7 @@ class Git:
         return self.out("write-tree", env=env)
 
     def blob(self, tree: str, path: str) -> tuple[bytes, bool]:
-        """Content of `path` in `tree` and whether git records it executable."""
-        root = gitpython.Tree(self.repo, bytes.fromhex(self.out("rev-parse", f"{tree}^{{tree}}")), mode=0o40000, path="")
-        item = root / path
+        """Content of `path` in the tree object `tree` (a tree's id, as write-tree prints it)
+        and whether git records it executable."""
+        item = gitpython.Tree(self.repo, bytes.fromhex(tree), mode=0o40000, path="") / path
         return item.data_stream.read(), item.mode == 0o100755

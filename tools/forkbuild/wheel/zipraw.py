@@ -9,6 +9,7 @@ the output depends on nothing but the input bytes.
 
 from __future__ import annotations
 
+import functools
 import struct
 import zipfile
 import zlib
@@ -65,6 +66,7 @@ class ZipSource:
             raise BuildError(f"{self.path}: not a zip archive: {error}") from error
         self.members = tuple(Member(info=info, data_offset=self._data_offset(info)) for info in infos)
         self.by_name = {member.name: member for member in self.members}
+        self.copy_entries: dict[str, tuple[bytes, bytes, bytes]] = {}  # ZipWriter.copy's, per member
 
     def _data_offset(self, info: zipfile.ZipInfo) -> int:
         header = self.data[info.header_offset:info.header_offset + _LOCAL.size]
@@ -100,6 +102,27 @@ class ZipSource:
         return content
 
 
+@functools.lru_cache(maxsize=512)
+def _deflate(content: bytes) -> tuple[bytes, int]:
+    """Raw deflate (fixed level) and CRC-32 of `content`. Remembered: the wheels of a matrix
+    hold the same few versions of each patched file over and over."""
+    compressor = zlib.compressobj(DEFLATE_LEVEL, zlib.DEFLATED, -15)
+    return compressor.compress(content) + compressor.flush(), zlib.crc32(content)
+
+
+def _copied_record(info: zipfile.ZipInfo, *, name: bytes | None = None, flags: int | None = None,
+                   extra: bytes | None = None) -> _Record:
+    """The central directory record of a member copied from a source archive."""
+    dos_time, dos_date = _dos_date_time(info.date_time)
+    encoded = info.orig_filename.encode("utf-8" if info.flag_bits & _UTF8_FLAG else "cp437")
+    return _Record(name=encoded if name is None else name, made_by=(info.create_system << 8) | info.create_version,
+                   extract_version=info.extract_version, flags=info.flag_bits if flags is None else flags,
+                   method=info.compress_type, dos_time=dos_time, dos_date=dos_date, crc=info.CRC,
+                   compress_size=info.compress_size, file_size=info.file_size,
+                   extra=info.extra if extra is None else extra, comment=info.comment,
+                   internal_attr=info.internal_attr, external_attr=info.external_attr)
+
+
 def _dos_date_time(date_time: tuple[int, int, int, int, int, int]) -> tuple[int, int]:
     year, month, day, hour, minute, second = date_time
     return (hour << 11) | (minute << 5) | (second // 2), ((year - 1980) << 9) | (month << 5) | day
@@ -130,7 +153,17 @@ class _Record:
     comment: bytes
     internal_attr: int
     external_attr: int
-    offset: int
+
+    def central_entry(self) -> tuple[bytes, bytes]:
+        """The member's central directory entry, split where its local header's offset goes."""
+        packed = _CENTRAL.pack(_CENTRAL_SIGNATURE, self.made_by, self.extract_version, self.flags, self.method,
+                               self.dos_time, self.dos_date, self.crc, self.compress_size, self.file_size,
+                               len(self.name), len(self.extra), len(self.comment), 0, self.internal_attr,
+                               self.external_attr, 0)
+        return packed[:-_OFFSET.size], self.name + self.extra + self.comment
+
+
+_OFFSET = struct.Struct("<L")
 
 
 class ZipWriter:
@@ -138,7 +171,8 @@ class ZipWriter:
 
     def __init__(self, stream: BinaryIO) -> None:
         self.stream = stream
-        self.records: list[_Record] = []
+        # per member: central directory entry before the offset, the offset, the entry after it
+        self.records: list[tuple[bytes, int, bytes]] = []
         self.names: set[str] = set()
         self.position = 0
         # ~20,000 small chunks per wheel: one write call each cost more than the copying.
@@ -167,24 +201,22 @@ class ZipWriter:
         self._claim(target)
         offset = self.position
         if target == member.name and not info.flag_bits & _DATA_DESCRIPTOR_FLAG:
-            # The local header is copied too: nothing in it changes.
-            self._write(source.local_entry(member))
-            encoded = info.orig_filename.encode("utf-8" if info.flag_bits & _UTF8_FLAG else "cp437")
-            flags, extra = info.flag_bits, info.extra
-        else:
-            encoded, utf8 = _encode_name(target)
-            # A new name (or a trailing data descriptor) needs a new local header;
-            # the compressed data after it stays as stored.
-            flags, extra = (info.flag_bits & ~(_DATA_DESCRIPTOR_FLAG | _UTF8_FLAG)) | utf8, b""
-            self._write_local_header(encoded, flags=flags, method=info.compress_type, date_time=info.date_time,
-                                     crc=info.CRC, compress_size=info.compress_size, file_size=info.file_size)
-            self._write(source.compressed(member))
-        dos_time, dos_date = _dos_date_time(info.date_time)
-        self.records.append(_Record(
-            name=encoded, made_by=(info.create_system << 8) | info.create_version, extract_version=info.extract_version,
-            flags=flags, method=info.compress_type, dos_time=dos_time, dos_date=dos_date, crc=info.CRC,
-            compress_size=info.compress_size, file_size=info.file_size, extra=extra, comment=info.comment,
-            internal_attr=info.internal_attr, external_attr=info.external_attr, offset=offset))
+            # The local header is copied too: nothing in it changes. Both entries are
+            # remembered per source member (a matrix copies the same members again and again).
+            local, head, tail = source.copy_entries.get(member.name) or source.copy_entries.setdefault(
+                member.name, (source.local_entry(member), *_copied_record(info).central_entry()))
+            self._write(local)
+            self.records.append((head, offset, tail))
+            return
+        encoded, utf8 = _encode_name(target)
+        # A new name (or a trailing data descriptor) needs a new local header;
+        # the compressed data after it stays as stored.
+        flags = (info.flag_bits & ~(_DATA_DESCRIPTOR_FLAG | _UTF8_FLAG)) | utf8
+        self._write_local_header(encoded, flags=flags, method=info.compress_type, date_time=info.date_time,
+                                 crc=info.CRC, compress_size=info.compress_size, file_size=info.file_size)
+        self._write(source.compressed(member))
+        record = _copied_record(info, name=encoded, flags=flags, extra=b"")
+        self.records.append((record.central_entry()[0], offset, record.central_entry()[1]))
 
     def add(self, name: str, content: bytes, *, date_time: tuple[int, int, int, int, int, int],
             external_attr: int = FILE_MODE) -> None:
@@ -192,18 +224,17 @@ class ZipWriter:
         self._claim(name)
         offset = self.position
         encoded, flags = _encode_name(name)
-        compressor = zlib.compressobj(DEFLATE_LEVEL, zlib.DEFLATED, -15)
-        compressed = compressor.compress(content) + compressor.flush()
-        crc = zlib.crc32(content)
+        compressed, crc = _deflate(content)
         self._write_local_header(encoded, flags=flags, method=zipfile.ZIP_DEFLATED, date_time=date_time,
                                  crc=crc, compress_size=len(compressed), file_size=len(content))
         self._write(compressed)
         dos_time, dos_date = _dos_date_time(date_time)
-        self.records.append(_Record(
+        head, tail = _Record(
             name=encoded, made_by=_MADE_BY_UNIX, extract_version=_EXTRACT_VERSION, flags=flags,
             method=zipfile.ZIP_DEFLATED, dos_time=dos_time, dos_date=dos_date, crc=crc,
             compress_size=len(compressed), file_size=len(content), extra=b"", comment=b"",
-            internal_attr=0, external_attr=external_attr, offset=offset))
+            internal_attr=0, external_attr=external_attr).central_entry()
+        self.records.append((head, offset, tail))
 
     def _write_local_header(self, name: bytes, *, flags: int, method: int, date_time, crc: int,
                             compress_size: int, file_size: int) -> None:
@@ -214,13 +245,8 @@ class ZipWriter:
 
     def close(self) -> None:
         start = self.position
-        for record in self.records:
-            self._write(_CENTRAL.pack(
-                _CENTRAL_SIGNATURE, record.made_by, record.extract_version, record.flags, record.method,
-                record.dos_time, record.dos_date, record.crc, record.compress_size, record.file_size,
-                len(record.name), len(record.extra), len(record.comment), 0, record.internal_attr,
-                record.external_attr, record.offset))
-            self._write(record.name + record.extra + record.comment)
+        for head, offset, tail in self.records:
+            self._write(head + _OFFSET.pack(offset) + tail)
         if len(self.records) > 0xFFFF or self.position > _ZIP32_LIMIT:
             raise BuildError("the wheel needs zip64 (over 65535 members or 4 GiB): not supported")
         self._write(_END.pack(_END_SIGNATURE, 0, 0, len(self.records), len(self.records),
