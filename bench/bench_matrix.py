@@ -49,7 +49,8 @@ def bench_wheels(args: argparse.Namespace, context: Context) -> None:
     series = context.series
     subsets = [row for row in strategies.valid_subsets(series) if row]
     sample = random.Random(0).sample(subsets, args.combinations)
-    combinations = [from_features(series, sorted(row)) for row in sample]
+    # Built in the order `forkbuild matrix --format bake` builds them (longest shared patch prefixes).
+    combinations = strategies.build_order(series, [from_features(series, sorted(row)) for row in sample])
     variant = args.variant or series.default_variant
     print(f"{len(combinations)} combinations of {len(series.features)} features "
           f"(sizes {min(len(c.features) for c in combinations)}-{max(len(c.features) for c in combinations)}), "

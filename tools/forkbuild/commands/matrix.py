@@ -11,7 +11,7 @@ from forkbuild.fsutil import write_atomic
 from forkbuild.image import build
 from forkbuild.image.inputs import prepare_context
 from forkbuild.matrix import formats, testing
-from forkbuild.matrix.strategies import ALL_LIMIT, STRATEGIES, build_matrix
+from forkbuild.matrix.strategies import ALL_LIMIT, STRATEGIES, build_matrix, build_order
 
 BAKE_COMMAND = "docker buildx bake -f {path}"
 
@@ -76,10 +76,11 @@ def _emit(text: str, out: Path | None) -> None:
 
 def _bake(args, context, matrix) -> int:
     out = (args.out or context.build_dir / "docker-bake.json").resolve()
-    items = []
-    for combination in matrix.combinations:
+    contexts = {}
+    for combination in build_order(context.series, matrix.combinations):
         with context.reporter.step(f"build context for {combination.name} ({combination.label})"):
-            items.append((combination, prepare_context(context, variant=combination, python_tags=args.python_tag)))
+            contexts[combination.name] = prepare_context(context, variant=combination, python_tags=args.python_tag)
+    items = [(combination, contexts[combination.name]) for combination in matrix.combinations]
     data = formats.as_bake(items, mode=args.mode, base=args.base or build.official_base(context.series.upstream.version),
                            relative_to=out.parent)
     _emit(formats.dumps(data), out)

@@ -86,6 +86,13 @@ def _each(series: Series, *, base: str) -> Matrix:
     return Matrix(strategy="each", combinations=combos, lower_bound=len(combos))
 
 
+def build_order(series: Series, combinations: Iterable[Combination]) -> list[Combination]:
+    """The combinations sorted by their feature lists in series order: consecutive builds then
+    share the longest patch prefixes, whose applied trees the wheel builder reuses."""
+    position = {name: index for index, name in enumerate(series.features)}
+    return sorted(combinations, key=lambda combination: [position[name] for name in combination.features])
+
+
 def _combinations(series: Series, rows: Iterable[frozenset[str]], *, base: str) -> tuple[Combination, ...]:
     combos: dict[str, Combination] = {}
     for row in rows:

@@ -108,7 +108,8 @@ def write_overlay(source: ZipSource, overlay: Overlay, stream: BinaryIO) -> None
     new_dist_info = naming.dist_info_dir(overlay.name, overlay.version)
     record_path = f"{old_dist_info}/RECORD"
     metadata_path = f"{old_dist_info}/METADATA"
-    upstream_record = parse_record(source.read(record_path).decode("utf-8"), source=source.path.name)
+    upstream_record = source.remember(("record", record_path), lambda: parse_record(
+        source.read(record_path).decode("utf-8"), source=source.path.name))
     writer = _Writer(stream, source, upstream_record=upstream_record)
     # New members carry the upstream METADATA's timestamp: fixed by the pinned
     # wheel, never the clock, the time zone or SOURCE_DATE_EPOCH.

@@ -67,6 +67,13 @@ class ZipSource:
         self.members = tuple(Member(info=info, data_offset=self._data_offset(info)) for info in infos)
         self.by_name = {member.name: member for member in self.members}
         self.copy_entries: dict[str, tuple[bytes, bytes, bytes]] = {}  # ZipWriter.copy's, per member
+        self._remembered: dict[object, object] = {}
+
+    def remember(self, key: object, compute):
+        """compute(), once per source and key (the archive never changes once read)."""
+        if key not in self._remembered:
+            self._remembered[key] = compute()
+        return self._remembered[key]
 
     def _data_offset(self, info: zipfile.ZipInfo) -> int:
         header = self.data[info.header_offset:info.header_offset + _LOCAL.size]
