@@ -23,6 +23,8 @@ PACKAGE_FILE = "_forkbuild_manifest.json"
 DIST_INFO_FILE = "forkbuild_manifest.json"
 KEYS = ("schema", "series", "variant", "base_variant", "version", "series_hash", "upstream", "features", "guards",
         "series_guards", "runtime_settings", "env_defaults", "patches")
+# Keys manifests written before feature combinations lack: such a manifest still reads.
+OPTIONAL_KEYS = ("base_variant",)
 
 
 def _guard_record(guard: Guard) -> dict[str, str]:
@@ -80,7 +82,7 @@ def parse(data: bytes | str, *, source: str) -> dict[str, Any]:
         raise BuildError(f"{source}: not a JSON manifest: {error}") from error
     if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA:
         raise BuildError(f"{source}: not a forkbuild manifest of schema {SCHEMA}")
-    missing = [key for key in KEYS if key not in manifest]
+    missing = [key for key in KEYS if key not in manifest and key not in OPTIONAL_KEYS]
     if missing:
         raise BuildError(f"{source}: manifest lacks {', '.join(missing)}")
     return manifest
