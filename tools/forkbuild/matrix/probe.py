@@ -96,13 +96,18 @@ def run_command(command: Sequence[str], env: Mapping[str, str], *, reporter) -> 
 
 
 @dataclass(kw_only=True)
-class BuildProbes:
-    """Build mode: each probe is its own build of the probe's features (plus what they require)."""
+class Probes:
+    """What every probe runner has: the combination bisected, the command, how to build."""
 
     context: Context
     target: Combination
     command: tuple[str, ...]
     builder: Builder
+
+
+@dataclass(kw_only=True)
+class BuildProbes(Probes):
+    """Build mode: each probe is its own build of the probe's features (plus what they require)."""
 
     @property
     def candidates(self) -> tuple[str, ...]:
@@ -141,13 +146,9 @@ def _is_default(guard: Guard, value: str) -> bool:
 
 
 @dataclass(kw_only=True)
-class RuntimeProbes:
+class RuntimeProbes(Probes):
     """Runtime mode: one build of the target; each probe sets the candidates' guards on or off."""
 
-    context: Context
-    target: Combination
-    command: tuple[str, ...]
-    builder: Builder
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     _built: dict[str, str] | None = field(default=None, init=False)
 
