@@ -16,11 +16,12 @@ from pathlib import Path
 
 from forkbuild.apply import file_hashes, read_state, record_exported, refuse_unsaved_work, series_hashes
 from forkbuild.cache import UpstreamCache
-from forkbuild.config import PatchEntry, Series, near_miss
+from forkbuild.config import GUARD_PREFIX, PatchEntry, Series, near_miss
 from forkbuild.context import Context
 from forkbuild.errors import ConfigError, DirtyTreeError, ExportDriftError, ForkbuildError
 from forkbuild.fsutil import write_atomic
 from forkbuild.git import Git
+from forkbuild.new_feature import PATCH_NAME, PATCH_TRAILER
 from forkbuild.patchfile import PatchInfo, parse_patch, read_patch
 from forkbuild.series_edit import EntrySpec, quilt_series_text, updated_series_toml
 
@@ -212,6 +213,10 @@ def _check_trailers(series: Series, commits: list[_Commit], matches: list[PatchE
             problems.append(f"{commit.label}: needs exactly one `Feature: <name>` trailer (has {len(features)})")
             continue
         feature = features[0]
+        names = commit.info.trailer(PATCH_TRAILER)
+        if len(names) > 1 or (names and not PATCH_NAME.fullmatch(names[0])):
+            problems.append(f"{commit.label}: needs at most one `{PATCH_TRAILER}: <name>.patch` trailer, a plain "
+                            f"file name (has {', '.join(map(repr, names))})")
         if entry and entry.feature != feature:
             problems.append(f"{commit.label}: its trailer says Feature: {feature}, "
                             f"but series.toml lists patches/{entry.file} under feature {entry.feature!r}")
@@ -225,7 +230,14 @@ def _check_trailers(series: Series, commits: list[_Commit], matches: list[PatchE
                 problems.append(f"{commit.label}: Guard: {guard} is not a guard of feature {feature!r} "
                                 f"(declared: {', '.join(sorted(declared)) or 'none'})")
     if problems:
-        raise ConfigError(problems, source=f"commits of {where}")
+        error = ConfigError(problems, source=f"commits of {where}")
+        unknown = sorted({feature for commit in commits for feature in commit.info.trailer("Feature")
+                          if feature not in series.features})
+        if unknown:
+            error.hint = "add the feature to series.toml and a variant first: " + "; ".join(
+                f"forkbuild new {feature} --guard {GUARD_PREFIX}{feature.upper()}:switch:0 --variant "
+                f"{series.default_variant}" for feature in unknown)
+        raise error
 
 
 def _new_names(series: Series, commits: list[_Commit], matches: list[PatchEntry | None]) -> dict[str, str]:
@@ -234,7 +246,10 @@ def _new_names(series: Series, commits: list[_Commit], matches: list[PatchEntry 
     names = {}
     for commit, entry in zip(commits, matches):
         if entry is None:
-            names[commit.sha] = unique_name(patch_name(commit.info.trailer("Feature")[0], commit.info.subject), taken)
+            # `forkbuild new --name` writes a Patch: trailer; without one the name comes from the subject.
+            asked = commit.info.trailer(PATCH_TRAILER)
+            name = asked[0] if asked else patch_name(commit.info.trailer("Feature")[0], commit.info.subject)
+            names[commit.sha] = unique_name(name, taken)
             taken.add(names[commit.sha])
     return names
 

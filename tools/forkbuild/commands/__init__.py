@@ -1,2 +1,15 @@
 """One module per subcommand. Each defines add_parser(subparsers), which sets
-`run=<function(args, context) -> int | None>` as the parser's default."""
+`run=<function(args, context) -> int | None>` as the parser's default, and
+adds its parser with add_command: a description and examples for its --help."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_command(subparsers, name: str, *, help: str, description: str,
+                examples: list[str]) -> argparse.ArgumentParser:
+    """The subcommand's parser; --help shows `description` and the `examples`."""
+    epilog = "examples:\n" + "\n".join(f"  {example}" for example in examples)
+    return subparsers.add_parser(name, help=help, description=description, epilog=epilog,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -1,0 +1,183 @@
+"""`forkbuild new`: the feature table, variant membership and commit template; the
+README's "Adding or changing a patch" recipe, run as written."""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import subprocess
+import sys
+import textwrap
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from fixtures import SeriesFixture, make_series
+from forkbuild.errors import ConfigError, ForkbuildError
+from forkbuild.new_feature import NewFeature, commit_template, parse_guard, plan_new_feature
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def _tp4_series(tmp_path: Path) -> SeriesFixture:
+    """The fixture series with the README's variant name: `full` is called tp4."""
+    def rename(fx: SeriesFixture) -> None:
+        text = fx.series_toml.read_text()
+        fx.series_toml.write_text(text.replace('default_variant = "full"', 'default_variant = "tp4"')
+                                  .replace("[variants.full]", "[variants.tp4]"))
+    return make_series(tmp_path, customize=rename)
+
+
+def _script(path: Path, text: str) -> Path:
+    path.write_text(text)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+def readme_recipe() -> str:
+    text = README.read_text()
+    block = re.search(r"<!-- recipe: new-patch -->\n```sh\n(.*?)```", text, re.DOTALL)
+    assert block, "README lost its new-patch recipe block"
+    return block[1]
+
+
+def test_the_readme_recipe_runs_as_written(tmp_path):
+    fx = _tp4_series(tmp_path)
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    _script(tools / "forkbuild", f'#!/bin/sh\nexec "{sys.executable}" -m forkbuild "$@"\n')
+    # The two human steps, scripted: the editor makes the change (the fixture's
+    # package is pkg/, not sglang/, whatever path the README names) ...
+    _script(tools / "edit-sglang", textwrap.dedent(f'''\
+        #!{sys.executable}
+        import pathlib, sys
+        assert len(sys.argv) == 2, sys.argv
+        environ = pathlib.Path("python/pkg/environ.py")
+        environ.write_text(environ.read_text().replace(
+            "    # -- feature: beta\\n",
+            '    # -- feature: hello_log\\n    DSV41_HELLO_LOG = os.environ.get("DSV41_HELLO_LOG", "0") == "1"\\n'
+            "    # -- feature: beta\\n"))
+        util = pathlib.Path("python/pkg/util.py")
+        util.write_text(util.read_text() + "\\n\\ndef hello():\\n    from pkg.environ import envs\\n"
+                        "    return 'hello' if envs.DSV41_HELLO_LOG else ''\\n")
+        '''))
+    # ... and the message is written over the template's placeholder lines.
+    _script(tools / "write-message", textwrap.dedent(f'''\
+        #!{sys.executable}
+        import pathlib, sys
+        path = pathlib.Path(sys.argv[1])
+        text = path.read_text()
+        text = text.replace("hello_log: <what the patch changes, one line>", "util: hello() when DSV41_HELLO_LOG is on")
+        text = text.replace("<why: the problem, how the guard switches it, what was measured>", "A greeting.")
+        path.write_text(text)
+        '''))
+    # nox -s test-patch needs the torch test venv (minutes): the shim records the call.
+    _script(tools / "nox", f'#!/bin/sh\necho "$@" >> "{tmp_path / "nox-calls"}"\n')
+    env = {**os.environ, "PATH": f"{tools}{os.pathsep}{os.environ['PATH']}", "EDITOR": str(tools / "edit-sglang"),
+           "GIT_EDITOR": str(tools / "write-message"), "GIT_AUTHOR_NAME": "A", "GIT_AUTHOR_EMAIL": "a@example.com",
+           "GIT_COMMITTER_NAME": "A", "GIT_COMMITTER_EMAIL": "a@example.com"}
+    comment = "# Features of the fixture series."
+    assert comment in fx.series_toml.read_text()
+
+    done = subprocess.run(["bash", "-e", "-c", readme_recipe()], cwd=fx.root, env=env, capture_output=True, text=True)
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    patch = (fx.patches_dir / "hello-log.patch").read_text()
+    assert "Feature: hello_log" in patch and "Guard: DSV41_HELLO_LOG" in patch and "+def hello():" in patch
+    series = tomllib.loads(fx.series_toml.read_text())
+    assert {"file": "hello-log.patch", "feature": "hello_log"} in series["patches"]
+    assert "hello_log" in series["variants"]["tp4"]["features"]
+    assert series["features"]["hello_log"] == {
+        "description": "", "requires": ["guards"],
+        "guards": [{"env": "DSV41_HELLO_LOG", "type": "switch", "default": "0"}]}
+    assert comment in fx.series_toml.read_text()
+    assert "hello-log.patch" in (fx.patches_dir / "series").read_text()
+    assert (tmp_path / "nox-calls").read_text().split() == ["-s", "test-patch(tp4)"]
+
+
+def test_new_places_the_table_after_the_features_and_keeps_the_file_otherwise(series_fx):
+    before = series_fx.series_toml.read_text()
+    assert series_fx.cli("new", "gamma", "--guard", "DSV41_GAMMA:int:3", "--variant", "full", "lite",
+                         "--requires", "guards", "--description", "a third one") == 0
+    after = series_fx.series_toml.read_text()
+    table = ('[features.gamma]\ndescription = "a third one"\nrequires = ["guards"]\n'
+             'guards = [{ env = "DSV41_GAMMA", type = "int", default = "3" }]\n')
+    beta_end = 'guards = [{ env = "DSV41_BETA", type = "switch", default = "0" }]\n'
+    assert beta_end + "\n" + table in after
+    # Nothing else moved: removing the additions gives the file back.
+    restored = after.replace("\n" + table, "").replace(', "gamma"]', "]")
+    assert restored == before
+    series = series_fx.load()
+    assert "gamma" in series.variants["full"].features and "gamma" in series.variants["lite"].features
+    template = (series_fx.root / ".forkbuild-work" / "gamma.commit").read_text()
+    assert "Feature: gamma\nGuard: DSV41_GAMMA\nPatch: gamma.patch\n" in template
+
+
+def test_new_defaults_to_the_default_variant_and_a_rerun_changes_nothing(series_fx):
+    assert series_fx.cli("new", "gamma", "--requires", "guards") == 0
+    first = series_fx.series_toml.read_bytes()
+    assert "gamma" in series_fx.load().variants["full"].features
+    template = series_fx.root / ".forkbuild-work" / "gamma.commit"
+    template.unlink()  # as if killed between the two writes
+    assert series_fx.cli("new", "gamma", "--requires", "guards") == 0
+    assert series_fx.series_toml.read_bytes() == first
+    assert template.is_file()
+
+
+def test_new_refuses_what_would_make_series_toml_invalid_and_writes_nothing(series_fx):
+    before = series_fx.series_toml.read_bytes()
+    # lite leaves alpha out; a feature requiring alpha cannot go into lite.
+    with pytest.raises(ConfigError, match=r"variants.lite.features .*gamma requires alpha"):
+        plan_new_feature(series_fx.load(), name="gamma", description="", guards=[], variants=["lite"],
+                         requires=["alpha"], patch=None)
+    with pytest.raises(ConfigError, match=r"unknown variant 'ful' \(perhaps you meant 'full'\?\)"):
+        plan_new_feature(series_fx.load(), name="gamma", description="", guards=[], variants=["ful"],
+                         requires=[], patch=None)
+    with pytest.raises(ConfigError, match="features.alpha exists already with guards"):
+        plan_new_feature(series_fx.load(), name="alpha", description="", guards=["DSV41_ALPHA:int:1"],
+                         variants=[], requires=[], patch=None)
+    with pytest.raises(ForkbuildError, match="already the patch of feature 'beta'"):
+        plan_new_feature(series_fx.load(), name="gamma", description="", guards=[], variants=[],
+                         requires=[], patch="beta-limit")
+    assert series_fx.cli("new", "Gamma") != 0
+    assert series_fx.series_toml.read_bytes() == before
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ("DSV41_X:switch", "expected ENV:TYPE:DEFAULT"),
+    ("X_FOO:switch:0", "must be DSV41_"),
+    ("DSV41_X:swtch:0", "perhaps you meant 'switch'"),
+    ("DSV41_X:int:many", "does not fit type int"),
+])
+def test_bad_guard_specs_are_named(spec, message):
+    with pytest.raises(ForkbuildError, match=message):
+        parse_guard(spec)
+
+
+def test_a_guard_default_may_hold_colons():
+    assert parse_guard("DSV41_CAP:str:conf:0.5").default == "conf:0.5"
+
+
+def test_export_of_an_unknown_feature_points_at_new(series_fx, capsys):
+    from forkbuild.apply import apply_variant
+    from forkbuild.git import Git
+    from fixtures import commit_all, edit
+
+    tree = series_fx.root / ".forkbuild-work" / "series"
+    apply_variant(context=series_fx.context(), variant=None, dest=tree)
+    edit(tree, "python/pkg/util.py", "def limit(", "def limited(")
+    commit_all(Git(tree), "util: rename\n\nFeature: hello_log\n")
+    assert series_fx.cli("export") == 2
+    err = capsys.readouterr().err
+    assert "is not a feature of series.toml" in err
+    assert "hint: add the feature to series.toml and a variant first: forkbuild new hello_log" in err
+
+
+def test_the_template_names_the_patch_and_every_guard():
+    feature = NewFeature(name="x", description="", variants=("tp4",), requires=(), patch="x.patch",
+                         guards=(parse_guard("DSV41_X:switch:0"), parse_guard("DSV41_X_MAX:int:4")))
+    text = commit_template(feature)
+    assert text.splitlines()[0] == "x: <what the patch changes, one line>"
+    assert "Feature: x\nGuard: DSV41_X\nGuard: DSV41_X_MAX\nPatch: x.patch\n" in text

@@ -1,0 +1,214 @@
+"""`forkbuild new`: a feature's [features.X] table and variant membership in
+series.toml (tomlkit: comments and layout survive), and a commit template with
+the Feature:/Guard:/Patch: trailers filled in, for the series work tree.
+
+Plan first (parse the arguments, build the new series.toml text, validate the
+whole result with the ordinary series validator), then write: series.toml in
+one atomic write, then the template. Re-running the same command after a kill
+finds the feature already there as asked, changes nothing and rewrites the
+template.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import tomlkit
+from tomlkit.items import Table
+
+from forkbuild.config import GUARD_PREFIX, Series, near_miss, parse_series
+from forkbuild.errors import ConfigError, ForkbuildError
+from forkbuild.fsutil import write_atomic
+from forkbuild.guards import GUARD_TYPES, check_value
+
+FEATURE_NAME = re.compile(r"[a-z][a-z0-9_]*")
+PATCH_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\.patch")
+WORK_DIR = Path(".forkbuild-work")
+PATCH_TRAILER = "Patch"  # export names a new patch file after it
+
+
+@dataclass(frozen=True, kw_only=True)
+class GuardSpec:
+    env: str
+    type: str
+    default: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class NewFeature:
+    name: str
+    description: str
+    guards: tuple[GuardSpec, ...]
+    variants: tuple[str, ...]
+    requires: tuple[str, ...]
+    patch: str  # the patch file export will write
+
+
+@dataclass(frozen=True, kw_only=True)
+class NewFeaturePlan:
+    feature: NewFeature
+    series_toml: str | None  # the new text; None when series.toml already holds it all
+    template_path: Path
+    template: str
+    added_to: tuple[str, ...]  # variants that gain the feature
+
+
+def parse_guard(spec: str) -> GuardSpec:
+    """ENV:TYPE:DEFAULT (the default may itself hold colons, or be empty)."""
+    parts = spec.split(":", 2)
+    if len(parts) != 3:
+        raise ForkbuildError(f"--guard {spec!r}: expected ENV:TYPE:DEFAULT, e.g. {GUARD_PREFIX}MY_FEATURE:switch:0")
+    env, guard_type, default = parts
+    if not re.fullmatch(re.escape(GUARD_PREFIX) + r"[A-Z0-9_]+", env):
+        raise ForkbuildError(f"--guard {spec!r}: {env!r} must be {GUARD_PREFIX} plus upper-case letters, digits, _")
+    if guard_type not in GUARD_TYPES:
+        raise ForkbuildError(f"--guard {spec!r}: type {guard_type!r} is not one of {', '.join(GUARD_TYPES)}"
+                             f"{near_miss(guard_type, GUARD_TYPES)}")
+    try:
+        check_value(guard_type, default)
+    except ValueError as error:
+        raise ForkbuildError(f"--guard {spec!r}: default {default!r} does not fit type {guard_type}: {error}") from error
+    return GuardSpec(env=env, type=guard_type, default=default)
+
+
+def patch_file_name(name: str) -> str:
+    file = name if name.endswith(".patch") else f"{name}.patch"
+    if not PATCH_NAME.fullmatch(file):
+        raise ForkbuildError(f"--name {name!r}: a patch name is a plain file name of letters, digits, '.', '_', '-'")
+    return file
+
+
+def plan_new_feature(series: Series, *, name: str, description: str, guards: list[str], variants: list[str],
+                     requires: list[str], patch: str | None) -> NewFeaturePlan:
+    if not FEATURE_NAME.fullmatch(name):
+        raise ForkbuildError(f"feature name {name!r}: lower-case letters, digits and _, starting with a letter")
+    chosen = tuple(dict.fromkeys(variants or [series.default_variant]))
+    for variant in chosen:
+        series.variant(variant)  # unknown: ConfigError with "perhaps you meant"
+    feature = NewFeature(name=name, description=description, guards=tuple(parse_guard(spec) for spec in guards),
+                         variants=chosen, requires=tuple(dict.fromkeys(requires)),
+                         patch=patch_file_name(patch or name.replace("_", "-")))
+    _refuse_taken_patch_name(series, feature)
+    text = series.path.read_text()
+    if name in series.features:
+        _require_same(series, feature)
+        new_text = text
+    else:
+        new_text = _with_feature_table(text, feature)
+    added_to = tuple(variant for variant in chosen if name not in series.variants[variant].features)
+    new_text = _with_variant_membership(new_text, name, added_to)
+    # The whole result through the ordinary validator: a --requires the variant
+    # lacks, a guard another feature declares ... are reported like any other
+    # series.toml problem, and nothing is written.
+    parse_series(new_text, path=series.path)
+    template_path = series.root / WORK_DIR / f"{name}.commit"
+    return NewFeaturePlan(feature=feature, series_toml=None if new_text == text else new_text,
+                          template_path=template_path, template=commit_template(feature), added_to=added_to)
+
+
+def write_new_feature(plan: NewFeaturePlan, series: Series) -> None:
+    if plan.series_toml is not None:
+        write_atomic(series.path, plan.series_toml)
+    plan.template_path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(plan.template_path, plan.template)
+
+
+def _refuse_taken_patch_name(series: Series, feature: NewFeature) -> None:
+    owner = next((entry for entry in series.patches if entry.file == feature.patch), None)
+    if owner is not None:
+        raise ForkbuildError(f"patches/{feature.patch} is already the patch of feature {owner.feature!r}",
+                             hint="name the new patch with --name NAME")
+    if (series.patches_dir / feature.patch).exists():
+        raise ForkbuildError(f"patches/{feature.patch} exists (not listed in series.toml)",
+                             hint="name the new patch with --name NAME, or move that file away")
+
+
+def _require_same(series: Series, feature: NewFeature) -> None:
+    """An existing feature is fine when it is exactly what was asked (a re-run)."""
+    existing = series.features[feature.name]
+    asked = [(guard.env, guard.type, guard.default) for guard in feature.guards]
+    has = [(guard.env, guard.type, guard.default) for guard in existing.guards]
+    differences = []
+    if feature.guards and asked != has:
+        differences.append(f"guards {has} (asked: {asked})")
+    if feature.requires and tuple(feature.requires) != existing.requires:
+        differences.append(f"requires {list(existing.requires)} (asked: {list(feature.requires)})")
+    if feature.description and feature.description != existing.description:
+        differences.append(f"description {existing.description!r}")
+    if differences:
+        raise ConfigError([f"features.{feature.name} exists already with " + "; ".join(differences)],
+                          source=str(series.path))
+
+
+def _feature_table(feature: NewFeature) -> Table:
+    # Written as text and parsed, so the table has the file's own style
+    # (`{ env = ..., type = ... }` inline tables, one key a line).
+    def quoted(value: str) -> str:
+        return tomlkit.string(value).as_string()
+
+    lines = [f"[features.{feature.name}]", f"description = {quoted(feature.description)}"]
+    if feature.requires:
+        lines.append(f"requires = [{', '.join(quoted(name) for name in feature.requires)}]")
+    if feature.guards:
+        guards = ", ".join(f"{{ env = {quoted(g.env)}, type = {quoted(g.type)}, default = {quoted(g.default)} }}"
+                           for g in feature.guards)
+        lines.append(f"guards = [{guards}]")
+    return tomlkit.parse("\n".join(lines) + "\n")["features"][feature.name]
+
+
+def _with_feature_table(text: str, feature: NewFeature) -> str:
+    """`text` with [features.NAME] after the last feature table, before the
+    comments that head the next section."""
+    document = tomlkit.parse(text)
+    table = _feature_table(feature)
+    features = document.get("features")
+    if not isinstance(features, Table) or not list(features.keys()):
+        document.add("features", tomlkit.table(is_super_table=True))
+        document["features"].append(feature.name, table)  # type: ignore[union-attr]
+        return tomlkit.dumps(document)
+    last = features[list(features.keys())[-1]]
+    if isinstance(last, Table):
+        body = last.value.body
+        end = max((index for index, (key, _) in enumerate(body) if key is not None), default=-1)
+        tail = body[end + 1:]
+        del body[end + 1:]
+        last.add(tomlkit.nl())
+        for _, item in tail:
+            table.add(item)
+    features.append(feature.name, table)
+    return tomlkit.dumps(document)
+
+
+def _with_variant_membership(text: str, name: str, variants: tuple[str, ...]) -> str:
+    if not variants:
+        return text
+    document = tomlkit.parse(text)
+    for variant in variants:
+        table = document["variants"][variant]  # type: ignore[index]
+        if "features" not in table:
+            table["features"] = tomlkit.array()  # type: ignore[index]
+        table["features"].append(name)  # type: ignore[index,union-attr]
+    return tomlkit.dumps(document)
+
+
+def commit_template(feature: NewFeature) -> str:
+    """The message git opens with `git commit -t`: git aborts while the first
+    line is still the placeholder, and drops the '#' lines."""
+    trailers = [f"Feature: {feature.name}", *(f"Guard: {guard.env}" for guard in feature.guards),
+                f"{PATCH_TRAILER}: {feature.patch}"]
+    guards = ", ".join(f"envs.{guard.env}" for guard in feature.guards) or "no guard (series.toml: unguarded = \"why\")"
+    return "\n".join([
+        f"{feature.name}: <what the patch changes, one line>",
+        "",
+        "<why: the problem, how the guard switches it, what was measured>",
+        "",
+        *trailers,
+        "",
+        f"# Written by `forkbuild new {feature.name}`. Lines starting with '#' are dropped.",
+        f"# The patched code reads {guards}.",
+        "# Keep the trailers: export files the commit under Feature:, checks Guard:",
+        f"# against series.toml and writes it to patches/{feature.patch} (Patch:).",
+        "",
+    ])
