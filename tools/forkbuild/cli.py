@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import sys
 from pathlib import Path
@@ -13,13 +14,50 @@ from forkbuild.console import Reporter, configure_logging
 from forkbuild.context import Context
 from forkbuild.errors import ForkbuildError
 
+DESCRIPTION = """Keep a fork of sglang as a patch series (series.toml + patches/) against a pinned
+release; apply, check, export, build wheels and images per variant, test, rebase.
 
-def _global_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-C", "--series-dir", type=Path, default=None,
+  forkbuild apply --all          # the series work tree, .forkbuild-work/series
+  forkbuild status               # patches, guards, variants (fits 80 columns; --wide)
+  forkbuild COMMAND --help       # what a command does, with examples"""
+
+
+def _global_options(parser: argparse.ArgumentParser, *, default: object = None) -> None:
+    """-C, --cache, -v. On a subcommand's parser their default is SUPPRESS, so one
+    given before the subcommand is not reset by the subcommand's parser."""
+    parser.add_argument("-C", "--series-dir", type=Path, default=default,
                         help="directory holding series.toml (default: search upward from the cwd)")
-    parser.add_argument("--cache", type=Path, default=None,
+    parser.add_argument("--cache", type=Path, default=default,
                         help="upstream cache directory (default: $FORKBUILD_CACHE or <series-dir>/.cache/forkbuild)")
-    parser.add_argument("-v", "--verbose", action="store_true", help="show git's and other tools' own output")
+    parser.add_argument("-v", "--verbose", action="store_true", default=False if default is None else default,
+                        help="show git's and other tools' own output")
+
+
+def exit_codes() -> list[tuple[int, str, str]]:
+    """(code, name, meaning) of every exit status, from the error classes."""
+    importlib.import_module("forkbuild.git")  # GitFailed lives beside the git output it carries
+    def subclasses(cls: type[ForkbuildError]) -> list[type[ForkbuildError]]:
+        return [cls] + [sub for child in cls.__subclasses__() for sub in subclasses(child)]
+
+    codes = [(0, "ok", "done")]
+    codes += [(cls.return_code, cls.__name__, (cls.__doc__ or "").strip().split(". ")[0].rstrip("."))
+              for cls in subclasses(ForkbuildError)[1:]]
+    codes.append((ForkbuildError.return_code, "error", "any other failure (the message says what, the hint what "
+                                                       "to do); test-patch: a check failed"))
+    codes.append((2, "usage", "the command line itself is wrong (argparse)"))
+    codes.append((130, "interrupted", "Ctrl-C"))
+    codes.append((141, "broken pipe", "whatever read stdout stopped reading (e.g. piped into `head`)"))
+    return sorted(codes, key=lambda code: code[0])
+
+
+class _MainParser(argparse.ArgumentParser):
+    """The exit codes close `forkbuild --help`; made only when help is shown
+    (listing them imports forkbuild.git, which a command may not need)."""
+
+    def format_help(self) -> str:
+        self.epilog = "exit codes:\n" + "\n".join(f"  {code:>3}  {name}: {meaning}"
+                                                   for code, name, meaning in exit_codes())
+        return super().format_help()
 
 
 def command_name(module_name: str) -> str:
@@ -35,10 +73,11 @@ def _requested_command(argv: list[str] | None) -> str | None:
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="forkbuild", description=__doc__)
+    parser = _MainParser(prog="forkbuild", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"forkbuild {__version__}")
     _global_options(parser)
-    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                       parser_class=argparse.ArgumentParser)
     # Each module in forkbuild.commands adds its own subcommand: adding a
     # command never touches this file. Only the requested command's module is
     # imported (the others pull in wheel, image and rebase code: ~0.3 s of
@@ -49,6 +88,9 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         modules = [name for name in modules if command_name(name) == requested]
     for name in modules:
         importlib.import_module(f"forkbuild.commands.{name}").add_parser(subparsers)
+    for command in subparsers.choices.values():
+        _global_options(command.add_argument_group("global options (also before the command)"),
+                        default=argparse.SUPPRESS)
     return parser
 
 
@@ -65,6 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         reporter.console.print("[red]interrupted[/red]")
         return 130
+    except BrokenPipeError:
+        # `forkbuild status | head`: the reader is gone. Point stdout at /dev/null so
+        # the interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     return int(result or 0)
 
 

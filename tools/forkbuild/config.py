@@ -209,8 +209,11 @@ class _Problems:
                 re.compile(r"[\"']" + escaped + r"[\"']"),
                 re.compile(r"(^|[{,])\s*\"?" + escaped + r"\"?\s*="),
             )
-            for pattern in patterns:
-                for offset in (start, 0):
+            # Every pattern from the key's own table first: a variant's
+            # `DSV41_X = "2"` is found there before the guard's `env = "DSV41_X"`
+            # earlier in the file.
+            for offset in (start, 0):
+                for pattern in patterns:
                     for number, line in enumerate(self.lines[offset:], start=offset + 1):
                         if pattern.search(line):
                             return number

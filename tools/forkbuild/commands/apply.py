@@ -7,12 +7,16 @@ from pathlib import Path
 from rich.table import Table
 
 from forkbuild.apply import apply_variant
+from forkbuild.commands import add_command
 from forkbuild.errors import ConfigError
 from forkbuild.matrix import arguments
 
 
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser("apply", help="apply a variant's patches onto the pinned upstream in a work tree")
+    parser = add_command(
+        subparsers, "apply", help="apply a variant's patches onto the pinned upstream in a work tree",
+        description='Builds a work tree: the pinned upstream plus one commit per patch of a variant (or, with --all, of the whole series: the tree export reads), each by `git am --3way`; reports exact/offset/3-way per patch. A tree holding uncommitted or unexported work is left alone.',
+        examples=['forkbuild apply --all', 'forkbuild apply --variant tp3 --dir /tmp/tp3'])
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--variant", help="variant to apply (default: series.default_variant)")
     which.add_argument("--all", action="store_true", help="apply every patch of the series (the tree `export` reads)")

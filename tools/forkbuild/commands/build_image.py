@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from forkbuild.commands import add_command
 from forkbuild.image import build
 from forkbuild.image.docker import Docker
 from forkbuild.image.inputs import ensure_bases, prepare_context
@@ -11,7 +12,10 @@ from forkbuild.matrix import arguments
 
 
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser("build-image", help="build a variant's docker image (wheel or delta mode)")
+    parser = add_command(
+        subparsers, "build-image", help="build a variant's docker image (wheel or delta mode)",
+        description="Builds a variant's docker image: `wheel` mode pip-installs the patched wheel over the base, `delta` mode adds one thin layer of changed files over a base holding the stock wheel. The image checks itself at build time; prints the tag on stdout. Needs a docker daemon.",
+        examples=['forkbuild build-image --variant tp4 --mode delta --local-base', 'forkbuild build-image --variant tp3 --base lmsysorg/sglang:v0.5.23-cu130'])
     arguments.add_arguments(parser)
     parser.add_argument("--mode", choices=build.MODES, default="wheel",
                         help="wheel: pip install the patched wheel over the base; delta: a thin layer of the "

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from forkbuild.commands import add_command
 from forkbuild.matrix import arguments
 from forkbuild.wheel.builder import MODES, WheelRequest, build_wheels
 
 
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser("build-wheel", help="build a variant's patched, validated wheel(s)")
+    parser = add_command(
+        subparsers, "build-wheel", help="build a variant's patched, validated wheel(s)",
+        description="Builds a variant's patched wheel per pinned Python tag into dist/ (kept when up to date), validated with installer; prints each wheel's path on stdout.",
+        examples=['forkbuild build-wheel --variant tp4', 'forkbuild build-wheel --variant tp3 --python-tag cp311 --force'])
     arguments.add_arguments(parser)
     parser.add_argument("--out", type=Path, default=None, help="output directory (default: <series dir>/dist)")
     parser.add_argument("--python-tag", action="append", default=[], metavar="TAG",

@@ -5,10 +5,14 @@ from __future__ import annotations
 from rich.table import Table
 
 from forkbuild.check import check_series, raise_on_failures
+from forkbuild.commands import add_command
 
 
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser("check", help="apply the whole series and every variant in scratch trees; report every failing patch")
+    parser = add_command(
+        subparsers, "check", help="apply the whole series and every variant in scratch trees; report every failing patch",
+        description="Applies the whole series and every variant in scratch trees and reports every failing patch at once (after validating series.toml and the patches' path safety). Exit 0 when every variant applies.",
+        examples=['forkbuild check', 'forkbuild check -v'])
     parser.set_defaults(run=run)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from forkbuild.commands import add_command
 from forkbuild.fsutil import write_atomic
 from forkbuild.image import build, compose, process
 from forkbuild.image.docker import Docker
@@ -19,7 +20,10 @@ ${delta_var} (a base with the stock sglang {version} wheel installed) for delta 
 
 
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser("compose", help="write build/compose.yaml for every variant's image (both modes)")
+    parser = add_command(
+        subparsers, "compose", help="write build/compose.yaml for every variant's image (both modes)",
+        description="Prepares every variant's build context and writes build/compose.yaml with one service per variant and mode, to build all images in parallel.",
+        examples=['forkbuild compose --local-base --build', 'forkbuild compose --variant tp4 --mode delta'])
     parser.add_argument("--variant", action="append", default=[], help="only these variants (repeatable; default: all)")
     parser.add_argument("--mode", action="append", choices=build.MODES, default=[],
                         help="only these modes (repeatable; default: both)")

@@ -7,13 +7,17 @@ from pathlib import Path
 from rich.table import Table
 
 from forkbuild.apply import apply_variant
+from forkbuild.commands import add_command
 from forkbuild.export import DEFAULT_TREE, export_series
 
 ACTION_STYLE = {"unchanged": "dim", "noise": "dim", "changed": "yellow", "new": "green"}
 
 
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser("export", help="regenerate patches/ (and series.toml's patch list) from the series work tree")
+    parser = add_command(
+        subparsers, "export", help="regenerate patches/ (and series.toml's patch list) from the series work tree",
+        description="Regenerates patches/ (one `git format-patch` file per commit), series.toml's [[patches]] and patches/series from the series work tree's commits. Churn-free: index/offset noise keeps a file as it is. --check writes nothing and fails when patches/ would change (the CI gate).",
+        examples=['forkbuild export', 'forkbuild export --check', 'forkbuild export --refresh'])
     parser.add_argument("--dir", type=Path, default=None,
                         help=f"the full-series work tree (`forkbuild apply --all`; default: {DEFAULT_TREE})")
     parser.add_argument("--check", action="store_true",

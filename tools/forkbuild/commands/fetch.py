@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from forkbuild.cache import UpstreamCache
+from forkbuild.commands import add_command
 
 
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser("fetch", help="import the pinned upstream into the cache (offline when cached)")
+    parser = add_command(
+        subparsers, "fetch", help="import the pinned upstream into the cache (offline when cached)",
+        description="Imports the pinned upstream (the release wheel's files, or the git commit) into the cache; later runs are offline. --wheels also downloads every pinned wheel, sha256-verified.",
+        examples=['forkbuild fetch', 'forkbuild fetch --wheels'])
     parser.add_argument("--wheels", action="store_true", help="also download every pinned wheel (all Python tags)")
     parser.set_defaults(run=run)
 

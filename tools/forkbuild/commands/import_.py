@@ -6,12 +6,16 @@ from pathlib import Path
 
 from rich.table import Table
 
+from forkbuild.commands import add_command
 from forkbuild.errors import ForkbuildError
 from forkbuild.importer import git_range_incoming, import_patches, quilt_incoming
 
 
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser("import", help="add patches from a quilt series directory or a git commit range")
+    parser = add_command(
+        subparsers, "import", help="add patches from a quilt series directory or a git commit range",
+        description='Adds patches to the series from a quilt patches directory (its `series` file; DEP-3 headers kept) or from a git commit range of a repository laid out like upstream; updates series.toml and patches/series.',
+        examples=['forkbuild import --quilt ../old-fork/patches --feature loop_abort', 'forkbuild import --git-range ../sglang-fork v0.5.23..my-branch'])
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--quilt", type=Path, metavar="DIR",
                         help="a quilt patches directory (its `series` file and patches; DEP-3 headers kept)")

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from rich.table import Table
 
+from forkbuild.commands import add_command
 from forkbuild.errors import ForkbuildError
 from forkbuild.rebase import report
 from forkbuild.rebase.engine import Rebase, default_tree
@@ -16,11 +17,11 @@ OUTCOME_STYLE = {"clean": "green", "offset": "green", "3way": "yellow", "resolve
 
 
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser(
-        "rebase", help="move the series onto a new upstream version (or commit), resumably",
+    parser = add_command(subparsers, "rebase", help="move the series onto a new upstream version (or commit), resumably",
         description="Replays every patch onto the new upstream (exact, offset, 3-way), stops at conflicts with "
                     "the state journaled, proposes patches upstream already has for dropping, then re-exports "
-                    "patches/, moves the series.toml pin, checks every variant and writes build/rebase/<old>-to-<new>.md/.json.")
+                    "patches/, moves the series.toml pin, checks every variant and writes build/rebase/<old>-to-<new>.md/.json.",
+        examples=['forkbuild rebase --onto 0.5.24', 'forkbuild rebase --continue', 'forkbuild rebase --onto 0123abc... --version 0.5.24.dev1'])
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--onto", metavar="VERSION|COMMIT",
                         help="a release of the upstream package (its wheels from the index) or a full git commit id")

@@ -7,11 +7,15 @@ import json
 from rich.console import Console
 from rich.table import Table
 
+from forkbuild.commands import add_command
 from forkbuild.status import SeriesStatus, series_status
 
 
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser("status", help="list patches (feature, guards, files, +/-) and variants")
+    parser = add_command(
+        subparsers, "status", help="list patches (feature, guards, files, +/-) and variants",
+        description='Lists the patches (feature, guards, +/-, variants) and the variants (features, patches, env). Fits 80 columns and pipes; --wide shows every column in full (touched files, env values); --json prints everything as JSON on stdout.',
+        examples=['forkbuild status', 'forkbuild status --wide', "forkbuild status --json | jq '.patches[].file'"])
     parser.add_argument("--json", action="store_true", help="print the status as JSON on stdout")
     parser.set_defaults(run=run)
 

@@ -5,13 +5,17 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from forkbuild.commands import add_command
 from forkbuild.matrix import arguments
 from forkbuild.testpatch import proof, summary
 from forkbuild.testpatch.runner import Options, run_variant
 
 
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser("test-patch", help="structure checks and behaviour tests of a variant's patched sglang")
+    parser = add_command(
+        subparsers, "test-patch", help="structure checks and behaviour tests of a variant's patched sglang",
+        description="Proves a variant: structure checks (every patch applies, compiles, reads its guard; declarations match series.toml), then tests/patches against the variant's wheel installed in the test venv, each test with the guard off, on, or the feature absent; writes build/test-patch/<variant>.json.",
+        examples=['nox -s "test-patch(tp4)"   (creates the test venv, runs this)', 'forkbuild test-patch --variant tp3 --structure-only'])
     arguments.add_arguments(parser)
     parser.add_argument("--python", type=Path, default=Path(sys.executable),
                         help="interpreter of the test venv; the variant's wheel is installed there --no-deps "
