@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from fixtures import SeriesFixture
+from forkbuild.config import load_series
 from forkbuild.status import series_status
 
 
@@ -42,3 +47,44 @@ def test_tables(series_fx: SeriesFixture, capsys: pytest.CaptureFixture[str], mo
     assert series_fx.cli("status") == 0
     out = capsys.readouterr().out
     assert "alpha-scale.patch" in out and "DSV41_BETA" in out and "lite" in out
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _status_output(*args: str, columns: str | None = None) -> str:
+    """`forkbuild status` on the project's own series, stdout a pipe (as `| less`)."""
+    env = {key: value for key, value in os.environ.items() if key != "COLUMNS"}
+    if columns:
+        env["COLUMNS"] = columns
+    done = subprocess.run([sys.executable, "-m", "forkbuild", "-C", str(REPO), "status", *args],
+                          capture_output=True, text=True, env=env, check=True)
+    return done.stdout
+
+
+def test_status_piped_fits_80_columns_and_wraps_no_name():
+    out = _status_output()
+    lines = out.splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= 80
+    series = load_series(REPO / "series.toml")
+    words = {word for line in lines for word in line.split()}
+    for entry in series.patches:
+        assert entry.file in words, f"{entry.file} is cut or wrapped"
+        assert entry.feature in words or f"{entry.feature}:" in words
+    for guard in series.all_guards():
+        first = series.features[guard.feature].guards[0].env
+        assert (guard.env if guard.env == first else guard.env.removeprefix(first)) in words
+
+
+def test_status_wide_shows_every_file_whole():
+    out = _status_output("--wide", columns="80")
+    series = load_series(REPO / "series.toml")
+    root = series.upstream.package_root + "/"
+    for patch in series_status(series).patches:
+        for path in patch.files:
+            assert path.removeprefix(root) in out
+        for guard in patch.guards:
+            assert guard in out
+    for variant in series.variants.values():
+        for key, value in variant.env.items():
+            assert f"{key}={value}" in out
