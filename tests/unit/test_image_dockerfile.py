@@ -38,7 +38,7 @@ def test_variant_lines_carry_env_labels_and_the_check():
     assert 'io.forkbuild.features="guards,draft_tau"' in tail
     assert 'io.forkbuild.upstream.version="0.5.23"' in tail
     assert 'org.opencontainers.image.version="0.5.23+tp4.0123456789"' in tail
-    assert tail.rstrip().endswith("check --variant tp4 --version 0.5.23+tp4.0123456789 --env-defaults")
+    assert tail.rstrip().endswith("check --variant tp4 --version 0.5.23+tp4.0123456789 --env-defaults ${FORKBUILD_TEST_BASE:+--test-base}")
 
 
 def test_template_has_both_modes_and_the_official_default_base():

@@ -22,6 +22,8 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument("--variant")
     verify.add_argument("--version")
     verify.add_argument("--env-defaults", action="store_true", help="also require the variant's ENV defaults")
+    verify.add_argument("--test-base", action="store_true",
+                        help="a test image: report a missing backend package instead of failing")
     diagnose = commands.add_parser("doctor", help="variant, features, guard values; warn about misconfiguration")
     diagnose.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
     return parser
@@ -35,7 +37,8 @@ def main(argv: list[str] | None = None) -> int:
                        upstream_version=args.upstream_version, out=args.out)
             return 0
         if args.command == "check":
-            print("\n".join(check.run(variant=args.variant, version=args.version, env_defaults=args.env_defaults)))
+            print("\n".join(check.run(variant=args.variant, version=args.version, env_defaults=args.env_defaults,
+                                       test_base=args.test_base)))
             return 0
         return doctor.main(strict=args.strict)
     except ImageError as error:

@@ -8,7 +8,9 @@ sglang is the one installed and it is intact.
   are present, nothing else changed);
 - the guards of every feature whose patches are built in are declared, and no
   guard of a feature left out is;
-- with --env-defaults: the variant's runtime defaults are in the environment.
+- with --env-defaults: the variant's runtime defaults are in the environment, and
+  the package of the MXFP8 backend they name is installed (b12x is in no base
+  image forkbuild makes; --test-base reports it instead).
 Standard library only (runs inside images).
 """
 
@@ -16,12 +18,12 @@ from __future__ import annotations
 
 import os
 
-from . import guards
+from . import guards, migration
 from .errors import ImageError
 from .installed import DIST_INFO_MANIFEST, MANIFEST, installed, package_dir, read_manifest, verify_record
 
 
-def run(*, variant: str | None, version: str | None, env_defaults: bool) -> list[str]:
+def run(*, variant: str | None, version: str | None, env_defaults: bool, test_base: bool = False) -> list[str]:
     """The lines of a passing report; raises ImageError listing every problem."""
     dist = installed("sglang")
     package = package_dir("sglang")
@@ -44,9 +46,16 @@ def run(*, variant: str | None, version: str | None, env_defaults: bool) -> list
     if env_defaults:
         problems += [f"ENV {key}={os.environ.get(key)!r}, the variant's default is {value!r}"
                      for key, value in manifest.get("env_defaults", {}).items() if os.environ.get(key) != value]
+    notes = []
+    if env_defaults:
+        missing = migration.missing_backend(os.environ, manifest.get("guards", []))
+        if missing and test_base:
+            notes.append(f"WARNING (test base, allowed): {missing}")
+        elif missing:
+            problems.append(missing)
     if problems:
         raise ImageError("image check failed:\n" + "\n".join(f"  - {line}" for line in problems))
-    return [f"sglang {dist.version} in {dist.site} (variant {manifest['variant']}, series {manifest['series']})",
+    return [*notes, f"sglang {dist.version} in {dist.site} (variant {manifest['variant']}, series {manifest['series']})",
             f"RECORD: {checked} files match their hashes",
             f"features: {', '.join(manifest['features']) or '(none)'}",
             f"guards declared: {len(guards.declared(package))}"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 
-from . import guards
+from . import guards, migration
 from .installed import installed, package_dir, read_manifest
 
 
@@ -38,7 +38,25 @@ def report(environ: dict[str, str]) -> tuple[list[str], list[str], list[str]]:
         *(f"  {g['env']}={_value(g, environ)}  [{g['feature']}, {g['type']}, default {g['default']!r}]"
           for g in built),
     ]
-    return lines, *_problems(manifest, environ)
+    found = migration.readings(built, environ)
+    if found:
+        lines += ["how this build reads them (and what changed from the runtime recipe):", *migration.lines(found)]
+    warnings, errors = _problems(manifest, environ)
+    warnings += changed_meanings(found)
+    # Refusals beyond the type (MID/DROP without W8, an unknown backend name).
+    errors += [f"{r.env}={r.value!r}: {r.now}" for r in found
+               if r.refused and not any(line.startswith(f"{r.env}=") for line in errors)]
+    missing = migration.missing_backend(environ, built)
+    if missing:
+        errors.append(missing)
+    return lines, warnings, errors
+
+
+def changed_meanings(found: list[migration.Reading]) -> list[str]:
+    """A warning per value the runtime recipe read otherwise, with the value that keeps its meaning."""
+    return [f"{r.env}={r.value!r} meant {r.recipe} under the runtime recipe; this build: {r.now}"
+            + (f"; write {r.env}={r.instead}" if r.instead is not None else "")
+            for r in found if r.changed]
 
 
 def _value(guard: dict, environ: dict[str, str]) -> str:

@@ -1,0 +1,56 @@
+"""`forkbuild doctor --env FILE`: what a deployed `.env` means to a variant of
+this build, next to what it meant under the runtime recipe. The readings are
+the image's own (forkbuild.image.runtime.migration), so `docker run IMAGE
+doctor` and this command say the same about the same values."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from forkbuild.config import GUARD_PREFIX, Series
+from forkbuild.envfile import EnvValue, read_env_file
+from forkbuild.image.runtime import migration
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnvReport:
+    variant: str
+    lines: tuple[str, ...]
+    changed: tuple[str, ...]  # values whose meaning changed, with the value to write
+    refused: tuple[str, ...]  # values this build stops on
+    unused: tuple[str, ...]  # DSV41_* values that do nothing in this variant
+
+
+def doctor_env(series: Series, *, variant: str, env_file: Path) -> EnvReport:
+    chosen = series.variant(variant)
+    values = read_env_file(env_file)
+    built = [{"env": g.env, "type": g.type, "default": g.default} for g in series.guards_for(chosen.features)]
+    # What the container sees: the image's ENV (the variant's defaults), then the file.
+    environ = {**chosen.env, **{key: item.value for key, item in values.items()}}
+    found = migration.readings(built, environ)
+    lines, changed, refused = [], [], []
+    for reading, text in zip(found, migration.lines(found)):
+        where = _where(env_file, values.get(reading.env), chosen.env.get(reading.env))
+        lines.append(f"{text}  [{where}]")
+        if reading.changed and reading.env in values:
+            changed.append(f"{env_file}:{values[reading.env].line}: {reading.env}={reading.value!r} meant "
+                           f"{reading.recipe} under the runtime recipe; now {reading.now}"
+                           + (f"; write {reading.env}={reading.instead}" if reading.instead is not None else ""))
+        if reading.refused:
+            refused.append(f"{where}: {reading.env}={reading.value!r}: {reading.now}")
+    guards = {g.env: g for g in series.all_guards()}
+    unused = [f"{env_file}:{item.line}: {key}={item.value!r}: "
+              + (f"feature {guards[key].feature} is not in variant {variant}: no effect" if key in guards
+                 else f"not a guard of series {series.name}: no effect")
+              for key, item in values.items()
+              if key.startswith(GUARD_PREFIX) and key not in {g["env"] for g in built}
+              and key not in series.runtime_env]
+    return EnvReport(variant=variant, lines=tuple(lines), changed=tuple(changed), refused=tuple(refused),
+                     unused=tuple(unused))
+
+
+def _where(env_file: Path, value: EnvValue | None, default: str | None) -> str:
+    if value is not None:
+        return f"{env_file}:{value.line}"
+    return "the image's ENV (variant default)" if default is not None else "guard default"
