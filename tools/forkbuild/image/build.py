@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass
 
 from forkbuild.errors import BuildError
-from forkbuild.image.base import STOCK_BASE_REPO
+from forkbuild.image.base import PYTHON_BASE_REPO, STOCK_BASE_REPO
 from forkbuild.image.context import ImageContext
 from forkbuild.image.docker import Docker
 
@@ -30,8 +30,8 @@ def build_args(context: ImageContext, *, mode: str, base: str) -> dict[str, str]
         raise BuildError(f"unknown image mode {mode!r}: choose one of {', '.join(MODES)}")
     args = {"BASE_IMAGE": base, "MODE": mode, "SGLANG_VERSION": context.version,
             "UPSTREAM_VERSION": context.upstream_version}
-    if STOCK_BASE_REPO + ":" in base:
-        # forkbuild's local stock base (no torch, no GPU stack) makes test images
+    if any(f"{repository}:" in base for repository in (PYTHON_BASE_REPO, STOCK_BASE_REPO)):
+        # forkbuild's local bases (no torch, no GPU stack) make test images
         # only: the build-time check reports a missing backend package there
         # instead of failing on it. (A compose base "${VAR:-<tag>}" holds the tag.)
         args["FORKBUILD_TEST_BASE"] = "1"
