@@ -9,7 +9,7 @@ from pathlib import Path
 import nox
 
 ROOT = Path(__file__).parent
-nox.options.sessions = ["tests", "check", "test-patch", "image-tests"]
+nox.options.sessions = ["lint", "tests", "check", "test-patch", "image-tests"]
 nox.options.reuse_venv = "yes"
 
 
@@ -30,6 +30,14 @@ def tests(session: nox.Session) -> None:
     """forkbuild's own tests: unit (fixture repos) and integration (real sglang wheels)."""
     _install_forkbuild(session)
     session.run("pytest", *session.posargs)
+
+
+@nox.session(python="3.11")
+def lint(session: nox.Session) -> None:
+    """ruff (pyflakes, import order, bugbear, pyupgrade; config in pyproject.toml) and mypy on tools/."""
+    _install_forkbuild(session)
+    session.run("ruff", "check", "tools", *session.posargs)
+    session.run("mypy")
 
 
 @nox.session(name="apply", python="3.11", default=False)

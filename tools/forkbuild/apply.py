@@ -14,10 +14,10 @@ import json
 import re
 import shutil
 import tempfile
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, Mapping
 
 from forkbuild.cache import UpstreamCache
 from forkbuild.config import PatchEntry, Series
@@ -242,7 +242,7 @@ def prepare_worktree(cache_git: Git, *, dest: Path, base: str) -> Git:
 def _am_all(worktree: Git, plan: ApplyPlan) -> list[PatchRecord]:
     """`git am -3` the plan's patches; on a failure, record it, skip it and go on."""
     records: list[PatchRecord] = []
-    remaining = list(zip(plan.entries, plan.infos))
+    remaining = list(zip(plan.entries, plan.infos, strict=True))
     while remaining:
         before = worktree.head()
         result = worktree.am([entry.path for entry, _ in remaining], three_way=True,
@@ -250,7 +250,7 @@ def _am_all(worktree: Git, plan: ApplyPlan) -> list[PatchRecord]:
         made = worktree.commits(before, worktree.head())
         three_way = _three_way_subjects(result.stdout + result.stderr)
         diffs = worktree.commit_diffs(before, worktree.head()) if made else {}
-        for (entry, info), commit in zip(remaining, made):
+        for (entry, info), commit in zip(remaining, made, strict=False):
             records.append(_record_for(entry, info, commit, diffs[commit], three_way=info.subject in three_way))
         remaining = remaining[len(made):]
         if result.status == 0:

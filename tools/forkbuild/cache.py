@@ -11,9 +11,10 @@ import hashlib
 import os
 import tempfile
 import zipfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 from forkbuild.config import Upstream, WheelPin
 from forkbuild.console import Reporter

@@ -22,7 +22,7 @@ release; apply, check, export, build wheels and images per variant, test, rebase
   forkbuild COMMAND --help       # what a command does, with examples"""
 
 
-def _global_options(parser: argparse.ArgumentParser, *, default: object = None) -> None:
+def _global_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup, *, default: object = None) -> None:
     """-C, --cache, -v. On a subcommand's parser their default is SUPPRESS, so one
     given before the subcommand is not reset by the subcommand's parser."""
     parser.add_argument("-C", "--series-dir", type=Path, default=default,

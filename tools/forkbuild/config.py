@@ -11,10 +11,11 @@ import hashlib
 import json
 import re
 import tomllib
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from forkbuild.errors import ConfigError
 from forkbuild.guards import GUARD_TYPES, check_value

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.logging import RichHandler
@@ -48,7 +49,7 @@ class Reporter:
         if error.hint:
             self.console.print(f"[cyan]hint:[/cyan] {escape(error.hint)}")
 
-    def download_progress(self) -> "Progress":
+    def download_progress(self) -> Progress:
         # rich.progress is imported only when something is downloaded.
         from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 

@@ -27,7 +27,7 @@ class Context:
     reporter: Reporter = field(default_factory=Reporter)
 
     @classmethod
-    def create(cls, *, series_dir: Path | None, cache_dir: Path | None, reporter: Reporter) -> "Context":
+    def create(cls, *, series_dir: Path | None, cache_dir: Path | None, reporter: Reporter) -> Context:
         root = (series_dir or find_series_dir(Path.cwd())).resolve()
         if not (root / SERIES_FILE).is_file():
             raise ConfigError([f"{root / SERIES_FILE} does not exist"], source=str(root))

@@ -30,7 +30,7 @@ def doctor_env(series: Series, *, variant: str, env_file: Path) -> EnvReport:
     environ = {**chosen.env, **{key: item.value for key, item in values.items()}}
     found = migration.readings(built, environ)
     lines, changed, refused = [], [], []
-    for reading, text in zip(found, migration.lines(found)):
+    for reading, text in zip(found, migration.lines(found), strict=True):
         where = _where(env_file, values.get(reading.env), chosen.env.get(reading.env))
         lines.append(f"{text}  [{where}]")
         if reading.changed and reading.env in values:

@@ -160,7 +160,7 @@ def plan_export(series: Series, *, worktree: Git, base: str, refresh: bool) -> E
     _check_trailers(series, commits, matches, where=worktree.path)
     names = _new_names(series, commits, matches)
     patches = []
-    for commit, entry in zip(commits, matches):
+    for commit, entry in zip(commits, matches, strict=True):
         file = entry.file if entry else names[commit.sha]
         action = _action(series.patches_dir / file, commit.text, refresh=refresh)
         patches.append(ExportedPatch(file=file, feature=commit.info.trailer("Feature")[0],
@@ -207,7 +207,7 @@ def match_commits(commits: list[_Commit], entries: tuple[PatchEntry, ...]) -> li
 
 def _check_trailers(series: Series, commits: list[_Commit], matches: list[PatchEntry | None], *, where: Path) -> None:
     problems = []
-    for commit, entry in zip(commits, matches):
+    for commit, entry in zip(commits, matches, strict=True):
         features = commit.info.trailer("Feature")
         if len(features) != 1:
             problems.append(f"{commit.label}: needs exactly one `Feature: <name>` trailer (has {len(features)})")
@@ -244,7 +244,7 @@ def _new_names(series: Series, commits: list[_Commit], matches: list[PatchEntry 
     """A file name for each commit without an entry: `<feature>-<subject slug>.patch`, unique."""
     taken = {entry.file for entry in series.patches} | {path.name for path in series.patches_dir.glob("*")}
     names = {}
-    for commit, entry in zip(commits, matches):
+    for commit, entry in zip(commits, matches, strict=True):
         if entry is None:
             # `forkbuild new --name` writes a Patch: trailer; without one the name comes from the subject.
             asked = commit.info.trailer(PATCH_TRAILER)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import shlex
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
@@ -94,7 +95,7 @@ class Git:
             raise ForkbuildError(f"{self.path} is not a git repository") from error
 
     @classmethod
-    def init(cls, path: Path, *, bare: bool = False) -> "Git":
+    def init(cls, path: Path, *, bare: bool = False) -> Git:
         path.mkdir(parents=True, exist_ok=True)
         gitpython.Repo.init(path, bare=bare, initial_branch="main")
         return cls(path)
@@ -157,7 +158,7 @@ class Git:
         return self.out("commit-tree", tree, *parent_args, "-m", message, env=env)
 
     # -- work trees -------------------------------------------------------
-    def add_worktree(self, path: Path, commit: str) -> "Git":
+    def add_worktree(self, path: Path, commit: str) -> Git:
         self.run("worktree", "add", "--force", "--detach", str(path), commit)
         return Git(path)
 
@@ -318,7 +319,7 @@ class Git:
         """(status letter, path) of every file that differs between two commits."""
         raw = self.run("diff", "--name-status", "--no-renames", "-z", base, head).stdout
         fields = [field for field in raw.split("\0") if field]
-        return list(zip(fields[0::2], fields[1::2]))
+        return list(zip(fields[0::2], fields[1::2], strict=True))
 
 
     # -- export, import and the cache ------------------------------------

@@ -13,9 +13,9 @@ import email.utils
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from forkbuild.apply import apply_variant
 from forkbuild.cache import UpstreamCache

@@ -176,7 +176,7 @@ def _with_feature_table(text: str, feature: NewFeature) -> str:
         del body[end + 1:]
         last.add(tomlkit.nl())
         for _, item in tail:
-            table.add(item)
+            table.add(item)  # type: ignore[call-overload]  # tomlkit's stub lacks Item; comments and blank lines
     features.append(feature.name, table)
     return tomlkit.dumps(document)
 

@@ -53,7 +53,10 @@ def split_mail(text: str) -> tuple[email.message.Message, str]:
     # Drop the mbox "From <sha> <date>" separator; email.parser wants headers first.
     body = text.split("\n", 1)[1] if text.startswith("From ") else text
     message = email.message_from_string(body, policy=email.policy.compat32)
-    return message, message.get_payload()
+    payload = message.get_payload()
+    # A format-patch mail is never multipart: its payload is the text after the headers.
+    assert isinstance(payload, str), "a format-patch mail has one text payload"
+    return message, payload
 
 
 def parse_trailers(message: str) -> tuple[tuple[str, str], ...]:
@@ -62,9 +65,10 @@ def parse_trailers(message: str) -> tuple[tuple[str, str], ...]:
     if not paragraphs:
         return ()
     found = [TRAILER.match(line) for line in paragraphs[-1].splitlines()]
-    if not all(found):
+    matches = [match for match in found if match is not None]
+    if len(matches) != len(found):
         return ()
-    return tuple((match["key"], match["value"]) for match in found)
+    return tuple((match["key"], match["value"]) for match in matches)
 
 
 def _decode_header(value: str | None) -> str:
@@ -114,7 +118,7 @@ def hunk_offsets(patch_text: str, applied_diff: str) -> list[str]:
     applied = {patched.path: [hunk.source_start for hunk in patched] for patched in unidiff.PatchSet(applied_diff)}
     moved = []
     for patched in expected:
-        for number, (hunk, actual) in enumerate(zip(patched, applied.get(patched.path, [])), start=1):
+        for number, (hunk, actual) in enumerate(zip(patched, applied.get(patched.path, []), strict=False), start=1):
             if hunk.source_start != actual:
                 moved.append(f"{patched.path} hunk {number}: {actual - hunk.source_start:+d} lines")
     return moved

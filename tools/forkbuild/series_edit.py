@@ -6,9 +6,9 @@ Only `export` and `import` change the series; both go through here.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import tomlkit
 from tomlkit.items import AoT, Table
@@ -67,7 +67,7 @@ def updated_series_toml(text: str, entries: Sequence[EntrySpec]) -> str:
     final_tail = parts[-1][1] if parts else [(None, tomlkit.nl())]
     chosen = [by_file.get(spec.file) or _new_table(spec) for spec in entries]
     tables = []
-    for position, (spec, original) in enumerate(zip(entries, chosen)):
+    for position, (spec, original) in enumerate(zip(entries, chosen, strict=True)):
         table = tomlkit.table()
         for key, item in _split_tail(original)[0]:
             table.add(item) if key is None else table.add(key, item)

@@ -47,6 +47,7 @@ def run(args, context) -> int:
     official = build.official_base(series.upstream.version)
     bases = {"wheel": args.base or official, "delta": args.delta_base or official}
     if args.local_base:
+        assert docker is not None  # connected above for --local-base
         stock = ensure_bases(context=context, docker=docker, stock=True)[-1]
         bases = {"wheel": stock, "delta": stock}
     with context.reporter.step(f"build contexts for {', '.join(variants)}"):
@@ -58,6 +59,7 @@ def run(args, context) -> int:
     write_atomic(out, text)
     context.reporter.info(f"{out}: {len(variants) * len(modes)} services")
     if args.build:
+        assert docker is not None  # connected above for --build
         compose_build(docker=docker, compose_file=out, reporter=context.reporter)
     print(out)
     return 0

@@ -18,6 +18,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from filelock import FileLock
 
@@ -28,7 +29,7 @@ from forkbuild.image import process
 from forkbuild.image.context import link_or_copy
 from forkbuild.image.docker import Docker
 
-ROOTFS_RECIPE = {
+ROOTFS_RECIPE: dict[str, Any] = {
     "suite": "bookworm",
     "variant": "minbase",
     "include": ["python3", "python3-pip", "python3-venv"],

@@ -66,7 +66,9 @@ def wheels_manifest(wheels: Sequence[Path], *, variant: str) -> Mapping[str, Any
     tags = [python_tag(wheel) for wheel in wheels]
     if len(set(tags)) != len(tags):
         raise BuildError(f"two {variant} wheels for the same Python tag: {', '.join(w.name for w in wheels)}")
-    return manifest_module.read_wheel(wheels[0])
+    first = manifest_module.read_wheel(wheels[0])
+    assert first is not None  # every wheel was checked for its manifest above
+    return first
 
 
 def upstream_record(wheel: Path) -> bytes:

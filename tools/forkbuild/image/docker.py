@@ -12,9 +12,9 @@ import json
 import os
 import shutil
 import subprocess
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from forkbuild.console import Reporter
 from forkbuild.errors import ToolMissing
@@ -58,7 +58,7 @@ class Docker:
     reporter: Reporter
 
     @classmethod
-    def connect(cls, *, reporter: Reporter, host: str | None = None) -> "Docker":
+    def connect(cls, *, reporter: Reporter, host: str | None = None) -> Docker:
         docker = cls(executable=find_client(), env=client_env(host), reporter=reporter)
         docker.ping()
         return docker

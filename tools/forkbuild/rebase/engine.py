@@ -20,9 +20,9 @@ import dataclasses
 import secrets
 import shutil
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from forkbuild.apply import FULL_SERIES_REF, record_series_tree, series_hashes
 from forkbuild.cache import UpstreamCache
@@ -167,7 +167,7 @@ class Rebase:
                                  f"{(result.stderr or result.stdout).strip()}",
                                  hint="fix the series first: `forkbuild check`")
         self._move_ref(state, refs.series_ref(state, OLD_SERIES), worktree.head())
-        for patch, commit in zip(state["patches"], made):
+        for patch, commit in zip(state["patches"], made, strict=False):
             patch["old_commit"] = commit
         worktree.checkout_detached(state["new_base"])
         state["phase"], state["cursor"] = "replay", 0

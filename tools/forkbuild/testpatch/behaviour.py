@@ -8,9 +8,9 @@ import json
 import os
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
 from forkbuild import manifest as manifest_module
 from forkbuild.context import Context

@@ -39,8 +39,16 @@ from forkbuild.git import GitFailed
 from forkbuild.patchfile import split_mail
 from forkbuild.testpatch import behaviour
 from forkbuild.testpatch.behaviour import TestPython
-from forkbuild.testpatch.records import (FAIL, GUARD_OFF, GUARD_OFF_UNPATCHED, GUARD_ON, GUARD_ON_UNPATCHED, PASS,
-                                         SKIP, Record)
+from forkbuild.testpatch.records import (
+    FAIL,
+    GUARD_OFF,
+    GUARD_OFF_UNPATCHED,
+    GUARD_ON,
+    GUARD_ON_UNPATCHED,
+    PASS,
+    SKIP,
+    Record,
+)
 from forkbuild.testpatch.structure import environ_path
 
 ASSERTION = "assertion"

@@ -4,9 +4,9 @@ summarised into one cell per (feature, check) and written as JSON."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 from forkbuild.fsutil import write_atomic
 

@@ -7,13 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from forkbuild.apply import scratch_tree
 from forkbuild.context import Context
 from forkbuild.matrix.combination import Combination, as_combination
 from forkbuild.testpatch import behaviour, proof, summary
 from forkbuild.testpatch.behaviour import TestPython
-from forkbuild.testpatch.records import (ABSENT, CHECKS, FAIL, GUARD_OFF, GUARD_ON, STRUCTURE, UNPATCHED_CHECKS,
-                                         Record)
-from forkbuild.apply import scratch_tree
+from forkbuild.testpatch.records import ABSENT, CHECKS, FAIL, GUARD_OFF, GUARD_ON, STRUCTURE, UNPATCHED_CHECKS, Record
 from forkbuild.testpatch.structure import check_structure
 
 

@@ -78,7 +78,7 @@ def _compile_one(record: PatchRecord, source: str, path: str) -> Record:
 
 def _added_reads(tree: Git, commit: str) -> set[str]:
     """Guards the commit's added lines read through `envs.`."""
-    reads = set()
+    reads: set[str] = set()
     for patched in unidiff.PatchSet(tree.diff_tree_patch(commit)):
         for hunk in patched:
             for line in hunk:
@@ -89,7 +89,8 @@ def _added_reads(tree: Git, commit: str) -> set[str]:
 
 def _guard_read_records(series: Series, variant: Combination, tree: Git, applied: list[PatchRecord]) -> list[Record]:
     declared = {guard.env for guard in variant.guards(series)}
-    records, read_by_feature = [], {}
+    records: list[Record] = []
+    read_by_feature: dict[str, set[str]] = {}
     for record in applied:
         entry, reads = record.entry, _added_reads(tree, record.commit)
         read_by_feature.setdefault(entry.feature, set()).update(reads)

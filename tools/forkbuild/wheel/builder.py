@@ -12,6 +12,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -151,7 +152,7 @@ def _build_overlay(*, context: Context, request: WheelRequest, version: str) -> 
                           executable=changes.executable)
         with reporter.step(f"Building {target.path.name} (overlay, {len(changes.changes)} changed files)"):
             source = sources[target.pin.python_tag]
-            install_validated(target.path, lambda stream: write_overlay(source, overlay, stream),
+            install_validated(target.path, partial(write_overlay, source, overlay),
                               verified_source=source.path)
     return tuple(BuiltWheel(path=target.path, version=version, rebuilt=target in stale) for target in targets)
 
@@ -215,7 +216,7 @@ def _build_source(*, context: Context, request: WheelRequest, version: str) -> t
                           manifest=manifest_module.dumps(manifest))
         with reporter.step(f"Stamping {target.name}"):
             source = ZipSource(built)
-            install_validated(target, lambda stream: write_overlay(source, overlay, stream))
+            install_validated(target, partial(write_overlay, source, overlay))
     return (BuiltWheel(path=target, version=version, rebuilt=True),)
 
 

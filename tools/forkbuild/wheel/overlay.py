@@ -17,7 +17,7 @@ from installer.records import RecordEntry
 from forkbuild.errors import BuildError
 from forkbuild.manifest import DIST_INFO_FILE, PACKAGE_FILE
 from forkbuild.wheel import naming
-from forkbuild.wheel.record import entry_for, parse_record, render_record, renamed
+from forkbuild.wheel.record import entry_for, parse_record, renamed, render_record
 from forkbuild.wheel.zipraw import FILE_MODE, Member, ZipSource, ZipWriter
 
 EXECUTABLE_MODE = 0o100755 << 16
@@ -122,13 +122,14 @@ def write_overlay(source: ZipSource, overlay: Overlay, stream: BinaryIO) -> None
             dist_members.append(member)
         elif member.name not in changes:
             writer.copy(member)
-        elif changes[member.name] is not None:
-            writer.add(member.name, changes[member.name], date_time=member.info.date_time,
+        elif (content := changes[member.name]) is not None:
+            writer.add(member.name, content, date_time=member.info.date_time,
                        external_attr=member.info.external_attr)
-    added = sorted(name for name, content in changes.items() if content is not None and name not in source.by_name)
-    for name in added:
+    added = sorted((name, content) for name, content in changes.items()
+                   if content is not None and name not in source.by_name)
+    for name, content in added:
         mode = EXECUTABLE_MODE if name in overlay.executable else FILE_MODE
-        writer.add(name, changes[name], date_time=stamp, external_attr=mode)
+        writer.add(name, content, date_time=stamp, external_attr=mode)
     writer.add(overlay.manifest_member, overlay.manifest, date_time=stamp)
 
     for member in dist_members:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+from .errors import ImageError
+
 SWITCH_ON = frozenset({"1", "on", "true", "yes", "y"})
 SWITCH_OFF = frozenset({"", "0", "off", "false", "no", "n"})
 PREFIX = "DSV41_"
@@ -28,6 +30,8 @@ def declared(package: Path) -> set[str]:
     path: it is stdlib-only, while `import sglang` would need torch."""
     path = package / "srt" / "environ.py"
     spec = importlib.util.spec_from_file_location("_forkbuild_environ", path)
+    if spec is None or spec.loader is None:
+        raise ImageError(f"{path}: cannot be loaded as a Python module")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return {name for name in vars(module.Envs) if name.startswith(PREFIX)}

@@ -56,7 +56,7 @@ def installed(name: str = "sglang") -> Installed:
         url = json.loads(direct_url) if direct_url else None
     except ValueError as error:
         raise ImageError(f"{name} {dist.version}: direct_url.json is not JSON: {error}") from None
-    return Installed(name=name, version=dist.version, site=Path(dist.locate_file("")).resolve(),
+    return Installed(name=name, version=dist.version, site=Path(str(dist.locate_file(""))).resolve(),
                      dist_info=dist_infos.pop(), rows=rows, direct_url=url)
 
 

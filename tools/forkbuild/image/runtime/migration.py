@@ -23,8 +23,8 @@ library only (runs inside images; `forkbuild doctor --env` uses it too).
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping
 
 from .guards import SWITCH_OFF, SWITCH_ON
 
@@ -173,7 +173,7 @@ def _read_typed(env: str, value: str, kind: str) -> Reading:
     return Reading(env=env, value=value, now=value, recipe="", changed=False, instead=None, refused=False)
 
 
-def readings(guards: list[Mapping[str, str]], environ: Mapping[str, str]) -> list[Reading]:
+def readings(guards: Sequence[Mapping[str, str]], environ: Mapping[str, str]) -> list[Reading]:
     return [read_guard(guard, environ) for guard in guards]
 
 
@@ -191,7 +191,7 @@ def lines(found: list[Reading]) -> list[str]:
     return out
 
 
-def missing_backend(environ: Mapping[str, str], built: list[Mapping[str, str]]) -> str | None:
+def missing_backend(environ: Mapping[str, str], built: Sequence[Mapping[str, str]]) -> str | None:
     """Why the MXFP8 backend the environment names cannot run in this Python, or None.
     The package is looked up (find_spec), not imported: importing b12x needs a GPU."""
     if not any(guard["env"] == MXFP8 for guard in built):
