@@ -319,7 +319,7 @@ def test_upstream_names_override_the_fp8_gemm_backend(
 
 
 @pytest.mark.guard_on
-@pytest.mark.parametrize("value", ["cudnn", "B12X ", "triton", "unsupported"])
+@pytest.mark.parametrize("value", ["CUDNN", "B12X ", "triton", "unsupported"])
 def test_unknown_name_fails_naming_the_valid_ones(fp8_utils, fake_b12x, monkeypatch, value):
     monkeypatch.setenv(ENV, value)
     valid = "flashinfer_cutlass, flashinfer_cutedsl, flashinfer_trtllm, deep_gemm"
@@ -332,6 +332,50 @@ def test_unknown_name_fails_naming_the_valid_ones(fp8_utils, fake_b12x, monkeypa
         message = str(failure.value)
         assert f"{ENV}={value.strip()!r}" in message and valid in message
         assert "b12x" in message and "unsupported" not in message.split("valid names")[1]
+
+
+@pytest.mark.guard_on
+def test_the_recipes_cutlass_is_flashinfer_cutlass(blackwell_flashinfer, monkeypatch):
+    fp8_utils = blackwell_flashinfer
+    monkeypatch.setattr(
+        fp8_utils, "FP8_GEMM_RUNNER_BACKEND", fp8_utils.Fp8GemmRunnerBackend.TRITON
+    )
+    monkeypatch.setenv(ENV, "cutlass")
+    chosen = fp8_utils.Mxfp8DenseGemmBackend.FLASHINFER_CUTLASS
+    assert fp8_utils.resolve_mxfp8_dense_gemm_backend() is chosen
+    assert fp8_utils.resolve_block_fp8_mxfp8_backend() is chosen
+
+
+@pytest.mark.guard_on
+def test_the_recipes_cudnn_is_flashinfers_cudnn_gemm(blackwell_flashinfer, monkeypatch):
+    fp8_utils = blackwell_flashinfer
+    probed = []
+    monkeypatch.setattr(
+        fp8_utils,
+        "_raw_flashinfer_mm_mxfp8",
+        types.SimpleNamespace(
+            is_backend_supported=lambda name, sm: probed.append((name, sm)) or name == "cudnn"
+        ),
+        raising=False,
+    )
+    monkeypatch.setenv(ENV, "cudnn")
+    chosen = fp8_utils.resolve_block_fp8_mxfp8_backend()
+    assert chosen is fp8_utils.Mxfp8DenseGemmBackend.FLASHINFER_CUDNN
+    assert fp8_utils.resolve_mxfp8_dense_gemm_backend() is chosen
+    assert ("cudnn", 121) in probed
+    linear = fp8_utils.dispatch_block_fp8_mxfp8_linear(chosen)
+    assert linear.func is fp8_utils.flashinfer_mxfp8_blockscaled_linear
+    assert linear.keywords["backend"] == "cudnn"
+    dense = fp8_utils.dispatch_w8a8_mxfp8_linear()
+    assert dense.func is fp8_utils.flashinfer_mxfp8_blockscaled_linear
+    assert dense.keywords["backend"] == "cudnn"
+
+
+@pytest.mark.guard_on
+def test_cudnn_without_flashinfers_cudnn_gemm_fails(blackwell_flashinfer, monkeypatch):
+    monkeypatch.setenv(ENV, "cudnn")
+    with pytest.raises(ValueError, match=rf"{ENV}='cudnn' needs FlashInfer's cuDNN MXFP8 GEMM"):
+        blackwell_flashinfer.resolve_mxfp8_dense_gemm_backend()
 
 
 @pytest.mark.guard_on
