@@ -181,3 +181,19 @@ def test_the_template_names_the_patch_and_every_guard():
     text = commit_template(feature)
     assert text.splitlines()[0] == "x: <what the patch changes, one line>"
     assert "Feature: x\nGuard: DSV41_X\nGuard: DSV41_X_MAX\nPatch: x.patch\n" in text
+
+
+def test_export_warns_about_a_feature_in_no_variant(series_fx, capsys):
+    from fixtures import commit_all, edit
+    from forkbuild.apply import apply_variant
+    from forkbuild.git import Git
+
+    assert series_fx.cli("new", "gamma", "--variant", "stock") == 0
+    text = series_fx.series_toml.read_text().replace('features = ["gamma"]', "features = []")
+    series_fx.series_toml.write_text(text)  # gamma now in no variant
+    tree = series_fx.root / ".forkbuild-work" / "series"
+    apply_variant(context=series_fx.context(), variant=None, dest=tree)
+    edit(tree, "python/pkg/util.py", "def limit(", "def limited(")
+    commit_all(Git(tree), "util: rename\n\nFeature: gamma\n")
+    assert series_fx.cli("export") == 0
+    assert "feature gamma is in no variant" in capsys.readouterr().err

@@ -44,6 +44,11 @@ def run(args, context) -> int:
         table.add_row(name, "", "", "[red]removed[/]")
     context.reporter.console.print(table)
     changes = plan.changes()
+    # A feature no variant holds is built nowhere: `test-patch(tp4)` would test a tp4 without it.
+    held = {feature for variant in context.series.variants.values() for feature in variant.features}
+    for feature in sorted({patch.feature for patch in plan.patches} - held):
+        context.reporter.warn(f"feature {feature} is in no variant: no build holds its patch "
+                              f"(add it: forkbuild new {feature} --variant {context.series.default_variant})")
     if args.check:
         context.reporter.info("patches/ is up to date")
     else:
