@@ -135,7 +135,7 @@ def test_new_refuses_what_would_make_series_toml_invalid_and_writes_nothing(seri
     with pytest.raises(ConfigError, match=r"unknown variant 'ful' \(perhaps you meant 'full'\?\)"):
         plan_new_feature(series_fx.load(), name="gamma", description="", guards=[], variants=["ful"],
                          requires=[], patch=None)
-    with pytest.raises(ConfigError, match="features.alpha exists already with guards"):
+    with pytest.raises(ConfigError, match=r"features.alpha \(line \d+\) exists already with guards"):
         plan_new_feature(series_fx.load(), name="alpha", description="", guards=["DSV41_ALPHA:int:1"],
                          variants=[], requires=[], patch=None)
     with pytest.raises(ForkbuildError, match="already the patch of feature 'beta'"):
@@ -168,11 +168,16 @@ def test_export_of_an_unknown_feature_points_at_new(series_fx, capsys):
     tree = series_fx.root / ".forkbuild-work" / "series"
     apply_variant(context=series_fx.context(), variant=None, dest=tree)
     edit(tree, "python/pkg/util.py", "def limit(", "def limited(")
-    commit_all(Git(tree), "util: rename\n\nFeature: hello_log\n")
+    commit_all(Git(tree), "util: rename\n\nFeature: hello_log\nGuard: DSV41_HELLO_LOG\n")
     assert series_fx.cli("export") == 2
     err = capsys.readouterr().err
     assert "is not a feature of series.toml" in err
-    assert "hint: add the feature to series.toml and a variant first: forkbuild new hello_log" in err
+    command = "forkbuild new hello_log --guard DSV41_HELLO_LOG:switch:0 --variant full"
+    assert "hint: add the feature to series.toml and a variant first" in err and command in err
+    # The hint is safe to follow: after it, the same export goes through.
+    assert series_fx.cli(*command.split()[1:]) == 0
+    assert series_fx.cli("export") == 0
+    assert "hello_log" in series_fx.load().variants["full"].features
 
 
 def test_the_template_names_the_patch_and_every_guard():

@@ -20,10 +20,10 @@ class ConfigError(ForkbuildError):
 
     return_code = 2
 
-    def __init__(self, problems: list[str], *, source: str = "series.toml") -> None:
+    def __init__(self, problems: list[str], *, source: str = "series.toml", hint: str | None = None) -> None:
         self.problems = tuple(problems)
         lines = "\n".join(f"  - {problem}" for problem in problems)
-        super().__init__(f"{source}: {len(problems)} problem(s)\n{lines}")
+        super().__init__(f"{source}: {len(problems)} problem(s)\n{lines}", hint=hint)
 
 
 class UpstreamError(ForkbuildError):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from forkbuild.apply import file_hashes, read_state, record_exported, refuse_unsaved_work, series_hashes
 from forkbuild.cache import UpstreamCache
-from forkbuild.config import GUARD_PREFIX, PatchEntry, Series, near_miss
+from forkbuild.config import PatchEntry, Series, near_miss
 from forkbuild.context import Context
 from forkbuild.errors import ConfigError, DirtyTreeError, ExportDriftError, ForkbuildError
 from forkbuild.fsutil import write_atomic
@@ -230,14 +230,21 @@ def _check_trailers(series: Series, commits: list[_Commit], matches: list[PatchE
                 problems.append(f"{commit.label}: Guard: {guard} is not a guard of feature {feature!r} "
                                 f"(declared: {', '.join(sorted(declared)) or 'none'})")
     if problems:
-        error = ConfigError(problems, source=f"commits of {where}")
         unknown = sorted({feature for commit in commits for feature in commit.info.trailer("Feature")
                           if feature not in series.features})
+        hint = None
         if unknown:
-            error.hint = "add the feature to series.toml and a variant first: " + "; ".join(
-                f"forkbuild new {feature} --guard {GUARD_PREFIX}{feature.upper()}:switch:0 --variant "
-                f"{series.default_variant}" for feature in unknown)
-        raise error
+            hint = ("add the feature to series.toml and a variant first (each guard's TYPE:DEFAULT as the code "
+                    "reads it): " + "; ".join(_new_command(series, commits, feature) for feature in unknown))
+        raise ConfigError(problems, source=f"commits of {where}", hint=hint)
+
+
+def _new_command(series: Series, commits: list[_Commit], feature: str) -> str:
+    """`forkbuild new` for a feature the commits name, with the guards their trailers name."""
+    guards = dict.fromkeys(guard for commit in commits if feature in commit.info.trailer("Feature")
+                           for guard in commit.info.trailer("Guard"))
+    options = "".join(f" --guard {guard}:switch:0" for guard in guards)
+    return f"forkbuild new {feature}{options} --variant {series.default_variant}"
 
 
 def _new_names(series: Series, commits: list[_Commit], matches: list[PatchEntry | None]) -> dict[str, str]:

@@ -138,8 +138,12 @@ def _require_same(series: Series, feature: NewFeature) -> None:
     if feature.description and feature.description != existing.description:
         differences.append(f"description {existing.description!r}")
     if differences:
-        raise ConfigError([f"features.{feature.name} exists already with " + "; ".join(differences)],
-                          source=str(series.path))
+        header = f"[features.{feature.name}]"
+        line = next((number for number, text in enumerate(series.path.read_text().splitlines(), start=1)
+                     if text.strip() == header), None)
+        where = f"features.{feature.name}" + (f" (line {line})" if line else "")
+        raise ConfigError([f"{where} exists already with " + "; ".join(differences)], source=str(series.path),
+                          hint="change it in series.toml, or give `new` the same guards and requires")
 
 
 def _feature_table(feature: NewFeature) -> Table:
