@@ -119,7 +119,8 @@ def scratch_tree(*, context: Context, variant: Combination | str | None, strict:
     """
     cache = UpstreamCache(context.cache_dir, reporter=context.reporter)
     with tempfile.TemporaryDirectory(prefix="forkbuild-scratch-") as scratch:
-        dest = Path(scratch) / (getattr(variant, "name", variant) or "series")
+        name = variant if isinstance(variant, str) or variant is None else variant.name
+        dest = Path(scratch) / (name or "series")
         try:
             if strict:
                 yield apply_variant(context=context, variant=variant, dest=dest)

@@ -12,7 +12,6 @@ import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
 
 import git as gitpython
 from git.exc import GitCommandError

@@ -8,11 +8,18 @@ import json
 from pathlib import Path
 
 from forkbuild.errors import BisectError
-from forkbuild.image import build
 from forkbuild.matrix import arguments
 from forkbuild.matrix.bisect import FAIL, ProbeLog, bisect
-from forkbuild.matrix.probe import (FEATURES_ENV, IMAGE_ENV, WHEELS_ENV, Builder, BuildProbes, ImageOptions,
-                                    RuntimeProbes, running_tag)
+from forkbuild.matrix.probe import (
+    FEATURES_ENV,
+    IMAGE_ENV,
+    WHEELS_ENV,
+    Builder,
+    BuildProbes,
+    ImageOptions,
+    RuntimeProbes,
+    running_tag,
+)
 
 
 def add_parser(subparsers) -> None:
@@ -52,7 +59,7 @@ def run(args, context) -> int:
     command = tuple(args.command)
     probes = (RuntimeProbes if args.runtime else BuildProbes)(context=context, target=target, command=command,
                                                               builder=builder)
-    if args.runtime and probes.fixed:
+    if isinstance(probes, RuntimeProbes) and probes.fixed:
         context.reporter.info(f"not toggled at run time (no guard, or none set): {', '.join(probes.fixed)}")
     candidates = probes.candidates
     if not candidates:

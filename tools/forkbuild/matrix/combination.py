@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Iterable, Mapping
 
 from forkbuild.config import Guard, PatchEntry, Series, near_miss
 from forkbuild.errors import ConfigError
@@ -132,7 +132,8 @@ def _require_known(series: Series, names: Iterable[str], *, option: str) -> None
 
 def _close_requires(series: Series, wanted: list[str]) -> tuple[set[str], dict[str, list[str]]]:
     """`wanted` plus everything it requires, transitively; added feature -> who required it."""
-    chosen, added = set(wanted), {}
+    chosen = set(wanted)
+    added: dict[str, list[str]] = {}
     queue = list(wanted)
     while queue:
         name = queue.pop(0)

@@ -64,16 +64,19 @@ class Builder:
         from forkbuild.image.docker import Docker
         from forkbuild.image.inputs import ensure_bases, prepare_context
 
+        assert self.image is not None  # called only when an image was asked for
         if self._docker is None:
             self._docker = Docker.connect(reporter=self.context.reporter)
+        docker = self._docker
+        assert isinstance(docker, Docker)
         image_context = prepare_context(self.context, variant=combination, wheels=wheels)
         base = self.image.base
         if self.image.local_base:
-            base = ensure_bases(context=self.context, docker=self._docker, stock=True)[-1]
+            base = ensure_bases(context=self.context, docker=docker, stock=True)[-1]
         base = base or build.official_base(image_context.upstream_version)
         tag = build.default_tag(combination.name, self.image.mode)
         with self.context.reporter.step(f"image {tag}"):
-            build.build_image(docker=self._docker, context=image_context, mode=self.image.mode, base=base, tag=tag)
+            build.build_image(docker=docker, context=image_context, mode=self.image.mode, base=base, tag=tag)
         return tag
 
 

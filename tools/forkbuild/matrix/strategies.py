@@ -29,8 +29,8 @@ from __future__ import annotations
 import itertools
 import math
 import random
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from forkbuild.config import Series
 from forkbuild.errors import ConfigError
@@ -81,7 +81,7 @@ def build_matrix(series: Series, strategy: str, *, base: str = "", force: bool =
 
 
 def _each(series: Series, *, base: str) -> Matrix:
-    rows = [frozenset()] + [closure(series, [name]) for name in series.features]
+    rows: list[frozenset[str]] = [frozenset()] + [closure(series, [name]) for name in series.features]
     combos = _combinations(series, rows, base=base)
     return Matrix(strategy="each", combinations=combos, lower_bound=len(combos))
 

@@ -48,9 +48,10 @@ def patched_changes(*, context: Context, combination: Combination, layout: Wheel
         if done < len(digests):
             git.read_tree(tree, index=index)
         for length in range(done + 1, len(digests) + 1):
-            tree = git.apply_cached(plan.entries[length - 1].path, index=index)
-            if tree is None:
+            applied = git.apply_cached(plan.entries[length - 1].path, index=index)
+            if applied is None:
                 return None
+            tree = applied
             _PREFIX_TREES[(repository, base, digests[:length])] = tree
     changed = git.changed_files(base, tree) if plan.entries else []
     return collect_changes(changed=changed, layout=layout, read=lambda path: git.blob(tree, path))

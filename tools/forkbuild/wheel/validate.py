@@ -51,7 +51,8 @@ _Fingerprint = tuple[int, int, int, str]  # CRC-32, compressed size, size, RECOR
 
 
 def _fingerprint(item: zipfile.ZipInfo, record: RecordEntry) -> _Fingerprint:
-    return item.CRC, item.compress_size, item.file_size, f"{record.hash_.name}={record.hash_.value}"
+    hash_ = f"{record.hash_.name}={record.hash_.value}" if record.hash_ is not None else ""
+    return item.CRC, item.compress_size, item.file_size, hash_
 
 
 def _records(source: WheelFile) -> dict[str, RecordEntry]:
@@ -113,7 +114,7 @@ def _validate_changed(archive: zipfile.ZipFile, source: WheelFile, *, trusted: f
             issues.append(f"In {archive.filename}, hash / size of {item.filename} is not included in RECORD")
         elif _fingerprint(item, record) not in trusted:
             with archive.open(item) as stream:
-                if not record.validate_stream(stream):
+                if not record.validate_stream(stream):  # type: ignore[arg-type]  # a ZipExtFile reads like BinaryIO
                     issues.append(f"In {archive.filename}, hash / size of {item.filename} didn't match RECORD")
     if issues:
         raise _Mismatch(issues)
