@@ -7,6 +7,7 @@ import hashlib
 import json
 from pathlib import Path
 
+from forkbuild.commands import add_command
 from forkbuild.errors import BisectError
 from forkbuild.matrix import arguments
 from forkbuild.matrix.bisect import FAIL, ProbeLog, bisect
@@ -23,11 +24,14 @@ from forkbuild.matrix.probe import (
 
 
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser(
-        "bisect", help="delta-debug a variant's features to a minimal set for which CMD fails while stock passes",
+    parser = add_command(
+        subparsers, "bisect",
+        help="delta-debug a variant's features to a minimal set for which CMD fails while stock passes",
         description=f"Each probe runs CMD with {FEATURES_ENV} (comma-separated), {WHEELS_ENV} (the probe's wheel "
                     f"paths) and, with --image, {IMAGE_ENV} in its environment; with --runtime also the DSV41_* "
-                    "guards. Exit status 0 of CMD means pass.")
+                    "guards. Exit status 0 of CMD means pass.",
+        examples=["forkbuild bisect --variant tp4 -- pytest tests/patches -x -q",
+                  "forkbuild bisect --variant tp4 --runtime -- ./smoke.sh"])
     arguments.add_arguments(parser)
     parser.add_argument("--runtime", action="store_true",
                         help="one build of the combination; probes turn its DSV41_* guards on/off through the "

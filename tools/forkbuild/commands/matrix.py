@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from forkbuild.commands import add_command
 from forkbuild.fsutil import write_atomic
 from forkbuild.image import build
 from forkbuild.image.inputs import prepare_context
@@ -17,8 +18,13 @@ BAKE_COMMAND = "docker buildx bake -f {path}"
 
 
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser("matrix", help="list feature combinations (variants, each, pairwise, all) "
-                                                  "as a table, JSON, a CI matrix or a docker-bake.json")
+    parser = add_command(
+        subparsers, "matrix", help="list feature combinations (variants, each, pairwise, all) "
+                                   "as a table, JSON, a CI matrix or a docker-bake.json",
+        description="Lists the feature combinations a strategy picks (the named variants; stock and each feature "
+                    "alone; pairwise: every two features in all their in/out states; all valid subsets), each "
+                    "resolved like --features/--with/--without, as a table, JSON, a CI matrix or a docker-bake.json.",
+        examples=["forkbuild matrix --strategy pairwise", "forkbuild matrix --strategy each --format json"])
     parser.add_argument("--strategy", choices=STRATEGIES, default="pairwise",
                         help="variants: the named ones; each: stock + every feature alone; pairwise: every two "
                              "features in all their in/out states (a greedy covering array); all: every valid "
