@@ -27,6 +27,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 CHECK_MARKERS = ("guard_off", "guard_on", "absent")
 RESULTS_ENV = "FORKBUILD_TEST_RESULTS"
 FEATURES_ENV = "FORKBUILD_TEST_FEATURES"
+DEVICE_ENV = "FORKBUILD_TEST_DEVICE"  # set by `forkbuild test-patch --device`
 RECORDER = "forkbuild-recorder"
 
 
@@ -34,6 +35,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "guard_off: the feature's guards unset; asserts stock behaviour")
     config.addinivalue_line("markers", "guard_on: the test turns the guard on; asserts the feature")
     config.addinivalue_line("markers", "absent: the feature is not built in; asserts it is absent")
+    config.addinivalue_line("markers", "cuda: GPU-only; runs under `test-patch --device cuda`, skipped on a CPU run")
+    config.addinivalue_line("markers", "gb10(kernels): needs a GB10 (SM12x) GPU for the named kernels; skipped elsewhere")
     config.pluginmanager.register(_Recorder(), RECORDER)
 
 
@@ -114,6 +117,28 @@ def _feature_gate(request: pytest.FixtureRequest, built_features, monkeypatch) -
         pytest.skip(f"{feature} is built into this variant")
     if check != "absent" and not built:
         pytest.skip(f"{feature} is not built into this variant")
+    _device_gate(request.node)
+
+
+def _device_gate(item: pytest.Item) -> None:
+    """GPU-only tests run under --device cuda; GB10-only ones only on an SM12x GPU."""
+    device = os.environ.get(DEVICE_ENV, "cpu")
+    gb10 = item.get_closest_marker("gb10")
+    if (gb10 or item.get_closest_marker("cuda")) and device != "cuda":
+        pytest.skip("GPU-only: runs under `forkbuild test-patch --device cuda` on a machine with a CUDA GPU")
+    if gb10:
+        import torch
+
+        major, minor = torch.cuda.get_device_capability()
+        if major != 12:
+            pytest.skip(f"needs a GB10 (SM12x) for {', '.join(gb10.args)}; "
+                        f"this GPU is {torch.cuda.get_device_name()} (SM {major}.{minor})")
+
+
+@pytest.fixture(scope="session")
+def test_device() -> str:
+    """Where the tests' tensors live: 'cuda' under `test-patch --device cuda`, else 'cpu'."""
+    return os.environ.get(DEVICE_ENV, "cpu")
 
 
 # -- recording outcomes --------------------------------------------------------

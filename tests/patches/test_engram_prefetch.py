@@ -1,8 +1,9 @@
 """engram_prefetch: every Engram layer's rows looked up right after the hasher.
 
-On CPU the prefetch runs inline (the side stream and its events are CUDA only);
-what is tested here is that the rows handed over are the rows the layer would
-have looked up, and that the layer then does no lookup of its own.
+On CPU the prefetch runs inline; under `test-patch --device cuda` the same
+tests run on the GPU, through the side stream and its events. What is tested
+here is that the rows handed over are the rows the layer would have looked up,
+and that the layer then does no lookup of its own.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ TOKENS = 7
 
 
 @pytest.fixture
-def engram_layers(monkeypatch):
-    """Two Engram layers on CPU, single TP rank, with random fp8 tables."""
+def engram_layers(monkeypatch, test_device):
+    """Two Engram layers on the test device, single TP rank, with random fp8 tables."""
     import torch
 
     from sglang.srt.layers.engram import Engram, EngramLayout
@@ -42,12 +43,13 @@ def engram_layers(monkeypatch):
             embed.weight.data.copy_(torch.randn(embed.weight.shape, generator=generator).to(torch.float8_e4m3fn))
             embed.scale.data.copy_(torch.full(embed.scale.shape, 0.5).to(torch.float8_e8m0fnu))
             engram.wkv.weight.data.copy_(torch.randn(engram.wkv.weight.shape, generator=generator) * 0.05)
-            layers[layer_id] = engram
+            layers[layer_id] = engram.to(test_device)
     hash_ids = torch.stack(
         [torch.randint(0, layers[i].embed.rows, (TOKENS, 4), generator=generator) for i in LAYER_IDS], dim=1
     )
     x = torch.randn(TOKENS, config.hc_mult, config.hidden_size, generator=generator).to(torch.bfloat16)
-    return types.SimpleNamespace(layers=layers, hash_ids=hash_ids, x=x, input_ids=torch.arange(TOKENS))
+    return types.SimpleNamespace(layers=layers, hash_ids=hash_ids.to(test_device), x=x.to(test_device),
+                                 input_ids=torch.arange(TOKENS, device=test_device))
 
 
 @pytest.fixture

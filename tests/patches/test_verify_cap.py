@@ -180,21 +180,24 @@ _GATE_SCRIPT = textwrap.dedent(
 
     verify_lens = json.loads(sys.argv[1])
     rows = int(sys.argv[2])
+    device = sys.argv[3]
     mark = sum(verify_lens)
     torch.manual_seed(0)
     weights, ids = moe_fused_gate(
-        torch.randn(rows, 16), torch.zeros(16), 4,
-        num_token_non_padded=torch.tensor(mark, dtype=torch.int32),
+        torch.randn(rows, 16).to(device), torch.zeros(16, device=device), 4,
+        num_token_non_padded=torch.tensor(mark, dtype=torch.int32, device=device),
     )
     print(json.dumps({"mark": mark, "weights": weights.tolist(), "ids": ids.tolist()}))
     """
 )
 
 
-def _run_gate(monkeypatch, *, verify_lens: list[int], rows: int) -> dict:
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
+def _run_gate(monkeypatch, device: str, *, verify_lens: list[int], rows: int) -> dict:
+    # On CPU the Triton gate runs in Triton's interpreter; under --device cuda, compiled on the GPU.
+    if device == "cpu":
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
     proc = subprocess.run(
-        [sys.executable, "-c", _GATE_SCRIPT, json.dumps(verify_lens), str(rows)],
+        [sys.executable, "-c", _GATE_SCRIPT, json.dumps(verify_lens), str(rows), device],
         capture_output=True,
         text=True,
         timeout=300,
@@ -214,15 +217,15 @@ def _assert_padded_rows_inert(result: dict, rows: int) -> None:
 
 
 @pytest.mark.guard_off
-def test_gate_zeroes_rows_past_the_padding_mark(monkeypatch):
+def test_gate_zeroes_rows_past_the_padding_mark(monkeypatch, test_device):
     rows = len(CONFIDENCE) * VERIFY_NUM_DRAFT_TOKENS
     # Uncapped: every request verifies gamma + 1 rows; pad the graph by 4 rows.
-    result = _run_gate(monkeypatch, verify_lens=[VERIFY_NUM_DRAFT_TOKENS] * len(CONFIDENCE), rows=rows + 4)
+    result = _run_gate(monkeypatch, test_device, verify_lens=[VERIFY_NUM_DRAFT_TOKENS] * len(CONFIDENCE), rows=rows + 4)
     _assert_padded_rows_inert(result, rows + 4)
 
 
 @pytest.mark.guard_on
-def test_gate_keeps_a_capped_layouts_padding_inert(monkeypatch):
+def test_gate_keeps_a_capped_layouts_padding_inert(monkeypatch, test_device):
     import torch
     from sglang.srt.speculative.ragged_verify import capped_verify_lens, read_verify_cap
 
@@ -233,7 +236,7 @@ def test_gate_keeps_a_capped_layouts_padding_inert(monkeypatch):
     assert lens.tolist() == [3, 1, 4]
     # A packed (compact) verify of the capped lengths, padded to the uncapped graph.
     rows = bs * VERIFY_NUM_DRAFT_TOKENS
-    result = _run_gate(monkeypatch, verify_lens=lens.tolist(), rows=rows)
+    result = _run_gate(monkeypatch, test_device, verify_lens=lens.tolist(), rows=rows)
     assert result["mark"] == 8
     _assert_padded_rows_inert(result, rows)
 

@@ -6,8 +6,10 @@ import sys
 from pathlib import Path
 
 from forkbuild.commands import add_command
+from forkbuild.errors import BuildError
 from forkbuild.matrix import arguments
 from forkbuild.testpatch import proof, summary
+from forkbuild.testpatch.device import DEVICES
 from forkbuild.testpatch.runner import Options, run_variant
 
 
@@ -23,13 +25,21 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--from-tree", action="store_true",
                         help="test the applied work tree on PYTHONPATH instead of installing the wheel")
     parser.add_argument("--structure-only", action="store_true", help="only the structure checks (fast, no torch)")
+    parser.add_argument("--device", choices=DEVICES, default="cpu",
+                        help="where the behaviour tests run; cuda adds the GPU-only tests and fails when "
+                             "--python sees no CUDA GPU (default: cpu)")
+    parser.add_argument("--installed", action="store_true",
+                        help="test the sglang --python imports as it is (no apply, structure checks or wheel "
+                             "build): for a machine without the upstream cache, e.g. a lent GPU")
     parser.set_defaults(run=run)
 
 
 def run(args, context) -> int:
+    if args.installed and (args.from_tree or args.structure_only):
+        raise BuildError("--installed tests what --python imports: it takes neither --from-tree nor --structure-only")
     combination = arguments.from_args(args, context)
-    options = Options(variant=combination, python=args.python,
-                      from_tree=args.from_tree, structure_only=args.structure_only)
+    options = Options(variant=combination, python=args.python, from_tree=args.from_tree,
+                      structure_only=args.structure_only, device=args.device, installed=args.installed)
     outcome = run_variant(context=context, options=options)
     context.reporter.console.print(summary.table(outcome.rows, variant=combination.name, checks=outcome.checks))
     for line in summary.problems(outcome.rows):

@@ -60,7 +60,7 @@ def install_variant_wheel(*, context: Context, variant: Combination | str, pytho
     request = WheelRequest(variant=variant, out_dir=context.series_dir / "dist", python_tags=(python_tag(python),))
     (wheel,) = build_wheels(context=context, request=request)
     wanted = manifest_module.read_wheel(wheel.path)
-    if _installed_manifest(python) == wanted:
+    if installed_manifest(python) == wanted:
         context.reporter.info(f"{wheel.path.name} is installed already")
         return wheel.path
     with context.reporter.step(f"Installing {wheel.path.name} --no-deps"):
@@ -81,7 +81,7 @@ print(path.read_text() if path and path.is_file() else "null")
 """
 
 
-def _installed_manifest(python: Path) -> dict | None:
+def installed_manifest(python: Path) -> dict | None:
     return json.loads(_probe(python, _READ_INSTALLED))
 
 

@@ -10,7 +10,8 @@ from pathlib import Path
 from forkbuild.apply import scratch_tree
 from forkbuild.context import Context
 from forkbuild.matrix.combination import Combination, as_combination
-from forkbuild.testpatch import behaviour, proof, summary
+from forkbuild.errors import BuildError
+from forkbuild.testpatch import behaviour, device as device_module, proof, summary
 from forkbuild.testpatch.behaviour import TestPython
 from forkbuild.testpatch.records import ABSENT, CHECKS, FAIL, GUARD_OFF, GUARD_ON, STRUCTURE, UNPATCHED_CHECKS, Record
 from forkbuild.testpatch.structure import check_structure
@@ -22,6 +23,8 @@ class Options:
     python: Path  # the interpreter the behaviour tests run with
     from_tree: bool = False  # PYTHONPATH the applied tree instead of installing the wheel
     structure_only: bool = False
+    device: str = "cpu"  # cpu | cuda: where the behaviour tests run (testpatch.device)
+    installed: bool = False  # test the sglang `python` imports already: no apply, structure or wheel
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,7 +42,12 @@ class Outcome:
 def run_variant(*, context: Context, options: Options) -> Outcome:
     series = context.series
     combination = as_combination(series, options.variant)
+    if options.installed:
+        return _run_installed(context=context, options=options, variant=combination.name)
     variant, features = combination.name, combination.features
+    # A CPU run keeps require_torch's check below; a CUDA run fails here, before applying, without a GPU.
+    cuda = options.device != "cpu" and not options.structure_only
+    found = device_module.probe(options.python, options.device) if cuda else None
     # A variant without features is stock sglang: the place to prove that every
     # guard_on test fails when its patch is missing.
     prove = not features and not options.structure_only
@@ -50,7 +58,8 @@ def run_variant(*, context: Context, options: Options) -> Outcome:
         behave = not options.structure_only and not result.failures
         if options.from_tree and behave:
             python = TestPython(executable=options.python,
-                                env={"PYTHONPATH": str(result.dest / series.upstream.package_root)})
+                                env={"PYTHONPATH": str(result.dest / series.upstream.package_root),
+                                     device_module.DEVICE_ENV: options.device})
             records += _behaviour(context, python, features=features, prove=prove)
     if result.failures and not options.structure_only:
         # No wheel can be built: say so in every behaviour cell instead of stopping without a summary.
@@ -60,15 +69,46 @@ def run_variant(*, context: Context, options: Options) -> Outcome:
     elif not options.from_tree and behave:
         behaviour.require_torch(options.python)
         behaviour.install_variant_wheel(context=context, variant=combination, python=options.python)
-        records += _behaviour(context, TestPython(executable=options.python, env={}), features=None, prove=prove)
+        python = TestPython(executable=options.python, env={device_module.DEVICE_ENV: options.device})
+        records += _behaviour(context, python, features=None, prove=prove)
     checks = (STRUCTURE,) if options.structure_only else CHECKS + (UNPATCHED_CHECKS if prove else ())
     rows = summary.cells(records, features=list(series.features), checks=checks)
     if not options.structure_only:
         _require_tests(rows, built=set(features))
     numbers = proof.counts(records) if prove else None
-    report = context.build_dir / "test-patch" / f"{variant}.json"
-    summary.write(report, rows, variant=variant, extra=[proof.summary_row(numbers)] if numbers else [])
+    extra = ([found.record(variant)] if found else []) + ([proof.summary_row(numbers)] if numbers else [])
+    report = _report_path(context, variant, options.device)
+    summary.write(report, rows, variant=variant, extra=extra)
     return Outcome(rows=rows, checks=checks, report=report, proof=numbers)
+
+
+def _run_installed(*, context: Context, options: Options, variant: str) -> Outcome:
+    """The behaviour tests against the sglang `options.python` imports as it is
+    (its manifest says which features are built in): for a machine that has the
+    variant's files but not the upstream cache, e.g. a lent GPU. The structure
+    checks and the stock proof need the cache and are left to a full run."""
+    found = device_module.probe(options.python, options.device)
+    manifest = behaviour.installed_manifest(options.python)
+    if manifest is None:
+        raise BuildError(f"--installed: the sglang {options.python} imports has no forkbuild manifest",
+                         hint="install a variant's wheel there (`forkbuild build-wheel`), or unpack its files "
+                              "onto that Python's path")
+    if manifest.get("variant") != variant:
+        raise BuildError(f"--installed: the sglang {options.python} imports is variant {manifest.get('variant')!r}, "
+                         f"not {variant!r}", hint=f"pass --variant {manifest.get('variant')}")
+    python = TestPython(executable=options.python, env={device_module.DEVICE_ENV: options.device})
+    records = _behaviour(context, python, features=None, prove=False)
+    checks = (GUARD_OFF, GUARD_ON, ABSENT)
+    rows = summary.cells(records, features=list(context.series.features), checks=checks)
+    _require_tests(rows, built=set(manifest["features"]))
+    report = _report_path(context, variant, options.device)
+    summary.write(report, rows, variant=variant, extra=[found.record(variant)])
+    return Outcome(rows=rows, checks=checks, report=report)
+
+
+def _report_path(context: Context, variant: str, device: str) -> Path:
+    name = variant if device == "cpu" else f"{variant}-{device}"
+    return context.build_dir / "test-patch" / f"{name}.json"
 
 
 def _behaviour(context: Context, python: TestPython, *, features, prove: bool) -> list[Record]:

@@ -1,0 +1,5 @@
+"""A stand-in for deep_gemm on the lent GPU: importable, raises when called (see forkbuild_stub)."""
+
+from forkbuild_stub import make_stand_in
+
+make_stand_in(globals())

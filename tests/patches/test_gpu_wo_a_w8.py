@@ -1,0 +1,75 @@
+"""wo_a_w8 on a CUDA GPU: the Triton W8 GEMM itself (on CPU the tests take the
+torch fallback, or the Triton interpreter).
+
+Reference: bf16 einsum on the dequantised weight, computed in float64. The W8
+kernel multiplies the same operands (bf16 activations; e4m3 codes times
+power-of-two scales are exact in bf16) with float32 accumulation and rounds
+once to bf16, so the stated tolerance is per element two bf16 ulps of the
+result (rtol 2**-7 * 2) plus an absolute floor for near-zero outputs, and
+overall a relative Frobenius error under 2**-8. Token counts cover decode, the
+tile table's boundaries and prefill sizes. GPU-only (marked cuda).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+FEATURE = "wo_a_w8"
+pytestmark = pytest.mark.cuda
+
+# tokens: decode, verify, each boundary of the tile table +/- 1, prefill.
+TOKENS = (1, 2, 7, 16, 17, 64, 65, 128, 129, 300, 512, 513, 2049, 4096)
+SHAPES = ((2, 64, 96), (8, 256, 512), (16, 1024, 1024))  # [groups, rows, dim] per rank
+
+
+def _operands(tokens, groups, rows, dim, seed):
+    import torch
+    from sglang.kernels.ops.gemm.dsv4_wo_a_w8 import dequantize_wo_a_w8, quantize_wo_a_w8
+
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    weight = (torch.randn(groups * rows, dim, generator=generator, device="cuda") * 0.05).bfloat16()
+    codes, scale = quantize_wo_a_w8(weight)
+    o = torch.randn(tokens, groups, dim, generator=generator, device="cuda").bfloat16()
+    return o, codes, scale, dequantize_wo_a_w8(codes, scale).view(groups, rows, dim)
+
+
+@pytest.mark.guard_on
+@pytest.mark.parametrize("groups,rows,dim", SHAPES)
+def test_w8_gemm_matches_the_bf16_reference_on_the_gpu(groups, rows, dim):
+    import torch
+    from sglang.kernels.ops.gemm import dsv4_wo_a_w8
+
+    for seed, tokens in enumerate(TOKENS):
+        o, codes, scale, wo_a = _operands(tokens, groups, rows, dim, seed)
+        expected = torch.einsum("tgd,grd->tgr", o.double(), wo_a.double())
+        result = torch.full((tokens, groups, rows), float("nan"), dtype=torch.bfloat16, device="cuda")
+        result.copy_(dsv4_wo_a_w8.wo_a_w8_matmul(o, codes, scale))
+        assert result.is_cuda and not result.isnan().any(), f"tokens={tokens}: unwritten outputs"
+        torch.testing.assert_close(result.double(), expected, rtol=2**-6, atol=2**-6,
+                                   msg=lambda m: f"tokens={tokens} [{groups},{rows},{dim}]: {m}")
+        relative = ((result.double() - expected).norm() / expected.norm()).item()
+        assert relative < 2**-8, f"tokens={tokens}: relative error {relative:.2e}"
+
+
+@pytest.mark.guard_on
+def test_the_attention_module_runs_the_triton_kernel_on_cuda(monkeypatch):
+    """Through the real call site: MqaAttentionBase._apply_wo_a_w8 on CUDA tensors
+    takes the Triton kernel (not the torch fallback) and matches the reference."""
+    import torch
+    from sglang.kernels.ops.gemm import dsv4_wo_a_w8
+
+    o, codes, scale, wo_a = _operands(33, 8, 256, 512, seed=11)
+    calls = []
+    real = dsv4_wo_a_w8._wo_a_w8_triton
+    monkeypatch.setattr(dsv4_wo_a_w8, "_wo_a_w8_triton", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(dsv4_wo_a_w8, "_wo_a_w8_torch", lambda *a, **k: pytest.fail("took the CPU fallback"))
+    from sglang.srt.models.deepseek_v4 import MqaAttentionBase
+
+    layer = object.__new__(MqaAttentionBase)
+    torch.nn.Module.__init__(layer)
+    layer.wo_a = torch.nn.Module()
+    layer.wo_a.weight_w8, layer.wo_a.weight_w8_scale = codes, scale
+    result = layer._apply_wo_a_w8(o)
+    assert calls == [1]
+    expected = torch.einsum("tgd,grd->tgr", o.double(), wo_a.double())
+    torch.testing.assert_close(result.double(), expected, rtol=2**-6, atol=2**-6)
