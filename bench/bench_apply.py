@@ -1,6 +1,8 @@
 """Apply the whole series three ways, in the same run, and print times and ratios:
 
-  forkbuild  `forkbuild apply --all --dir <fresh dir>` (the CLI, end to end)
+  forkbuild  `forkbuild apply --all --dir <fresh dir>` (the CLI, end to end), every
+             patch computed (the engine's remembered results dropped first)
+  forkbuild memo  the same with the results of the runs before remembered
   git am     `git worktree add` of the upstream commit + `git am <patches>`
   quilt      `git worktree add` of the upstream commit + `quilt push -a`
 
@@ -28,6 +30,7 @@ from pathlib import Path
 from forkbuild.cache import UpstreamCache
 from forkbuild.config import load_series
 from forkbuild.series_edit import quilt_series_text
+from forkbuild.worktree.engine import MEMO_FILE
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -84,12 +87,23 @@ class Bench:
     def run_quilt(self, dest: Path) -> float:
         return timed(["quilt", "--quiltrc=-", "push", "-a", "-q"], cwd=dest, env=self.quilt_env)
 
+    def forget_results(self) -> None:
+        """Drop the engine's remembered results: the next forkbuild run computes every patch."""
+        (self.cache / "upstream.git" / MEMO_FILE).unlink(missing_ok=True)
+
     def round(self) -> dict[str, tuple[float, float]]:
         """One run of each tool: (fresh, apply step) seconds."""
         times = {}
         dest = self.fresh("forkbuild")
+        self.forget_results()
         first = self.run_forkbuild(dest)
+        self.forget_results()
         times["forkbuild"] = (first, self.run_forkbuild(dest))
+        self.remove(dest)
+        # The same with the results remembered from the runs before (unchanged patches).
+        dest = self.fresh("forkbuild-memo")
+        first = self.run_forkbuild(dest)
+        times["forkbuild memo"] = (first, self.run_forkbuild(dest))
         self.remove(dest)
         for name, apply in (("git am", self.run_git_am), ("quilt", self.run_quilt)):
             dest = self.fresh(name.replace(" ", "-"))
@@ -123,10 +137,10 @@ def main() -> int:
 def report(rounds: list[dict[str, tuple[float, float]]]) -> None:
     tools = list(rounds[0])
     median = {tool: tuple(statistics.median(run[tool][kind] for run in rounds) for kind in (0, 1)) for tool in tools}
-    print(f"{'':12}{'fresh tree':>12}{'vs git am':>11}{'apply step':>13}{'vs git am':>11}")
+    print(f"{'':16}{'fresh tree':>12}{'vs git am':>11}{'apply step':>13}{'vs git am':>11}")
     for tool in tools:
         fresh, step = median[tool]
-        print(f"{tool:12}{fresh:11.2f}s{fresh / median['git am'][0]:10.2f}x{step:12.2f}s{step / median['git am'][1]:10.2f}x")
+        print(f"{tool:16}{fresh:11.2f}s{fresh / median['git am'][0]:10.2f}x{step:12.2f}s{step / median['git am'][1]:10.2f}x")
 
 
 if __name__ == "__main__":

@@ -47,7 +47,7 @@ PATCHES = (
     FixturePatch("envs-exact.patch", "envs", "environ: a fork switch next to the ngram lookup",
                  ((ENVIRON, "    SGLANG_USE_ATTN_TP_NGRAM = EnvBool(False)\n",
                    "    SGLANG_USE_ATTN_TP_NGRAM = EnvBool(False)\n    DSV41_FIXTURE_NGRAM = EnvBool(False)\n"),),
-                 "clean"),
+                 "exact"),
     # 0.5.23 inserted ~90 lines above, none near: the same context 93 lines further down.
     FixturePatch("envs-offset.patch", "envs", "environ: a fork switch next to the aiter rmsnorm pad",
                  ((ENVIRON, "    SGLANG_AITER_FUSE_RMSNORM_PAD = EnvBool(False)\n",
@@ -56,7 +56,7 @@ PATCHES = (
     # 0.5.23 rewrote the comment and default two lines below: the context differs, the change does not collide.
     FixturePatch("envs-sim-len.patch", "envs", "environ: simulated acceptance length as a float literal",
                  ((ENVIRON, "    SGLANG_SIMULATE_ACC_LEN = EnvFloat(-1)\n", "    SGLANG_SIMULATE_ACC_LEN = EnvFloat(-1.0)\n"),),
-                 "3way"),
+                 "3-way"),
     FixturePatch("sched-retract-note.patch", "sched", "schedule_batch: say why retraction drops output ids",
                  ((SCHEDULE_BATCH, '            self.output_ids = array("q")\n',
                    '            # Retracted with input embeds: the ids would mis-size the KV indexes on re-prefill.\n'

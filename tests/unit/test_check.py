@@ -26,7 +26,7 @@ def test_every_variant_applies(series_fx: SeriesFixture) -> None:
     assert [result.label for result in results] == ["(whole series)", "full", "lite", "stock"]
     assert all(result.ok for result in results)
     assert [len(result.records) for result in results] == [3, 3, 2, 0]
-    assert {record.outcome for record in results[2].records} == {"exact", "3way"}
+    assert {record.outcome for record in results[2].records} == {"exact", "3-way"}
     raise_on_failures(results)
     assert len(worktrees(series_fx)) == 1  # only the bare cache itself: the scratch tree is gone
     assert series_fx.cli("check") == 0

@@ -152,11 +152,14 @@ def test_unknown_feature_suggests_near_miss(series_fx: SeriesFixture) -> None:
         export_series(context=series_fx.context(), tree=tree.path)
 
 
-def test_dropped_commit_removes_its_entry_and_file(series_fx: SeriesFixture) -> None:
+def test_a_commit_gone_stops_export_and_only_drop_removes_its_entry_and_file(series_fx: SeriesFixture) -> None:
     tree = make_tree(series_fx)
     commits = tree.commits(tree.head() + "~3", tree.head())
     tree.run("reset", "--quiet", "--hard", commits[1])
-    assert series_fx.cli("export") == 0
+    before = (series_fx.patches_dir / "beta-limit.patch").read_bytes()
+    assert series_fx.cli("export") == 5  # never an implicit drop
+    assert (series_fx.patches_dir / "beta-limit.patch").read_bytes() == before
+    assert series_fx.cli("export", "--drop", "beta-limit.patch") == 0
     assert toml_patches(series_fx) == [("guards.patch", "guards"), ("alpha-scale.patch", "alpha")]
     assert not (series_fx.patches_dir / "beta-limit.patch").exists()
     assert (series_fx.patches_dir / "series").read_text().split("\n")[-3:] == ["guards.patch", "alpha-scale.patch", ""]

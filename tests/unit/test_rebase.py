@@ -10,7 +10,6 @@ from filelock import FileLock
 from fixtures import SeriesFixture, make_series
 from forkbuild.errors import DirtyTreeError, LockTimeout, RebaseStopped
 from forkbuild.git import Git
-from forkbuild.patchfile import hunk_offsets
 from rebase_fixtures import (CONFLICT_CHANGES, LADDER_CHANGES, NEW_VERSION, UPSTREAMED_CHANGES, WITH_DOCS, fingerprint,
                              rebase_args, release, tree)
 
@@ -34,7 +33,7 @@ def test_ladder_clean_offset_three_way(git_series_fx: SeriesFixture, capfd) -> N
     # No warnings on a clean run (the export knows which patch files the rebase tree was built from).
     assert "warning" not in capfd.readouterr().err
     report = report_of(fx)
-    assert outcomes(report) == {"guards.patch": "clean", "alpha-scale.patch": "offset", "beta-limit.patch": "3way"}
+    assert outcomes(report) == {"guards.patch": "exact", "alpha-scale.patch": "offset", "beta-limit.patch": "3-way"}
     assert "python/pkg/core.py hunk 1: +5 lines" in report["patches"][1]["detail"]
     assert report["auto_applied"] == 3 and report["check"]["ok"]
     assert report["patches"][2]["files"] == ["python/pkg/environ.py", "python/pkg/util.py"]
@@ -51,15 +50,11 @@ def test_ladder_clean_offset_three_way(git_series_fx: SeriesFixture, capfd) -> N
     assert "| 3 | `beta-limit.patch` | beta | 3-way |" in md
 
 
-def test_offsets_come_from_patchfile_hunk_offsets(git_series_fx: SeriesFixture, monkeypatch) -> None:
-    # One offset finder for apply and rebase (it reads only the diff, not a commit message quoting one).
-    found = []
-    monkeypatch.setattr("forkbuild.rebase.ladder.hunk_offsets",
-                        lambda patch_text, applied_diff: found.append(hunk_offsets(patch_text, applied_diff)) or found[-1])
+def test_offsets_come_from_git_apply_verbose(git_series_fx: SeriesFixture) -> None:
+    # One offset reader for apply and rebase: git apply -v's "Hunk #1 succeeded at ... (offset 5 lines)".
     fx = git_series_fx
     assert fx.cli(*rebase_args(release(fx, LADDER_CHANGES))) == 0
-    assert found == [[], ["python/pkg/core.py hunk 1: +5 lines"]]  # guards (clean), alpha (offset); beta: 3-way
-    assert report_of(fx)["patches"][1]["detail"] == "python/pkg/core.py hunk 1: +5 lines"
+    assert [patch["detail"] for patch in report_of(fx)["patches"][:2]] == ["", "python/pkg/core.py hunk 1: +5 lines"]
 
 
 def test_conflict_resolved_then_continue(git_series_fx: SeriesFixture) -> None:
@@ -91,7 +86,7 @@ def test_skip_drops_the_stopped_patch(git_series_fx: SeriesFixture) -> None:
     assert fx.cli(*rebase_args(commit)) == RebaseStopped.return_code
     assert fx.cli("rebase", "--skip") == 0
     report = report_of(fx)
-    assert outcomes(report) == {"guards.patch": "clean", "alpha-scale.patch": "dropped", "beta-limit.patch": "3way"}
+    assert outcomes(report) == {"guards.patch": "exact", "alpha-scale.patch": "skipped", "beta-limit.patch": "3-way"}
     assert not (fx.patches_dir / "alpha-scale.patch").exists()
     assert [entry["file"] for entry in tomllib.loads(fx.series_toml.read_text())["patches"]] == [
         "guards.patch", "beta-limit.patch"]
@@ -254,7 +249,7 @@ def test_finishing_refuses_to_overwrite_series_edits_made_while_stopped(git_seri
     fx.series_toml.write_text(original)
     (fx.patches_dir / "gamma-new.patch").unlink()
     assert fx.cli("rebase", "--continue") == 0
-    assert outcomes(report_of(fx))["alpha-scale.patch"] == "dropped"
+    assert outcomes(report_of(fx))["alpha-scale.patch"] == "skipped"
 
 
 def test_abort_saves_series_edits_made_while_stopped(git_series_fx: SeriesFixture, monkeypatch) -> None:

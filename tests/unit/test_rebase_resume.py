@@ -106,5 +106,5 @@ def test_kill_while_continuing_after_a_resolution(tmp_path: Path) -> None:
     killed = run_killed(fx, ["rebase", "--continue"], step="settled:alpha-scale.patch")
     assert killed.returncode == -signal.SIGKILL
     assert fx.cli("rebase", "--continue") == 0
-    assert outcomes(fx) == ["clean", "resolved", "clean"]
+    assert outcomes(fx) == ["exact", "resolved", "exact"]
     assert "doubled in 2.0" in (fx.patches_dir / "alpha-scale.patch").read_text()

@@ -44,15 +44,15 @@ def test_long_output_is_clipped(tmp_path: Path, caplog: pytest.LogCaptureFixture
     assert len(caplog.records[-1].getMessage().splitlines()) == 1 + 3 + 1
 
 
-def test_cli_verbose_shows_git_am_output_on_stderr_and_quiet_does_not(series_fx, capsys: pytest.CaptureFixture) -> None:
+def test_cli_verbose_shows_git_apply_output_on_stderr_and_quiet_does_not(series_fx, capsys: pytest.CaptureFixture) -> None:
     assert series_fx.cli("-v", "apply", "--all") == 0
     err = capsys.readouterr().err
-    assert "$ git -C" in err and " am --keep-non-patch" in err
-    assert "Applying: core: scale by alpha when DSV41_ALPHA is set" in err  # git am's own output
+    assert "$ git -C" in err and " apply --cached -v" in err
+    assert "Applied patch python/pkg/core.py cleanly." in err  # git apply's own output
     assert logging.getLogger("forkbuild").level == logging.DEBUG
 
     assert series_fx.cli("apply", "--all") == 0
     err = capsys.readouterr().err
-    assert "$ git" not in err and "Applying:" not in err
+    assert "$ git" not in err and "Applied patch" not in err
     assert logging.getLogger("forkbuild").level == logging.WARNING
     assert len(logging.getLogger("forkbuild").handlers) == 1  # replaced, not piled up

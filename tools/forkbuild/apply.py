@@ -1,22 +1,21 @@
 """Apply a variant: plan first (which patches, safety, base), then build a work
-tree of upstream + one commit per patch with `git am -3`.
+tree of upstream + one commit per patch with the apply engine
+(forkbuild.worktree.engine: exact, offset, 3-way; git never fuzzes).
 
-Strict: exact and offset applies are fine (offsets are reported); git never
-fuzzes; a 3-way merge is reported as such. A patch that fails is reported with
-the left-out patches it probably needs, and the run goes on to find every
-failing patch (`forkbuild check` reports them all at once).
+Two ways to meet a patch that does not apply: `apply --all` (the tree export
+reads) stops AT it with conflict markers, as `git am` and `quilt push` do, and
+waits for --continue / --skip / --abort; a variant tree and `check` record it
+with the left-out patches it probably needs and go on, to report every failure.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import re
-import shutil
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from forkbuild.cache import UpstreamCache
@@ -26,22 +25,38 @@ from forkbuild.errors import ApplyError, DirtyTreeError
 from forkbuild.fsutil import write_atomic
 from forkbuild.git import Git
 from forkbuild.matrix.combination import Combination, as_combination
-from forkbuild.patchfile import PatchInfo, check_safe, hunk_offsets, read_patch
+from forkbuild.patchfile import PatchInfo, check_safe, read_patch
+from forkbuild.worktree.engine import Engine, Outcome, PatchJob, PatchResult
+from forkbuild.worktree.stop import StopState, clear_stop, read_stop, write_stop
 
 STATE_FILE = "forkbuild-worktree.json"
 # What the state file must hold: what apply builds a tree from and what export checks.
 STATE_KEYS = {"variant": str, "base": str, "head": str, "patches": list}
 FULL_SERIES_REF = "refs/forkbuild/series"
-APPLYING = re.compile(r"^Applying: (?P<subject>.*)$")
-THREE_WAY = "Falling back to patching base and 3-way merge"
+
+
+class ApplyStopped(ApplyError):
+    """`apply --all` stopped at a patch that does not apply; the tree waits for a person."""
+
+    label = "stopped"
 
 
 @dataclass(frozen=True, kw_only=True)
 class PatchRecord:
+    """The engine's result for one series entry."""
+
     entry: PatchEntry
-    outcome: str  # "exact" | "offset" | "3way" | "failed"
-    commit: str = ""
-    detail: str = ""
+    result: PatchResult
+
+    outcome = property(lambda self: self.result.outcome)
+    commit = property(lambda self: self.result.commit)
+    detail = property(lambda self: self.result.detail)
+    conflicts = property(lambda self: self.result.conflicts)
+    offsets = property(lambda self: self.result.offsets)
+
+    @property
+    def failed(self) -> bool:
+        return self.outcome is Outcome.CONFLICT
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,7 +77,7 @@ class ApplyResult:
 
     @property
     def failures(self) -> tuple[PatchRecord, ...]:
-        return tuple(record for record in self.records if record.outcome == "failed")
+        return tuple(record for record in self.records if record.failed)
 
 
 def plan_variant(series: Series, variant: Combination | str | None) -> ApplyPlan:
@@ -77,37 +92,132 @@ def plan_variant(series: Series, variant: Combination | str | None) -> ApplyPlan
                      left_out=tuple(entry for entry in series.patches if entry not in chosen))
 
 
-def apply_variant(*, context: Context, variant: Combination | str | None, dest: Path) -> ApplyResult:
-    """Apply `variant` (None: the whole series) into the work tree `dest` and raise on any failure."""
-    result = apply_plan(context=context, plan=plan_variant(context.series, variant), dest=dest)
+def apply_variant(*, context: Context, variant: Combination | str | None, dest: Path,
+                  stop: bool = False) -> ApplyResult:
+    """Apply `variant` (None: the whole series) into the work tree `dest` and raise on any failure.
+
+    stop: wait AT the first patch that does not apply, conflict markers in `dest`
+    (ApplyStopped; `resume_apply` goes on); otherwise every failure is collected first."""
+    result = apply_plan(context=context, plan=plan_variant(context.series, variant), dest=dest, stop=stop)
     if result.failures:
         raise ApplyError(describe_failures(result), hint="fix the patch, or run `forkbuild check` to see every variant")
     return result
 
 
-def apply_plan(*, context: Context, plan: ApplyPlan, dest: Path) -> ApplyResult:
+def apply_plan(*, context: Context, plan: ApplyPlan, dest: Path, stop: bool = False,
+               report_offsets: bool = True) -> ApplyResult:
     series = context.series
     cache = UpstreamCache(context.cache_dir, reporter=context.reporter)
     base = cache.ensure(series.upstream)
     cache_git = cache.git()
-    if plan.left_out and plan.entries:  # nothing applied (stock): no merges, no series blobs needed
-        # Patches after a left-out one were written on top of it: `am -3` needs the
-        # blobs of the whole series to merge them, so the series is applied once.
-        ensure_series_blobs(context=context, cache=cache, base=base)
+    sources: dict[str, str] = {}
+    if plan.left_out and plan.entries:  # nothing applied (stock): no merges, no series commits needed
+        # Patches after a left-out one were written on top of it: the 3-way rung
+        # merges each one's commit from the whole series, applied once in the cache.
+        sources = ensure_series_blobs(context=context, cache=cache, base=base)
+    previous = read_state(dest) if (dest / ".git").exists() else None
     worktree = prepare_worktree(cache_git, dest=dest, base=base)
-    # Recorded in the tree's state: export refuses a tree made from other patches than patches/ holds now.
-    hashes = series_hashes(series)
+    jobs = tuple(PatchJob(name=entry.file, path=entry.path, source=sources.get(entry.file, "")) for entry in plan.entries)
+    run = StopState(variant=plan.variant, base=base, started_from=previous["head"] if previous else base,
+                    previous_state=previous, jobs=jobs, cursor=0, results=(),
+                    # Recorded in the tree's state: export refuses a tree made from other patches than patches/ holds now.
+                    hashes=series_hashes(series))
     label = plan.variant or "the whole series"
     with context.reporter.step(f"Applying {len(plan.entries)} patches of {label} into {dest}"):
-        records = _am_all(worktree, plan)
-    head = worktree.head()
-    _write_state(worktree, {"variant": plan.variant, "base": base, "head": head,
-                            "patches": [record.entry.file for record in records if record.commit],
-                            "sha256": hashes})
+        results = _run(Engine(worktree, head=base), run, stop=stop, context=context)
+    return _result(context, plan, dest=dest, base=base, head=worktree.head(), results=results, report=report_offsets)
+
+
+def resume_apply(*, context: Context, dest: Path, action: str) -> ApplyResult | None:
+    """--continue / --skip / --abort a stopped `apply --all` in `dest` (None after --abort)."""
+    worktree = Git(dest) if (dest / ".git").exists() else None
+    state = read_stop(worktree) if worktree else None
+    if state is None:
+        raise ApplyError(f"no apply is stopped in {dest}", hint="`forkbuild apply --all` starts one")
+    engine = Engine(worktree)
+    if action == "abort":
+        engine.skip(state.stopped)
+        worktree.reset_hard(state.started_from)
+        if state.previous_state is None:
+            _state_path(worktree).unlink(missing_ok=True)
+        else:
+            _write_state(worktree, state.previous_state)
+        clear_stop(worktree)
+        context.reporter.info(f"apply aborted: {dest} is back at {state.started_from[:12]}")
+        return None
+    settled = engine.settle(state.stopped) if action == "continue" else engine.skip(state.stopped)
+    context.reporter.info(f"{settled.name}: {settled.outcome} {settled.detail}".rstrip())
+    resumed = replace(state, cursor=state.cursor + 1, results=(*state.results, settled))
+    results = _run(engine, resumed, stop=True, context=context)
+    plan = plan_variant(context.series, state.variant or None)
+    return _result(context, plan, dest=dest, base=state.base, head=worktree.head(), results=results)
+
+
+def _run(engine: Engine, state: StopState, *, stop: bool, context: Context) -> list[PatchResult]:
+    """Apply state.jobs[state.cursor:] after state.results; on a conflict with stop, save the state and raise."""
+    results = list(state.results)
+    for cursor in range(state.cursor, len(state.jobs)):
+        job = state.jobs[cursor]
+        result = engine.step(job, stop=stop)
+        if result.outcome is Outcome.CONFLICT and stop:
+            _save_stop(engine, replace(state, cursor=cursor, results=tuple(results)))
+            raise _stopped(engine.worktree, job, result)
+        results.append(result)
+    engine.finish()
+    _record_applied(engine.worktree, state, results)
+    clear_stop(engine.worktree)
+    return results
+
+
+def _save_stop(engine: Engine, state: StopState) -> None:
+    write_stop(engine.worktree, state)
+    _record_applied(engine.worktree, state, list(state.results))
+
+
+def _record_applied(worktree: Git, state: StopState, results: list[PatchResult]) -> None:
+    """The tree's state: what export compares the tree with (which patch has which commit,
+    which did not apply), and the patch files it was made from."""
+    _write_state(worktree, {"variant": state.variant, "base": state.base, "head": worktree.head(),
+                            "patches": [result.name for result in results if result.outcome.applied],
+                            "commits": {result.name: result.commit for result in results if result.outcome.applied},
+                            "missing": {result.name: result.outcome.value for result in results
+                                        if not result.outcome.applied},
+                            "sha256": state.hashes})
+
+
+def _stopped(worktree: Git, job: PatchJob, result: PatchResult) -> ApplyStopped:
+    dest = worktree.path
+    files = ", ".join(result.conflicts) or "none reported"
+    return ApplyStopped(
+        f"{job.name} does not apply: {result.detail}\n  conflicted: {files}\n  work tree: {dest}",
+        hint=f"resolve it in {dest} (edit the conflict markers or .rej hunks, `git add`), then "
+             f"`forkbuild apply --continue --dir {dest}` and `forkbuild export`; `--skip` leaves it out of the tree "
+             f"(its file stays; export then stops until you repair or drop it); `--abort` puts the tree back")
+
+
+def _result(context: Context, plan: ApplyPlan, *, dest: Path, base: str, head: str,
+            results: list[PatchResult], report: bool = True) -> ApplyResult:
+    by_name = {entry.file: entry for entry in plan.entries}
+    records = tuple(PatchRecord(entry=by_name[result.name], result=replace(
+        result, detail=_failure_detail(by_name[result.name], plan, result.detail)) if result.outcome is Outcome.CONFLICT
+        else result) for result in results)
+    if report:
+        _report_offsets(context, records)
+    return ApplyResult(dest=dest, variant=plan.variant, base_commit=base, head_commit=head, records=records)
+
+
+def _report_offsets(context: Context, records: tuple[PatchRecord, ...]) -> None:
+    """One line for offsets (hunks that landed elsewhere than the file says), the hunks with -v."""
+    moved = [record for record in records if record.offsets]
+    if moved:
+        hunks = sum(len(record.offsets) for record in moved)
+        context.reporter.info(f"{len(moved)} patch(es) applied at an offset ({hunks} hunk(s) moved; "
+                              "`forkbuild export --refresh` rewrites them; -v lists them)")
+    for record in moved:
+        context.reporter.detail(f"  {record.entry.file}: " + "; ".join(record.offsets))
     for record in records:
-        if record.outcome in ("offset", "3way"):
-            context.reporter.info(f"{record.entry.file}: {record.outcome} {record.detail}".rstrip())
-    return ApplyResult(dest=dest, variant=plan.variant, base_commit=base, head_commit=head, records=tuple(records))
+        if record.outcome is Outcome.THREE_WAY:
+            context.reporter.info(f"{record.entry.file}: 3-way ({record.detail})")
 
 
 @contextmanager
@@ -196,6 +306,21 @@ def record_series_tree(worktree: Git, *, base: str, head: str, patches: list[str
     _write_state(worktree, state if hashes is None else {**state, "sha256": dict(hashes)})
 
 
+def record_dropped(dest: Path, names: list[str]) -> dict[str, str]:
+    """Note in the tree's state that these patches left the series on purpose (`forkbuild
+    drop`), so export does not call the tree stale; returns the tree's commits of them
+    that are still in it (export would bring those back as new patches)."""
+    state = read_state(dest) if (dest / ".git").exists() else None
+    if state is None:
+        return {}
+    worktree = Git(dest)
+    head = worktree.head()
+    still = {name: commit for name, commit in state.get("commits", {}).items()
+             if name in names and worktree.is_ancestor(commit, head)}
+    _write_state(worktree, {**state, "dropped": sorted({*state.get("dropped", []), *names})})
+    return still
+
+
 def _write_state(worktree: Git, state: dict) -> None:
     write_atomic(_state_path(worktree), json.dumps(state, indent=2, sort_keys=True) + "\n")
 
@@ -204,6 +329,11 @@ def refuse_unsaved_work(worktree: Git) -> None:
     """Raise DirtyTreeError if the tree holds work no commit has: a stopped `git am`, or
     uncommitted changes. apply would reset them away; export reads commits only."""
     dest = worktree.path
+    stopped = read_stop(worktree)
+    if stopped is not None:
+        raise DirtyTreeError(f"{dest}: `forkbuild apply` is stopped there at {stopped.stopped.name}",
+                             hint=f"resolve it and `forkbuild apply --continue --dir {dest}`; or `--skip` it; "
+                                  f"or `--abort` (the tree goes back to before that apply)")
     if worktree.am_in_progress():
         raise DirtyTreeError(f"{dest}: a `git am` is in progress there",
                              hint=f"finish it (git -C {dest} am --continue) and export, "
@@ -217,7 +347,8 @@ def refuse_unsaved_work(worktree: Git) -> None:
 
 
 def prepare_worktree(cache_git: Git, *, dest: Path, base: str) -> Git:
-    """A clean work tree at `base`: new, or one forkbuild made that holds nothing else."""
+    """A clean work tree to build on `base`: new (checked out at base), or one forkbuild
+    made that holds nothing else (left as it is until the engine's one checkout)."""
     if dest.exists() and not dest.is_dir():
         raise DirtyTreeError(f"{dest} exists and is not a directory", hint="choose another --dir")
     if not dest.exists() or not any(dest.iterdir()):
@@ -234,76 +365,17 @@ def prepare_worktree(cache_git: Git, *, dest: Path, base: str) -> Git:
         raise DirtyTreeError(f"{dest} has {len(extra) or 'other'} commit(s) that are not in the series (HEAD {head[:12]})",
                              hint=f"keep them: `forkbuild export --dir {dest}`; "
                                   f"discard them: git -C {dest} reset --hard {state['head'][:12]}")
-    worktree.checkout_detached(base)
+    # No checkout here: the engine builds the commits on `base` without the work tree and
+    # checks the result out once, touching only the files that differ from what is there.
     return worktree
 
 
 # -- applying ---------------------------------------------------------------
 
-def _am_all(worktree: Git, plan: ApplyPlan) -> list[PatchRecord]:
-    """`git am -3` the plan's patches; on a failure, record it, skip it and go on."""
-    records: list[PatchRecord] = []
-    remaining = list(zip(plan.entries, plan.infos, strict=True))
-    while remaining:
-        before = worktree.head()
-        result = worktree.am([entry.path for entry, _ in remaining], three_way=True,
-                             committer_date_is_author_date=True)
-        made = worktree.commits(before, worktree.head())
-        three_way = _three_way_subjects(result.stdout + result.stderr)
-        diffs = worktree.commit_diffs(before, worktree.head()) if made else {}
-        for (entry, info), commit in zip(remaining, made, strict=False):
-            records.append(_record_for(entry, info, commit, diffs[commit], three_way=info.subject in three_way))
-        remaining = remaining[len(made):]
-        if result.status == 0:
-            break
-        if worktree.am_in_progress():
-            # --quit, not --abort: --abort would also undo the patches this run applied.
-            worktree.am_quit()
-        if not remaining:
-            # git made a commit for every patch and still failed: the error belongs to
-            # the last one, whose commit may be incomplete; report it, never guess it is fine.
-            last = records.pop()
-            records.append(PatchRecord(entry=last.entry, outcome="failed", commit=last.commit,
-                                       detail="git am failed after committing it: "
-                                              + _reason(result.stdout + result.stderr, default=f"exit {result.status}")))
-            break
-        failed_entry, _ = remaining.pop(0)
-        records.append(PatchRecord(entry=failed_entry, outcome="failed",
-                                   detail=_failure_detail(failed_entry, plan, result.stdout + result.stderr)))
-    return records
-
-
-def _three_way_subjects(output: str) -> set[str]:
-    subjects, current = set(), None
-    for line in output.splitlines():
-        match = APPLYING.match(line)
-        if match:
-            current = match["subject"]
-        elif THREE_WAY in line and current is not None:
-            subjects.add(current)
-    return subjects
-
-
-def _record_for(entry: PatchEntry, info: PatchInfo, commit: str, applied_diff: str, *, three_way: bool) -> PatchRecord:
-    if three_way:
-        return PatchRecord(entry=entry, outcome="3way", commit=commit, detail="(merged with the series' blobs)")
-    offsets = hunk_offsets(entry.path.read_text(encoding="utf-8", errors="surrogateescape"), applied_diff)
-    if offsets:
-        return PatchRecord(entry=entry, outcome="offset", commit=commit, detail="; ".join(offsets))
-    return PatchRecord(entry=entry, outcome="exact", commit=commit)
-
-
-def _reason(output: str, *, default: str = "does not apply") -> str:
-    """The line of git am's output that says why it stopped."""
-    return next((line.strip() for line in output.splitlines()
-                 if line.startswith(("error:", "fatal:", "CONFLICT"))), default)
-
-
-def _failure_detail(entry: PatchEntry, plan: ApplyPlan, output: str) -> str:
+def _failure_detail(entry: PatchEntry, plan: ApplyPlan, reason: str) -> str:
     touched = {change.path for change in read_patch(entry.path).files}
     needs = [other.file for other in plan.left_out
              if touched & {change.path for change in read_patch(other.path).files}]
-    reason = _reason(output)
     if needs:
         return f"{reason}; it needs {', '.join(needs)} (left out of {plan.variant or 'the series'}; same files)"
     return reason
@@ -318,25 +390,25 @@ def _series_key(series: Series, base: str) -> str:
     return digest.hexdigest()[:20]
 
 
-def ensure_series_blobs(*, context: Context, cache: UpstreamCache, base: str) -> None:
-    """Apply the whole series once (per content) in the cache, keeping its commits under a ref."""
-    ref = f"{FULL_SERIES_REF}/{_series_key(context.series, base)}"
+def ensure_series_blobs(*, context: Context, cache: UpstreamCache, base: str) -> dict[str, str]:
+    """The whole series applied once (per content) in the cache, its commits kept under a
+    ref: patch file -> its commit there (the 3-way rung of a variant merges those)."""
+    series = context.series
+    ref = f"{FULL_SERIES_REF}/{_series_key(series, base)}"
     cache_git = cache.git()
-    if cache_git.rev(ref):
-        return
-    with cache.locked(), tempfile.TemporaryDirectory(prefix="forkbuild-series-") as scratch:
-        if cache_git.rev(ref):
-            return
-        dest = Path(scratch) / "tree"
-        worktree = cache_git.add_worktree(dest, base)
-        try:
-            plan = plan_variant(context.series, None)
-            records = _am_all(worktree, plan)
-            if any(record.outcome == "failed" for record in records):
-                raise ApplyError(describe_failures(ApplyResult(dest=dest, variant="", base_commit=base,
-                                                               head_commit=worktree.head(), records=tuple(records))),
-                                 hint="the whole series must apply before a variant that leaves patches out can")
-            cache_git.update_ref(ref, worktree.head())
-        finally:
-            cache_git.remove_worktree(dest)
-            shutil.rmtree(dest, ignore_errors=True)
+    if not cache_git.rev(ref):
+        with cache.locked():
+            if not cache_git.rev(ref):
+                # Plumbing only (a private index in the bare cache): no work tree to check out.
+                engine = Engine(cache_git, head=base, shown=base)
+                results = [engine.step(PatchJob(name=entry.file, path=entry.path), stop=False)
+                           for entry in series.patches]
+                failed = [result for result in results if not result.outcome.applied]
+                if failed:
+                    raise ApplyError("the whole series does not apply:\n" + "\n".join(
+                        f"  - {result.name}: {result.detail}" for result in failed),
+                        hint="the whole series must apply before a variant that leaves patches out can")
+                engine.close()
+                cache_git.update_ref(ref, engine.head)
+    commits = cache_git.commits(base, cache_git.rev(ref))
+    return dict(zip((entry.file for entry in series.patches), commits))

@@ -14,6 +14,7 @@ from forkbuild.config import Series
 from forkbuild.context import Context
 from forkbuild.errors import ApplyError, UnsafePatchError
 from forkbuild.patchfile import check_safe
+from forkbuild.worktree.engine import Outcome
 
 SERIES = ""  # the name check results use for the whole series
 
@@ -30,14 +31,14 @@ class VariantCheck:
 
     @property
     def failures(self) -> tuple[PatchRecord, ...]:
-        return tuple(record for record in self.records if record.outcome == "failed")
+        return tuple(record for record in self.records if record.failed)
 
     @property
     def ok(self) -> bool:
         return not self.error and not self.failures
 
-    def count(self, outcome: str) -> int:
-        return sum(1 for record in self.records if record.outcome == outcome)
+    def count(self, outcome: Outcome) -> int:
+        return sum(1 for record in self.records if record.outcome is outcome)
 
 
 def unsafe_patches(series: Series, *, tree: Path | None = None) -> list[str]:
@@ -78,7 +79,9 @@ def _try(context: Context, variant: str, dest: Path) -> VariantCheck:
     """One variant's apply, the failures recorded rather than raised."""
     try:
         # The work tree is reused: apply resets it to upstream (it only holds our own commits).
-        result = apply_plan(context=context, plan=plan_variant(context.series, variant or None), dest=dest)
+        # Offsets are counted in check's table, not printed per variant.
+        result = apply_plan(context=context, plan=plan_variant(context.series, variant or None), dest=dest,
+                            report_offsets=False)
     except ApplyError as error:
         # A variant that leaves patches out needs the whole series to apply first.
         return VariantCheck(variant=variant, error=error.message)

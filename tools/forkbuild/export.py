@@ -3,14 +3,21 @@
 
 Each commit becomes one `git format-patch` file (Git.format_patch: fixed flags).
 Commits are matched to series entries by subject, then by position; a new
-commit becomes a new entry named from its `Feature:` trailer and subject; an
-entry with no commit left is removed. A patch whose only difference from the
-file on disk is index/offset noise stays as it is unless `refresh` is asked.
+commit becomes a new entry named from its `Feature:` trailer and subject. A
+patch whose only difference from the file on disk is index/offset noise stays
+as it is unless `refresh` is asked.
+
+Never an implicit drop: an entry with no commit in the tree (it did not apply,
+was --skip'ped, or its commit was reset away) stops the export, each one named
+with how to get it back (the tree's state says which, and its commit), unless
+the caller says what to do with it: `keep` (file and entry stay as they are, in
+their place) or `drop` (removed, and saved aside first).
 """
 
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,6 +59,7 @@ class ExportPlan:
     head: str
     patches: tuple[ExportedPatch, ...]
     removed: tuple[str, ...]
+    kept: tuple[str, ...] = ()  # entries with no commit kept as they are (--keep)
     series_toml: str | None  # the new series.toml text, None when unchanged
     quilt_series: str | None  # the new patches/series text, None when unchanged
 
@@ -66,11 +74,15 @@ class ExportPlan:
         return lines
 
 
-def export_series(*, context: Context, tree: Path, check: bool = False, refresh: bool = False) -> ExportPlan:
-    """Plan the export of `tree`; with check, raise ExportDriftError on any change, else write it."""
+def export_series(*, context: Context, tree: Path, check: bool = False, refresh: bool = False,
+                  drops: tuple[str, ...] = (), keeps: tuple[str, ...] = ()) -> ExportPlan:
+    """Plan the export of `tree`; with check, raise ExportDriftError on any change, else write it.
+
+    drops / keeps: what to do with entries that have no commit in the tree (see above)."""
     series = context.series
-    worktree, base = open_export_tree(context=context, tree=tree)
-    plan = plan_export(series, worktree=worktree, base=base, refresh=refresh)
+    worktree, base = open_export_tree(context=context, tree=tree, drops=drops)
+    plan = plan_export(series, worktree=worktree, base=base, refresh=refresh,
+                       decisions=_decisions(series, drops=drops, keeps=keeps), state=read_state(tree) or {})
     if check:
         changes = plan.changes()
         if changes:
@@ -79,6 +91,7 @@ def export_series(*, context: Context, tree: Path, check: bool = False, refresh:
                 + "\n".join(f"  - {line}" for line in changes),
                 hint=f"run `forkbuild export --dir {tree}` and commit the result")
         return plan
+    save_aside(context, plan.removed)
     write_plan(series, plan)
     files = [patch.file for patch in plan.patches]
     record_exported(worktree, head=plan.head, patches=files, hashes=file_hashes(series.patches_dir, files))
@@ -87,7 +100,7 @@ def export_series(*, context: Context, tree: Path, check: bool = False, refresh:
 
 # -- the work tree -------------------------------------------------------------
 
-def open_export_tree(*, context: Context, tree: Path) -> tuple[Git, str]:
+def open_export_tree(*, context: Context, tree: Path, drops: tuple[str, ...] = ()) -> tuple[Git, str]:
     """The full-series work tree at `tree` and its upstream base, refusing any state export could lose."""
     if not (tree / ".git").exists():
         raise ForkbuildError(f"{tree} is not a work tree", hint=f"make it with `forkbuild apply --all --dir {tree}`")
@@ -99,7 +112,7 @@ def open_export_tree(*, context: Context, tree: Path) -> tuple[Git, str]:
                              hint="export the whole series' tree: `forkbuild apply --all` (default .forkbuild-work/series)")
     worktree = Git(tree)
     refuse_unsaved_work(worktree)
-    _refuse_stale_tree(context, state=state, worktree=worktree)
+    _refuse_stale_tree(context, state=state, worktree=worktree, dropped=set(drops))
     base = state["base"]
     pinned = UpstreamCache(context.cache_dir, reporter=context.reporter).imported(context.series.upstream)
     if pinned and pinned != base:
@@ -113,7 +126,7 @@ def open_export_tree(*, context: Context, tree: Path) -> tuple[Git, str]:
     return worktree, base
 
 
-def _refuse_stale_tree(context: Context, *, state: dict, worktree: Git) -> None:
+def _refuse_stale_tree(context: Context, *, state: dict, worktree: Git, dropped: set[str]) -> None:
     """Refuse a tree made from other patch files than patches/ holds now (a pull, a
     checkout, another tree's export): its older commits would overwrite them."""
     tree, recorded = worktree.path, state.get("sha256")
@@ -124,7 +137,9 @@ def _refuse_stale_tree(context: Context, *, state: dict, worktree: Git) -> None:
     current = series_hashes(context.series)
     changes = [f"patches/{name} (changed)" for name in current if name in recorded and recorded[name] != current[name]]
     changes += [f"patches/{name} (added to series.toml)" for name in current if name not in recorded]
-    changes += [f"patches/{name} (no longer in series.toml)" for name in recorded if name not in current]
+    # A patch `forkbuild drop` removed is gone from series.toml on purpose.
+    changes += [f"patches/{name} (no longer in series.toml)" for name in recorded
+                if name not in current and name not in dropped and name not in state.get("dropped", [])]
     if not changes:
         return
     message = (f"patches/ changed since {tree} was applied; exporting it would overwrite that with the tree's "
@@ -153,7 +168,8 @@ class _Commit:
         return f"commit {self.sha[:12]} {self.info.subject!r}"
 
 
-def plan_export(series: Series, *, worktree: Git, base: str, refresh: bool) -> ExportPlan:
+def plan_export(series: Series, *, worktree: Git, base: str, refresh: bool,
+                decisions: dict[str, str] | None = None, state: dict | None = None) -> ExportPlan:
     head = worktree.head()
     commits = [_read_commit(worktree, sha) for sha in worktree.commits(base, head)]
     matches = match_commits(commits, series.patches)
@@ -166,17 +182,95 @@ def plan_export(series: Series, *, worktree: Git, base: str, refresh: bool) -> E
         patches.append(ExportedPatch(file=file, feature=commit.info.trailer("Feature")[0],
                                      upstream=entry.upstream_status if entry else "local",
                                      commit=commit.sha, subject=commit.info.subject, text=commit.text, action=action))
-    kept = {entry.file for entry in matches if entry}
-    removed = tuple(entry.file for entry in series.patches if entry.file not in kept)
+    exported = {entry.file for entry in matches if entry}
+    missing = [entry for entry in series.patches if entry.file not in exported]
+    decisions = decisions or {}
+    _refuse_implicit_drops(series, missing=missing, decisions=decisions, state=state or {},
+                           worktree=worktree, exported=exported)
+    removed = tuple(entry.file for entry in missing if decisions.get(entry.file) == "drop")
+    kept = tuple(entry.file for entry in missing if decisions.get(entry.file) == "keep")
+    specs = _with_kept(series, [EntrySpec(file=p.file, feature=p.feature, upstream=p.upstream) for p in patches],
+                       kept=kept)
     current_toml = series.path.read_text()
-    new_toml = updated_series_toml(current_toml, [EntrySpec(file=p.file, feature=p.feature, upstream=p.upstream)
-                                                  for p in patches])
+    new_toml = updated_series_toml(current_toml, specs)
     quilt_path = series.patches_dir / "series"
-    quilt = quilt_series_text(p.file for p in patches)
+    quilt = quilt_series_text(spec.file for spec in specs)
     old_quilt = quilt_path.read_text() if quilt_path.is_file() else None
-    return ExportPlan(tree=worktree.path, head=head, patches=tuple(patches), removed=removed,
+    return ExportPlan(tree=worktree.path, head=head, patches=tuple(patches), removed=removed, kept=kept,
                       series_toml=None if new_toml == current_toml else new_toml,
                       quilt_series=None if quilt == old_quilt else quilt)
+
+
+def _decisions(series: Series, *, drops: tuple[str, ...], keeps: tuple[str, ...]) -> dict[str, str]:
+    known = {entry.file for entry in series.patches}
+    unknown = [f"--{how} {name}: no such patch in series.toml{near_miss(name, known)}"
+               for how, names in (("drop", drops), ("keep", keeps)) for name in names if name not in known]
+    both = sorted(set(drops) & set(keeps))
+    unknown += [f"{name}: given to both --drop and --keep" for name in both]
+    if unknown:
+        raise ConfigError(unknown, source="export")
+    return {**{name: "keep" for name in keeps}, **{name: "drop" for name in drops}}
+
+
+def _refuse_implicit_drops(series: Series, *, missing: list[PatchEntry], decisions: dict[str, str], state: dict,
+                           worktree: Git, exported: set[str]) -> None:
+    """Stop, naming every entry without a commit that the caller said nothing about."""
+    tree = worktree.path
+    present = [name for name, how in decisions.items() if how == "drop" and name in exported]
+    if present:
+        commits = state.get("commits", {})
+        removals = "; ".join(f"git -C {tree} rebase --onto {commits[name][:12]}^ {commits[name][:12]}"
+                             for name in present if name in commits)
+        raise DirtyTreeError(f"--drop {', '.join(present)}: still a commit in {tree}, export would write it",
+                             hint=f"remove its commit from the tree first ({removals or f'git -C {tree} rebase -i'}), "
+                                  "then export --drop again")
+    undecided = [entry for entry in missing if entry.file not in decisions]
+    if not undecided:
+        return
+    lines = [f"  - patches/{entry.file}: {_why_missing(entry, state=state, tree=tree)}" for entry in undecided]
+    names = " ".join(entry.file for entry in undecided)
+    raise DirtyTreeError(
+        f"{len(undecided)} patch(es) of series.toml have no commit in {tree}; export would lose them:\n"
+        + "\n".join(lines),
+        hint=f"keep them as they are: `forkbuild export --keep {names}` (then `forkbuild apply --all` stops at "
+             f"each, to repair it); or drop them on purpose: `forkbuild export --drop {names}`")
+
+
+def _why_missing(entry: PatchEntry, *, state: dict, tree: Path) -> str:
+    outcome = state.get("missing", {}).get(entry.file)
+    if outcome:
+        return (f"it did not apply when {tree.name} was made ({outcome}); patches/{entry.file} is unchanged")
+    commit = state.get("commits", {}).get(entry.file)
+    if commit:
+        return (f"its commit {commit[:12]} is gone from the tree (reset or rebased away); "
+                f"get it back: git -C {tree} cherry-pick {commit[:12]}, then export")
+    return "no commit of the tree matches it (by subject or by place and feature)"
+
+
+def _with_kept(series: Series, specs: list[EntrySpec], *, kept: tuple[str, ...]) -> list[EntrySpec]:
+    """The exported entries with the kept ones back in their series.toml place (after the
+    nearest entry before them that is still there)."""
+    result = list(specs)
+    for index, entry in enumerate(series.patches):
+        if entry.file not in kept:
+            continue
+        earlier = {other.file for other in series.patches[:index]}
+        position = max((at + 1 for at, spec in enumerate(result) if spec.file in earlier), default=0)
+        result.insert(position, EntrySpec(file=entry.file, feature=entry.feature, upstream=entry.upstream_status))
+    return result
+
+
+def save_aside(context: Context, names: tuple[str, ...]) -> Path | None:
+    """Copy patch files about to be dropped to .forkbuild-work/dropped/<time>/ (nothing is lost)."""
+    if not names:
+        return None
+    target = context.series_dir / ".forkbuild-work" / "dropped" / time.strftime("%Y%m%d-%H%M%S")
+    target.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        source = context.series.patches_dir / name
+        if source.is_file():
+            write_atomic(target / name, source.read_bytes())
+    return target
 
 
 def _read_commit(worktree: Git, sha: str) -> _Commit:

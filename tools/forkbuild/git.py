@@ -103,6 +103,11 @@ class Git:
     def git_dir(self) -> Path:
         return Path(self.repo.git_dir)
 
+    @property
+    def common_dir(self) -> Path:
+        """The repository's own git dir, shared by all its work trees (the cache repository)."""
+        return Path(self.repo.common_dir).resolve()
+
     def run(self, *args: str, env: Mapping[str, str] | None = None, check: bool = True) -> Result:
         """Run `git <args>` with the pinned config; raise GitFailed unless check=False."""
         pinned = [item for key, value in PINNED_CONFIG.items() for item in ("-c", f"{key}={value}")]
@@ -139,6 +144,15 @@ class Git:
 
     def has_object(self, sha: str) -> bool:
         return self.run("cat-file", "-e", sha, check=False).status == 0
+
+    def has_object_batched(self, sha: str) -> bool:
+        """has_object through gitpython's one long-lived `git cat-file --batch-check`
+        (for many questions in a row: no process per question)."""
+        try:
+            self.repo.odb.info(bytes.fromhex(sha))
+        except (ValueError, gitpython.exc.GitError):
+            return False
+        return True
 
     def commit_directory(self, directory: Path, *, message: str, date: str, parents: Iterable[str] = ()) -> str:
         """Commit the content of `directory` (outside any work tree) and return the sha.
@@ -377,3 +391,87 @@ class Git:
         and whether git records it executable."""
         item = gitpython.Tree(self.repo, bytes.fromhex(tree), mode=0o40000, path="") / path
         return item.data_stream.read(), item.mode == 0o100755
+
+    # -- the apply engine's plumbing (forkbuild.worktree.engine) -----------
+    def apply_to_index(self, patch: Path, *, index: Path, three_way: bool = False, check: bool = False,
+                     reverse: bool = False) -> Result:
+        """`git apply --cached -v` of `patch` into the private index `index` (no work tree);
+        the result, not raised: the engine reads offsets and failures from its output."""
+        args = ["apply", "--cached", "-v", *(["--3way"] if three_way else []), *(["--check"] if check else []),
+                *(["--reverse"] if reverse else []), str(patch)]
+        return self.run(*args, env={"GIT_INDEX_FILE": str(index)}, check=False)
+
+    def write_tree(self, *, index: Path | None = None) -> str:
+        return self.out("write-tree", env={"GIT_INDEX_FILE": str(index)} if index else None)
+
+    def tree_of(self, commit: str) -> str:
+        return self.out("rev-parse", f"{commit}^{{tree}}")
+
+    def commit_tree(self, tree: str, *, parents: Iterable[str], message: str, author: "Author") -> str:
+        """A commit of `tree` with `author` (also the committer date: same input, same id)."""
+        env = {"GIT_AUTHOR_NAME": author.name, "GIT_AUTHOR_EMAIL": author.email,
+               "GIT_AUTHOR_DATE": author.date, "GIT_COMMITTER_DATE": author.date}
+        parent_args = [arg for parent in parents for arg in ("-p", parent)]
+        message_file = self.git_dir / f"FORKBUILD_COMMIT_TREE_MSG-{os.getpid()}"
+        message_file.write_text(message, encoding="utf-8", errors="surrogateescape")
+        try:
+            return self.out("commit-tree", tree, *parent_args, "-F", str(message_file), env=env)
+        finally:
+            message_file.unlink(missing_ok=True)
+
+    def author_of(self, commit: str) -> "Author":
+        name, email, date = self.out("log", "-1", "--format=%an%x00%ae%x00%ad", "--date=raw", commit).split("\0")
+        return Author(name=name, email=email, date=date)
+
+    def raw_message(self, commit: str) -> str:
+        """The message of `commit` byte for byte (commit-tree stores it unchanged)."""
+        raw = self.run("cat-file", "commit", commit).stdout
+        return raw.split("\n\n", 1)[1] if "\n\n" in raw else ""
+
+    def merge_tree(self, ours: str, theirs: str) -> Result:
+        """`git merge-tree --write-tree --name-only` (merge-ort, no work tree): the merged
+        tree on stdout's first line; exit 1 when it holds conflicts. Not raised."""
+        return self.run("merge-tree", "--write-tree", "--name-only", "--messages", ours, theirs, check=False)
+
+    def cherry_pick_no_commit(self, commit: str) -> Result:
+        """Merge `commit`'s change into the work tree and index (merge-ort); conflicts
+        stay as markers and unmerged entries. Not raised."""
+        return self.run("cherry-pick", "--no-commit", "--allow-empty", commit, check=False)
+
+    def sequencer_quit(self) -> None:
+        """Forget a stopped cherry-pick's state (its changes stay in the work tree)."""
+        if (self.git_dir / "CHERRY_PICK_HEAD").exists() or (self.git_dir / "sequencer").exists():
+            self.run("cherry-pick", "--quit", check=False)
+            (self.git_dir / "CHERRY_PICK_HEAD").unlink(missing_ok=True)
+
+    def apply_worktree(self, patch: Path, *, three_way: bool = False, reject: bool = False) -> Result:
+        """`git apply --index` (or --3way: markers and unmerged entries; or --reject:
+        the hunks that apply, .rej files for the rest) in the work tree. Not raised."""
+        mode = ["--3way"] if three_way else ["--index", "--reject"] if reject else ["--index"]
+        return self.run("apply", "-v", *mode, str(patch), check=False)
+
+    def set_head(self, commit: str) -> None:
+        """Point the detached HEAD at `commit`, leaving index and work tree as they are."""
+        self.run("update-ref", "--no-deref", "HEAD", commit)
+
+    def untracked(self, pattern: str) -> list[str]:
+        """Untracked (not ignored) files matching the pathspec `pattern`."""
+        listing = self.out("ls-files", "--others", "--exclude-standard", "--", pattern)
+        return listing.splitlines() if listing else []
+
+    def staged_paths(self) -> list[str]:
+        listing = self.out("diff", "--cached", "--name-only", "HEAD")
+        return listing.splitlines() if listing else []
+
+    def diff_between(self, old: str, new: str, paths: Iterable[str]) -> str:
+        """The diff of `paths` from commit `old` to `new` (what upstream changed there)."""
+        return self.run("diff", "--no-color", "--no-renames", old, new, "--", *paths).stdout
+
+
+@dataclass(frozen=True, kw_only=True)
+class Author:
+    """Who wrote a patch and when, as git's environment takes them (date: raw or RFC 2822)."""
+
+    name: str
+    email: str
+    date: str

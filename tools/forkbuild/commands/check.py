@@ -6,6 +6,7 @@ from rich.table import Table
 
 from forkbuild.check import check_series, raise_on_failures
 from forkbuild.commands import add_command
+from forkbuild.worktree.engine import Outcome
 
 
 def add_parser(subparsers) -> None:
@@ -19,11 +20,12 @@ def add_parser(subparsers) -> None:
 def run(args, context) -> int:
     with context.reporter.step("Checking series.toml, path safety and every variant"):
         results = check_series(context=context)
-    summary = Table("variant", "patches", "exact", "offset", "3way", "failed", title="forkbuild check")
+    counted = (Outcome.EXACT, Outcome.OFFSET, Outcome.THREE_WAY)
+    summary = Table("variant", "patches", *map(str, counted), "failed", title="forkbuild check")
     for result in results:
         failed = str(len(result.failures)) if not result.error else "not tried"
-        summary.add_row(result.label, str(len(result.records)), str(result.count("exact")), str(result.count("offset")),
-                        str(result.count("3way")), f"[red]{failed}[/]" if not result.ok else failed)
+        summary.add_row(result.label, str(len(result.records)), *(str(result.count(outcome)) for outcome in counted),
+                        f"[red]{failed}[/]" if not result.ok else failed)
     context.reporter.console.print(summary)
     failures = Table("variant", "patch", "feature", "why", title="failing patches")
     for result in results:

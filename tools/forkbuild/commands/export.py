@@ -16,14 +16,19 @@ ACTION_STYLE = {"unchanged": "dim", "noise": "dim", "changed": "yellow", "new": 
 def add_parser(subparsers) -> None:
     parser = add_command(
         subparsers, "export", help="regenerate patches/ (and series.toml's patch list) from the series work tree",
-        description="Regenerates patches/ (one `git format-patch` file per commit), series.toml's [[patches]] and patches/series from the series work tree's commits. Churn-free: index/offset noise keeps a file as it is. --check writes nothing and fails when patches/ would change (the CI gate).",
-        examples=['forkbuild export', 'forkbuild export --check', 'forkbuild export --refresh'])
+        description="Regenerates patches/ (one `git format-patch` file per commit), series.toml's [[patches]] and patches/series from the series work tree's commits. Churn-free: index/offset noise keeps a file as it is. --check writes nothing and fails when patches/ would change (the CI gate). Never drops a patch by itself: an entry with no commit in the tree stops the export until you --keep or --drop it.",
+        examples=['forkbuild export', 'forkbuild export --check', 'forkbuild export --refresh',
+                  'forkbuild export --keep loop-abort.patch', 'forkbuild export --drop loop-abort.patch'])
     parser.add_argument("--dir", type=Path, default=None,
                         help=f"the full-series work tree (`forkbuild apply --all`; default: {DEFAULT_TREE})")
     parser.add_argument("--check", action="store_true",
                         help="write nothing; exit non-zero listing the files export would change (a CI gate)")
     parser.add_argument("--refresh", action="store_true",
                         help="also rewrite patches whose only change is index/offset noise")
+    parser.add_argument("--drop", action="append", default=[], metavar="NAME",
+                        help="remove this patch (no commit in the tree) from the series on purpose; a copy is kept")
+    parser.add_argument("--keep", action="append", default=[], metavar="NAME",
+                        help="keep this patch (no commit in the tree: it did not apply) as its file is, in its place")
     parser.set_defaults(run=run)
 
 
@@ -35,13 +40,16 @@ def run(args, context) -> int:
         context.reporter.info(f"{tree} does not exist: applying the whole series there first")
         apply_variant(context=context, variant=None, dest=tree)
     with context.reporter.step(f"{'Checking' if args.check else 'Exporting'} {tree} against patches/"):
-        plan = export_series(context=context, tree=tree, check=args.check, refresh=args.refresh)
+        plan = export_series(context=context, tree=tree, check=args.check, refresh=args.refresh,
+                             drops=tuple(args.drop), keeps=tuple(args.keep))
     table = Table("patch", "feature", "commit", "result", title=f"export of {tree}")
     for patch in plan.patches:
         result = "kept (index/offset noise only)" if patch.action == "noise" else patch.action
         table.add_row(patch.file, patch.feature, patch.commit[:12], f"[{ACTION_STYLE[patch.action]}]{result}[/]")
     for name in plan.removed:
-        table.add_row(name, "", "", "[red]removed[/]")
+        table.add_row(name, "", "", "[red]dropped (--drop; a copy is in .forkbuild-work/dropped/)[/]")
+    for name in plan.kept:
+        table.add_row(name, "", "", "[yellow]kept as it is (--keep; no commit in the tree)[/]")
     context.reporter.console.print(table)
     changes = plan.changes()
     # A feature no variant holds is built nowhere: `test-patch(tp4)` would test a tp4 without it.

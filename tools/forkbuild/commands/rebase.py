@@ -12,8 +12,8 @@ from forkbuild.rebase import report
 from forkbuild.rebase.engine import Rebase, default_tree
 from forkbuild.rebase.target import resolve
 
-OUTCOME_STYLE = {"clean": "green", "offset": "green", "3way": "yellow", "resolved": "yellow",
-                 "upstreamed": "cyan", "emptied": "magenta", "dropped": "red"}
+OUTCOME_STYLE = {"exact": "green", "offset": "green", "3-way": "yellow", "resolved": "yellow",
+                 "upstreamed": "cyan", "emptied": "magenta", "skipped": "red", "dropped": "red", "conflict": "red"}
 
 
 def add_parser(subparsers) -> None:
@@ -28,7 +28,7 @@ def add_parser(subparsers) -> None:
     action.add_argument("--continue", dest="resume", action="store_const", const="continue",
                         help="go on after resolving a conflict (edit, `git add`), after a review stop or a kill")
     action.add_argument("--skip", dest="resume", action="store_const", const="skip",
-                        help="leave out the patch the rebase stopped at (reported as dropped)")
+                        help="leave out the patch the rebase stopped at (reported as skipped)")
     action.add_argument("--abort", dest="resume", action="store_const", const="abort",
                         help="stop and put series.toml and patches/ back as they were, and undo the cache refs the rebase "
                              "made (files edited meanwhile are saved aside first)")
@@ -51,12 +51,14 @@ def run(args, context) -> int:
         target = resolve(context.series.upstream, onto=args.onto, version=args.target_version)
         tree = (args.dir or default_tree(context.series_dir)).resolve()
         state = rebase.start(target=target, tree=tree, accept_drops=args.accept_drops)
+    if state["phase"] == "nothing":
+        return 0
     if state["phase"] == "aborted":
         context.reporter.info("rebase aborted: series.toml, patches/ and the cache refs it made are as before")
         return 0
     table = Table("patch", "outcome", "detail", title=f"rebase {state['old']['version']} -> {state['target']['version']}")
     for patch in state["patches"]:
-        label = report.LABELS[patch["outcome"]]
+        label = report.label(patch["outcome"])
         table.add_row(patch["file"], f"[{OUTCOME_STYLE[patch['outcome']]}]{label}[/]", patch["detail"])
     context.reporter.console.print(table)
     context.reporter.info(f"report: {state['report']}")

@@ -4,7 +4,7 @@ phase     what the journal means                         on --continue
 prepare   backup taken; nothing else is certain          import + old series + work tree, again
 replay    patches[:cursor] are done, HEAD is their top    go on at cursor
 applying  a kill hit patch `cursor` mid-way               reset to head_before, redo it
-conflict  `git am` stopped at patch `cursor`              settle the user's resolution, go on
+conflict  the engine stopped at patch `cursor` (markers)  settle the user's resolution, go on
 review    replayed; drop proposals await a yes            accept the drops, finalize
 finalize  writing the new series                          restore the backup, write it all again
 checked   written; `forkbuild check` failed               check again, finish
@@ -24,6 +24,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from packaging.version import InvalidVersion, Version
+
 from forkbuild.apply import FULL_SERIES_REF, record_series_tree, series_hashes
 from forkbuild.cache import UpstreamCache
 from forkbuild.config import GitPin, Upstream, WheelPin
@@ -31,16 +33,19 @@ from forkbuild.context import Context
 from forkbuild.errors import DirtyTreeError, ForkbuildError, RebaseStopped
 from forkbuild.export import export_series
 from forkbuild.git import Git
-from forkbuild.rebase import ladder, refs, report
+from forkbuild.rebase import refs, report
 from forkbuild.rebase.checking import check_every_variant
+from forkbuild.rebase.collision import upstream_collisions
 from forkbuild.rebase.journal import Journal, checkpoint
 from forkbuild.rebase.pin import moved_pin
 from forkbuild.rebase.upstreamed import HunkEvidence, evidence
 from forkbuild.series_edit import write_atomic
+from forkbuild.worktree.engine import Engine, Outcome, PatchJob, PatchResult, StillConflicted
 
 OLD_SERIES = "old-series"  # the series applied on the old pin (its blobs feed the 3-way merges)
 NEW_SERIES = "new-series"  # the replayed series (the report's range-diffs read it)
-DROP_OUTCOMES = ("upstreamed", "emptied")
+STOP_DIFF_LINES = 40  # of the upstream change a stopped patch collided with, in the message
+DROP_OUTCOMES = (Outcome.UPSTREAMED.value, Outcome.EMPTIED.value)
 
 
 def default_tree(series_dir: Path) -> Path:
@@ -82,7 +87,11 @@ class Rebase:
             raise ForkbuildError("a rebase is already in progress",
                                  hint="`forkbuild rebase --continue`, `--skip` or `--abort` it first")
         if target.version == series.upstream.version:
-            raise ForkbuildError(f"the series is already on {series.upstream.name} {target.version}")
+            self.reporter.info(f"the series is already on {series.upstream.name} {target.version}: nothing to do")
+            return {"phase": "nothing"}
+        if _older(target.version, than=series.upstream.version):
+            self.reporter.warn(f"{target.version} is older than the pinned {series.upstream.version}: "
+                               "this rebase is a downgrade")
         if tree.exists() and any(tree.iterdir()):
             raise ForkbuildError(f"{tree} exists and is not empty", hint="remove it, or pass another --dir")
         state = {
@@ -155,21 +164,22 @@ class Rebase:
         tree = Path(state["worktree"])
         cache_git = self.cache.git()
         self._drop_tree(cache_git, tree)
-        worktree = cache_git.add_worktree(tree, state["old_base"])
-        checkpoint("worktree")
         backup = self._backup_patches(state)
-        with self.reporter.step(f"Applying the {len(backup)} patches on {old.version} (their blobs feed the 3-way merges)"):
-            result = worktree.am(backup, three_way=True, committer_date_is_author_date=True)
-            made = worktree.commits(state["old_base"], worktree.head())
-        if result.status != 0 or len(made) != len(backup):
-            failed = state["patches"][len(made)]["file"] if len(made) < len(backup) else "?"
-            raise ForkbuildError(f"the series does not apply on its own pin {old.version} (stopped at {failed}):\n"
-                                 f"{(result.stderr or result.stdout).strip()}",
+        with self.reporter.step(f"Applying the {len(backup)} patches on {old.version} (their commits feed the 3-way merges)"):
+            # Plumbing in the cache: no checkout of the old version is needed.
+            old_series = Engine(cache_git, head=state["old_base"], shown=state["old_base"])
+            made = [old_series.step(PatchJob(name=path.name, path=path), stop=False) for path in backup]
+            old_series.close()
+        failed = [result for result in made if not result.outcome.applied]
+        if failed:
+            raise ForkbuildError(f"the series does not apply on its own pin {old.version}:\n"
+                                 + "\n".join(f"  - {result.name}: {result.detail}" for result in failed),
                                  hint="fix the series first: `forkbuild check`")
-        self._move_ref(state, refs.series_ref(state, OLD_SERIES), worktree.head())
-        for patch, commit in zip(state["patches"], made, strict=False):
-            patch["old_commit"] = commit
-        worktree.checkout_detached(state["new_base"])
+        self._move_ref(state, refs.series_ref(state, OLD_SERIES), old_series.head)
+        for patch, result in zip(state["patches"], made, strict=True):
+            patch["old_commit"] = result.commit
+        cache_git.add_worktree(tree, state["new_base"])
+        checkpoint("worktree")
         state["phase"], state["cursor"] = "replay", 0
         self.journal.save(state, step="prepared")
 
@@ -208,61 +218,91 @@ class Rebase:
     def _worktree(self, state: dict) -> Git:
         return Git(Path(state["worktree"]))
 
+    def _job(self, state: dict, index: int) -> PatchJob:
+        patch = state["patches"][index]
+        # The patch's commit in the old series: the 3-way rung merges it, never the file's index lines.
+        return PatchJob(name=patch["file"], path=self._backup_patches(state)[index], source=patch["old_commit"])
+
     def _replay(self, state: dict) -> None:
         worktree = self._worktree(state)
         if state["phase"] == "applying":
             # Killed mid-patch: whatever git got to, go back to before that patch and redo it.
-            ladder.skip(worktree, head_before=state["head_before"])
-        paths = self._backup_patches(state)
-        while state["cursor"] < len(paths):
-            patch = state["patches"][state["cursor"]]
-            state["phase"], state["head_before"] = "applying", worktree.head()
+            worktree.sequencer_quit()
+            worktree.reset_hard(state["head_before"])
+            worktree.clean_untracked()
+        elif state.get("tip") and worktree.head() != state["tip"]:
+            # Killed between patches: the commits made so far were not checked out yet.
+            worktree.reset_hard(state["tip"])
+        engine = Engine(worktree, detect_upstreamed=True)
+        while state["cursor"] < len(state["patches"]):
+            patch, job = state["patches"][state["cursor"]], self._job(state, state["cursor"])
+            state["phase"], state["head_before"] = "applying", engine.head
             self.journal.save(state, step=f"applying:{patch['file']}")
-            step = ladder.replay(worktree, paths[state["cursor"]], upstream=state["new_base"])
-            self._record(patch, step)
-            if step.outcome == "conflict":
+            result = engine.step(job, stop=True)
+            self._record(state, patch, result)
+            if result.outcome is Outcome.CONFLICT:
                 state["phase"] = "conflict"
                 self.journal.save(state, step="conflict")
                 self._stop_at_conflict(state, patch)
-            self.reporter.info(f"{patch['file']}: {report.LABELS[step.outcome]} {step.detail}".rstrip())
-            state["phase"], state["cursor"] = "replay", state["cursor"] + 1
+            self.reporter.info(f"{patch['file']}: {report.label(patch['outcome'])} {patch['detail']}".rstrip())
+            state["phase"], state["cursor"], state["tip"] = "replay", state["cursor"] + 1, engine.head
             self.journal.save(state, step=f"applied:{patch['file']}")
+        engine.finish()
         state["phase"] = "replayed"
         self.journal.save(state, step="replayed")
 
-    @staticmethod
-    def _record(patch: dict, step: ladder.Step) -> None:
-        patch.update(outcome=step.outcome, commit=step.commit, detail=step.detail,
-                     evidence=[item.as_dict() for item in step.evidence], conflicts=list(step.conflicts))
+    def _record(self, state: dict, patch: dict, result: PatchResult) -> None:
+        found = []
+        if result.outcome in (Outcome.UPSTREAMED, Outcome.EMPTIED):
+            # Evidence points into the new release (not HEAD, whose lines the earlier fork patches shift);
+            # for an emptied patch it says which hunks upstream lacks.
+            path = self._backup_patches(state)[state["cursor"]]
+            found = [item.as_dict() for item in evidence(self.cache.git(), commit=state["new_base"],
+                                                          patch_text=path.read_text(errors="surrogateescape"))]
+        # A patch settled after a stop keeps what it collided with: the report shows why it needed a person.
+        collided, conflicts = patch.get("collided", ""), patch.get("conflicts", [])
+        if result.outcome is Outcome.CONFLICT:
+            conflicts = list(result.conflicts)
+            collided = upstream_collisions(self.cache.git(), old_base=state["old_base"], new_base=state["new_base"],
+                                           patch=self._backup_patches(state)[state["cursor"]], files=result.conflicts)
+        elif result.outcome.automatic or result.outcome is Outcome.UPSTREAMED:
+            collided, conflicts = "", []
+        patch.update(outcome=result.outcome.value, commit=result.commit, detail=result.detail, evidence=found,
+                     conflicts=conflicts, collided=collided)
 
     def _stop_at_conflict(self, state: dict, patch: dict) -> None:
         tree = state["worktree"]
-        files = ", ".join(patch["conflicts"]) or "see `git am --show-current-patch=diff`"
+        files = ", ".join(patch["conflicts"]) or "see `git status`"
+        collided = patch.get("collided") or "(no upstream change near its hunks in those files)"
+        lines = collided.splitlines()
+        if len(lines) > STOP_DIFF_LINES:  # the whole of it goes into the report
+            collided = "\n".join(lines[:STOP_DIFF_LINES] + [f"... ({len(lines) - STOP_DIFF_LINES} more lines: "
+                                                             "`forkbuild rebase` writes them all in its report)"])
         raise RebaseStopped(
             f"{patch['file']} does not apply to {state['target']['version']}: {patch['detail']}\n"
-            f"  conflicted: {files}\n  work tree: {tree}",
+            f"  conflicted: {files}\n  work tree: {tree}\n"
+            f"  the upstream change it collided with ({state['old']['version']} -> {state['target']['version']}):\n"
+            + "\n".join(f"    {line}" for line in collided.splitlines()),
             hint=f"resolve in {tree} (edit, `git add`), then `forkbuild rebase --continue`; "
-                 "`--skip` drops this patch; `--abort` puts everything back")
+                 "`--skip` leaves this patch out; `--abort` puts everything back")
 
     def _settle(self, state: dict) -> None:
-        patch = state["patches"][state["cursor"]]
-        path = self._backup_patches(state)[state["cursor"]]
-        worktree = self._worktree(state)
-        step = ladder.settle(worktree, patch=path, head_before=state["head_before"])
-        if step.outcome == "emptied":
-            # Not "upstream already has it": the patch did not reverse-apply; say which hunks upstream lacks.
-            found = evidence(worktree, commit=state["new_base"], patch_text=path.read_text(errors="surrogateescape"))
-            step = dataclasses.replace(step, evidence=tuple(found))
-        self._record(patch, step)
-        self.reporter.info(f"{patch['file']}: {report.LABELS[step.outcome]}")
-        state["phase"], state["cursor"] = "replay", state["cursor"] + 1
+        patch, job = state["patches"][state["cursor"]], self._job(state, state["cursor"])
+        engine = Engine(self._worktree(state), head=state["head_before"])
+        try:
+            result = engine.settle(job)
+        except StillConflicted as error:
+            raise RebaseStopped(error.message, hint=error.hint.replace("--continue", "`forkbuild rebase --continue`"))
+        self._record(state, patch, result)
+        self.reporter.info(f"{patch['file']}: {report.label(patch['outcome'])}")
+        state["phase"], state["cursor"], state["tip"] = "replay", state["cursor"] + 1, engine.head
         self.journal.save(state, step=f"settled:{patch['file']}")
 
     def _skip(self, state: dict) -> None:
-        patch = state["patches"][state["cursor"]]
-        ladder.skip(self._worktree(state), head_before=state["head_before"])
-        patch.update(outcome="dropped", commit="", detail="left out with --skip at a conflict", evidence=[])
-        state["phase"], state["cursor"] = "replay", state["cursor"] + 1
+        patch, job = state["patches"][state["cursor"]], self._job(state, state["cursor"])
+        result = Engine(self._worktree(state), head=state["head_before"]).skip(job)
+        self._record(state, patch, result)
+        state["phase"], state["cursor"], state["tip"] = "replay", state["cursor"] + 1, state["head_before"]
         self.journal.save(state, step=f"skipped:{patch['file']}")
 
     # -- review -----------------------------------------------------------------------
@@ -274,7 +314,7 @@ class Rebase:
         md_path = self.journal.path / "report.md"
         draft = self._report(state, check=None, final=False)
         report.write(draft, md_path=md_path, json_path=self.journal.path / "report.json")
-        lines = [f"  - {p['file']}: {report.LABELS[p['outcome']]}: {p['detail']}; evidence: "
+        lines = [f"  - {p['file']}: {report.label(p['outcome'])}: {p['detail']}; evidence: "
                  + "; ".join(_evidence_text(p)) for p in self._proposals(state)]
         raise RebaseStopped("every patch is replayed; proposed for dropping:\n" + "\n".join(lines)
                             + f"\n  draft report: {md_path}",
@@ -302,7 +342,9 @@ class Rebase:
             # refresh: on a new upstream every patch is rewritten against it (index
             # lines, hunk positions), so the series applies exactly on the new pin
             # and its 3-way blobs are the new version's; the range-diff shows the change.
-            export_series(context=context, tree=worktree.path, refresh=True)
+            # The patches left out (--skip, accepted drop proposals) are dropped by name: export drops nothing by itself.
+            export_series(context=context, tree=worktree.path, refresh=True,
+                          drops=tuple(p["file"] for p in state["patches"] if not p["commit"]))
         checkpoint("finalize:exported")
         state["written"], state["writing"] = self.journal.series_hashes(), False
         state["phase"] = "checked"
@@ -374,6 +416,7 @@ class Rebase:
                 "files": report.files_of(cache_git, commit or patch["old_commit"]),
                 "evidence": patch["evidence"], "evidence_text": _evidence_text(patch), "proposal": proposal,
                 "range_diff": report.range_diff(cache_git, old_commit=patch["old_commit"], new_commit=commit),
+                "conflicts": patch.get("conflicts", []), "collided": patch.get("collided", ""),
             })
         return report.document(state, patches=patches, check=check, final=final)
 
@@ -390,7 +433,7 @@ class Rebase:
         cache_git = self.cache.git()
         tree = Path(state["worktree"])
         if (tree / ".git").exists():
-            Git(tree).am_abort()
+            Git(tree).sequencer_quit()
         self._drop_tree(cache_git, tree)
         checkpoint("abort:tree")
         self.journal.restore_series()
@@ -402,6 +445,13 @@ class Rebase:
         checkpoint("abort:refs")
         self.journal.remove()
         state["phase"] = "aborted"
+
+
+def _older(version: str, *, than: str) -> bool:
+    try:
+        return Version(version) < Version(than)
+    except InvalidVersion:
+        return False  # a name that is not a version (a git upstream's label): no order to warn about
 
 
 def _evidence_text(patch: dict) -> list[str]:

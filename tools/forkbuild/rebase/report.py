@@ -10,16 +10,13 @@ from pathlib import Path
 
 from forkbuild.git import Git
 from forkbuild.series_edit import write_atomic
+from forkbuild.worktree.engine import Outcome
 
-LABELS = {
-    "clean": "clean",
-    "offset": "offset",
-    "3way": "3-way",
-    "resolved": "resolved by hand",
-    "upstreamed": "upstreamed",
-    "emptied": "emptied by resolution",
-    "dropped": "dropped",
-}
+def label(outcome: str) -> str:
+    """How the report names an outcome (the engine's words: forkbuild.worktree.engine.Outcome)."""
+    return "resolved by hand" if outcome == Outcome.RESOLVED.value else \
+        "emptied by resolution" if outcome == Outcome.EMPTIED.value else outcome
+
 
 PROPOSAL_NOTES = {"drop": " (proposed drop)", "dropped": " (dropped from the series)"}
 
@@ -50,8 +47,8 @@ def document(state: dict, *, patches: list[dict], check: dict | None, final: boo
         "from": {"version": state["old"]["version"], "base": state["old_base"]},
         "to": {"version": state["target"]["version"], "base": state["new_base"], "source": state["target"]["source"],
                "wheels": state["target"]["wheels"], "git": state["target"]["git"]},
-        "summary": {outcome: counts.get(outcome, 0) for outcome in LABELS},
-        "auto_applied": sum(counts.get(outcome, 0) for outcome in ("clean", "offset", "3way")),
+        "summary": {outcome.value: counts.get(outcome.value, 0) for outcome in Outcome},
+        "auto_applied": sum(counts.get(outcome.value, 0) for outcome in Outcome if outcome.automatic),
         "check": check,
         "timings": state.get("timings", {}),
         "patches": patches,
@@ -63,11 +60,11 @@ def markdown(report: dict) -> str:
     lines = [f"# Rebase {old} -> {new}{'' if report['final'] else ' (draft: waiting for review)'}", ""]
     lines.append(f"Upstream base {report['from']['base'][:12]} -> {report['to']['base'][:12]} "
                  f"({report['to']['source']}). Auto-applied: {report['auto_applied']} of {len(report['patches'])}.")
-    counts = ", ".join(f"{LABELS[key]}: {value}" for key, value in report["summary"].items() if value)
+    counts = ", ".join(f"{label(key)}: {value}" for key, value in report["summary"].items() if value)
     lines += [f"Outcomes: {counts}.", ""]
     lines += ["| # | patch | feature | outcome | files | detail |", "|---|---|---|---|---|---|"]
     for number, patch in enumerate(report["patches"], start=1):
-        outcome = LABELS[patch["outcome"]] + PROPOSAL_NOTES.get(patch.get("proposal"), "")
+        outcome = label(patch["outcome"]) + PROPOSAL_NOTES.get(patch.get("proposal"), "")
         files = "<br>".join(f"`{path}`" for path in patch["files"])
         lines.append(f"| {number} | `{patch['file']}` | {patch['feature']} | {outcome} | {files} | {patch['detail']} |")
     lines.append("")
@@ -75,15 +72,22 @@ def markdown(report: dict) -> str:
     if evidence:
         lines += ["## Evidence for dropped patches", ""]
         for patch in evidence:
-            lines.append(f"- `{patch['file']}` ({LABELS[patch['outcome']]}): {patch['detail']}")
+            lines.append(f"- `{patch['file']}` ({label(patch['outcome'])}): {patch['detail']}")
             lines += [f"  - {item}" for item in patch["evidence_text"]]
         lines.append("")
     if report["check"] is not None:
         status = "passed" if report["check"]["ok"] else "FAILED"
         lines += [f"## forkbuild check: {status}", "", "```", report["check"]["detail"].rstrip(), "```", ""]
+    collided = [patch for patch in report["patches"] if patch.get("collided")]
+    if collided:
+        lines += ["## Stopped patches: what collided", ""]
+        for patch in collided:
+            lines.append(f"- `{patch['file']}` ({label(patch['outcome'])}): conflicted "
+                         + ", ".join(f"`{path}`" for path in patch.get("conflicts", [])) + "; upstream's change there:")
+            lines += ["", "```diff", patch["collided"].rstrip(), "```", ""]
     lines += ["## Range-diff per patch (old vs new)", ""]
     for patch in report["patches"]:
-        lines.append(f"### `{patch['file']}`: {LABELS[patch['outcome']]}")
+        lines.append(f"### `{patch['file']}`: {label(patch['outcome'])}")
         body = patch["range_diff"] or "(no new commit: the patch is not in the new series)"
         lines += ["", "```diff", body.rstrip(), "```", ""]
     return "\n".join(lines)

@@ -50,7 +50,7 @@ def _record(feature: str, step: str, outcome: str, reason: str) -> Record:
 
 
 def _apply_record(record: PatchRecord) -> Record:
-    outcome = FAIL if record.outcome == "failed" else PASS
+    outcome = FAIL if record.failed else PASS
     return _record(record.entry.feature, "apply", outcome, f"{record.entry.file}: {record.outcome} {record.detail}".rstrip())
 
 

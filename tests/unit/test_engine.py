@@ -1,0 +1,252 @@
+"""The apply engine through its call sites: plumbing commits equal `git am`'s, the
+3-way rung merges commits (stale index lines do not matter), `apply --all` stops
+at a failing patch and resumes, export never drops a patch implicitly, `drop`."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import tomllib
+
+from fixtures import SeriesFixture
+from forkbuild.apply import ApplyStopped, apply_variant
+from forkbuild.cache import UpstreamCache
+from forkbuild.errors import ApplyError, DirtyTreeError, RebaseStopped
+from forkbuild.git import Git
+from rebase_fixtures import CONFLICT_CHANGES, NEW_VERSION, rebase_args, release, tree
+
+INDEX_LINE = re.compile(r"^index ([0-9a-f]+)\.\.", re.MULTILINE)
+
+
+def patch_files(fx: SeriesFixture) -> dict[str, str]:
+    return {path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in sorted(fx.patches_dir.glob("*.patch"))}
+
+
+def listed(fx: SeriesFixture) -> list[str]:
+    return [entry["file"] for entry in tomllib.loads(fx.series_toml.read_text())["patches"]]
+
+
+def changed_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines()
+            if line[:1] in "+-" and not line.startswith(("+++ ", "--- ")) and line != "---"]
+
+
+def work(fx: SeriesFixture) -> Git:
+    return Git(fx.root / ".forkbuild-work" / "series")
+
+
+# -- plumbing ------------------------------------------------------------------
+
+def test_plumbing_commits_are_the_commits_git_am_makes(series_fx: SeriesFixture, tmp_path) -> None:
+    result = apply_variant(context=series_fx.context(), variant="full", dest=tmp_path / "w")
+    cache_git = UpstreamCache(series_fx.cache).git()
+    am_tree = cache_git.add_worktree(tmp_path / "am", result.base_commit)
+    am = am_tree.am([record.entry.path for record in result.records], three_way=False,
+                    committer_date_is_author_date=True)
+    assert am.status == 0, am.stderr
+    # Same author, date, message, committer and tree: the same commit ids.
+    assert [record.commit for record in result.records] == am_tree.commits(result.base_commit, am_tree.head())
+    assert Git(tmp_path / "w").head() == am_tree.head()
+    assert not Git(tmp_path / "w").status_porcelain()  # the one checkout at the end matches HEAD
+
+
+# -- true 3-way from commits ------------------------------------------------------
+
+def stale_index_lines(fx: SeriesFixture, name: str) -> None:
+    """Point the patch's index lines at blobs that exist nowhere (as after an earlier patch changed)."""
+    path = fx.patches_dir / name
+    path.write_text(INDEX_LINE.sub(lambda m: m[0].replace(m[1], "1" * len(m[1])), path.read_text()))
+
+
+def test_stale_index_lines_do_not_turn_off_the_3_way_rung(git_series_fx: SeriesFixture, tmp_path) -> None:
+    fx = git_series_fx
+    stale_index_lines(fx, "beta-limit.patch")
+    commit = release(fx, CONFLICT_CHANGES)  # alpha conflicts with 2.0
+    # The fixture is what it claims: `git am -3` of beta without alpha has no preimage to merge with.
+    assert fx.cli(*rebase_args(commit)) == RebaseStopped.return_code
+    guards_only = UpstreamCache(fx.cache).git().add_worktree(tmp_path / "am", tree(fx).head())
+    am = guards_only.am([fx.patches_dir / "beta-limit.patch"], three_way=True)
+    assert am.status != 0 and "lacks necessary blobs" in am.stderr
+    guards_only.am_abort()
+    # After --skip, beta (whose context holds alpha's guard line) merges from its commit on the old pin.
+    assert fx.cli("rebase", "--skip") == 0
+    report = json.loads((fx.root / "build" / "rebase" / f"1.0-to-{NEW_VERSION}.json").read_text())
+    outcomes = {patch["file"]: patch["outcome"] for patch in report["patches"]}
+    assert outcomes == {"guards.patch": "exact", "alpha-scale.patch": "skipped", "beta-limit.patch": "3-way"}
+    assert "not in the cache" not in json.dumps(report)
+
+
+def test_after_a_skip_a_later_conflict_stops_with_markers_and_names_the_upstream_change(
+        git_series_fx: SeriesFixture, capfd) -> None:
+    fx = git_series_fx
+    stale_index_lines(fx, "beta-limit.patch")
+    changes = (*CONFLICT_CHANGES, ("python/pkg/util.py", "def limit(value, ceiling=100):\n",
+                                   "def limit(value, ceiling=200):\n"))
+    assert fx.cli(*rebase_args(release(fx, changes))) == RebaseStopped.return_code
+    capfd.readouterr()
+    assert fx.cli("rebase", "--skip") == RebaseStopped.return_code  # now beta stops
+    err = capfd.readouterr().err
+    util = (tree(fx).path / "python/pkg/util.py").read_text()
+    assert "<<<<<<<" in util and ">>>>>>>" in util  # markers a person can resolve
+    assert tree(fx).unmerged_paths() == ["python/pkg/util.py"]
+    assert "conflicted: python/pkg/util.py" in err
+    assert "-def limit(value, ceiling=100):" in err and "+def limit(value, ceiling=200):" in err  # what collided
+    # Resolve by keeping both: upstream's ceiling and the patch's guard.
+    (tree(fx).path / "python/pkg/util.py").write_text(util.split("<<<<<<<")[0] + "def limit(value, ceiling=200):\n"
+                                                    "    from pkg.environ import envs\n"
+                                                    "    ceiling = 50 if envs.DSV41_BETA else ceiling\n"
+                                                    + util.split(">>>>>>>")[1].split("\n", 1)[1])
+    tree(fx).run("add", "python/pkg/util.py")
+    assert fx.cli("rebase", "--continue") == 0
+    report = json.loads((fx.root / "build" / "rebase" / f"1.0-to-{NEW_VERSION}.json").read_text())
+    assert {patch["file"]: patch["outcome"] for patch in report["patches"]}["beta-limit.patch"] == "resolved"
+    assert "ceiling=200" in report["patches"][2]["collided"]
+
+
+# -- repair: apply --all stops at the failing patch ----------------------------------
+
+def move_pin(fx: SeriesFixture, commit: str) -> None:
+    """Pin the series to another upstream commit (patches unchanged: they no longer all fit)."""
+    text = fx.series_toml.read_text().replace('version = "1.0"', f'version = "{NEW_VERSION}"')
+    fx.series_toml.write_text(re.sub(r'commit = "[0-9a-f]+"', f'commit = "{commit}"', text))
+
+
+def stopped_at_alpha(fx: SeriesFixture, capfd) -> str:
+    assert fx.cli("apply", "--all") == 0  # 1.0 in the cache: the patches' preimage blobs are there
+    move_pin(fx, release(fx, CONFLICT_CHANGES))
+    capfd.readouterr()
+    assert fx.cli("apply", "--all") == ApplyStopped.return_code
+    return capfd.readouterr().err
+
+
+def test_apply_all_stops_at_the_failing_patch_with_markers_then_continue_and_export(git_series_fx, capfd) -> None:
+    fx = git_series_fx
+    err = stopped_at_alpha(fx, capfd)
+    assert "alpha-scale.patch does not apply" in err and "conflicted: python/pkg/core.py" in err
+    core = work(fx).path / "python/pkg/core.py"
+    assert "<<<<<<<" in core.read_text()
+    # Any other apply or an export refuses while it is stopped.
+    assert fx.cli("apply", "--all") == DirtyTreeError.return_code
+    assert fx.cli("export") == DirtyTreeError.return_code
+    assert fx.cli("apply", "--continue") == ApplyError.return_code  # still unmerged
+    core.write_text(re.sub(r"<<<<<<<.*?>>>>>>> [^\n]*\n",
+                           "    if envs.DSV41_ALPHA:\n        return value * 3\n    return value * 2  # doubled in 2.0\n",
+                           core.read_text(), flags=re.S))
+    work(fx).run("add", "python/pkg/core.py")
+    assert fx.cli("apply", "--continue") == 0
+    assert [subject for subject in work(fx).out("log", "--format=%s", "HEAD").splitlines()[:3]] == [
+        "util: lower the limit when DSV41_BETA is set", "core: scale by alpha when DSV41_ALPHA is set",
+        "environ: fork guard section"]
+    assert fx.cli("export") == 0
+    assert "return value * 2  # doubled in 2.0" in (fx.patches_dir / "alpha-scale.patch").read_text()
+    assert listed(fx) == ["guards.patch", "alpha-scale.patch", "beta-limit.patch"]
+    # The repaired series applies on the new pin without a stop.
+    assert fx.cli("apply", "--all", "--dir", str(fx.root / "again")) == 0
+
+
+def test_skip_then_export_stops_and_keep_holds_the_patch_as_it_is(git_series_fx, capfd) -> None:
+    fx = git_series_fx
+    stopped_at_alpha(fx, capfd)
+    before = (fx.patches_dir / "alpha-scale.patch").read_bytes()
+    assert fx.cli("apply", "--skip") == 0
+    assert fx.cli("export") == DirtyTreeError.return_code
+    err = capfd.readouterr().err
+    assert "patches/alpha-scale.patch: it did not apply" in err
+    assert "forkbuild export --keep alpha-scale.patch" in err and "--drop alpha-scale.patch" in err
+    assert (fx.patches_dir / "alpha-scale.patch").read_bytes() == before
+    # Follow the first hint: the patch stays, byte for byte and in its place.
+    assert fx.cli("export", "--keep", "alpha-scale.patch") == 0
+    assert (fx.patches_dir / "alpha-scale.patch").read_bytes() == before
+    assert listed(fx) == ["guards.patch", "alpha-scale.patch", "beta-limit.patch"]
+    assert "alpha-scale.patch" in (fx.patches_dir / "series").read_text()
+    # ... and `apply --all` stops at it again, to repair it; --abort puts the tree back.
+    head = work(fx).head()
+    assert fx.cli("apply", "--all") == ApplyStopped.return_code
+    assert fx.cli("apply", "--abort") == 0
+    assert work(fx).head() == head and not work(fx).status_porcelain()
+
+
+def test_skip_then_export_drop_removes_it_on_purpose_and_keeps_a_copy(git_series_fx, capfd) -> None:
+    fx = git_series_fx
+    stopped_at_alpha(fx, capfd)
+    before = (fx.patches_dir / "alpha-scale.patch").read_bytes()
+    assert fx.cli("apply", "--skip") == 0
+    assert fx.cli("export", "--drop", "alpha-scale.patch") == 0
+    assert "dropped (--drop" in capfd.readouterr().err
+    assert listed(fx) == ["guards.patch", "beta-limit.patch"]
+    assert not (fx.patches_dir / "alpha-scale.patch").exists()
+    [copy] = (fx.root / ".forkbuild-work" / "dropped").glob("*/alpha-scale.patch")
+    assert copy.read_bytes() == before
+
+
+# -- no implicit drop ------------------------------------------------------------------
+
+def test_export_refuses_a_commit_reset_away_and_its_hint_gets_it_back(series_fx, capfd) -> None:
+    fx = series_fx
+    assert fx.cli("apply", "--all") == 0
+    before = patch_files(fx)
+    beta = work(fx).head()
+    work(fx).reset_hard("HEAD~1")
+    capfd.readouterr()
+    assert fx.cli("export") == DirtyTreeError.return_code
+    err = capfd.readouterr().err
+    hint = re.search(r"get it back: (git -C \S+ cherry-pick [0-9a-f]+)", err)
+    assert "patches/beta-limit.patch: its commit" in err and hint
+    assert patch_files(fx) == before
+    assert hint[1].split()[-1] == beta[:12]
+    work(fx).run("cherry-pick", beta[:12])  # the hint, as printed
+    assert fx.cli("export") == 0
+    assert patch_files(fx) == before and listed(fx) == ["guards.patch", "alpha-scale.patch", "beta-limit.patch"]
+
+
+def test_export_drop_of_a_patch_still_in_the_tree_is_refused_and_its_hint_works(series_fx, capfd) -> None:
+    fx = series_fx
+    assert fx.cli("apply", "--all") == 0
+    before = patch_files(fx)
+    assert fx.cli("export", "--drop", "no-such.patch") == 2
+    capfd.readouterr()
+    assert fx.cli("export", "--drop", "alpha-scale.patch") == DirtyTreeError.return_code
+    assert patch_files(fx) == before
+    hint = re.search(r"git -C (\S+) rebase --onto ([0-9a-f]+)\^ ([0-9a-f]+)", capfd.readouterr().err)
+    Git(hint[1]).run("rebase", "--onto", f"{hint[2]}^", hint[3])
+    assert fx.cli("export", "--drop", "alpha-scale.patch") == 0
+    assert listed(fx) == ["guards.patch", "beta-limit.patch"]
+    [copy] = (fx.root / ".forkbuild-work" / "dropped").glob("*/alpha-scale.patch")
+    assert hashlib.sha256(copy.read_bytes()).hexdigest() == before["alpha-scale.patch"]
+
+
+def test_drop_says_what_it_removes_and_its_hint_keeps_export_from_bringing_it_back(series_fx, capfd) -> None:
+    fx = series_fx
+    assert fx.cli("apply", "--all") == 0
+    before = (fx.patches_dir / "alpha-scale.patch").read_bytes()
+    capfd.readouterr()
+    assert fx.cli("drop", "alpha-scale.patch") == 0
+    err = capfd.readouterr().err
+    assert "dropped patches/alpha-scale.patch (feature alpha, +3/-0 lines) and its series.toml entry" in err
+    assert listed(fx) == ["guards.patch", "beta-limit.patch"]
+    [copy] = (fx.root / ".forkbuild-work" / "dropped").glob("*/alpha-scale.patch")
+    assert copy.read_bytes() == before
+    hint = re.search(r"remove it there: (git -C (\S+) rebase --onto ([0-9a-f]+)\^ ([0-9a-f]+))", err)
+    assert hint, err
+    Git(hint[2]).run("rebase", "--onto", f"{hint[3]}^", hint[4])
+    beta = (fx.patches_dir / "beta-limit.patch").read_bytes()
+    assert fx.cli("export") == 0
+    assert listed(fx) == ["guards.patch", "beta-limit.patch"]
+    assert not (fx.patches_dir / "alpha-scale.patch").exists()
+    # beta's context no longer holds alpha's guard line; its own change is the same.
+    assert changed_lines((fx.patches_dir / "beta-limit.patch").read_text()) == changed_lines(beta.decode())
+
+
+# -- --onto ---------------------------------------------------------------------------
+
+def test_onto_the_pinned_version_is_a_no_op_and_an_older_one_warns(git_series_fx, capfd) -> None:
+    fx = git_series_fx
+    before = patch_files(fx), fx.series_toml.read_text()
+    assert fx.cli("rebase", "--onto", fx.upstream_commit, "--version", "1.0") == 0
+    assert "already on pkg 1.0: nothing to do" in capfd.readouterr().err
+    assert (patch_files(fx), fx.series_toml.read_text()) == before
+    assert not (fx.root / ".forkbuild-work" / "rebase-journal").exists()
+    older = release(fx, (("python/pkg/__init__.py", '__version__ = "1.0"', '__version__ = "0.9"'),))
+    assert fx.cli("rebase", "--onto", older, "--version", "0.9", "--accept-drops") == 0
+    assert "0.9 is older than the pinned 1.0: this rebase is a downgrade" in capfd.readouterr().err

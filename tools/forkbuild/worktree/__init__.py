@@ -1,0 +1,1 @@
+"""Series work trees: the apply engine and its stop/resume state."""

@@ -1,0 +1,351 @@
+"""The one apply engine: apply, check, repair and rebase put patches on a base
+through it and get one typed outcome per patch.
+
+Per patch, up the ladder (git is the patch engine throughout; nothing here applies a hunk):
+1. already there?  `git apply --cached --check --reverse` (rebase only)     -> upstreamed
+2. exact / offset  `git apply --cached -v` into a private index, `write-tree`,
+                   `commit-tree`: no work tree is touched while patches apply  -> exact | offset
+3. 3-way           with the patch's commit in a series built on another base
+                   (the old pin, or the whole series): a merge-ort merge of that
+                   commit onto HEAD (`git merge-tree --write-tree`, cherry-pick
+                   semantics), never the patch file's `index` lines; without
+                   one, `git apply --3way` by the index lines             -> 3-way
+4. conflict        stop=False: recorded, the run goes on without it; stop=True:
+                   the work tree is brought to HEAD and the same merge is redone
+                   there (cherry-pick / apply --3way; --reject when git has no
+                   preimage), leaving conflict markers for a person     -> conflict
+
+The work tree is checked out once, at the end (`finish`) or at a stop.
+
+Results are remembered per (parent commit, patch bytes, source commit) in the
+repository (`forkbuild-apply-memo.json`): git's answer for the same input is the
+same commit (the ids are deterministic), so a re-apply of unchanged patches, or of
+those before the first changed one, costs a lookup instead of three git runs.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import hashlib
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from pathlib import Path
+
+from forkbuild.errors import ApplyError
+from forkbuild.fsutil import write_atomic
+from forkbuild.git import Author, Git
+from forkbuild.patchfile import PatchInfo, read_patch
+from forkbuild.worktree.gitoutput import merge_tree_result, read_report
+
+MEMO_FILE = "forkbuild-apply-memo.json"
+# Bump when the engine would make other commits or outcomes from the same input.
+MEMO_VERSION = "1"
+MEMO_OUTCOMES = ("exact", "offset", "3-way")
+PATCH_PREFIX = re.compile(r"^(?:\[[^\]]*PATCH[^\]]*\]\s*)+", re.IGNORECASE)
+# A fixed identity for the throw-away commit that gives merge-tree its merge base.
+MERGE_AUTHOR = Author(name="forkbuild", email="forkbuild@localhost", date="946684800 +0000")
+
+
+class Outcome(str, Enum):
+    EXACT = "exact"
+    OFFSET = "offset"
+    THREE_WAY = "3-way"
+    CONFLICT = "conflict"
+    UPSTREAMED = "upstreamed"  # the base already holds the patch's change
+    RESOLVED = "resolved"  # a person resolved the conflict (repair, rebase)
+    EMPTIED = "emptied"  # the resolution kept the base's side: nothing of the patch is left
+    SKIPPED = "skipped"  # left out with --skip at a conflict; its file stays as it is
+    DROPPED = "dropped"  # removed from the series on purpose (drop, accepted proposal)
+
+    @property
+    def applied(self) -> bool:
+        """A commit of the patch is in the tree."""
+        return self in (Outcome.EXACT, Outcome.OFFSET, Outcome.THREE_WAY, Outcome.RESOLVED)
+
+    @property
+    def automatic(self) -> bool:
+        return self in (Outcome.EXACT, Outcome.OFFSET, Outcome.THREE_WAY)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, kw_only=True)
+class PatchJob:
+    """One patch of a plan. `source`: this patch's commit in a series built on another
+    base (the 3-way rung merges it); "" when there is none."""
+
+    name: str
+    path: Path
+    source: str = ""
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "path": str(self.path), "source": self.source}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "PatchJob":
+        return cls(name=data["name"], path=Path(data["path"]), source=data.get("source", ""))
+
+
+@dataclass(frozen=True, kw_only=True)
+class PatchResult:
+    name: str
+    outcome: Outcome
+    commit: str = ""
+    detail: str = ""
+    conflicts: tuple[str, ...] = ()
+    offsets: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "outcome": self.outcome.value, "conflicts": list(self.conflicts),
+                "offsets": list(self.offsets)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "PatchResult":
+        return cls(name=data["name"], outcome=Outcome(data["outcome"]), commit=data.get("commit", ""),
+                   detail=data.get("detail", ""), conflicts=tuple(data.get("conflicts", ())),
+                   offsets=tuple(data.get("offsets", ())))
+
+
+class StillConflicted(ApplyError):
+    """--continue while the stopped patch is not resolved yet."""
+
+
+@dataclass
+class Engine:
+    """Patches onto a work tree's HEAD. `head` is the tip of what was applied so far;
+    the work tree shows `shown` until `finish()` (or a stop) checks `head` out."""
+
+    worktree: Git
+    detect_upstreamed: bool = False
+    head: str = ""
+    shown: str = ""
+    _index_at: str | None = field(default=None, repr=False)
+    _memo: dict | None = field(default=None, repr=False)
+    _learnt: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self.head = self.head or self.worktree.head()
+        self.shown = self.shown or self.worktree.head()
+
+    # -- remembered results ------------------------------------------------------
+    @property
+    def _memo_path(self) -> Path:
+        return self.worktree.common_dir / MEMO_FILE
+
+    def _memo_key(self, job: PatchJob) -> str:
+        digest = hashlib.sha256(f"{MEMO_VERSION}\0{self.detect_upstreamed}\0{self.head}\0{job.source}\0".encode())
+        digest.update(job.path.read_bytes())
+        return digest.hexdigest()
+
+    def _recall(self, job: PatchJob, key: str) -> PatchResult | None:
+        if self._memo is None:
+            try:
+                self._memo = json.loads(self._memo_path.read_text())
+            except (OSError, ValueError):
+                self._memo = {}  # no memo, or a damaged one: compute everything again
+        known = self._memo.get(key)
+        if not known or known.get("outcome") not in MEMO_OUTCOMES or not known.get("commit"):
+            return None
+        if not self.worktree.has_object_batched(known["commit"]):
+            return None  # pruned by a `git gc` of the cache: made again
+        result = PatchResult.from_dict({**known, "name": job.name})
+        self.head = result.commit
+        return result
+
+    def _learn(self, key: str, result: PatchResult) -> None:
+        if result.outcome.value in MEMO_OUTCOMES:
+            self._learnt[key] = result.as_dict()
+
+    def _save_memo(self) -> None:
+        """Add what this run learnt (merged with what other runs wrote meanwhile)."""
+        if not self._learnt:
+            return
+        try:
+            current = json.loads(self._memo_path.read_text())
+        except (OSError, ValueError):
+            current = {}
+        write_atomic(self._memo_path, json.dumps({**current, **self._learnt}, sort_keys=True) + "\n")
+        self._learnt = {}
+
+    @property
+    def _index(self) -> Path:
+        # Per process: the bare cache's git dir is shared by every forkbuild run.
+        return self.worktree.git_dir / f"forkbuild-engine-{os.getpid()}.index"
+
+    # -- one patch -------------------------------------------------------------
+    def step(self, job: PatchJob, *, stop: bool) -> PatchResult:
+        """Apply `job` on `head`. A conflict is recorded (stop=False) or left in the
+        work tree with markers (stop=True; `head` stays where it was)."""
+        key = self._memo_key(job)
+        known = self._recall(job, key)
+        if known is not None:
+            return known
+        result = self._compute(job, stop=stop)
+        self._learn(key, result)
+        return result
+
+    def _compute(self, job: PatchJob, *, stop: bool) -> PatchResult:
+        self._sync_index()
+        if self.detect_upstreamed and self.worktree.apply_to_index(job.path, index=self._index, check=True,
+                                                                 reverse=True).status == 0:
+            return PatchResult(name=job.name, outcome=Outcome.UPSTREAMED,
+                               detail="the base already holds the patch's result (it reverse-applies)")
+        applied = self.worktree.apply_to_index(job.path, index=self._index)
+        report = read_report(applied.stdout + applied.stderr)
+        if applied.status == 0:
+            commit = self._commit(self.worktree.write_tree(index=self._index), patch_author_message(read_patch(job.path)))
+            outcome = Outcome.OFFSET if report.offsets else Outcome.EXACT
+            return PatchResult(name=job.name, outcome=outcome, commit=commit, offsets=report.offsets,
+                               detail="; ".join(report.offsets))
+        merged = self._merge_source(job) if job.source else self._merge_by_index_lines(job)
+        if merged.outcome is not Outcome.CONFLICT or not stop:
+            return merged
+        return self._stop_in_worktree(job, merged)
+
+    def _sync_index(self) -> None:
+        if self._index_at != self.head:
+            self.worktree.read_tree(self.head, index=self._index)
+            self._index_at = self.head
+
+    def _commit(self, tree: str, meta: tuple[Author, str]) -> str:
+        author, message = meta
+        commit = self.worktree.commit_tree(tree, parents=[self.head], message=message, author=author)
+        self.head = self._index_at = commit
+        return commit
+
+    def _merge_source(self, job: PatchJob) -> PatchResult:
+        """Cherry-pick `job.source` onto `head` without a work tree: merge-tree merges a
+        commit of head's tree whose parent is the source's parent, so the merge base is
+        the source's parent (git 2.39's merge-tree has no --merge-base)."""
+        git = self.worktree
+        ours = git.commit_tree(git.tree_of(self.head), parents=[f"{job.source}^"], message="forkbuild merge base\n",
+                               author=MERGE_AUTHOR)
+        result = git.merge_tree(ours, job.source)
+        tree, conflicted, messages = merge_tree_result(result.stdout)
+        if result.status == 0 and tree:
+            if tree == git.tree_of(self.head):
+                return PatchResult(name=job.name, outcome=Outcome.UPSTREAMED,
+                                   detail="a 3-way merge of its commit left nothing to change (the base has it)")
+            commit = self._commit(tree, (git.author_of(job.source), git.raw_message(job.source)))
+            return PatchResult(name=job.name, outcome=Outcome.THREE_WAY, commit=commit,
+                               detail=f"merged its commit {job.source[:12]} (merge-ort)")
+        report = read_report(messages)
+        return PatchResult(name=job.name, outcome=Outcome.CONFLICT, conflicts=conflicted or report.conflicts,
+                           detail=report.reason or f"its commit {job.source[:12]} conflicts with the base")
+
+    def _merge_by_index_lines(self, job: PatchJob) -> PatchResult:
+        result = self.worktree.apply_to_index(job.path, index=self._index, three_way=True)
+        report = read_report(result.stdout + result.stderr)
+        if result.status == 0:
+            commit = self._commit(self.worktree.write_tree(index=self._index), patch_author_message(read_patch(job.path)))
+            return PatchResult(name=job.name, outcome=Outcome.THREE_WAY, commit=commit,
+                               detail="merged with the preimage blobs its index lines name")
+        self._index_at = None  # a failed --3way leaves unmerged entries in the private index
+        detail = report.reason or "does not apply"
+        if report.no_preimage:
+            detail += "; no 3-way merge: git lacks the preimage blobs its index lines name"
+        return PatchResult(name=job.name, outcome=Outcome.CONFLICT, detail=detail, conflicts=report.conflicts)
+
+    def _stop_in_worktree(self, job: PatchJob, merged: PatchResult) -> PatchResult:
+        """Redo the failed merge in the work tree so a person can resolve it."""
+        self._save_memo()
+        self.materialize()
+        git = self.worktree
+        if job.source:
+            result = git.cherry_pick_no_commit(job.source)
+        else:
+            result = git.apply_worktree(job.path, three_way=True)
+            if read_report(result.stdout + result.stderr).no_preimage or not git.unmerged_paths():
+                git.reset_hard(self.head)
+                result = git.apply_worktree(job.path, reject=True)
+        conflicts = tuple(git.unmerged_paths()) or merged.conflicts or _rejected(git)
+        return PatchResult(name=job.name, outcome=Outcome.CONFLICT, detail=merged.detail, conflicts=conflicts)
+
+    # -- the work tree ---------------------------------------------------------
+    def materialize(self) -> None:
+        """Check `head` out in the work tree (only the files that differ change)."""
+        if self.shown != self.head or self.worktree.head() != self.head:
+            self.worktree.checkout_detached(self.head)
+        self.shown = self.head
+
+    def finish(self) -> str:
+        self.materialize()
+        self.close()
+        return self.head
+
+    def close(self) -> None:
+        """Drop the private index (a bare repository's engine ends here: nothing to check out)."""
+        self._save_memo()
+        self._index.unlink(missing_ok=True)
+        self._index_at = None
+
+    # -- after a stop ------------------------------------------------------------
+    def settle(self, job: PatchJob) -> PatchResult:
+        """The person's resolution of the stopped `job` becomes its commit (RESOLVED),
+        or nothing is left of the patch (EMPTIED)."""
+        git = self.worktree
+        unmerged = git.unmerged_paths()
+        if unmerged:
+            raise StillConflicted(f"{job.name}: still unmerged: {', '.join(unmerged)}",
+                                  hint=f"resolve the conflict markers in {git.path}, `git add` the files, "
+                                       "then --continue")
+        leftovers = _rejected(git) + _unstaged(git)
+        if leftovers:
+            raise StillConflicted(f"{job.name}: the work tree has changes that are not staged "
+                                  f"(or .rej files): {', '.join(leftovers)}",
+                                  hint=f"`git -C {git.path} add` what belongs to the patch and remove the rest "
+                                       "(the .rej files too, once their hunks are in), then --continue")
+        made = git.commits(self.head, git.head())
+        if len(made) > 1:
+            raise StillConflicted(f"{job.name}: {len(made)} commits were made for one patch",
+                                  hint=f"squash them into one (git -C {git.path} reset --soft {self.head[:12]} "
+                                       "&& git commit), then --continue")
+        git.sequencer_quit()
+        if made:
+            commit = made[0]
+        elif git.has_staged_changes():
+            commit = git.commit_tree(git.write_tree(), parents=[self.head], message=self._message_of(job)[1],
+                                     author=self._message_of(job)[0])
+            git.set_head(commit)
+        else:
+            git.reset_hard(self.head)
+            return PatchResult(name=job.name, outcome=Outcome.EMPTIED,
+                               detail="the resolution kept the base's side: nothing of the patch is left")
+        self.head = self.shown = commit
+        return PatchResult(name=job.name, outcome=Outcome.RESOLVED, commit=commit, detail="conflict resolved by hand")
+
+    def _message_of(self, job: PatchJob) -> tuple[Author, str]:
+        if job.source:
+            return self.worktree.author_of(job.source), self.worktree.raw_message(job.source)
+        return patch_author_message(read_patch(job.path))
+
+    def skip(self, job: PatchJob) -> PatchResult:
+        """Leave the stopped patch out: the work tree goes back to `head`."""
+        self.worktree.sequencer_quit()
+        self.worktree.reset_hard(self.head)
+        self.worktree.clean_untracked()
+        self.shown = self.head
+        return PatchResult(name=job.name, outcome=Outcome.SKIPPED, detail="left out with --skip at a conflict")
+
+
+def patch_author_message(info: PatchInfo) -> tuple[Author, str]:
+    """The author and commit message `git am --keep-non-patch` takes from a patch mail."""
+    name, address = email.utils.parseaddr(info.author)
+    subject = PATCH_PREFIX.sub("", info.subject).strip()
+    body = info.message.strip("\n")
+    message = f"{subject}\n\n{body}\n" if body else f"{subject}\n"
+    return Author(name=name or address, email=address, date=info.date), message
+
+
+def _rejected(git: Git) -> tuple[str, ...]:
+    return tuple(git.untracked("*.rej"))
+
+
+def _unstaged(git: Git) -> tuple[str, ...]:
+    # Untracked files count: they would stay behind in the tree, outside every patch.
+    return tuple(line[3:] for line in git.status_porcelain().splitlines()
+                 if line[1:2] not in (" ", "") and not line.endswith(".rej"))

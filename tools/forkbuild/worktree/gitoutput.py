@@ -1,0 +1,68 @@
+"""The one reader of what git prints while applying or merging a patch: where
+hunks landed (`git apply -v`), why it failed, which files conflict. apply,
+check, repair and rebase all take their words from here."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+CHECKING = re.compile(r"^Checking patch (?P<path>.+)\.\.\.$")
+OFFSET = re.compile(r"^Hunk #(?P<hunk>\d+) succeeded at (?P<line>\d+) \(offset (?P<delta>-?\d+) lines?\)\.$")
+CONFLICT = re.compile(r"^CONFLICT \([^)]*\): .*?(?:in|of) (?P<path>\S+)")
+# git's own reasons, most telling first: the first one found names the failure.
+REASONS = (
+    re.compile(r"^error: patch failed: .*$"),
+    re.compile(r"^error: .*: (?:patch does not apply|does not exist in index|already exists in index)$"),
+    re.compile(r"^error: repository lacks the necessary blob.*$"),
+    re.compile(r"^error: sha1 information is lacking or useless.*$"),
+    re.compile(r"^CONFLICT .*$"),
+    re.compile(r"^(?:error|fatal): .*$"),
+)
+MISSING_BLOB = ("lacks the necessary blob", "lacks necessary blobs", "sha1 information is lacking", "invalid object")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GitReport:
+    """What one git apply / merge run said."""
+
+    offsets: tuple[str, ...] = ()  # "<path> hunk <n>: +3 lines"
+    reason: str = ""  # the line saying why it failed ("" when it did not)
+    conflicts: tuple[str, ...] = ()  # paths git reported as conflicting
+    no_preimage: bool = False  # a 3-way merge by index lines was impossible: blobs missing
+
+
+def read_report(output: str) -> GitReport:
+    """Parse git apply -v / merge-tree / cherry-pick output (stdout and stderr together)."""
+    lines = [line.rstrip() for line in output.splitlines()]
+    return GitReport(offsets=tuple(_offsets(lines)), reason=_reason(lines),
+                     conflicts=tuple(dict.fromkeys(m["path"] for m in map(CONFLICT.match, lines) if m)),
+                     no_preimage=any(marker in line for line in lines for marker in MISSING_BLOB))
+
+
+def _offsets(lines: list[str]) -> list[str]:
+    found, current = [], ""
+    for line in lines:
+        checking = CHECKING.match(line)
+        if checking:
+            current = checking["path"]
+            continue
+        moved = OFFSET.match(line)
+        if moved:
+            found.append(f"{current} hunk {moved['hunk']}: {int(moved['delta']):+d} lines")
+    return found
+
+
+def _reason(lines: list[str]) -> str:
+    for pattern in REASONS:
+        for line in lines:
+            if pattern.match(line):
+                return line.removeprefix("error: ").strip()
+    return ""
+
+
+def merge_tree_result(stdout: str) -> tuple[str, tuple[str, ...], str]:
+    """`git merge-tree --write-tree --name-only --messages`: (tree, conflicted paths, messages)."""
+    head, _, messages = stdout.partition("\n\n")
+    lines = head.splitlines()
+    return (lines[0].strip() if lines else ""), tuple(line for line in lines[1:] if line), messages
