@@ -130,8 +130,10 @@ def apply_plan(*, context: Context, plan: ApplyPlan, dest: Path, stop: bool = Fa
 
 def resume_apply(*, context: Context, dest: Path, action: str) -> ApplyResult | None:
     """--continue / --skip / --abort a stopped `apply --all` in `dest` (None after --abort)."""
-    worktree = Git(dest) if (dest / ".git").exists() else None
-    state = read_stop(worktree) if worktree else None
+    if not (dest / ".git").exists():
+        raise ApplyError(f"no apply is stopped in {dest}: it is not a work tree", hint="`forkbuild apply --all` starts one")
+    worktree = Git(dest)
+    state = read_stop(worktree)
     if state is None:
         raise ApplyError(f"no apply is stopped in {dest}", hint="`forkbuild apply --all` starts one")
     engine = Engine(worktree)
@@ -410,5 +412,5 @@ def ensure_series_blobs(*, context: Context, cache: UpstreamCache, base: str) ->
                         hint="the whole series must apply before a variant that leaves patches out can")
                 engine.close()
                 cache_git.update_ref(ref, engine.head)
-    commits = cache_git.commits(base, cache_git.rev(ref))
-    return dict(zip((entry.file for entry in series.patches), commits))
+    commits = cache_git.commits(base, ref)
+    return dict(zip((entry.file for entry in series.patches), commits, strict=True))

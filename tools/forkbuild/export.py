@@ -260,11 +260,11 @@ def _with_kept(series: Series, specs: list[EntrySpec], *, kept: tuple[str, ...])
     return result
 
 
-def save_aside(context: Context, names: tuple[str, ...]) -> Path | None:
+def save_aside(context: Context, names: tuple[str, ...]) -> Path:
     """Copy patch files about to be dropped to .forkbuild-work/dropped/<time>/ (nothing is lost)."""
-    if not names:
-        return None
     target = context.series_dir / ".forkbuild-work" / "dropped" / time.strftime("%Y%m%d-%H%M%S")
+    if not names:
+        return target
     target.mkdir(parents=True, exist_ok=True)
     for name in names:
         source = context.series.patches_dir / name

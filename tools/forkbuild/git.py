@@ -407,7 +407,7 @@ class Git:
     def tree_of(self, commit: str) -> str:
         return self.out("rev-parse", f"{commit}^{{tree}}")
 
-    def commit_tree(self, tree: str, *, parents: Iterable[str], message: str, author: "Author") -> str:
+    def commit_tree(self, tree: str, *, parents: Iterable[str], message: str, author: Author) -> str:
         """A commit of `tree` with `author` (also the committer date: same input, same id)."""
         env = {"GIT_AUTHOR_NAME": author.name, "GIT_AUTHOR_EMAIL": author.email,
                "GIT_AUTHOR_DATE": author.date, "GIT_COMMITTER_DATE": author.date}
@@ -419,7 +419,7 @@ class Git:
         finally:
             message_file.unlink(missing_ok=True)
 
-    def author_of(self, commit: str) -> "Author":
+    def author_of(self, commit: str) -> Author:
         name, email, date = self.out("log", "-1", "--format=%an%x00%ae%x00%ad", "--date=raw", commit).split("\0")
         return Author(name=name, email=email, date=date)
 

@@ -292,7 +292,8 @@ class Rebase:
         try:
             result = engine.settle(job)
         except StillConflicted as error:
-            raise RebaseStopped(error.message, hint=error.hint.replace("--continue", "`forkbuild rebase --continue`"))
+            raise RebaseStopped(error.message, hint=(error.hint or "").replace(
+                "--continue", "`forkbuild rebase --continue`")) from error
         self._record(state, patch, result)
         self.reporter.info(f"{patch['file']}: {report.label(patch['outcome'])}")
         state["phase"], state["cursor"], state["tip"] = "replay", state["cursor"] + 1, engine.head

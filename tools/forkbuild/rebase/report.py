@@ -12,6 +12,7 @@ from forkbuild.git import Git
 from forkbuild.series_edit import write_atomic
 from forkbuild.worktree.engine import Outcome
 
+
 def label(outcome: str) -> str:
     """How the report names an outcome (the engine's words: forkbuild.worktree.engine.Outcome)."""
     return "resolved by hand" if outcome == Outcome.RESOLVED.value else \

@@ -31,7 +31,7 @@ import json
 import os
 import re
 from dataclasses import asdict, dataclass, field
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 
 from forkbuild.errors import ApplyError
@@ -49,7 +49,7 @@ PATCH_PREFIX = re.compile(r"^(?:\[[^\]]*PATCH[^\]]*\]\s*)+", re.IGNORECASE)
 MERGE_AUTHOR = Author(name="forkbuild", email="forkbuild@localhost", date="946684800 +0000")
 
 
-class Outcome(str, Enum):
+class Outcome(StrEnum):
     EXACT = "exact"
     OFFSET = "offset"
     THREE_WAY = "3-way"
@@ -69,9 +69,6 @@ class Outcome(str, Enum):
     def automatic(self) -> bool:
         return self in (Outcome.EXACT, Outcome.OFFSET, Outcome.THREE_WAY)
 
-    def __str__(self) -> str:
-        return self.value
-
 
 @dataclass(frozen=True, kw_only=True)
 class PatchJob:
@@ -86,7 +83,7 @@ class PatchJob:
         return {"name": self.name, "path": str(self.path), "source": self.source}
 
     @classmethod
-    def from_dict(cls, data: dict) -> "PatchJob":
+    def from_dict(cls, data: dict) -> PatchJob:
         return cls(name=data["name"], path=Path(data["path"]), source=data.get("source", ""))
 
 
@@ -104,7 +101,7 @@ class PatchResult:
                 "offsets": list(self.offsets)}
 
     @classmethod
-    def from_dict(cls, data: dict) -> "PatchResult":
+    def from_dict(cls, data: dict) -> PatchResult:
         return cls(name=data["name"], outcome=Outcome(data["outcome"]), commit=data.get("commit", ""),
                    detail=data.get("detail", ""), conflicts=tuple(data.get("conflicts", ())),
                    offsets=tuple(data.get("offsets", ())))

@@ -39,7 +39,7 @@ class StopState:
                 "hashes": self.hashes}
 
     @classmethod
-    def from_dict(cls, data: dict) -> "StopState":
+    def from_dict(cls, data: dict) -> StopState:
         return cls(variant=data["variant"], base=data["base"], started_from=data["started_from"],
                    previous_state=data["previous_state"], jobs=tuple(PatchJob.from_dict(j) for j in data["jobs"]),
                    cursor=data["cursor"], results=tuple(PatchResult.from_dict(r) for r in data["results"]),
