@@ -35,12 +35,6 @@ STATE_KEYS = {"variant": str, "base": str, "head": str, "patches": list}
 FULL_SERIES_REF = "refs/forkbuild/series"
 
 
-class ApplyStopped(ApplyError):
-    """`apply --all` stopped at a patch that does not apply; the tree waits for a person."""
-
-    label = "stopped"
-
-
 @dataclass(frozen=True, kw_only=True)
 class PatchRecord:
     """The engine's result for one series entry."""
@@ -97,7 +91,7 @@ def apply_variant(*, context: Context, variant: Combination | str | None, dest: 
     """Apply `variant` (None: the whole series) into the work tree `dest` and raise on any failure.
 
     stop: wait AT the first patch that does not apply, conflict markers in `dest`
-    (ApplyStopped; `resume_apply` goes on); otherwise every failure is collected first."""
+    (an ApplyError labelled "stopped"; `resume_apply` goes on); otherwise every failure is collected first."""
     result = apply_plan(context=context, plan=plan_variant(context.series, variant), dest=dest, stop=stop)
     if result.failures:
         raise ApplyError(describe_failures(result), hint="fix the patch, or run `forkbuild check` to see every variant")
@@ -187,14 +181,17 @@ def _record_applied(worktree: Git, state: StopState, results: list[PatchResult])
                             "sha256": state.hashes})
 
 
-def _stopped(worktree: Git, job: PatchJob, result: PatchResult) -> ApplyStopped:
+def _stopped(worktree: Git, job: PatchJob, result: PatchResult) -> ApplyError:
+    """`apply --all` stopped at a patch that does not apply: the tree waits for a person."""
     dest = worktree.path
     files = ", ".join(result.conflicts) or "none reported"
-    return ApplyStopped(
+    stopped = ApplyError(
         f"{job.name} does not apply: {result.detail}\n  conflicted: {files}\n  work tree: {dest}",
         hint=f"resolve it in {dest} (edit the conflict markers or .rej hunks, `git add`), then "
              f"`forkbuild apply --continue --dir {dest}` and `forkbuild export`; `--skip` leaves it out of the tree "
              f"(its file stays; export then stops until you repair or drop it); `--abort` puts the tree back")
+    stopped.label = "stopped"
+    return stopped
 
 
 def _result(context: Context, plan: ApplyPlan, *, dest: Path, base: str, head: str,

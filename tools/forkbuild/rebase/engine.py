@@ -30,7 +30,7 @@ from forkbuild.apply import FULL_SERIES_REF, record_series_tree, series_hashes
 from forkbuild.cache import UpstreamCache
 from forkbuild.config import GitPin, Upstream, WheelPin
 from forkbuild.context import Context
-from forkbuild.errors import DirtyTreeError, ForkbuildError, RebaseStopped
+from forkbuild.errors import ApplyError, DirtyTreeError, ForkbuildError, RebaseStopped
 from forkbuild.export import export_series
 from forkbuild.git import Git
 from forkbuild.rebase import refs, report
@@ -40,7 +40,7 @@ from forkbuild.rebase.journal import Journal, checkpoint
 from forkbuild.rebase.pin import moved_pin
 from forkbuild.rebase.upstreamed import HunkEvidence, evidence
 from forkbuild.series_edit import write_atomic
-from forkbuild.worktree.engine import Engine, Outcome, PatchJob, PatchResult, StillConflicted
+from forkbuild.worktree.engine import Engine, Outcome, PatchJob, PatchResult
 
 OLD_SERIES = "old-series"  # the series applied on the old pin (its blobs feed the 3-way merges)
 NEW_SERIES = "new-series"  # the replayed series (the report's range-diffs read it)
@@ -291,7 +291,7 @@ class Rebase:
         engine = Engine(self._worktree(state), head=state["head_before"])
         try:
             result = engine.settle(job)
-        except StillConflicted as error:
+        except ApplyError as error:  # not resolved yet: the rebase stays stopped
             raise RebaseStopped(error.message, hint=(error.hint or "").replace(
                 "--continue", "`forkbuild rebase --continue`")) from error
         self._record(state, patch, result)

@@ -107,8 +107,9 @@ class PatchResult:
                    offsets=tuple(data.get("offsets", ())))
 
 
-class StillConflicted(ApplyError):
-    """--continue while the stopped patch is not resolved yet."""
+def still_conflicted(message: str, *, hint: str) -> ApplyError:
+    """--continue while the stopped patch is not resolved yet (nothing was changed)."""
+    return ApplyError(message, hint=hint)
 
 
 @dataclass
@@ -287,18 +288,18 @@ class Engine:
         git = self.worktree
         unmerged = git.unmerged_paths()
         if unmerged:
-            raise StillConflicted(f"{job.name}: still unmerged: {', '.join(unmerged)}",
+            raise still_conflicted(f"{job.name}: still unmerged: {', '.join(unmerged)}",
                                   hint=f"resolve the conflict markers in {git.path}, `git add` the files, "
                                        "then --continue")
         leftovers = _rejected(git) + _unstaged(git)
         if leftovers:
-            raise StillConflicted(f"{job.name}: the work tree has changes that are not staged "
+            raise still_conflicted(f"{job.name}: the work tree has changes that are not staged "
                                   f"(or .rej files): {', '.join(leftovers)}",
                                   hint=f"`git -C {git.path} add` what belongs to the patch and remove the rest "
                                        "(the .rej files too, once their hunks are in), then --continue")
         made = git.commits(self.head, git.head())
         if len(made) > 1:
-            raise StillConflicted(f"{job.name}: {len(made)} commits were made for one patch",
+            raise still_conflicted(f"{job.name}: {len(made)} commits were made for one patch",
                                   hint=f"squash them into one (git -C {git.path} reset --soft {self.head[:12]} "
                                        "&& git commit), then --continue")
         git.sequencer_quit()
