@@ -22,6 +22,7 @@ from pathlib import Path
 from forkbuild.cache import UpstreamCache
 from forkbuild.config import PatchEntry, Series
 from forkbuild.context import Context
+from forkbuild.emptydirs import recreate_empty_dirs
 from forkbuild.errors import ApplyError, DirtyTreeError
 from forkbuild.fsutil import write_atomic
 from forkbuild.git import Git
@@ -100,6 +101,7 @@ def apply_plan(*, context: Context, plan: ApplyPlan, dest: Path) -> ApplyResult:
     label = plan.variant or "the whole series"
     with context.reporter.step(f"Applying {len(plan.entries)} patches of {label} into {dest}"):
         records = _am_all(worktree, plan)
+    recreate_empty_dirs(dest, series.upstream.empty_dirs)  # upstream has them, git cannot track them
     head = worktree.head()
     _write_state(worktree, {"variant": plan.variant, "base": base, "head": head,
                             "patches": [record.entry.file for record in records if record.commit],

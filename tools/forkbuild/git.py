@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import shlex
+import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,10 +32,25 @@ PINNED_CONFIG = {
     "core.hooksPath": os.devnull,
     "core.autocrlf": "false",
     "am.threeWay": "false",
-    "am.keepcr": "false",
+    # Keep CRs: a patch of a CRLF file carries them in its lines (git's default
+    # false strips them, and such a patch then no longer applies).
+    "am.keepcr": "true",
+    "mailinfo.scissors": "false",  # a "-- >8 --" line in a description is text, not a cut
     "apply.whitespace": "nowarn",
     "gc.auto": "0",
 }
+
+# The flags of every patch forkbuild writes (export, import): churn-free output.
+FORMAT_PATCH_FLAGS = (
+    "--zero-commit",      # "From 000..." line: the commit sha changes on every re-apply
+    "--full-index",       # full blob ids: `am -3` can rebuild the preimage from them
+    "--no-signature",     # no "-- \n2.39.5" trailer: differs between git versions
+    "--no-stat",          # the diffstat repeats the diff and churns with it
+    "--keep-subject",     # no "[PATCH n/m]": numbering changes when patches are added
+    "--no-numbered",
+    "--no-renames",       # renames depend on similarity heuristics; plain add/delete is stable
+    "--encode-email-headers",
+)
 
 
 class GitFailed(ForkbuildError):
@@ -300,19 +316,7 @@ class Git:
 
     def format_patch(self, commit: str) -> str:
         """One commit as an mbox patch with flags fixed for churn-free export."""
-        return self.run(
-            "format-patch",
-            "--stdout",
-            "-1", commit,
-            "--zero-commit",      # "From 000..." line: the commit sha changes on every re-apply
-            "--full-index",       # full blob ids: `am -3` can rebuild the preimage from them
-            "--no-signature",     # no "-- \n2.39.5" trailer: differs between git versions
-            "--no-stat",          # the diffstat repeats the diff and churns with it
-            "--keep-subject",     # no "[PATCH n/m]": numbering changes when patches are added
-            "--no-numbered",
-            "--no-renames",       # renames depend on similarity heuristics; plain add/delete is stable
-            "--encode-email-headers",
-        ).stdout
+        return self.run("format-patch", "--stdout", "-1", commit, *FORMAT_PATCH_FLAGS).stdout
 
     def changed_files(self, base: str, head: str) -> list[tuple[str, str]]:
         """(status letter, path) of every file that differs between two commits."""
@@ -354,6 +358,40 @@ class Git:
         finally:
             message_file.unlink(missing_ok=True)
         return self.head()
+
+    # -- plumbing on a private index (import commits without a work tree) ----
+    def read_tree(self, commit: str, *, index: Path) -> None:
+        """Fill the index file `index` (not the repository's own) with `commit`'s tree."""
+        self.run("read-tree", commit, env={"GIT_INDEX_FILE": str(index)})
+
+    def apply_cached(self, patch: Path, *, index: Path, strip: int = 1, unidiff_zero: bool = False) -> None:
+        """Apply `patch` to the index file `index` only, strictly (no fuzz; offsets are
+        fine, as for GNU patch); raises GitFailed (git's reason in .stderr) when it does not apply."""
+        args = ["apply", "--cached", f"-p{strip}", *(["--unidiff-zero"] if unidiff_zero else []), str(patch)]
+        self.run(*args, env={"GIT_INDEX_FILE": str(index)})
+
+    def write_tree(self, *, index: Path) -> str:
+        return self.out("write-tree", env={"GIT_INDEX_FILE": str(index)})
+
+    def commit_tree(self, tree: str, *, parent: str, message: str, env: Mapping[str, str]) -> str:
+        """A commit of `tree` on `parent` with `message` kept verbatim (read from stdin: no -m re-wrapping)."""
+        message_file = self.git_dir / f"FORKBUILD_COMMIT_MSG-{os.getpid()}"
+        message_file.write_bytes(message.encode())
+        try:
+            return self.out("commit-tree", tree, "-p", parent, "-F", str(message_file), env=env)
+        finally:
+            message_file.unlink(missing_ok=True)
+
+    def tree_paths(self, commit: str) -> set[str]:
+        """Every file path in `commit`'s tree."""
+        return set(self.run("ls-tree", "-r", "-z", "--name-only", commit).stdout.split("\0")) - {""}
+
+    def format_patches(self, base: str, head: str) -> list[bytes]:
+        """Every commit of base..head as format_patch writes it, oldest first, from one
+        git process (files in a temporary directory: a stream could not be split safely)."""
+        with tempfile.TemporaryDirectory(prefix="forkbuild-format-") as scratch:
+            self.run("format-patch", "--quiet", "-o", scratch, *FORMAT_PATCH_FLAGS, f"{base}..{head}")
+            return [path.read_bytes() for path in sorted(Path(scratch).iterdir())]
 
     def fetch(self, url: str, ref: str) -> None:
         """Fetch `ref` (a commit id or a ref name) from `url`, without tags."""
