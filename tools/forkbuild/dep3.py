@@ -95,17 +95,17 @@ def _is_mail(header: bytes) -> bool:
 
 
 def _from_mail(header: bytes, notes: list[str], *, fallback_subject: str) -> Description:
-    message = email.message_from_bytes(header.lstrip(b"\n"), policy=email.policy.compat32)
-    charset = message.get_content_charset()
-    payload = message.get_payload(decode=False)
-    raw_body = payload.encode("latin-1", errors="surrogateescape") if isinstance(payload, str) else b""
+    # Headers through the email package (folding, RFC 2047 words); the body stays bytes
+    # until its charset is known.
+    head, _, raw_body = header.lstrip(b"\n").partition(b"\n\n")
+    message = email.message_from_bytes(head + b"\n\n", policy=email.policy.compat32)
     if (message.get("Content-Transfer-Encoding") or "").lower() == "quoted-printable":
         import quopri
         raw_body = quopri.decodestring(raw_body)
-    body = _decode(raw_body, charset, notes)
+    body = _decode(raw_body, message.get_content_charset(), notes)
     subject = _header(message.get("Subject"), notes)
     author = _header(message.get("From"), notes)
-    date = message.get("Date") or ""
+    date = _header(message.get("Date"), notes)
     # git am reads "From:", "Subject:", "Date:" at the top of the body as the real ones.
     body_lines = body.lstrip("\n").split("\n")
     while body_lines and (found := FIELD.match(body_lines[0])) and found["key"].lower() in ("from", "subject", "date"):
@@ -113,15 +113,16 @@ def _from_mail(header: bytes, notes: list[str], *, fallback_subject: str) -> Des
         author, subject, date = (value if key == "from" else author, value if key == "subject" else subject,
                                  value if key == "date" else date)
         body_lines.pop(0)
-    return _described([("Subject", subject), ("From", author), ("Date", date)] if author else
-                      [("Subject", subject), ("Date", date)], ["\n".join(body_lines)], notes,
-                      fallback_subject=fallback_subject)
+    fields = [("Subject", subject), *([("From", author)] if author else []), *([("Date", date)] if date else [])]
+    return _described(fields, ["\n".join(body_lines)], notes, fallback_subject=fallback_subject)
 
 
-def _header(value: str | None, notes: list[str]) -> str:
-    if not value:
+def _header(value: str | email.header.Header | None, notes: list[str]) -> str:
+    """A mail header's text: unfolded, RFC 2047 words and raw 8-bit bytes decoded."""
+    if value is None:
         return ""
-    unfolded = re.sub(r"\r?\n(?=[ \t])", "", value)
+    # compat32 gives a Header object (not str) for a value with raw 8-bit bytes.
+    unfolded = re.sub(r"\r?\n(?=[ \t])", "", value) if isinstance(value, str) else value
     parts = []
     for chunk, charset in email.header.decode_header(unfolded):
         parts.append(_decode(chunk, charset, notes) if isinstance(chunk, bytes) else chunk)

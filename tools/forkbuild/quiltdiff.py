@@ -31,6 +31,8 @@ GIT_HEADER = re.compile(r"^diff --git (?P<old>\S+) (?P<new>\S+)\s*$")
 # git extended header lines that carry names or renames: dropped when GNU patch's names win.
 GIT_EXTENDED = re.compile(r"^(?:index |similarity index |dissimilarity index |rename (?:from|to) |copy (?:from|to) |"
                           r"(?:old|new) mode |new file mode |deleted file mode )")
+INDEX = re.compile(r"^index (?P<old>[0-9a-f]+)\.\.(?P<new>[0-9a-f]+)")
+EMPTY_BLOB = "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"
 # A name followed by a timestamp without a tab ("--- a/x  2022-12-11 15:41:56 +0000").
 SPACED_TIMESTAMP = re.compile(r"\s+(?:\d{4}-\d\d-\d\d \d\d:\d\d|[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d).*$")
 
@@ -47,15 +49,18 @@ class GitReadyDiff:
 
 def git_ready(diff: bytes, *, strip: int, existing: set[str] | frozenset[str]) -> GitReadyDiff:
     """Normalise `diff` (a patch's diff part); `existing`: the paths of the tree it applies to."""
-    text = diff.decode("latin-1")
+    notes: list[str] = []
+    # Names first, on the lines: unidiff takes a git header's names and ignores ---/+++.
+    text = "".join(_follow_minus_plus(diff.decode("latin-1").splitlines(keepends=True), strip=strip,
+                                      existing=existing, notes=notes))
     try:
         files = unidiff.PatchSet(text)
     except UnidiffParseError as error:
         # unidiff is stricter than GNU patch (e.g. a truncated last hunk): give git the
         # diff as it is; git names what it cannot apply.
-        return GitReadyDiff(data=diff, unidiff_zero=False, notes=(f"not normalised (unidiff: {error})",),
+        return GitReadyDiff(data=text.encode("latin-1"), unidiff_zero=False,
+                            notes=(*notes, f"not checked for binary or zero-context hunks (unidiff: {error})"),
                             empty=not text.strip(), added=frozenset(), removed=frozenset())
-    notes: list[str] = []
     sections: list[str] = []
     unidiff_zero = False
     added: set[str] = set()
@@ -66,59 +71,94 @@ def git_ready(diff: bytes, *, strip: int, existing: set[str] | frozenset[str]) -
             notes.append(f"binary diff of {new if new != DEV_NULL else old} skipped (no data git can apply; "
                          "GNU patch skips it too)")
             continue
+        if not len(patched) and _content_without_data(patched):
+            notes.append(f"diff of {new if new != DEV_NULL else old} has an index line but no hunks (cut short): "
+                         "skipped, as GNU patch does")
+            continue
         if any(not any(line.is_context for line in hunk) for hunk in patched):
             unidiff_zero = True
-        section = _section(patched, old, new, strip=strip, existing=existing | added, notes=notes)
-        sections.append(section)
-        if patched.is_added_file or old == DEV_NULL:
-            added.add(new)
-        elif patched.is_removed_file or new == DEV_NULL:
+        sections.append(str(patched))
+        if old != new:
+            added.discard(old)
             removed.add(old)
-        elif patched.is_rename and section == str(patched):
+        if new != DEV_NULL:
             added.add(new)
-            removed.add(old)
+            removed.discard(new)
     if unidiff_zero:
         notes.append("hunks without context lines: applied with --unidiff-zero")
     return GitReadyDiff(data="".join(sections).encode("latin-1"), unidiff_zero=unidiff_zero, notes=tuple(notes),
-                        empty=not sections, added=frozenset(added), removed=frozenset(removed))
+                        empty=not sections, added=frozenset(added), removed=frozenset(removed - {DEV_NULL}))
 
 
-def _section(patched: unidiff.PatchedFile, old: str, new: str, *, strip: int, existing: set[str],
-             notes: list[str]) -> str:
-    info = list(patched.patch_info or [])
-    header = next((GIT_HEADER.match(line) for line in info if line.startswith("diff --git ")), None)
-    if not len(patched) or DEV_NULL in (old, new):
-        return str(patched)
+def _follow_minus_plus(lines: list[str], *, strip: int, existing: set[str] | frozenset[str],
+                       notes: list[str]) -> list[str]:
+    """The lines with every file whose names disagree rewritten as a plain diff of the
+    file GNU patch would patch: the ---/+++ name, the one that exists when they differ."""
+    out: list[str] = []
+    at = 0
+    while at < len(lines):
+        header = GIT_HEADER.match(lines[at].rstrip("\r\n")) if lines[at].startswith("diff --git ") else None
+        extended_end = at + 1
+        if header:
+            while extended_end < len(lines) and GIT_EXTENDED.match(lines[extended_end]):
+                extended_end += 1
+        minus = extended_end if header else at
+        if not (lines[minus].startswith("--- ") and minus + 1 < len(lines) and lines[minus + 1].startswith("+++ ")):
+            out.append(lines[at])
+            at += 1
+            continue
+        old, new = _name(lines[minus][4:], strip), _name(lines[minus + 1][4:], strip)
+        named = (_name(header["old"], strip), _name(header["new"], strip)) if header else (old, new)
+        chosen = _choose(old, new, existing)
+        if DEV_NULL in (old, new) or (named == (old, new) and (header or old == new)) or chosen is None:
+            out.extend(lines[at:minus + 2])  # consistent (a git rename included): git and GNU patch agree
+        else:
+            if header and named != (old, new):
+                notes.append(f"git header names {named[0]} -> {named[1]}, ---/+++ name {old} -> {new}: "
+                             f"followed ---/+++ (as GNU patch does), patched {chosen}"
+                             + (", the one that exists" if old != new else ""))
+            else:
+                notes.append(f"---/+++ name {old} and {new}: patched {chosen}, the one that exists (as GNU patch does)")
+            out += [_retarget(lines[minus], strip, chosen), _retarget(lines[minus + 1], strip, chosen)]
+        at = minus + 2
+    return out
+
+
+def _content_without_data(patched: unidiff.PatchedFile) -> bool:
+    """A git section whose index line says the content changes, with no hunk carrying it
+    (a maintainer cut the hunks, kept the header): git would create an empty file or
+    refuse; GNU patch leaves the file alone."""
+    index = next((INDEX.match(line) for line in patched.patch_info or [] if INDEX.match(line)), None)
+    return bool(index) and index["old"] != index["new"] and not (_no_content(index["old"]) and _no_content(index["new"]))
+
+
+def _no_content(blob: str) -> bool:
+    """An (abbreviated) id of no blob or of the empty one: nothing between two such needs data."""
+    return set(blob) == {"0"} or EMPTY_BLOB.startswith(blob)
+
+
+def _choose(old: str, new: str, existing: set[str] | frozenset[str]) -> str | None:
     if old == new:
-        if header is None or (_name(header["old"], strip), _name(header["new"], strip)) == (old, new):
-            return str(patched)
-        notes.append(f"git header names {_name(header['old'], strip)} -> {_name(header['new'], strip)}, "
-                     f"---/+++ name {old}: followed ---/+++ (as GNU patch does)")
-        chosen = old
-    else:
-        chosen = next((name for name in (old, new) if name in existing), None)
-        if chosen is None:
-            return str(patched)  # neither exists: nothing to choose, git's error will name both
-        notes.append(f"---/+++ name {old} and {new}: patched {chosen}, the one that exists (as GNU patch does)")
-    kept = [line for line in info if not line.startswith("diff --git ") and not GIT_EXTENDED.match(line)]
-    plain = unidiff.PatchedFile(patch_info=unidiff.patch.PatchInfo(kept),
-                                source=_renamed(patched.source_file, strip, chosen), source_timestamp=patched.source_timestamp,
-                                target=_renamed(patched.target_file, strip, chosen), target_timestamp=patched.target_timestamp)
-    plain.extend(patched)
-    return str(plain)
+        return old
+    return next((name for name in (old, new) if name in existing), None)
 
 
 def _name(raw: str, strip: int) -> str:
     """A ---/+++ or git-header name with `strip` leading components removed (as patch -pN)."""
-    name = SPACED_TIMESTAMP.sub("", raw.strip()).strip('"')
+    name = SPACED_TIMESTAMP.sub("", raw.split("\t", 1)[0].rstrip("\r\n").strip()).strip('"')
     if name == DEV_NULL:
         return name
-    parts = [part for part in name.split("/")]
+    parts = name.split("/")
     return "/".join(parts[strip:]) if len(parts) > strip else parts[-1]
 
 
-def _renamed(raw: str, strip: int, chosen: str) -> str:
-    """`raw` with the name after its first `strip` components replaced by `chosen`."""
-    name = SPACED_TIMESTAMP.sub("", raw.strip()).strip('"')
-    prefix = name.split("/")[:strip]
-    return "/".join([*prefix, chosen])
+def _retarget(line: str, strip: int, chosen: str) -> str:
+    """A ---/+++ line naming `chosen` instead, its first `strip` components and timestamp kept."""
+    marker, rest = line[:4], line[4:]
+    name, tab, stamp = rest.partition("\t")
+    ending = "" if tab else rest[len(rest.rstrip("\r\n")):]
+    name = name.rstrip("\r\n")
+    spaced = SPACED_TIMESTAMP.search(name)
+    suffix = spaced.group(0) if spaced else ""
+    prefix = (name[: spaced.start()] if spaced else name).strip().split("/")[:strip]
+    return f"{marker}{'/'.join([*prefix, chosen])}{suffix}{tab}{stamp}{ending}"

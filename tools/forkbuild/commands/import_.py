@@ -52,10 +52,14 @@ def run(args, context) -> int:
 def _report_quilt(context, result: QuiltImport) -> int:
     """Per patch: where it went and what was normalised or skipped on the way."""
     series = context.series
-    table = Table("from", "patch", "subject", "normalised / skipped", title=f"imported into {series.patches_dir}")
+    table = Table("from", "patch", "subject", "notes", title=f"imported into {series.patches_dir}")
     for outcome in result.patches:
-        table.add_row(outcome.source, outcome.file or "(not imported)", outcome.subject, "\n".join(outcome.notes))
+        table.add_row(outcome.source, outcome.file or "(not imported)", outcome.subject, str(len(outcome.notes) or ""))
     context.reporter.console.print(table)
+    # One line per note, not table cells: they are long and must stay greppable.
+    for outcome in result.patches:
+        for note in outcome.notes:
+            context.reporter.info(f"{outcome.source}: {note}")
     imported = sum(1 for outcome in result.patches if outcome.file)
     changed = sum(1 for outcome in result.patches if outcome.notes)
     context.reporter.info(f"{imported} of {len(result.patches)} patch(es) imported, {changed} normalised or skipped")
