@@ -24,7 +24,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
+sys.path.insert(0, str(ROOT / "tests" / "unit"))
 
+from fixtures import make_quilt_project as make_project  # noqa: E402
 from forkbuild.emptydirs import find_empty_dirs  # noqa: E402
 from forkbuild.git import Git  # noqa: E402
 
@@ -32,7 +34,6 @@ CORPUS = Path(os.environ.get("FORKBUILD_QUILT_CORPUS") or ROOT / ".cache" / "qui
 # Debian 12 packages with quilt series of 3 to 206 patches (grub2: 206, the bench's).
 PACKAGES = ("grub2", "perl", "cron", "exim4", "openssh", "ncurses", "groff", "mutt", "sysvinit", "procps", "xterm",
             "bsd-mailx", "iputils", "less", "dash", "mksh")
-DATE = "946684800 +0000"
 
 
 @dataclass(frozen=True)
@@ -86,38 +87,6 @@ def tree_id(path: Path, scratch: Path) -> str:
     env = {"GIT_WORK_TREE": str(path), "GIT_INDEX_FILE": str(repo.git_dir / "ids.index")}
     repo.run("add", "--all", "--force", ".", ":(exclude).pc", ":(exclude).git", env=env)
     return repo.out("write-tree", env=env)
-
-
-def make_project(upstream_tree: Path, root: Path) -> Path:
-    """A forkbuild project (series.toml, empty patches/) whose upstream is `upstream_tree`."""
-    repo = Git.init(root / "upstream.git", bare=True)
-    commit = repo.commit_directory(upstream_tree, message="upstream (dpkg-source -x --skip-patches)\n", date=DATE)
-    repo.update_ref("refs/heads/main", commit)
-    project = root / "project"
-    (project / "patches").mkdir(parents=True)
-    (project / "series.toml").write_text(f'''\
-[series]
-name = "corpus"
-default_variant = "all"
-
-[upstream]
-name = "{upstream_tree.name}"
-version = "corpus"
-package_root = "."
-source = "git"
-
-[upstream.git]
-url = "{repo.path}"
-commit = "{commit}"
-
-[features.debian]
-description = "The Debian patches."
-
-[variants.all]
-description = "Every patch."
-features = ["debian"]
-''')
-    return project
 
 
 def forkbuild(project: Path, cache: Path, *args: str) -> subprocess.CompletedProcess:

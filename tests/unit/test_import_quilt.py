@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures import cli_main
+from fixtures import cli_main, make_quilt_project
 from forkbuild.apply import apply_variant
 from forkbuild.config import load_series
 from forkbuild.console import Reporter
@@ -29,7 +29,6 @@ from forkbuild.patchfile import read_patch
 from forkbuild.quiltimport import QuiltImport, import_quilt
 
 QUILT = shutil.which("quilt")
-DATE = "946684800 +0000"
 UPSTREAM = {
     "a.txt": b"".join(b"line %d\n" % number for number in range(1, 21)),
     "m.c": b"int main(void)\n{\n\treturn 0;\n}\n",
@@ -50,9 +49,7 @@ class Project:
             (self.src / name).write_bytes(data)
         for directory in empty_dirs:
             (self.src / directory).mkdir(parents=True)
-        upstream = Git.init(tmp_path / "upstream.git", bare=True)
-        commit = upstream.commit_directory(self.src, message="upstream\n", date=DATE)
-        upstream.update_ref("refs/heads/main", commit)
+        self.root = make_quilt_project(self.src, tmp_path)  # upstream: the tree without debian/
         self.quilt_dir = self.src / "debian" / "patches"
         self.quilt_dir.mkdir(parents=True)
         (self.src / "debian" / "control").write_text("Source: fixture\n")
@@ -60,30 +57,6 @@ class Project:
             (self.quilt_dir / name).parent.mkdir(parents=True, exist_ok=True)
             (self.quilt_dir / name).write_bytes(data)
         (self.quilt_dir / "series").write_text(series if series is not None else "".join(f"{name}\n" for name in patches))
-        self.root = tmp_path / "project"
-        (self.root / "patches").mkdir(parents=True)
-        (self.root / "series.toml").write_text(f'''\
-[series]
-name = "quilt"
-default_variant = "all"
-
-[upstream]
-name = "fixture"
-version = "1"
-package_root = "."
-source = "git"
-
-[upstream.git]
-url = "{upstream.path}"
-commit = "{commit}"
-
-[features.debian]
-description = "The Debian patches."
-
-[variants.all]
-description = "Every patch."
-features = ["debian"]
-''')
         self.tmp_path = tmp_path
 
     def context(self) -> Context:

@@ -37,9 +37,10 @@ def run(args, context) -> int:
             raise ForkbuildError("--quilt needs --feature NAME (quilt patches carry no Feature: trailer)")
         return _report_quilt(context, import_quilt(context=context, directory=args.quilt.resolve(), feature=args.feature,
                                                    source_tree=args.tree.resolve() if args.tree else None))
-    else:
-        repo, revisions = args.git_range
-        incoming = git_range_incoming(series, Path(repo).resolve(), revisions, feature=args.feature)
+    if args.tree:
+        raise ForkbuildError("--tree goes with --quilt (a git range has no upstream tree of its own)")
+    repo, revisions = args.git_range
+    incoming = git_range_incoming(series, Path(repo).resolve(), revisions, feature=args.feature)
     imported = import_patches(context=context, incoming=incoming)
     table = Table("patch", "feature", "subject", "from", title=f"imported into {series.patches_dir}")
     for item in imported:
@@ -50,19 +51,17 @@ def run(args, context) -> int:
 
 
 def _report_quilt(context, result: QuiltImport) -> int:
-    """Per patch: where it went and what was normalised or skipped on the way."""
-    series = context.series
-    table = Table("from", "patch", "subject", "notes", title=f"imported into {series.patches_dir}")
+    """Per patch: where it went and what was normalised or skipped on the way (one print:
+    hundreds of rich table rows or prints take seconds)."""
+    lines = []
     for outcome in result.patches:
-        table.add_row(outcome.source, outcome.file or "(not imported)", outcome.subject, str(len(outcome.notes) or ""))
-    context.reporter.console.print(table)
-    # One line per note, not table cells: they are long and must stay greppable.
-    for outcome in result.patches:
-        for note in outcome.notes:
-            context.reporter.info(f"{outcome.source}: {note}")
+        lines.append(f"  {outcome.source} -> {outcome.file or '(not imported)'}")
+        lines += [f"      {note}" for note in outcome.notes]
+    context.reporter.console.print("\n".join(lines), markup=False, highlight=False)
     imported = sum(1 for outcome in result.patches if outcome.file)
     changed = sum(1 for outcome in result.patches if outcome.notes)
-    context.reporter.info(f"{imported} of {len(result.patches)} patch(es) imported, {changed} normalised or skipped")
+    context.reporter.info(f"{imported} of {len(result.patches)} patch(es) imported into {context.series.patches_dir}, "
+                          f"{changed} normalised or skipped")
     if result.empty_dirs:
         context.reporter.info(f"{len(result.empty_dirs)} empty upstream director(ies) git cannot track: recorded in "
                               f"series.toml [upstream] empty_dirs; apply recreates them: {', '.join(result.empty_dirs[:5])}"
