@@ -12,7 +12,8 @@ from forkbuild.errors import ApplyError, ConfigError
 from forkbuild.export import export_series
 from forkbuild.apply import apply_variant
 from forkbuild.git import Git
-from forkbuild.importer import git_range_incoming, parse_dep3
+from forkbuild.dep3 import parse_dep3
+from forkbuild.importer import git_range_incoming
 from forkbuild.quiltimport import import_quilt, read_quilt_dir
 from forkbuild.patchfile import read_patch
 

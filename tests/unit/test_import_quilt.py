@@ -352,3 +352,15 @@ index 000000000..68e21fff3
     tree = project.round_trip()
     assert not (tree / "test").exists()
     project.assert_like_quilt(tree, ["test/rejectlog/0022"])
+
+
+def test_a_series_tree_holding_work_is_left_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    project = Project(tmp_path, {"a.patch": b"Description: a\n\n" + A_TXT_HUNK})
+    series_tree = project.root / ".forkbuild-work" / "series"
+    apply_variant(context=project.context(), variant=None, dest=series_tree)
+    (series_tree / "o.txt").write_bytes(b"my uncommitted work\n")
+    output = project.cli_import(capsys)
+    assert "was left as it is" in output and "uncommitted changes" in output
+    assert (series_tree / "o.txt").read_bytes() == b"my uncommitted work\n"
+    assert (series_tree / "a.txt").read_bytes() == UPSTREAM["a.txt"]  # not moved to the new series
+    assert (project.root / "patches" / "a.patch").is_file()

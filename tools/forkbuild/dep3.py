@@ -51,10 +51,6 @@ class Description:
     notes: tuple[str, ...] = ()  # what was normalised, for the import report
 
 
-# Kept for callers of the old name (tests, the git-range path).
-Dep3 = Description
-
-
 def split_patch(data: bytes) -> tuple[bytes, bytes]:
     """(description, diff) of a quilt patch file: the diff starts at its first header line."""
     match = DIFF_START.search(data)

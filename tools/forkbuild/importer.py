@@ -25,8 +25,7 @@ from forkbuild.context import Context
 from forkbuild.errors import ApplyError, ConfigError, ForkbuildError
 from forkbuild.export import patch_name
 from forkbuild.fsutil import write_atomic
-from forkbuild.git import IDENTITY, Git, GitFailed
-from forkbuild.dep3 import Dep3, parse_dep3  # noqa: F401  (the DEP-3 reader lives in dep3.py)
+from forkbuild.git import IDENTITY, Git
 from forkbuild.patchfile import parse_trailers
 from forkbuild.series_edit import EntrySpec, quilt_series_text, updated_series_toml, with_empty_dirs
 
