@@ -364,3 +364,13 @@ def test_a_series_tree_holding_work_is_left_alone(tmp_path: Path, capsys: pytest
     assert (series_tree / "o.txt").read_bytes() == b"my uncommitted work\n"
     assert (series_tree / "a.txt").read_bytes() == UPSTREAM["a.txt"]  # not moved to the new series
     assert (project.root / "patches" / "a.patch").is_file()
+
+
+def test_a_diff_of_mixed_encodings_round_trips(tmp_path: Path) -> None:
+    # mksh's patches: UTF-8 quotes in one line, a Latin-1 byte in another, in the same diff.
+    patch = (b"Description: mixed\n\n--- a/o.txt\n+++ b/o.txt\n@@ -1,3 +1,5 @@\n one\n"
+             b"+\xe2\x80\x9cquoted\xe2\x80\x9d\n+caf\xe9\n-two\n+TWO\n three\n")
+    project = Project(tmp_path, {"mixed.patch": patch})
+    project.import_()
+    tree = project.round_trip()  # apply reads the written file back (patchfile.read_patch)
+    assert (tree / "o.txt").read_bytes() == b"one\n\xe2\x80\x9cquoted\xe2\x80\x9d\ncaf\xe9\nTWO\nthree\n"

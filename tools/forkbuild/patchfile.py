@@ -52,10 +52,10 @@ def split_mail(text: str) -> tuple[email.message.Message, str]:
     """The mail headers of a format-patch file and everything after them."""
     # Drop the mbox "From <sha> <date>" separator; email.parser wants headers first.
     body = text.split("\n", 1)[1] if text.startswith("From ") else text
-    message = email.message_from_string(body, policy=email.policy.compat32)
-    payload = message.get_payload()
-    # A format-patch mail is never multipart: its payload is the text after the headers.
-    assert isinstance(payload, str), "a format-patch mail has one text payload"
+    # Only the headers go through email: get_payload() raises on a diff that holds both
+    # non-ASCII text and bytes that are not UTF-8 (surrogates), as real files do.
+    head, _, payload = body.partition("\n\n")
+    message = email.message_from_string(head + "\n\n", policy=email.policy.compat32)
     return message, payload
 
 
