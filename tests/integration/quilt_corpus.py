@@ -32,7 +32,7 @@ from forkbuild.git import Git  # noqa: E402
 
 CORPUS = Path(os.environ.get("FORKBUILD_QUILT_CORPUS") or ROOT / ".cache" / "quilt-corpus")
 # Debian 12 packages with quilt series of 3 to 206 patches (grub2: 206, the bench's).
-PACKAGES = ("grub2", "perl", "cron", "exim4", "openssh", "ncurses", "groff", "mutt", "sysvinit", "procps", "xterm",
+PACKAGES = ("grub2", "perl", "cron", "exim4", "openssh", "ncurses", "groff", "mutt", "procps", "xterm",
             "less", "dash", "mksh")
 
 

@@ -78,7 +78,7 @@ def test_parse_dep3_keeps_every_field() -> None:
     assert header.subject == "core: offset by ten"
     assert header.body == "The offset was too small for the new callers.\n\nSecond paragraph of the description."
     assert header.author == "Quilt Person <quilt@example.com>"
-    assert header.date == "2024-05-01T00:00:00+0000"
+    assert header.date == "1714521600 +0000"  # Last-Update 2024-05-01, midnight UTC
     assert header.trailers == (("Origin", "vendor, https://example.com/offset"), ("Forwarded", "https://example.com/pr/7"),
                                ("Last-Update", "2024-05-01"))
     assert header.upstream == "submitted"

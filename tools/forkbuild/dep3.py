@@ -16,6 +16,7 @@ each change is named in `Description.notes`:
 
 from __future__ import annotations
 
+import datetime
 import email
 import email.header
 import email.policy
@@ -45,7 +46,7 @@ class Description:
     subject: str
     body: str
     author: str  # "Name <email>", "" when the patch names none
-    date: str  # for GIT_AUTHOR_DATE, "" when unknown
+    date: str  # git's raw date, "<seconds> <+zone>"; "" when unknown
     trailers: tuple[tuple[str, str], ...]  # the other DEP-3 fields, kept as trailers
     upstream: str  # local / submitted / upstreamed, from Forwarded/Applied-Upstream/Origin
     notes: tuple[str, ...] = ()  # what was normalised, for the import report
@@ -242,7 +243,8 @@ def _git_date(date: str, last_update: str) -> str:
             raise ValueError(f"Date: {date!r} is not a mail (RFC 2822) date, e.g. 'Wed, 01 May 2024 10:00:00 +0000'") from error
         return f"{int(parsed.timestamp())} {parsed.strftime('%z') or '+0000'}"
     if re.fullmatch(r"\d{4}-\d{2}-\d{2}", last_update.strip()):
-        return f"{last_update.strip()}T00:00:00+0000"
+        midnight = datetime.datetime.strptime(last_update.strip(), "%Y-%m-%d").replace(tzinfo=datetime.timezone.utc)
+        return f"{int(midnight.timestamp())} +0000"
     return ""
 
 

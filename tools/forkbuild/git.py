@@ -6,8 +6,10 @@ do not depend on the user's git configuration.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import re
 import shlex
 import tempfile
 from collections.abc import Iterable, Mapping
@@ -51,6 +53,29 @@ FORMAT_PATCH_FLAGS = (
     "--no-renames",       # renames depend on similarity heuristics; plain add/delete is stable
     "--encode-email-headers",
 )
+
+
+# Where `commit_trees` builds its commits (deleted right after).
+IMPORT_REF = f"refs/forkbuild/fast-import-{os.getpid()}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TreeCommit:
+    """A commit to make of an existing tree: author, date ("<seconds> <+zone>"), message."""
+
+    tree: str
+    message: str
+    author_name: str
+    author_email: str
+    date: str
+
+
+def _ident(name: str, email: str) -> str:
+    """`Name <email>` as git's own ident code writes it: no <, > or newline inside, no
+    "crud" (blanks, . , : ; " ' \\) at either end."""
+    crud = "".join(chr(code) for code in range(33)) + ".,:;<>\"\\'"
+    clean = [re.sub(r"[<>\n]", "", part).strip(crud) for part in (name, email)]
+    return f"{clean[0]} <{clean[1]}>"
 
 
 class GitFailed(ForkbuildError):
@@ -119,16 +144,19 @@ class Git:
     def git_dir(self) -> Path:
         return Path(self.repo.git_dir)
 
-    def run(self, *args: str, env: Mapping[str, str] | None = None, check: bool = True) -> Result:
-        """Run `git <args>` with the pinned config; raise GitFailed unless check=False."""
+    def run(self, *args: str, env: Mapping[str, str] | None = None, check: bool = True,
+            stdin: Path | None = None) -> Result:
+        """Run `git <args>` with the pinned config (`stdin`: a file to read from);
+        raise GitFailed unless check=False."""
         pinned = [item for key, value in PINNED_CONFIG.items() for item in ("-c", f"{key}={value}")]
         command = ["git", *pinned, *args]
         # Logged without the pinned -c options: they are the same on every command.
         LOG.debug("$ git -C %s %s", self.path, shlex.join(args))
         try:
-            status, stdout, stderr = self.repo.git.execute(
-                command, with_extended_output=True, with_exceptions=check, env=dict(env or {}),
-                strip_newline_in_stdout=False)
+            with (stdin.open("rb") if stdin else contextlib.nullcontext()) as stream:
+                status, stdout, stderr = self.repo.git.execute(
+                    command, istream=stream, with_extended_output=True, with_exceptions=check, env=dict(env or {}),
+                    strip_newline_in_stdout=False)
         except GitCommandError as error:
             failed = GitFailed(error)
             _log_output(error.status, failed.stdout, failed.stderr)
@@ -373,14 +401,30 @@ class Git:
     def write_tree(self, *, index: Path) -> str:
         return self.out("write-tree", env={"GIT_INDEX_FILE": str(index)})
 
-    def commit_tree(self, tree: str, *, parent: str, message: str, env: Mapping[str, str]) -> str:
-        """A commit of `tree` on `parent` with `message` kept verbatim (read from stdin: no -m re-wrapping)."""
-        message_file = self.git_dir / f"FORKBUILD_COMMIT_MSG-{os.getpid()}"
-        message_file.write_bytes(message.encode())
-        try:
-            return self.out("commit-tree", tree, "-p", parent, "-F", str(message_file), env=env)
-        finally:
-            message_file.unlink(missing_ok=True)
+    def commit_trees(self, commits: list[TreeCommit], *, parent: str) -> list[str]:
+        """One commit per `commits` item, each on the one before (the first on `parent`),
+        from one `git fast-import`; returns their ids in order. The committer is
+        forkbuild at the author date (what `am --committer-date-is-author-date` makes)."""
+        if not commits:
+            return []
+        stream = bytearray()
+        for number, commit in enumerate(commits, start=1):
+            message = commit.message.encode()
+            stream += (f"commit {IMPORT_REF}\nmark :{number}\n"
+                       f"author {_ident(commit.author_name, commit.author_email)} {commit.date}\n"
+                       f"committer {_ident(IDENTITY['user.name'], IDENTITY['user.email'])} {commit.date}\n"
+                       f"data {len(message)}\n").encode() + message
+            stream += (f"\nfrom {parent if number == 1 else f':{number - 1}'}\n"
+                       f"M 040000 {commit.tree} \"\"\n\n").encode()
+        with tempfile.TemporaryDirectory(prefix="forkbuild-fast-import-") as scratch:
+            commands, marks = Path(scratch) / "stream", Path(scratch) / "marks"
+            commands.write_bytes(bytes(stream))
+            try:
+                self.run("fast-import", "--quiet", "--force", f"--export-marks={marks}", stdin=commands)
+            finally:
+                self.run("update-ref", "-d", IMPORT_REF, check=False)  # the ids are returned; no ref is kept
+            ids = dict(line.split() for line in marks.read_text().splitlines())
+        return [ids[f":{number}"] for number in range(1, len(commits) + 1)]
 
     def tree_paths(self, commit: str) -> set[str]:
         """Every file path in `commit`'s tree."""

@@ -15,6 +15,7 @@ import re
 import shutil
 import tempfile
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,14 +67,11 @@ def guard_trailers(series: Series, feature: str, diff: str) -> list[tuple[str, s
 
 # -- sources -----------------------------------------------------------------------
 
-def author_env(author: str, date: str) -> dict[str, str]:
-    """GIT_AUTHOR_*/GIT_COMMITTER_DATE for a commit by `author` ("Name <email>") at `date`."""
+def author_ident(author: str) -> tuple[str, str]:
+    """(name, email) for a commit by `author` ("Name <email>"); forkbuild's own where it names none."""
     name, address = email.utils.parseaddr(author)
-    # git refuses names made only of "crud" (".", ",", "<", ...) and strips angle brackets.
-    name = name.strip(" .,:;<>\"'") or address or IDENTITY["user.name"]
-    return {"GIT_AUTHOR_NAME": name,
-            "GIT_AUTHOR_EMAIL": address if "@" in address else IDENTITY["user.email"],
-            "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date}
+    return (name.strip() or address or IDENTITY["user.name"],
+            address if "@" in address else IDENTITY["user.email"])
 
 
 def git_range_incoming(series: Series, repo: Path, revisions: str, *, feature: str | None) -> list[Incoming]:
@@ -170,6 +168,14 @@ def import_patches(*, context: Context, incoming: list[Incoming]) -> list[Import
             for item in incoming]
 
 
+def _write_or_error(path: Path, data: bytes) -> BaseException | None:
+    try:
+        write_atomic(path, data)
+    except BaseException as error:  # handed back: the caller removes what was written, then raises it
+        return error
+    return None
+
+
 def _write(series: Series, incoming: list, texts: dict[str, bytes], *, empty_dirs: tuple[str, ...] = ()) -> None:
     """The patch files, then series.toml listing them; if that fails part way, the
     patch files written are removed again (an unlisted patch would break series.toml).
@@ -178,12 +184,17 @@ def _write(series: Series, incoming: list, texts: dict[str, bytes], *, empty_dir
     entries += [EntrySpec(file=item.name, feature=item.feature, upstream=item.upstream) for item in incoming]
     written: list[Path] = []
     try:
-        for item in incoming:
-            target = series.patches_dir / item.name
+        targets = [series.patches_dir / item.name for item in incoming]
+        for target in targets:
             if target.exists():  # appeared while we were applying: still never overwrite
-                raise ForkbuildError(f"patches/{item.name} appeared during the import; nothing was written")
-            write_atomic(target, texts[item.name])
-            written.append(target)
+                raise ForkbuildError(f"patches/{target.name} appeared during the import; nothing was written")
+        # Side by side: each write waits on its fsync, hundreds of them one after another take seconds.
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            failures = list(pool.map(lambda target: _write_or_error(target, texts[target.name]), targets))
+        written = [target for target, failure in zip(targets, failures) if failure is None]
+        for failure in failures:
+            if failure is not None:
+                raise failure
         toml = updated_series_toml(series.path.read_text(), entries)
         write_atomic(series.path, with_empty_dirs(toml, empty_dirs) if empty_dirs else toml)
     except BaseException:

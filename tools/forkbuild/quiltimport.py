@@ -13,7 +13,9 @@ reported per patch.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,8 +29,8 @@ from forkbuild.dep3 import Description, parse_dep3, split_patch, stripspace
 from forkbuild.emptydirs import find_empty_dirs, recreate_empty_dirs
 from forkbuild.errors import ApplyError, ConfigError, DirtyTreeError, ForkbuildError
 from forkbuild.export import DEFAULT_TREE
-from forkbuild.git import Git, GitFailed
-from forkbuild.importer import _write, author_env, check_incoming, guard_trailers, with_trailers
+from forkbuild.git import Git, GitFailed, TreeCommit
+from forkbuild.importer import _write, author_ident, check_incoming, guard_trailers, with_trailers
 from forkbuild.patchfile import check_safe
 from forkbuild.quiltdiff import git_ready
 from forkbuild.series_edit import read_quilt_series
@@ -147,42 +149,53 @@ def _series_head(context: Context, *, base: str) -> Iterator[str]:
 
 
 def _commit_all(git: Git, series: Series, patches: list[QuiltPatch], *, start: str) -> tuple[list[PatchOutcome], str]:
+    """Apply each patch to a private index (`git apply --cached`), the tree of each
+    state written while the next patch applies (`write-tree` of a snapshot, a second
+    process), then every commit from one `git fast-import`."""
     index = git.git_dir / f"forkbuild-quilt-{os.getpid()}.index"
-    head = start
-    outcomes = []
-    try:
+    with tempfile.TemporaryDirectory(prefix="forkbuild-quilt-") as scratch, ThreadPoolExecutor(max_workers=1) as pool:
         git.read_tree(start, index=index)
-        existing = git.tree_paths(start)
-        tree = git.write_tree(index=index)
-        with tempfile.TemporaryDirectory(prefix="forkbuild-quilt-") as scratch:
-            patch_file = Path(scratch) / "patch"
-            for patch in patches:
+        try:
+            existing = git.tree_paths(start)
+            first_tree = git.write_tree(index=index)
+            trees: list[Future[str] | None] = []
+            notes: list[list[str]] = []
+            for number, patch in enumerate(patches):
                 ready = git_ready(patch.diff, strip=patch.strip, existing=existing)
-                notes = [*patch.description.notes, *ready.notes]
-                if not ready.empty:
-                    patch_file.write_bytes(ready.data)
-                    try:
-                        git.apply_cached(patch_file, index=index, strip=patch.strip, unidiff_zero=ready.unidiff_zero)
-                    except GitFailed as error:
-                        raise ApplyError(f"{patch.path} does not apply on top of the series: {error.stderr or error.stdout}",
-                                         hint="refresh it against the series first (quilt push/refresh), "
-                                              "or fix its -p level in `series`") from error
-                    existing = (existing - ready.removed) | ready.added
-                    new_tree = git.write_tree(index=index)
-                if ready.empty or new_tree == tree:
-                    # format-patch of an empty commit is a patch git am refuses: nothing to keep.
-                    outcomes.append(PatchOutcome(source=patch.source, file="", subject=patch.description.subject,
-                                                 notes=(*notes, "changes nothing: not imported")))
+                notes.append([*patch.description.notes, *ready.notes])
+                if ready.empty:
+                    trees.append(None)
                     continue
-                tree = new_tree
-                head = git.commit_tree(tree, parent=head, message=_message(series, patch),
-                                       env=author_env(patch.description.author,
-                                                      patch.description.date or _mtime(patch.path)))
-                outcomes.append(PatchOutcome(source=patch.source, file=patch.name, subject=patch.description.subject,
-                                             notes=tuple(notes)))
-    finally:
-        index.unlink(missing_ok=True)
-    return outcomes, head
+                patch_file = Path(scratch) / f"{number}.patch"
+                patch_file.write_bytes(ready.data)
+                try:
+                    git.apply_cached(patch_file, index=index, strip=patch.strip, unidiff_zero=ready.unidiff_zero)
+                except GitFailed as error:
+                    raise ApplyError(f"{patch.path} does not apply on top of the series: {error.stderr or error.stdout}",
+                                     hint="refresh it against the series first (quilt push/refresh), "
+                                          "or fix its -p level in `series`") from error
+                existing = (existing - ready.removed) | ready.added
+                snapshot = Path(scratch) / f"{number}.index"
+                shutil.copyfile(index, snapshot)
+                trees.append(pool.submit(git.write_tree, index=snapshot))
+            written = [future.result() if future else None for future in trees]
+        finally:
+            index.unlink(missing_ok=True)
+    outcomes, commits, previous = [], [], first_tree
+    for patch, tree, patch_notes in zip(patches, written, notes):
+        if tree is None or tree == previous:
+            # format-patch of an empty commit is a patch git am refuses: nothing to keep.
+            outcomes.append(PatchOutcome(source=patch.source, file="", subject=patch.description.subject,
+                                         notes=(*patch_notes, "changes nothing: not imported")))
+            continue
+        previous = tree
+        name, address = author_ident(patch.description.author)
+        commits.append(TreeCommit(tree=tree, message=_message(series, patch), author_name=name, author_email=address,
+                                  date=patch.description.date or _mtime(patch.path)))
+        outcomes.append(PatchOutcome(source=patch.source, file=patch.name, subject=patch.description.subject,
+                                     notes=tuple(patch_notes)))
+    made = git.commit_trees(commits, parent=start)
+    return outcomes, made[-1] if made else start
 
 
 def _message(series: Series, patch: QuiltPatch) -> str:
