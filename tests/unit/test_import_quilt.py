@@ -23,6 +23,7 @@ from forkbuild.config import load_series
 from forkbuild.console import Reporter
 from forkbuild.context import Context
 from forkbuild.dep3 import git_am_subject, parse_dep3
+from forkbuild.errors import ApplyError
 from forkbuild.export import export_series
 from forkbuild.git import Git
 from forkbuild.patchfile import read_patch
@@ -374,3 +375,15 @@ def test_a_diff_of_mixed_encodings_round_trips(tmp_path: Path) -> None:
     project.import_()
     tree = project.round_trip()  # apply reads the written file back (patchfile.read_patch)
     assert (tree / "o.txt").read_bytes() == b"one\n\xe2\x80\x9cquoted\xe2\x80\x9d\ncaf\xe9\nTWO\nthree\n"
+
+
+def test_a_patch_that_does_not_apply_writes_nothing_and_leaves_no_tree(tmp_path: Path) -> None:
+    bad = b"Description: bad\n\n" + A_TXT_HUNK.replace(b"-line 3\n", b"-line 33\n")
+    project = Project(tmp_path, {"a.patch": b"Description: a\n\n--- a/o.txt\n+++ b/o.txt\n@@ -1 +1 @@\n-one\n+1\n",
+                                 "bad.patch": bad})
+    toml = (project.root / "series.toml").read_bytes()
+    with pytest.raises(ApplyError, match="bad.patch does not apply"):
+        project.import_()
+    assert (project.root / "series.toml").read_bytes() == toml
+    assert sorted(path.name for path in (project.root / "patches").iterdir()) == []
+    assert not (project.root / ".forkbuild-work" / "series").exists()  # made while importing, removed again

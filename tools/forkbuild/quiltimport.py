@@ -125,16 +125,17 @@ def import_quilt(*, context: Context, directory: Path, feature: str, source_tree
     cache = UpstreamCache(context.cache_dir, reporter=context.reporter)
     base = cache.ensure(series.upstream)
     cache_git = cache.git()
-    with _series_head(context, base=base) as start:
+    dest = context.series_dir / DEFAULT_TREE
+    with _series_head(context, base=base) as start, _fresh_series_tree(cache_git, dest, start) as fresh:
         with context.reporter.step(f"Committing {len(patches)} quilt patch(es) on top of the series"):
             outcomes, head = _commit_all(cache_git, series, patches, start=start)
-    imported = [patch for patch, outcome in zip(patches, outcomes) if outcome.file]
-    texts = dict(zip((patch.name for patch in imported), cache_git.format_patches(start, head)))
-    empty_dirs = _empty_dirs(source_tree, directory, known=series.upstream.empty_dirs)
-    _write(series, imported, texts, empty_dirs=empty_dirs)
-    all_files = [entry.file for entry in series.patches] + [patch.name for patch in imported]
-    tree, note = _check_out_series(context, cache_git, base=base, head=head, files=all_files,
-                                   empty_dirs=(*series.upstream.empty_dirs, *empty_dirs))
+        imported = [patch for patch, outcome in zip(patches, outcomes) if outcome.file]
+        texts = dict(zip((patch.name for patch in imported), cache_git.format_patches(start, head)))
+        empty_dirs = _empty_dirs(source_tree, directory, known=series.upstream.empty_dirs)
+        _write(series, imported, texts, empty_dirs=empty_dirs)
+        all_files = [entry.file for entry in series.patches] + [patch.name for patch in imported]
+        tree, note = _check_out_series(context, cache_git, base=base, head=head, files=all_files,
+                                       empty_dirs=(*series.upstream.empty_dirs, *empty_dirs), fresh=fresh)
     return QuiltImport(patches=tuple(outcomes), empty_dirs=empty_dirs, tree=tree, tree_note=note)
 
 
@@ -221,14 +222,40 @@ def _empty_dirs(source_tree: Path | None, directory: Path, *, known: tuple[str, 
     return tuple(name for name in found if name not in known)
 
 
+@contextmanager
+def _fresh_series_tree(cache_git: Git, dest: Path, start: str) -> Iterator[Future[Git] | None]:
+    """A series work tree that does not exist yet is checked out at `start` on a second
+    thread while the patches are committed; only the files the patches change are
+    checked out again at the end. Removed again when the import fails (it was not there)."""
+    if dest.exists():
+        yield None
+        return
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        future = pool.submit(cache_git.add_worktree, dest, start)
+        try:
+            yield future
+        except BaseException:
+            future.exception()  # let it finish before removing what it made
+            if dest.exists():
+                cache_git.remove_worktree(dest)
+                shutil.rmtree(dest, ignore_errors=True)
+            raise
+
+
 def _check_out_series(context: Context, cache_git: Git, *, base: str, head: str, files: list[str],
-                      empty_dirs: tuple[str, ...]) -> tuple[Path | None, str]:
-    """Check the series work tree out at `head` (one checkout), unless it holds work of its own."""
+                      empty_dirs: tuple[str, ...], fresh: Future[Git] | None) -> tuple[Path | None, str]:
+    """Check the series work tree out at `head`, unless it holds work of its own."""
     dest = context.series_dir / DEFAULT_TREE
     try:
-        worktree = prepare_worktree(cache_git, dest=dest, base=head)
+        if fresh is not None:
+            worktree = fresh.result()
+            worktree.checkout_detached(head)
+        else:
+            worktree = prepare_worktree(cache_git, dest=dest, base=head)
     except DirtyTreeError as error:
         return None, f"{dest} was left as it is: {error}"
+    except GitFailed as error:
+        return None, f"{dest} could not be checked out: {error}"
     recreate_empty_dirs(dest, empty_dirs)
     record_series_tree(worktree, base=base, head=head, patches=files,
                        hashes=file_hashes(context.series.patches_dir, files))
