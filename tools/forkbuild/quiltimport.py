@@ -13,8 +13,10 @@ reported per patch.
 from __future__ import annotations
 
 import os
+import queue
 import shutil
 import tempfile
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -32,7 +34,7 @@ from forkbuild.export import DEFAULT_TREE
 from forkbuild.git import Git, GitFailed, TreeCommit
 from forkbuild.importer import _write, author_ident, check_incoming, guard_trailers, with_trailers
 from forkbuild.patchfile import check_safe
-from forkbuild.quiltdiff import git_ready
+from forkbuild.quiltdiff import GitReadyDiff, git_ready
 from forkbuild.series_edit import read_quilt_series
 
 
@@ -130,6 +132,8 @@ def import_quilt(*, context: Context, directory: Path, feature: str, source_tree
         with context.reporter.step(f"Committing {len(patches)} quilt patch(es) on top of the series"):
             outcomes, head = _commit_all(cache_git, series, patches, start=start)
         imported = [patch for patch, outcome in zip(patches, outcomes) if outcome.file]
+        if fresh is not None:  # the files the patches change are checked out while format-patch runs
+            fresh = _after(fresh, lambda worktree: worktree.checkout_detached(head) or worktree)
         texts = dict(zip((patch.name for patch in imported), cache_git.format_patches(start, head)))
         empty_dirs = _empty_dirs(source_tree, directory, known=series.upstream.empty_dirs)
         _write(series, imported, texts, empty_dirs=empty_dirs)
@@ -154,15 +158,18 @@ def _commit_all(git: Git, series: Series, patches: list[QuiltPatch], *, start: s
     state written while the next patch applies (`write-tree` of a snapshot, a second
     process), then every commit from one `git fast-import`."""
     index = git.git_dir / f"forkbuild-quilt-{os.getpid()}.index"
-    with tempfile.TemporaryDirectory(prefix="forkbuild-quilt-") as scratch, ThreadPoolExecutor(max_workers=1) as pool:
+    with tempfile.TemporaryDirectory(prefix="forkbuild-quilt-") as scratch, ThreadPoolExecutor(max_workers=2) as pool:
         git.read_tree(start, index=index)
         try:
-            existing = git.tree_paths(start)
+            prepared: queue.Queue[GitReadyDiff | BaseException] = queue.Queue()
+            pool.submit(_prepare_all, patches, git.tree_paths(start), prepared)
             first_tree = git.write_tree(index=index)
             trees: list[Future[str] | None] = []
             notes: list[list[str]] = []
             for number, patch in enumerate(patches):
-                ready = git_ready(patch.diff, strip=patch.strip, existing=existing)
+                ready = prepared.get()
+                if isinstance(ready, BaseException):
+                    raise ready
                 notes.append([*patch.description.notes, *ready.notes])
                 if ready.empty:
                     trees.append(None)
@@ -175,7 +182,6 @@ def _commit_all(git: Git, series: Series, patches: list[QuiltPatch], *, start: s
                     raise ApplyError(f"{patch.path} does not apply on top of the series: {error.stderr or error.stdout}",
                                      hint="refresh it against the series first (quilt push/refresh), "
                                           "or fix its -p level in `series`") from error
-                existing = (existing - ready.removed) | ready.added
                 snapshot = Path(scratch) / f"{number}.index"
                 shutil.copyfile(index, snapshot)
                 trees.append(pool.submit(git.write_tree, index=snapshot))
@@ -197,6 +203,20 @@ def _commit_all(git: Git, series: Series, patches: list[QuiltPatch], *, start: s
                                      notes=tuple(patch_notes)))
     made = git.commit_trees(commits, parent=start)
     return outcomes, made[-1] if made else start
+
+
+def _prepare_all(patches: list[QuiltPatch], existing: set[str], out: queue.Queue) -> None:
+    """Each patch's git-ready diff, in order, into `out` (on a thread: one step ahead of
+    the git processes that apply them). Only the names the diffs add or remove decide
+    the next one's, so no git is needed here."""
+    for patch in patches:
+        try:
+            ready = git_ready(patch.diff, strip=patch.strip, existing=existing)
+        except BaseException as error:  # handed to the consumer, which raises it
+            out.put(error)
+            return
+        existing = (existing - ready.removed) | ready.added
+        out.put(ready)
 
 
 def _message(series: Series, patch: QuiltPatch) -> str:
@@ -242,14 +262,27 @@ def _fresh_series_tree(cache_git: Git, dest: Path, start: str) -> Iterator[Futur
             raise
 
 
+def _after(future: Future[Git], then) -> Future[Git]:
+    """`then(result)` on a thread of its own once `future` is done."""
+    chained: Future[Git] = Future()
+
+    def run() -> None:
+        try:
+            chained.set_result(then(future.result()))
+        except BaseException as error:
+            chained.set_exception(error)
+
+    threading.Thread(target=run, daemon=True).start()
+    return chained
+
+
 def _check_out_series(context: Context, cache_git: Git, *, base: str, head: str, files: list[str],
                       empty_dirs: tuple[str, ...], fresh: Future[Git] | None) -> tuple[Path | None, str]:
     """Check the series work tree out at `head`, unless it holds work of its own."""
     dest = context.series_dir / DEFAULT_TREE
     try:
         if fresh is not None:
-            worktree = fresh.result()
-            worktree.checkout_detached(head)
+            worktree = fresh.result()  # at `head` already
         else:
             worktree = prepare_worktree(cache_git, dest=dest, base=head)
     except DirtyTreeError as error:
