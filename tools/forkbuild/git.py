@@ -388,12 +388,8 @@ class Git:
         return self.head()
 
     # -- plumbing on a private index (import commits without a work tree) ----
-    def read_tree(self, commit: str, *, index: Path) -> None:
-        """Fill the index file `index` (not the repository's own) with `commit`'s tree."""
-        self.run("read-tree", commit, env={"GIT_INDEX_FILE": str(index)})
-
-    def apply_cached(self, patch: Path, *, index: Path, strip: int = 1, unidiff_zero: bool = False) -> None:
-        """Apply `patch` to the index file `index` only, strictly (no fuzz; offsets are
+    def apply_to_index(self, patch: Path, *, index: Path, strip: int = 1, unidiff_zero: bool = False) -> None:
+        """Apply `patch` to the index file `index` only (`git apply --cached`), strictly (no fuzz; offsets are
         fine, as for GNU patch); raises GitFailed (git's reason in .stderr) when it does not apply."""
         args = ["apply", "--cached", f"-p{strip}", *(["--unidiff-zero"] if unidiff_zero else []), str(patch)]
         self.run(*args, env={"GIT_INDEX_FILE": str(index)})

@@ -177,7 +177,7 @@ def _commit_all(git: Git, series: Series, patches: list[QuiltPatch], *, start: s
                 patch_file = Path(scratch) / f"{number}.patch"
                 patch_file.write_bytes(ready.data)
                 try:
-                    git.apply_cached(patch_file, index=index, strip=patch.strip, unidiff_zero=ready.unidiff_zero)
+                    git.apply_to_index(patch_file, index=index, strip=patch.strip, unidiff_zero=ready.unidiff_zero)
                 except GitFailed as error:
                     raise ApplyError(f"{patch.path} does not apply on top of the series: {error.stderr or error.stdout}",
                                      hint="refresh it against the series first (quilt push/refresh), "
