@@ -387,3 +387,13 @@ def test_a_patch_that_does_not_apply_writes_nothing_and_leaves_no_tree(tmp_path:
     assert (project.root / "series.toml").read_bytes() == toml
     assert sorted(path.name for path in (project.root / "patches").iterdir()) == []
     assert not (project.root / ".forkbuild-work" / "series").exists()  # made while importing, removed again
+
+
+def test_a_lone_carriage_return_inside_a_line_round_trips(tmp_path: Path) -> None:
+    # mksh's debian-changes: a "\r" in the middle of a line; read as text with universal
+    # newlines it would split the hunk line in two.
+    patch = b"Description: cr\n\n--- a/o.txt\n+++ b/o.txt\n@@ -1,3 +1,3 @@\n one\n-two\n+t\rwo\n three\n"
+    project = Project(tmp_path, {"cr.patch": patch})
+    project.import_()
+    tree = project.round_trip()
+    assert (tree / "o.txt").read_bytes() == b"one\nt\rwo\nthree\n"

@@ -289,7 +289,7 @@ def _three_way_subjects(output: str) -> set[str]:
 def _record_for(entry: PatchEntry, info: PatchInfo, commit: str, applied_diff: str, *, three_way: bool) -> PatchRecord:
     if three_way:
         return PatchRecord(entry=entry, outcome="3way", commit=commit, detail="(merged with the series' blobs)")
-    offsets = hunk_offsets(entry.path.read_text(encoding="utf-8", errors="surrogateescape"), applied_diff)
+    offsets = hunk_offsets(entry.path.read_bytes().decode("utf-8", errors="surrogateescape"), applied_diff)  # bytes: a lone \r stays
     if offsets:
         return PatchRecord(entry=entry, outcome="offset", commit=commit, detail="; ".join(offsets))
     return PatchRecord(entry=entry, outcome="exact", commit=commit)

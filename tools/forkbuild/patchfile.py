@@ -90,7 +90,8 @@ def _diff_start(payload: str) -> int:
 
 
 def read_patch(path: Path) -> PatchInfo:
-    return parse_patch(path.read_text(encoding="utf-8", errors="surrogateescape"), path=path)
+    # Bytes, not read_text(): universal newlines would split a line at a lone "\r" (mksh's patches).
+    return parse_patch(path.read_bytes().decode("utf-8", errors="surrogateescape"), path=path)
 
 
 def parse_patch(text: str, *, path: Path) -> PatchInfo:

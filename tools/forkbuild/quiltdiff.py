@@ -51,8 +51,10 @@ def git_ready(diff: bytes, *, strip: int, existing: set[str] | frozenset[str]) -
     """Normalise `diff` (a patch's diff part); `existing`: the paths of the tree it applies to."""
     notes: list[str] = []
     # Names first, on the lines: unidiff takes a git header's names and ignores ---/+++.
-    text = "".join(_follow_minus_plus(diff.decode("latin-1").splitlines(keepends=True), strip=strip,
-                                      existing=existing, notes=notes))
+    # Lines end at "\n" only: str.splitlines() would also cut at a lone "\r" (or \x85) inside one.
+    lines = [line + "\n" for line in diff.decode("latin-1").split("\n")]
+    lines[-1] = lines[-1][:-1]
+    text = "".join(_follow_minus_plus([line for line in lines if line], strip=strip, existing=existing, notes=notes))
     try:
         files = unidiff.PatchSet(text)
     except UnidiffParseError as error:
