@@ -298,3 +298,36 @@ def make_series(tmp_path: Path, *, source: str = "wheel", specs: tuple[PatchSpec
     if customize:
         customize(fixture)
     return fixture
+
+
+def make_quilt_project(upstream_tree: Path, root: Path) -> Path:
+    """root/project: a forkbuild project (one feature, `debian`; patches/ empty) whose upstream
+    (source = "git", root/upstream.git) is the content of the directory `upstream_tree`."""
+    repo = Git.init(root / "upstream.git", bare=True)
+    commit = repo.commit_directory(upstream_tree, message="upstream\n", date="946684800 +0000")
+    repo.update_ref("refs/heads/main", commit)
+    project = root / "project"
+    (project / "patches").mkdir(parents=True)
+    (project / "series.toml").write_text(f'''\
+[series]
+name = "corpus"
+default_variant = "all"
+
+[upstream]
+name = "{upstream_tree.name}"
+version = "corpus"
+package_root = "."
+source = "git"
+
+[upstream.git]
+url = "{repo.path}"
+commit = "{commit}"
+
+[features.debian]
+description = "The Debian patches."
+
+[variants.all]
+description = "Every patch."
+features = ["debian"]
+''')
+    return project

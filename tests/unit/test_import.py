@@ -12,7 +12,9 @@ from forkbuild.errors import ApplyError, ConfigError
 from forkbuild.export import export_series
 from forkbuild.apply import apply_variant
 from forkbuild.git import Git
-from forkbuild.importer import git_range_incoming, import_patches, parse_dep3, quilt_incoming
+from forkbuild.dep3 import parse_dep3
+from forkbuild.importer import git_range_incoming
+from forkbuild.quiltimport import import_quilt, read_quilt_dir
 from forkbuild.patchfile import read_patch
 
 QUILT_PATCH = """\
@@ -76,7 +78,7 @@ def test_parse_dep3_keeps_every_field() -> None:
     assert header.subject == "core: offset by ten"
     assert header.body == "The offset was too small for the new callers.\n\nSecond paragraph of the description."
     assert header.author == "Quilt Person <quilt@example.com>"
-    assert header.date == "2024-05-01T00:00:00+0000"
+    assert header.date == "1714521600 +0000"  # Last-Update 2024-05-01, midnight UTC
     assert header.trailers == (("Origin", "vendor, https://example.com/offset"), ("Forwarded", "https://example.com/pr/7"),
                                ("Last-Update", "2024-05-01"))
     assert header.upstream == "submitted"
@@ -119,7 +121,7 @@ def test_import_refuses_to_overwrite(series_fx: SeriesFixture, tmp_path: Path) -
     before = {path.name: path.read_bytes() for path in series_fx.patches_dir.iterdir()}
     toml = series_fx.series_toml.read_bytes()
     with pytest.raises(ConfigError, match="patches/beta-limit.patch exists already"):
-        import_patches(context=series_fx.context(), incoming=quilt_incoming(series_fx.load(), directory, feature="beta"))
+        import_quilt(context=series_fx.context(), directory=directory, feature="beta")
     assert {path.name: path.read_bytes() for path in series_fx.patches_dir.iterdir()} == before
     assert series_fx.series_toml.read_bytes() == toml
 
@@ -127,14 +129,14 @@ def test_import_refuses_to_overwrite(series_fx: SeriesFixture, tmp_path: Path) -
 def test_import_unknown_feature(series_fx: SeriesFixture, tmp_path: Path) -> None:
     directory = quilt_dir(tmp_path, {"offset.patch": QUILT_PATCH}, "offset.patch\n")
     with pytest.raises(ConfigError, match="perhaps you meant 'beta'"):
-        import_patches(context=series_fx.context(), incoming=quilt_incoming(series_fx.load(), directory, feature="betta"))
+        import_quilt(context=series_fx.context(), directory=directory, feature="betta")
 
 
 def test_import_patch_that_does_not_apply_writes_nothing(series_fx: SeriesFixture, tmp_path: Path) -> None:
     directory = quilt_dir(tmp_path, {"bad.patch": QUILT_PATCH.replace("return value + 1", "return value + 2")}, "bad.patch\n")
     toml = series_fx.series_toml.read_bytes()
     with pytest.raises(ApplyError, match="bad.patch does not apply"):
-        import_patches(context=series_fx.context(), incoming=quilt_incoming(series_fx.load(), directory, feature="beta"))
+        import_quilt(context=series_fx.context(), directory=directory, feature="beta")
     assert not (series_fx.patches_dir / "bad.patch").exists()
     assert series_fx.series_toml.read_bytes() == toml
 
@@ -183,7 +185,7 @@ def test_import_and_export_suggest_features_through_config_near_miss(series_fx: 
     monkeypatch.setattr(export, "near_miss", lambda name, known: " (suggested by config.near_miss)")
     directory = quilt_dir(tmp_path, {"offset.patch": QUILT_PATCH}, "offset.patch\n")
     with pytest.raises(ConfigError, match="suggested by config.near_miss"):
-        import_patches(context=series_fx.context(), incoming=quilt_incoming(series_fx.load(), directory, feature="betta"))
+        import_quilt(context=series_fx.context(), directory=directory, feature="betta")
     tree = Git(apply_variant(context=series_fx.context(), variant=None, dest=tmp_path / "tree").dest)
     edit(tree.path, "python/pkg/core.py", "    return value + 1\n", "    return value + 2\n")
     commit_all(tree, "core: offset by two\n\nFeature: alpah\n")
@@ -194,7 +196,7 @@ def test_import_and_export_suggest_features_through_config_near_miss(series_fx: 
 def test_import_unknown_feature_without_a_near_miss_says_to_add_it(series_fx: SeriesFixture, tmp_path: Path) -> None:
     directory = quilt_dir(tmp_path, {"offset.patch": QUILT_PATCH}, "offset.patch\n")
     with pytest.raises(ConfigError, match=r"add a \[features.NAME\] table first"):
-        import_patches(context=series_fx.context(), incoming=quilt_incoming(series_fx.load(), directory, feature="zzzz"))
+        import_quilt(context=series_fx.context(), directory=directory, feature="zzzz")
 
 
 def test_a_bad_dep3_date_is_a_config_error_naming_each_patch(series_fx: SeriesFixture, tmp_path: Path) -> None:
@@ -202,7 +204,7 @@ def test_a_bad_dep3_date_is_a_config_error_naming_each_patch(series_fx: SeriesFi
     directory = quilt_dir(tmp_path, {"one.patch": bad, "two.patch": bad.replace("tuesday", "friday")},
                           "one.patch\ntwo.patch\n")
     with pytest.raises(ConfigError) as caught:
-        quilt_incoming(series_fx.load(), directory, feature="beta")
+        read_quilt_dir(series_fx.load(), directory, feature="beta")
     assert caught.value.problems == (
         f"{directory / 'one.patch'}: Date: 'last tuesday' is not a mail (RFC 2822) date, e.g. 'Wed, 01 May 2024 10:00:00 +0000'",
         f"{directory / 'two.patch'}: Date: 'last friday' is not a mail (RFC 2822) date, e.g. 'Wed, 01 May 2024 10:00:00 +0000'")
@@ -226,7 +228,7 @@ def test_a_failure_before_series_toml_is_written_removes_the_patches_written(ser
 
     monkeypatch.setattr(importer, "write_atomic", full_disk_at_series_toml)
     with pytest.raises(OSError, match="No space"):
-        import_patches(context=series_fx.context(), incoming=quilt_incoming(series_fx.load(), directory, feature="beta"))
+        import_quilt(context=series_fx.context(), directory=directory, feature="beta")
     assert {path.name: path.read_bytes() for path in series_fx.patches_dir.iterdir()} == before
     assert series_fx.series_toml.read_bytes() == toml
     series_fx.load()  # still valid: no unlisted patch file left behind

@@ -21,6 +21,7 @@ from pathlib import Path
 from forkbuild.cache import UpstreamCache
 from forkbuild.config import PatchEntry, Series
 from forkbuild.context import Context
+from forkbuild.emptydirs import recreate_empty_dirs
 from forkbuild.errors import ApplyError, DirtyTreeError
 from forkbuild.fsutil import write_atomic
 from forkbuild.git import Git
@@ -160,6 +161,7 @@ def _run(engine: Engine, state: StopState, *, stop: bool, context: Context) -> l
             raise _stopped(engine.worktree, job, result)
         results.append(result)
     engine.finish()
+    recreate_empty_dirs(engine.worktree.path, context.series.upstream.empty_dirs)  # upstream has them, git cannot track them
     _record_applied(engine.worktree, state, results)
     clear_stop(engine.worktree)
     return results

@@ -48,6 +48,8 @@ class Upstream:
     source: str
     git: GitPin | None
     wheels: tuple[WheelPin, ...]
+    # Directories upstream ships empty: git cannot track them, apply recreates them.
+    empty_dirs: tuple[str, ...] = ()
 
     @property
     def tag(self) -> str:
@@ -273,7 +275,7 @@ def _toml_type(value: Any) -> str:
 _KEYS = {
     "": {"series", "upstream", "features", "patches", "variants", "runtime"},
     "series": {"name", "default_variant"},
-    "upstream": {"name", "version", "package_root", "source", "git", "wheels"},
+    "upstream": {"name", "version", "package_root", "source", "git", "wheels", "empty_dirs"},
     "upstream.git": {"url", "ref", "commit"},
     "upstream.wheels": {"python_tag", "filename", "sha256", "url"},
     "features.*": {"description", "requires", "conflicts", "guards"},
@@ -325,8 +327,13 @@ def _parse_upstream(problems: _Problems, value: Any) -> Upstream:
         problems.add("upstream.wheels", "source = 'wheel' needs at least one [[upstream.wheels]] pin", near="upstream")
     if source == "git" and not (git and git.url and git.commit):
         problems.add("upstream.git", "source = 'git' needs url and commit", near="upstream")
+    empty_dirs = _string_list(problems, raw.get("empty_dirs", []), "upstream.empty_dirs")
+    for directory in empty_dirs:
+        parts = directory.split("/")
+        if not directory or directory.startswith("/") or any(part in ("", ".", "..", ".git") for part in parts):
+            problems.add("upstream.empty_dirs", f"{directory!r} is not a relative path inside the tree", near="empty_dirs")
     return Upstream(name=name, version=version, package_root=package_root, source=source, git=git,
-                    wheels=tuple(wheels))
+                    wheels=tuple(wheels), empty_dirs=empty_dirs)
 
 
 def _parse_wheels(problems: _Problems, value: Any) -> list[WheelPin]:

@@ -382,7 +382,8 @@ def normalized(text: str) -> str:
 def _action(path: Path, text: str, *, refresh: bool) -> str:
     if not path.is_file():
         return "new"
-    old = path.read_text(encoding="utf-8", errors="surrogateescape")
+    # Bytes, not read_text(): universal newlines would turn a CRLF file's "\r\n" into "\n".
+    old = path.read_bytes().decode("utf-8", errors="surrogateescape")
     if old == text:
         return "unchanged"
     if not refresh and normalized(old) == normalized(text):

@@ -6,9 +6,12 @@ do not depend on the user's git configuration.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import re
 import shlex
+import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,10 +34,48 @@ PINNED_CONFIG = {
     "core.hooksPath": os.devnull,
     "core.autocrlf": "false",
     "am.threeWay": "false",
-    "am.keepcr": "false",
+    # Keep CRs: a patch of a CRLF file carries them in its lines (git's default
+    # false strips them, and such a patch then no longer applies).
+    "am.keepcr": "true",
+    "mailinfo.scissors": "false",  # a "-- >8 --" line in a description is text, not a cut
     "apply.whitespace": "nowarn",
     "gc.auto": "0",
 }
+
+# The flags of every patch forkbuild writes (export, import): churn-free output.
+FORMAT_PATCH_FLAGS = (
+    "--zero-commit",      # "From 000..." line: the commit sha changes on every re-apply
+    "--full-index",       # full blob ids: `am -3` can rebuild the preimage from them
+    "--no-signature",     # no "-- \n2.39.5" trailer: differs between git versions
+    "--no-stat",          # the diffstat repeats the diff and churns with it
+    "--keep-subject",     # no "[PATCH n/m]": numbering changes when patches are added
+    "--no-numbered",
+    "--no-renames",       # renames depend on similarity heuristics; plain add/delete is stable
+    "--encode-email-headers",
+)
+
+
+# Where `commit_trees` builds its commits (deleted right after).
+IMPORT_REF = f"refs/forkbuild/fast-import-{os.getpid()}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TreeCommit:
+    """A commit to make of an existing tree: author, date ("<seconds> <+zone>"), message."""
+
+    tree: str
+    message: str
+    author_name: str
+    author_email: str
+    date: str
+
+
+def _ident(name: str, email: str) -> str:
+    """`Name <email>` as git's own ident code writes it: no <, > or newline inside, no
+    "crud" (blanks, . , : ; " ' \\) at either end."""
+    crud = "".join(chr(code) for code in range(33)) + ".,:;<>\"\\'"
+    clean = [re.sub(r"[<>\n]", "", part).strip(crud) for part in (name, email)]
+    return f"{clean[0]} <{clean[1]}>"
 
 
 class GitFailed(ForkbuildError):
@@ -108,16 +149,19 @@ class Git:
         """The repository's own git dir, shared by all its work trees (the cache repository)."""
         return Path(self.repo.common_dir).resolve()
 
-    def run(self, *args: str, env: Mapping[str, str] | None = None, check: bool = True) -> Result:
-        """Run `git <args>` with the pinned config; raise GitFailed unless check=False."""
+    def run(self, *args: str, env: Mapping[str, str] | None = None, check: bool = True,
+            stdin: Path | None = None) -> Result:
+        """Run `git <args>` with the pinned config (`stdin`: a file to read from);
+        raise GitFailed unless check=False."""
         pinned = [item for key, value in PINNED_CONFIG.items() for item in ("-c", f"{key}={value}")]
         command = ["git", *pinned, *args]
         # Logged without the pinned -c options: they are the same on every command.
         LOG.debug("$ git -C %s %s", self.path, shlex.join(args))
         try:
-            status, stdout, stderr = self.repo.git.execute(
-                command, with_extended_output=True, with_exceptions=check, env=dict(env or {}),
-                strip_newline_in_stdout=False)
+            with (stdin.open("rb") if stdin else contextlib.nullcontext()) as stream:
+                status, stdout, stderr = self.repo.git.execute(
+                    command, istream=stream, with_extended_output=True, with_exceptions=check, env=dict(env or {}),
+                    strip_newline_in_stdout=False)
         except GitCommandError as error:
             failed = GitFailed(error)
             _log_output(error.status, failed.stdout, failed.stderr)
@@ -314,19 +358,7 @@ class Git:
 
     def format_patch(self, commit: str) -> str:
         """One commit as an mbox patch with flags fixed for churn-free export."""
-        return self.run(
-            "format-patch",
-            "--stdout",
-            "-1", commit,
-            "--zero-commit",      # "From 000..." line: the commit sha changes on every re-apply
-            "--full-index",       # full blob ids: `am -3` can rebuild the preimage from them
-            "--no-signature",     # no "-- \n2.39.5" trailer: differs between git versions
-            "--no-stat",          # the diffstat repeats the diff and churns with it
-            "--keep-subject",     # no "[PATCH n/m]": numbering changes when patches are added
-            "--no-numbered",
-            "--no-renames",       # renames depend on similarity heuristics; plain add/delete is stable
-            "--encode-email-headers",
-        ).stdout
+        return self.run("format-patch", "--stdout", "-1", commit, *FORMAT_PATCH_FLAGS).stdout
 
     def changed_files(self, base: str, head: str) -> list[tuple[str, str]]:
         """(status letter, path) of every file that differs between two commits."""
@@ -369,6 +401,43 @@ class Git:
             message_file.unlink(missing_ok=True)
         return self.head()
 
+    # -- plumbing on a private index (import commits without a work tree) ----
+    def commit_trees(self, commits: list[TreeCommit], *, parent: str) -> list[str]:
+        """One commit per `commits` item, each on the one before (the first on `parent`),
+        from one `git fast-import`; returns their ids in order. The committer is
+        forkbuild at the author date (what `am --committer-date-is-author-date` makes)."""
+        if not commits:
+            return []
+        stream = bytearray()
+        for number, commit in enumerate(commits, start=1):
+            message = commit.message.encode()
+            stream += (f"commit {IMPORT_REF}\nmark :{number}\n"
+                       f"author {_ident(commit.author_name, commit.author_email)} {commit.date}\n"
+                       f"committer {_ident(IDENTITY['user.name'], IDENTITY['user.email'])} {commit.date}\n"
+                       f"data {len(message)}\n").encode() + message
+            stream += (f"\nfrom {parent if number == 1 else f':{number - 1}'}\n"
+                       f"M 040000 {commit.tree} \"\"\n\n").encode()
+        with tempfile.TemporaryDirectory(prefix="forkbuild-fast-import-") as scratch:
+            commands, marks = Path(scratch) / "stream", Path(scratch) / "marks"
+            commands.write_bytes(bytes(stream))
+            try:
+                self.run("fast-import", "--quiet", "--force", f"--export-marks={marks}", stdin=commands)
+            finally:
+                self.run("update-ref", "-d", IMPORT_REF, check=False)  # the ids are returned; no ref is kept
+            ids = dict(line.split() for line in marks.read_text().splitlines())
+        return [ids[f":{number}"] for number in range(1, len(commits) + 1)]
+
+    def tree_paths(self, commit: str) -> set[str]:
+        """Every file path in `commit`'s tree."""
+        return set(self.run("ls-tree", "-r", "-z", "--name-only", commit).stdout.split("\0")) - {""}
+
+    def format_patches(self, base: str, head: str) -> list[bytes]:
+        """Every commit of base..head as format_patch writes it, oldest first, from one
+        git process (files in a temporary directory: a stream could not be split safely)."""
+        with tempfile.TemporaryDirectory(prefix="forkbuild-format-") as scratch:
+            self.run("format-patch", "--quiet", "-o", scratch, *FORMAT_PATCH_FLAGS, f"{base}..{head}")
+            return [path.read_bytes() for path in sorted(Path(scratch).iterdir())]
+
     def fetch(self, url: str, ref: str) -> None:
         """Fetch `ref` (a commit id or a ref name) from `url`, without tags."""
         self.run("fetch", "--no-tags", "--quiet", url, ref)
@@ -394,10 +463,12 @@ class Git:
 
     # -- the apply engine's plumbing (forkbuild.worktree.engine) -----------
     def apply_to_index(self, patch: Path, *, index: Path, three_way: bool = False, check: bool = False,
-                     reverse: bool = False) -> Result:
-        """`git apply --cached -v` of `patch` into the private index `index` (no work tree);
-        the result, not raised: the engine reads offsets and failures from its output."""
-        args = ["apply", "--cached", "-v", *(["--3way"] if three_way else []), *(["--check"] if check else []),
+                       reverse: bool = False, strip: int = 1, unidiff_zero: bool = False) -> Result:
+        """`git apply --cached -v` of `patch` into the private index `index` (no work tree), strictly
+        (no fuzz; offsets are fine, as for GNU patch); the result, not raised: the engine reads offsets
+        and failures from its output. strip/unidiff_zero: a quilt patch's -p level and `diff -U0` hunks."""
+        args = ["apply", "--cached", "-v", f"-p{strip}", *(["--unidiff-zero"] if unidiff_zero else []),
+                *(["--3way"] if three_way else []), *(["--check"] if check else []),
                 *(["--reverse"] if reverse else []), str(patch)]
         return self.run(*args, env={"GIT_INDEX_FILE": str(index)}, check=False)
 

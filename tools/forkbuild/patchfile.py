@@ -15,6 +15,7 @@ from forkbuild.errors import UnsafePatchError
 
 TRAILER = re.compile(r"^(?P<key>[A-Za-z][A-Za-z0-9-]*):\s*(?P<value>.+?)\s*$")
 SYMLINK_MODE = "120000"
+MAIL_HEADER = re.compile(r"^[!-9;-~]+:")  # RFC 5322 field name: printable ASCII but ":"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,11 +53,15 @@ def split_mail(text: str) -> tuple[email.message.Message, str]:
     """The mail headers of a format-patch file and everything after them."""
     # Drop the mbox "From <sha> <date>" separator; email.parser wants headers first.
     body = text.split("\n", 1)[1] if text.startswith("From ") else text
-    message = email.message_from_string(body, policy=email.policy.compat32)
-    payload = message.get_payload()
-    # A format-patch mail is never multipart: its payload is the text after the headers.
-    assert isinstance(payload, str), "a format-patch mail has one text payload"
-    return message, payload
+    # Only the headers go through email: get_payload() raises on a diff that holds both
+    # non-ASCII text and bytes that are not UTF-8 (surrogates), as real files do.
+    lines = body.split("\n")
+    end = 0  # where the headers stop, as email's parser decides: a blank line or a non-header line
+    while end < len(lines) and (MAIL_HEADER.match(lines[end]) or (end and lines[end][:1] in (" ", "\t"))):
+        end += 1
+    payload_start = end + 1 if end < len(lines) and lines[end] == "" else end
+    message = email.message_from_string("\n".join(lines[:end]) + "\n\n", policy=email.policy.compat32)
+    return message, "\n".join(lines[payload_start:])
 
 
 def parse_trailers(message: str) -> tuple[tuple[str, str], ...]:
@@ -85,7 +90,8 @@ def _diff_start(payload: str) -> int:
 
 
 def read_patch(path: Path) -> PatchInfo:
-    return parse_patch(path.read_text(encoding="utf-8", errors="surrogateescape"), path=path)
+    # Bytes, not read_text(): universal newlines would split a line at a lone "\r" (mksh's patches).
+    return parse_patch(path.read_bytes().decode("utf-8", errors="surrogateescape"), path=path)
 
 
 def parse_patch(text: str, *, path: Path) -> PatchInfo:

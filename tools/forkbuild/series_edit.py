@@ -108,3 +108,18 @@ def _set_fields(table: Table, spec: EntrySpec) -> None:
             del table["upstream"]
         else:
             table["upstream"] = spec.upstream
+
+
+def with_empty_dirs(text: str, directories: Iterable[str]) -> str:
+    """series.toml `text` with `directories` added to [upstream] empty_dirs (sorted, once each)."""
+    document = tomlkit.parse(text)
+    upstream = document["upstream"]
+    known = [str(item) for item in upstream.get("empty_dirs", [])]
+    merged = sorted(set(known) | set(directories))
+    if merged == known:
+        return text
+    array = tomlkit.array()
+    array.extend(merged)
+    array.multiline(len(merged) > 3)
+    upstream["empty_dirs"] = array
+    return tomlkit.dumps(document)

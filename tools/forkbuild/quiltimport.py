@@ -1,0 +1,295 @@
+"""`import --quilt`: a real-world quilt series (a Debian `debian/patches`, a
+`patches/` of quilt) becomes new entries at the end of the series.
+
+Plan first: every patch is read (dep3.py: its description; quiltdiff.py: its
+diff made into one git applies the way GNU patch would) and checked before
+anything is touched. Then each is committed with plumbing — `git apply
+--cached` into a private index, `write-tree`, `commit-tree` — on top of the
+series, with no work tree; one `format-patch` writes them all, and the series'
+work tree is checked out once at the end. What was normalised or skipped is
+reported per patch.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import shutil
+import tempfile
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from forkbuild.apply import file_hashes, prepare_worktree, record_series_tree, scratch_tree
+from forkbuild.cache import UpstreamCache
+from forkbuild.config import Series
+from forkbuild.context import Context
+from forkbuild.dep3 import Description, parse_dep3, split_patch, stripspace
+from forkbuild.emptydirs import find_empty_dirs, recreate_empty_dirs
+from forkbuild.errors import ApplyError, ConfigError, DirtyTreeError, ForkbuildError
+from forkbuild.export import DEFAULT_TREE
+from forkbuild.git import Git, GitFailed, TreeCommit
+from forkbuild.importer import _write, author_ident, check_incoming, guard_trailers, with_trailers
+from forkbuild.patchfile import check_safe
+from forkbuild.quiltdiff import GitReadyDiff, git_ready
+from forkbuild.series_edit import read_quilt_series
+
+
+@dataclass(frozen=True, kw_only=True)
+class QuiltPatch:
+    """One patch of the quilt series, read and ready to commit."""
+
+    name: str  # its file in patches/
+    source: str  # the file in the quilt directory, for messages
+    path: Path
+    strip: int
+    feature: str
+    description: Description
+    diff: bytes
+
+    @property
+    def upstream(self) -> str:
+        return self.description.upstream
+
+
+@dataclass(frozen=True, kw_only=True)
+class PatchOutcome:
+    source: str  # as the quilt series names it
+    file: str  # in patches/; "" when nothing was imported
+    subject: str
+    notes: tuple[str, ...]  # normalised or skipped, in words
+
+
+@dataclass(frozen=True, kw_only=True)
+class QuiltImport:
+    patches: tuple[PatchOutcome, ...]
+    empty_dirs: tuple[str, ...]  # recorded in series.toml [upstream] empty_dirs
+    tree: Path | None  # the series work tree, checked out at the new series; None: left as it was
+    tree_note: str  # why it was left alone
+
+
+# -- reading (nothing is touched) ---------------------------------------------------
+
+def read_quilt_dir(series: Series, directory: Path, *, feature: str) -> list[QuiltPatch]:
+    """Every patch its `series` file lists, parsed; all problems at once as one ConfigError."""
+    series_file = directory / "series"
+    if not series_file.is_file():
+        raise ForkbuildError(f"{directory} has no quilt `series` file", hint="point --quilt at the directory holding `series`")
+    listed = read_quilt_series(series_file)
+    names = _file_names([name for name, _ in listed])
+    patches, problems = [], []
+    for (name, strip), file_name in zip(listed, names):
+        path = directory / name
+        if not path.is_file():
+            problems.append(f"{series_file}: lists {name}, which does not exist")
+            continue
+        check_safe(path)
+        data = path.read_bytes()
+        try:
+            description = parse_dep3(data, fallback_subject=f"import {Path(name).stem}")
+        except ValueError as error:
+            problems.append(f"{path}: {error}")
+            continue
+        patches.append(QuiltPatch(name=file_name, source=name, path=path, strip=strip, feature=feature,
+                                  description=description, diff=split_patch(data)[1]))
+    if problems:
+        raise ConfigError(problems, source=f"import from {directory}")
+    return patches
+
+
+def _file_names(listed: list[str]) -> list[str]:
+    """patches/ names: the file's stem + .patch; where stems collide (debian/patches/a/x,
+    b/x), the directories join the name."""
+    stems = [Path(name).stem for name in listed]
+    return [(stem if stems.count(stem) == 1 else Path(name).with_suffix("").as_posix().replace("/", "-")) + ".patch"
+            for name, stem in zip(listed, stems)]
+
+
+def source_tree_of(directory: Path) -> Path | None:
+    """The tree a Debian `debian/patches` series applies to (its empty directories are
+    upstream's); None for another layout, where the tree is not known."""
+    resolved = directory.resolve()
+    if resolved.parts[-2:] == ("debian", "patches") and (resolved.parent / "control").is_file():
+        return resolved.parent.parent
+    return None
+
+
+# -- committing ---------------------------------------------------------------------
+
+def import_quilt(*, context: Context, directory: Path, feature: str, source_tree: Path | None = None) -> QuiltImport:
+    series = context.series
+    patches = read_quilt_dir(series, directory, feature=feature)
+    check_incoming(series, patches)
+    source_tree = source_tree or source_tree_of(directory)
+    cache = UpstreamCache(context.cache_dir, reporter=context.reporter)
+    base = cache.ensure(series.upstream)
+    cache_git = cache.git()
+    dest = context.series_dir / DEFAULT_TREE
+    with _series_head(context, base=base) as start, _fresh_series_tree(cache_git, dest, start) as fresh:
+        with context.reporter.step(f"Committing {len(patches)} quilt patch(es) on top of the series"):
+            outcomes, head = _commit_all(cache_git, series, patches, start=start)
+        imported = [patch for patch, outcome in zip(patches, outcomes) if outcome.file]
+        if fresh is not None:  # the files the patches change are checked out while format-patch runs
+            fresh = _after(fresh, lambda worktree: worktree.checkout_detached(head) or worktree)
+        texts = dict(zip((patch.name for patch in imported), cache_git.format_patches(start, head)))
+        empty_dirs = _empty_dirs(source_tree, directory, known=series.upstream.empty_dirs)
+        _write(series, imported, texts, empty_dirs=empty_dirs)
+        all_files = [entry.file for entry in series.patches] + [patch.name for patch in imported]
+        tree, note = _check_out_series(context, cache_git, base=base, head=head, files=all_files,
+                                       empty_dirs=(*series.upstream.empty_dirs, *empty_dirs), fresh=fresh)
+    return QuiltImport(patches=tuple(outcomes), empty_dirs=empty_dirs, tree=tree, tree_note=note)
+
+
+@contextmanager
+def _series_head(context: Context, *, base: str) -> Iterator[str]:
+    """The commit the import builds on: upstream, or the whole series applied (in a scratch tree)."""
+    if not context.series.patches:
+        yield base
+        return
+    with scratch_tree(context=context, variant=None, strict=True) as applied:
+        yield applied.head_commit
+
+
+def _commit_all(git: Git, series: Series, patches: list[QuiltPatch], *, start: str) -> tuple[list[PatchOutcome], str]:
+    """Apply each patch to a private index (`git apply --cached`), the tree of each
+    state written while the next patch applies (`write-tree` of a snapshot, a second
+    process), then every commit from one `git fast-import`."""
+    index = git.git_dir / f"forkbuild-quilt-{os.getpid()}.index"
+    with tempfile.TemporaryDirectory(prefix="forkbuild-quilt-") as scratch, ThreadPoolExecutor(max_workers=2) as pool:
+        git.read_tree(start, index=index)
+        try:
+            prepared: queue.Queue[GitReadyDiff | BaseException] = queue.Queue()
+            pool.submit(_prepare_all, patches, git.tree_paths(start), prepared)
+            first_tree = git.write_tree(index=index)
+            trees: list[Future[str] | None] = []
+            notes: list[list[str]] = []
+            for number, patch in enumerate(patches):
+                ready = prepared.get()
+                if isinstance(ready, BaseException):
+                    raise ready
+                notes.append([*patch.description.notes, *ready.notes])
+                if ready.empty:
+                    trees.append(None)
+                    continue
+                patch_file = Path(scratch) / f"{number}.patch"
+                patch_file.write_bytes(ready.data)
+                applied = git.apply_to_index(patch_file, index=index, strip=patch.strip,
+                                             unidiff_zero=ready.unidiff_zero)
+                if applied.status != 0:
+                    raise ApplyError(f"{patch.path} does not apply on top of the series: {applied.stderr or applied.stdout}",
+                                     hint="refresh it against the series first (quilt push/refresh), "
+                                          "or fix its -p level in `series`")
+                snapshot = Path(scratch) / f"{number}.index"
+                shutil.copyfile(index, snapshot)
+                trees.append(pool.submit(git.write_tree, index=snapshot))
+            written = [future.result() if future else None for future in trees]
+        finally:
+            index.unlink(missing_ok=True)
+    outcomes, commits, previous = [], [], first_tree
+    for patch, tree, patch_notes in zip(patches, written, notes):
+        if tree is None or tree == previous:
+            # format-patch of an empty commit is a patch git am refuses: nothing to keep.
+            outcomes.append(PatchOutcome(source=patch.source, file="", subject=patch.description.subject,
+                                         notes=(*patch_notes, "changes nothing: not imported")))
+            continue
+        previous = tree
+        name, address = author_ident(patch.description.author)
+        commits.append(TreeCommit(tree=tree, message=_message(series, patch), author_name=name, author_email=address,
+                                  date=patch.description.date or _mtime(patch.path)))
+        outcomes.append(PatchOutcome(source=patch.source, file=patch.name, subject=patch.description.subject,
+                                     notes=tuple(patch_notes)))
+    made = git.commit_trees(commits, parent=start)
+    return outcomes, made[-1] if made else start
+
+
+def _prepare_all(patches: list[QuiltPatch], existing: set[str], out: queue.Queue) -> None:
+    """Each patch's git-ready diff, in order, into `out` (on a thread: one step ahead of
+    the git processes that apply them). Only the names the diffs add or remove decide
+    the next one's, so no git is needed here."""
+    for patch in patches:
+        try:
+            ready = git_ready(patch.diff, strip=patch.strip, existing=existing)
+        except BaseException as error:  # handed to the consumer, which raises it
+            out.put(error)
+            return
+        existing = (existing - ready.removed) | ready.added
+        out.put(ready)
+
+
+def _message(series: Series, patch: QuiltPatch) -> str:
+    header = patch.description
+    trailers = [*header.trailers, ("Feature", patch.feature),
+                *guard_trailers(series, patch.feature, patch.diff.decode("latin-1"))]
+    text = with_trailers(f"{header.subject}\n\n{header.body}" if header.body else header.subject, trailers)
+    return stripspace(text)
+
+
+def _mtime(path: Path) -> str:
+    return f"{int(path.stat().st_mtime)} +0000"
+
+
+# -- after the write ------------------------------------------------------------------
+
+def _empty_dirs(source_tree: Path | None, directory: Path, *, known: tuple[str, ...]) -> tuple[str, ...]:
+    if source_tree is None:
+        return ()
+    patches_dir = directory.resolve()
+    found = [name for name in find_empty_dirs(source_tree)
+             if not (source_tree / name).resolve().is_relative_to(patches_dir)]
+    return tuple(name for name in found if name not in known)
+
+
+@contextmanager
+def _fresh_series_tree(cache_git: Git, dest: Path, start: str) -> Iterator[Future[Git] | None]:
+    """A series work tree that does not exist yet is checked out at `start` on a second
+    thread while the patches are committed; only the files the patches change are
+    checked out again at the end. Removed again when the import fails (it was not there)."""
+    if dest.exists():
+        yield None
+        return
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        future = pool.submit(cache_git.add_worktree, dest, start)
+        try:
+            yield future
+        except BaseException:
+            future.exception()  # let it finish before removing what it made
+            if dest.exists():
+                cache_git.remove_worktree(dest)
+                shutil.rmtree(dest, ignore_errors=True)
+            raise
+
+
+def _after(future: Future[Git], then) -> Future[Git]:
+    """`then(result)` on a thread of its own once `future` is done."""
+    chained: Future[Git] = Future()
+
+    def run() -> None:
+        try:
+            chained.set_result(then(future.result()))
+        except BaseException as error:
+            chained.set_exception(error)
+
+    threading.Thread(target=run, daemon=True).start()
+    return chained
+
+
+def _check_out_series(context: Context, cache_git: Git, *, base: str, head: str, files: list[str],
+                      empty_dirs: tuple[str, ...], fresh: Future[Git] | None) -> tuple[Path | None, str]:
+    """Check the series work tree out at `head`, unless it holds work of its own."""
+    dest = context.series_dir / DEFAULT_TREE
+    try:
+        if fresh is not None:
+            worktree = fresh.result()  # at `head` already
+        else:
+            worktree = prepare_worktree(cache_git, dest=dest, base=head)
+    except DirtyTreeError as error:
+        return None, f"{dest} was left as it is: {error}"
+    except GitFailed as error:
+        return None, f"{dest} could not be checked out: {error}"
+    recreate_empty_dirs(dest, empty_dirs)
+    record_series_tree(worktree, base=base, head=head, patches=files,
+                       hashes=file_hashes(context.series.patches_dir, files))
+    return dest, ""
