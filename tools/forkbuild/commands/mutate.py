@@ -15,7 +15,7 @@ from forkbuild.mutate import check, report
 from forkbuild.mutate.plan import PatchPlan, plan, select
 from forkbuild.mutate.results import (KILLED, REASONS_FILE, RESULTS_FILE, load_reasons, load_results,
                                       write_results)
-from forkbuild.mutate.runner import Outcome, TestRun, baseline, run_all
+from forkbuild.mutate.runner import Outcome, FeatureTests, baseline, run_all
 
 
 def add_parser(subparsers) -> None:
@@ -104,7 +104,7 @@ def _execute(context, plans: list[PatchPlan], *, python: Path, jobs: int, result
         durations = _baselines(python, context.series.root, features, jobs)
         for feature, tests in features.items():
             # A mutant may make a test loop: give up at 4x the clean run (and at least a minute).
-            runs[feature] = TestRun(python=python, root=context.series.root, tests=tests,
+            runs[feature] = FeatureTests(python=python, root=context.series.root, tests=tests,
                                     timeout=max(60.0, 4 * durations[feature]))
     for item in plans:
         if not item.mutants:
@@ -119,7 +119,7 @@ def _baselines(python: Path, root: Path, features: dict, jobs: int) -> dict[str,
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {feature: pool.submit(baseline, TestRun(python=python, root=root, tests=tests, timeout=600.0))
+        futures = {feature: pool.submit(baseline, FeatureTests(python=python, root=root, tests=tests, timeout=600.0))
                    for feature, tests in features.items()}
         return {feature: future.result() for feature, future in futures.items()}
 

@@ -35,14 +35,14 @@ class Outcome:
 
 
 @dataclass(frozen=True)
-class TestRun:
+class FeatureTests:
     python: Path
     root: Path  # the series directory: pytest's rootdir
     tests: tuple[Path, ...]
     timeout: float
 
 
-def baseline(run: TestRun) -> float:
+def baseline(run: FeatureTests) -> float:
     """The feature's tests on the unmutated build must pass; returns their duration."""
     with tempfile.TemporaryDirectory(prefix="forkbuild-mutate-") as scratch:
         outcome = _pytest(run, Path(scratch), module="", source="", timeout=max(run.timeout, 600.0))
@@ -53,13 +53,13 @@ def baseline(run: TestRun) -> float:
     return outcome.seconds
 
 
-def run_all(jobs: Iterable[tuple[Mutant, TestRun]], *, workers: int,
+def run_all(jobs: Iterable[tuple[Mutant, FeatureTests]], *, workers: int,
             done: Callable[[Mutant, Outcome], None]) -> dict[str, Outcome]:
     """Every (mutant, its tests) on `workers` parallel pytest processes; `done`
     is called as each finishes (from a worker thread)."""
     outcomes: dict[str, Outcome] = {}
     with tempfile.TemporaryDirectory(prefix="forkbuild-mutate-") as scratch:
-        def one(index: int, mutant: Mutant, run: TestRun) -> None:
+        def one(index: int, mutant: Mutant, run: FeatureTests) -> None:
             outcome = run_mutant(mutant, run, Path(scratch) / f"m{index}")
             outcomes[mutant.id] = outcome
             done(mutant, outcome)
@@ -71,7 +71,7 @@ def run_all(jobs: Iterable[tuple[Mutant, TestRun]], *, workers: int,
     return outcomes
 
 
-def run_mutant(mutant: Mutant, run: TestRun, scratch: Path) -> Outcome:
+def run_mutant(mutant: Mutant, run: FeatureTests, scratch: Path) -> Outcome:
     scratch.mkdir(parents=True)
     source = ""
     if mutant.source is not None:
@@ -84,7 +84,7 @@ def run_mutant(mutant: Mutant, run: TestRun, scratch: Path) -> Outcome:
     return _pytest(run, scratch, module=mutant.module, source=source, timeout=run.timeout)
 
 
-def _pytest(run: TestRun, scratch: Path, *, module: str, source: str, timeout: float) -> Outcome:
+def _pytest(run: FeatureTests, scratch: Path, *, module: str, source: str, timeout: float) -> Outcome:
     results = scratch / "results.json"
     env = {**os.environ, **ONE_THREAD, RESULTS_ENV: str(results),
            "FORKBUILD_MUTANT_MODULE": module, "FORKBUILD_MUTANT_SOURCE": source,
