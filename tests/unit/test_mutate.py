@@ -18,7 +18,8 @@ from forkbuild.errors import MutationError
 from forkbuild.mutate import check
 from forkbuild.mutate.mutants import HUNK, NO_CODE, STATEMENT, mutants_of
 from forkbuild.mutate.results import Reasons, feature_of_test, load_reasons, patch_key
-from forkbuild.mutate.runner import OVERLAY, FeatureTests, run_mutant
+from forkbuild.mutate.mutants import Mutant
+from forkbuild.mutate.runner import OVERLAY, FeatureTests, run_all
 
 ORIGINAL = textwrap.dedent("""\
     import os
@@ -145,7 +146,7 @@ def test_the_overlay_removes_a_module(tmp_path):
     assert "ModuleNotFoundError" in done.stderr
 
 
-def test_run_mutant_names_the_killing_test(tmp_path):
+def test_run_all_runs_the_baseline_then_names_the_killing_test(tmp_path, monkeypatch):
     site = _package(tmp_path)
     root = tmp_path / "repo"
     (root / "tests").mkdir(parents=True)
@@ -160,20 +161,24 @@ def test_run_mutant_names_the_killing_test(tmp_path):
             with open(os.environ["FORKBUILD_TEST_RESULTS"], "w") as handle:
                 json.dump(records, handle)
         """))
-    (root / "tests" / "test_mod.py").write_text("import pkg.mod\n\ndef test_value():\n    assert pkg.mod.VALUE == 'installed'\n")
-    from forkbuild.mutate.mutants import Mutant
-
-    run = FeatureTests(python=Path(sys.executable), root=root, tests=(root / "tests" / "test_mod.py",), timeout=120)
-    os.environ["PYTHONPATH"] = str(site)
-    try:
-        mutant = Mutant("pkg/mod.py:h1", "feat.patch", "feat", "pkg/mod.py", HUNK, (1, 1), "", "VALUE = 'x'\n")
-        killed = run_mutant(mutant, run, tmp_path / "w0")
-        alive = run_mutant(Mutant(*[*mutant.__dict__.values()][:-1], "VALUE = 'installed'  # same\n"), run,
-                           tmp_path / "w1")
-    finally:
-        del os.environ["PYTHONPATH"]
-    assert (killed.status, killed.killed_by) == ("killed", "tests/test_mod.py::test_value")
-    assert alive.status == "survived"
+    (root / "tests" / "test_mod.py").write_text(
+        "import subprocess, sys\n\ndef test_value():\n    import pkg.mod\n    assert pkg.mod.VALUE == 'installed'\n\n"
+        "def test_in_a_subprocess():\n    code = 'import pkg.mod; assert pkg.mod.OTHER == 1'\n"
+        "    assert subprocess.run([sys.executable, '-c', code]).returncode == 0\n")
+    (site / "pkg" / "mod.py").write_text("VALUE = 'installed'\nOTHER = 1\n")
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    mutant = Mutant("pkg/mod.py:h1", "feat.patch", "feat", "pkg/mod.py", HUNK, (1, 1), "", "VALUE = 'x'\nOTHER = 1\n")
+    in_child = Mutant("pkg/mod.py:h2", "feat.patch", "feat", "pkg/mod.py", HUNK, (2, 2), "", "VALUE = 'installed'\nOTHER = 2\n")
+    alive = Mutant("pkg/mod.py:h3", "feat.patch", "feat", "pkg/mod.py", HUNK, (1, 1), "", "VALUE = 'installed'  # same\nOTHER = 1\n")
+    outcomes = {}
+    runs = {"feat": FeatureTests(root=root, tests=(root / "tests" / "test_mod.py",))}
+    baselines = run_all(runs, [mutant, in_child, alive], python=Path(sys.executable), preload=["json"], workers=2,
+                        done=lambda item, outcome: outcomes.__setitem__(item.id, outcome))
+    assert baselines["feat"].status == "survived"
+    assert (outcomes["pkg/mod.py:h1"].status, outcomes["pkg/mod.py:h1"].killed_by) == ("killed", "tests/test_mod.py::test_value")
+    assert outcomes["pkg/mod.py:h2"].killed_by == "tests/test_mod.py::test_in_a_subprocess"
+    assert outcomes["pkg/mod.py:h3"].status == "survived"
+    assert (site / "pkg" / "mod.py").read_text() == "VALUE = 'installed'\nOTHER = 1\n"
 
 
 # -- results: key and check ----------------------------------------------------------------

@@ -13,9 +13,9 @@ from pathlib import Path
 from forkbuild.errors import MutationError
 from forkbuild.mutate import check, report
 from forkbuild.mutate.plan import PatchPlan, plan, select
-from forkbuild.mutate.results import (KILLED, REASONS_FILE, RESULTS_FILE, load_reasons, load_results,
+from forkbuild.mutate.results import (KILLED, REASONS_FILE, RESULTS_FILE, SURVIVED, load_reasons, load_results,
                                       write_results)
-from forkbuild.mutate.runner import Outcome, FeatureTests, baseline, run_all
+from forkbuild.mutate.runner import FeatureTests, Outcome, run_all
 
 
 def add_parser(subparsers) -> None:
@@ -96,37 +96,20 @@ def _prepare(context, variant: str, python: Path) -> Path:
 
 
 def _execute(context, plans: list[PatchPlan], *, python: Path, jobs: int, results: dict, recorded: dict) -> None:
-    if not plans:
-        return
-    runs = {}
-    with context.reporter.step(f"baseline: the tests of {len(plans)} patch(es) pass unmutated"):
-        features = {item.entry.feature: item.tests for item in plans if item.mutants}
-        durations = _baselines(python, context.series.root, features, jobs)
-        for feature, tests in features.items():
-            # A mutant may make a test loop: give up at 4x the clean run (and at least a minute).
-            runs[feature] = FeatureTests(python=python, root=context.series.root, tests=tests,
-                                    timeout=max(60.0, 4 * durations[feature]))
     for item in plans:
         if not item.mutants:
             _record(recorded, item, {})
-    total = sum(len(item.mutants) for item in plans)
-    if total:
-        _run_mutants(context, plans, runs, jobs=jobs, results=results, recorded=recorded, total=total)
-    write_results(context.series.root, results)
-
-
-def _baselines(python: Path, root: Path, features: dict, jobs: int) -> dict[str, float]:
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {feature: pool.submit(baseline, FeatureTests(python=python, root=root, tests=tests, timeout=600.0))
-                   for feature, tests in features.items()}
-        return {feature: future.result() for feature, future in futures.items()}
-
-
-def _run_mutants(context, plans, runs, *, jobs, results, recorded, total) -> None:
+    plans = [item for item in plans if item.mutants]
+    if not plans:
+        return
+    root = context.series.root
+    runs = {item.entry.feature: FeatureTests(root=root, tests=item.tests) for item in plans}
+    mutants = [mutant for item in plans for mutant in item.mutants]
+    # The modules the mutants touch pull in (nearly) every third-party import
+    # the tests need: the fork servers load them once.
+    preload = sorted({mutant.module for mutant in mutants if mutant.source is not None})
     lock = threading.Lock()
-    waiting = {item.entry.file: len(item.mutants) for item in plans if item.mutants}
+    waiting = {item.entry.file: len(item.mutants) for item in plans}
     outcomes: dict[str, dict[str, Outcome]] = {file: {} for file in waiting}
     by_file = {item.entry.file: item for item in plans}
     finished = [0]
@@ -136,17 +119,24 @@ def _run_mutants(context, plans, runs, *, jobs, results, recorded, total) -> Non
             finished[0] += 1
             outcomes[mutant.patch][mutant.id] = outcome
             verdict = f"killed by {outcome.killed_by}" if outcome.status == KILLED else "SURVIVED"
-            context.reporter.info(f"[{finished[0]}/{total}] {mutant.patch} {mutant.id}: {verdict} "
+            context.reporter.info(f"[{finished[0]}/{len(mutants)}] {mutant.patch} {mutant.id}: {verdict} "
                                   f"({outcome.seconds:.0f} s)")
             waiting[mutant.patch] -= 1
             if waiting[mutant.patch] == 0:
                 # Each patch is written as soon as its mutants are done: a killed run keeps them.
                 _record(recorded, by_file[mutant.patch], outcomes[mutant.patch])
-                write_results(context.series.root, results)
+                write_results(root, results)
 
-    with context.reporter.step(f"{total} mutant(s) of {len(waiting)} patch(es) on {jobs} worker(s)"):
-        jobs_list = [(mutant, runs[mutant.feature]) for item in plans for mutant in item.mutants]
-        run_all(jobs_list, workers=jobs, done=done)
+    with context.reporter.step(f"{len(mutants)} mutant(s) of {len(plans)} patch(es) on {jobs} worker(s), "
+                               f"each feature's tests first unmutated"):
+        baselines = run_all(runs, mutants, python=python, preload=preload, workers=jobs, done=done)
+    broken = {feature: outcome for feature, outcome in baselines.items() if outcome.status != SURVIVED}
+    if broken:
+        raise MutationError("the tests of " + ", ".join(f"{feature} ({outcome.killed_by})" for feature, outcome
+                                                        in sorted(broken.items()))
+                            + " fail on the unmutated build: their mutants were not run",
+                            hint="fix those tests first (`nox -s \"test-patch(tp4)\"`); results of the other "
+                                 f"patches are in {RESULTS_FILE}")
 
 
 def _record(recorded: dict, item: PatchPlan, outcomes: dict[str, Outcome]) -> None:

@@ -9,7 +9,7 @@ import json
 import os
 import subprocess
 import tempfile
-import time
+import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -36,43 +36,97 @@ class Outcome:
 
 @dataclass(frozen=True)
 class FeatureTests:
-    python: Path
     root: Path  # the series directory: pytest's rootdir
     tests: tuple[Path, ...]
-    timeout: float
 
 
-def baseline(run: FeatureTests) -> float:
-    """The feature's tests on the unmutated build must pass; returns their duration."""
-    with tempfile.TemporaryDirectory(prefix="forkbuild-mutate-") as scratch:
-        outcome = _pytest(run, Path(scratch), module="", source="", timeout=max(run.timeout, 600.0))
-    if outcome.status != SURVIVED:
-        names = ", ".join(str(path.relative_to(run.root)) for path in run.tests)
-        raise MutationError(f"{names}: fail(s) on the unmutated build ({outcome.killed_by}): every mutant would "
-                            "count as killed", hint=f"fix them first: `pytest {names}` in the test venv")
-    return outcome.seconds
+class Worker:
+    """One fork server (overlay/forkserver.py) in the test venv: the heavy
+    third-party imports done once, a fresh sglang import per run."""
+
+    def __init__(self, python: Path, preload: Iterable[str]) -> None:
+        env = {**os.environ, **ONE_THREAD}
+        self._process = subprocess.Popen([str(python), str(OVERLAY / "forkserver.py"), *preload],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True)
+        ready = self._process.stdout.readline()
+        if not ready.strip():
+            raise MutationError(f"the mutate worker did not start in {python} (exit {self._process.wait()})")
+
+    def run(self, request: dict) -> dict:
+        self._process.stdin.write(json.dumps(request) + "\n")
+        self._process.stdin.flush()
+        reply = self._process.stdout.readline()
+        if not reply.strip():
+            raise MutationError(f"the mutate worker stopped (exit {self._process.wait()}) while running "
+                                f"{request['tests']}; its log: {request['log']}")
+        return json.loads(reply)
+
+    def close(self) -> None:
+        if self._process.poll() is None:
+            self._process.stdin.close()
+            self._process.wait()
 
 
-def run_all(jobs: Iterable[tuple[Mutant, FeatureTests]], *, workers: int,
+BASELINE_TIMEOUT = 900.0
+
+
+def mutant_timeout(baseline_seconds: float) -> float:
+    """A mutant may make a test loop: it is killed at 4x the clean run (at least a minute)."""
+    return max(60.0, 4 * baseline_seconds)
+
+
+def run_all(runs: dict[str, FeatureTests], mutants: list[Mutant], *, python: Path, preload: list[str], workers: int,
             done: Callable[[Mutant, Outcome], None]) -> dict[str, Outcome]:
-    """Every (mutant, its tests) on `workers` parallel pytest processes; `done`
-    is called as each finishes (from a worker thread)."""
-    outcomes: dict[str, Outcome] = {}
+    """First each feature's tests unmutated (its baseline), then every mutant
+    of it, on `workers` fork servers. `done` is called as each mutant finishes
+    (from a worker thread). Returns the baselines; the mutants of a feature
+    whose baseline failed do not run."""
+    queue: list[tuple[str, Mutant | None]] = [(feature, None) for feature in runs]
+    queue += [(mutant.feature, mutant) for mutant in mutants]
+    baselines: dict[str, Outcome] = {}
+    ready = {feature: threading.Event() for feature in runs}
+    lock = threading.Lock()
+
+    def work(scratch: Path) -> None:
+        worker = Worker(python, preload)
+        try:
+            while True:
+                with lock:
+                    if not queue:
+                        return
+                    feature, mutant = queue.pop(0)
+                    index = len(queue)
+                run = runs[feature]
+                if mutant is None:
+                    try:
+                        baselines[feature] = _run(run, scratch / f"b{index}", worker, None, BASELINE_TIMEOUT)
+                    finally:
+                        ready[feature].set()
+                    continue
+                ready[feature].wait()
+                if baselines.get(feature, Outcome(KILLED, "", 0)).status == SURVIVED:
+                    done(mutant, _run(run, scratch / f"m{index}", worker, mutant,
+                                      mutant_timeout(baselines[feature].seconds)))
+        finally:
+            worker.close()
+
+    count = max(1, min(workers, len(queue)))
     with tempfile.TemporaryDirectory(prefix="forkbuild-mutate-") as scratch:
-        def one(index: int, mutant: Mutant, run: FeatureTests) -> None:
-            outcome = run_mutant(mutant, run, Path(scratch) / f"m{index}")
-            outcomes[mutant.id] = outcome
-            done(mutant, outcome)
-
-        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            futures = [pool.submit(one, index, mutant, run) for index, (mutant, run) in enumerate(jobs)]
-            for future in futures:
+        with ThreadPoolExecutor(max_workers=count) as pool:
+            for future in [pool.submit(work, Path(scratch)) for _ in range(count)]:
                 future.result()
-    return outcomes
+    return baselines
 
 
-def run_mutant(mutant: Mutant, run: FeatureTests, scratch: Path) -> Outcome:
+def _run(run: FeatureTests, scratch: Path, worker: Worker, mutant: Mutant | None, timeout: float) -> Outcome:
     scratch.mkdir(parents=True)
+    if mutant is None:
+        return _pytest(run, scratch, worker, module="", source="", timeout=timeout)
+    return run_mutant(mutant, run, scratch, worker, timeout=timeout)
+
+
+def run_mutant(mutant: Mutant, run: FeatureTests, scratch: Path, worker: Worker, *, timeout: float) -> Outcome:
+    scratch.mkdir(parents=True, exist_ok=True)
     source = ""
     if mutant.source is not None:
         # Its own directory and the module's own file name: tracebacks and
@@ -81,29 +135,26 @@ def run_mutant(mutant: Mutant, run: FeatureTests, scratch: Path) -> Outcome:
         mutated.parent.mkdir()
         mutated.write_text(mutant.source, encoding="utf-8")
         source = str(mutated)
-    return _pytest(run, scratch, module=mutant.module, source=source, timeout=run.timeout)
+    return _pytest(run, scratch, worker, module=mutant.module, source=source, timeout=timeout)
 
 
-def _pytest(run: FeatureTests, scratch: Path, *, module: str, source: str, timeout: float) -> Outcome:
+def _pytest(run: FeatureTests, scratch: Path, worker: Worker, *, module: str, source: str,
+            timeout: float) -> Outcome:
     results = scratch / "results.json"
-    env = {**os.environ, **ONE_THREAD, RESULTS_ENV: str(results),
-           "FORKBUILD_MUTANT_MODULE": module, "FORKBUILD_MUTANT_SOURCE": source,
+    log = scratch / "pytest.log"
+    env = {**ONE_THREAD, RESULTS_ENV: str(results), "FORKBUILD_MUTANT_MODULE": module,
+           "FORKBUILD_MUTANT_SOURCE": source,
            "PYTHONPATH": os.pathsep.join(filter(None, [str(OVERLAY), os.environ.get("PYTHONPATH", "")]))}
-    command = [str(run.python), "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--rootdir", str(run.root),
-               *map(str, run.tests)]
-    start = time.monotonic()
-    try:
-        done = subprocess.run(command, cwd=run.root, env=env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return Outcome(KILLED, f"timeout after {timeout:.0f}s", time.monotonic() - start)
-    seconds = time.monotonic() - start
+    reply = worker.run({"tests": [str(path) for path in run.tests], "rootdir": str(run.root), "env": env,
+                        "log": str(log), "timeout": timeout})
+    if reply["timeout"]:
+        return Outcome(KILLED, f"timeout after {timeout:.0f}s", reply["seconds"])
     records = json.loads(results.read_text()) if results.is_file() else []
     failed = [record for record in records if record.get("outcome") == "fail"]
-    if done.returncode == 0 and not failed:
-        return Outcome(SURVIVED, "", seconds)
+    if reply["rc"] == 0 and not failed:
+        return Outcome(SURVIVED, "", reply["seconds"])
     if failed:
-        return Outcome(KILLED, failed[0]["test"], seconds)
-    if done.returncode in PYTEST_RAN:
-        return Outcome(KILLED, "pytest failed without a recorded test failure", seconds)
-    tail = next((line for line in reversed((done.stdout + done.stderr).splitlines()) if line.strip()), "")
-    return Outcome(KILLED, f"collection: exit {done.returncode}: {tail.strip()[:160]}", seconds)
+        return Outcome(KILLED, failed[0]["test"], reply["seconds"])
+    output = log.read_text(errors="replace") if log.is_file() else ""
+    tail = next((line for line in reversed(output.splitlines()) if line.strip()), "")
+    return Outcome(KILLED, f"collection: exit {reply['rc']}: {tail.strip()[:160]}", reply["seconds"])

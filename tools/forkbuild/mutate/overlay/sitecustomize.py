@@ -14,15 +14,14 @@ import importlib.util
 import os
 import sys
 
-MODULE = os.environ.get("FORKBUILD_MUTANT_MODULE", "")
-SOURCE = os.environ.get("FORKBUILD_MUTANT_SOURCE", "")
-
-
 class _MutantFinder(importlib.abc.MetaPathFinder):
+    def __init__(self, module, source):
+        self.module, self.source = module, source
+
     def find_spec(self, fullname, path, target=None):
-        if fullname != MODULE:
+        if fullname != self.module:
             return None
-        if not SOURCE:
+        if not self.source:
             raise ModuleNotFoundError(f"No module named {fullname!r} (removed by the mutant)", name=fullname)
         # Where the real module lives decides whether it is a package.
         sys.meta_path.remove(self)
@@ -32,8 +31,18 @@ class _MutantFinder(importlib.abc.MetaPathFinder):
             sys.meta_path.insert(0, self)
         locations = real.submodule_search_locations if real is not None else None
         return importlib.util.spec_from_file_location(
-            fullname, SOURCE, loader=importlib.machinery.SourceFileLoader(fullname, SOURCE),
+            fullname, self.source, loader=importlib.machinery.SourceFileLoader(fullname, self.source),
             submodule_search_locations=locations)
+
+
+def install():
+    """Put the finder of the mutant the environment names first (once)."""
+    module = os.environ.get("FORKBUILD_MUTANT_MODULE", "")
+    if not module or any(isinstance(finder, _MutantFinder) for finder in sys.meta_path):
+        return
+    # Each mutant's file has its own path, but a stale .pyc next to it must never be read.
+    sys.dont_write_bytecode = True
+    sys.meta_path.insert(0, _MutantFinder(module, os.environ.get("FORKBUILD_MUTANT_SOURCE", "")))
 
 
 def _chain_next_sitecustomize():
@@ -52,8 +61,6 @@ def _chain_next_sitecustomize():
             return
 
 
-if MODULE:
-    # Each mutant's file has its own path, but a stale .pyc next to it must never be read.
-    sys.dont_write_bytecode = True
-    sys.meta_path.insert(0, _MutantFinder())
-_chain_next_sitecustomize()
+install()
+if __name__ == "sitecustomize":  # not when the fork server loads it by path
+    _chain_next_sitecustomize()
