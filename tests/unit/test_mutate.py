@@ -172,9 +172,11 @@ def test_run_all_runs_the_baseline_then_names_the_killing_test(tmp_path, monkeyp
     alive = Mutant("pkg/mod.py:h3", "feat.patch", "feat", "pkg/mod.py", HUNK, (1, 1), "", "VALUE = 'installed'  # same\nOTHER = 1\n")
     outcomes = {}
     runs = {"feat": FeatureTests(root=root, tests=(root / "tests" / "test_mod.py",))}
-    baselines = run_all(runs, [mutant, in_child, alive], python=Path(sys.executable), preload=["json"], workers=2,
-                        done=lambda item, outcome: outcomes.__setitem__(item.id, outcome))
-    assert baselines["feat"].status == "survived"
+    control = Mutant("control pkg/mod.py", "feat.patch", "feat", "pkg/mod.py", "control", (0, 0), "",
+                     "VALUE = 'installed'\nOTHER = 1\n")
+    checks = run_all(runs, [mutant, in_child, alive], python=Path(sys.executable), preload=["json"], workers=2,
+                     done=lambda item, outcome: outcomes.__setitem__(item.id, outcome), controls={"feat": [control]})
+    assert checks["feat"].status == "survived" and checks["feat:control pkg/mod.py"].status == "survived"
     assert (outcomes["pkg/mod.py:h1"].status, outcomes["pkg/mod.py:h1"].killed_by) == ("killed", "tests/test_mod.py::test_value")
     assert outcomes["pkg/mod.py:h2"].killed_by == "tests/test_mod.py::test_in_a_subprocess"
     assert outcomes["pkg/mod.py:h3"].status == "survived"

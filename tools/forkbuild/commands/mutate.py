@@ -4,6 +4,7 @@ results (mutation/results.json) are current without running a mutant."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import threading
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from forkbuild.errors import MutationError
 from forkbuild.mutate import check, report
+from forkbuild.mutate.mutants import Mutant
 from forkbuild.mutate.plan import PatchPlan, plan, select
 from forkbuild.mutate.results import (KILLED, REASONS_FILE, RESULTS_FILE, SURVIVED, load_reasons, load_results,
                                       write_results)
@@ -58,7 +60,7 @@ def run(args, context) -> int:
             del recorded[file]
     start = time.monotonic()
     _execute(context, [item for item in plans if not item.cached], python=args.python, jobs=args.jobs,
-             results=results, recorded=recorded)
+             results=results, recorded=recorded, site_packages=site_packages)
     seconds = time.monotonic() - start
     write_results(series.root, results)
     reasons = load_reasons(series.root)
@@ -95,7 +97,21 @@ def _prepare(context, variant: str, python: Path) -> Path:
     return location.parent
 
 
-def _execute(context, plans: list[PatchPlan], *, python: Path, jobs: int, results: dict, recorded: dict) -> None:
+def _controls(plans: list[PatchPlan], site_packages: Path) -> dict[str, list[Mutant]]:
+    """Per feature, each module its mutants change, unchanged: re-imported the
+    way a mutant is, its tests must pass, or a kill would prove nothing."""
+    controls: dict[str, dict[str, Mutant]] = {}
+    for item in plans:
+        for mutant in item.mutants:
+            if mutant.source is not None:
+                controls.setdefault(mutant.feature, {}).setdefault(mutant.path, dataclasses.replace(
+                    mutant, id=f"control {mutant.path}", kind="control",
+                    source=(site_packages / mutant.path).read_text(encoding="utf-8")))
+    return {feature: list(items.values()) for feature, items in controls.items()}
+
+
+def _execute(context, plans: list[PatchPlan], *, python: Path, jobs: int, results: dict, recorded: dict,
+             site_packages: Path) -> None:
     for item in plans:
         if not item.mutants:
             _record(recorded, item, {})
@@ -129,14 +145,15 @@ def _execute(context, plans: list[PatchPlan], *, python: Path, jobs: int, result
 
     with context.reporter.step(f"{len(mutants)} mutant(s) of {len(plans)} patch(es) on {jobs} worker(s), "
                                f"each feature's tests first unmutated"):
-        baselines = run_all(runs, mutants, python=python, preload=preload, workers=jobs, done=done)
-    broken = {feature: outcome for feature, outcome in baselines.items() if outcome.status != SURVIVED}
+        checks = run_all(runs, mutants, python=python, preload=preload, workers=jobs, done=done,
+                         controls=_controls(plans, site_packages))
+    broken = {key: outcome for key, outcome in checks.items() if outcome.status != SURVIVED}
     if broken:
-        raise MutationError("the tests of " + ", ".join(f"{feature} ({outcome.killed_by})" for feature, outcome
-                                                        in sorted(broken.items()))
-                            + " fail on the unmutated build: their mutants were not run",
-                            hint="fix those tests first (`nox -s \"test-patch(tp4)\"`); results of the other "
-                                 f"patches are in {RESULTS_FILE}")
+        raise MutationError("unmutated runs failed, so the mutants of their features were not run:\n" +
+                            "\n".join(f"  - {key}: {outcome.killed_by}" for key, outcome in sorted(broken.items())),
+                            hint="`feature`: its tests fail on the installed build, fix them first (`nox -s "
+                                 "\"test-patch(tp4)\"`); `feature:control path`: the module cannot be imported "
+                                 f"again in a mutate worker. Results of the other patches are in {RESULTS_FILE}")
 
 
 def _record(recorded: dict, item: PatchPlan, outcomes: dict[str, Outcome]) -> None:

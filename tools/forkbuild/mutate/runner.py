@@ -44,13 +44,17 @@ class Worker:
     """One fork server (overlay/forkserver.py) in the test venv: the heavy
     third-party imports done once, a fresh sglang import per run."""
 
-    def __init__(self, python: Path, preload: Iterable[str]) -> None:
+    def __init__(self, python: Path, preload: Iterable[str], log: Path) -> None:
         env = {**os.environ, **ONE_THREAD}
-        self._process = subprocess.Popen([str(python), str(OVERLAY / "forkserver.py"), *preload],
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True)
+        self.log = log
+        with open(log, "w") as output:  # the preload's warnings; the runs log on their own
+            self._process = subprocess.Popen([str(python), str(OVERLAY / "forkserver.py"), *preload],
+                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=output,
+                                             env=env, text=True)
         ready = self._process.stdout.readline()
         if not ready.strip():
-            raise MutationError(f"the mutate worker did not start in {python} (exit {self._process.wait()})")
+            raise MutationError(f"the mutate worker did not start in {python} (exit {self._process.wait()}): "
+                                f"{_tail(log)}")
 
     def run(self, request: dict) -> dict:
         self._process.stdin.write(json.dumps(request) + "\n")
@@ -58,7 +62,7 @@ class Worker:
         reply = self._process.stdout.readline()
         if not reply.strip():
             raise MutationError(f"the mutate worker stopped (exit {self._process.wait()}) while running "
-                                f"{request['tests']}; its log: {request['log']}")
+                                f"{request['tests']}: {_tail(Path(request['log']))} {_tail(self.log)}")
         return json.loads(reply)
 
     def close(self) -> None:
@@ -76,46 +80,58 @@ def mutant_timeout(baseline_seconds: float) -> float:
 
 
 def run_all(runs: dict[str, FeatureTests], mutants: list[Mutant], *, python: Path, preload: list[str], workers: int,
-            done: Callable[[Mutant, Outcome], None]) -> dict[str, Outcome]:
-    """First each feature's tests unmutated (its baseline), then every mutant
-    of it, on `workers` fork servers. `done` is called as each mutant finishes
-    (from a worker thread). Returns the baselines; the mutants of a feature
-    whose baseline failed do not run."""
-    queue: list[tuple[str, Mutant | None]] = [(feature, None) for feature in runs]
-    queue += [(mutant.feature, mutant) for mutant in mutants]
-    baselines: dict[str, Outcome] = {}
+            done: Callable[[Mutant, Outcome], None], controls: dict[str, list[Mutant]]) -> dict[str, Outcome]:
+    """Per feature first its tests unmutated (the baseline) and, for each module
+    its mutants touch, a control (the module re-imported from an unchanged
+    copy, as mutants are), then every mutant of it, on `workers` fork servers.
+    `done` is called as each mutant finishes (from a worker thread). Returns the
+    baselines and controls by feature / control id; a feature's mutants run
+    only when all of those passed."""
+    queue: list[tuple[str, str, Mutant | None]] = [(feature, "baseline", None) for feature in runs]
+    queue += [(feature, "control", control) for feature, items in controls.items() for control in items]
+    queue += [(mutant.feature, "mutant", mutant) for mutant in mutants]
+    checks: dict[str, Outcome] = {}
+    left = {feature: 1 + len(controls.get(feature, [])) for feature in runs}
     ready = {feature: threading.Event() for feature in runs}
     lock = threading.Lock()
 
-    def work(scratch: Path) -> None:
-        worker = Worker(python, preload)
+    def clean(feature: str) -> bool:
+        return all(outcome.status == SURVIVED for key, outcome in checks.items()
+                   if key == feature or key.startswith(f"{feature}:"))
+
+    def work(scratch: Path, number: int) -> None:
+        worker = Worker(python, preload, scratch / f"worker{number}.log")
         try:
             while True:
                 with lock:
                     if not queue:
                         return
-                    feature, mutant = queue.pop(0)
+                    feature, kind, mutant = queue.pop(0)
                     index = len(queue)
                 run = runs[feature]
-                if mutant is None:
+                if kind != "mutant":
+                    key = feature if mutant is None else f"{feature}:{mutant.id}"
                     try:
-                        baselines[feature] = _run(run, scratch / f"b{index}", worker, None, BASELINE_TIMEOUT)
+                        checks[key] = _run(run, scratch / f"c{index}", worker, mutant, BASELINE_TIMEOUT)
                     finally:
-                        ready[feature].set()
+                        with lock:
+                            left[feature] -= 1
+                            if not left[feature]:
+                                ready[feature].set()
                     continue
                 ready[feature].wait()
-                if baselines.get(feature, Outcome(KILLED, "", 0)).status == SURVIVED:
+                if clean(feature):
                     done(mutant, _run(run, scratch / f"m{index}", worker, mutant,
-                                      mutant_timeout(baselines[feature].seconds)))
+                                      mutant_timeout(checks[feature].seconds)))
         finally:
             worker.close()
 
     count = max(1, min(workers, len(queue)))
     with tempfile.TemporaryDirectory(prefix="forkbuild-mutate-") as scratch:
         with ThreadPoolExecutor(max_workers=count) as pool:
-            for future in [pool.submit(work, Path(scratch)) for _ in range(count)]:
+            for future in [pool.submit(work, Path(scratch), number) for number in range(count)]:
                 future.result()
-    return baselines
+    return checks
 
 
 def _run(run: FeatureTests, scratch: Path, worker: Worker, mutant: Mutant | None, timeout: float) -> Outcome:
@@ -155,6 +171,10 @@ def _pytest(run: FeatureTests, scratch: Path, worker: Worker, *, module: str, so
         return Outcome(SURVIVED, "", reply["seconds"])
     if failed:
         return Outcome(KILLED, failed[0]["test"], reply["seconds"])
+    return Outcome(KILLED, f"collection: exit {reply['rc']}: {_tail(log)}", reply["seconds"])
+
+
+def _tail(log: Path) -> str:
+    """The last non-empty line of a log, shortened."""
     output = log.read_text(errors="replace") if log.is_file() else ""
-    tail = next((line for line in reversed(output.splitlines()) if line.strip()), "")
-    return Outcome(KILLED, f"collection: exit {reply['rc']}: {tail.strip()[:160]}", reply["seconds"])
+    return next((line.strip() for line in reversed(output.splitlines()) if line.strip()), "")[:160]

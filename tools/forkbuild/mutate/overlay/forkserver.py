@@ -1,12 +1,13 @@
 """A mutate worker inside the test venv (stdlib only; `python forkserver.py MODULE...`).
 
-Importing torch, transformers and the rest under sglang takes ~90 % of a
-feature test run; the mutated sglang module is a small part. So the server
-imports the named modules once, then forgets every `sglang` module (its
-third-party imports stay loaded), and forks one child per request. The child
+Importing torch, transformers and sglang takes nearly all of a feature test
+run. So the server imports the named modules once, noting when each sglang
+module started and finished loading, and forks one child per request. The
+child forgets the mutated module and every sglang module that finished loading
+after it started (only those can hold a reference to it taken at import),
 makes the mutated module load from the mutant's file (the overlay's finder;
-its environment carries the mutant to subprocesses through sitecustomize) and
-runs pytest in a fresh sglang import.
+its environment carries the mutant to subprocesses through sitecustomize), and
+runs pytest: what it imports again is the mutant and what depends on it.
 
 Protocol: one JSON request per stdin line {"tests": [...], "rootdir", "env": {...},
 "log", "timeout"}; one JSON reply per line {"rc", "timeout", "seconds"}.
@@ -21,17 +22,80 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-FORGET = ("sglang",)
+PACKAGE = "sglang"
+STARTED = {}  # module -> order in which its loading started
+FINISHED = {}  # module -> order in which its loading finished
+_clock = [0]
+
+
+def _tick():
+    _clock[0] += 1
+    return _clock[0]
+
+
+class _TimedLoader:
+    """Delegates to the real loader; notes when the module's code ran."""
+
+    def __init__(self, loader, name):
+        self._loader, self._name = loader, name
+
+    def __getattr__(self, attribute):
+        return getattr(self._loader, attribute)
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        STARTED[self._name] = _tick()
+        try:
+            self._loader.exec_module(module)
+        finally:
+            FINISHED[self._name] = _tick()
+
+
+class _Recorder:
+    def find_spec(self, fullname, path, target=None):
+        if fullname.split(".")[0] != PACKAGE:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _TimedLoader(spec.loader, fullname)
+                return spec
+        return None
 
 
 def _preload(modules):
-    for name in modules:
-        try:
-            importlib.import_module(name)
-        except Exception:  # the child imports it again and reports what breaks
-            pass
-    for name in [name for name in sys.modules if name.split(".")[0] in FORGET]:
-        del sys.modules[name]
+    recorder = _Recorder()
+    sys.meta_path.insert(0, recorder)
+    try:
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except Exception:  # the child imports it again and reports what breaks
+                pass
+    finally:
+        sys.meta_path.remove(recorder)
+
+
+def _forget(module):
+    """Drop `module` and every sglang module that may have bound it at import."""
+    if not module:
+        return
+    started = STARTED.get(module)
+    for name in [name for name in sys.modules if name.split(".")[0] == PACKAGE]:
+        if started is None:
+            continue  # never loaded here: nothing holds it; it loads as the mutant
+        if name == module or FINISHED.get(name, started + 1) > started or name.startswith(module + "."):
+            forgotten = sys.modules.pop(name)
+            # `from package import name` takes the package's attribute when it
+            # has one: a kept package must not hand out the forgotten module.
+            parent, _, child = name.rpartition(".")
+            if parent in sys.modules and getattr(sys.modules[parent], child, None) is forgotten:
+                delattr(sys.modules[parent], child)
     importlib.invalidate_caches()
 
 
@@ -41,13 +105,19 @@ def _child(request):
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.environ.update(request["env"])
+    _forget(request["env"].get("FORKBUILD_MUTANT_MODULE", ""))
     spec = importlib.util.spec_from_file_location("_forkbuild_overlay", os.path.join(HERE, "sitecustomize.py"))
     spec.loader.exec_module(importlib.util.module_from_spec(spec))  # installs the mutant's finder
 
     import pytest
 
     os.chdir(request["rootdir"])
-    code = pytest.main(["-x", "-q", "-p", "no:cacheprovider", "--rootdir", request["rootdir"], *request["tests"]])
+    # Plugins are named, not found: scanning every installed distribution's
+    # entry points would cost each run a second or two.
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    plugins = [argument for plugin in PLUGINS for argument in ("-p", plugin)]
+    code = pytest.main(["-x", "-q", "-p", "no:cacheprovider", *plugins, "--rootdir", request["rootdir"],
+                        *request["tests"]])
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(int(code))
@@ -76,9 +146,18 @@ def _serve(request):
         time.sleep(0.05)
 
 
+PLUGINS = []  # the pytest11 entry points of the venv, as pytest would load them
+
+
 def main():
     _preload(sys.argv[1:])
+    import importlib.metadata
+
     import pytest  # noqa: F401  (loaded once, for every child)
+
+    for entry in importlib.metadata.entry_points(group="pytest11"):
+        importlib.import_module(entry.value.split(":")[0])
+        PLUGINS.append(entry.value.split(":")[0])
 
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
