@@ -147,7 +147,7 @@ def test_w8_triton_kernel_matches_the_reference_in_the_interpreter():
         % str(Path(__file__).parent)
     )
     env = {**os.environ, "TRITON_INTERPRET": "1", "DSV41_WO_A_W8": "1"}
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
 
 
@@ -215,3 +215,24 @@ def test_refinements_without_w8_are_rejected_at_startup(monkeypatch, refinements
         _attention()
     message = str(excinfo.value)
     assert all(name in message for name in refinements) and "DSV41_WO_A_W8=1" in message
+
+
+@pytest.mark.guard_on
+def test_the_target_models_post_load_converts_wo_a(monkeypatch):
+    monkeypatch.setenv("DSV41_WO_A_W8", "1")
+    monkeypatch.setenv("DSV41_WO_A_W8_DROP", "1")
+    from sglang.srt.models.deepseek_v4 import DeepseekV4ForCausalLM
+
+    weight = _checkpoint_like_weight(GROUPS * RANK, IN_DIM)
+    attn = _loaded(_attention(), weight)
+    # The target's post-load hook (run by the model loader after the weights
+    # are in), on a model holding one attention layer: an MTP (nextn) model
+    # returns right after the conversion.
+    target = nn.Module()
+    target.wo_a_fp8 = False
+    target.attn = attn
+    DeepseekV4ForCausalLM.post_load_weights(target, is_nextn=True)
+    assert getattr(attn.wo_a, "weight", None) is None
+    assert attn.wo_a.weight_w8.dtype == torch.float8_e4m3fn
+    o = torch.randn(2, GROUPS, IN_DIM, generator=torch.Generator().manual_seed(5)).bfloat16()
+    torch.testing.assert_close(attn._apply_wo_a_w8(o), _reference(o, weight), rtol=2**-6, atol=1e-3)

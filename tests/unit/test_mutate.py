@@ -125,7 +125,7 @@ def _package(tmp_path: Path) -> Path:
 
 def _python(site: Path, code: str, **mutant) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(OVERLAY), str(site)]),
-           "FORKBUILD_MUTANT_MODULE": mutant.get("module", ""), "FORKBUILD_MUTANT_SOURCE": mutant.get("source", "")}
+           "FORKBUILD_MUTANT": json.dumps({mutant["module"]: mutant["source"]}) if mutant else ""}
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
 
 
@@ -171,12 +171,11 @@ def test_run_all_runs_the_baseline_then_names_the_killing_test(tmp_path, monkeyp
     in_child = Mutant("pkg/mod.py:h2", "feat.patch", "feat", "pkg/mod.py", HUNK, (2, 2), "", "VALUE = 'installed'\nOTHER = 2\n")
     alive = Mutant("pkg/mod.py:h3", "feat.patch", "feat", "pkg/mod.py", HUNK, (1, 1), "", "VALUE = 'installed'  # same\nOTHER = 1\n")
     outcomes = {}
-    runs = {"feat": FeatureTests(root=root, tests=(root / "tests" / "test_mod.py",))}
-    control = Mutant("control pkg/mod.py", "feat.patch", "feat", "pkg/mod.py", "control", (0, 0), "",
-                     "VALUE = 'installed'\nOTHER = 1\n")
-    checks = run_all(runs, [mutant, in_child, alive], python=Path(sys.executable), preload=["json"], workers=2,
-                     done=lambda item, outcome: outcomes.__setitem__(item.id, outcome), controls={"feat": [control]})
-    assert checks["feat"].status == "survived" and checks["feat:control pkg/mod.py"].status == "survived"
+    runs = {"feat": FeatureTests(root=root, tests=(root / "tests" / "test_mod.py",),
+                                 modules=(("pkg.mod", "pkg/mod.py", "VALUE = 'installed'\nOTHER = 1\n"),))}
+    baselines = run_all(runs, [mutant, in_child, alive], python=Path(sys.executable), preload=["pkg.mod"], workers=2,
+                        done=lambda item, outcome: outcomes.__setitem__(item.id, outcome))
+    assert baselines["feat"].status == "survived"
     assert (outcomes["pkg/mod.py:h1"].status, outcomes["pkg/mod.py:h1"].killed_by) == ("killed", "tests/test_mod.py::test_value")
     assert outcomes["pkg/mod.py:h2"].killed_by == "tests/test_mod.py::test_in_a_subprocess"
     assert outcomes["pkg/mod.py:h3"].status == "survived"

@@ -4,7 +4,6 @@ results (mutation/results.json) are current without running a mutant."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 import threading
@@ -13,7 +12,6 @@ from pathlib import Path
 
 from forkbuild.errors import MutationError
 from forkbuild.mutate import check, report
-from forkbuild.mutate.mutants import Mutant
 from forkbuild.mutate.plan import PatchPlan, plan, select
 from forkbuild.mutate.results import (KILLED, REASONS_FILE, RESULTS_FILE, SURVIVED, load_reasons, load_results,
                                       write_results)
@@ -97,17 +95,14 @@ def _prepare(context, variant: str, python: Path) -> Path:
     return location.parent
 
 
-def _controls(plans: list[PatchPlan], site_packages: Path) -> dict[str, list[Mutant]]:
-    """Per feature, each module its mutants change, unchanged: re-imported the
-    way a mutant is, its tests must pass, or a kill would prove nothing."""
-    controls: dict[str, dict[str, Mutant]] = {}
+def _modules(plans: list[PatchPlan], site_packages: Path) -> dict[str, tuple[tuple[str, str, str], ...]]:
+    """Per feature, each module its mutants touch, with its installed text."""
+    modules: dict[str, dict[str, tuple[str, str, str]]] = {}
     for item in plans:
         for mutant in item.mutants:
-            if mutant.source is not None:
-                controls.setdefault(mutant.feature, {}).setdefault(mutant.path, dataclasses.replace(
-                    mutant, id=f"control {mutant.path}", kind="control",
-                    source=(site_packages / mutant.path).read_text(encoding="utf-8")))
-    return {feature: list(items.values()) for feature, items in controls.items()}
+            modules.setdefault(mutant.feature, {}).setdefault(mutant.module, (
+                mutant.module, mutant.path, (site_packages / mutant.path).read_text(encoding="utf-8")))
+    return {feature: tuple(items.values()) for feature, items in modules.items()}
 
 
 def _execute(context, plans: list[PatchPlan], *, python: Path, jobs: int, results: dict, recorded: dict,
@@ -119,7 +114,9 @@ def _execute(context, plans: list[PatchPlan], *, python: Path, jobs: int, result
     if not plans:
         return
     root = context.series.root
-    runs = {item.entry.feature: FeatureTests(root=root, tests=item.tests) for item in plans}
+    modules = _modules(plans, site_packages)
+    runs = {item.entry.feature: FeatureTests(root=root, tests=item.tests, modules=modules[item.entry.feature])
+            for item in plans}
     mutants = [mutant for item in plans for mutant in item.mutants]
     # The modules the mutants touch pull in (nearly) every third-party import
     # the tests need: the fork servers load them once.
@@ -145,15 +142,14 @@ def _execute(context, plans: list[PatchPlan], *, python: Path, jobs: int, result
 
     with context.reporter.step(f"{len(mutants)} mutant(s) of {len(plans)} patch(es) on {jobs} worker(s), "
                                f"each feature's tests first unmutated"):
-        checks = run_all(runs, mutants, python=python, preload=preload, workers=jobs, done=done,
-                         controls=_controls(plans, site_packages))
-    broken = {key: outcome for key, outcome in checks.items() if outcome.status != SURVIVED}
+        baselines = run_all(runs, mutants, python=python, preload=preload, workers=jobs, done=done)
+    broken = {key: outcome for key, outcome in baselines.items() if outcome.status != SURVIVED}
     if broken:
-        raise MutationError("unmutated runs failed, so the mutants of their features were not run:\n" +
+        raise MutationError("baselines failed, so the mutants of their features were not run:\n" +
                             "\n".join(f"  - {key}: {outcome.killed_by}" for key, outcome in sorted(broken.items())),
-                            hint="`feature`: its tests fail on the installed build, fix them first (`nox -s "
-                                 "\"test-patch(tp4)\"`); `feature:control path`: the module cannot be imported "
-                                 f"again in a mutate worker. Results of the other patches are in {RESULTS_FILE}")
+                            hint="a baseline is the feature's tests with the modules its mutants touch imported "
+                                 "again from unchanged copies: fix failing tests first (`nox -s \"test-patch(tp4)\"`); "
+                                 f"results of the other patches are in {RESULTS_FILE}")
 
 
 def _record(recorded: dict, item: PatchPlan, outcomes: dict[str, Outcome]) -> None:

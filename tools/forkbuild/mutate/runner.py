@@ -38,6 +38,10 @@ class Outcome:
 class FeatureTests:
     root: Path  # the series directory: pytest's rootdir
     tests: tuple[Path, ...]
+    # Every module the feature's mutants touch: dotted name -> (site-packages
+    # path, installed text). The baseline re-imports them all from unchanged
+    # copies, as a mutant re-imports its one module: that must change nothing.
+    modules: tuple[tuple[str, str, str], ...] = ()
 
 
 class Worker:
@@ -80,24 +84,17 @@ def mutant_timeout(baseline_seconds: float) -> float:
 
 
 def run_all(runs: dict[str, FeatureTests], mutants: list[Mutant], *, python: Path, preload: list[str], workers: int,
-            done: Callable[[Mutant, Outcome], None], controls: dict[str, list[Mutant]]) -> dict[str, Outcome]:
-    """Per feature first its tests unmutated (the baseline) and, for each module
-    its mutants touch, a control (the module re-imported from an unchanged
-    copy, as mutants are), then every mutant of it, on `workers` fork servers.
-    `done` is called as each mutant finishes (from a worker thread). Returns the
-    baselines and controls by feature / control id; a feature's mutants run
-    only when all of those passed."""
-    queue: list[tuple[str, str, Mutant | None]] = [(feature, "baseline", None) for feature in runs]
-    queue += [(feature, "control", control) for feature, items in controls.items() for control in items]
-    queue += [(mutant.feature, "mutant", mutant) for mutant in mutants]
-    checks: dict[str, Outcome] = {}
-    left = {feature: 1 + len(controls.get(feature, [])) for feature in runs}
+            done: Callable[[Mutant, Outcome], None]) -> dict[str, Outcome]:
+    """Per feature first its baseline (its tests, every module its mutants
+    touch re-imported from an unchanged copy), then each of its mutants, on
+    `workers` fork servers. `done` is called as each mutant finishes (from a
+    worker thread). Returns the baselines; a feature's mutants run only when
+    its baseline passed."""
+    queue: list[tuple[str, Mutant | None]] = [(feature, None) for feature in runs]
+    queue += [(mutant.feature, mutant) for mutant in mutants]
+    baselines: dict[str, Outcome] = {}
     ready = {feature: threading.Event() for feature in runs}
     lock = threading.Lock()
-
-    def clean(feature: str) -> bool:
-        return all(outcome.status == SURVIVED for key, outcome in checks.items()
-                   if key == feature or key.startswith(f"{feature}:"))
 
     def work(scratch: Path, number: int) -> None:
         worker = Worker(python, preload, scratch / f"worker{number}.log")
@@ -106,23 +103,19 @@ def run_all(runs: dict[str, FeatureTests], mutants: list[Mutant], *, python: Pat
                 with lock:
                     if not queue:
                         return
-                    feature, kind, mutant = queue.pop(0)
+                    feature, mutant = queue.pop(0)
                     index = len(queue)
                 run = runs[feature]
-                if kind != "mutant":
-                    key = feature if mutant is None else f"{feature}:{mutant.id}"
+                if mutant is None:
                     try:
-                        checks[key] = _run(run, scratch / f"c{index}", worker, mutant, BASELINE_TIMEOUT)
+                        baselines[feature] = _baseline(run, scratch / f"b{index}", worker)
                     finally:
-                        with lock:
-                            left[feature] -= 1
-                            if not left[feature]:
-                                ready[feature].set()
+                        ready[feature].set()
                     continue
                 ready[feature].wait()
-                if clean(feature):
-                    done(mutant, _run(run, scratch / f"m{index}", worker, mutant,
-                                      mutant_timeout(checks[feature].seconds)))
+                if feature in baselines and baselines[feature].status == SURVIVED:
+                    done(mutant, run_mutant(mutant, run, scratch / f"m{index}", worker,
+                                            timeout=mutant_timeout(baselines[feature].seconds)))
         finally:
             worker.close()
 
@@ -131,35 +124,35 @@ def run_all(runs: dict[str, FeatureTests], mutants: list[Mutant], *, python: Pat
         with ThreadPoolExecutor(max_workers=count) as pool:
             for future in [pool.submit(work, Path(scratch), number) for number in range(count)]:
                 future.result()
-    return checks
+    return baselines
 
 
-def _run(run: FeatureTests, scratch: Path, worker: Worker, mutant: Mutant | None, timeout: float) -> Outcome:
-    scratch.mkdir(parents=True)
-    if mutant is None:
-        return _pytest(run, scratch, worker, module="", source="", timeout=timeout)
-    return run_mutant(mutant, run, scratch, worker, timeout=timeout)
+def _baseline(run: FeatureTests, scratch: Path, worker: Worker) -> Outcome:
+    sources = {module: str(_write(scratch / "src" / str(number), path, text))
+               for number, (module, path, text) in enumerate(run.modules)}
+    return _pytest(run, scratch, worker, sources=sources, timeout=BASELINE_TIMEOUT)
+
+
+def _write(directory: Path, path: str, text: str) -> Path:
+    # The module's own file name: tracebacks and inspect.getsource (Triton
+    # reads kernels' source) see the file that was imported.
+    target = directory / PurePosixPath(path).name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text, encoding="utf-8")
+    return target
 
 
 def run_mutant(mutant: Mutant, run: FeatureTests, scratch: Path, worker: Worker, *, timeout: float) -> Outcome:
     scratch.mkdir(parents=True, exist_ok=True)
-    source = ""
-    if mutant.source is not None:
-        # Its own directory and the module's own file name: tracebacks and
-        # inspect.getsource (Triton reads kernels' source) see the mutant.
-        mutated = scratch / "src" / PurePosixPath(mutant.path).name
-        mutated.parent.mkdir()
-        mutated.write_text(mutant.source, encoding="utf-8")
-        source = str(mutated)
-    return _pytest(run, scratch, worker, module=mutant.module, source=source, timeout=timeout)
+    source = "" if mutant.source is None else str(_write(scratch / "src", mutant.path, mutant.source))
+    return _pytest(run, scratch, worker, sources={mutant.module: source}, timeout=timeout)
 
 
-def _pytest(run: FeatureTests, scratch: Path, worker: Worker, *, module: str, source: str,
-            timeout: float) -> Outcome:
+def _pytest(run: FeatureTests, scratch: Path, worker: Worker, *, sources: dict[str, str], timeout: float) -> Outcome:
+    scratch.mkdir(parents=True, exist_ok=True)
     results = scratch / "results.json"
     log = scratch / "pytest.log"
-    env = {**ONE_THREAD, RESULTS_ENV: str(results), "FORKBUILD_MUTANT_MODULE": module,
-           "FORKBUILD_MUTANT_SOURCE": source,
+    env = {**ONE_THREAD, RESULTS_ENV: str(results), "FORKBUILD_MUTANT": json.dumps(sources),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(OVERLAY), os.environ.get("PYTHONPATH", "")]))}
     reply = worker.run({"tests": [str(path) for path in run.tests], "rootdir": str(run.root), "env": env,
                         "log": str(log), "timeout": timeout})

@@ -22,7 +22,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PACKAGE = "sglang"
+PACKAGES = set()  # the top-level packages of the preloaded modules (sglang): what a child may forget
 STARTED = {}  # module -> order in which its loading started
 FINISHED = {}  # module -> order in which its loading finished
 _clock = [0]
@@ -55,7 +55,7 @@ class _TimedLoader:
 
 class _Recorder:
     def find_spec(self, fullname, path, target=None):
-        if fullname.split(".")[0] != PACKAGE:
+        if fullname.split(".")[0] not in PACKAGES:
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
@@ -69,6 +69,7 @@ class _Recorder:
 
 
 def _preload(modules):
+    PACKAGES.update(name.split(".")[0] for name in modules)
     recorder = _Recorder()
     sys.meta_path.insert(0, recorder)
     try:
@@ -81,15 +82,17 @@ def _preload(modules):
         sys.meta_path.remove(recorder)
 
 
-def _forget(module):
-    """Drop `module` and every sglang module that may have bound it at import."""
-    if not module:
+def _forget(modules):
+    """Drop `modules` and every sglang module that may have bound one of them
+    at import: those that finished loading after the first of them started.
+    One never loaded here is held by nothing; it loads as the mutant."""
+    starts = [STARTED[module] for module in modules if module in STARTED]
+    if not starts:
         return
-    started = STARTED.get(module)
-    for name in [name for name in sys.modules if name.split(".")[0] == PACKAGE]:
-        if started is None:
-            continue  # never loaded here: nothing holds it; it loads as the mutant
-        if name == module or FINISHED.get(name, started + 1) > started or name.startswith(module + "."):
+    started = min(starts)
+    for name in [name for name in sys.modules if name.split(".")[0] in PACKAGES]:
+        if name in modules or FINISHED.get(name, started + 1) > started \
+                or any(name.startswith(module + ".") for module in modules):
             forgotten = sys.modules.pop(name)
             # `from package import name` takes the package's attribute when it
             # has one: a kept package must not hand out the forgotten module.
@@ -105,7 +108,7 @@ def _child(request):
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.environ.update(request["env"])
-    _forget(request["env"].get("FORKBUILD_MUTANT_MODULE", ""))
+    _forget(set(json.loads(request["env"].get("FORKBUILD_MUTANT") or "{}")))
     spec = importlib.util.spec_from_file_location("_forkbuild_overlay", os.path.join(HERE, "sitecustomize.py"))
     spec.loader.exec_module(importlib.util.module_from_spec(spec))  # installs the mutant's finder
 

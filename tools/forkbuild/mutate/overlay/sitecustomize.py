@@ -2,8 +2,9 @@
 PYTHONPATH, so subprocesses the tests start get it too): makes one module of
 the installed sglang load from the mutant's file instead, or not at all.
 
-FORKBUILD_MUTANT_MODULE: the dotted module name; FORKBUILD_MUTANT_SOURCE: the
-mutated file, or empty for "the module is gone". Stdlib only: it runs inside
+FORKBUILD_MUTANT: JSON {dotted module name: its file, or "" for "the module
+is gone"}; a mutant names one module, a baseline every module its feature's
+mutants touch (unchanged copies: the re-import itself must change nothing). Stdlib only: it runs inside
 the test venv, which need not have forkbuild. The installed site-packages is
 never written: each worker mutates only its own files.
 """
@@ -11,17 +12,19 @@ never written: each worker mutates only its own files.
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import json
 import os
 import sys
 
 class _MutantFinder(importlib.abc.MetaPathFinder):
-    def __init__(self, module, source):
-        self.module, self.source = module, source
+    def __init__(self, sources):
+        self.sources = sources
 
     def find_spec(self, fullname, path, target=None):
-        if fullname != self.module:
+        if fullname not in self.sources:
             return None
-        if not self.source:
+        source = self.sources[fullname]
+        if not source:
             raise ModuleNotFoundError(f"No module named {fullname!r} (removed by the mutant)", name=fullname)
         # Where the real module lives decides whether it is a package.
         sys.meta_path.remove(self)
@@ -31,18 +34,18 @@ class _MutantFinder(importlib.abc.MetaPathFinder):
             sys.meta_path.insert(0, self)
         locations = real.submodule_search_locations if real is not None else None
         return importlib.util.spec_from_file_location(
-            fullname, self.source, loader=importlib.machinery.SourceFileLoader(fullname, self.source),
+            fullname, source, loader=importlib.machinery.SourceFileLoader(fullname, source),
             submodule_search_locations=locations)
 
 
 def install():
     """Put the finder of the mutant the environment names first (once)."""
-    module = os.environ.get("FORKBUILD_MUTANT_MODULE", "")
-    if not module or any(isinstance(finder, _MutantFinder) for finder in sys.meta_path):
+    sources = json.loads(os.environ.get("FORKBUILD_MUTANT") or "{}")
+    if not sources or any(isinstance(finder, _MutantFinder) for finder in sys.meta_path):
         return
     # Each mutant's file has its own path, but a stale .pyc next to it must never be read.
     sys.dont_write_bytecode = True
-    sys.meta_path.insert(0, _MutantFinder(module, os.environ.get("FORKBUILD_MUTANT_SOURCE", "")))
+    sys.meta_path.insert(0, _MutantFinder(sources))
 
 
 def _chain_next_sitecustomize():
