@@ -240,6 +240,9 @@ def _staged_sampler(sampler_module, draft_module):
     sampler = sampler_module.DsparkDraftSampler(model=model, gamma=GAMMA, max_bs=4, device="cpu", noise=noise,
                                                 tp_sync=_tp_sync(), greedy_draft=False)
     sampler.stage_sampling_params(bs=len(TEMPERATURES), sampling_info=_sampling_info())
+    # The buffer the draft tail's first (warmup) call sizes, as
+    # DsparkDraftSampler._step_logits does; its capture probe needs a GPU.
+    sampler.step_logits = torch.zeros(sampler.max_bs, GAMMA, VOCAB)
     return sampler
 
 
@@ -283,10 +286,14 @@ def test_folded_proposal_q_uses_the_scaled_temperature(draft_modules, monkeypatc
 
     draft_module, sampler_module = draft_modules(str(tau))
     monkeypatch.setenv("SGLANG_DSPARK_FOLDED_PROPOSAL", "1")
+    from sglang.srt.runtime_context import get_parallel
+
     draft_model = SimpleNamespace(sample_from_anchor=False, confidence_head=None, embed_tokens=nn.Embedding(VOCAB, 8))
-    proposer = draft_module.DraftBlockProposer(
-        draft_model=draft_model, draft_model_runner=SimpleNamespace(device="cpu"), gamma=GAMMA, mask_token_id=0,
-        draft_block_spec_info=None, tp_sync=_tp_sync(), random_seed=0, greedy_draft=False)
+    with get_parallel().override(attn_tp_rank=0, attn_tp_size=1, tp_size=1, tp_rank=0, moe_ep_size=1,
+                                 moe_tp_size=1, attn_dp_size=1, pp_size=1):  # one rank
+        proposer = draft_module.DraftBlockProposer(
+            draft_model=draft_model, draft_model_runner=SimpleNamespace(device="cpu"), gamma=GAMMA, mask_token_id=0,
+            draft_block_spec_info=None, tp_sync=_tp_sync(), random_seed=0, greedy_draft=False)
     sampler = _staged_sampler(sampler_module, draft_module)
     proposer.attach_draft_sampler(sampler)
     bs = len(TEMPERATURES)

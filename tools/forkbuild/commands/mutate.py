@@ -42,6 +42,20 @@ def run(args, context) -> int:
         raise MutationError(f"--jobs {args.jobs}: needs at least 1")
     if args.check:
         return _check(context)
+    from filelock import FileLock, Timeout
+
+    lock_path = context.build_dir / "mutate" / ".lock"
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        # Two runs on one tree would each write results.json from what they read.
+        with FileLock(lock_path, timeout=0):
+            return _run(args, context)
+    except Timeout as error:
+        raise MutationError(f"another `forkbuild mutate` is running on {context.series_dir} ({lock_path} is held)",
+                            hint="wait for it to finish; its results land in mutation/results.json") from error
+
+
+def _run(args, context) -> int:
     series = context.series
     variant = args.variant or series.default_variant
     series.variant(variant)  # an unknown variant stops here, with its near miss

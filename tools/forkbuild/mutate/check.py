@@ -24,15 +24,15 @@ def problems(series: Series, results: dict, reasons: Reasons) -> list[str]:
         entries = {entry.file: entry for entry in series.patches_for(variant)}
         for file in sorted(set(patches) - set(entries)):
             found.append(f"{RESULTS_FILE}: {variant}: {file} is not a patch of the variant any more: "
-                         f"run `forkbuild mutate --variant {variant}` to drop it")
+                         f"run `nox -s mutate -- --variant {variant}` to drop it")
         for file, entry in entries.items():
             if file not in patches:
                 found.append(f"{variant}: patches/{file} has no mutation results: "
-                             f"run `forkbuild mutate --variant {variant} --patch {file}`")
+                             f"run `nox -s mutate -- --variant {variant} --patch {file}`")
                 continue
             if patches[file].get("key") != patch_key(series, entry):
                 found.append(f"{variant}: patches/{file}: results are stale (the patch, its feature's tests or "
-                             f"the upstream pin changed): run `forkbuild mutate --variant {variant} --patch {file}`")
+                             f"the upstream pin changed): run `nox -s mutate -- --variant {variant} --patch {file}`")
             for mutant in patches[file].get("mutants", []):
                 known_ids.setdefault(file, set()).add(mutant["id"])
                 if mutant["status"] == SURVIVED:
