@@ -116,3 +116,9 @@ def test_absent_max_new_tokens_dropped_and_guard_undeclared(monkeypatch):
     monkeypatch.setenv(GUARD, "1")
 
     assert _budget(_request(max_new_tokens=5)) is None
+
+
+@pytest.mark.guard_on
+def test_a_request_without_a_budget_keeps_none(monkeypatch):
+    monkeypatch.setenv(GUARD, "1")
+    assert _served_budget(monkeypatch, prompt_len=100) is None
