@@ -13,8 +13,15 @@ from pathlib import Path
 from forkbuild.errors import MutationError
 from forkbuild.mutate import check, report
 from forkbuild.mutate.plan import PatchPlan, plan, select
-from forkbuild.mutate.results import (KILLED, REASONS_FILE, RESULTS_FILE, SURVIVED, load_reasons, load_results,
-                                      write_results)
+from forkbuild.mutate.results import (
+    KILLED,
+    REASONS_FILE,
+    RESULTS_FILE,
+    SURVIVED,
+    load_reasons,
+    load_results,
+    write_results,
+)
 from forkbuild.mutate.runner import FeatureTests, Outcome, run_all
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import IO
 
 from forkbuild.errors import MutationError
 from forkbuild.mutate.mutants import Mutant
@@ -55,15 +56,19 @@ class Worker:
             self._process = subprocess.Popen([str(python), str(OVERLAY / "forkserver.py"), *preload],
                                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=output,
                                              env=env, text=True)
-        ready = self._process.stdout.readline()
+        stdin, stdout = self._process.stdin, self._process.stdout
+        assert stdin is not None and stdout is not None  # both are pipes
+        self._stdin: IO[str] = stdin
+        self._stdout: IO[str] = stdout
+        ready = self._stdout.readline()
         if not ready.strip():
             raise MutationError(f"the mutate worker did not start in {python} (exit {self._process.wait()}): "
                                 f"{_tail(log)}")
 
     def run(self, request: dict) -> dict:
-        self._process.stdin.write(json.dumps(request) + "\n")
-        self._process.stdin.flush()
-        reply = self._process.stdout.readline()
+        self._stdin.write(json.dumps(request) + "\n")
+        self._stdin.flush()
+        reply = self._stdout.readline()
         if not reply.strip():
             raise MutationError(f"the mutate worker stopped (exit {self._process.wait()}) while running "
                                 f"{request['tests']}: {_tail(Path(request['log']))} {_tail(self.log)}")
@@ -71,7 +76,7 @@ class Worker:
 
     def close(self) -> None:
         if self._process.poll() is None:
-            self._process.stdin.close()
+            self._stdin.close()
             self._process.wait()
 
 

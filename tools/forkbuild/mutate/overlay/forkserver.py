@@ -20,7 +20,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PACKAGES = set()  # the top-level packages of the preloaded modules (sglang): what a child forgets
+PACKAGES: set[str] = set()  # the top-level packages of the preloaded modules (sglang): what a child forgets
 
 
 def _preload(modules):
@@ -95,7 +95,7 @@ def _serve(request):
 
 
 PARENT = os.getppid()  # the forkbuild process; when it dies, the worker stops
-PLUGINS = []  # the pytest11 entry points of the venv, as pytest would load them
+PLUGINS: list[str] = []  # the pytest11 entry points of the venv, as pytest would load them
 
 
 def main():

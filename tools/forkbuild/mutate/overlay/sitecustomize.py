@@ -16,6 +16,7 @@ import json
 import os
 import sys
 
+
 class _MutantFinder(importlib.abc.MetaPathFinder):
     def __init__(self, sources):
         self.sources = sources
