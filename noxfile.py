@@ -85,6 +85,9 @@ def check(session: nox.Session) -> None:
     _install_forkbuild(session)
     session.run("forkbuild", "check", *session.posargs)
     session.run("forkbuild", "export", "--check")
+    # Hashes only, no mutant runs: mutation/results.json is current for every
+    # patch and every survivor has a reason (`nox -s mutate` refreshes it).
+    session.run("forkbuild", "mutate", "--check")
 
 
 TEST_VENV = ROOT / ".nox" / "test-patch-venv"
@@ -106,6 +109,14 @@ def test_patch_matrix(session: nox.Session) -> None:
     `nox -s test-patch-matrix -- --strategy pairwise` (each, all, variants; --structure-only)."""
     python = _test_venv(session)
     session.run(str(python), "-m", "forkbuild", "matrix", "--test-patch", *(session.posargs or ["--strategy", "pairwise"]))
+
+
+@nox.session(name="mutate", python=False, default=False)
+def mutate(session: nox.Session) -> None:
+    """Hunk-revert mutation testing of the default variant's patches in the test venv;
+    re-runs only patches whose results are stale. `nox -s mutate -- --patch F --jobs N`."""
+    python = _test_venv(session)
+    session.run(str(python), "-m", "forkbuild", "mutate", *session.posargs)
 
 
 def _test_venv(session: nox.Session) -> Path:

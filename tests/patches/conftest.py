@@ -17,8 +17,10 @@ import importlib.resources
 import json
 import os
 import re
+import subprocess
 import tomllib
 import types
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -106,8 +108,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(autouse=True)
-def _feature_gate(request: pytest.FixtureRequest, built_features, monkeypatch) -> None:
-    """Skip what does not apply to this build; start every test with no DSV41_* set."""
+def _feature_gate(request: pytest.FixtureRequest, built_features, monkeypatch):
+    """Skip what does not apply to this build; start every test with no DSV41_* set;
+    afterwards, hold the test to its marker (see _guard_discipline)."""
     for name in list(os.environ):
         if name.startswith("DSV41_"):
             monkeypatch.delenv(name)
@@ -118,6 +121,9 @@ def _feature_gate(request: pytest.FixtureRequest, built_features, monkeypatch) -
     if check != "absent" and not built:
         pytest.skip(f"{feature} is not built into this variant")
     _device_gate(request.node)
+    seen = _watch_guards(monkeypatch)
+    yield
+    _guard_discipline(request.node.nodeid, feature, check, seen)
 
 
 def _device_gate(item: pytest.Item) -> None:
@@ -139,6 +145,71 @@ def _device_gate(item: pytest.Item) -> None:
 def test_device() -> str:
     """Where the tests' tensors live: 'cuda' under `test-patch --device cuda`, else 'cpu'."""
     return os.environ.get(DEVICE_ENV, "cpu")
+
+
+# -- guard discipline -----------------------------------------------------------
+
+@cache
+def _feature_guards() -> dict[str, dict[str, str]]:
+    """series.toml: each feature's guard variables and their (off) defaults."""
+    series = tomllib.loads((REPO_ROOT / "series.toml").read_text())
+    return {name: {guard["env"]: str(guard.get("default", "")) for guard in feature.get("guards", [])}
+            for name, feature in series["features"].items()}
+
+
+_OFF = {"", "0", "off", "false", "no", "n"}
+
+
+def _is_off(value: str, default: str) -> bool:
+    """The guard's off spelling, or its default (the default of every guard is off)."""
+    if value.strip().lower() in _OFF or value == default:
+        return True
+    try:
+        return float(value) == float(default)
+    except ValueError:
+        return False
+
+
+def _watch_guards(monkeypatch) -> list[tuple[str, str]]:
+    """Every DSV41_* value the test sets, in os.environ (monkeypatch.setenv,
+    os.environ[...] =) or in the env of a process it starts."""
+    seen: list[tuple[str, str]] = []
+    set_item = os._Environ.__setitem__
+    popen_init = subprocess.Popen.__init__
+
+    def recording_set_item(environ, key, value):
+        if isinstance(key, str) and key.startswith("DSV41_"):
+            seen.append((key, value))
+        set_item(environ, key, value)
+
+    def recording_popen_init(process, *args, **kwargs):
+        env = kwargs.get("env")
+        seen.extend((key, value) for key, value in (env or {}).items()
+                    if isinstance(key, str) and key.startswith("DSV41_") and os.environ.get(key) != value)
+        popen_init(process, *args, **kwargs)
+
+    monkeypatch.setattr(os._Environ, "__setitem__", recording_set_item)
+    monkeypatch.setattr(subprocess.Popen, "__init__", recording_popen_init)
+    return seen
+
+
+def _guard_discipline(nodeid: str, feature: str, check: str, seen: list[tuple[str, str]]) -> None:
+    """A guard_on test must set one of its feature's guards (a test that only
+    calls a helper proves nothing about the switch); a guard_off test must leave
+    them off, so that what it asserts is the stock behaviour the proof
+    (forkbuild test-patch on stock + declarations) checks it against."""
+    guards = _feature_guards().get(feature, {})
+    if not guards:
+        return  # `guards` itself: the machinery, no switch of its own
+    mine = [(key, value) for key, value in seen if key in guards]
+    if check == "guard_on" and not mine:
+        pytest.fail(f"{nodeid}: marked guard_on but never set {' or '.join(sorted(guards))}; set the guard "
+                    "(monkeypatch.setenv) and test through the code that reads it", pytrace=False)
+    if check == "guard_off":
+        on = [f"{key}={value!r}" for key, value in mine if not _is_off(value, guards[key])]
+        if on:
+            pytest.fail(f"{nodeid}: marked guard_off but sets {', '.join(on)}; a guard_off test asserts stock "
+                        "behaviour with the feature's guards off", pytrace=False)
 
 
 # -- recording outcomes --------------------------------------------------------

@@ -85,6 +85,8 @@ def test_gate_stays_off_without_cuda(monkeypatch):
 def test_rocm_gate_unchanged(monkeypatch):
     from sglang.srt.models import dspark
 
+    # With the guard on, ROCm still follows only its own flag.
+    monkeypatch.setenv("DSV41_DRAFT_HEAD_FP8", "1")
     monkeypatch.setattr(dspark, "is_cuda", lambda: False)
     monkeypatch.setattr(dspark, "is_gfx95_supported", lambda: True)
     monkeypatch.setenv("SGLANG_ROCM_OPT_DSPARK_FP8_LM_HEAD", "1")

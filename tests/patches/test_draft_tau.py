@@ -209,7 +209,7 @@ def test_bad_tau_stops_the_import(monkeypatch):
     monkeypatch.setenv("DSV41_DRAFT_TAU", "0")
     module = "sglang.srt.speculative.dspark_components.dspark_draft"
     proc = subprocess.run(
-        [sys.executable, "-c", f"import {module}"], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", f"import {module}"], capture_output=True, text=True, timeout=900
     )
     assert proc.returncode != 0
     assert "DSV41_DRAFT_TAU must be a finite number > 0" in proc.stderr
@@ -226,3 +226,81 @@ def test_without_the_feature_tau_is_ignored(monkeypatch):
     params = _staged_params(sampler_module, draft)
     bs = len(TEMPERATURES)
     torch.testing.assert_close(params.step_temperatures[:bs], _expected_step_temperatures(1.0))
+
+
+class _Recorded(Exception):
+    """Raised by a recording stub once it has what the test needs."""
+
+
+def _staged_sampler(sampler_module, draft_module):
+    import torch
+
+    model = SimpleNamespace(markov_head=_markov_head(), sample_from_anchor=False, confidence_head=None)
+    noise = draft_module.DraftNoise(key=1, offset=torch.zeros(1, dtype=torch.int64))
+    sampler = sampler_module.DsparkDraftSampler(model=model, gamma=GAMMA, max_bs=4, device="cpu", noise=noise,
+                                                tp_sync=_tp_sync(), greedy_draft=False)
+    sampler.stage_sampling_params(bs=len(TEMPERATURES), sampling_info=_sampling_info())
+    # The buffer the draft tail's first (warmup) call sizes, as
+    # DsparkDraftSampler._step_logits does; its capture probe needs a GPU.
+    sampler.step_logits = torch.zeros(sampler.max_bs, GAMMA, VOCAB)
+    return sampler
+
+
+@pytest.mark.guard_on
+@pytest.mark.parametrize("tau", [2.0, 1.0])
+def test_sampling_accept_graph_q_uses_the_scaled_temperature(draft_modules, monkeypatch, tau):
+    """The static verify graph's sampling-accept region builds its own
+    DraftBlockResult from the staged sampler: its q must be the draft's."""
+    import torch
+    from sglang.srt.speculative.dspark_components import dspark_sampling_accept_graph as graph
+
+    draft_module, sampler_module = draft_modules(str(tau))
+    sampler = _staged_sampler(sampler_module, draft_module)
+    seen = {}
+
+    def accept(**kwargs):  # the accept kernel, recording what it is handed
+        seen.update(kwargs)
+        raise _Recorded
+
+    monkeypatch.setattr(graph, "accept_draft_tokens", accept)
+    bs = len(TEMPERATURES)
+    io = SimpleNamespace(candidates=torch.zeros(bs, GAMMA + 1, dtype=torch.int64), logits=torch.zeros(bs * (GAMMA + 1), VOCAB),
+                         seq_lens=torch.full((bs,), 10))
+    with pytest.raises(_Recorded):
+        graph.sampling_accept_commit_lens(io, verify_lens=None, gate=None, gated=False, draft_sampler=sampler,
+                                          epilogue=None, tp_sync=_tp_sync(), fused_argmax=False,
+                                          block_verification=False, rejection_noise=None)
+    request = sampler.params.temperatures[:bs]
+    torch.testing.assert_close(seen["draft_block"].temperatures, request * tau)
+    # The target keeps the request's temperatures.
+    torch.testing.assert_close(seen["sampling_info"].temperatures, request)
+
+
+@pytest.mark.guard_on
+@pytest.mark.parametrize("tau", [2.0, 1.0])
+def test_folded_proposal_q_uses_the_scaled_temperature(draft_modules, monkeypatch, tau):
+    """DraftBlockProposer.propose (built through __init__) on the folded path:
+    the block it hands the verify step carries the scaled q."""
+    import torch
+    from torch import nn
+
+    draft_module, sampler_module = draft_modules(str(tau))
+    monkeypatch.setenv("SGLANG_DSPARK_FOLDED_PROPOSAL", "1")
+    from sglang.srt.runtime_context import get_parallel
+
+    draft_model = SimpleNamespace(sample_from_anchor=False, confidence_head=None, embed_tokens=nn.Embedding(VOCAB, 8))
+    with get_parallel().override(attn_tp_rank=0, attn_tp_size=1, tp_size=1, tp_rank=0, moe_ep_size=1,
+                                 moe_tp_size=1, attn_dp_size=1, pp_size=1):  # one rank
+        proposer = draft_module.DraftBlockProposer(
+            draft_model=draft_model, draft_model_runner=SimpleNamespace(device="cpu"), gamma=GAMMA, mask_token_id=0,
+            draft_block_spec_info=None, tp_sync=_tp_sync(), random_seed=0, greedy_draft=False)
+    sampler = _staged_sampler(sampler_module, draft_module)
+    proposer.attach_draft_sampler(sampler)
+    bs = len(TEMPERATURES)
+    # The draft forward is a CUDA graph replay; its result on a replayable batch:
+    forward = SimpleNamespace(draft_block_ids=torch.zeros(bs, GAMMA + 1, dtype=torch.int64), can_run_graph=True)
+    monkeypatch.setattr(proposer, "_run_forward", lambda **kwargs: forward)
+    proposal = proposer.propose(batch=None, draft_input=None, verify_window=None, bs=bs, device="cpu",
+                                target_model=None, sampling_info=_sampling_info())
+    assert proposal.folded
+    torch.testing.assert_close(proposal.draft_block.temperatures, sampler.params.temperatures[:bs] * tau)

@@ -52,32 +52,59 @@ def test_conflicting_values_are_rejected_naming_both(monkeypatch, other):
         _request(max_new_tokens=5, **{other: 7})
 
 
+def _served_budget(monkeypatch, *, prompt_len: int, context_length: int = 128, **fields):
+    """What the chat endpoint hands the engine: validation, then conversion,
+    through a real OpenAIServingChat (serving_fakes: one prompt id per char)."""
+    from serving_fakes import ROLE_OVERHEAD, chat_request, serving_chat
+
+    serving = serving_chat(monkeypatch, context_length=context_length)
+    request = chat_request("x" * (prompt_len - ROLE_OVERHEAD), **fields)
+    error = serving._validate_request(request)
+    if error is not None:
+        return error
+    internal, _ = serving._convert_to_internal_request(request)
+    assert len(internal.input_ids) == prompt_len
+    return internal.sampling_params["max_new_tokens"]
+
+
+@pytest.mark.guard_off
+def test_a_budget_past_the_context_is_a_400_as_in_stock(monkeypatch):
+    error = _served_budget(monkeypatch, prompt_len=100, max_tokens=1000)
+    assert error.startswith("max_completion_tokens is too large: 1000")
+
+
+@pytest.mark.guard_off
+def test_the_budget_reaches_the_engine_unclamped_as_in_stock(monkeypatch):
+    assert _served_budget(monkeypatch, prompt_len=100, max_tokens=100) == 100
+
+
 @pytest.mark.guard_on
 @pytest.mark.parametrize(
     ("budget", "prompt_len", "expected"),
-    [(1000, 100, 28), (10, 100, 10), (1000, 128, 1000), (1000, 200, 1000)],
-    ids=["cut-to-room", "fits", "prompt-fills-context", "prompt-too-long"],
+    [(1000, 100, 28), (10, 100, 10), (1000, 128, 1000), (1000, 200, 1000), (100, 100, 28)],
+    ids=["cut-to-room", "fits", "prompt-fills-context", "prompt-too-long", "within-context-cut-to-room"],
 )
-def test_budget_is_clamped_to_the_context(budget, prompt_len, expected):
-    from sglang.srt.entrypoints.openai import serving_chat
-
-    sampling_params = {"max_new_tokens": budget}
-
-    serving_chat._clamp_max_new_tokens(
-        sampling_params, prompt_ids=list(range(prompt_len)), context_length=128
-    )
-
-    assert sampling_params["max_new_tokens"] == expected
+def test_budget_is_clamped_to_the_context_by_the_chat_endpoint(monkeypatch, budget, prompt_len, expected):
+    monkeypatch.setenv(GUARD, "1")
+    # No 400 for a budget past the context: the endpoint clamps it instead.
+    assert _served_budget(monkeypatch, prompt_len=prompt_len, max_new_tokens=budget) == expected
 
 
 @pytest.mark.guard_on
-def test_budget_without_a_token_prompt_is_clamped_to_the_context_length():
+def test_budget_under_any_name_is_clamped(monkeypatch):
+    monkeypatch.setenv(GUARD, "1")
+    assert _served_budget(monkeypatch, prompt_len=100, max_tokens=1000) == 28
+    assert _served_budget(monkeypatch, prompt_len=100, max_completion_tokens=1000) == 28
+
+
+@pytest.mark.guard_on
+def test_budget_without_a_token_prompt_is_clamped_to_the_context_length(monkeypatch):
     from sglang.srt.entrypoints.openai import serving_chat
 
+    monkeypatch.setenv(GUARD, "1")
     sampling_params = {"max_new_tokens": 1000}
-
+    # A text prompt (a multimodal template's) has no length yet: counted as empty.
     serving_chat._clamp_max_new_tokens(sampling_params, prompt_ids="a text prompt", context_length=128)
-
     assert sampling_params["max_new_tokens"] == 128
 
 
@@ -89,3 +116,9 @@ def test_absent_max_new_tokens_dropped_and_guard_undeclared(monkeypatch):
     monkeypatch.setenv(GUARD, "1")
 
     assert _budget(_request(max_new_tokens=5)) is None
+
+
+@pytest.mark.guard_on
+def test_a_request_without_a_budget_keeps_none(monkeypatch):
+    monkeypatch.setenv(GUARD, "1")
+    assert _served_budget(monkeypatch, prompt_len=100) is None

@@ -174,3 +174,10 @@ def test_absent_enable_thinking_ignored_and_guard_undeclared(monkeypatch):
     monkeypatch.setenv(GUARD, "1")
 
     assert not _thinking_requested(_request(chat_template_kwargs={"enable_thinking": True}))
+
+
+@pytest.mark.guard_on
+@pytest.mark.parametrize(("value", "expected"), [(1, True), (0, False)])
+def test_integer_thinking_kwarg_is_a_switch(monkeypatch, value, expected):
+    monkeypatch.setenv(GUARD, "1")
+    assert _thinking_requested(_request(chat_template_kwargs={"thinking": value})) is expected

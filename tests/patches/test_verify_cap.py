@@ -41,24 +41,26 @@ def _build_head():
     return build_dspark_v4_confidence_head(config=_head_config(), markov_rank=4)
 
 
-def _planner():
-    """A DSparkVerifyPlanner with the fields its static/schedule paths read. Its
-    __init__ needs a published runtime context (server args, model runner)."""
-    from sglang.srt.speculative.dspark_components.dspark_planner import (
-        DSparkScheduleConfig,
-        DSparkVerifyPlanner,
-    )
-    from sglang.srt.speculative.ragged_verify import read_ragged_verify_mode, read_verify_cap
+@pytest.fixture
+def planner_factory(monkeypatch):
+    """DSparkVerifyPlanner through its __init__ (static verify mode), as the
+    DSpark worker builds it; the published runtime config it reads (get_spec)
+    is a namespace. confidence_head: the draft model's head (None: head-less)."""
+    import torch
+    from sglang.srt.speculative.dspark_components import dspark_planner
     from sglang.srt.speculative.spec_tp_sync import SpecTpSync
 
-    planner = object.__new__(DSparkVerifyPlanner)
-    planner.verify_num_draft_tokens = VERIFY_NUM_DRAFT_TOKENS
-    planner.gamma = GAMMA
-    planner._ragged_verify_mode = read_ragged_verify_mode()
-    planner._verify_cap = read_verify_cap()
-    planner._schedule_cfg = DSparkScheduleConfig(gamma=GAMMA)
-    planner._tp_sync = SpecTpSync(SimpleNamespace(world_size=1, rank_in_group=0))
-    return planner
+    spec = SimpleNamespace(speculative_dspark_align_verify_tokens_to_graph_tier=False,
+                           speculative_dspark_confidence_sts_path=None, speculative_dspark_sps_table_path=None)
+    monkeypatch.setattr(dspark_planner, "get_spec", lambda: spec)
+
+    def build(confidence_head=object()):
+        return dspark_planner.DSparkVerifyPlanner(
+            draft_model=SimpleNamespace(confidence_head=confidence_head), gamma=GAMMA, model_runner=None,
+            device=torch.device("cpu"), tp_rank=0, verify_num_draft_tokens=VERIFY_NUM_DRAFT_TOKENS,
+            tp_sync=SpecTpSync(SimpleNamespace(world_size=1, rank_in_group=0)))
+
+    return build
 
 
 def _static_layout(planner):
@@ -92,9 +94,11 @@ def test_conf_cap_builds_the_confidence_head_in_static_mode(monkeypatch):
 
 @pytest.mark.guard_on
 @pytest.mark.parametrize("cap, expected", [("1", [2, 2, 2]), ("2", [3, 3, 3]), ("9", [4, 4, 4])])
-def test_static_plan_respects_n(monkeypatch, cap, expected):
+def test_static_plan_respects_n(monkeypatch, planner_factory, cap, expected):
     monkeypatch.setenv("DSV41_VERIFY_CAP", cap)
-    layout = _static_layout(_planner())
+    planner = planner_factory(confidence_head=None)  # an integer cap needs no head
+    assert planner._is_verify_all is False
+    layout = _static_layout(planner)
     # verify_len counts the anchor row: N drafts -> N + 1, never past gamma + 1.
     assert layout.verify_lens.tolist() == expected
     assert layout.graph_num_tokens == len(CONFIDENCE) * VERIFY_NUM_DRAFT_TOKENS
@@ -102,29 +106,32 @@ def test_static_plan_respects_n(monkeypatch, cap, expected):
 
 @pytest.mark.guard_on
 @pytest.mark.parametrize("threshold, expected", [("0.5", [3, 1, 4]), ("0.85", [2, 1, 4]), ("1", [1, 1, 4])])
-def test_static_plan_respects_confidence_threshold(monkeypatch, threshold, expected):
+def test_static_plan_respects_confidence_threshold(monkeypatch, planner_factory, threshold, expected):
     monkeypatch.setenv("DSV41_VERIFY_CAP", f"conf:{threshold}")
-    assert _static_layout(_planner()).verify_lens.tolist() == expected
+    assert _static_layout(planner_factory()).verify_lens.tolist() == expected
+
+
+@pytest.mark.guard_on
+def test_conf_cap_without_a_confidence_head_fails_at_startup(monkeypatch, planner_factory):
+    monkeypatch.setenv("DSV41_VERIFY_CAP", "conf:0.5")
+    with pytest.raises(ValueError, match="DSV41_VERIFY_CAP=conf:T needs the draft confidence head"):
+        planner_factory(confidence_head=None)
 
 
 @pytest.mark.guard_off
-def test_static_plan_is_uncapped_when_unset():
-    from sglang.srt.speculative.dspark_components.dspark_planner import DSparkVerifyPlanner
-    from sglang.srt.speculative.ragged_verify import read_ragged_verify_mode
-
-    planner = object.__new__(DSparkVerifyPlanner)
-    planner._ragged_verify_mode = read_ragged_verify_mode()
-    # Reads nothing else in static mode when the cap is off (or absent).
-    vars(planner).setdefault("_verify_cap", None)
+def test_static_plan_is_uncapped_when_unset(planner_factory):
+    planner = planner_factory(confidence_head=None)
+    # Stock static mode verifies every draft: no layout, verify-all.
+    assert planner._is_verify_all is True
     assert _static_layout(planner) is None
 
 
 @pytest.mark.guard_on
-def test_ragged_schedule_is_capped(monkeypatch):
+def test_ragged_schedule_is_capped(monkeypatch, planner_factory):
     import torch
 
     monkeypatch.setenv("DSV41_VERIFY_CAP", "1")
-    planner = _planner()
+    planner = planner_factory()
     # Any non-None budget planner: _schedule_verify_lens only checks it exists.
     planner._budget_planner = SimpleNamespace()
     bs = len(CONFIDENCE)
@@ -139,13 +146,13 @@ def test_ragged_schedule_is_capped(monkeypatch):
 
 
 @pytest.mark.guard_on
-def test_accept_stops_at_the_capped_length(monkeypatch):
+def test_accept_stops_at_the_capped_length(monkeypatch, planner_factory):
     import torch
     from sglang.srt.speculative.dspark_components.dspark_draft import DraftBlockResult
     from sglang.srt.speculative.dspark_components.dspark_verify import accept_draft_tokens
 
     monkeypatch.setenv("DSV41_VERIFY_CAP", "conf:0.5")
-    layout = _static_layout(_planner())
+    layout = _static_layout(planner_factory())
     bs, vocab = len(CONFIDENCE), 16
     candidates = torch.tensor([[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12]])
     # The target agrees with every draft: uncapped, all gamma drafts are accepted.
@@ -200,7 +207,7 @@ def _run_gate(monkeypatch, device: str, *, verify_lens: list[int], rows: int) ->
         [sys.executable, "-c", _GATE_SCRIPT, json.dumps(verify_lens), str(rows), device],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=900,
         check=True,
     )
     return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -84,13 +85,19 @@ def test_absent_declares_no_guard_and_no_w8_path():
 
 
 @pytest.mark.guard_on
-def test_round_trip_is_exact_for_checkpoint_weights_and_bounded_otherwise():
+def test_round_trip_is_exact_for_checkpoint_weights_and_bounded_otherwise(monkeypatch):
+    monkeypatch.setenv("DSV41_WO_A_W8", "1")
     from sglang.kernels.ops.gemm.dsv4_wo_a_w8 import dequantize_wo_a_w8, quantize_wo_a_w8
+    from sglang.srt.models.deepseek_v4_wo_a_w8 import convert_wo_a_to_w8
 
-    weight = _checkpoint_like_weight(64, 128)
+    # Through the post-load conversion the guard switches on: what it stores
+    # is exactly the checkpoint's weight.
+    weight = _checkpoint_like_weight(GROUPS * RANK, IN_DIM)
     weight[:32] = 0  # a padded shard's rows
-    codes, scale = quantize_wo_a_w8(weight)
-    assert codes.dtype == torch.float8_e4m3fn and scale.shape == (2, 4)
+    attn = _loaded(_attention(), weight)
+    convert_wo_a_to_w8(attn)
+    codes, scale = attn.wo_a.weight_w8, attn.wo_a.weight_w8_scale
+    assert codes.dtype == torch.float8_e4m3fn and scale.shape == (GROUPS * RANK // 32, IN_DIM // 32)
     assert torch.equal(dequantize_wo_a_w8(codes, scale), weight)
 
     arbitrary = torch.randn(64, 128, generator=torch.Generator().manual_seed(1)).bfloat16()
@@ -120,23 +127,27 @@ def test_w8_matmul_matches_the_bf16_reference(monkeypatch):
 @pytest.mark.guard_on
 def test_w8_triton_kernel_matches_the_reference_in_the_interpreter():
     # The CUDA path is a Triton kernel; TRITON_INTERPRET=1 runs it on CPU
-    # tensors. The flag must be set before triton is imported: a subprocess.
+    # tensors. The flag must be set before triton is imported: a subprocess,
+    # where the guard is on and the codes come from the post-load conversion.
     script = textwrap.dedent(
         """
-        import torch
-        from sglang.kernels.ops.gemm.dsv4_wo_a_w8 import _wo_a_w8_triton, quantize_wo_a_w8, dequantize_wo_a_w8
-        gen = torch.Generator().manual_seed(3)
-        weight = torch.randn(2 * 64, 96, generator=gen).bfloat16()
-        codes, scale = quantize_wo_a_w8(weight)
-        wo_a = dequantize_wo_a_w8(codes, scale).view(2, 64, 96)
-        o = torch.randn(19, 2, 96, generator=gen).bfloat16()
-        ref = torch.einsum("tgd,grd->tgr", o.float(), wo_a.float()).bfloat16()
-        torch.testing.assert_close(_wo_a_w8_triton(o, codes, scale), ref, rtol=2**-6, atol=1e-3)
+        import sys, torch
+        sys.path.insert(0, %r)
+        from test_wo_a_w8 import GROUPS, RANK, IN_DIM, _attention, _checkpoint_like_weight, _loaded, _reference
+        from sglang.kernels.ops.gemm.dsv4_wo_a_w8 import _wo_a_w8_triton
+        from sglang.srt.models.deepseek_v4_wo_a_w8 import convert_wo_a_to_w8
+        weight = _checkpoint_like_weight(GROUPS * RANK, IN_DIM, seed=3)
+        attn = _loaded(_attention(), weight)
+        convert_wo_a_to_w8(attn)
+        o = torch.randn(19, GROUPS, IN_DIM, generator=torch.Generator().manual_seed(3)).bfloat16()
+        out = _wo_a_w8_triton(o, attn.wo_a.weight_w8, attn.wo_a.weight_w8_scale)
+        torch.testing.assert_close(out, _reference(o, weight), rtol=2**-6, atol=1e-3)
         print("ok")
         """
+        % str(Path(__file__).parent)
     )
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    env = {**os.environ, "TRITON_INTERPRET": "1", "DSV41_WO_A_W8": "1"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
 
 
@@ -204,3 +215,24 @@ def test_refinements_without_w8_are_rejected_at_startup(monkeypatch, refinements
         _attention()
     message = str(excinfo.value)
     assert all(name in message for name in refinements) and "DSV41_WO_A_W8=1" in message
+
+
+@pytest.mark.guard_on
+def test_the_target_models_post_load_converts_wo_a(monkeypatch):
+    monkeypatch.setenv("DSV41_WO_A_W8", "1")
+    monkeypatch.setenv("DSV41_WO_A_W8_DROP", "1")
+    from sglang.srt.models.deepseek_v4 import DeepseekV4ForCausalLM
+
+    weight = _checkpoint_like_weight(GROUPS * RANK, IN_DIM)
+    attn = _loaded(_attention(), weight)
+    # The target's post-load hook (run by the model loader after the weights
+    # are in), on a model holding one attention layer: an MTP (nextn) model
+    # returns right after the conversion.
+    target = nn.Module()
+    target.wo_a_fp8 = False
+    target.attn = attn
+    DeepseekV4ForCausalLM.post_load_weights(target, is_nextn=True)
+    assert getattr(attn.wo_a, "weight", None) is None
+    assert attn.wo_a.weight_w8.dtype == torch.float8_e4m3fn
+    o = torch.randn(2, GROUPS, IN_DIM, generator=torch.Generator().manual_seed(5)).bfloat16()
+    torch.testing.assert_close(attn._apply_wo_a_w8(o), _reference(o, weight), rtol=2**-6, atol=1e-3)

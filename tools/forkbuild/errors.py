@@ -85,3 +85,10 @@ class BisectError(ForkbuildError):
     """`forkbuild bisect` cannot start or go on: stock fails, the full set passes, or its probe log disagrees."""
 
     return_code = 15
+
+
+class MutationError(ForkbuildError):
+    """`forkbuild mutate`: mutants could not be made or run, or (--check) the
+    recorded results are stale or hold a survivor with no recorded reason."""
+
+    return_code = 14

@@ -116,3 +116,12 @@ def exception_text(item: dict) -> str:
     """'<type>: <message>' of what a failed test raised, as the conftest recorded it."""
     exception = item.get("exception")
     return f"{exception['type']}: {exception['message']}" if exception else ""
+
+
+def installed_package_dir(python: Path, package: str) -> Path:
+    """Where `package` is installed for `python` (found without importing it)."""
+    found = _probe(python, f"import importlib.util; spec = importlib.util.find_spec({package!r}); "
+                           "print(list(spec.submodule_search_locations)[0] if spec else '')")
+    if not found:
+        raise BuildError(f"{python}: {package} is not installed")
+    return Path(found)

@@ -1,0 +1,288 @@
+"""forkbuild mutate: mutants from patch hunks, the overlay that loads them, the
+results key and the CI check. Fixtures are tiny modules and hand-made patches."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from forkbuild.config import PatchEntry
+from forkbuild.errors import MutationError
+from forkbuild.mutate import check
+from forkbuild.mutate.mutants import HUNK, NO_CODE, STATEMENT, mutants_of
+from forkbuild.mutate.results import Reasons, feature_of_test, load_reasons, patch_key
+from forkbuild.mutate.mutants import Mutant
+from forkbuild.mutate.runner import OVERLAY, FeatureTests, run_all
+
+ORIGINAL = textwrap.dedent("""\
+    import os
+
+
+    def budget(limit):
+        \"\"\"The budget.\"\"\"
+        used = 0
+        # spend it
+        return limit - used
+
+
+    def other():
+        return 1
+    """)
+
+
+def _diff(path: str, before: str | None, after: str) -> str:
+    old = [] if before is None else before.splitlines(keepends=True)
+    diff = difflib.unified_diff(old, after.splitlines(keepends=True), "/dev/null" if before is None else f"a/{path}",
+                                f"b/{path}", n=3)
+    return f"diff --git a/{path} b/{path}\n" + "".join(diff)
+
+
+def _entry(tmp_path: Path, *diffs: str, name: str = "feat.patch") -> PatchEntry:
+    path = tmp_path / name
+    path.write_text("From 0000 Mon Sep 17 00:00:00 2001\nFrom: a <a@b>\nSubject: s\n\nmsg\n\n" + "".join(diffs))
+    return PatchEntry(file=name, feature="feat", path=path)
+
+
+def _mutants(tmp_path, before, after, installed=None, path="python/pkg/mod.py"):
+    entry = _entry(tmp_path, _diff(path, before, after))
+    text = after if installed is None else installed
+    return mutants_of(entry, package_root="python", installed=lambda _: text)
+
+
+def test_a_comment_or_docstring_only_hunk_yields_no_mutant(tmp_path):
+    after = ORIGINAL.replace("# spend it", "# spend it all").replace('"""The budget."""', '"""The whole budget."""')
+    mutants, skipped = _mutants(tmp_path, ORIGINAL, after)
+    assert mutants == []
+    assert [item.why for item in skipped] == [NO_CODE]
+
+
+def test_a_code_hunk_is_reverted_in_the_installed_file(tmp_path):
+    after = ORIGINAL.replace("    return limit - used\n", "    if os.environ.get('CAP'):\n        limit = min(limit, 4)\n"
+                                                            "    return limit - used\n")
+    (mutant,), _ = _mutants(tmp_path, ORIGINAL, after)
+    assert (mutant.kind, mutant.id, mutant.module) == (HUNK, "pkg/mod.py:h1", "pkg.mod")
+    assert mutant.source == ORIGINAL
+
+
+def test_several_added_statements_give_one_mutant_each(tmp_path):
+    after = ORIGINAL.replace("    used = 0\n", "    used = 0\n    used += 1\n    limit *= 2\n")
+    mutants, _ = _mutants(tmp_path, ORIGINAL, after)
+    assert [mutant.kind for mutant in mutants] == [HUNK, STATEMENT, STATEMENT]
+    assert mutants[1].source == after.replace("    used += 1\n", "    pass\n")
+    assert mutants[2].source == after.replace("    limit *= 2\n", "    pass\n")
+    assert mutants[1].id == "pkg/mod.py:h1.s1"
+
+
+def test_an_added_function_gives_its_body_statements(tmp_path):
+    after = ORIGINAL + "\n\ndef added(x):\n    \"\"\"Doc.\"\"\"\n    y = x + 1\n    return y\n"
+    mutants, _ = _mutants(tmp_path, ORIGINAL, after)
+    assert [mutant.summary for mutant in mutants if mutant.kind == STATEMENT] == ["y = x + 1", "return y"]
+
+
+def test_the_hunk_is_found_where_later_patches_moved_it(tmp_path):
+    after = ORIGINAL.replace("    return 1\n", "    return 2\n")
+    installed = "import sys\nimport json\n" + after  # a later patch added lines above
+    (mutant,), _ = _mutants(tmp_path, ORIGINAL, after, installed=installed)
+    assert mutant.source == "import sys\nimport json\n" + ORIGINAL
+
+
+def test_lines_a_later_patch_put_inside_the_hunk_stay(tmp_path):
+    after = ORIGINAL.replace("def other():\n", "SECTION_START = 1\nSECTION_END = 2\n\n\ndef other():\n")
+    installed = after.replace("SECTION_START = 1\n", "SECTION_START = 1\nLATER = 3\n")
+    (mutant, *_), _ = _mutants(tmp_path, ORIGINAL, after, installed=installed)
+    assert "LATER = 3\n" in mutant.source
+    assert "SECTION_START" not in mutant.source and "SECTION_END" not in mutant.source
+
+
+def test_a_new_module_is_removed_by_its_hunk_mutant(tmp_path):
+    mutants, _ = _mutants(tmp_path, None, "A = 1\nB = A + 1\n", path="python/pkg/new.py")
+    assert mutants[0].kind == HUNK and mutants[0].source is None
+    assert [mutant.summary for mutant in mutants[1:]] == ["A = 1", "B = A + 1"]
+
+
+def test_a_hunk_missing_from_the_installed_file_names_the_patch(tmp_path):
+    after = ORIGINAL.replace("    return 1\n", "    return 2\n")
+    with pytest.raises(MutationError, match="feat.patch: hunk pkg/mod.py:h1"):
+        _mutants(tmp_path, ORIGINAL, after, installed="something else\n")
+
+
+# -- the overlay -------------------------------------------------------------------------
+
+def _package(tmp_path: Path) -> Path:
+    site = tmp_path / "site"
+    (site / "pkg").mkdir(parents=True)
+    (site / "pkg" / "__init__.py").write_text("")
+    (site / "pkg" / "mod.py").write_text("VALUE = 'installed'\n")
+    return site
+
+
+def _python(site: Path, code: str, **mutant) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(OVERLAY), str(site)]),
+           "FORKBUILD_MUTANT": json.dumps({mutant["module"]: mutant["source"]}) if mutant else ""}
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+
+
+def test_the_overlay_loads_the_mutant_in_the_process_and_its_children(tmp_path):
+    site = _package(tmp_path)
+    mutated = tmp_path / "m0" / "mod.py"
+    mutated.parent.mkdir()
+    mutated.write_text("VALUE = 'mutant'\n")
+    child = "import subprocess, sys; print(subprocess.run([sys.executable, '-c', 'import pkg.mod; print(pkg.mod.VALUE)'], capture_output=True, text=True).stdout.strip())"
+    done = _python(site, f"import pkg.mod; print(pkg.mod.VALUE); {child}", module="pkg.mod", source=str(mutated))
+    assert done.stdout.split() == ["mutant", "mutant"], done.stderr
+    assert (site / "pkg" / "mod.py").read_text() == "VALUE = 'installed'\n"
+    assert _python(site, "import pkg.mod; print(pkg.mod.VALUE)").stdout.strip() == "installed"
+
+
+def test_the_overlay_removes_a_module(tmp_path):
+    done = _python(_package(tmp_path), "import pkg.mod", module="pkg.mod", source="")
+    assert "ModuleNotFoundError" in done.stderr
+
+
+def test_run_all_runs_the_baseline_then_names_the_killing_test(tmp_path, monkeypatch):
+    site = _package(tmp_path)
+    root = tmp_path / "repo"
+    (root / "tests").mkdir(parents=True)
+    # The conftest writes FORKBUILD_TEST_RESULTS as tests/patches/conftest.py does.
+    (root / "tests" / "conftest.py").write_text(textwrap.dedent("""\
+        import json, os
+        records = []
+        def pytest_runtest_logreport(report):
+            if report.when == "call":
+                records.append({"test": report.nodeid, "outcome": "fail" if report.failed else "pass"})
+        def pytest_sessionfinish(session):
+            with open(os.environ["FORKBUILD_TEST_RESULTS"], "w") as handle:
+                json.dump(records, handle)
+        """))
+    (root / "tests" / "test_mod.py").write_text(
+        "import subprocess, sys\n\ndef test_value():\n    import pkg.mod\n    assert pkg.mod.VALUE == 'installed'\n\n"
+        "def test_in_a_subprocess():\n    code = 'import pkg.mod; assert pkg.mod.OTHER == 1'\n"
+        "    assert subprocess.run([sys.executable, '-c', code]).returncode == 0\n")
+    (site / "pkg" / "mod.py").write_text("VALUE = 'installed'\nOTHER = 1\n")
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    mutant = Mutant("pkg/mod.py:h1", "feat.patch", "feat", "pkg/mod.py", HUNK, (1, 1), "", "VALUE = 'x'\nOTHER = 1\n")
+    in_child = Mutant("pkg/mod.py:h2", "feat.patch", "feat", "pkg/mod.py", HUNK, (2, 2), "", "VALUE = 'installed'\nOTHER = 2\n")
+    alive = Mutant("pkg/mod.py:h3", "feat.patch", "feat", "pkg/mod.py", HUNK, (1, 1), "", "VALUE = 'installed'  # same\nOTHER = 1\n")
+    outcomes = {}
+    runs = {"feat": FeatureTests(root=root, tests=(root / "tests" / "test_mod.py",),
+                                 modules=(("pkg.mod", "pkg/mod.py", "VALUE = 'installed'\nOTHER = 1\n"),))}
+    baselines = run_all(runs, [mutant, in_child, alive], python=Path(sys.executable), preload=["pkg.mod"], workers=2,
+                        done=lambda item, outcome: outcomes.__setitem__(item.id, outcome))
+    assert baselines["feat"].status == "survived"
+    assert (outcomes["pkg/mod.py:h1"].status, outcomes["pkg/mod.py:h1"].killed_by) == ("killed", "tests/test_mod.py::test_value")
+    assert outcomes["pkg/mod.py:h2"].killed_by == "tests/test_mod.py::test_in_a_subprocess"
+    assert outcomes["pkg/mod.py:h3"].status == "survived"
+    assert (site / "pkg" / "mod.py").read_text() == "VALUE = 'installed'\nOTHER = 1\n"
+
+
+# -- results: key and check ----------------------------------------------------------------
+
+def _series(tmp_path: Path):
+    """A real series.toml with one feature patch, and its feature test."""
+    from forkbuild.config import load_series
+
+    (tmp_path / "patches").mkdir()
+    (tmp_path / "patches" / "feat.patch").write_text("From 0\nSubject: s\n\n" + _diff("python/pkg/mod.py", "A = 1\n", "A = 2\n"))
+    (tmp_path / "patches" / "series").write_text("feat.patch\n")
+    (tmp_path / "tests" / "patches").mkdir(parents=True)
+    (tmp_path / "tests" / "patches" / "test_feat.py").write_text('FEATURE = "feat"\n')
+    (tmp_path / "tests" / "patches" / "test_other.py").write_text('FEATURE = "other"\n')
+    (tmp_path / "tests" / "patches" / "conftest.py").write_text("")
+    (tmp_path / "series.toml").write_text(textwrap.dedent("""\
+        [series]
+        name = "s"
+        default_variant = "v"
+        [upstream]
+        name = "pkg"
+        version = "1.0"
+        package_root = "python"
+        source = "wheel"
+        [[upstream.wheels]]
+        python_tag = "cp311"
+        filename = "pkg-1.0-py3-none-any.whl"
+        sha256 = "%s"
+        [features.feat]
+        description = "f"
+        guards = [{ env = "DSV41_FEAT", type = "switch", default = "0" }]
+        [[patches]]
+        file = "feat.patch"
+        feature = "feat"
+        [variants.v]
+        description = "v"
+        features = ["feat"]
+        """ % ("0" * 64)))
+    return load_series(tmp_path / "series.toml")
+
+
+def test_feature_of_a_test_module_is_read_without_importing_it(tmp_path):
+    path = tmp_path / "test_x.py"
+    path.write_text('import not_installed_anywhere\nFEATURE = "x"\n')
+    assert feature_of_test(path) == "x"
+
+
+def test_the_key_follows_the_patch_its_tests_and_the_harness_only(tmp_path):
+    series = _series(tmp_path)
+    (entry,) = series.patches
+    key = patch_key(series, entry)
+    (tmp_path / "tests" / "patches" / "test_other.py").write_text('FEATURE = "other"\nX = 1\n')
+    assert patch_key(series, entry) == key
+    for path in ("tests/patches/test_feat.py", "tests/patches/conftest.py", "patches/feat.patch"):
+        (tmp_path / path).write_text((tmp_path / path).read_text() + "\n# changed\n")
+        assert patch_key(series, entry) != key, path
+        key = patch_key(series, entry)
+
+
+def _results(series, status="survived"):
+    (entry,) = series.patches
+    mutant = {"id": "pkg/mod.py:h1", "kind": HUNK, "path": "pkg/mod.py", "lines": [1, 1], "summary": "+ A = 2",
+              "status": status, "killed_by": ""}
+    return {"format": 1, "variants": {"v": {"patches": {"feat.patch": {"feature": "feat", "key": patch_key(series, entry),
+                                                                       "mutants": [mutant], "skipped": []}}}}}
+
+
+def test_check_fails_on_a_survivor_without_reason_and_passes_with_one(tmp_path):
+    series = _series(tmp_path)
+    (problem,) = check.problems(series, _results(series), Reasons({}))
+    assert "pkg/mod.py:h1" in problem and "survived" in problem
+    assert check.problems(series, _results(series), Reasons({"feat.patch": {"pkg/mod.py:h1": "why"}})) == []
+
+
+def test_check_fails_on_stale_results_and_on_reasons_for_nothing(tmp_path):
+    series = _series(tmp_path)
+    results = _results(series, status="killed")
+    (tmp_path / "tests" / "patches" / "test_feat.py").write_text('FEATURE = "feat"\n# more\n')
+    found = check.problems(series, results, Reasons({"feat.patch": {"pkg/mod.py:h1": "why", "pkg/mod.py:h9": "old"}}))
+    assert any("stale" in line and "--patch feat.patch" in line for line in found)
+    assert any("h9: no such mutant" in line for line in found)
+    assert any("h1: is killed now" in line for line in found)
+
+
+def test_check_wants_the_default_variant_recorded(tmp_path):
+    series = _series(tmp_path)
+    assert any("default variant v" in line for line in check.problems(series, {"format": 1, "variants": {}}, Reasons({})))
+
+
+def test_a_reason_must_be_one_line(tmp_path):
+    (tmp_path / "mutation").mkdir()
+    (tmp_path / "mutation" / "reasons.toml").write_text('["feat.patch"]\n"pkg/mod.py:h1" = ""\n')
+    with pytest.raises(MutationError, match="reasons.toml.*one non-empty line"):
+        load_reasons(tmp_path)
+
+
+def test_results_file_round_trips(tmp_path):
+    from forkbuild.mutate.results import load_results, write_results
+
+    data = {"format": 1, "variants": {"v": {"patches": {}}}}
+    write_results(tmp_path, data)
+    assert load_results(tmp_path) == data
+    (tmp_path / "mutation" / "results.json").write_text("{")
+    with pytest.raises(MutationError, match="not valid JSON"):
+        load_results(tmp_path)
+    assert json.loads(json.dumps(data)) == data

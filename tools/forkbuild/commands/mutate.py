@@ -1,0 +1,184 @@
+"""`forkbuild mutate`: hunk-revert mutation testing of the patch series against
+the installed patched sglang in the test venv; `--check` proves the recorded
+results (mutation/results.json) are current without running a mutant."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+from forkbuild.errors import MutationError
+from forkbuild.mutate import check, report
+from forkbuild.mutate.plan import PatchPlan, plan, select
+from forkbuild.mutate.results import (
+    KILLED,
+    REASONS_FILE,
+    RESULTS_FILE,
+    SURVIVED,
+    load_reasons,
+    load_results,
+    write_results,
+)
+from forkbuild.mutate.runner import FeatureTests, Outcome, run_all
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "mutate", help="revert each code hunk of the patches, one at a time, and see the feature's tests fail",
+        description="Each hunk of a patch that changes code (and each statement a hunk adds) is reverted in the "
+                    "installed patched sglang of the test venv, and the feature's tests run against it. Results are "
+                    f"kept in {RESULTS_FILE} per (patch, tests, upstream pin); current ones are not run again.")
+    parser.add_argument("--variant", help="variant whose patches to mutate (default: series.default_variant)")
+    parser.add_argument("--patch", action="append", default=[], metavar="FILE",
+                        help="only this patch (repeatable; with or without .patch)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel pytest workers (default: cores)")
+    parser.add_argument("--force", action="store_true", help="re-run patches whose recorded results are current")
+    parser.add_argument("--python", type=Path, default=Path(sys.executable),
+                        help="interpreter of the test venv (default: the one running forkbuild, as in `nox -s mutate`)")
+    parser.add_argument("--check", action="store_true",
+                        help=f"run nothing: fail when {RESULTS_FILE} is stale for a patch or a survivor has no "
+                             f"reason in {REASONS_FILE}")
+    parser.set_defaults(run=run)
+
+
+def run(args, context) -> int:
+    if args.jobs < 1:
+        raise MutationError(f"--jobs {args.jobs}: needs at least 1")
+    if args.check:
+        return _check(context)
+    from filelock import FileLock, Timeout
+
+    lock_path = context.build_dir / "mutate" / ".lock"
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        # Two runs on one tree would each write results.json from what they read.
+        with FileLock(lock_path, timeout=0):
+            return _run(args, context)
+    except Timeout as error:
+        raise MutationError(f"another `forkbuild mutate` is running on {context.series_dir} ({lock_path} is held)",
+                            hint="wait for it to finish; its results land in mutation/results.json") from error
+
+
+def _run(args, context) -> int:
+    series = context.series
+    variant = args.variant or series.default_variant
+    series.variant(variant)  # an unknown variant stops here, with its near miss
+    entries = select(series, variant, args.patch)
+    results = load_results(series.root)
+    recorded = results["variants"].setdefault(variant, {"patches": {}})["patches"]
+    site_packages = _prepare(context, variant, args.python)
+    plans = plan(series, variant, entries, recorded=recorded, site_packages=site_packages, force=args.force)
+    for cached in [item for item in plans if item.cached]:
+        context.reporter.info(f"{cached.entry.file}: results current, not run (--force runs it again)")
+    if not args.patch:
+        # A full run of the variant also forgets patches that left it.
+        for file in set(recorded) - {entry.file for entry in series.patches_for(variant)}:
+            del recorded[file]
+    start = time.monotonic()
+    _execute(context, [item for item in plans if not item.cached], python=args.python, jobs=args.jobs,
+             results=results, recorded=recorded, site_packages=site_packages)
+    seconds = time.monotonic() - start
+    write_results(series.root, results)
+    reasons = load_reasons(series.root)
+    rows = report.feature_rows(recorded)
+    context.reporter.console.print(report.table(rows, variant=variant))
+    for item in report.survivors(recorded, reasons):
+        context.reporter.info(f"survived: {item['patch']} {item['id']} {item['summary']!r}: "
+                              f"{item['reason'] or 'NO REASON RECORDED'}")
+    for path in report.write(context.build_dir, variant=variant, patches=recorded, reasons=reasons, seconds=seconds):
+        context.reporter.info(f"written: {path}")
+    context.reporter.info(f"mutants run in {seconds:.0f} s with {args.jobs} worker(s); results in {RESULTS_FILE}")
+    return 0
+
+
+def _check(context) -> int:
+    series = context.series
+    found = check.problems(series, load_results(series.root), load_reasons(series.root))
+    if found:
+        raise MutationError(f"{len(found)} problem(s) with the mutation results:\n" +
+                            "\n".join(f"  - {line}" for line in found),
+                            hint="`nox -s mutate` re-runs what is stale (it needs the test venv of "
+                                 "`nox -s \"test-patch(tp4)\"`)")
+    context.reporter.info(f"{RESULTS_FILE} is current for every patch; every survivor has a reason")
+    return 0
+
+
+def _prepare(context, variant: str, python: Path) -> Path:
+    """Install the variant's wheel in the test venv (if not there); returns its site-packages."""
+    from forkbuild.testpatch import behaviour
+
+    behaviour.require_torch(python)
+    behaviour.install_variant_wheel(context=context, variant=variant, python=python)
+    location = behaviour.installed_package_dir(python, context.series.upstream.name)
+    return location.parent
+
+
+def _modules(plans: list[PatchPlan], site_packages: Path) -> dict[str, tuple[tuple[str, str, str], ...]]:
+    """Per feature, each module its mutants touch, with its installed text."""
+    modules: dict[str, dict[str, tuple[str, str, str]]] = {}
+    for item in plans:
+        for mutant in item.mutants:
+            modules.setdefault(mutant.feature, {}).setdefault(mutant.module, (
+                mutant.module, mutant.path, (site_packages / mutant.path).read_text(encoding="utf-8")))
+    return {feature: tuple(items.values()) for feature, items in modules.items()}
+
+
+def _execute(context, plans: list[PatchPlan], *, python: Path, jobs: int, results: dict, recorded: dict,
+             site_packages: Path) -> None:
+    for item in plans:
+        if not item.mutants:
+            _record(recorded, item, {})
+    plans = [item for item in plans if item.mutants]
+    if not plans:
+        return
+    root = context.series.root
+    modules = _modules(plans, site_packages)
+    runs = {item.entry.feature: FeatureTests(root=root, tests=item.tests, modules=modules[item.entry.feature])
+            for item in plans}
+    mutants = [mutant for item in plans for mutant in item.mutants]
+    # The modules the mutants touch pull in (nearly) every third-party import
+    # the tests need: the fork servers load them once.
+    preload = sorted({mutant.module for mutant in mutants if mutant.source is not None})
+    lock = threading.Lock()
+    waiting = {item.entry.file: len(item.mutants) for item in plans}
+    outcomes: dict[str, dict[str, Outcome]] = {file: {} for file in waiting}
+    by_file = {item.entry.file: item for item in plans}
+    finished = [0]
+
+    def done(mutant, outcome: Outcome) -> None:
+        with lock:
+            finished[0] += 1
+            outcomes[mutant.patch][mutant.id] = outcome
+            verdict = f"killed by {outcome.killed_by}" if outcome.status == KILLED else "SURVIVED"
+            context.reporter.info(f"[{finished[0]}/{len(mutants)}] {mutant.patch} {mutant.id}: {verdict} "
+                                  f"({outcome.seconds:.0f} s)")
+            waiting[mutant.patch] -= 1
+            if waiting[mutant.patch] == 0:
+                # Each patch is written as soon as its mutants are done: a killed run keeps them.
+                _record(recorded, by_file[mutant.patch], outcomes[mutant.patch])
+                write_results(root, results)
+
+    with context.reporter.step(f"{len(mutants)} mutant(s) of {len(plans)} patch(es) on {jobs} worker(s), "
+                               f"each feature's tests first unmutated"):
+        baselines = run_all(runs, mutants, python=python, preload=preload, workers=jobs, done=done)
+    broken = {key: outcome for key, outcome in baselines.items() if outcome.status != SURVIVED}
+    if broken:
+        raise MutationError("baselines failed, so the mutants of their features were not run:\n" +
+                            "\n".join(f"  - {key}: {outcome.killed_by}" for key, outcome in sorted(broken.items())),
+                            hint="a baseline is the feature's tests with the modules its mutants touch imported "
+                                 "again from unchanged copies: fix failing tests first (`nox -s \"test-patch(tp4)\"`); "
+                                 f"results of the other patches are in {RESULTS_FILE}")
+
+
+def _record(recorded: dict, item: PatchPlan, outcomes: dict[str, Outcome]) -> None:
+    recorded[item.entry.file] = {
+        "feature": item.entry.feature,
+        "key": item.key,
+        "mutants": [{"id": mutant.id, "kind": mutant.kind, "path": mutant.path, "lines": list(mutant.lines),
+                     "summary": mutant.summary, "status": outcomes[mutant.id].status,
+                     "killed_by": outcomes[mutant.id].killed_by} for mutant in item.mutants],
+        "skipped": [{"id": skip.id, "summary": skip.summary, "why": skip.why} for skip in item.skipped],
+    }

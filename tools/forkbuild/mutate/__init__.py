@@ -1,0 +1,1 @@
+"""Hunk-revert mutation testing of the patch series (`forkbuild mutate`)."""

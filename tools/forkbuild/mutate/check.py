@@ -1,0 +1,53 @@
+"""`forkbuild mutate --check`: the recorded results are current for every patch
+of every recorded variant (and the default variant is recorded), and every
+survivor has a recorded reason. Runs no mutant: hashes and files only."""
+
+from __future__ import annotations
+
+from forkbuild.config import Series
+from forkbuild.mutate.results import REASONS_FILE, RESULTS_FILE, SURVIVED, Reasons, patch_key
+
+
+def problems(series: Series, results: dict, reasons: Reasons) -> list[str]:
+    found: list[str] = []
+    variants = results["variants"]
+    if series.default_variant not in variants:
+        found.append(f"{RESULTS_FILE}: no results for the default variant {series.default_variant}: "
+                     f"run `nox -s mutate`")
+    known_ids: dict[str, set[str]] = {}
+    survived_ids: dict[str, set[str]] = {}
+    for variant, recorded in sorted(variants.items()):
+        if variant not in series.variants:
+            found.append(f"{RESULTS_FILE}: variant {variant} is not in series.toml")
+            continue
+        patches = recorded.get("patches", {})
+        entries = {entry.file: entry for entry in series.patches_for(variant)}
+        for file in sorted(set(patches) - set(entries)):
+            found.append(f"{RESULTS_FILE}: {variant}: {file} is not a patch of the variant any more: "
+                         f"run `nox -s mutate -- --variant {variant}` to drop it")
+        for file, entry in entries.items():
+            if file not in patches:
+                found.append(f"{variant}: patches/{file} has no mutation results: "
+                             f"run `nox -s mutate -- --variant {variant} --patch {file}`")
+                continue
+            if patches[file].get("key") != patch_key(series, entry):
+                found.append(f"{variant}: patches/{file}: results are stale (the patch, its feature's tests or "
+                             f"the upstream pin changed): run `nox -s mutate -- --variant {variant} --patch {file}`")
+            for mutant in patches[file].get("mutants", []):
+                known_ids.setdefault(file, set()).add(mutant["id"])
+                if mutant["status"] == SURVIVED:
+                    survived_ids.setdefault(file, set()).add(mutant["id"])
+                if mutant["status"] == SURVIVED and not reasons.of(file, mutant["id"]):
+                    found.append(f"{variant}: patches/{file}: mutant {mutant['id']} ({mutant['summary']}) survived "
+                                 f"and {REASONS_FILE} records no reason: kill it with a test through the real "
+                                 f"call site, or add [\"{file}\"] \"{mutant['id']}\" = \"why\"")
+    recorded = {file for variant in variants.values() for file in variant.get("patches", {})}
+    for file, table in sorted(reasons.by_patch.items()):
+        if file not in recorded:
+            continue  # no results yet: reported above; its reasons are judged once it has them
+        for mutant_id in sorted(table):
+            if mutant_id not in known_ids.get(file, set()):
+                found.append(f"{REASONS_FILE}: [\"{file}\"] {mutant_id}: no such mutant in {RESULTS_FILE}")
+            elif mutant_id not in survived_ids.get(file, set()):
+                found.append(f"{REASONS_FILE}: [\"{file}\"] {mutant_id}: is killed now; remove its reason")
+    return found

@@ -1,0 +1,276 @@
+"""The mutants of a patch: one per hunk that changes code, reverting that hunk
+in the installed (fully patched) module, and for a hunk that adds several
+statements one more per added statement, replacing it with `pass`.
+
+"Changes code" is decided on the syntax tree: a hunk whose revert leaves the
+module's AST (docstrings dropped) as it was only touches comments, docstrings
+or layout and yields no mutant. Hunks are read with unidiff from the patch
+files; their post-image is found in the installed file by content (later
+patches of the series may have moved it), nearest to where the hunk says.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import functools
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+import unidiff
+
+from forkbuild.config import PatchEntry
+from forkbuild.errors import MutationError
+from forkbuild.patchfile import split_mail
+
+HUNK = "hunk"
+STATEMENT = "statement"
+
+# Why a hunk yields no mutant (listed in the report, not counted).
+NO_CODE = "changes no code (comments, docstrings or layout only)"
+NOT_PYTHON = "not a Python module"
+DELETED_FILE = "deletes a file: nothing installed to mutate"
+
+
+@dataclass(frozen=True)
+class Mutant:
+    id: str  # "<module path>:h<hunk>" or "…:h<hunk>.s<statement>"; stable while the patch is unchanged
+    patch: str
+    feature: str
+    path: str  # in site-packages: sglang/srt/…/x.py
+    kind: str  # HUNK | STATEMENT
+    lines: tuple[int, int]  # first and last line of the installed file it touches
+    summary: str  # the first changed line, for people reading the report
+    source: str | None  # the mutated module's text; None: the module is removed
+
+    @property
+    def module(self) -> str:
+        parts = PurePosixPath(self.path).with_suffix("").parts
+        return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A hunk that yields no mutant, and why."""
+
+    id: str
+    patch: str
+    summary: str
+    why: str
+
+
+def read_hunks(entry: PatchEntry) -> unidiff.PatchSet:
+    _, payload = split_mail(entry.path.read_text(encoding="utf-8", errors="surrogateescape"))
+    try:
+        return unidiff.PatchSet(payload)
+    except unidiff.UnidiffParseError as error:
+        raise MutationError(f"patches/{entry.file}: unidiff cannot read it: {error}") from error
+
+
+def mutants_of(entry: PatchEntry, *, package_root: str,
+               installed: Callable[[str], str | None]) -> tuple[list[Mutant], list[Skipped]]:
+    """Mutants of one patch. `installed(path)` returns the installed text of
+    site-packages/<path>, or None when the file is not installed."""
+    mutants: list[Mutant] = []
+    skipped: list[Skipped] = []
+    for patched in read_hunks(entry):
+        path = str(PurePosixPath(patched.path).relative_to(package_root))
+        for number, hunk in enumerate(patched, start=1):
+            hunk_id = f"{path}:h{number}"
+            summary = _first_change(hunk)
+            if not path.endswith(".py"):
+                skipped.append(Skipped(hunk_id, entry.file, summary, NOT_PYTHON))
+                continue
+            if patched.is_removed_file:
+                skipped.append(Skipped(hunk_id, entry.file, summary, DELETED_FILE))
+                continue
+            text = installed(path)
+            if text is None:
+                raise MutationError(f"patches/{entry.file}: {path} is not installed in the test venv",
+                                    hint="install the variant's wheel: `nox -s \"test-patch(<variant>)\"`")
+            found = list(_hunk_mutants(entry, hunk, hunk_id=hunk_id, path=path, text=text,
+                                       new_file=patched.is_added_file))
+            if not found:
+                skipped.append(Skipped(hunk_id, entry.file, summary, NO_CODE))
+            mutants += found
+    return mutants, skipped
+
+
+def _hunk_mutants(entry: PatchEntry, hunk: unidiff.Hunk, *, hunk_id: str, path: str, text: str,
+                  new_file: bool) -> Iterator[Mutant]:
+    lines = text.splitlines(keepends=True)
+    found = _revert(hunk, lines, new_file=new_file)
+    if found is None:
+        raise MutationError(f"patches/{entry.file}: hunk {hunk_id} ({hunk.section_header or 'no header'}) "
+                            "is not found in the installed file",
+                            hint="the installed sglang is not this series' build: re-run "
+                                 "`nox -s \"test-patch(<variant>)\"`")
+    patched_tree = _parse(text, entry, path)
+    code = _code_of(text)
+    if found.reverted is None and code == _code_of(""):
+        return  # a new module holding only comments and docstrings
+    if found.reverted is not None and _code_of(found.reverted) == code:
+        return
+    yield Mutant(hunk_id, entry.file, entry.feature, path, HUNK, found.span, _first_change(hunk), found.reverted)
+    statements = list(_added_statements(patched_tree.body, set(found.added)))
+    if len(statements) < 2:
+        return
+    for number, statement in enumerate(statements, start=1):
+        source = _replace_with_pass(lines, statement)
+        if source != found.reverted:
+            yield Mutant(f"{hunk_id}.s{number}", entry.file, entry.feature, path, STATEMENT,
+                         (statement.lineno, statement.end_lineno or statement.lineno),
+                         lines[statement.lineno - 1].strip()[:120], source)
+
+
+# -- reverting a hunk ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Found:
+    added: frozenset[int]  # 1-based installed line numbers of the hunk's added lines
+    span: tuple[int, int]  # first and last installed line the hunk covers
+    reverted: str | None  # the installed text with the hunk reverted; None: the module removed
+
+
+def _revert(hunk: unidiff.Hunk, lines: list[str], *, new_file: bool) -> _Found | None:
+    """The hunk undone in the installed file; None when it cannot be found there."""
+    if new_file:
+        return _Found(frozenset(range(1, len(lines) + 1)), (1, max(len(lines), 1)), None)
+    where = _locate(hunk, lines)
+    if where is None:
+        return None
+    deleted: set[int] = set()
+    inserted: dict[int, list[str]] = {}
+    pending: list[str] = []  # removed lines waiting for the next located post-image line
+    last = None
+    for line, index in where:
+        if line.is_removed:
+            pending.append(line.value)
+            continue
+        if index is not None:
+            inserted.setdefault(index, []).extend(pending)
+            pending, last = [], index
+        if line.is_added and index is not None:
+            deleted.add(index)
+    if pending:
+        inserted.setdefault((last + 1) if last is not None else 0, []).extend(pending)
+    out: list[str] = []
+    for index in range(len(lines) + 1):
+        out += inserted.get(index, [])
+        if index < len(lines) and index not in deleted:
+            out.append(lines[index])
+    located = [index for _, index in where if index is not None]
+    return _Found(frozenset(index + 1 for line, index in where if line.is_added and index is not None),
+                  (min(located) + 1, max(located) + 1), "".join(out))
+
+
+def _locate(hunk: unidiff.Hunk, lines: list[str]) -> list[tuple[unidiff.patch.Line, int | None]] | None:
+    """Each line of the hunk with its index in the installed file (None for a
+    removed line, or a context line a later patch changed). Later patches of
+    the series may have moved the hunk or added lines inside it (a section the
+    hunk opens that others fill): every added line must be found, in order."""
+    post = [line for line in hunk if not line.is_removed]
+    values = [line.value for line in post]
+    exact = _nearest(lines, values, hunk.target_start - 1)
+    if exact is not None:
+        mapping = {position: exact + position for position in range(len(post))}
+    else:
+        matcher = difflib.SequenceMatcher(None, values, lines, autojunk=False)
+        mapping = {a + k: b + k for a, b, size in matcher.get_matching_blocks() for k in range(size)}
+        wanted = [position for position, line in enumerate(post) if line.is_added] or list(range(len(post)))
+        if not mapping or not all(position in mapping for position in wanted):
+            return None
+        found = sorted(mapping.values())
+        if found[-1] - found[0] > 4 * len(post) + 200:  # scattered matches: not this hunk
+            return None
+    positions = iter(range(len(post)))
+    return [(line, None if line.is_removed else mapping.get(next(positions))) for line in hunk]
+
+
+def _nearest(lines: list[str], block: list[str], expected: int) -> int | None:
+    size = len(block)
+    hits = [index for index in range(len(lines) - size + 1) if lines[index:index + size] == block]
+    return min(hits, key=lambda index: abs(index - expected)) if hits else None
+
+
+# -- the syntax tree ------------------------------------------------------------------
+
+def _parse(text: str, entry: PatchEntry, path: str) -> ast.Module:
+    try:
+        return ast.parse(text)
+    except SyntaxError as error:
+        raise MutationError(f"patches/{entry.file}: the installed {path} does not parse: {error}") from error
+
+
+@functools.lru_cache(maxsize=64)
+def _code_of(text: str) -> str:
+    """The module's syntax tree without docstrings, as text: equal for two
+    sources that differ only in comments, docstrings and layout."""
+    try:
+        return ast.dump(_without_docstrings(ast.parse(text)))
+    except SyntaxError:
+        return "<syntax error>"
+
+
+def _without_docstrings(tree: ast.Module) -> ast.Module:
+    # Docstrings sit in the bodies of modules, classes and functions, which
+    # only other bodies hold: no need to walk expressions.
+    stack: list[ast.AST] = [tree]
+    while stack:
+        node = stack.pop()
+        body = getattr(node, "body", None)
+        if not isinstance(body, list):
+            continue
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body \
+                and _is_docstring(body[0]):
+            node.body = body = body[1:] or ([] if isinstance(node, ast.Module) else [ast.Pass()])
+        for name in _BODIES:
+            stack.extend(getattr(node, name, None) or [])
+        for handler in getattr(node, "handlers", None) or []:
+            stack.append(handler)
+        for case in getattr(node, "cases", None) or []:
+            stack.append(case)
+    return tree
+
+
+def _is_docstring(node: ast.stmt | None) -> bool:
+    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+
+
+_BODIES = ("body", "orelse", "finalbody")
+
+
+def _added_statements(body: list[ast.stmt], added: set[int]) -> Iterator[ast.stmt]:
+    """The outermost statements made of added lines only, in order. An added
+    def or class is not one statement but its body's: removing a whole new
+    function only proves that something calls it."""
+    for statement in body:
+        span = set(range(statement.lineno, (statement.end_lineno or statement.lineno) + 1))
+        if span <= added:
+            if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                inner = statement.body[1:] if _is_docstring(statement.body[0]) else statement.body
+                yield from _added_statements(inner, added)
+            elif not _is_docstring(statement) and not isinstance(statement, ast.Pass):
+                yield statement
+            continue
+        for name in _BODIES:
+            yield from _added_statements(getattr(statement, name, []) or [], added)
+        for handler in getattr(statement, "handlers", []) or []:
+            yield from _added_statements(handler.body, added)
+        for case in getattr(statement, "cases", []) or []:
+            yield from _added_statements(case.body, added)
+
+
+def _replace_with_pass(lines: list[str], statement: ast.stmt) -> str:
+    first, last = statement.lineno - 1, (statement.end_lineno or statement.lineno) - 1
+    head = lines[first][:statement.col_offset]
+    tail = lines[last][statement.end_col_offset:] if statement.end_col_offset is not None else "\n"
+    return "".join(lines[:first] + [f"{head}pass{tail}"] + lines[last + 1:])
+
+
+def _first_change(hunk: unidiff.Hunk) -> str:
+    for line in hunk:
+        if (line.is_added or line.is_removed) and line.value.strip():
+            return f"{'+' if line.is_added else '-'} {line.value.strip()}"[:120]
+    return ""

@@ -1,0 +1,118 @@
+"""A mutate worker inside the test venv (stdlib only; `python forkserver.py MODULE...`).
+
+Importing torch, transformers and the rest under sglang takes ~90 % of a
+feature test run. So the server imports the named modules once and forks one
+child per request. The child forgets every sglang module (their third-party
+imports stay loaded), makes the mutated module load from the mutant's file
+(the overlay's finder; its environment carries the mutant to subprocesses
+through sitecustomize), and runs pytest on a fresh sglang import.
+
+Protocol: one JSON request per stdin line {"tests": [...], "rootdir", "env": {...},
+"log", "timeout"}; one JSON reply per line {"rc", "timeout", "seconds"}.
+"""
+
+import importlib
+import importlib.util
+import json
+import os
+import signal
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PACKAGES: set[str] = set()  # the top-level packages of the preloaded modules (sglang): what a child forgets
+
+
+def _preload(modules):
+    PACKAGES.update(name.split(".")[0] for name in modules)
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception:  # the child imports it again and reports what breaks
+            pass
+
+
+def _forget(modules):
+    """Drop every module of the preloaded packages when a run changes one of
+    them. Forgetting only the modules loaded after it is not enough: a module
+    that registers itself at import (sglang's MoE fused-func registry) would
+    meet its own old registration, and a kept registry would hand tests the
+    unmutated code. The third-party imports stay: they are most of the cost."""
+    if not modules:
+        return
+    for name in [name for name in sys.modules if name.split(".")[0] in PACKAGES]:
+        del sys.modules[name]
+    importlib.invalidate_caches()
+
+
+def _child(request):
+    os.setpgid(0, 0)  # its own group: a timeout kills the tests' subprocesses too
+    log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.environ.update(request["env"])
+    _forget(set(json.loads(request["env"].get("FORKBUILD_MUTANT") or "{}")))
+    spec = importlib.util.spec_from_file_location("_forkbuild_overlay", os.path.join(HERE, "sitecustomize.py"))
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))  # installs the mutant's finder
+
+    import pytest
+
+    os.chdir(request["rootdir"])
+    # Plugins are named, not found: scanning every installed distribution's
+    # entry points would cost each run a second or two.
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    plugins = [argument for plugin in PLUGINS for argument in ("-p", plugin)]
+    code = pytest.main(["-x", "-q", "-p", "no:cacheprovider", *plugins, "--rootdir", request["rootdir"],
+                        *request["tests"]])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(int(code))
+
+
+def _serve(request):
+    start = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            _child(request)
+        finally:
+            os._exit(70)
+    deadline = start + request["timeout"]
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return {"rc": os.waitstatus_to_exitcode(status), "timeout": False, "seconds": time.monotonic() - start}
+        if time.monotonic() > deadline or os.getppid() != PARENT:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            os.waitpid(pid, 0)
+            if os.getppid() != PARENT:
+                os._exit(1)  # forkbuild is gone (killed): so is this worker, and its run
+            return {"rc": None, "timeout": True, "seconds": time.monotonic() - start}
+        time.sleep(0.05)
+
+
+PARENT = os.getppid()  # the forkbuild process; when it dies, the worker stops
+PLUGINS: list[str] = []  # the pytest11 entry points of the venv, as pytest would load them
+
+
+def main():
+    _preload(sys.argv[1:])
+    import importlib.metadata
+
+    import pytest  # noqa: F401  (loaded once, for every child)
+
+    for entry in importlib.metadata.entry_points(group="pytest11"):
+        importlib.import_module(entry.value.split(":")[0])
+        PLUGINS.append(entry.value.split(":")[0])
+
+    print(json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        if line.strip():
+            print(json.dumps(_serve(json.loads(line))), flush=True)
+
+
+if __name__ == "__main__":
+    main()

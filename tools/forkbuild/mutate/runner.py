@@ -1,0 +1,178 @@
+"""Runs mutants: each one is its feature's tests under pytest in the test venv,
+with the overlay (mutate/overlay/sitecustomize.py) first on PYTHONPATH making
+the one mutated module load from the mutant's own file. Nothing is rebuilt and
+the installed sglang is never written, so workers run side by side."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+import threading
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import IO
+
+from forkbuild.errors import MutationError
+from forkbuild.mutate.mutants import Mutant
+from forkbuild.mutate.results import KILLED, SURVIVED
+
+OVERLAY = Path(__file__).parent / "overlay"
+RESULTS_ENV = "FORKBUILD_TEST_RESULTS"  # tests/patches/conftest.py records each test's outcome there
+PYTEST_RAN = (0, 1)  # 0 all passed, 1 some failed; anything else: collection broke, nothing ran, interrupted
+# Each worker runs one pytest at a time: torch's own thread pools on top would
+# only fight over the cores.
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TORCH_NUM_THREADS": "1"}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: str  # KILLED | SURVIVED
+    killed_by: str  # the first failing test's node id, "collection: …" or "timeout after Ns"; "" when survived
+    seconds: float
+
+
+@dataclass(frozen=True)
+class FeatureTests:
+    root: Path  # the series directory: pytest's rootdir
+    tests: tuple[Path, ...]
+    # Every module the feature's mutants touch: dotted name -> (site-packages
+    # path, installed text). The baseline re-imports them all from unchanged
+    # copies, as a mutant re-imports its one module: that must change nothing.
+    modules: tuple[tuple[str, str, str], ...] = ()
+
+
+class Worker:
+    """One fork server (overlay/forkserver.py) in the test venv: the heavy
+    third-party imports done once, a fresh sglang import per run."""
+
+    def __init__(self, python: Path, preload: Iterable[str], log: Path) -> None:
+        env = {**os.environ, **ONE_THREAD}
+        self.log = log
+        with open(log, "w") as output:  # the preload's warnings; the runs log on their own
+            self._process = subprocess.Popen([str(python), str(OVERLAY / "forkserver.py"), *preload],
+                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=output,
+                                             env=env, text=True)
+        stdin, stdout = self._process.stdin, self._process.stdout
+        assert stdin is not None and stdout is not None  # both are pipes
+        self._stdin: IO[str] = stdin
+        self._stdout: IO[str] = stdout
+        ready = self._stdout.readline()
+        if not ready.strip():
+            raise MutationError(f"the mutate worker did not start in {python} (exit {self._process.wait()}): "
+                                f"{_tail(log)}")
+
+    def run(self, request: dict) -> dict:
+        self._stdin.write(json.dumps(request) + "\n")
+        self._stdin.flush()
+        reply = self._stdout.readline()
+        if not reply.strip():
+            raise MutationError(f"the mutate worker stopped (exit {self._process.wait()}) while running "
+                                f"{request['tests']}: {_tail(Path(request['log']))} {_tail(self.log)}")
+        return json.loads(reply)
+
+    def close(self) -> None:
+        if self._process.poll() is None:
+            self._stdin.close()
+            self._process.wait()
+
+
+BASELINE_TIMEOUT = 900.0
+
+
+def mutant_timeout(baseline_seconds: float) -> float:
+    """A mutant may make a test loop: it is killed at 4x the clean run (at least a minute)."""
+    return max(60.0, 4 * baseline_seconds)
+
+
+def run_all(runs: dict[str, FeatureTests], mutants: list[Mutant], *, python: Path, preload: list[str], workers: int,
+            done: Callable[[Mutant, Outcome], None]) -> dict[str, Outcome]:
+    """Per feature first its baseline (its tests, every module its mutants
+    touch re-imported from an unchanged copy), then each of its mutants, on
+    `workers` fork servers. `done` is called as each mutant finishes (from a
+    worker thread). Returns the baselines; a feature's mutants run only when
+    its baseline passed."""
+    queue: list[tuple[str, Mutant | None]] = [(feature, None) for feature in runs]
+    queue += [(mutant.feature, mutant) for mutant in mutants]
+    baselines: dict[str, Outcome] = {}
+    ready = {feature: threading.Event() for feature in runs}
+    lock = threading.Lock()
+
+    def work(scratch: Path, number: int) -> None:
+        worker = Worker(python, preload, scratch / f"worker{number}.log")
+        try:
+            while True:
+                with lock:
+                    if not queue:
+                        return
+                    feature, mutant = queue.pop(0)
+                    index = len(queue)
+                run = runs[feature]
+                if mutant is None:
+                    try:
+                        baselines[feature] = _baseline(run, scratch / f"b{index}", worker)
+                    finally:
+                        ready[feature].set()
+                    continue
+                ready[feature].wait()
+                if feature in baselines and baselines[feature].status == SURVIVED:
+                    done(mutant, run_mutant(mutant, run, scratch / f"m{index}", worker,
+                                            timeout=mutant_timeout(baselines[feature].seconds)))
+        finally:
+            worker.close()
+
+    count = max(1, min(workers, len(queue)))
+    with tempfile.TemporaryDirectory(prefix="forkbuild-mutate-") as scratch:
+        with ThreadPoolExecutor(max_workers=count) as pool:
+            for future in [pool.submit(work, Path(scratch), number) for number in range(count)]:
+                future.result()
+    return baselines
+
+
+def _baseline(run: FeatureTests, scratch: Path, worker: Worker) -> Outcome:
+    sources = {module: str(_write(scratch / "src" / str(number), path, text))
+               for number, (module, path, text) in enumerate(run.modules)}
+    return _pytest(run, scratch, worker, sources=sources, timeout=BASELINE_TIMEOUT)
+
+
+def _write(directory: Path, path: str, text: str) -> Path:
+    # The module's own file name: tracebacks and inspect.getsource (Triton
+    # reads kernels' source) see the file that was imported.
+    target = directory / PurePosixPath(path).name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text, encoding="utf-8")
+    return target
+
+
+def run_mutant(mutant: Mutant, run: FeatureTests, scratch: Path, worker: Worker, *, timeout: float) -> Outcome:
+    scratch.mkdir(parents=True, exist_ok=True)
+    source = "" if mutant.source is None else str(_write(scratch / "src", mutant.path, mutant.source))
+    return _pytest(run, scratch, worker, sources={mutant.module: source}, timeout=timeout)
+
+
+def _pytest(run: FeatureTests, scratch: Path, worker: Worker, *, sources: dict[str, str], timeout: float) -> Outcome:
+    scratch.mkdir(parents=True, exist_ok=True)
+    results = scratch / "results.json"
+    log = scratch / "pytest.log"
+    env = {**ONE_THREAD, RESULTS_ENV: str(results), "FORKBUILD_MUTANT": json.dumps(sources),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(OVERLAY), os.environ.get("PYTHONPATH", "")]))}
+    reply = worker.run({"tests": [str(path) for path in run.tests], "rootdir": str(run.root), "env": env,
+                        "log": str(log), "timeout": timeout})
+    if reply["timeout"]:
+        return Outcome(KILLED, f"timeout after {timeout:.0f}s", reply["seconds"])
+    records = json.loads(results.read_text()) if results.is_file() else []
+    failed = [record for record in records if record.get("outcome") == "fail"]
+    if reply["rc"] == 0 and not failed:
+        return Outcome(SURVIVED, "", reply["seconds"])
+    if failed:
+        return Outcome(KILLED, failed[0]["test"], reply["seconds"])
+    return Outcome(KILLED, f"collection: exit {reply['rc']}: {_tail(log)}", reply["seconds"])
+
+
+def _tail(log: Path) -> str:
+    """The last non-empty line of a log, shortened."""
+    output = log.read_text(errors="replace") if log.is_file() else ""
+    return next((line.strip() for line in reversed(output.splitlines()) if line.strip()), "")[:160]
