@@ -2,8 +2,8 @@
 and the patched sglang's EnvSwitch (patches/guards-env-switch.patch) agree.
 
 The patched environ.py is stdlib-only: it is built from the pinned upstream's
-environ.py plus the guards patch (`git apply` in tmp_path) and loaded by file
-path, without sglang's package or torch.
+environ.py plus the guards patch (`git apply` in tmp_path) and the generated
+guards module, and loaded by file path, without sglang's package or torch.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from forkbuild.config import load_series
 from forkbuild.errors import ConfigError
 from forkbuild.git import Git
 from forkbuild.guards import check_value, parse_switch
+from forkbuild.guards_module import write_module
 
 REPO = Path(__file__).resolve().parents[2]
 ENVIRON = "python/sglang/srt/environ.py"
@@ -43,6 +44,8 @@ def patched_environ(tmp_path_factory) -> object:
     target.write_text(Git(cache.repo_path).out("show", f"{commit}:{ENVIRON}") + "\n")
     subprocess.run(["git", "apply", f"--include={ENVIRON}", str(GUARDS_PATCH)], cwd=root, check=True,
                    capture_output=True)
+    # The patch's hook registers the guards forkbuild generates next to environ.py.
+    write_module(root, series=series, features=series.features)
     spec = importlib.util.spec_from_file_location("patched_sglang_environ", target)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

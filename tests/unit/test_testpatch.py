@@ -68,7 +68,8 @@ UPSTREAM = {
 }
 
 GUARDS = PatchSpec(
-    file="guards.patch", feature="guards", subject="environ: switch type and guard section", body="Guards.",
+    file="guards.patch", feature="guards", subject="environ: switch type and the generated guards' hook",
+    body="Guards.",
     edits=((ENVIRON, "class Envs:\n", textwrap.dedent('''\
         class EnvSwitch(EnvField):
             def parse(self, value):
@@ -84,26 +85,38 @@ GUARDS = PatchSpec(
 
 
         class Envs:
-            # -- feature: alpha
+        ''')),
+           (ENVIRON, "envs = Envs()\n", textwrap.dedent('''\
+        def _declare_fork_guards():
+            from sglang.srt.fork_guards import GUARDS
 
-            # -- feature: beta
+            kinds = {"switch": EnvSwitch, "int": EnvStrictInt}
+            for env, kind, default, _feature in GUARDS:
+                field = kinds[kind](None)
+                field.__set_name__(Envs, env)
+                field.default = field.parse(default)
+                setattr(Envs, env, field)
 
-        ''')),))
+
+        _declare_fork_guards()
+        envs = Envs()
+        '''))))
+# The features' patches touch only the code they change: their guards are
+# declared in series.toml and generated into sglang/srt/fork_guards.py.
 ALPHA = PatchSpec(
     file="alpha.patch", feature="alpha", subject="core: scale by three", body="Alpha.", guards=("DSV41_ALPHA",),
-    edits=((ENVIRON, "    # -- feature: alpha\n", "    # -- feature: alpha\n    DSV41_ALPHA = EnvSwitch(False)\n"),
-           ("python/sglang/core.py", "    return value * 2\n",
-            "    if envs.DSV41_ALPHA.get():\n        return value * 3\n    return value * 2\n")))
+    edits=(("python/sglang/core.py", "    return value * 2\n",
+            "    if envs.DSV41_ALPHA.get():\n        return value * 3\n    return value * 2\n"),))
 BETA = PatchSpec(
     file="beta.patch", feature="beta", subject="core: a configurable limit", body="Beta.", guards=("DSV41_BETA_LIMIT",),
-    edits=((ENVIRON, "    # -- feature: beta\n", "    # -- feature: beta\n    DSV41_BETA_LIMIT = EnvStrictInt(0)\n"),
-           ("python/sglang/core.py", "    return min(value, 100)\n",
-            "    return min(value, envs.DSV41_BETA_LIMIT.get() or 100)\n")))
+    edits=(("python/sglang/core.py", "    return min(value, 100)\n",
+            "    return min(value, envs.DSV41_BETA_LIMIT.get() or 100)\n"),))
 
 SERIES_TOML = '''\
 [series]
 name = "fixture"
 default_variant = "full"
+guards_module = "sglang.srt.fork_guards"
 
 [upstream]
 name = "sglang"
@@ -268,7 +281,6 @@ def test_removing_a_patch_makes_its_guard_on_test_fail(tmp_path):
     assert cells["alpha", "guard_off"]["outcome"] == "pass"  # stock behaviour still holds
     structure = [detail["reason"] for detail in cells["alpha", "structure"]["details"] if detail["outcome"] == "fail"]
     assert any("no patch of alpha reads envs.DSV41_ALPHA" in reason for reason in structure)
-    assert any("DSV41_ALPHA is not declared" in reason for reason in structure)
     # The other feature is untouched.
     assert cells["beta", "guard_on"]["outcome"] == "pass"
 
@@ -342,17 +354,48 @@ def test_a_guard_on_test_that_passes_on_stock_fails_the_proof(tmp_path):
     assert code == 1
 
 
-def test_default_mismatch_with_series_toml_fails_structure(tmp_path):
-    code, cells = _run(_make(tmp_path, beta_default="5"), "full", "--structure-only")
+def test_the_generated_guards_are_checked_against_series_toml(tmp_path, monkeypatch):
+    """The structure check reads the module the tree holds: a generator that leaves a guard
+    out (or writes another default) fails it, naming the guard."""
+    import forkbuild.guards_module as guards_module
+
+    root = _make(tmp_path)
+    code, cells = _run(root, "full", "--structure-only")
+    assert code == 0 and cells["beta", "structure"]["outcome"] == "pass"
+    decl = [d["reason"] for d in cells["beta", "structure"]["details"] if d["step"] == "guard_decl"]
+    assert decl == ["DSV41_BETA_LIMIT: int, default '0' (generated)"]
+    honest = guards_module._entry
+    monkeypatch.setattr(guards_module, "_entry", lambda guard: honest(guard).replace("'0', 'beta'", "'5', 'beta'"))
+    code, cells = _run(root, "full", "--structure-only")
     assert code == 1
     assert cells["beta", "structure"]["outcome"] == "fail"
-    assert "default 0, series.toml says '5'" in cells["beta", "structure"]["reason"]
+    assert "('int', '5', 'beta'), series.toml says ('int', '0', 'beta')" in cells["beta", "structure"]["reason"]
     assert cells["alpha", "structure"]["outcome"] == "pass"
+    monkeypatch.setattr(guards_module, "_entry", lambda guard: "" if guard.feature == "alpha" else honest(guard))
+    code, cells = _run(root, "full", "--structure-only")
+    assert code == 1 and "DSV41_ALPHA is not declared" in cells["alpha", "structure"]["reason"]
+
+
+def test_a_patch_editing_the_generated_module_fails_structure(tmp_path):
+    root = _make(tmp_path)
+    code, cells = _run(root, "full", "--structure-only")
+    assert code == 0
+    # beta's patch writes the module itself, as if it declared its guard in a shared file.
+    patch = root / "patches" / "beta.patch"
+    text = patch.read_text()
+    addition = ("diff --git a/python/sglang/srt/fork_guards.py b/python/sglang/srt/fork_guards.py\n"
+                "new file mode 100644\n--- /dev/null\n+++ b/python/sglang/srt/fork_guards.py\n"
+                "@@ -0,0 +1 @@\n+GUARDS = ()\n")
+    patch.write_text(text.replace("diff --git", addition + "diff --git", 1))
+    code, cells = _run(root, "full", "--structure-only")
+    assert code == 1
+    assert any("beta.patch changes python/sglang/srt/fork_guards.py, which forkbuild generates" in d["reason"]
+               for d in cells["beta", "structure"]["details"])
 
 
 def test_a_patch_reading_no_guard_fails_unless_marked_unguarded(tmp_path):
     sneaky = PatchSpec(file="alpha.patch", feature="alpha", subject="core: scale by three", body="Always.",
-                       edits=(ALPHA.edits[0], ("python/sglang/core.py", "    return value * 2\n", "    return value * 3\n")))
+                       edits=(("python/sglang/core.py", "    return value * 2\n", "    return value * 3\n"),))
     root = _make(tmp_path, specs=(sneaky, BETA))
     code, cells = _run(root, "full", "--structure-only")
     assert code == 1
@@ -360,21 +403,29 @@ def test_a_patch_reading_no_guard_fails_unless_marked_unguarded(tmp_path):
     assert any("alpha.patch: added code reads none of DSV41_ALPHA" in reason for reason in reasons)
 
 
-@pytest.mark.parametrize("declaration, problem", [
-    ("EnvSwitch(True)", "default True, series.toml says '0'"),
-    ("EnvStrictInt(0)", "declared as EnvStrictInt, series.toml says type 'switch' (EnvSwitch)"),
-    ("EnvSwitch(default=False)", ""),
-    ("EnvSwitch(_computed())", "its default is not a literal"),
+@pytest.mark.parametrize("text, problem", [
+    ("GUARDS = (('DSV41_X', 'switch', '0', 'x'),)\n", ""),
+    ("GUARDS = (('DSV41_X', 'int', '0', 'x'),)\n", "declared as (type, default, feature) ('int', '0', 'x')"),
+    ("GUARDS = (('DSV41_X', 'switch'),)\n", "not a generated guards module"),
+    ("GUARDS = compute()\n", "not a generated guards module"),
+    ("", "not a generated guards module"),
 ])
-def test_declaration_mismatch(tmp_path, declaration, problem):
+def test_reading_the_generated_module(tmp_path, text, problem):
+    from forkbuild.config import load_series
     from forkbuild.config import Guard
     from forkbuild.testpatch.declarations import mismatch, read_declarations
 
-    environ = tmp_path / "environ.py"
-    environ.write_text(f"class Envs:\n    OTHER = 1\n    DSV41_X = {declaration}\n")
-    found = read_declarations(environ)
-    assert list(found) == ["DSV41_X"] and found["DSV41_X"].line == 3
-    assert mismatch(Guard(env="DSV41_X", type="switch", default="0", feature="x"), found["DSV41_X"]).startswith(problem)
+    root = _make(tmp_path)
+    series = load_series(root / "series.toml")
+    tree = tmp_path / "tree"
+    (tree / "python" / "sglang" / "srt").mkdir(parents=True)
+    (tree / "python" / "sglang" / "srt" / "fork_guards.py").write_text(text)
+    found = read_declarations(series, tree)
+    if isinstance(found, str):
+        assert problem in found
+        return
+    guard = Guard(env="DSV41_X", type="switch", default="0", feature="x")
+    assert mismatch(guard, found["DSV41_X"]).startswith(problem)
 
 
 @pytest.mark.parametrize("exception, added, kind", [
@@ -403,4 +454,4 @@ def test_added_names_are_what_the_features_patches_define(tmp_path):
 
     series = load_series(_make(tmp_path) / "series.toml")
     assert {"EnvSwitch", "EnvStrictInt", "parse"} <= added_names(series, "guards")
-    assert "DSV41_ALPHA" in added_names(series, "alpha") and "EnvSwitch" not in added_names(series, "alpha")
+    assert "EnvSwitch" not in added_names(series, "alpha")

@@ -25,6 +25,7 @@ from forkbuild.emptydirs import recreate_empty_dirs
 from forkbuild.errors import ApplyError, DirtyTreeError
 from forkbuild.fsutil import write_atomic
 from forkbuild.git import Git
+from forkbuild.guards_module import add_generated_commit
 from forkbuild.matrix.combination import Combination, as_combination
 from forkbuild.patchfile import PatchInfo, check_safe, read_patch
 from forkbuild.worktree.engine import Engine, Outcome, PatchJob, PatchResult
@@ -60,6 +61,7 @@ class ApplyPlan:
     entries: tuple[PatchEntry, ...]
     infos: tuple[PatchInfo, ...]
     left_out: tuple[PatchEntry, ...]
+    features: tuple[str, ...] = ()  # what the build holds: its guards module declares their guards
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,7 +86,8 @@ def plan_variant(series: Series, variant: Combination | str | None) -> ApplyPlan
         check_safe(entry.path)
     chosen = set(entries)
     return ApplyPlan(variant=combination.name if combination else "", entries=entries, infos=tuple(read_patch(entry.path) for entry in entries),
-                     left_out=tuple(entry for entry in series.patches if entry not in chosen))
+                     left_out=tuple(entry for entry in series.patches if entry not in chosen),
+                     features=combination.features if combination else tuple(series.features))
 
 
 def apply_variant(*, context: Context, variant: Combination | str | None, dest: Path,
@@ -119,7 +122,7 @@ def apply_plan(*, context: Context, plan: ApplyPlan, dest: Path, stop: bool = Fa
                     hashes=series_hashes(series))
     label = plan.variant or "the whole series"
     with context.reporter.step(f"Applying {len(plan.entries)} patches of {label} into {dest}"):
-        results = _run(Engine(worktree, head=base), run, stop=stop, context=context)
+        results = _run(Engine(worktree, head=base), run, stop=stop, context=context, features=plan.features)
     return _result(context, plan, dest=dest, base=base, head=worktree.head(), results=results, report=report_offsets)
 
 
@@ -145,13 +148,14 @@ def resume_apply(*, context: Context, dest: Path, action: str) -> ApplyResult | 
     settled = engine.settle(state.stopped) if action == "continue" else engine.skip(state.stopped)
     context.reporter.info(f"{settled.name}: {settled.outcome} {settled.detail}".rstrip())
     resumed = replace(state, cursor=state.cursor + 1, results=(*state.results, settled))
-    results = _run(engine, resumed, stop=True, context=context)
     plan = plan_variant(context.series, state.variant or None)
+    results = _run(engine, resumed, stop=True, context=context, features=plan.features)
     return _result(context, plan, dest=dest, base=state.base, head=worktree.head(), results=results)
 
 
-def _run(engine: Engine, state: StopState, *, stop: bool, context: Context) -> list[PatchResult]:
-    """Apply state.jobs[state.cursor:] after state.results; on a conflict with stop, save the state and raise."""
+def _run(engine: Engine, state: StopState, *, stop: bool, context: Context, features: tuple[str, ...]) -> list[PatchResult]:
+    """Apply state.jobs[state.cursor:] after state.results; on a conflict with stop, save the state and raise.
+    Then the guards of `features` (the build's), generated from series.toml, as the last commit."""
     results = list(state.results)
     for cursor in range(state.cursor, len(state.jobs)):
         job = state.jobs[cursor]
@@ -162,6 +166,8 @@ def _run(engine: Engine, state: StopState, *, stop: bool, context: Context) -> l
         results.append(result)
     engine.finish()
     recreate_empty_dirs(engine.worktree.path, context.series.upstream.empty_dirs)  # upstream has them, git cannot track them
+    if state.jobs:  # a build of no patches is upstream as it is
+        add_generated_commit(engine.worktree, series=context.series, features=features)
     _record_applied(engine.worktree, state, results)
     clear_stop(engine.worktree)
     return results

@@ -109,6 +109,9 @@ class Series:
     patches: tuple[PatchEntry, ...]
     variants: Mapping[str, Variant]
     runtime_env: Mapping[str, str] = field(default_factory=dict)
+    # The dotted module forkbuild generates the build's guard declarations into
+    # (forkbuild.guards_module); "" when the series declares its guards in patches.
+    guards_module: str = ""
 
     @property
     def root(self) -> Path:
@@ -156,6 +159,7 @@ class Series:
                 "wheels": sorted(pin.sha256 for pin in self.upstream.wheels),
             },
             "variant": name,
+            "guards_module": self.guards_module,
             "features": sorted(features),
             "guards": [[g.env, g.type, g.default] for g in self.guards_for(features)],
             "env": dict(sorted(env.items())),
@@ -274,7 +278,7 @@ def _toml_type(value: Any) -> str:
 
 _KEYS = {
     "": {"series", "upstream", "features", "patches", "variants", "runtime"},
-    "series": {"name", "default_variant"},
+    "series": {"name", "default_variant", "guards_module"},
     "upstream": {"name", "version", "package_root", "source", "git", "wheels", "empty_dirs"},
     "upstream.git": {"url", "ref", "commit"},
     "upstream.wheels": {"python_tag", "filename", "sha256", "url"},
@@ -524,6 +528,15 @@ def _check_variants(problems: _Problems, series: Series) -> None:
                 problems.add(f"variants.{name}.env.{env}", str(error), near=env)
 
 
+def _parse_guards_module(problems: _Problems, meta: Mapping[str, Any]) -> str:
+    name = problems.string(meta, "guards_module", "series")
+    if name and not all(part.isidentifier() for part in name.split(".")):
+        problems.add("series.guards_module", f"{name!r} is not a dotted Python module name (e.g. pkg.sub.module)",
+                     near="guards_module")
+        return ""
+    return name
+
+
 def parse_series(text: str, *, path: Path) -> Series:
     problems = _Problems(text)
     try:
@@ -547,6 +560,7 @@ def parse_series(text: str, *, path: Path) -> Series:
         variants=MappingProxyType(_parse_variants(problems, raw.get("variants", {}))),
         runtime_env=MappingProxyType({key: str(value) for key, value
                                       in problems.table(runtime.get("env", {}), "runtime.env", near="env").items()}),
+        guards_module=_parse_guards_module(problems, meta),
     )
     _check_references(problems, series)
     _check_patch_files(problems, series)

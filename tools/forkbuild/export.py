@@ -28,6 +28,7 @@ from forkbuild.context import Context
 from forkbuild.errors import ConfigError, DirtyTreeError, ExportDriftError, ForkbuildError
 from forkbuild.fsutil import write_atomic
 from forkbuild.git import Git
+from forkbuild.guards_module import generated_commit_problems, is_generated
 from forkbuild.new_feature import PATCH_NAME, PATCH_TRAILER
 from forkbuild.patchfile import PatchInfo, parse_patch, read_patch
 from forkbuild.series_edit import EntrySpec, quilt_series_text, updated_series_toml
@@ -171,7 +172,8 @@ class _Commit:
 def plan_export(series: Series, *, worktree: Git, base: str, refresh: bool,
                 decisions: dict[str, str] | None = None, state: dict | None = None) -> ExportPlan:
     head = worktree.head()
-    commits = [_read_commit(worktree, sha) for sha in worktree.commits(base, head)]
+    commits = _patch_commits(series, [_read_commit(worktree, sha) for sha in worktree.commits(base, head)],
+                             where=worktree.path)
     matches = match_commits(commits, series.patches)
     _check_trailers(series, commits, matches, where=worktree.path)
     names = _new_names(series, commits, matches)
@@ -276,6 +278,15 @@ def save_aside(context: Context, names: tuple[str, ...]) -> Path:
 def _read_commit(worktree: Git, sha: str) -> _Commit:
     text = worktree.format_patch(sha)
     return _Commit(sha=sha, text=text, info=parse_patch(text, path=Path(f"{sha[:12]}.patch")))
+
+
+def _patch_commits(series: Series, commits: list[_Commit], *, where: Path) -> list[_Commit]:
+    """The commits that are patches: forkbuild's generated guards commit is not one."""
+    problems = [problem for commit in commits
+                for problem in generated_commit_problems(series, commit.info, label=commit.label)]
+    if problems:
+        raise ConfigError(problems, source=f"commits of {where}")
+    return [commit for commit in commits if not is_generated(commit.info)]
 
 
 def match_commits(commits: list[_Commit], entries: tuple[PatchEntry, ...]) -> list[PatchEntry | None]:

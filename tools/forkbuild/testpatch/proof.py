@@ -5,8 +5,9 @@ A guard_on test sets its guard and asserts the feature. On plain stock sglang
 the guard is not even declared, so almost any such test fails at once with
 AttributeError on `envs.DSV41_...`: that proves nothing about behaviour. So a
 guarded feature's tests run against stock plus only the guard declarations
-(the environ.py part of every patch, series order): a test that still fails
-there fails on what the patch does. A feature without guards of its own
+(the environ.py part of every patch, series order: the guard types and the
+hook; and the generated guards module): a test that still fails there fails
+on what the patch does. A feature without guards of its own
 (`guards`) declares the guard machinery itself: its behaviour is in environ.py,
 so its tests are proven on plain stock.
 
@@ -36,6 +37,7 @@ from forkbuild.config import GUARD_PREFIX, Series
 from forkbuild.context import Context
 from forkbuild.errors import ApplyError
 from forkbuild.git import GitFailed
+from forkbuild.guards_module import write_module
 from forkbuild.patchfile import split_mail
 from forkbuild.testpatch import behaviour
 from forkbuild.testpatch.behaviour import TestPython
@@ -69,8 +71,10 @@ _IMPORTED = re.compile(r"^\s*(?:from\s+\S+\s+)?import\s+(?P<names>[\w., ]+)$")
 
 @contextmanager
 def declarations_tree(*, context: Context) -> Iterator[Path]:
-    """Stock sglang plus only the environ.py part of every patch of the series,
-    in series order; yields the directory to put on PYTHONPATH."""
+    """Stock sglang plus only the environ.py part of every patch of the series
+    (the guard types and the hook that registers the generated guards), in
+    series order, plus the generated guards module of every feature; yields the
+    directory to put on PYTHONPATH."""
     series = context.series
     cache = UpstreamCache(context.cache_dir, reporter=context.reporter)
     base = cache.ensure(series.upstream)
@@ -87,6 +91,7 @@ def declarations_tree(*, context: Context) -> Iterator[Path]:
                                      f"the declarations of the patches before it:\n{error.stderr}",
                                      hint="run `forkbuild check`; the feature patches must apply on the guards "
                                           "patch and each other in series order") from error
+            write_module(dest, series=series, features=series.features)
             yield dest / series.upstream.package_root
         finally:
             cache.git().remove_worktree(dest)

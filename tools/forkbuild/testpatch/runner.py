@@ -9,9 +9,10 @@ from pathlib import Path
 
 from forkbuild.apply import scratch_tree
 from forkbuild.context import Context
-from forkbuild.matrix.combination import Combination, as_combination
 from forkbuild.errors import BuildError
-from forkbuild.testpatch import behaviour, device as device_module, proof, summary
+from forkbuild.matrix.combination import Combination, as_combination
+from forkbuild.testpatch import behaviour, proof, summary
+from forkbuild.testpatch import device as device_module
 from forkbuild.testpatch.behaviour import TestPython
 from forkbuild.testpatch.records import ABSENT, CHECKS, FAIL, GUARD_OFF, GUARD_ON, STRUCTURE, UNPATCHED_CHECKS, Record
 from forkbuild.testpatch.structure import check_structure

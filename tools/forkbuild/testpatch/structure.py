@@ -12,15 +12,15 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import unidiff
 
 from forkbuild.apply import ApplyResult, PatchRecord
-from forkbuild.config import Guard, Series
+from forkbuild.config import Series
 from forkbuild.git import Git
+from forkbuild.guards_module import module_path
 from forkbuild.matrix.combination import Combination, as_combination
-from forkbuild.testpatch.declarations import Declaration, mismatch, read_declarations
+from forkbuild.testpatch.declarations import mismatch, read_declarations
 from forkbuild.testpatch.records import FAIL, PASS, SKIP, STRUCTURE, Record
 from forkbuild.wheel import naming
 
@@ -37,7 +37,7 @@ def check_structure(*, series: Series, variant: Combination | str, result: Apply
     applied = [record for record in result.records if record.commit]
     records += _compile_records(tree, applied)
     records += _guard_read_records(series, variant, tree, applied)
-    records += _declaration_records(series, variant, result.dest / environ_path(series))
+    records += _declaration_records(series, variant, result)
     return records
 
 
@@ -115,38 +115,43 @@ def _guard_read_records(series: Series, variant: Combination, tree: Git, applied
     return records
 
 
-def _declaration_records(series: Series, variant: Combination, environ: Path) -> list[Record]:
-    declarations = read_declarations(environ)
-    chosen = variant.features
+def _declaration_records(series: Series, combination: Combination, result: ApplyResult) -> list[Record]:
+    """The generated guards module declares exactly the guards of the combination's features
+    (as series.toml says them), and no patch edits it."""
+    chosen, variant = combination.features, combination.name
+    records = _patches_editing_the_module(series, result)
+    if not result.records:  # no patches: upstream as it is, no module
+        return records + [_record(name, "guard_decl", PASS if series.features[name].guards else SKIP,
+                                  f"not built into {variant}; none of its guards declared") for name in series.features]
+    declarations = read_declarations(series, result.dest)
+    if isinstance(declarations, str):
+        return records + [_record(guard.feature, "guard_decl", FAIL, f"{guard.env} is not declared: {declarations}")
+                          for guard in series.guards_for(chosen)]
     owners = {guard.env: guard for guard in series.all_guards()}
-    records = _stray_declarations(declarations, owners, chosen=chosen, variant=variant.name, environ=environ)
-    declared_features = {owners[env].feature for env in declarations if env in owners}
-    for name in sorted(set(series.features) - set(chosen) - declared_features):
-        records.append(_record(name, "guard_decl", PASS if series.features[name].guards else SKIP,
-                               f"not built into {variant.name}; none of its guards declared"))
-    for guard in series.guards_for(chosen):
-        records.append(_declared_as_series_says(guard, declarations.get(guard.env), environ=environ))
-    return records
-
-
-def _stray_declarations(declarations: dict[str, Declaration], owners: dict[str, Guard], *, chosen: tuple[str, ...],
-                        variant: str, environ: Path) -> list[Record]:
-    """DSV41_* fields of Envs that series.toml does not know, or whose feature the variant leaves out."""
-    records = []
-    for env, declaration in sorted(declarations.items()):
-        guard, where = owners.get(env), f"{environ.name}:{declaration.line}"
+    for env, entry in sorted(declarations.items()):
+        guard = owners.get(env)
         if guard is None:
-            records.append(_record("", "guard_decl", FAIL, f"{where}: {env} is no feature's guard in series.toml"))
+            records.append(_record(entry.feature, "guard_decl", FAIL, f"{env} is declared but is no feature's guard in series.toml"))
         elif guard.feature not in chosen:
-            records.append(_record(guard.feature, "guard_decl", FAIL,
-                                   f"{where}: {env} is declared, but {variant} leaves {guard.feature} out"))
+            records.append(_record(guard.feature, "guard_decl", FAIL, f"{env} is declared, but {variant} leaves {guard.feature} out"))
+    for name in sorted(set(series.features) - set(chosen)):
+        if not any(owners.get(env) and owners[env].feature == name for env in declarations):
+            records.append(_record(name, "guard_decl", PASS if series.features[name].guards else SKIP,
+                                   f"not built into {variant}; none of its guards declared"))
+    for guard in series.guards_for(chosen):
+        found = declarations.get(guard.env)
+        problem = f"{guard.env} is not declared in the generated guards module" if found is None else mismatch(guard, found)
+        records.append(_record(guard.feature, "guard_decl", FAIL if problem else PASS,
+                               problem or f"{guard.env}: {guard.type}, default {guard.default!r} (generated)"))
     return records
 
 
-def _declared_as_series_says(guard: Guard, declaration: Declaration | None, *, environ: Path) -> Record:
-    if declaration is None:
-        return _record(guard.feature, "guard_decl", FAIL, f"{guard.env} is not declared in class Envs of {environ.name}")
-    problem = mismatch(guard, declaration)
-    if problem:
-        return _record(guard.feature, "guard_decl", FAIL, f"{environ.name}:{declaration.line}: {guard.env} {problem}")
-    return _record(guard.feature, "guard_decl", PASS, f"{guard.env}: {declaration.field_class}, default {guard.default!r}")
+def _patches_editing_the_module(series: Series, result: ApplyResult) -> list[Record]:
+    path = module_path(series)
+    if path is None:
+        return []
+    tree = Git(result.dest)
+    return [_record(record.entry.feature, "guard_decl", FAIL,
+                    f"{record.entry.file} changes {path}, which forkbuild generates from series.toml; "
+                    "declare the guard in series.toml instead")
+            for record in result.records if record.commit and path in _touched(tree, record.commit)]

@@ -24,6 +24,7 @@ from pathlib import Path
 from forkbuild.apply import ensure_series_blobs, plan_variant
 from forkbuild.cache import UpstreamCache
 from forkbuild.context import Context
+from forkbuild.guards_module import generated_files
 from forkbuild.matrix.combination import Combination
 from forkbuild.wheel.plan import OverlayChanges, WheelLayout, collect_changes
 
@@ -54,4 +55,12 @@ def patched_changes(*, context: Context, combination: Combination, layout: Wheel
             tree = applied
             _PREFIX_TREES[(repository, base, digests[:length])] = tree
     changed = git.changed_files(base, tree) if plan.entries else []
-    return collect_changes(changed=changed, layout=layout, read=lambda path: git.blob(tree, path))
+    # What apply commits last in a work tree: the build's guards, generated from series.toml.
+    generated = generated_files(context.series, plan.features) if plan.entries else {}
+    changed = [change for change in changed if change[1] not in generated]
+    changed += [("A", path) for path in generated]
+
+    def read(path: str) -> tuple[bytes, bool]:
+        return (generated[path], False) if path in generated else git.blob(tree, path)
+
+    return collect_changes(changed=changed, layout=layout, read=read)

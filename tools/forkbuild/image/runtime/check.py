@@ -69,7 +69,7 @@ def _guard_problems(manifest: dict, package) -> list[str]:
     built = {g["env"]: g for g in manifest.get("guards", []) if g["feature"] in patched}
     left_out = {g["env"]: g for g in manifest.get("series_guards", []) if g["env"] not in built
                 and g["feature"] not in manifest.get("features", [])}
-    problems = [f"guard {env} (feature {g['feature']}) is not declared in sglang/srt/environ.py"
+    problems = [f"guard {env} (feature {g['feature']}) is not declared on sglang.srt.environ.Envs (its generated guards module lacks it)"
                 for env, g in built.items() if env not in declared]
     problems += [f"guard {env} is declared but feature {g['feature']} is not built into this variant"
                  for env, g in left_out.items() if env in declared]
