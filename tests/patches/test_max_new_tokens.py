@@ -119,6 +119,10 @@ def test_absent_max_new_tokens_dropped_and_guard_undeclared(monkeypatch):
 
 
 @pytest.mark.guard_on
-def test_a_request_without_a_budget_keeps_none(monkeypatch):
+def test_the_clamp_leaves_a_request_without_a_budget_at_none(monkeypatch):
     monkeypatch.setenv(GUARD, "1")
+    # A clamp that invented a budget for a request that names none would cut every
+    # open-ended answer at the context's room; the budgeted twin shows the clamp ran
+    # (so this fails on stock, where nothing is clamped).
     assert _served_budget(monkeypatch, prompt_len=100) is None
+    assert _served_budget(monkeypatch, prompt_len=100, max_new_tokens=1000) == 28
