@@ -88,7 +88,6 @@ class BisectError(ForkbuildError):
 
 
 class MutationError(ForkbuildError):
-    """`forkbuild mutate`: mutants could not be made or run, or (--check) the
-    recorded results are stale or hold a survivor with no recorded reason."""
+    """`forkbuild mutate`: mutants could not be made or run, or (--check) stale results or an unexplained survivor"""
 
     return_code = 14

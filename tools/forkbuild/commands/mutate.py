@@ -10,6 +10,7 @@ import threading
 import time
 from pathlib import Path
 
+from forkbuild.commands import add_command
 from forkbuild.errors import MutationError
 from forkbuild.mutate import check, report
 from forkbuild.mutate.plan import PatchPlan, plan, select
@@ -26,8 +27,11 @@ from forkbuild.mutate.runner import FeatureTests, Outcome, run_all
 
 
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser(
-        "mutate", help="revert each code hunk of the patches, one at a time, and see the feature's tests fail",
+    parser = add_command(
+        subparsers, "mutate", help="revert each code hunk of the patches, one at a time, and see the feature's tests fail",
+        examples=['nox -s mutate   (the test venv; every patch of the default variant whose results are stale)',
+                  'forkbuild mutate --variant tp4 --patch loop-abort --jobs 2',
+                  'forkbuild mutate --check   (CI: recorded results current, every survivor has a reason)'],
         description="Each hunk of a patch that changes code (and each statement a hunk adds) is reverted in the "
                     "installed patched sglang of the test venv, and the feature's tests run against it. Results are "
                     f"kept in {RESULTS_FILE} per (patch, tests, upstream pin); current ones are not run again.")
