@@ -243,7 +243,7 @@ def _git_date(date: str, last_update: str) -> str:
             raise ValueError(f"Date: {date!r} is not a mail (RFC 2822) date, e.g. 'Wed, 01 May 2024 10:00:00 +0000'") from error
         return f"{int(parsed.timestamp())} {parsed.strftime('%z') or '+0000'}"
     if re.fullmatch(r"\d{4}-\d{2}-\d{2}", last_update.strip()):
-        midnight = datetime.datetime.strptime(last_update.strip(), "%Y-%m-%d").replace(tzinfo=datetime.timezone.utc)
+        midnight = datetime.datetime.strptime(last_update.strip(), "%Y-%m-%d").replace(tzinfo=datetime.UTC)
         return f"{int(midnight.timestamp())} +0000"
     return ""
 

@@ -4,8 +4,8 @@ track them. series.toml's [upstream] empty_dirs lists them; apply recreates them
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 # Never upstream content: version control and quilt's own state.
 NOT_UPSTREAM = {".git", ".pc", ".svn", ".hg", ".bzr"}

@@ -30,6 +30,7 @@ from forkbuild.git import IDENTITY, Git
 from forkbuild.patchfile import parse_trailers
 from forkbuild.series_edit import EntrySpec, quilt_series_text, updated_series_toml, with_empty_dirs
 
+
 @dataclass(frozen=True, kw_only=True)
 class Incoming:
     """One patch to import: its target name and how to commit it in the scratch tree."""
@@ -191,7 +192,7 @@ def _write(series: Series, incoming: list, texts: dict[str, bytes], *, empty_dir
         # Side by side: each write waits on its fsync, hundreds of them one after another take seconds.
         with ThreadPoolExecutor(max_workers=8) as pool:
             failures = list(pool.map(lambda target: _write_or_error(target, texts[target.name]), targets))
-        written = [target for target, failure in zip(targets, failures) if failure is None]
+        written = [target for target, failure in zip(targets, failures, strict=True) if failure is None]
         for failure in failures:
             if failure is not None:
                 raise failure

@@ -130,8 +130,8 @@ def _content_without_data(patched: unidiff.PatchedFile) -> bool:
     """A git section whose index line says the content changes, with no hunk carrying it
     (a maintainer cut the hunks, kept the header): git would create an empty file or
     refuse; GNU patch leaves the file alone."""
-    index = next((INDEX.match(line) for line in patched.patch_info or [] if INDEX.match(line)), None)
-    return bool(index) and index["old"] != index["new"] and not (_no_content(index["old"]) and _no_content(index["new"]))
+    index = next((match for line in patched.patch_info or [] if (match := INDEX.match(line))), None)
+    return index is not None and index["old"] != index["new"] and not (_no_content(index["old"]) and _no_content(index["new"]))
 
 
 def _no_content(blob: str) -> bool:

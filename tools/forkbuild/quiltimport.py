@@ -17,11 +17,11 @@ import queue
 import shutil
 import tempfile
 import threading
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from forkbuild.apply import file_hashes, prepare_worktree, record_series_tree, scratch_tree
 from forkbuild.cache import UpstreamCache
@@ -81,7 +81,7 @@ def read_quilt_dir(series: Series, directory: Path, *, feature: str) -> list[Qui
     listed = read_quilt_series(series_file)
     names = _file_names([name for name, _ in listed])
     patches, problems = [], []
-    for (name, strip), file_name in zip(listed, names):
+    for (name, strip), file_name in zip(listed, names, strict=True):
         path = directory / name
         if not path.is_file():
             problems.append(f"{series_file}: lists {name}, which does not exist")
@@ -105,7 +105,7 @@ def _file_names(listed: list[str]) -> list[str]:
     b/x), the directories join the name."""
     stems = [Path(name).stem for name in listed]
     return [(stem if stems.count(stem) == 1 else Path(name).with_suffix("").as_posix().replace("/", "-")) + ".patch"
-            for name, stem in zip(listed, stems)]
+            for name, stem in zip(listed, stems, strict=True)]
 
 
 def source_tree_of(directory: Path) -> Path | None:
@@ -131,10 +131,10 @@ def import_quilt(*, context: Context, directory: Path, feature: str, source_tree
     with _series_head(context, base=base) as start, _fresh_series_tree(cache_git, dest, start) as fresh:
         with context.reporter.step(f"Committing {len(patches)} quilt patch(es) on top of the series"):
             outcomes, head = _commit_all(cache_git, series, patches, start=start)
-        imported = [patch for patch, outcome in zip(patches, outcomes) if outcome.file]
+        imported = [patch for patch, outcome in zip(patches, outcomes, strict=True) if outcome.file]
         if fresh is not None:  # the files the patches change are checked out while format-patch runs
             fresh = _after(fresh, lambda worktree: worktree.checkout_detached(head) or worktree)
-        texts = dict(zip((patch.name for patch in imported), cache_git.format_patches(start, head)))
+        texts = dict(zip((patch.name for patch in imported), cache_git.format_patches(start, head), strict=True))
         empty_dirs = _empty_dirs(source_tree, directory, known=series.upstream.empty_dirs)
         _write(series, imported, texts, empty_dirs=empty_dirs)
         all_files = [entry.file for entry in series.patches] + [patch.name for patch in imported]
@@ -189,7 +189,7 @@ def _commit_all(git: Git, series: Series, patches: list[QuiltPatch], *, start: s
         finally:
             index.unlink(missing_ok=True)
     outcomes, commits, previous = [], [], first_tree
-    for patch, tree, patch_notes in zip(patches, written, notes):
+    for patch, tree, patch_notes in zip(patches, written, notes, strict=True):
         if tree is None or tree == previous:
             # format-patch of an empty commit is a patch git am refuses: nothing to keep.
             outcomes.append(PatchOutcome(source=patch.source, file="", subject=patch.description.subject,
