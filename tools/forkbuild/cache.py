@@ -71,8 +71,8 @@ class UpstreamCache:
             lock.acquire()
         except Timeout as error:
             raise LockTimeout(f"{self.path / 'lock'} is held by another process for over {LOCK_TIMEOUT_SECONDS}s",
-                              hint="wait for the other forkbuild/nox run to finish; if none is running, "
-                                   "the lock is stale: delete it") from error
+                              hint="wait for the other forkbuild/nox run to finish (the lock is an flock: "
+                                   "the system releases it when its process ends, so it is never stale)") from error
         try:
             yield
         finally:

@@ -12,7 +12,7 @@ from pathlib import Path
 from forkbuild import __version__, commands
 from forkbuild.console import Reporter, configure_logging
 from forkbuild.context import Context
-from forkbuild.errors import ForkbuildError
+from forkbuild.errors import ForkbuildError, disk_error
 
 DESCRIPTION = """Keep a fork of sglang as a patch series (series.toml + patches/) against a pinned
 release; apply, check, export, build wheels and images per variant, test, rebase.
@@ -104,6 +104,13 @@ def main(argv: list[str] | None = None) -> int:
     except ForkbuildError as error:
         reporter.error(error)
         return error.return_code
+    except OSError as error:
+        # A full/read-only disk or a file in the way: one paragraph, no traceback.
+        friendly = disk_error(error)
+        if friendly is None:
+            raise
+        reporter.error(friendly)
+        return friendly.return_code
     except KeyboardInterrupt:
         reporter.console.print("[red]interrupted[/red]")
         return 130

@@ -31,6 +31,12 @@ class Context:
         root = (series_dir or find_series_dir(Path.cwd())).resolve()
         if not (root / SERIES_FILE).is_file():
             raise ConfigError([f"{root / SERIES_FILE} does not exist"], source=str(root))
+        # A write of series.toml + patches/ that a killed forkbuild left is finished
+        # (or undone) before anything reads the series.
+        from forkbuild.series_writer import recover_series
+
+        if recover_series(root):
+            reporter.warn(f"finished an interrupted write of {root / SERIES_FILE} and patches/ (a killed forkbuild)")
         cache = cache_dir or Path(os.environ.get("FORKBUILD_CACHE") or root / ".cache" / "forkbuild")
         return cls(series_dir=root, cache_dir=cache.resolve(), reporter=reporter)
 

@@ -91,3 +91,40 @@ class MutationError(ForkbuildError):
     """`forkbuild mutate`: mutants could not be made or run, or (--check) stale results or an unexplained survivor"""
 
     return_code = 14
+
+
+class LockBusy(LockTimeout):
+    """Another live forkbuild process is working in the same directory (a work tree, the series)."""
+
+
+class DiskError(ForkbuildError):
+    """The file system refused a write: full, read-only, no permission, or a path that is a file."""
+
+    return_code = 13
+
+
+# What each errno means to a user, and what to do about it.
+_DISK_ERRORS = {
+    "ENOSPC": ("the disk is full", "free some space and run the command again"),
+    "EDQUOT": ("the disk quota is used up", "free some space and run the command again"),
+    "EROFS": ("the file system is read-only", "use a writable location (see --cache / -C) or remount it"),
+    "EACCES": ("permission denied", "fix the permissions or use a location you can write to"),
+    "EPERM": ("operation not permitted", "fix the permissions or use a location you can write to"),
+    "ENOTDIR": ("a part of the path is a file, not a directory", "point it at a directory (see --cache / -C)"),
+    "EEXIST": ("a file is in the way", "move that file away or choose another location"),
+    "EISDIR": ("a directory is in the way", "move that directory away or choose another location"),
+}
+
+
+def disk_error(error: OSError) -> ForkbuildError | None:
+    """The user-facing error for a file-system failure, or None for an OSError that is a bug."""
+    import errno
+
+    name = errno.errorcode.get(error.errno or -1, "")
+    if name not in _DISK_ERRORS:
+        return None
+    what, hint = _DISK_ERRORS[name]
+    where = " -> ".join(str(part) for part in (error.filename, error.filename2) if part)
+    return DiskError(f"cannot write {where or 'a file'}: {what} ({name}). forkbuild writes each file atomically "
+                     "and series.toml + patches/ as one transaction, so nothing was left half-written",
+                     hint=hint)

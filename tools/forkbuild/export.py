@@ -26,12 +26,12 @@ from forkbuild.cache import UpstreamCache
 from forkbuild.config import PatchEntry, Series, near_miss
 from forkbuild.context import Context
 from forkbuild.errors import ConfigError, DirtyTreeError, ExportDriftError, ForkbuildError
-from forkbuild.fsutil import write_atomic
 from forkbuild.git import Git
 from forkbuild.guards_module import generated_commit_problems, is_generated
 from forkbuild.new_feature import PATCH_NAME, PATCH_TRAILER
 from forkbuild.patchfile import PatchInfo, parse_patch, read_patch
 from forkbuild.series_edit import EntrySpec, quilt_series_text, updated_series_toml
+from forkbuild.series_writer import SeriesChange, write_series
 
 DEFAULT_TREE = Path(".forkbuild-work") / "series"
 # What changes in a patch when only its position moved: the blob ids of the
@@ -405,15 +405,8 @@ def _action(path: Path, text: str, *, refresh: bool) -> str:
 # -- writing -------------------------------------------------------------------
 
 def write_plan(series: Series, plan: ExportPlan) -> None:
-    """Write new and changed patches, then series.toml, then drop removed files and
-    write patches/series: every step is an atomic file write or delete."""
-    series.patches_dir.mkdir(exist_ok=True)
-    for patch in plan.patches:
-        if patch.action in ("new", "changed"):
-            write_atomic(series.patches_dir / patch.file, patch.text.encode("utf-8", errors="surrogateescape"))
-    if plan.series_toml is not None:
-        write_atomic(series.path, plan.series_toml)
-    for name in plan.removed:
-        (series.patches_dir / name).unlink(missing_ok=True)
-    if plan.quilt_series is not None:
-        write_atomic(series.patches_dir / "series", plan.quilt_series)
+    """Write new and changed patches, series.toml, removed files and patches/series as
+    one transaction (series_writer): a kill leaves the old series or the new one."""
+    write_series(series.path.parent, SeriesChange(
+        series_toml=plan.series_toml, quilt_series=plan.quilt_series, removed=plan.removed,
+        patches={patch.file: patch.text for patch in plan.patches if patch.action in ("new", "changed")}))

@@ -1,7 +1,7 @@
 """Writing the series back: the [[patches]] list of series.toml (tomlkit, so
 comments and layout survive) and the quilt `patches/series` file.
 
-Only `export` and `import` change the series; both go through here.
+The texts are computed here; series_writer writes them (one transaction).
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from pathlib import Path
 import tomlkit
 from tomlkit.items import AoT, Table
 
-from forkbuild.fsutil import write_atomic  # noqa: F401  (export, import and rebase write through it)
 
 QUILT_SERIES = "series"
 QUILT_HEADER = (

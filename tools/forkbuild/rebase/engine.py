@@ -39,7 +39,7 @@ from forkbuild.rebase.collision import upstream_collisions
 from forkbuild.rebase.journal import Journal, checkpoint
 from forkbuild.rebase.pin import moved_pin
 from forkbuild.rebase.upstreamed import HunkEvidence, evidence
-from forkbuild.series_edit import write_atomic
+from forkbuild.series_writer import SeriesChange, write_series
 from forkbuild.worktree.engine import Engine, Outcome, PatchJob, PatchResult
 
 OLD_SERIES = "old-series"  # the series applied on the old pin (its blobs feed the 3-way merges)
@@ -332,7 +332,8 @@ class Rebase:
         checkpoint("finalize:restored")
         self._move_ref(state, refs.series_ref(state, NEW_SERIES), worktree.head())
         series_toml = self.context.series_dir / "series.toml"
-        write_atomic(series_toml, moved_pin(series_toml.read_text(), _upstream_from(state["target"])))
+        write_series(self.context.series_dir, SeriesChange(
+            series_toml=moved_pin(series_toml.read_text(), _upstream_from(state["target"]))))
         checkpoint("finalize:pinned")
         kept = [p["file"] for p in state["patches"] if p["commit"]]
         context = self._fresh_context()

@@ -9,7 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 from forkbuild.git import Git
-from forkbuild.series_edit import write_atomic
+from forkbuild.fsutil import write_atomic
 from forkbuild.worktree.engine import Outcome
 
 

@@ -1,0 +1,285 @@
+"""The one writer of series.toml and patches/: every change to them is one
+transaction, so a kill at any moment leaves the series either as it was or
+fully new, never half.
+
+A transaction (`write_series(series_dir, SeriesChange(...))`):
+1. prepare: the new files' bytes, the paths to delete and the sha256 each
+   touched file has now ("before") go into a scratch directory
+   `.forkbuild-work/.series-transaction.XXXX`, fsynced;
+2. commit point: that directory is renamed to `.forkbuild-work/series-transaction`;
+3. apply: each file written atomically (fsutil.write_atomic), each removed file
+   unlinked;
+4. done: the journal is renamed aside and deleted.
+
+`recover_series(series_dir)` (run by every command when it opens the series,
+and by every transaction first) finishes what a killed one left: a committed
+journal is rolled forward (step 3 again: idempotent), a scratch journal (killed
+before the commit point: nothing was touched) is rolled back by deleting it.
+Rolling forward refuses to overwrite a file that is neither as the journal found
+it nor as it writes it: someone edited it after the kill.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Mapping
+
+from forkbuild.errors import ForkbuildError
+from forkbuild.fsutil import fsync_directory, write_atomic
+
+WORK_DIR = ".forkbuild-work"
+JOURNAL = "series-transaction"
+MANIFEST = "manifest.json"
+LOCK = "series.lock"
+SERIES_TOML = "series.toml"
+PATCHES = "patches"
+QUILT_SERIES = "patches/series"
+# Test hook (the chaos test): die without cleanup when the transaction reaches this step.
+CHAOS_ENV = "FORKBUILD_CHAOS_KILL_AT"
+STEPS = ("series:prepared", "series:committed", "series:applied-one", "series:applied", "series:done")
+# What fsutil.write_atomic names its temporary files: `.<name>.<8 random>.tmp`.
+# A rollback's temporary link: `.<name>.rollback`.
+ATOMIC_LEFTOVER = re.compile(r"^\..+\.(?:[A-Za-z0-9_]{8}\.tmp|rollback)$")
+
+
+def chaos_point(step: str) -> None:
+    """Die here, like kill -9 (no cleanup, no flush), when the chaos test asks for `step`."""
+    if os.environ.get(CHAOS_ENV) == step:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SeriesChange:
+    """What one transaction does to the series; paths are file names in patches/.
+
+    series_toml / quilt_series: the new text of series.toml / patches/series, None to leave it.
+    patches: patch files to add or replace (name -> bytes or text).
+    removed: patch files to delete (explicit removals only: the writer never infers one).
+    """
+
+    series_toml: str | None = None
+    quilt_series: str | None = None
+    patches: Mapping[str, bytes | str] = field(default_factory=dict)
+    removed: tuple[str, ...] = ()
+
+    def writes(self) -> dict[str, bytes]:
+        """relative path -> new bytes."""
+        out = {f"{PATCHES}/{name}": _bytes(data) for name, data in self.patches.items()}
+        if self.series_toml is not None:
+            out[SERIES_TOML] = _bytes(self.series_toml)
+        if self.quilt_series is not None:
+            out[QUILT_SERIES] = _bytes(self.quilt_series)
+        return out
+
+    def removals(self) -> list[str]:
+        return [f"{PATCHES}/{name}" for name in self.removed]
+
+    def is_empty(self) -> bool:
+        return not (self.writes() or self.removed)
+
+
+def _bytes(data: bytes | str) -> bytes:
+    return data if isinstance(data, bytes) else data.encode("utf-8", errors="surrogateescape")
+
+
+def _sha256(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except FileNotFoundError:
+        return None
+
+
+def _check_name(relative: str) -> None:
+    parts = Path(relative).parts
+    if relative.startswith("/") or ".." in parts or len(parts) != (1 if relative == SERIES_TOML else 2):
+        raise ForkbuildError(f"refusing to write {relative!r}: not series.toml or a file directly in patches/")
+
+
+def write_series(series_dir: Path, change: SeriesChange) -> None:
+    """Apply `change` to series.toml + patches/ as one transaction (see the module doc)."""
+    if change.is_empty():
+        return
+    writes, removals = change.writes(), change.removals()
+    for relative in [*writes, *removals]:
+        _check_name(relative)
+    with series_lock(series_dir):
+        _recover_locked(series_dir)
+        journal = _prepare(series_dir, writes, removals)
+        try:
+            _apply(series_dir, journal)
+        except OSError:
+            # A full or read-only disk mid-way: put the old files back (links to the
+            # backups: no new space needed), so the error leaves the series as it was.
+            _roll_back(series_dir, journal)
+            raise
+        _finish(journal)
+
+
+def recover_series(series_dir: Path) -> bool:
+    """Finish or undo a transaction a killed process left; True when there was one."""
+    work = Path(series_dir) / WORK_DIR
+    if not work.is_dir() or not _leftovers(work):
+        return False
+    with series_lock(series_dir):
+        return _recover_locked(series_dir)
+
+
+def _leftovers(work: Path) -> bool:
+    return (work / JOURNAL).exists() or any(work.glob(f".{JOURNAL}.*"))
+
+
+@contextmanager
+def series_lock(series_dir: Path) -> Iterator[None]:
+    """One writer at a time. An flock: the kernel releases it when its process dies,
+    so a killed writer never leaves a lock behind."""
+    from filelock import FileLock, Timeout
+
+    from forkbuild.errors import LockTimeout
+
+    work = Path(series_dir) / WORK_DIR
+    work.mkdir(exist_ok=True)
+    lock = FileLock(str(work / LOCK), timeout=120)
+    try:
+        lock.acquire()
+    except Timeout as error:
+        raise LockTimeout(f"another forkbuild has been writing {series_dir}/series.toml and patches/ for over 120 s",
+                          hint="wait for it to finish, then run the command again") from error
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+# -- the steps -------------------------------------------------------------------
+
+def _prepare(series_dir: Path, writes: dict[str, bytes], removals: list[str]) -> Path:
+    work = series_dir / WORK_DIR
+    scratch = Path(tempfile.mkdtemp(dir=work, prefix=f".{JOURNAL}."))
+    try:
+        entries = []
+        for number, (relative, data) in enumerate(sorted(writes.items())):
+            blob = scratch / f"{number}.new"
+            blob.write_bytes(data)
+            _fsync_file(blob)
+            entries.append({"path": relative, "blob": blob.name, "before": _sha256(series_dir / relative),
+                            "after": hashlib.sha256(data).hexdigest()})
+        for relative in sorted(removals):
+            entries.append({"path": relative, "blob": None, "before": _sha256(series_dir / relative), "after": None})
+        for number, entry in enumerate(entries):
+            if entry["before"] is not None:
+                entry["backup"] = f"{number}.old"
+                _keep_copy(series_dir / entry["path"], scratch / entry["backup"])
+        manifest = scratch / MANIFEST
+        manifest.write_text(json.dumps({"entries": entries}, indent=1) + "\n")
+        _fsync_file(manifest)
+        fsync_directory(scratch)
+        chaos_point("series:prepared")
+        journal = work / JOURNAL
+        os.rename(scratch, journal)  # the commit point
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    fsync_directory(work)
+    chaos_point("series:committed")
+    return journal
+
+
+def _apply(series_dir: Path, journal: Path) -> None:
+    entries = json.loads((journal / MANIFEST).read_text())["entries"]
+    foreign = [entry["path"] for entry in entries
+               if _sha256(series_dir / entry["path"]) not in (entry["before"], entry["after"])]
+    if foreign:
+        raise ForkbuildError(
+            f"an interrupted forkbuild write of the series is pending in {journal}, but "
+            + ", ".join(foreign) + " changed since: finishing it would overwrite that",
+            hint=f"keep your version: delete {journal} (the interrupted write is then dropped; "
+                 "re-run the command that was killed); take forkbuild's: undo your edit and run any forkbuild command")
+    (series_dir / PATCHES).mkdir(exist_ok=True)
+    for number, entry in enumerate(entries):
+        target = series_dir / entry["path"]
+        if entry["blob"] is None:
+            target.unlink(missing_ok=True)
+        elif _sha256(target) != entry["after"]:
+            write_atomic(target, (journal / entry["blob"]).read_bytes())
+        if number == 0:
+            chaos_point("series:applied-one")
+    fsync_directory(series_dir / PATCHES)
+    chaos_point("series:applied")
+
+
+def _roll_back(series_dir: Path, journal: Path) -> None:
+    entries = json.loads((journal / MANIFEST).read_text())["entries"]
+    for entry in entries:
+        target = series_dir / entry["path"]
+        if entry.get("backup"):
+            if _sha256(target) != entry["before"]:
+                temporary = target.with_name(f".{target.name}.rollback")
+                temporary.unlink(missing_ok=True)
+                _keep_copy(journal / entry["backup"], temporary)
+                os.replace(temporary, target)
+        else:
+            target.unlink(missing_ok=True)
+    _remove_atomic_leftovers(series_dir)
+    _finish(journal)
+
+
+def _keep_copy(source: Path, target: Path) -> None:
+    """`target` with the bytes of `source`: a hard link (no space, and write_atomic replaces
+    files by rename, so the link keeps the old bytes), or a copy where links are refused."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
+        _fsync_file(target)
+
+
+def _finish(journal: Path) -> None:
+    trash = journal.with_name(f".{JOURNAL}.done")
+    shutil.rmtree(trash, ignore_errors=True)
+    os.rename(journal, trash)  # a kill mid-delete leaves a scratch name: rolled back = deleted
+    fsync_directory(journal.parent)
+    chaos_point("series:done")
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def _recover_locked(series_dir: Path) -> bool:
+    work = series_dir / WORK_DIR
+    found = False
+    for scratch in work.glob(f".{JOURNAL}.*"):
+        # Not committed (or already applied and being deleted): nothing to redo.
+        shutil.rmtree(scratch, ignore_errors=True)
+        found = True
+    journal = work / JOURNAL
+    if (journal / MANIFEST).is_file():
+        _apply(series_dir, journal)
+        _finish(journal)
+        found = True
+    elif journal.exists():
+        shutil.rmtree(journal, ignore_errors=True)
+        found = True
+    if found:
+        _remove_atomic_leftovers(series_dir)
+    return found
+
+
+def _remove_atomic_leftovers(series_dir: Path) -> None:
+    """Temporary files of write_atomic calls a kill interrupted (`.<name>.XXXXXXXX.tmp`)."""
+    for directory in (series_dir, series_dir / PATCHES):
+        if directory.is_dir():
+            for path in directory.iterdir():
+                if ATOMIC_LEFTOVER.match(path.name) and path.is_file():
+                    path.unlink(missing_ok=True)
+
+
+def _fsync_file(path: Path) -> None:
+    with path.open("rb") as handle:
+        os.fsync(handle.fileno())
