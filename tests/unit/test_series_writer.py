@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from forkbuild.errors import ForkbuildError
-from forkbuild.series_writer import CHAOS_ENV, JOURNAL, STEPS, WORK_DIR, SeriesChange, recover_series, write_series
+from forkbuild.chaos import CHAOS_ENV
+from forkbuild.series_writer import JOURNAL, STEPS, WORK_DIR, SeriesChange, recover_series, write_series
 
 OLD = {"series.toml": b"old toml\n", "patches/a.patch": b"A old\n", "patches/b.patch": b"B\n",
        "patches/series": b"a.patch\nb.patch\n"}

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from forkbuild.cache import UpstreamCache
+from forkbuild.chaos import chaos_point
 from forkbuild.config import PatchEntry, Series
 from forkbuild.context import Context
 from forkbuild.emptydirs import recreate_empty_dirs
@@ -30,6 +30,7 @@ from forkbuild.matrix.combination import Combination, as_combination
 from forkbuild.patchfile import PatchInfo, check_safe, read_patch
 from forkbuild.worktree.engine import Engine, Outcome, PatchJob, PatchResult
 from forkbuild.worktree.stop import StopState, clear_stop, read_stop, write_stop
+from forkbuild.worktrees import TreeGuard, recover_killed_change, temporary_worktree, tree_guard
 
 STATE_FILE = "forkbuild-worktree.json"
 # What the state file must hold: what apply builds a tree from and what export checks.
@@ -113,17 +114,21 @@ def apply_plan(*, context: Context, plan: ApplyPlan, dest: Path, stop: bool = Fa
         # Patches after a left-out one were written on top of it: the 3-way rung
         # merges each one's commit from the whole series, applied once in the cache.
         sources = ensure_series_blobs(context=context, cache=cache, base=base)
-    previous = read_state(dest) if (dest / ".git").exists() else None
-    worktree = prepare_worktree(cache_git, dest=dest, base=base)
-    jobs = tuple(PatchJob(name=entry.file, path=entry.path, source=sources.get(entry.file, "")) for entry in plan.entries)
-    run = StopState(variant=plan.variant, base=base, started_from=previous["head"] if previous else base,
-                    previous_state=previous, jobs=jobs, cursor=0, results=(),
-                    # Recorded in the tree's state: export refuses a tree made from other patches than patches/ holds now.
-                    hashes=series_hashes(series))
-    label = plan.variant or "the whole series"
-    with context.reporter.step(f"Applying {len(plan.entries)} patches of {label} into {dest}"):
-        results = _run(Engine(worktree, head=base), run, stop=stop, context=context, features=plan.features)
-    return _result(context, plan, dest=dest, base=base, head=worktree.head(), results=results, report=report_offsets)
+    with tree_guard(dest, "apply") as guard:  # a second run on this tree refuses; a killed one is cleared
+        if recover_killed_change(guard, cache_git):
+            context.reporter.warn(f"{dest}: removed what a killed forkbuild apply left half-built there")
+        previous = read_state(dest) if (dest / ".git").exists() else None
+        worktree = prepare_worktree(cache_git, dest=dest, base=base, guard=guard)
+        chaos_point("apply:prepared")
+        jobs = tuple(PatchJob(name=entry.file, path=entry.path, source=sources.get(entry.file, "")) for entry in plan.entries)
+        run = StopState(variant=plan.variant, base=base, started_from=previous["head"] if previous else base,
+                        previous_state=previous, jobs=jobs, cursor=0, results=(),
+                        # Recorded in the tree's state: export refuses a tree made from other patches than patches/ holds now.
+                        hashes=series_hashes(series))
+        label = plan.variant or "the whole series"
+        with context.reporter.step(f"Applying {len(plan.entries)} patches of {label} into {dest}"):
+            results = _run(Engine(worktree, head=base), run, stop=stop, context=context, features=plan.features)
+        return _result(context, plan, dest=dest, base=base, head=worktree.head(), results=results, report=report_offsets)
 
 
 def resume_apply(*, context: Context, dest: Path, action: str) -> ApplyResult | None:
@@ -168,6 +173,7 @@ def _run(engine: Engine, state: StopState, *, stop: bool, context: Context, feat
     recreate_empty_dirs(engine.worktree.path, context.series.upstream.empty_dirs)  # upstream has them, git cannot track them
     if state.jobs:  # a build of no patches is upstream as it is
         add_generated_commit(engine.worktree, series=context.series, features=features)
+    chaos_point("apply:applied")
     _record_applied(engine.worktree, state, results)
     clear_stop(engine.worktree)
     return results
@@ -235,17 +241,11 @@ def scratch_tree(*, context: Context, variant: Combination | str | None, strict:
     the failures are in the result's records, for callers that report them.
     """
     cache = UpstreamCache(context.cache_dir, reporter=context.reporter)
-    with tempfile.TemporaryDirectory(prefix="forkbuild-scratch-") as scratch:
-        name = variant if isinstance(variant, str) or variant is None else variant.name
-        dest = Path(scratch) / (name or "series")
-        try:
-            if strict:
-                yield apply_variant(context=context, variant=variant, dest=dest)
-            else:
-                yield apply_plan(context=context, plan=plan_variant(context.series, variant), dest=dest)
-        finally:
-            if dest.exists():
-                cache.git().remove_worktree(dest)
+    with temporary_worktree(cache, purpose="scratch") as dest:
+        if strict:
+            yield apply_variant(context=context, variant=variant, dest=dest)
+        else:
+            yield apply_plan(context=context, plan=plan_variant(context.series, variant), dest=dest)
 
 
 def describe_failures(result: ApplyResult) -> str:
@@ -353,12 +353,14 @@ def refuse_unsaved_work(worktree: Git) -> None:
                                   f"discard them: git -C {dest} reset --hard && git -C {dest} clean -fd")
 
 
-def prepare_worktree(cache_git: Git, *, dest: Path, base: str) -> Git:
-    """A clean work tree to build on `base`: new (checked out at base), or one forkbuild
-    made that holds nothing else (left as it is until the engine's one checkout)."""
+def prepare_worktree(cache_git: Git, *, dest: Path, base: str, guard: TreeGuard | None = None) -> Git:
+    """A clean work tree at `base`: new, or one forkbuild made that holds nothing else.
+    `guard` is told when the checks passed and the tree starts to change."""
     if dest.exists() and not dest.is_dir():
         raise DirtyTreeError(f"{dest} exists and is not a directory", hint="choose another --dir")
     if not dest.exists() or not any(dest.iterdir()):
+        if guard:
+            guard.changing()
         return cache_git.add_worktree(dest, base)
     state = read_state(dest) if (dest / ".git").exists() else None
     if state is None:
@@ -374,6 +376,8 @@ def prepare_worktree(cache_git: Git, *, dest: Path, base: str) -> Git:
                                   f"discard them: git -C {dest} reset --hard {state['head'][:12]}")
     # No checkout here: the engine builds the commits on `base` without the work tree and
     # checks the result out once, touching only the files that differ from what is there.
+    if guard:
+        guard.changing()
     return worktree
 
 

@@ -3,8 +3,6 @@ patch of every variant found in one pass; path safety of every patch."""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +13,7 @@ from forkbuild.context import Context
 from forkbuild.errors import ApplyError, UnsafePatchError
 from forkbuild.patchfile import check_safe
 from forkbuild.worktree.engine import Outcome
+from forkbuild.worktrees import temporary_worktree
 
 SERIES = ""  # the name check results use for the whole series
 
@@ -58,20 +57,13 @@ def check_series(*, context: Context) -> list[VariantCheck]:
     problems = unsafe_patches(series)
     if problems:
         raise UnsafePatchError("\n".join(problems), hint="patches may only change regular files inside the upstream tree")
-    cache_git = UpstreamCache(context.cache_dir, reporter=context.reporter).git()
-    scratch = Path(tempfile.mkdtemp(prefix="forkbuild-check-"))
-    dest = scratch / "tree"
-    try:
+    with temporary_worktree(UpstreamCache(context.cache_dir, reporter=context.reporter), purpose="check") as dest:
         results = [_try(context, SERIES, dest)]
         # Symbolic links can only be seen in a tree: upstream's own, plus what the series adds.
         problems = unsafe_patches(series, tree=dest)
         if problems:
             raise UnsafePatchError("\n".join(problems), hint="patches must not write through symbolic links")
         results += [_try(context, name, dest) for name in series.variants]
-    finally:
-        if dest.exists():
-            cache_git.remove_worktree(dest)
-        shutil.rmtree(scratch, ignore_errors=True)
     return results
 
 

@@ -26,12 +26,14 @@ from forkbuild.cache import UpstreamCache
 from forkbuild.config import PatchEntry, Series, near_miss
 from forkbuild.context import Context
 from forkbuild.errors import ConfigError, DirtyTreeError, ExportDriftError, ForkbuildError
+from forkbuild.fsutil import write_atomic
 from forkbuild.git import Git
 from forkbuild.guards_module import generated_commit_problems, is_generated
 from forkbuild.new_feature import PATCH_NAME, PATCH_TRAILER
 from forkbuild.patchfile import PatchInfo, parse_patch, read_patch
 from forkbuild.series_edit import EntrySpec, quilt_series_text, updated_series_toml
 from forkbuild.series_writer import SeriesChange, write_series
+from forkbuild.worktrees import TreeGuard, tree_guard
 
 DEFAULT_TREE = Path(".forkbuild-work") / "series"
 # What changes in a patch when only its position moved: the blob ids of the
@@ -81,22 +83,35 @@ def export_series(*, context: Context, tree: Path, check: bool = False, refresh:
 
     drops / keeps: what to do with entries that have no commit in the tree (see above)."""
     series = context.series
-    worktree, base = open_export_tree(context=context, tree=tree, drops=drops)
-    plan = plan_export(series, worktree=worktree, base=base, refresh=refresh,
-                       decisions=_decisions(series, drops=drops, keeps=keeps), state=read_state(tree) or {})
-    if check:
-        changes = plan.changes()
-        if changes:
-            raise ExportDriftError(
-                f"patches/ is not what `forkbuild export` would write from {tree}:\n"
-                + "\n".join(f"  - {line}" for line in changes),
-                hint=f"run `forkbuild export --dir {tree}` and commit the result")
-        return plan
-    save_aside(context, plan.removed)
-    write_plan(series, plan)
-    files = [patch.file for patch in plan.patches]
-    record_exported(worktree, head=plan.head, patches=files, hashes=file_hashes(series.patches_dir, files))
+    with tree_guard(tree, "export") as guard:  # never at the same time as an apply of this tree
+        _refuse_killed_change(guard)
+        worktree, base = open_export_tree(context=context, tree=tree, drops=drops)
+        plan = plan_export(series, worktree=worktree, base=base, refresh=refresh,
+                           decisions=_decisions(series, drops=drops, keeps=keeps), state=read_state(tree) or {})
+        if check:
+            changes = plan.changes()
+            if changes:
+                raise ExportDriftError(
+                    f"patches/ is not what `forkbuild export` would write from {tree}:\n"
+                    + "\n".join(f"  - {line}" for line in changes),
+                    hint=f"run `forkbuild export --dir {tree}` and commit the result")
+            return plan
+        save_aside(context, plan.removed)
+        write_plan(series, plan)
+        files = [patch.file for patch in plan.patches]
+        record_exported(worktree, head=plan.head, patches=files, hashes=file_hashes(series.patches_dir, files))
     return plan
+
+
+def _refuse_killed_change(guard: TreeGuard) -> None:
+    """A tree a killed apply was rebuilding holds part of the series: exporting it would lose the rest."""
+    killed = guard.killed
+    if killed is not None and killed.phase == "changing":
+        raise DirtyTreeError(
+            f"{guard.dest}: {killed.describe()} was killed while it was building this tree; "
+            "its commits are only part of the series",
+            hint=f"rebuild it: `forkbuild {killed.command} --all --dir {guard.dest}` (that run had checked the tree "
+                 "held nothing unsaved before it started: it holds only what it made from patches/)")
 
 
 # -- the work tree -------------------------------------------------------------

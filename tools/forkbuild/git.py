@@ -221,10 +221,13 @@ class Git:
 
     def remove_worktree(self, path: Path) -> None:
         """Unregister and delete a work tree of this repository; a path git does not
-        (or no longer) know as one is left alone. Raises GitFailed when removal fails."""
+        (or no longer) know as one is left alone. Raises GitFailed when removal fails.
+
+        Forced twice: forkbuild removes only its own trees, and a `worktree add` killed
+        mid-checkout leaves its tree locked ("initializing"), which one --force refuses."""
         self.prune_worktrees()  # forget trees whose directory is already gone
         if Path(path).resolve() in {tree.resolve() for tree in self.worktrees()}:
-            self.run("worktree", "remove", "--force", str(path))
+            self.run("worktree", "remove", "--force", "--force", str(path))
 
     def worktrees(self) -> list[Path]:
         """The paths of every work tree of this repository (the main one first)."""

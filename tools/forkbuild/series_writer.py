@@ -26,13 +26,13 @@ import json
 import os
 import re
 import shutil
-import signal
 import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Mapping
 
+from forkbuild.chaos import chaos_point
 from forkbuild.errors import ForkbuildError
 from forkbuild.fsutil import fsync_directory, write_atomic
 
@@ -43,18 +43,10 @@ LOCK = "series.lock"
 SERIES_TOML = "series.toml"
 PATCHES = "patches"
 QUILT_SERIES = "patches/series"
-# Test hook (the chaos test): die without cleanup when the transaction reaches this step.
-CHAOS_ENV = "FORKBUILD_CHAOS_KILL_AT"
 STEPS = ("series:prepared", "series:committed", "series:applied-one", "series:applied", "series:done")
 # What fsutil.write_atomic names its temporary files: `.<name>.<8 random>.tmp`.
 # A rollback's temporary link: `.<name>.rollback`.
 ATOMIC_LEFTOVER = re.compile(r"^\..+\.(?:[A-Za-z0-9_]{8}\.tmp|rollback)$")
-
-
-def chaos_point(step: str) -> None:
-    """Die here, like kill -9 (no cleanup, no flush), when the chaos test asks for `step`."""
-    if os.environ.get(CHAOS_ENV) == step:
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -41,6 +41,7 @@ from forkbuild.rebase.pin import moved_pin
 from forkbuild.rebase.upstreamed import HunkEvidence, evidence
 from forkbuild.series_writer import SeriesChange, write_series
 from forkbuild.worktree.engine import Engine, Outcome, PatchJob, PatchResult
+from forkbuild.worktrees import clear_stale_index_lock
 
 OLD_SERIES = "old-series"  # the series applied on the old pin (its blobs feed the 3-way merges)
 NEW_SERIES = "new-series"  # the replayed series (the report's range-diffs read it)
@@ -435,6 +436,7 @@ class Rebase:
         cache_git = self.cache.git()
         tree = Path(state["worktree"])
         if (tree / ".git").exists():
+            clear_stale_index_lock(tree)  # a kill mid-merge leaves it; no live process holds it now
             Git(tree).sequencer_quit()
         self._drop_tree(cache_git, tree)
         checkpoint("abort:tree")

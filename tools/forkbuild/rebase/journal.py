@@ -31,6 +31,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from forkbuild.chaos import chaos_point
 from forkbuild.errors import ForkbuildError
 from forkbuild.fsutil import fsync_directory, write_atomic
 
@@ -47,6 +48,7 @@ def checkpoint(step: str) -> None:
     """Die here, without cleanup, when the test hook asks for this step."""
     if os.environ.get(KILL_AT_ENV) == step:
         os.kill(os.getpid(), signal.SIGKILL)
+    chaos_point(f"rebase:{step}")
 
 
 def _sha256(path: Path) -> str:

@@ -24,7 +24,6 @@ How each failure counts:
 from __future__ import annotations
 
 import re
-import tempfile
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,6 +31,7 @@ from pathlib import Path, PurePosixPath
 
 import unidiff
 
+from forkbuild.worktrees import temporary_worktree
 from forkbuild.cache import UpstreamCache
 from forkbuild.config import GUARD_PREFIX, Series
 from forkbuild.context import Context
@@ -79,22 +79,18 @@ def declarations_tree(*, context: Context) -> Iterator[Path]:
     cache = UpstreamCache(context.cache_dir, reporter=context.reporter)
     base = cache.ensure(series.upstream)
     environ = environ_path(series)
-    with tempfile.TemporaryDirectory(prefix="forkbuild-declarations-") as scratch:
-        dest = Path(scratch) / "declarations"
+    with temporary_worktree(cache, purpose="declarations") as dest:
         tree = cache.git().add_worktree(dest, base)
-        try:
-            for entry in series.patches:
-                try:
-                    tree.apply_only(entry.path, include=environ)
-                except GitFailed as error:
-                    raise ApplyError(f"patches/{entry.file}: its {environ} part does not apply on upstream plus "
-                                     f"the declarations of the patches before it:\n{error.stderr}",
-                                     hint="run `forkbuild check`; the feature patches must apply on the guards "
-                                          "patch and each other in series order") from error
-            write_module(dest, series=series, features=series.features)
-            yield dest / series.upstream.package_root
-        finally:
-            cache.git().remove_worktree(dest)
+        for entry in series.patches:
+            try:
+                tree.apply_only(entry.path, include=environ)
+            except GitFailed as error:
+                raise ApplyError(f"patches/{entry.file}: its {environ} part does not apply on upstream plus "
+                                 f"the declarations of the patches before it:\n{error.stderr}",
+                                 hint="run `forkbuild check`; the feature patches must apply on the guards "
+                                      "patch and each other in series order") from error
+        write_module(dest, series=series, features=series.features)
+        yield dest / series.upstream.package_root
 
 
 def declaring_features(series: Series) -> list[str]:

@@ -1,0 +1,152 @@
+"""kill -9 of forkbuild's own process: re-running the command (or the one its
+message names) recovers, with no manual step, and never clears a live process's work."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fixtures import SeriesFixture, make_series
+from forkbuild.chaos import CHAOS_ENV
+from forkbuild.git import Git
+from forkbuild.series_edit import quilt_series_text
+from forkbuild.worktrees import Owner, clear_stale_index_lock, tree_guard
+from rebase_fixtures import LADDER_CHANGES, fingerprint, rebase_args, release, run_killed
+
+
+def forkbuild(fx: SeriesFixture, *args: str, kill_at: str | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, **({CHAOS_ENV: kill_at} if kill_at else {})}
+    return subprocess.run([sys.executable, "-m", "forkbuild", "-C", str(fx.root), "--cache", str(fx.cache), *args],
+                          env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture
+def series_fx(series_fx: SeriesFixture) -> SeriesFixture:
+    """The fixture series with its quilt `patches/series`, as export writes it (so `export --check` is clean)."""
+    (series_fx.patches_dir / "series").write_text(quilt_series_text(spec.file for spec in series_fx.specs))
+    return series_fx
+
+
+def series_tree(fx: SeriesFixture) -> Path:
+    return fx.root / ".forkbuild-work" / "series"
+
+
+def admin_dir(fx: SeriesFixture, tree: Path) -> Path:
+    for admin in (fx.cache / "upstream.git" / "worktrees").iterdir():
+        if Path((admin / "gitdir").read_text().strip()).parent == tree:
+            return admin
+    raise AssertionError(f"{tree} is not registered")
+
+
+def leave_killed_add_residue(fx: SeriesFixture, tree: Path) -> None:
+    """What a `git worktree add` killed mid-checkout leaves: a locked registration and an index.lock."""
+    admin = admin_dir(fx, tree)
+    (admin / "locked").write_text("initializing")
+    (admin / "index.lock").write_bytes(b"")
+
+
+def cache_worktrees(fx: SeriesFixture) -> list[Path]:
+    return Git(fx.cache / "upstream.git").worktrees()[1:]
+
+
+@pytest.mark.parametrize("step", ["apply:prepared", "apply:applied"])
+def test_a_killed_first_apply_is_rebuilt_by_the_rerun(series_fx: SeriesFixture, step: str) -> None:
+    assert forkbuild(series_fx, "apply", "--all", kill_at=step).returncode == -9
+    leave_killed_add_residue(series_fx, series_tree(series_fx))
+    again = forkbuild(series_fx, "apply", "--all")
+    assert again.returncode == 0, again.stderr + again.stdout
+    assert "killed forkbuild apply" in again.stderr + again.stdout
+    assert len(Git(series_tree(series_fx)).commits("HEAD~3", "HEAD")) == 3
+    assert forkbuild(series_fx, "export", "--check").returncode == 0
+
+
+def test_a_killed_reapply_then_export_refuses_and_its_hint_recovers_everything(series_fx: SeriesFixture) -> None:
+    assert series_fx.cli("apply", "--all") == 0
+    before = fingerprint(series_fx)
+    assert forkbuild(series_fx, "apply", "--all", kill_at="apply:prepared").returncode == -9
+    # The tree is at the bare upstream now: exporting it would delete every patch.
+    refused = forkbuild(series_fx, "export")
+    assert refused.returncode == 5, refused.stderr + refused.stdout
+    assert "was killed while it was building this tree" in refused.stderr + refused.stdout
+    assert fingerprint(series_fx) == before
+    # It keeps refusing until the tree is rebuilt (the refusal does not forget the kill).
+    assert forkbuild(series_fx, "export").returncode == 5
+    # The hint, followed.
+    assert forkbuild(series_fx, "apply", "--all", "--dir", str(series_tree(series_fx))).returncode == 0
+    exported = forkbuild(series_fx, "export")
+    assert exported.returncode == 0, exported.stderr + exported.stdout
+    assert fingerprint(series_fx) == before
+
+
+def test_a_second_run_on_the_same_tree_refuses_cleanly(series_fx: SeriesFixture) -> None:
+    assert series_fx.cli("apply", "--all") == 0
+    head = Git(series_tree(series_fx)).head()
+    with tree_guard(series_tree(series_fx), "apply"):  # a live forkbuild (this process) works there
+        busy = forkbuild(series_fx, "apply", "--all")
+        assert busy.returncode == 10
+        assert f"forkbuild apply (pid {os.getpid()}" in busy.stderr + busy.stdout
+        assert forkbuild(series_fx, "export").returncode == 10
+    assert Git(series_tree(series_fx)).head() == head
+    assert forkbuild(series_fx, "apply", "--all").returncode == 0
+
+
+def test_killed_scratch_trees_are_cleared_by_the_next_run(series_fx: SeriesFixture) -> None:
+    killed = forkbuild(series_fx, "check", kill_at="apply:applied")
+    assert killed.returncode == -9
+    left = cache_worktrees(series_fx)
+    assert len(left) == 1 and left[0].exists()
+    leave_killed_add_residue(series_fx, left[0])
+    assert forkbuild(series_fx, "check").returncode == 0
+    assert cache_worktrees(series_fx) == []
+    assert not left[0].parent.exists()
+
+
+def test_a_live_owners_scratch_tree_is_left_alone(series_fx: SeriesFixture) -> None:
+    from forkbuild.cache import UpstreamCache
+    from forkbuild.worktrees import clear_dead_scratch_trees, temporary_worktree
+
+    cache = UpstreamCache(series_fx.cache)
+    base = cache.ensure(series_fx.load().upstream)
+    with temporary_worktree(cache, purpose="test") as dest:
+        cache.git().add_worktree(dest, base)
+        assert clear_dead_scratch_trees(cache.git()) == 0  # its owner (this process) is alive
+        assert dest.is_dir()
+    assert not dest.exists()
+
+
+def test_an_index_lock_someone_holds_open_is_never_removed(tmp_path: Path) -> None:
+    repo = Git.init(tmp_path / "repo")
+    lock = repo.git_dir / "index.lock"
+    with lock.open("w"):
+        assert clear_stale_index_lock(repo.path) is False
+        assert lock.exists()
+    assert clear_stale_index_lock(repo.path) is True
+    assert not lock.exists()
+
+
+def test_a_recycled_pid_is_not_the_owner() -> None:
+    me = Owner.me("apply")
+    assert me.alive()
+    assert not Owner(pid=me.pid, host=me.host, started="1", command="apply").alive()
+    assert Owner(pid=me.pid, host="another-host", started="1", command="apply").alive()
+
+
+@pytest.mark.parametrize("then", ["--continue", "--abort"])
+def test_a_rebase_killed_while_adding_its_tree_continues_and_aborts(tmp_path: Path, then: str) -> None:
+    fx = make_series(tmp_path, source="git")
+    target = release(fx, LADDER_CHANGES)
+    before = fingerprint(fx)
+    assert run_killed(fx, rebase_args(target), step="worktree").returncode == -9
+    leave_killed_add_residue(fx, fx.root / ".forkbuild-work" / "rebase")
+    result = forkbuild(fx, "rebase", then)
+    assert result.returncode == 0, result.stderr + result.stdout
+    if then == "--abort":
+        assert fingerprint(fx) == before
+    else:
+        assert "2.0" in fx.series_toml.read_text()
+        assert forkbuild(fx, "check").returncode == 0
+    assert cache_worktrees(fx) == []

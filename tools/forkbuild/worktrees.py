@@ -1,0 +1,289 @@
+"""Work trees of the cache repository that survive a kill -9 of forkbuild.
+
+Two tools, one rule: forkbuild only ever clears what its OWN dead process left.
+
+- `tree_guard(dest, command)`: held while a command works in a work tree. An
+  flock on `<parent>/.<name>.forkbuild-lock` (the kernel drops it when the
+  process dies, so it is never stale) makes a second run on the same tree refuse
+  at once (LockBusy, naming the other process). The lock file holds the owner
+  (pid, host, process start time, command, phase) while the command runs and is
+  emptied when it ends; a file that still names an owner when the lock is free
+  was left by a killed forkbuild: `guard.killed` says so and what it was doing.
+- `temporary_worktree(cache)`: a scratch work tree (check, import, series blobs,
+  declarations), removed afterwards. Each one is recorded in the cache
+  (`upstream.git/forkbuild-owners/`) before git creates it; every later call
+  removes the trees, registrations and locks whose recorded owner is dead.
+
+A `git worktree add` killed mid-checkout leaves its registration locked
+("initializing") and an `index.lock`; `remove_dead_tree` clears both, and
+`clear_stale_index_lock` removes an `index.lock` only when no process has it open.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import socket
+import tempfile
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterator
+
+from forkbuild.errors import LockBusy
+from forkbuild.git import Git
+
+if TYPE_CHECKING:
+    from forkbuild.cache import UpstreamCache
+
+OWNERS_DIR = "forkbuild-owners"
+
+
+def _process_start(pid: int) -> str:
+    """The start time of process `pid` (clock ticks since boot, /proc/<pid>/stat field 22);
+    with the pid it names one process: a recycled pid has another start time."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+@dataclass(frozen=True)
+class Owner:
+    pid: int
+    host: str
+    started: str
+    command: str
+    phase: str = "started"
+
+    @classmethod
+    def me(cls, command: str, phase: str = "started") -> "Owner":
+        return cls(pid=os.getpid(), host=socket.gethostname(), started=_process_start(os.getpid()),
+                   command=command, phase=phase)
+
+    @classmethod
+    def parse(cls, text: str) -> "Owner | None":
+        try:
+            data = json.loads(text)
+            return cls(pid=int(data["pid"]), host=str(data["host"]), started=str(data["started"]),
+                       command=str(data["command"]), phase=str(data.get("phase", "started")))
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    def alive(self) -> bool:
+        if self.host != socket.gethostname():
+            return True  # another machine's process: we cannot tell, so never touch its work
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass  # exists, another user's
+        started = _process_start(self.pid)
+        # The same pid with another start time is a new process: ours is gone.
+        return not (started and self.started) or started == self.started
+
+    def describe(self) -> str:
+        return f"forkbuild {self.command} (pid {self.pid} on {self.host})"
+
+
+# -- a command working in a work tree ---------------------------------------------
+
+class TreeGuard:
+    def __init__(self, dest: Path, command: str) -> None:
+        self.dest = Path(dest)
+        self.command = command
+        self.path = self.dest.parent / f".{self.dest.name}.forkbuild-lock"
+        self.killed: Owner | None = None  # the previous owner, when it was killed while working here
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            other = Owner.parse(os.pread(fd, 4096, 0).decode(errors="replace"))
+            os.close(fd)
+            who = other.describe() if other else "another forkbuild"
+            raise LockBusy(f"{self.dest}: {who} is working in this tree right now",
+                           hint="wait for it to finish, then run the command again") from None
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        self.killed = Owner.parse(os.pread(fd, 4096, 0).decode(errors="replace"))
+        self._record(Owner.me(self.command))
+
+    def changing(self, phase: str = "changing") -> None:
+        """From here on the tree holds this command's half-done work: if it is killed, the
+        next run may clear the tree (everything in it came from the series)."""
+        self._record(Owner.me(self.command, phase))
+
+    def recovered(self) -> None:
+        """The killed owner's leftovers are dealt with: forget it."""
+        self.killed = None
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        if self.killed is not None:
+            # Not recovered by this command (e.g. export refused): the next one must still see it.
+            self._record(self.killed)
+        else:
+            os.ftruncate(self._fd, 0)  # emptied: this command ended, nothing to recover
+        os.close(self._fd)
+        self._fd = None
+
+    def _record(self, owner: Owner) -> None:
+        assert self._fd is not None
+        data = json.dumps(asdict(owner)).encode()
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, data, 0)
+        os.fsync(self._fd)
+
+
+@contextmanager
+def tree_guard(dest: Path, command: str) -> Iterator[TreeGuard]:
+    """Hold the work tree `dest` for `command` (see the module doc)."""
+    guard = TreeGuard(dest, command)
+    guard.acquire()
+    try:
+        yield guard
+    finally:
+        guard.release()
+
+
+# -- stale locks and registrations ---------------------------------------------------
+
+def _held_open(path: Path) -> bool:
+    """Whether any process has `path` open (git keeps index.lock open while it writes it)."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return True  # cannot tell: assume a live git holds it
+    target = str(path.resolve())
+    for fd_dir in proc.glob("[0-9]*/fd"):
+        try:
+            for fd in fd_dir.iterdir():
+                try:
+                    if os.readlink(fd) == target:
+                        return True
+                except OSError:
+                    continue
+        except OSError:
+            continue
+    return False
+
+
+def clear_stale_index_lock(tree: Path) -> bool:
+    """Remove the work tree's `index.lock` when no process holds it; True if one was removed."""
+    dot_git = tree / ".git"
+    if dot_git.is_file():
+        git_dir = Path(dot_git.read_text().split("gitdir:", 1)[1].strip())
+    elif dot_git.is_dir():
+        git_dir = dot_git
+    else:
+        return False
+    lock = git_dir / "index.lock"
+    if lock.exists() and not _held_open(lock):
+        lock.unlink(missing_ok=True)
+        return True
+    return False
+
+
+def remove_dead_tree(cache_git: Git, tree: Path) -> None:
+    """Remove a work tree whose owner is dead: its directory, its registration (even one a
+    killed `git worktree add` left locked), its index.lock."""
+    tree = Path(tree)
+    clear_stale_index_lock(tree)
+    admin = _admin_dir(cache_git, tree)
+    if admin is not None:
+        (admin / "locked").unlink(missing_ok=True)
+    if tree.exists():
+        shutil.rmtree(tree, ignore_errors=True)
+    cache_git.prune_worktrees()
+
+
+def _admin_dir(cache_git: Git, tree: Path) -> Path | None:
+    """`<repo>/worktrees/<id>` of the work tree at `tree`, if git has one registered."""
+    admin_root = cache_git.git_dir / "worktrees"
+    if not admin_root.is_dir():
+        return None
+    wanted = str(Path(tree).resolve())
+    for admin in admin_root.iterdir():
+        try:
+            gitdir = (admin / "gitdir").read_text().strip()
+        except OSError:
+            continue
+        if str(Path(gitdir).parent.resolve()) == wanted:
+            return admin
+    return None
+
+
+def recover_killed_change(guard: TreeGuard, cache_git: Git) -> bool:
+    """A tree a killed forkbuild was changing (guard.killed, phase "changing") holds only
+    its half-done work, nothing of the user's: remove it, so the command can make it anew."""
+    killed = guard.killed
+    if killed is None:
+        return False
+    if killed.phase == "changing":
+        remove_dead_tree(cache_git, guard.dest)
+    guard.recovered()
+    return killed.phase == "changing"
+
+
+# -- scratch work trees ------------------------------------------------------------
+
+def _owners(cache_git: Git) -> Path:
+    return cache_git.git_dir / OWNERS_DIR
+
+
+def clear_dead_scratch_trees(cache_git: Git) -> int:
+    """Remove every scratch work tree whose recorded owner process is dead; returns how many."""
+    owners = _owners(cache_git)
+    if not owners.is_dir():
+        return 0
+    cleared = 0
+    for record in owners.glob("*.json"):
+        try:
+            data = json.loads(record.read_text())
+            owner = Owner.parse(json.dumps(data["owner"]))
+            tree = Path(data["tree"])
+        except (OSError, ValueError, KeyError):
+            record.unlink(missing_ok=True)
+            continue
+        if owner is None or owner.alive():
+            continue
+        remove_dead_tree(cache_git, tree)
+        shutil.rmtree(tree.parent, ignore_errors=True)  # the scratch directory made for it
+        record.unlink(missing_ok=True)
+        cleared += 1
+    return cleared
+
+
+@contextmanager
+def temporary_worktree(cache: "UpstreamCache", *, purpose: str) -> Iterator[Path]:
+    """A path for a scratch work tree of the cache repository (the caller lets git create it
+    there), removed afterwards; a kill -9 leaves a record that the next call clears up."""
+    cache_git = cache.git()
+    clear_dead_scratch_trees(cache_git)
+    scratch = Path(tempfile.mkdtemp(prefix=f"forkbuild-{purpose}-"))
+    dest = scratch / "tree"
+    owners = _owners(cache_git)
+    owners.mkdir(exist_ok=True)
+    record = owners / f"{hashlib.sha1(str(dest).encode()).hexdigest()}.json"
+    record.write_text(json.dumps({"tree": str(dest), "owner": asdict(Owner.me(purpose))}))
+    try:
+        yield dest
+    finally:
+        try:
+            if dest.exists():
+                cache_git.remove_worktree(dest)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+            cache_git.prune_worktrees()
+            record.unlink(missing_ok=True)
