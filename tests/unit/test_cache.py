@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 import sys
 import textwrap
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from forkbuild import cache as cache_module
 from forkbuild.cache import UpstreamCache
 from forkbuild.config import GitPin, Upstream, WheelPin
 from forkbuild.errors import UpstreamError
@@ -48,7 +50,7 @@ def test_wheel_import_lays_packages_under_the_root_and_tags(tmp_path):
     commit = cache.ensure(wheel_upstream(pin, "1.0"))
     files = git("ls-tree", "-r", "--name-only", commit, cwd=cache.repo_path).split()
     assert files == ["python/demo/__init__.py", "python/demo/core.py"]
-    assert git("rev-parse", "upstream/1.0^{commit}", cwd=cache.repo_path) == commit
+    assert git("rev-parse", f"upstream/1.0+{pin.sha256[:16]}^{{commit}}", cwd=cache.repo_path) == commit
     assert (cache.wheels_dir / pin.filename).is_file()
 
 
@@ -93,7 +95,8 @@ def test_earlier_versions_stay_in_the_cache(tmp_path):
     old = cache.ensure(wheel_upstream(make_wheel(tmp_path, "1.0", {"__init__.py": "x = 1\n"}), "1.0"))
     new = cache.ensure(wheel_upstream(make_wheel(tmp_path, "1.1", {"__init__.py": "x = 2\n"}), "1.1"))
     assert old != new
-    assert {line.split()[-1] for line in refs(cache).splitlines()} >= {"refs/tags/upstream/1.0", "refs/tags/upstream/1.1"}
+    tags = {line.split()[-1] for line in refs(cache).splitlines()}
+    assert {tag.split("+")[0] for tag in tags} >= {"refs/tags/upstream/1.0", "refs/tags/upstream/1.1"}
 
 
 def test_git_mode_fetches_the_pinned_commit_from_a_remote(tmp_path):
@@ -163,3 +166,54 @@ def test_a_held_lock_becomes_lock_timeout_with_a_hint(tmp_path: Path, monkeypatc
     with cache.locked():  # free again: taken and released
         pass
     assert cache.wheel(pin).is_file()
+
+
+# -- verified on use ---------------------------------------------------------------
+
+def test_a_cached_wheel_changed_afterwards_is_fetched_again_never_used(tmp_path, monkeypatch):
+    pin = make_wheel(tmp_path, "1.0", {"__init__.py": "x = 1\n"})
+    cache = UpstreamCache(tmp_path / "cache")
+    cached = cache.wheel(pin)
+    good = cached.read_bytes()
+    cached.write_bytes(good[:-10])  # truncated (or edited: any change)
+    assert cache.wheel(pin).read_bytes() == good  # fetched again from the pin's url
+    # Offline, a damaged wheel is a clear error, and is not handed out.
+    cached.write_bytes(b"edited")
+    monkeypatch.setattr("urllib.request.urlopen", lambda *a, **k: (_ for _ in ()).throw(OSError("offline")))
+    with pytest.raises(UpstreamError, match="does not match its pin") as raised:
+        cache.wheel(pin)
+    assert "fetch --verify" in raised.value.hint
+    assert cached.read_bytes() == b"edited"
+
+
+def test_an_unchanged_wheel_is_not_hashed_twice_but_fetch_verify_rehashes(tmp_path, monkeypatch):
+    pin = make_wheel(tmp_path, "1.0", {"__init__.py": "x = 1\n"})
+    cache = UpstreamCache(tmp_path / "cache")
+    cache.wheel(pin)
+    hashed = []
+    real = cache_module.sha256_of
+    monkeypatch.setattr(cache_module, "sha256_of", lambda path: hashed.append(path) or real(path))
+    cache.wheel(pin)
+    assert hashed == []  # the verified stamp (size, mtime, inode) matched
+    cache.ensure(wheel_upstream(pin, "1.0"))
+    assert cache.verify(wheel_upstream(pin, "1.0"))[-1].endswith("git fsck clean")
+    assert hashed  # re-hashed although the stamp matched
+    # Same size, same mtime, new content: a replaced file has a new inode.
+    cached = cache.wheels_dir / pin.filename
+    stat = cached.stat()
+    replacement = cached.with_name("other")
+    replacement.write_bytes(b"x" * stat.st_size)
+    os.utime(replacement, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    os.replace(replacement, cached)
+    hashed.clear()
+    cache.wheel(pin)
+    assert hashed  # noticed
+
+
+def test_moving_the_pin_without_renaming_the_version_imports_anew(tmp_path):
+    cache = UpstreamCache(tmp_path / "cache")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first = cache.ensure(wheel_upstream(make_wheel(tmp_path / "a", "1.0", {"__init__.py": "x = 1\n"}), "1.0"))
+    second = cache.ensure(wheel_upstream(make_wheel(tmp_path / "b", "1.0", {"__init__.py": "x = 2\n"}), "1.0"))
+    assert first != second

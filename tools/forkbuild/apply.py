@@ -27,7 +27,7 @@ from forkbuild.fsutil import write_atomic
 from forkbuild.git import Git
 from forkbuild.guards_module import add_generated_commit
 from forkbuild.matrix.combination import Combination, as_combination
-from forkbuild.patchfile import PatchInfo, check_safe, read_patch
+from forkbuild.patchfile import PatchInfo, check_patches, read_patch, symlinks_of
 from forkbuild.worktree.engine import Engine, Outcome, PatchJob, PatchResult
 from forkbuild.worktree.stop import StopState, clear_stop, read_stop, write_stop
 from forkbuild.worktrees import TreeGuard, recover_killed_change, temporary_worktree, tree_guard
@@ -83,8 +83,7 @@ def plan_variant(series: Series, variant: Combination | str | None) -> ApplyPlan
     series) applies, each read and checked for path safety."""
     combination = as_combination(series, variant) if variant else None
     entries = combination.patches(series) if combination else series.patches
-    for entry in entries:
-        check_safe(entry.path)
+    check_patches([entry.path for entry in entries])  # every problem of every patch at once
     chosen = set(entries)
     return ApplyPlan(variant=combination.name if combination else "", entries=entries, infos=tuple(read_patch(entry.path) for entry in entries),
                      left_out=tuple(entry for entry in series.patches if entry not in chosen),
@@ -109,6 +108,8 @@ def apply_plan(*, context: Context, plan: ApplyPlan, dest: Path, stop: bool = Fa
     cache = UpstreamCache(context.cache_dir, reporter=context.reporter)
     base = cache.ensure(series.upstream)
     cache_git = cache.git()
+    # The check `check` and `import` run: no patch may write through one of upstream's symlinks.
+    check_patches([entry.path for entry in plan.entries], symlinks=symlinks_of(cache_git, base))
     sources: dict[str, str] = {}
     if plan.left_out and plan.entries:  # nothing applied (stock): no merges, no series commits needed
         # Patches after a left-out one were written on top of it: the 3-way rung

@@ -106,13 +106,73 @@ class UpstreamCache:
                 self.git().tag(upstream.tag, commit)
             return commit
 
-    def wheel(self, pin: WheelPin) -> Path:
-        """The verified wheel file for `pin`, downloading it when it is not cached."""
+    def wheel(self, pin: WheelPin, *, rehash: bool = False) -> Path:
+        """The wheel file for `pin`, checked against its sha256 on every use (a stamp keyed
+        by size, mtime and inode spares re-hashing an untouched file; rehash: ignore it);
+        downloaded when missing or when the cached file does not match."""
         cached = self.wheels_dir / pin.filename
-        if cached.is_file():
+        if cached.is_file() and self._matches_pin(cached, pin, rehash=rehash):
             return cached
         with self.locked():
             return self._wheel_locked(pin)
+
+    def verify(self, upstream: Upstream) -> list[str]:
+        """`fetch --verify`: re-hash every cached pinned wheel (a mismatch is re-downloaded)
+        and `git fsck` the repository; what was checked, one line each."""
+        checked = []
+        for pin in upstream.wheels:
+            if (self.wheels_dir / pin.filename).exists():
+                self.wheel(pin, rehash=True)
+                checked.append(f"{pin.filename}: sha256 matches the pin")
+        if (self.repo_path / "HEAD").exists():
+            try:
+                self.git().run("fsck", "--no-dangling", "--no-progress")
+            except GitFailed as error:
+                raise UpstreamError(f"{self.repo_path} is damaged (git fsck):\n{error.stderr or error.stdout}",
+                                    hint=f"move {self.repo_path} aside and run `forkbuild fetch` to import it anew") from None
+            checked.append(f"{self.repo_path}: git fsck clean")
+        return checked
+
+    # -- the verified stamp ---------------------------------------------------
+    def _stamp_path(self, wheel: Path) -> Path:
+        return self.wheels_dir / ".verified" / f"{wheel.name}.json"
+
+    @staticmethod
+    def _identity(wheel: Path) -> dict:
+        stat = wheel.stat()
+        return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "inode": stat.st_ino}
+
+    def _matches_pin(self, wheel: Path, pin: WheelPin, *, rehash: bool = False) -> bool:
+        """Whether `wheel` has the pinned sha256; a file unchanged since it was last hashed is
+        not hashed again (any write changes its mtime or, replaced, its inode)."""
+        import json
+
+        stamp = self._stamp_path(wheel)
+        identity = self._identity(wheel)
+        if not rehash:
+            try:
+                recorded = json.loads(stamp.read_text())
+            except (OSError, ValueError):
+                recorded = None
+            if recorded == {**identity, "sha256": pin.sha256}:
+                return True
+        if sha256_of(wheel) != pin.sha256:
+            self.reporter.warn(f"{wheel}: does not match its sha256 pin (changed or damaged): fetching it again")
+            return False
+        self._stamp(wheel, identity, pin)
+        return True
+
+    def _stamp(self, wheel: Path, identity: dict, pin: WheelPin) -> None:
+        import json
+
+        from forkbuild.fsutil import write_atomic
+
+        stamp = self._stamp_path(wheel)
+        try:
+            stamp.parent.mkdir(exist_ok=True)
+            write_atomic(stamp, json.dumps({**identity, "sha256": pin.sha256}) + "\n")
+        except OSError:
+            pass  # a read-only cache still works: it is only hashed on every use
 
     # -- internals (called with the lock held) ------------------------------
     @staticmethod
@@ -126,9 +186,22 @@ class UpstreamCache:
 
     def _wheel_locked(self, pin: WheelPin) -> Path:
         target = self.wheels_dir / pin.filename
-        if target.is_file():
+        mismatch = target.is_file() and not self._matches_pin(target, pin)
+        if target.is_file() and not mismatch:
             return target
         self.wheels_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            return self._download_pinned(pin, target)
+        except UpstreamError as error:
+            if not mismatch:
+                raise
+            # Never build from it: the cached file stays as it is (for a look), unused.
+            raise UpstreamError(f"{target} does not match its pin (series.toml: sha256 {pin.sha256}) and fetching "
+                                f"it again failed: {error.message}",
+                                hint="connect to the network and run `forkbuild fetch --verify`, or put the "
+                                     f"right {pin.filename} there") from None
+
+    def _download_pinned(self, pin: WheelPin, target: Path) -> Path:
         from forkbuild.pypi import find_file
 
         url = pin.url or find_file(pin.filename.split("-")[0], pin.filename).url
@@ -147,6 +220,7 @@ class UpstreamCache:
             os.replace(partial, target)
         finally:
             partial.unlink(missing_ok=True)
+        self._stamp(target, self._identity(target), pin)
         return target
 
     def _download(self, url: str, out, *, label: str) -> None:

@@ -10,8 +10,8 @@ from forkbuild.apply import PatchRecord, apply_plan, plan_variant
 from forkbuild.cache import UpstreamCache
 from forkbuild.config import Series
 from forkbuild.context import Context
-from forkbuild.errors import ApplyError, UnsafePatchError
-from forkbuild.patchfile import check_safe
+from forkbuild.errors import ApplyError, ConfigError
+from forkbuild.patchfile import check_patches, symlinks_of
 from forkbuild.worktree.engine import Outcome
 from forkbuild.worktrees import temporary_worktree
 
@@ -40,29 +40,33 @@ class VariantCheck:
         return sum(1 for record in self.records if record.outcome is outcome)
 
 
-def unsafe_patches(series: Series, *, tree: Path | None = None) -> list[str]:
-    """Every path-safety problem of every patch (not just the first)."""
-    problems = []
-    for entry in series.patches:
-        try:
-            check_safe(entry.path, tree=tree)
-        except UnsafePatchError as error:
-            problems.append(error.message)
-    return problems
+def consistency(series: Series) -> tuple[list[str], list[str]]:
+    """(errors, warnings) of what series.toml promises: a variant holding a feature that no
+    patch implements would build without it while claiming it; a feature no variant holds
+    is never built nor tested."""
+    implemented = {entry.feature for entry in series.patches}
+    errors = [f"variants.{name}: holds feature {feature!r}, but no patch of series.toml implements it"
+              for name, variant in series.variants.items() for feature in variant.features
+              if feature not in implemented]
+    held = {feature for variant in series.variants.values() for feature in variant.features}
+    warnings = [f"features.{name}: no variant holds it (it is never built or tested)"
+                for name in series.features if name not in held]
+    return errors, warnings
 
 
 def check_series(*, context: Context) -> list[VariantCheck]:
     """Apply the whole series, then each variant, into one scratch work tree (removed after)."""
     series = context.series
-    problems = unsafe_patches(series)
-    if problems:
-        raise UnsafePatchError("\n".join(problems), hint="patches may only change regular files inside the upstream tree")
-    with temporary_worktree(UpstreamCache(context.cache_dir, reporter=context.reporter), purpose="check") as dest:
+    errors, warnings = consistency(series)
+    for warning in warnings:
+        context.reporter.warn(warning)
+    if errors:
+        raise ConfigError(errors)
+    cache = UpstreamCache(context.cache_dir, reporter=context.reporter)
+    # Every parse and path problem of every patch at once; the same check apply and import run.
+    check_patches([entry.path for entry in series.patches], symlinks=symlinks_of(cache.git(), cache.ensure(series.upstream)))
+    with temporary_worktree(cache, purpose="check") as dest:
         results = [_try(context, SERIES, dest)]
-        # Symbolic links can only be seen in a tree: upstream's own, plus what the series adds.
-        problems = unsafe_patches(series, tree=dest)
-        if problems:
-            raise UnsafePatchError("\n".join(problems), hint="patches must not write through symbolic links")
         results += [_try(context, name, dest) for name in series.variants]
     return results
 

@@ -52,9 +52,17 @@ class Upstream:
     empty_dirs: tuple[str, ...] = ()
 
     @property
+    def pin(self) -> str:
+        """What names this upstream's content: the git commit id, or the sha256 of the wheel it is imported from."""
+        if self.source == "git":
+            return self.git.commit if self.git else ""
+        return self.wheels[0].sha256 if self.wheels else ""
+
+    @property
     def tag(self) -> str:
-        """The cache repository's tag for this upstream version."""
-        return f"upstream/{self.version}"
+        """The cache repository's tag for this upstream: keyed by its pin as well as its
+        version name, so moving the pin without renaming the version imports it anew."""
+        return f"upstream/{self.version}+{self.pin[:16]}" if self.pin else f"upstream/{self.version}"
 
     def wheel_for(self, python_tag: str) -> WheelPin:
         for pin in self.wheels:

@@ -14,7 +14,6 @@ import unidiff
 from forkbuild.errors import UnsafePatchError
 
 TRAILER = re.compile(r"^(?P<key>[A-Za-z][A-Za-z0-9-]*):\s*(?P<value>.+?)\s*$")
-SYMLINK_MODE = "120000"
 MAIL_HEADER = re.compile(r"^[!-9;-~]+:")  # RFC 5322 field name: printable ASCII but ":"
 
 
@@ -137,39 +136,161 @@ def _file_change(patched: unidiff.PatchedFile) -> FileChange:
                       hunk_starts=tuple(hunk.source_start for hunk in patched))
 
 
-def check_safe(path: Path, *, tree: Path | None = None) -> None:
-    """Refuse a patch that writes outside the tree, uses absolute paths, touches .git/,
-    creates a symlink or goes through one in `tree`."""
-    text = path.read_text(encoding="utf-8", errors="surrogateescape")
+# -- path safety, read the way git reads a patch ---------------------------------
+
+# Header lines whose value git parses as a mode (apply.c: parse_mode_line, gitdiff_index).
+MODE_LINE = re.compile(r"^(?:old mode|new mode|deleted file mode|new file mode) (?P<mode>.*)$", re.MULTILINE)
+INDEX_MODE = re.compile(r"^index [0-9a-fA-F]+\.\.[0-9a-fA-F]+ (?P<mode>.*)$", re.MULTILINE)
+# Header lines that name a path (git takes a C-quoted name or the rest of the line);
+# rename/copy lines name it without the a/ b/ prefix.
+PATH_LINE = re.compile(r"^(?:(?P<side>---|\+\+\+) |(?:rename|copy) (?:from|to) )(?P<name>.*)$", re.MULTILINE)
+GIT_HEADER = re.compile(r"^diff --git (?P<names>.*)$", re.MULTILINE)
+S_IFMT, S_IFREG, S_IFLNK, S_IFDIR, S_IFGITLINK = 0o170000, 0o100000, 0o120000, 0o040000, 0o160000
+C_ESCAPES = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 34, "\\": 92}
+
+
+def git_mode(value: str) -> int | None:
+    """A mode as git reads it: strtoul(value, 8) (leading blanks and zeros allowed), followed
+    by the end or a blank; then canon_mode: regular, symlink, directory, or else a gitlink.
+    None: git rejects the line ("invalid mode")."""
+    match = re.match(r"[ \t]*[+]?([0-7]+)(?:[ \t\r].*)?$", value)
+    if not match:
+        return None
+    mode = int(match.group(1), 8) & 0xFFFFFFFF
+    kind = mode & S_IFMT
+    if kind == S_IFREG:
+        return S_IFREG | (0o755 if mode & 0o100 else 0o644)
+    if kind in (S_IFLNK, S_IFDIR):
+        return kind
+    return S_IFGITLINK
+
+
+def c_unquote(name: str) -> str:
+    """A name as git writes it: "C-quoted" (with \\ooo octal bytes) or plain."""
+    if not name.startswith('"'):
+        return name
+    out, index = bytearray(), 1
+    while index < len(name) and name[index] != '"':
+        char = name[index]
+        if char == "\\" and index + 1 < len(name):
+            nxt = name[index + 1]
+            if nxt in "0123" and re.match(r"[0-7]{3}", name[index + 1:index + 4]):
+                out.append(int(name[index + 1:index + 4], 8))
+                index += 4
+                continue
+            out.append(C_ESCAPES.get(nxt, ord(nxt)))
+            index += 2
+            continue
+        out.extend(char.encode("utf-8", errors="surrogateescape"))
+        index += 1
+    return out.decode("utf-8", errors="surrogateescape")
+
+
+def _names(text: str) -> list[tuple[str, bool]]:
+    """Every path a patch's headers name, unquoted, with whether it carries git's a/ b/
+    prefix (which `git am -p1` strips); /dev/null left out."""
+    names = []
+    for match in PATH_LINE.finditer(text):
+        raw = match["name"]
+        name = c_unquote(raw) if raw.startswith('"') else raw.split("\t", 1)[0]
+        names.append((name, bool(match["side"])))
+    for match in GIT_HEADER.finditer(text):
+        value = match["names"]
+        names += [(c_unquote(part), True) for part in re.findall(r'"(?:[^"\\]|\\.)*"', value)]
+        names += [(part, True) for part in re.sub(r'"(?:[^"\\]|\\.)*"', " ", value).split()]
+    return [(name, prefixed) for name, prefixed in names if name.strip() != "/dev/null"]
+
+
+def symlinks_of(cache_git, commit: str) -> frozenset[str]:
+    """The paths that are symbolic links in `commit` of the cache repository (upstream's own;
+    patches cannot add any), for the "goes through a symbolic link" check without a work tree."""
+    listing = cache_git.out("ls-tree", "-r", "-z", "--full-tree", commit)
+    return frozenset(entry.split("\t", 1)[1] for entry in listing.split("\0")
+                     if entry.startswith(f"{S_IFLNK:o} "))
+
+
+def safety_problems(text: str, *, tree: Path | None = None, symlinks: frozenset[str] = frozenset()) -> list[str]:
+    """Every reason a patch is unsafe: a path outside the tree, absolute or into .git/; a mode git
+    reads as a symlink, directory or gitlink (any spelling: 0120000, "120000 "); a path through a
+    symbolic link of `tree` or one of `symlinks` (upstream's)."""
     problems = []
-    for header in re.finditer(r"^diff --git (\S+) (\S+)$", text, flags=re.MULTILINE):
-        for raw in header.groups():
-            problems.extend(_path_problems(raw, tree=tree))
-    for mode in re.finditer(r"^(?:new file|new|old|deleted file) mode (\d+)$", text, flags=re.MULTILINE):
-        if mode.group(1) == SYMLINK_MODE:
+    for match in [*MODE_LINE.finditer(text), *INDEX_MODE.finditer(text)]:
+        mode = git_mode(match["mode"])
+        if mode is None:
+            problems.append(f"unreadable mode {match['mode']!r} (git refuses the patch)")
+        elif mode == S_IFLNK:
             problems.append("creates or changes a symbolic link")
-    for name in re.finditer(r"^(?:---|\+\+\+) (\S+)", text, flags=re.MULTILINE):
-        if name.group(1) != "/dev/null":
-            problems.extend(_path_problems(name.group(1), tree=tree))
+        elif mode == S_IFGITLINK:
+            problems.append("creates or changes a submodule (gitlink)")
+        elif mode == S_IFDIR:
+            problems.append("has a directory mode")
+    for raw, prefixed in _names(text):
+        problems.extend(_path_problems(raw, prefixed=prefixed, tree=tree, symlinks=symlinks))
+    return sorted(set(problems))
+
+
+def check_safe(path: Path, *, tree: Path | None = None, symlinks: frozenset[str] = frozenset()) -> None:
+    """Refuse a patch that writes outside the tree, uses absolute paths, touches .git/,
+    creates a symlink or gitlink, or goes through a symlink in `tree` / `symlinks`."""
+    problems = safety_problems(read_text(path), tree=tree, symlinks=symlinks)
     if problems:
-        unique = sorted(set(problems))
-        raise UnsafePatchError(f"patches/{path.name} is unsafe:\n" + "\n".join(f"  - {problem}" for problem in unique),
+        raise UnsafePatchError(f"patches/{path.name} is unsafe:\n" + "\n".join(f"  - {problem}" for problem in problems),
                                hint="patches may only change regular files inside the upstream tree")
 
 
-def _path_problems(raw: str, *, tree: Path | None) -> list[str]:
-    stripped = strip_prefix(raw)
-    if raw.startswith("/") or stripped.startswith("/"):
+def read_text(path: Path) -> str:
+    """A patch file's text, line endings as they are (no newline translation)."""
+    return path.read_bytes().decode("utf-8", errors="surrogateescape")
+
+
+def patch_problems(path: Path, *, symlinks: frozenset[str] = frozenset()) -> list[str]:
+    """Everything wrong with one patch file before git sees it: unreadable, empty, no diff,
+    a truncated or broken hunk, no author, unsafe paths or modes. One line each, naming the file."""
+    label = f"patches/{path.name}"
+    try:
+        text = read_text(path)
+    except OSError as error:
+        return [f"{label}: cannot be read: {error.strerror or error}"]
+    if not text.strip():
+        return [f"{label}: is empty"]
+    problems = []
+    try:
+        info = parse_patch(text, path=path)
+    except UnsafePatchError as error:
+        problems.append(error.message)
+    else:
+        if not info.files and "GIT binary patch" not in text and not MODE_LINE.search(text):
+            problems.append(f"{label}: holds no diff (not a patch, or cut off before its first `diff --git`)")
+        if not info.author:
+            problems.append(f"{label}: has no `From:` header (git am needs an author)")
+    problems += [f"{label}: {problem}" for problem in safety_problems(text, symlinks=symlinks)]
+    return problems
+
+
+def check_patches(paths, *, symlinks: frozenset[str] = frozenset()) -> None:
+    """Raise one UnsafePatchError naming every problem of every patch (not just the first)."""
+    problems = [problem for path in paths for problem in patch_problems(path, symlinks=symlinks)]
+    if problems:
+        raise UnsafePatchError(f"{len(problems)} problem(s) in the series' patches:\n"
+                               + "\n".join(f"  - {problem}" for problem in problems),
+                               hint="fix or replace the patches named; patches may only change regular files "
+                                    "inside the upstream tree")
+
+
+def _path_problems(raw: str, *, prefixed: bool, tree: Path | None, symlinks: frozenset[str] = frozenset()) -> list[str]:
+    if raw.startswith("/"):
+        return [f"{raw}: absolute path"]
+    # git am strips one leading component (-p1), whatever it is: judge what is left, and the whole.
+    stripped = raw.split("/", 1)[1] if prefixed and "/" in raw else raw
+    if stripped.startswith("/"):
         return [f"{stripped}: absolute path"]
     name = PurePosixPath(stripped)
-    if ".." in name.parts:
-        return [f"{name}: leaves the tree (..)"]
-    if ".git" in name.parts:
+    if ".." in PurePosixPath(raw).parts or ".." in name.parts:
+        return [f"{stripped}: leaves the tree (..)"]
+    if any(part.lower().rstrip(". ") == ".git" for part in name.parts):
         return [f"{name}: touches .git/"]
-    if tree is not None:
-        current = tree
-        for part in name.parts[:-1]:
-            current = current / part
-            if current.is_symlink():
-                return [f"{name}: goes through the symbolic link {current.relative_to(tree)}"]
+    for depth in range(1, len(name.parts)):
+        prefix = "/".join(name.parts[:depth])
+        if prefix in symlinks or (tree is not None and (tree / prefix).is_symlink()):
+            return [f"{name}: goes through the symbolic link {prefix}"]
     return []

@@ -12,6 +12,9 @@ def add_parser(subparsers) -> None:
         description="Imports the pinned upstream (the release wheel's files, or the git commit) into the cache; later runs are offline. --wheels also downloads every pinned wheel, sha256-verified.",
         examples=['forkbuild fetch', 'forkbuild fetch --wheels'])
     parser.add_argument("--wheels", action="store_true", help="also download every pinned wheel (all Python tags)")
+    parser.add_argument("--verify", action="store_true",
+                        help="re-hash every cached pinned wheel (ignoring the verified stamps; a mismatch is "
+                             "fetched again) and `git fsck` the cache repository")
     parser.set_defaults(run=run)
 
 
@@ -23,4 +26,7 @@ def run(args, context) -> int:
     if args.wheels:
         for pin in upstream.wheels:
             context.reporter.info(f"{pin.filename}: {cache.wheel(pin)}")
+    if args.verify:
+        for line in cache.verify(upstream):
+            context.reporter.info(line)
     return 0
