@@ -30,7 +30,7 @@ from forkbuild.fsutil import write_atomic
 from forkbuild.git import Git
 from forkbuild.guards_module import generated_commit_problems, is_generated
 from forkbuild.new_feature import PATCH_NAME, PATCH_TRAILER
-from forkbuild.patchfile import PatchInfo, parse_patch, read_patch
+from forkbuild.patchfile import PatchInfo, parse_patch, read_patch, read_text
 from forkbuild.series_edit import EntrySpec, quilt_series_text, updated_series_toml
 from forkbuild.series_writer import SeriesChange, write_series
 from forkbuild.worktrees import TreeGuard, tree_guard
@@ -56,8 +56,13 @@ class ExportedPatch:
     action: str  # "unchanged" | "noise" (kept: index/offset changes only) | "changed" | "new"
 
 
+def _crlf_note(path: Path) -> str:
+    return ": CRLF line endings" if path.is_file() and b"\r\n" in path.read_bytes() else ""
+
+
 @dataclass(frozen=True, kw_only=True)
 class ExportPlan:
+    patches_dir: Path
     tree: Path
     head: str
     patches: tuple[ExportedPatch, ...]
@@ -68,7 +73,8 @@ class ExportPlan:
 
     def changes(self) -> list[str]:
         """What writing the plan would change, one line per file."""
-        lines = [f"patches/{p.file} ({p.action})" for p in self.patches if p.action in ("new", "changed")]
+        lines = [f"patches/{p.file} ({p.action}{_crlf_note(self.patches_dir / p.file)})"
+                 for p in self.patches if p.action in ("new", "changed")]
         lines += [f"patches/{name} (removed)" for name in self.removed]
         if self.series_toml is not None:
             lines.append("series.toml (the patch list)")
@@ -213,7 +219,8 @@ def plan_export(series: Series, *, worktree: Git, base: str, refresh: bool,
     quilt_path = series.patches_dir / "series"
     quilt = quilt_series_text(spec.file for spec in specs)
     old_quilt = quilt_path.read_text() if quilt_path.is_file() else None
-    return ExportPlan(tree=worktree.path, head=head, patches=tuple(patches), removed=removed, kept=kept,
+    return ExportPlan(patches_dir=series.patches_dir, tree=worktree.path, head=head, patches=tuple(patches),
+                      removed=removed, kept=kept,
                       series_toml=None if new_toml == current_toml else new_toml,
                       quilt_series=None if quilt == old_quilt else quilt)
 
@@ -408,8 +415,7 @@ def normalized(text: str) -> str:
 def _action(path: Path, text: str, *, refresh: bool) -> str:
     if not path.is_file():
         return "new"
-    # Bytes, not read_text(): universal newlines would turn a CRLF file's "\r\n" into "\n".
-    old = path.read_bytes().decode("utf-8", errors="surrogateescape")
+    old = read_text(path)  # bytes as they are: read_text() would turn CRLF into LF and hide it
     if old == text:
         return "unchanged"
     if not refresh and normalized(old) == normalized(text):

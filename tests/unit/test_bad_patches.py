@@ -1,0 +1,108 @@
+"""Bad patches are named as the culprit (the good ones are not blamed), every problem of
+the series at once; path safety reads modes and names the way git does, and apply,
+check and import run the same check."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fixtures import SeriesFixture, commit_all
+from forkbuild.errors import UnsafePatchError
+from forkbuild.git import Git
+from forkbuild.patchfile import git_mode, safety_problems
+from forkbuild.series_edit import quilt_series_text
+
+APPLY = UnsafePatchError.return_code
+
+
+def add_patch(fx: SeriesFixture, name: str, text: str, feature: str = "beta") -> None:
+    (fx.patches_dir / name).write_text(text)
+    with fx.series_toml.open("a") as out:
+        out.write(f'\n[[patches]]\nfile = "{name}"\nfeature = "{feature}"\n')
+
+
+def link_patch(mode_line: str, path: str = "python/outlink") -> str:
+    return (f"From 1111111111111111111111111111111111111111 Mon Sep 17 00:00:00 2001\n"
+            f"From: Someone <someone@example.com>\nDate: Tue, 14 Nov 2023 22:13:20 +0000\n"
+            f"Subject: [PATCH] a link\n\nFeature: beta\n---\n"
+            f"diff --git a/{path} b/{path}\n{mode_line}\nindex 0000000..1b4ba8e\n"
+            f"--- /dev/null\n+++ b/{path}\n@@ -0,0 +1 @@\n+/tmp\n\\ No newline at end of file\n")
+
+
+def output(capsys) -> str:
+    captured = capsys.readouterr()
+    return " ".join((captured.out + captured.err).split())
+
+
+@pytest.mark.parametrize("mode", ["120000", "0120000", "120000 ", "00120000", "160000", "0160000 "])
+def test_every_spelling_git_reads_as_a_link_or_gitlink_is_refused_by_apply_check_and_import(
+        series_fx: SeriesFixture, tmp_path: Path, capsys, mode: str) -> None:
+    text = link_patch(f"new file mode {mode}")
+    (tmp_path / "quilt").mkdir()
+    (tmp_path / "quilt" / "link.patch").write_text(text)
+    (tmp_path / "quilt" / "series").write_text("link.patch\n")
+    assert series_fx.cli("import", "--quilt", str(tmp_path / "quilt"), "--feature", "beta") == APPLY
+    add_patch(series_fx, "link.patch", text)
+    assert series_fx.cli("check") == APPLY
+    assert series_fx.cli("apply", "--all") == APPLY
+    assert "link.patch" in output(capsys)
+    assert not (series_fx.root / ".forkbuild-work" / "series" / "python" / "outlink").exists()
+
+
+def test_git_mode_parsing_follows_git() -> None:
+    assert git_mode("100644") == git_mode("0100644") == git_mode(" 100644") == 0o100644
+    assert git_mode("100755") == 0o100755
+    assert git_mode("120000\t") == 0o120000
+    assert git_mode("12x") is None and git_mode("") is None
+    assert safety_problems(link_patch("new file mode 100644"))  == []
+    # A mode on the index line counts too, and a C-quoted name is unquoted before it is judged.
+    assert "creates or changes a symbolic link" in safety_problems(link_patch("new file mode 100644")
+                                                                   .replace("index 0000000..1b4ba8e",
+                                                                            "index 0000000..1b4ba8e 0120000"))
+    quoted = link_patch("new file mode 100644").replace("+++ b/python/outlink", '+++ "b/python/\\056./\\056git/x"')
+    assert any("leaves the tree" in problem or ".git" in problem for problem in safety_problems(quoted))
+
+
+def test_apply_refuses_a_path_through_an_upstream_symlink(git_series_fx: SeriesFixture, capsys) -> None:
+    fx = git_series_fx
+    repo = Git(fx.upstream_repo)
+    (repo.path / "python" / "linked").symlink_to("pkg")
+    upstream = commit_all(repo, "upstream with a symlink")
+    fx.series_toml.write_text(fx.series_toml.read_text().replace(fx.upstream_commit, upstream))
+    text = (fx.patches_dir / "beta-limit.patch").read_text().replace("python/pkg/util.py", "python/linked/util.py")
+    (fx.patches_dir / "beta-limit.patch").write_text(text)
+    assert fx.cli("apply", "--all") == APPLY
+    assert "goes through the symbolic link python/linked" in output(capsys)
+
+
+@pytest.mark.parametrize("bad", ["", "hello, this is not a patch\n", "truncated"])
+def test_a_bad_patch_is_named_and_the_good_ones_are_not_blamed(series_fx: SeriesFixture, capsys, bad: str) -> None:
+    if bad == "truncated":
+        text = (series_fx.patches_dir / "alpha-scale.patch").read_text()
+        bad = text[: text.rindex("@@") + 40]
+    (series_fx.patches_dir / "alpha-scale.patch").write_text(bad)
+    assert series_fx.cli("apply", "--all") == APPLY
+    said = output(capsys)
+    assert "alpha-scale.patch" in said
+    assert "guards.patch" not in said and "beta-limit.patch" not in said
+
+
+def test_every_problem_of_the_series_is_reported_at_once(series_fx: SeriesFixture, capsys) -> None:
+    (series_fx.patches_dir / "guards.patch").write_text("")
+    text = (series_fx.patches_dir / "beta-limit.patch").read_text().replace("python/pkg/util.py", "../util.py")
+    (series_fx.patches_dir / "beta-limit.patch").write_text(text)
+    assert series_fx.cli("check") == APPLY
+    said = output(capsys)
+    assert "patches/guards.patch: is empty" in said
+    assert "patches/beta-limit.patch: ../util.py: leaves the tree" in said
+
+
+def test_export_check_flags_crlf(series_fx: SeriesFixture, capsys) -> None:
+    """A fresh clone (no work tree): `export --check` applies, then compares bytes, CRs included."""
+    (series_fx.patches_dir / "series").write_text(quilt_series_text(spec.file for spec in series_fx.specs))
+    path = series_fx.patches_dir / "beta-limit.patch"
+    path.write_bytes(path.read_bytes().replace(b"\n", b"\r\n"))
+    assert series_fx.cli("export", "--check") == 6
+    assert "patches/beta-limit.patch (changed: CRLF line endings)" in output(capsys)
