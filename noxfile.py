@@ -149,3 +149,10 @@ def rebase(session: nox.Session) -> None:
         session.run("forkbuild", "rebase", first, *rest)
     else:
         session.run("forkbuild", "rebase", "--onto", first, *rest)
+
+
+@nox.session(name="chaos", python="3.11", default=False)
+def chaos(session: nox.Session) -> None:
+    """kill -9 at every step of every command (tests/unit/test_chaos.py, the full matrix)."""
+    _install_forkbuild(session)
+    session.run("pytest", "tests/unit/test_chaos.py", "-q", *session.posargs, env={"FORKBUILD_CHAOS_ALL": "1"})

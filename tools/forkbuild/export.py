@@ -164,6 +164,10 @@ def _refuse_stale_tree(context: Context, *, state: dict, worktree: Git, dropped:
                 if name not in current and name not in dropped and name not in state.get("dropped", [])]
     if not changes:
         return
+    if _already_exported(context, state=state, worktree=worktree):
+        # An export killed after writing patches/ but before recording it in the tree:
+        # patches/ is what this tree exports, so nothing can be overwritten.
+        return
     message = (f"patches/ changed since {tree} was applied; exporting it would overwrite that with the tree's "
                "older commits:\n" + "\n".join(f"  - {line}" for line in changes))
     head, applied = worktree.head(), state["head"]
@@ -175,6 +179,14 @@ def _refuse_stale_tree(context: Context, *, state: dict, worktree: Git, dropped:
         f"(forkbuild apply --all --dir NEW), bring them over (new commits: git -C NEW cherry-pick "
         f"{applied[:12]}..{head[:12]}; amended ones: redo the change), export from there "
         f"(forkbuild export --dir NEW), then re-apply {tree}"))
+
+
+def _already_exported(context: Context, *, state: dict, worktree: Git) -> bool:
+    try:
+        plan = plan_export(context.series, worktree=worktree, base=state["base"], refresh=False)
+    except ForkbuildError:
+        return False
+    return not plan.changes()
 
 
 # -- planning ------------------------------------------------------------------

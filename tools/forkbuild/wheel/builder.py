@@ -18,6 +18,7 @@ from typing import Any, BinaryIO
 
 from forkbuild import manifest as manifest_module
 from forkbuild.apply import scratch_tree
+from forkbuild.chaos import chaos_point
 from forkbuild.cache import UpstreamCache
 from forkbuild.config import Series, WheelPin
 from forkbuild.context import Context
@@ -94,18 +95,28 @@ def install_validated(target: Path, write: Callable[[BinaryIO], None], *, verifi
     """Write a wheel next to `target` under its final name, validate it (see validate_wheel for
     `verified_source`), then rename it into place."""
     target.parent.mkdir(parents=True, exist_ok=True)
+    _remove_dead_scratch(target.parent)
     # The temporary wheel needs the real file name (installer reads the
     # distribution and version from it); a private directory on the same file
     # system keeps the final rename atomic.
-    scratch = Path(tempfile.mkdtemp(dir=target.parent, prefix=".forkbuild-"))
+    scratch = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".forkbuild-{os.getpid()}-"))
     try:
         temporary = scratch / target.name
         with temporary.open("wb") as stream:
             write(stream)
         validate_wheel(temporary, verified_source=verified_source)
+        chaos_point("wheel:validated")
         os.replace(temporary, target)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _remove_dead_scratch(directory: Path) -> None:
+    """Scratch directories of builds that were killed (their pid is gone)."""
+    for scratch in directory.glob(".forkbuild-*-*"):
+        pid = scratch.name.split("-")[1]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 @dataclass(frozen=True, kw_only=True)
