@@ -106,3 +106,22 @@ def test_export_check_flags_crlf(series_fx: SeriesFixture, capsys) -> None:
     path.write_bytes(path.read_bytes().replace(b"\n", b"\r\n"))
     assert series_fx.cli("export", "--check") == 6
     assert "patches/beta-limit.patch (changed: CRLF line endings)" in output(capsys)
+
+
+def test_a_patch_that_needs_fuzz_is_reported_as_needing_fuzz(series_fx: SeriesFixture, capsys) -> None:
+    """Context changed two lines away from the hunk, index blobs unknown: git would say
+    "sha1 information is lacking"; forkbuild says it needs fuzz."""
+    path = series_fx.patches_dir / "beta-limit.patch"
+    text = path.read_text()
+    head, hunks = text.split("diff --git", 1)
+    # The first context line of util.py's hunk no longer matches upstream.
+    lines = ("diff --git" + hunks).splitlines(keepends=True)
+    at = next(index for index, line in enumerate(lines) if line.startswith("@@") and "util" in "".join(lines[max(0, index - 4):index]))
+    lines[at + 1] = " # a context line upstream never had\n"
+    text = head + "".join(lines)
+    text = "\n".join("index 1111111..2222222 100644" if line.startswith("index ") else line for line in text.split("\n"))
+    path.write_text(text)
+    assert series_fx.cli("apply", "--all") == 4
+    said = output(capsys)
+    assert "beta-limit.patch" in said and "applies only with fuzz" in said
+    assert "sha1 information" not in said

@@ -302,6 +302,14 @@ class Git:
         whether the work tree already holds its result."""
         return self._answer("apply", "--check", *(["--reverse"] if reverse else []), str(patch))
 
+    def fuzz_needed(self, patch: Path) -> int | None:
+        """How many context lines a patch that fails exactly would have to ignore to apply
+        (git apply -C<n>: the `fuzz` of patch(1)); None when it does not apply even so."""
+        for context in (2, 1, 0):
+            if self.run("apply", "--check", f"-C{context}", str(patch), check=False).status == 0:
+                return 3 - context
+        return None
+
     def has_staged_changes(self) -> bool:
         """Whether the index differs from HEAD."""
         return not self._answer("diff", "--cached", "--quiet", "HEAD")
