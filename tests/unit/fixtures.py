@@ -331,3 +331,14 @@ description = "Every patch."
 features = ["debian"]
 ''')
     return project
+
+
+def write_through_upstream_symlink(fx: SeriesFixture) -> None:
+    """Give the (git) upstream a symlink python/linked -> pkg, and make beta-limit.patch
+    write util.py through it."""
+    repo = Git(fx.upstream_repo)
+    (repo.path / "python" / "linked").symlink_to("pkg")
+    upstream = commit_all(repo, "upstream with a symlink")
+    fx.series_toml.write_text(fx.series_toml.read_text().replace(fx.upstream_commit, upstream))
+    text = (fx.patches_dir / "beta-limit.patch").read_text().replace("python/pkg/util.py", "python/linked/util.py")
+    (fx.patches_dir / "beta-limit.patch").write_text(text)

@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from fixtures import SeriesFixture, commit_all
+from fixtures import SeriesFixture, write_through_upstream_symlink
 from forkbuild.errors import UnsafePatchError
-from forkbuild.git import Git
 from forkbuild.patchfile import git_mode, safety_problems
 from forkbuild.series_edit import quilt_series_text
 
@@ -67,12 +66,7 @@ def test_git_mode_parsing_follows_git() -> None:
 
 def test_apply_refuses_a_path_through_an_upstream_symlink(git_series_fx: SeriesFixture, capsys) -> None:
     fx = git_series_fx
-    repo = Git(fx.upstream_repo)
-    (repo.path / "python" / "linked").symlink_to("pkg")
-    upstream = commit_all(repo, "upstream with a symlink")
-    fx.series_toml.write_text(fx.series_toml.read_text().replace(fx.upstream_commit, upstream))
-    text = (fx.patches_dir / "beta-limit.patch").read_text().replace("python/pkg/util.py", "python/linked/util.py")
-    (fx.patches_dir / "beta-limit.patch").write_text(text)
+    write_through_upstream_symlink(fx)
     assert fx.cli("apply", "--all") == APPLY
     assert "goes through the symbolic link python/linked" in output(capsys)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fixtures import SeriesFixture, commit_all, edit
+from fixtures import SeriesFixture, commit_all, edit, write_through_upstream_symlink
 from forkbuild.cache import UpstreamCache
 from forkbuild.check import check_series, raise_on_failures
 from forkbuild.errors import ApplyError, UnsafePatchError
@@ -77,11 +77,6 @@ def test_unsafe_patches_are_all_named(series_fx: SeriesFixture) -> None:
 
 def test_patch_through_a_symlink_in_upstream_is_refused(git_series_fx: SeriesFixture) -> None:
     fx = git_series_fx
-    repo = Git(fx.upstream_repo)
-    (repo.path / "python" / "linked").symlink_to("pkg")
-    upstream = commit_all(repo, "upstream with a symlink")
-    fx.series_toml.write_text(fx.series_toml.read_text().replace(fx.upstream_commit, upstream))
-    text = (fx.patches_dir / "beta-limit.patch").read_text().replace("python/pkg/util.py", "python/linked/util.py")
-    (fx.patches_dir / "beta-limit.patch").write_text(text)
+    write_through_upstream_symlink(fx)
     with pytest.raises(UnsafePatchError, match="symbolic link python/linked"):
         check_series(context=fx.context())

@@ -27,10 +27,10 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Mapping
 
 from forkbuild.chaos import chaos_point
 from forkbuild.errors import ForkbuildError

@@ -28,10 +28,11 @@ import os
 import shutil
 import socket
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 from forkbuild.errors import LockBusy
 from forkbuild.git import Git
@@ -61,12 +62,12 @@ class Owner:
     phase: str = "started"
 
     @classmethod
-    def me(cls, command: str, phase: str = "started") -> "Owner":
+    def me(cls, command: str, phase: str = "started") -> Owner:
         return cls(pid=os.getpid(), host=socket.gethostname(), started=_process_start(os.getpid()),
                    command=command, phase=phase)
 
     @classmethod
-    def parse(cls, text: str) -> "Owner | None":
+    def parse(cls, text: str) -> Owner | None:
         try:
             data = json.loads(text)
             return cls(pid=int(data["pid"]), host=str(data["host"]), started=str(data["started"]),
@@ -266,7 +267,7 @@ def clear_dead_scratch_trees(cache_git: Git) -> int:
 
 
 @contextmanager
-def temporary_worktree(cache: "UpstreamCache", *, purpose: str) -> Iterator[Path]:
+def temporary_worktree(cache: UpstreamCache, *, purpose: str) -> Iterator[Path]:
     """A path for a scratch work tree of the cache repository (the caller lets git create it
     there), removed afterwards; a kill -9 leaves a record that the next call clears up."""
     cache_git = cache.git()
