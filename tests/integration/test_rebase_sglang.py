@@ -15,7 +15,7 @@ import pytest
 
 from forkbuild.cache import UpstreamCache
 from forkbuild.cli import main as cli_main
-from forkbuild.config import Upstream, WheelPin
+from forkbuild.config import Upstream, WheelPin, load_series
 from forkbuild.errors import RebaseStopped
 from forkbuild.git import Git
 
@@ -182,7 +182,8 @@ def test_upstreamed_evidence_names_the_upstream_line(rebased: dict) -> None:
     [evidence] = war["evidence"]
     assert evidence["file"] == ENVIRON and evidence["found"]
     line = evidence["start"]
-    lines = Git(rebased["cache"] / "upstream.git").out("show", f"upstream/{NEW}:{ENVIRON}").splitlines()
+    tag = load_series(rebased["root"] / "series.toml").upstream.tag  # upstream/<NEW>+<pin>: the rebased pin
+    lines = Git(rebased["cache"] / "upstream.git").out("show", f"{tag}:{ENVIRON}").splitlines()
     assert lines[line - 1].strip() == "SGLANG_ENABLE_PREFILL_WAR_READ_DONE = EnvBool(True)"
 
 
