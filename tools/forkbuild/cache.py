@@ -1,5 +1,7 @@
-"""The upstream cache: pinned wheels (sha256-verified) and a git repository with
-one commit per imported upstream version, tagged `upstream/<version>`.
+"""The upstream cache: pinned wheels (checked against their sha256 on every use)
+and a git repository with one commit per imported upstream, tagged
+`upstream/<version>+<pin>` (the pin: git commit id or wheel sha256, 16 digits),
+so a pin moved without a new version name is imported anew.
 
 Earlier versions stay in the repository: the rebase needs their blobs for
 3-way merges. A file lock lets several forkbuild/nox processes share it.
