@@ -157,7 +157,7 @@ def _prepare(series_dir: Path, writes: dict[str, bytes], removals: list[str]) ->
     work = series_dir / WORK_DIR
     scratch = Path(tempfile.mkdtemp(dir=work, prefix=f".{JOURNAL}."))
     try:
-        entries = []
+        entries: list[dict[str, str | None]] = []
         for number, (relative, data) in enumerate(sorted(writes.items())):
             blob = scratch / f"{number}.new"
             blob.write_bytes(data)
@@ -168,8 +168,8 @@ def _prepare(series_dir: Path, writes: dict[str, bytes], removals: list[str]) ->
             entries.append({"path": relative, "blob": None, "before": _sha256(series_dir / relative), "after": None})
         for number, entry in enumerate(entries):
             if entry["before"] is not None:
-                entry["backup"] = f"{number}.old"
-                _keep_copy(series_dir / entry["path"], scratch / entry["backup"])
+                entry["backup"] = backup = f"{number}.old"
+                _keep_copy(series_dir / str(entry["path"]), scratch / backup)
         manifest = scratch / MANIFEST
         manifest.write_text(json.dumps({"entries": entries}, indent=1) + "\n")
         _fsync_file(manifest)

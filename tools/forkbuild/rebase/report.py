@@ -8,8 +8,8 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from forkbuild.git import Git
 from forkbuild.fsutil import write_atomic
+from forkbuild.git import Git
 from forkbuild.worktree.engine import Outcome
 
 

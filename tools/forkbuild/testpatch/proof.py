@@ -31,7 +31,6 @@ from pathlib import Path, PurePosixPath
 
 import unidiff
 
-from forkbuild.worktrees import temporary_worktree
 from forkbuild.cache import UpstreamCache
 from forkbuild.config import GUARD_PREFIX, Series
 from forkbuild.context import Context
@@ -52,6 +51,7 @@ from forkbuild.testpatch.records import (
     Record,
 )
 from forkbuild.testpatch.structure import environ_path
+from forkbuild.worktrees import temporary_worktree
 
 ASSERTION = "assertion"
 MISSING_NAME = "missing_name"

@@ -18,8 +18,8 @@ from typing import Any, BinaryIO
 
 from forkbuild import manifest as manifest_module
 from forkbuild.apply import scratch_tree
-from forkbuild.chaos import chaos_point
 from forkbuild.cache import UpstreamCache
+from forkbuild.chaos import chaos_point
 from forkbuild.config import Series, WheelPin
 from forkbuild.context import Context
 from forkbuild.errors import BuildError
