@@ -104,13 +104,6 @@ def main(argv: list[str] | None = None) -> int:
     except ForkbuildError as error:
         reporter.error(error)
         return error.return_code
-    except OSError as error:
-        # A full/read-only disk or a file in the way: one paragraph, no traceback.
-        friendly = disk_error(error)
-        if friendly is None:
-            raise
-        reporter.error(friendly)
-        return friendly.return_code
     except KeyboardInterrupt:
         reporter.console.print("[red]interrupted[/red]")
         return 130
@@ -119,6 +112,13 @@ def main(argv: list[str] | None = None) -> int:
         # the interpreter's final flush does not raise again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    except OSError as error:  # after BrokenPipeError, one of its kind
+        # A full/read-only disk or a file in the way: one paragraph, no traceback.
+        friendly = disk_error(error)
+        if friendly is None:
+            raise
+        reporter.error(friendly)
+        return friendly.return_code
     return int(result or 0)
 
 

@@ -51,7 +51,7 @@ class ExportDriftError(ForkbuildError):
 
 
 class UnsafePatchError(ForkbuildError):
-    """A patch writes outside the tree, uses absolute paths, touches .git/ or a symlink."""
+    """A patch is unsafe or unreadable: outside the tree, absolute, .git/, a symlink or gitlink; empty or garbled."""
 
     return_code = 7
 
