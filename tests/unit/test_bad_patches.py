@@ -94,12 +94,12 @@ def test_every_problem_of_the_series_is_reported_at_once(series_fx: SeriesFixtur
 
 
 def test_export_check_flags_crlf(series_fx: SeriesFixture, capsys) -> None:
-    """A fresh clone (no work tree): `export --check` applies, then compares bytes, CRs included."""
+    """A fresh clone (no work tree): `export --check` applies first, and the patch is named for its CRs."""
     (series_fx.patches_dir / "series").write_text(quilt_series_text(spec.file for spec in series_fx.specs))
     path = series_fx.patches_dir / "beta-limit.patch"
     path.write_bytes(path.read_bytes().replace(b"\n", b"\r\n"))
-    assert series_fx.cli("export", "--check") == 6
-    assert "patches/beta-limit.patch (changed: CRLF line endings)" in output(capsys)
+    assert series_fx.cli("export", "--check") == APPLY
+    assert "patches/beta-limit.patch: has CRLF line endings" in output(capsys)
 
 
 def test_a_patch_that_needs_fuzz_is_reported_as_needing_fuzz(series_fx: SeriesFixture, capsys) -> None:

@@ -200,8 +200,9 @@ def _stopped(worktree: Git, job: PatchJob, result: PatchResult) -> ApplyError:
     """`apply --all` stopped at a patch that does not apply: the tree waits for a person."""
     dest = worktree.path
     files = ", ".join(result.conflicts) or "none reported"
+    detail = _fuzz_detail(worktree, job.path) or result.detail
     stopped = ApplyError(
-        f"{job.name} does not apply: {result.detail}\n  conflicted: {files}\n  work tree: {dest}",
+        f"{job.name} does not apply: {detail}\n  conflicted: {files}\n  work tree: {dest}",
         hint=f"resolve it in {dest} (edit the conflict markers or .rej hunks, `git add`), then "
              f"`forkbuild apply --continue --dir {dest}` and `forkbuild export`; `--skip` leaves it out of the tree "
              f"(its file stays; export then stops until you repair or drop it); `--abort` puts the tree back")
@@ -213,8 +214,8 @@ def _result(context: Context, plan: ApplyPlan, *, dest: Path, base: str, head: s
             results: list[PatchResult], report: bool = True) -> ApplyResult:
     by_name = {entry.file: entry for entry in plan.entries}
     records = tuple(PatchRecord(entry=by_name[result.name], result=replace(
-        result, detail=_failure_detail(by_name[result.name], plan, result.detail)) if result.outcome is Outcome.CONFLICT
-        else result) for result in results)
+        result, detail=_fuzz_detail(Git(dest), by_name[result.name].path) or _failure_detail(by_name[result.name], plan, result.detail))
+        if result.outcome is Outcome.CONFLICT else result) for result in results)
     if report:
         _report_offsets(context, records)
     return ApplyResult(dest=dest, variant=plan.variant, base_commit=base, head_commit=head, records=records)
@@ -383,6 +384,14 @@ def prepare_worktree(cache_git: Git, *, dest: Path, base: str, guard: TreeGuard 
 
 
 # -- applying ---------------------------------------------------------------
+
+def _fuzz_detail(worktree: Git, patch: Path) -> str:
+    """For a patch that fails only because its context lines moved: say it needs fuzz (git's
+    own words, "sha1 information is lacking", would hide that)."""
+    fuzz = worktree.fuzz_needed(patch)
+    return (f"applies only with fuzz {fuzz} (its context lines differ from the tree's); forkbuild never "
+            "fuzzes: refresh the patch") if fuzz else ""
+
 
 def _failure_detail(entry: PatchEntry, plan: ApplyPlan, reason: str) -> str:
     touched = {change.path for change in read_patch(entry.path).files}

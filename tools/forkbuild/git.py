@@ -302,13 +302,20 @@ class Git:
         whether the work tree already holds its result."""
         return self._answer("apply", "--check", *(["--reverse"] if reverse else []), str(patch))
 
-    def fuzz_needed(self, patch: Path) -> int | None:
-        """How many context lines a patch that fails exactly would have to ignore to apply
-        (git apply -C<n>: the `fuzz` of patch(1)); None when it does not apply even so."""
-        for context in (2, 1, 0):
-            if self.run("apply", "--check", f"-C{context}", str(patch), check=False).status == 0:
-                return 3 - context
-        return None
+    def fuzz_needed(self, patch: Path, *, on: str = "HEAD") -> int | None:
+        """How many context lines a patch that fails exactly on `on` would have to ignore to
+        apply (git apply -C<n>: the `fuzz` of patch(1)); None when it does not apply even so.
+        Checked in a private index read from `on`: the work tree may hold conflict markers."""
+        index = self.git_dir / f"forkbuild-fuzz-{os.getpid()}.index"
+        env = {"GIT_INDEX_FILE": str(index)}
+        try:
+            self.run("read-tree", on, env=env)
+            for context in (2, 1, 0):
+                if self.run("apply", "--cached", "--check", f"-C{context}", str(patch), env=env, check=False).status == 0:
+                    return 3 - context
+            return None
+        finally:
+            index.unlink(missing_ok=True)
 
     def has_staged_changes(self) -> bool:
         """Whether the index differs from HEAD."""

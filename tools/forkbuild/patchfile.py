@@ -254,6 +254,9 @@ def patch_problems(path: Path, *, symlinks: frozenset[str] = frozenset()) -> lis
     if not text.strip():
         return [f"{label}: is empty"]
     problems = []
+    if "\r\n" in text:
+        # git applies such a patch only to files with CRLF lines (none upstream has): name it, not the hunk.
+        problems.append(f"{label}: has CRLF line endings (convert it to LF: dos2unix)")
     try:
         info = parse_patch(text, path=path)
     except UnsafePatchError as error:
