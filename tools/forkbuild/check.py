@@ -54,14 +54,19 @@ def consistency(series: Series) -> tuple[list[str], list[str]]:
     return errors, warnings
 
 
-def check_series(*, context: Context) -> list[VariantCheck]:
-    """Apply the whole series, then each variant, into one scratch work tree (removed after)."""
-    series = context.series
-    errors, warnings = consistency(series)
+def check_consistency(context: Context) -> None:
+    """`forkbuild check`'s first step: warn about each feature no variant holds, fail on a
+    variant holding a feature without a patch (ConfigError, every one listed)."""
+    errors, warnings = consistency(context.series)
     for warning in warnings:
         context.reporter.warn(warning)
     if errors:
         raise ConfigError(errors)
+
+
+def check_series(*, context: Context) -> list[VariantCheck]:
+    """Apply the whole series, then each variant, into one scratch work tree (removed after)."""
+    series = context.series
     cache = UpstreamCache(context.cache_dir, reporter=context.reporter)
     # Every parse and path problem of every patch at once; the same check apply and import run.
     check_patches([entry.path for entry in series.patches], symlinks=symlinks_of(cache.git(), cache.ensure(series.upstream)))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from forkbuild.check import check_series, raise_on_failures
+from forkbuild.check import check_consistency, check_series, raise_on_failures
 from forkbuild.commands import add_command
 from forkbuild.worktree.engine import Outcome
 
@@ -19,6 +19,9 @@ def add_parser(subparsers) -> None:
 
 def run(args, context) -> int:
     with context.reporter.step("Checking series.toml, path safety and every variant"):
+        # Here, not in check_series: a rebase that drops a feature's only patch finishes, and
+        # this check (CI's `nox -s check`) then names the variants still holding that feature.
+        check_consistency(context)
         results = check_series(context=context)
     counted = (Outcome.EXACT, Outcome.OFFSET, Outcome.THREE_WAY)
     summary = Table("variant", "patches", *map(str, counted), "failed", title="forkbuild check")
