@@ -151,6 +151,8 @@ def test_kill_then_rerun(tmp_path: Path, command: str, step: str | None, seconds
     if command == "import" and middle != before:
         # The import had been written whole; importing it again is refused, never doubled.
         assert rerun == 2 and "exists already" in forkbuild.last_stderr  # type: ignore[attr-defined]
+        # The series tree the killed import was building: the command export's refusal names rebuilds it.
+        assert run(fx, "apply", "--all") == 0, forkbuild.last_stderr  # type: ignore[attr-defined]
     else:
         assert rerun == 0, forkbuild.last_stderr  # type: ignore[attr-defined]
     assert middle in (before, after)

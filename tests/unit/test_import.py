@@ -213,20 +213,20 @@ def test_a_bad_dep3_date_is_a_config_error_naming_each_patch(series_fx: SeriesFi
 
 def test_a_failure_before_series_toml_is_written_removes_the_patches_written(series_fx: SeriesFixture, tmp_path: Path,
                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    from forkbuild import importer
+    from forkbuild import series_writer
 
     directory = quilt_dir(tmp_path, {"offset.patch": QUILT_PATCH, "guarded.patch": QUILT_GUARDED},
                           "offset.patch\nguarded.patch\n")
     before = {path.name: path.read_bytes() for path in series_fx.patches_dir.iterdir()}
     toml = series_fx.series_toml.read_bytes()
-    real = importer.write_atomic
+    real = series_writer.write_atomic
 
     def full_disk_at_series_toml(path, data):
         if Path(path).name == "series.toml":
             raise OSError(28, "No space left on device")
         real(path, data)
 
-    monkeypatch.setattr(importer, "write_atomic", full_disk_at_series_toml)
+    monkeypatch.setattr(series_writer, "write_atomic", full_disk_at_series_toml)
     with pytest.raises(OSError, match="No space"):
         import_quilt(context=series_fx.context(), directory=directory, feature="beta")
     assert {path.name: path.read_bytes() for path in series_fx.patches_dir.iterdir()} == before

@@ -15,7 +15,6 @@ import re
 import shutil
 import tempfile
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,10 +24,10 @@ from forkbuild.config import Series, near_miss
 from forkbuild.context import Context
 from forkbuild.errors import ApplyError, ConfigError, ForkbuildError
 from forkbuild.export import patch_name
-from forkbuild.fsutil import write_atomic
 from forkbuild.git import IDENTITY, Git
 from forkbuild.patchfile import parse_trailers
 from forkbuild.series_edit import EntrySpec, quilt_series_text, updated_series_toml, with_empty_dirs
+from forkbuild.series_writer import SeriesChange, write_series
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -169,37 +168,17 @@ def import_patches(*, context: Context, incoming: list[Incoming]) -> list[Import
             for item in incoming]
 
 
-def _write_or_error(path: Path, data: bytes) -> BaseException | None:
-    try:
-        write_atomic(path, data)
-    except BaseException as error:  # handed back: the caller removes what was written, then raises it
-        return error
-    return None
-
-
 def _write(series: Series, incoming: list, texts: dict[str, bytes], *, empty_dirs: tuple[str, ...] = ()) -> None:
-    """The patch files, then series.toml listing them; if that fails part way, the
-    patch files written are removed again (an unlisted patch would break series.toml).
+    """The patch files, series.toml listing them and patches/series: one transaction
+    (series_writer), so a kill or a full disk leaves the series as it was or fully imported.
     `incoming`: objects with .name, .feature, .upstream."""
     entries = [EntrySpec(file=entry.file, feature=entry.feature, upstream=entry.upstream_status) for entry in series.patches]
     entries += [EntrySpec(file=item.name, feature=item.feature, upstream=item.upstream) for item in incoming]
-    written: list[Path] = []
-    try:
-        targets = [series.patches_dir / item.name for item in incoming]
-        for target in targets:
-            if target.exists():  # appeared while we were applying: still never overwrite
-                raise ForkbuildError(f"patches/{target.name} appeared during the import; nothing was written")
-        # Side by side: each write waits on its fsync, hundreds of them one after another take seconds.
-        with ThreadPoolExecutor(max_workers=8) as pool:
-            failures = list(pool.map(lambda target: _write_or_error(target, texts[target.name]), targets))
-        written = [target for target, failure in zip(targets, failures, strict=True) if failure is None]
-        for failure in failures:
-            if failure is not None:
-                raise failure
-        toml = updated_series_toml(series.path.read_text(), entries)
-        write_atomic(series.path, with_empty_dirs(toml, empty_dirs) if empty_dirs else toml)
-    except BaseException:
-        for path in written:
-            path.unlink(missing_ok=True)
-        raise
-    write_atomic(series.patches_dir / "series", quilt_series_text(entry.file for entry in entries))
+    for item in incoming:
+        if (series.patches_dir / item.name).exists():  # appeared while we were applying: still never overwrite
+            raise ForkbuildError(f"patches/{item.name} appeared during the import; nothing was written")
+    toml = updated_series_toml(series.path.read_text(), entries)
+    write_series(series.path.parent, SeriesChange(
+        series_toml=with_empty_dirs(toml, empty_dirs) if empty_dirs else toml,
+        quilt_series=quilt_series_text(entry.file for entry in entries),
+        patches={item.name: texts[item.name] for item in incoming}))

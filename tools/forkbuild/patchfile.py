@@ -254,8 +254,9 @@ def patch_problems(path: Path, *, symlinks: frozenset[str] = frozenset()) -> lis
     if not text.strip():
         return [f"{label}: is empty"]
     problems = []
-    if "\r\n" in text:
-        # git applies such a patch only to files with CRLF lines (none upstream has): name it, not the hunk.
+    if re.search(r"^diff --git [^\n]*\r$", text, flags=re.MULTILINE):
+        # The whole file was converted (its headers end in CR too; a patch to a CRLF file has
+        # CRs on content lines only): git refuses it, so name it rather than a hunk.
         problems.append(f"{label}: has CRLF line endings (convert it to LF: dos2unix)")
     try:
         info = parse_patch(text, path=path)

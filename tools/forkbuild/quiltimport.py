@@ -34,6 +34,7 @@ from forkbuild.export import DEFAULT_TREE
 from forkbuild.git import Git, GitFailed, TreeCommit
 from forkbuild.importer import _write, author_ident, check_incoming, guard_trailers, with_trailers
 from forkbuild.patchfile import check_safe
+from forkbuild.worktrees import recover_killed_change, tree_guard
 from forkbuild.quiltdiff import GitReadyDiff, git_ready
 from forkbuild.series_edit import read_quilt_series
 
@@ -128,18 +129,24 @@ def import_quilt(*, context: Context, directory: Path, feature: str, source_tree
     base = cache.ensure(series.upstream)
     cache_git = cache.git()
     dest = context.series_dir / DEFAULT_TREE
-    with _series_head(context, base=base) as start, _fresh_series_tree(cache_git, dest, start) as fresh:
-        with context.reporter.step(f"Committing {len(patches)} quilt patch(es) on top of the series"):
-            outcomes, head = _commit_all(cache_git, series, patches, start=start)
-        imported = [patch for patch, outcome in zip(patches, outcomes, strict=True) if outcome.file]
-        if fresh is not None:  # the files the patches change are checked out while format-patch runs
-            fresh = _after(fresh, lambda worktree: worktree.checkout_detached(head) or worktree)
-        texts = dict(zip((patch.name for patch in imported), cache_git.format_patches(start, head), strict=True))
-        empty_dirs = _empty_dirs(source_tree, directory, known=series.upstream.empty_dirs)
-        _write(series, imported, texts, empty_dirs=empty_dirs)
-        all_files = [entry.file for entry in series.patches] + [patch.name for patch in imported]
-        tree, note = _check_out_series(context, cache_git, base=base, head=head, files=all_files,
-                                       empty_dirs=(*series.upstream.empty_dirs, *empty_dirs), fresh=fresh)
+    # The series tree this import may create: a second run waits its turn, and one killed while
+    # creating it (nothing of the user's there yet) is cleared by the next apply or import.
+    with tree_guard(dest, "apply") as guard:
+        recover_killed_change(guard, cache_git)
+        if not dest.exists():
+            guard.changing()
+        with _series_head(context, base=base) as start, _fresh_series_tree(cache_git, dest, start) as fresh:
+            with context.reporter.step(f"Committing {len(patches)} quilt patch(es) on top of the series"):
+                outcomes, head = _commit_all(cache_git, series, patches, start=start)
+            imported = [patch for patch, outcome in zip(patches, outcomes, strict=True) if outcome.file]
+            if fresh is not None:  # the files the patches change are checked out while format-patch runs
+                fresh = _after(fresh, lambda worktree: worktree.checkout_detached(head) or worktree)
+            texts = dict(zip((patch.name for patch in imported), cache_git.format_patches(start, head), strict=True))
+            empty_dirs = _empty_dirs(source_tree, directory, known=series.upstream.empty_dirs)
+            _write(series, imported, texts, empty_dirs=empty_dirs)
+            all_files = [entry.file for entry in series.patches] + [patch.name for patch in imported]
+            tree, note = _check_out_series(context, cache_git, base=base, head=head, files=all_files,
+                                           empty_dirs=(*series.upstream.empty_dirs, *empty_dirs), fresh=fresh)
     return QuiltImport(patches=tuple(outcomes), empty_dirs=empty_dirs, tree=tree, tree_note=note)
 
 
