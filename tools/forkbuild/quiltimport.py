@@ -34,9 +34,9 @@ from forkbuild.export import DEFAULT_TREE
 from forkbuild.git import Git, GitFailed, TreeCommit
 from forkbuild.importer import _write, author_ident, check_incoming, guard_trailers, with_trailers
 from forkbuild.patchfile import check_safe
-from forkbuild.worktrees import recover_killed_change, tree_guard
 from forkbuild.quiltdiff import GitReadyDiff, git_ready
 from forkbuild.series_edit import read_quilt_series
+from forkbuild.worktrees import recover_killed_change, tree_guard
 
 
 @dataclass(frozen=True, kw_only=True)
