@@ -264,6 +264,17 @@ def test_check_fails_on_stale_results_and_on_reasons_for_nothing(tmp_path):
     assert any("h1: is killed now" in line for line in found)
 
 
+def test_a_patch_without_results_passes_only_with_a_recorded_not_run_reason(tmp_path):
+    series = _series(tmp_path)
+    empty = {"format": 1, "variants": {"v": {"patches": {}}}}
+    (missing,) = check.problems(series, empty, Reasons({}))
+    assert "feat.patch has no mutation results" in missing
+    assert check.problems(series, empty, Reasons({"feat.patch": {check.NOT_RUN: "baseline fails: why"}})) == []
+    # Once the patch has results, a left-over not-run reason is a problem of its own.
+    found = check.problems(series, _results(series, status="killed"), Reasons({"feat.patch": {check.NOT_RUN: "old"}}))
+    assert any("has results now" in line for line in found)
+
+
 def test_check_wants_the_default_variant_recorded(tmp_path):
     series = _series(tmp_path)
     assert any("default variant v" in line for line in check.problems(series, {"format": 1, "variants": {}}, Reasons({})))

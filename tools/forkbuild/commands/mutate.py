@@ -106,7 +106,12 @@ def _check(context) -> int:
                             "\n".join(f"  - {line}" for line in found),
                             hint="`nox -s mutate` re-runs what is stale (it needs the test venv of "
                                  "`nox -s \"test-patch(tp4)\"`)")
-    context.reporter.info(f"{RESULTS_FILE} is current for every patch; every survivor has a reason")
+    reasons = load_reasons(series.root)
+    not_run = {file: table[check.NOT_RUN] for file, table in reasons.by_patch.items() if check.NOT_RUN in table}
+    for file, why in sorted(not_run.items()):
+        context.reporter.warn(f"patches/{file} has no mutation results: {why}")
+    context.reporter.info(f"{RESULTS_FILE} is current for every patch"
+                          f"{f' but the {len(not_run)} above' if not_run else ''}; every survivor has a reason")
     return 0
 
 

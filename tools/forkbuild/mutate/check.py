@@ -5,7 +5,7 @@ survivor has a recorded reason. Runs no mutant: hashes and files only."""
 from __future__ import annotations
 
 from forkbuild.config import Series
-from forkbuild.mutate.results import REASONS_FILE, RESULTS_FILE, SURVIVED, Reasons, patch_key
+from forkbuild.mutate.results import NOT_RUN, REASONS_FILE, RESULTS_FILE, SURVIVED, Reasons, patch_key
 
 
 def problems(series: Series, results: dict, reasons: Reasons) -> list[str]:
@@ -26,6 +26,8 @@ def problems(series: Series, results: dict, reasons: Reasons) -> list[str]:
             found.append(f"{RESULTS_FILE}: {variant}: {file} is not a patch of the variant any more: "
                          f"run `nox -s mutate -- --variant {variant}` to drop it")
         for file, entry in entries.items():
+            if file not in patches and reasons.of(file, NOT_RUN):
+                continue  # a recorded reason why this patch has no results (the report prints it)
             if file not in patches:
                 found.append(f"{variant}: patches/{file} has no mutation results: "
                              f"run `nox -s mutate -- --variant {variant} --patch {file}`")
@@ -46,6 +48,10 @@ def problems(series: Series, results: dict, reasons: Reasons) -> list[str]:
         if file not in recorded:
             continue  # no results yet: reported above; its reasons are judged once it has them
         for mutant_id in sorted(table):
+            if mutant_id == NOT_RUN:
+                if file in recorded:
+                    found.append(f"{REASONS_FILE}: [\"{file}\"] \"{NOT_RUN}\": the patch has results now; remove it")
+                continue
             if mutant_id not in known_ids.get(file, set()):
                 found.append(f"{REASONS_FILE}: [\"{file}\"] {mutant_id}: no such mutant in {RESULTS_FILE}")
             elif mutant_id not in survived_ids.get(file, set()):

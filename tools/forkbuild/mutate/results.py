@@ -95,6 +95,11 @@ def write_results(root: Path, data: dict) -> Path:
 
 # -- reasons.toml --------------------------------------------------------------------------
 
+# The id under which reasons.toml says why a patch has no results at all (its
+# mutants cannot run yet); --check accepts the gap only with this line, and prints it.
+NOT_RUN = "*"
+
+
 @dataclass(frozen=True)
 class Reasons:
     by_patch: dict[str, dict[str, str]]  # patch file -> mutant id -> one-line reason
