@@ -17,6 +17,21 @@ import os
 import sys
 
 
+class _MutantLoader(importlib.machinery.SourceFileLoader):
+    """Runs the mutant's code under the real module's file name: code that finds
+    files beside itself (environ.py loads the generated guards module from its own
+    directory) must see the installed package, not the mutant's directory."""
+
+    def __init__(self, fullname, real_path, mutant_path):
+        super().__init__(fullname, real_path)
+        self.mutant_path = mutant_path
+
+    def get_code(self, fullname):
+        # Never the real file's cached bytecode: always the mutant's source.
+        with open(self.mutant_path, "rb") as handle:
+            return compile(handle.read(), self.path, "exec", dont_inherit=True)
+
+
 class _MutantFinder(importlib.abc.MetaPathFinder):
     def __init__(self, sources):
         self.sources = sources
@@ -34,6 +49,10 @@ class _MutantFinder(importlib.abc.MetaPathFinder):
         finally:
             sys.meta_path.insert(0, self)
         locations = real.submodule_search_locations if real is not None else None
+        if real is not None and real.origin and os.path.isfile(real.origin):
+            return importlib.util.spec_from_file_location(
+                fullname, real.origin, loader=_MutantLoader(fullname, real.origin, source),
+                submodule_search_locations=locations)
         return importlib.util.spec_from_file_location(
             fullname, source, loader=importlib.machinery.SourceFileLoader(fullname, source),
             submodule_search_locations=locations)
