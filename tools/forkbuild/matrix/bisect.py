@@ -15,17 +15,41 @@ How a probe runs (build a wheel/image, or toggle guards) is probe.py's job.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
+import sys
 import time
+import types
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import picire
-
 from forkbuild.errors import BisectError
 from forkbuild.fsutil import write_atomic
+
+
+def _import_picire() -> types.ModuleType:
+    """picire 21.8 (the newest) reads its own version through `pkg_resources` at import,
+    which setuptools 81 removed (a fresh venv has no pkg_resources). A stand-in answering
+    only that question is in sys.modules for the import alone, so no other code sees it."""
+    try:
+        import pkg_resources  # noqa: F401  (present: picire imports as it is)
+    except ModuleNotFoundError:
+        stand_in = types.ModuleType("pkg_resources")
+        stand_in.get_distribution = lambda name: types.SimpleNamespace(  # type: ignore[attr-defined]
+            version=importlib.metadata.version(name))
+        sys.modules["pkg_resources"] = stand_in
+        try:
+            import picire
+        finally:
+            sys.modules.pop("pkg_resources", None)
+        return picire
+    import picire
+    return picire
+
+
+picire = _import_picire()
 
 PASS, FAIL = "pass", "fail"
 LOG_SCHEMA = 1
@@ -140,7 +164,7 @@ def bisect(candidates: Sequence[str], *, run: RunProbe, log: ProbeLog, tries: in
         raise BisectError(f"the command passes with every feature ({len(candidates)}): nothing to bisect",
                           hint="check that the command fails where you expect it to (--retries for a flaky one)")
 
-    def test(config: list[str], config_id: tuple) -> picire.Outcome:
+    def test(config: list[str], config_id: tuple) -> Any:  # a picire.Outcome
         return picire.Outcome.FAIL if outcome_of(config) == FAIL else picire.Outcome.PASS
 
     minimal = picire.DD(test)(list(candidates))
