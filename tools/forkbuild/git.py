@@ -468,10 +468,9 @@ class Git:
     def apply_cached(self, patch: Path, *, index: Path) -> str | None:
         """`git apply --cached --3way` of `patch` onto the private index; the resulting tree,
         or None (index unchanged) when it does not apply."""
-        env = {"GIT_INDEX_FILE": str(index)}
-        if self.run("apply", "--cached", "--3way", str(patch), env=env, check=False).status != 0:
+        if self.apply_to_index(patch, index=index, three_way=True).status != 0:
             return None
-        return self.out("write-tree", env=env)
+        return self.write_tree(index=index)
 
     def blob(self, tree: str, path: str) -> tuple[bytes, bool]:
         """Content of `path` in the tree object `tree` (a tree's id, as write-tree prints it)
