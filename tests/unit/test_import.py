@@ -213,22 +213,26 @@ def test_a_bad_dep3_date_is_a_config_error_naming_each_patch(series_fx: SeriesFi
 
 def test_a_failure_before_series_toml_is_written_removes_the_patches_written(series_fx: SeriesFixture, tmp_path: Path,
                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    from forkbuild import series_writer
+    from forkbuild import fsutil
 
     directory = quilt_dir(tmp_path, {"offset.patch": QUILT_PATCH, "guarded.patch": QUILT_GUARDED},
                           "offset.patch\nguarded.patch\n")
     before = {path.name: path.read_bytes() for path in series_fx.patches_dir.iterdir()}
     toml = series_fx.series_toml.read_bytes()
-    real = series_writer.write_atomic
+    real = fsutil.os.replace
+    renamed = []
 
-    def full_disk_at_series_toml(path, data):
-        if Path(path).name == "series.toml":
+    def full_disk_at_series_toml(source, target):
+        if Path(target).name == "series.toml":  # the last file written: the patches are in place by now
             raise OSError(28, "No space left on device")
-        real(path, data)
+        renamed.append(Path(target).name)
+        real(source, target)
 
-    monkeypatch.setattr(series_writer, "write_atomic", full_disk_at_series_toml)
+    monkeypatch.setattr(fsutil.os, "replace", full_disk_at_series_toml)
     with pytest.raises(OSError, match="No space"):
         import_quilt(context=series_fx.context(), directory=directory, feature="beta")
+    monkeypatch.undo()
+    assert {"offset.patch", "guarded.patch"} <= set(renamed)
     assert {path.name: path.read_bytes() for path in series_fx.patches_dir.iterdir()} == before
     assert series_fx.series_toml.read_bytes() == toml
     series_fx.load()  # still valid: no unlisted patch file left behind

@@ -12,12 +12,14 @@ import os
 import re
 import shlex
 import tempfile
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import git as gitpython
 from git.exc import GitCommandError
+from git.index.fun import read_cache, write_cache
+from git.index.typ import BaseIndexEntry, IndexEntry
 
 from forkbuild.errors import ForkbuildError, ToolMissing
 
@@ -59,15 +61,34 @@ FORMAT_PATCH_FLAGS = (
 IMPORT_REF = f"refs/forkbuild/fast-import-{os.getpid()}"
 
 
+@dataclass(frozen=True)
+class IndexItem:
+    """One file as a tree or index holds it: mode ("100644", "100755", "120000", ...) and blob id."""
+
+    mode: str
+    sha: str
+
+
 @dataclass(frozen=True, kw_only=True)
 class TreeCommit:
-    """A commit to make of an existing tree: author, date ("<seconds> <+zone>"), message."""
+    """A commit to make of an existing tree: author, date ("<seconds> <+zone>"), message.
+    Either `tree` (the whole tree) or `changes` (path -> new IndexItem, None: deleted; on the
+    tree of the commit before) — git builds the tree of those."""
 
-    tree: str
+    tree: str = ""
+    changes: Mapping[str, IndexItem | None] = field(default_factory=dict)
     message: str
     author_name: str
     author_email: str
     date: str
+
+
+def _fast_import_path(path: str) -> str:
+    """A path as fast-import reads it: C-quoted where it starts with or holds a quote or
+    holds a newline; as it is otherwise (the rest of the line: spaces are fine)."""
+    if not path.startswith('"') and "\n" not in path and '"' not in path:
+        return path
+    return '"' + path.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
 def _ident(name: str, email: str) -> str:
@@ -433,8 +454,14 @@ class Git:
                        f"author {_ident(commit.author_name, commit.author_email)} {commit.date}\n"
                        f"committer {_ident(IDENTITY['user.name'], IDENTITY['user.email'])} {commit.date}\n"
                        f"data {len(message)}\n").encode() + message
-            stream += (f"\nfrom {parent if number == 1 else f':{number - 1}'}\n"
-                       f"M 040000 {commit.tree} \"\"\n\n").encode()
+            stream += f"\nfrom {parent if number == 1 else f':{number - 1}'}\n".encode()
+            if commit.tree:
+                stream += f"M 040000 {commit.tree} \"\"\n".encode()
+            for path, item in commit.changes.items():
+                name = _fast_import_path(path)
+                stream += (f"M {item.mode} {item.sha} {name}\n" if item else f"D {name}\n").encode(
+                    "utf-8", errors="surrogateescape")
+            stream += b"\n"
         with tempfile.TemporaryDirectory(prefix="forkbuild-fast-import-") as scratch:
             commands, marks = Path(scratch) / "stream", Path(scratch) / "marks"
             commands.write_bytes(bytes(stream))
@@ -448,6 +475,42 @@ class Git:
     def tree_paths(self, commit: str) -> set[str]:
         """Every file path in `commit`'s tree."""
         return set(self.run("ls-tree", "-r", "-z", "--name-only", commit).stdout.split("\0")) - {""}
+
+    def tree_items(self, commit: str) -> dict[str, IndexItem]:
+        """Every file of `commit`'s tree: path -> mode and blob id."""
+        items = {}
+        for record in self.run("ls-tree", "-r", "-z", "--full-tree", commit).stdout.split("\0"):
+            if record:
+                info, path = record.split("\t", 1)
+                mode, _, sha = info.split(" ")
+                items[path] = IndexItem(mode, sha)
+        return items
+
+    def update_index(self, index: Path, changes: Mapping[str, IndexItem | None]) -> None:
+        """Set (IndexItem) or remove (None) entries of the private index `index`."""
+        zero = "0" * 40
+        lines = [f"{item.mode} {item.sha}\t{path}" if item else f"0 {zero}\t{path}" for path, item in changes.items()]
+        with tempfile.NamedTemporaryFile(prefix="forkbuild-index-info-") as listing:
+            listing.write("".join(line + "\0" for line in lines).encode("utf-8", errors="surrogateescape"))
+            listing.flush()
+            self.run("update-index", "-z", "--index-info", env={"GIT_INDEX_FILE": str(index)}, stdin=Path(listing.name))
+
+    @staticmethod
+    def write_index(index: Path, items: Mapping[str, IndexItem]) -> None:
+        """A private index holding just `items` (no stat data: nothing reads a work tree
+        with it). UnicodeError for a path that is not UTF-8 (gitpython writes names as UTF-8)."""
+        entries = [IndexEntry.from_base(BaseIndexEntry((int(item.mode, 8), bytes.fromhex(item.sha), 0, path)))
+                   for path, item in sorted(items.items(), key=lambda pair: pair[0].encode())]
+        with open(index, "wb") as stream:
+            write_cache(entries, stream)
+
+    @staticmethod
+    def read_index(index: Path) -> dict[str, IndexItem]:
+        """path -> mode and blob id of every (stage 0) entry of a private index."""
+        with open(index, "rb") as stream:
+            _, entries, _, _ = read_cache(stream)
+        return {str(path): IndexItem(f"{entry.mode:06o}", entry.binsha.hex())
+                for (path, stage), entry in entries.items() if stage == 0}
 
     def format_patches(self, base: str, head: str) -> list[bytes]:
         """Every commit of base..head as format_patch writes it, oldest first, from one
@@ -479,14 +542,16 @@ class Git:
         return item.data_stream.read(), item.mode == 0o100755
 
     # -- the apply engine's plumbing (forkbuild.worktree.engine) -----------
-    def apply_to_index(self, patch: Path, *, index: Path, three_way: bool = False, check: bool = False,
-                       reverse: bool = False, strip: int = 1, unidiff_zero: bool = False) -> Result:
+    def apply_to_index(self, patch: Path | Sequence[Path], *, index: Path, three_way: bool = False,
+                       check: bool = False, reverse: bool = False, strip: int = 1, unidiff_zero: bool = False) -> Result:
         """`git apply --cached -v` of `patch` into the private index `index` (no work tree), strictly
         (no fuzz; offsets are fine, as for GNU patch); the result, not raised: the engine reads offsets
-        and failures from its output. strip/unidiff_zero: a quilt patch's -p level and `diff -U0` hunks."""
+        and failures from its output. strip/unidiff_zero: a quilt patch's -p level and `diff -U0` hunks.
+        Several patches: applied one after the other in one process, all or none."""
+        patches = [patch] if isinstance(patch, Path) else list(patch)
         args = ["apply", "--cached", "-v", f"-p{strip}", *(["--unidiff-zero"] if unidiff_zero else []),
                 *(["--3way"] if three_way else []), *(["--check"] if check else []),
-                *(["--reverse"] if reverse else []), str(patch)]
+                *(["--reverse"] if reverse else []), *map(str, patches)]
         return self.run(*args, env={"GIT_INDEX_FILE": str(index)}, check=False)
 
     def write_tree(self, *, index: Path | None = None) -> str:

@@ -45,6 +45,9 @@ class GitReadyDiff:
     empty: bool  # nothing left to apply (an empty patch, or only binary sections)
     added: frozenset[str]  # paths the diff creates
     removed: frozenset[str]  # paths the diff deletes
+    # Every path the diff names (old and new names): git reads and writes no other.
+    # None: not known (unidiff could not read the diff).
+    paths: frozenset[str] | None
 
 
 def git_ready(diff: bytes, *, strip: int, existing: set[str] | frozenset[str]) -> GitReadyDiff:
@@ -62,11 +65,12 @@ def git_ready(diff: bytes, *, strip: int, existing: set[str] | frozenset[str]) -
         # diff as it is; git names what it cannot apply.
         return GitReadyDiff(data=text.encode("latin-1"), unidiff_zero=False,
                             notes=(*notes, f"not checked for binary or zero-context hunks (unidiff: {error})"),
-                            empty=not text.strip(), added=frozenset(), removed=frozenset())
+                            empty=not text.strip(), added=frozenset(), removed=frozenset(), paths=None)
     sections: list[str] = []
     unidiff_zero = False
     added: set[str] = set()
     removed: set[str] = set()
+    named: set[str] = set()
     for patched in files:
         old, new = (_name(patched.source_file, strip), _name(patched.target_file, strip))
         if patched.is_binary_file:
@@ -80,6 +84,7 @@ def git_ready(diff: bytes, *, strip: int, existing: set[str] | frozenset[str]) -
         if any(not any(line.is_context for line in hunk) for hunk in patched):
             unidiff_zero = True
         sections.append(str(patched))
+        named |= {old, new}
         if old != new:
             added.discard(old)
             removed.add(old)
@@ -89,7 +94,8 @@ def git_ready(diff: bytes, *, strip: int, existing: set[str] | frozenset[str]) -
     if unidiff_zero:
         notes.append("hunks without context lines: applied with --unidiff-zero")
     return GitReadyDiff(data="".join(sections).encode("latin-1"), unidiff_zero=unidiff_zero, notes=tuple(notes),
-                        empty=not sections, added=frozenset(added), removed=frozenset(removed - {DEV_NULL}))
+                        empty=not sections, added=frozenset(added), removed=frozenset(removed - {DEV_NULL}),
+                        paths=frozenset(named - {DEV_NULL}))
 
 
 def _follow_minus_plus(lines: list[str], *, strip: int, existing: set[str] | frozenset[str],

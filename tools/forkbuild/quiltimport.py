@@ -4,16 +4,14 @@
 Plan first: every patch is read (dep3.py: its description; quiltdiff.py: its
 diff made into one git applies the way GNU patch would) and checked before
 anything is touched. Then each is committed with plumbing — `git apply
---cached` into a private index, `write-tree`, `commit-tree` — on top of the
-series, with no work tree; one `format-patch` writes them all, and the series'
-work tree is checked out once at the end. What was normalised or skipped is
-reported per patch.
+--cached` into private indexes (quiltcommit.py), one `fast-import` for the
+trees and commits — on top of the series, with no work tree; one
+`format-patch` writes them all, and the series' work tree is checked out once
+at the end. What was normalised or skipped is reported per patch.
 """
 
 from __future__ import annotations
 
-import os
-import queue
 import shutil
 import tempfile
 import threading
@@ -29,11 +27,12 @@ from forkbuild.config import Series
 from forkbuild.context import Context
 from forkbuild.dep3 import Description, parse_dep3, split_patch, stripspace
 from forkbuild.emptydirs import find_empty_dirs, recreate_empty_dirs
-from forkbuild.errors import ApplyError, ConfigError, DirtyTreeError, ForkbuildError
+from forkbuild.errors import ConfigError, DirtyTreeError, ForkbuildError
 from forkbuild.export import DEFAULT_TREE
 from forkbuild.git import Git, GitFailed, TreeCommit
 from forkbuild.importer import _write, author_ident, check_incoming, guard_trailers, with_trailers
 from forkbuild.patchfile import check_safe
+from forkbuild.quiltcommit import Applicable, apply_series
 from forkbuild.quiltdiff import GitReadyDiff, git_ready
 from forkbuild.series_edit import read_quilt_series
 from forkbuild.worktrees import recover_killed_change, tree_guard
@@ -161,69 +160,41 @@ def _series_head(context: Context, *, base: str) -> Iterator[str]:
 
 
 def _commit_all(git: Git, series: Series, patches: list[QuiltPatch], *, start: str) -> tuple[list[PatchOutcome], str]:
-    """Apply each patch to a private index (`git apply --cached`), the tree of each
-    state written while the next patch applies (`write-tree` of a snapshot, a second
-    process), then every commit from one `git fast-import`."""
-    index = git.git_dir / f"forkbuild-quilt-{os.getpid()}.index"
-    with tempfile.TemporaryDirectory(prefix="forkbuild-quilt-") as scratch, ThreadPoolExecutor(max_workers=2) as pool:
-        git.read_tree(start, index=index)
-        try:
-            prepared: queue.Queue[GitReadyDiff | BaseException] = queue.Queue()
-            pool.submit(_prepare_all, patches, git.tree_paths(start), prepared)
-            first_tree = git.write_tree(index=index)
-            trees: list[Future[str] | None] = []
-            notes: list[list[str]] = []
-            for number, patch in enumerate(patches):
-                ready = prepared.get()
-                if isinstance(ready, BaseException):
-                    raise ready
-                notes.append([*patch.description.notes, *ready.notes])
-                if ready.empty:
-                    trees.append(None)
-                    continue
-                patch_file = Path(scratch) / f"{number}.patch"
-                patch_file.write_bytes(ready.data)
-                applied = git.apply_to_index(patch_file, index=index, strip=patch.strip,
-                                             unidiff_zero=ready.unidiff_zero)
-                if applied.status != 0:
-                    raise ApplyError(f"{patch.path} does not apply on top of the series: {applied.stderr or applied.stdout}",
-                                     hint="refresh it against the series first (quilt push/refresh), "
-                                          "or fix its -p level in `series`")
-                snapshot = Path(scratch) / f"{number}.index"
-                shutil.copyfile(index, snapshot)
-                trees.append(pool.submit(git.write_tree, index=snapshot))
-            written = [future.result() if future else None for future in trees]
-        finally:
-            index.unlink(missing_ok=True)
-    outcomes, commits, previous = [], [], first_tree
-    for patch, tree, patch_notes in zip(patches, written, notes, strict=True):
-        if tree is None or tree == previous:
+    """Make each patch git-ready (quiltdiff), find what it changes with `git apply --cached`
+    on private indexes (quiltcommit: few processes), then make every commit with one
+    `git fast-import`."""
+    readies: list[GitReadyDiff] = []
+    items = git.tree_items(start)
+    existing = set(items)
+    for patch in patches:
+        ready = git_ready(patch.diff, strip=patch.strip, existing=existing)
+        existing = (existing - ready.removed) | ready.added  # only the names a diff adds or removes decide the next one's
+        readies.append(ready)
+    with tempfile.TemporaryDirectory(prefix="forkbuild-quilt-") as scratch_name:
+        scratch = Path(scratch_name)
+        applicable = []
+        for number, (patch, ready) in enumerate(zip(patches, readies, strict=True)):
+            if not ready.empty:
+                (scratch / f"{number}.patch").write_bytes(ready.data)
+                applicable.append(Applicable(source=patch.path, patch=scratch / f"{number}.patch", strip=patch.strip,
+                                             unidiff_zero=ready.unidiff_zero, paths=ready.paths))
+        found = iter(apply_series(git, applicable, start=start, items=items, scratch=scratch))
+    outcomes, commits = [], []
+    for patch, ready in zip(patches, readies, strict=True):
+        changes = {} if ready.empty else next(found)
+        notes = (*patch.description.notes, *ready.notes)
+        if not changes:
             # format-patch of an empty commit is a patch git am refuses: nothing to keep.
             outcomes.append(PatchOutcome(source=patch.source, file="", subject=patch.description.subject,
-                                         notes=(*patch_notes, "changes nothing: not imported")))
+                                         notes=(*notes, "changes nothing: not imported")))
             continue
-        previous = tree
         name, address = author_ident(patch.description.author)
-        commits.append(TreeCommit(tree=tree, message=_message(series, patch), author_name=name, author_email=address,
-                                  date=patch.description.date or _mtime(patch.path)))
+        commits.append(TreeCommit(changes=changes, message=_message(series, patch), author_name=name,
+                                  author_email=address, date=patch.description.date or _mtime(patch.path)))
         outcomes.append(PatchOutcome(source=patch.source, file=patch.name, subject=patch.description.subject,
-                                     notes=tuple(patch_notes)))
+                                     notes=notes))
     made = git.commit_trees(commits, parent=start)
     return outcomes, made[-1] if made else start
-
-
-def _prepare_all(patches: list[QuiltPatch], existing: set[str], out: queue.Queue) -> None:
-    """Each patch's git-ready diff, in order, into `out` (on a thread: one step ahead of
-    the git processes that apply them). Only the names the diffs add or remove decide
-    the next one's, so no git is needed here."""
-    for patch in patches:
-        try:
-            ready = git_ready(patch.diff, strip=patch.strip, existing=existing)
-        except BaseException as error:  # handed to the consumer, which raises it
-            out.put(error)
-            return
-        existing = (existing - ready.removed) | ready.added
-        out.put(ready)
 
 
 def _message(series: Series, patch: QuiltPatch) -> str:

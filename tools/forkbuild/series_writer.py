@@ -3,12 +3,14 @@ transaction, so a kill at any moment leaves the series either as it was or
 fully new, never half.
 
 A transaction (`write_series(series_dir, SeriesChange(...))`):
-1. prepare: the new files' bytes, the paths to delete and the sha256 each
-   touched file has now ("before") go into a scratch directory
-   `.forkbuild-work/.series-transaction.XXXX`, fsynced;
+1. prepare: the new files' bytes (one data file, so one fsync however many
+   patches), the paths to delete and the sha256 each touched file has now
+   ("before") go into a scratch directory `.forkbuild-work/.series-transaction.XXXX`,
+   fsynced;
 2. commit point: that directory is renamed to `.forkbuild-work/series-transaction`;
-3. apply: each file written atomically (fsutil.write_atomic), each removed file
-   unlinked;
+3. apply: every file written atomically (fsutil.write_atomic_many: all written,
+   their data made durable at once, then each renamed over its path), each
+   removed file unlinked, each directory fsynced once;
 4. done: the journal is renamed aside and deleted.
 
 `recover_series(series_dir)` (run by every command when it opens the series,
@@ -34,11 +36,12 @@ from pathlib import Path
 
 from forkbuild.chaos import chaos_point
 from forkbuild.errors import ForkbuildError
-from forkbuild.fsutil import fsync_directory, write_atomic
+from forkbuild.fsutil import fsync_directory, write_atomic_many
 
 WORK_DIR = ".forkbuild-work"
 JOURNAL = "series-transaction"
 MANIFEST = "manifest.json"
+NEW_DATA = "new.data"  # the new files' bytes, one after the other; the manifest says where each is
 LOCK = "series.lock"
 SERIES_TOML = "series.toml"
 PATCHES = "patches"
@@ -157,15 +160,17 @@ def _prepare(series_dir: Path, writes: dict[str, bytes], removals: list[str]) ->
     work = series_dir / WORK_DIR
     scratch = Path(tempfile.mkdtemp(dir=work, prefix=f".{JOURNAL}."))
     try:
-        entries: list[dict[str, str | None]] = []
-        for number, (relative, data) in enumerate(sorted(writes.items())):
-            blob = scratch / f"{number}.new"
-            blob.write_bytes(data)
-            _fsync_file(blob)
-            entries.append({"path": relative, "blob": blob.name, "before": _sha256(series_dir / relative),
-                            "after": hashlib.sha256(data).hexdigest()})
+        entries: list[dict[str, str | int | None]] = []
+        offset = 0
+        for relative, data in sorted(writes.items()):
+            entries.append({"path": relative, "offset": offset, "size": len(data),
+                            "before": _sha256(series_dir / relative), "after": hashlib.sha256(data).hexdigest()})
+            offset += len(data)
         for relative in sorted(removals):
-            entries.append({"path": relative, "blob": None, "before": _sha256(series_dir / relative), "after": None})
+            entries.append({"path": relative, "before": _sha256(series_dir / relative), "after": None})
+        new_data = scratch / NEW_DATA
+        new_data.write_bytes(b"".join(data for _, data in sorted(writes.items())))
+        _fsync_file(new_data)
         for number, entry in enumerate(entries):
             if entry["before"] is not None:
                 entry["backup"] = backup = f"{number}.old"
@@ -196,16 +201,24 @@ def _apply(series_dir: Path, journal: Path) -> None:
             hint=f"keep your version: delete {journal} (the interrupted write is then dropped; "
                  "re-run the command that was killed); take forkbuild's: undo your edit and run any forkbuild command")
     (series_dir / PATCHES).mkdir(exist_ok=True)
-    for number, entry in enumerate(entries):
-        target = series_dir / entry["path"]
-        if entry["blob"] is None:
-            target.unlink(missing_ok=True)
-        elif _sha256(target) != entry["after"]:
-            write_atomic(target, (journal / entry["blob"]).read_bytes())
-        if number == 0:
-            chaos_point("series:applied-one")
+    new_data = (journal / NEW_DATA).read_bytes() if (journal / NEW_DATA).is_file() else b""
+    pending = {series_dir / entry["path"]: _new_bytes(journal, entry, new_data)
+               for entry in entries if entry["after"] is not None and _sha256(series_dir / entry["path"]) != entry["after"]}
+    write_atomic_many(pending, after_first=lambda: chaos_point("series:applied-one"))
+    for entry in entries:
+        if entry["after"] is None:
+            (series_dir / entry["path"]).unlink(missing_ok=True)
     fsync_directory(series_dir / PATCHES)
+    fsync_directory(series_dir)
     chaos_point("series:applied")
+
+
+def _new_bytes(journal: Path, entry: dict, new_data: bytes) -> bytes:
+    """An entry's new bytes: a range of the data file (a journal of an older forkbuild:
+    a file of its own, `blob`)."""
+    if "offset" in entry:
+        return new_data[entry["offset"]:entry["offset"] + entry["size"]]
+    return (journal / entry["blob"]).read_bytes()
 
 
 def _roll_back(series_dir: Path, journal: Path) -> None:

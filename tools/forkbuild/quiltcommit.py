@@ -1,0 +1,164 @@
+"""What each patch of a quilt series does to the tree, found by git with as few
+processes as it takes (`import --quilt` commits the results with one fast-import).
+
+A tree has thousands of files and `git apply --cached` reads and writes the whole
+index each time; a patch names a handful. So each patch is applied to a private
+index that holds only the files it names, and consecutive patches that name
+disjoint files (no file, and no file where another's directory is) share one
+`git apply` process: git applies them one after the other, all or none, and each
+file's entry afterwards is what its one patch made of it.
+
+Where that could differ from applying the patch to the whole tree, the patch is
+applied to the whole tree instead (a full index: read-tree, apply, write-tree):
+its names are not known (unidiff could not read it), it names a file where the
+tree has a directory or the other way round, or git touched a file it does not
+name (a name spelt another way). A group that fails is applied patch by patch,
+and a patch that fails alone is tried on the whole tree, which names the failure.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from forkbuild.errors import ApplyError
+from forkbuild.git import Git, IndexItem
+
+LOG = logging.getLogger("forkbuild.quiltcommit")
+# Patches per `git apply` process: a group that fails is redone one by one, so not unbounded.
+GROUP_MAX = 24
+
+Changes = dict[str, IndexItem | None]  # path -> its new entry; None: deleted
+
+
+@dataclass(frozen=True, kw_only=True)
+class Applicable:
+    """One patch, ready for `git apply`."""
+
+    source: Path  # the quilt file, for messages
+    patch: Path  # the git-ready diff (quiltdiff.git_ready), written out
+    strip: int
+    unidiff_zero: bool
+    paths: frozenset[str] | None  # every path it names; None: not known
+
+
+def apply_series(git: Git, patches: Sequence[Applicable], *, start: str, items: Mapping[str, IndexItem],
+                 scratch: Path) -> list[Changes]:
+    """What each patch changes, applied in order on the commit `start` ({}: nothing);
+    `items`: its files (Git.tree_items). Raises ApplyError for the first patch that does not apply."""
+    return _Applier(git, start=start, items=items, scratch=scratch).run(patches)
+
+
+class _Applier:
+    def __init__(self, git: Git, *, start: str, items: Mapping[str, IndexItem], scratch: Path) -> None:
+        self.git, self.start = git, start
+        self.small_index, self.full_index = scratch / "small.index", scratch / "full.index"
+        self.base = dict(items)
+        self.state = dict(self.base)  # the tree after the patches so far
+        self.directories = _directories(self.state)
+        self.processes = 0
+
+    def run(self, patches: Sequence[Applicable]) -> list[Changes]:
+        out: list[Changes] = []
+        at = 0
+        while at < len(patches):
+            group = self._group(patches, at)
+            found = self._apply_small(group) if len(group) > 1 else None
+            if found is None:
+                found = [self._apply_one(patch) for patch in (group or patches[at:at + 1])]
+            out += found
+            at += max(len(group), 1)
+        LOG.debug("%d patch(es) applied by %d git apply process(es)", len(patches), self.processes)
+        return out
+
+    def _group(self, patches: Sequence[Applicable], at: int) -> list[Applicable]:
+        """The patches from `at` on that can share one small index: [] when the one at `at`
+        needs the whole tree."""
+        first = patches[at]
+        group: list[Applicable] = []
+        named: set[str] = set()
+        named_dirs: set[str] = set()
+        for patch in patches[at:at + GROUP_MAX]:
+            if (patch.paths is None or patch.strip != first.strip or patch.unidiff_zero != first.unidiff_zero
+                    or self._needs_whole_tree(patch.paths)):
+                break
+            parents = {parent for path in patch.paths for parent in _parents(path)}
+            if patch.paths & named or patch.paths & named_dirs or parents & named:
+                break
+            group.append(patch)
+            named |= patch.paths
+            named_dirs |= parents
+        return group
+
+    def _needs_whole_tree(self, paths: frozenset[str]) -> bool:
+        """A name that is a directory of the tree, or under one of its files: how git
+        settles that depends on the entries around it."""
+        return any(path in self.directories or any(parent in self.state for parent in _parents(path))
+                   for path in paths)
+
+    def _apply_one(self, patch: Applicable) -> Changes:
+        if patch.paths is not None and not self._needs_whole_tree(patch.paths):
+            found = self._apply_small([patch])
+            if found is not None:
+                return found[0]
+        return self._apply_whole(patch)
+
+    def _apply_small(self, group: list[Applicable]) -> list[Changes] | None:
+        """Each patch's changes, from one `git apply` on an index of just the files they
+        name; None when that does not settle it (the caller goes patch by patch)."""
+        named = frozenset().union(*(patch.paths or () for patch in group))
+        try:
+            self.git.write_index(self.small_index, {path: self.state[path] for path in named if path in self.state})
+            self.processes += 1
+            result = self.git.apply_to_index([patch.patch for patch in group], index=self.small_index,
+                                             strip=group[0].strip, unidiff_zero=group[0].unidiff_zero)
+            if result.status != 0:
+                return None
+            after = self.git.read_index(self.small_index)
+        except UnicodeError:  # a name gitpython cannot write or read (not UTF-8)
+            return None
+        if not after.keys() <= named:
+            return None  # git patched a file by a name the diff spells otherwise
+        found = [{path: after.get(path) for path in sorted(patch.paths or ())
+                  if after.get(path) != self.state.get(path)} for patch in group]
+        for changes in found:
+            self._record(changes)
+        return found
+
+    def _apply_whole(self, patch: Applicable) -> Changes:
+        self.git.read_tree(self.start, index=self.full_index)
+        so_far = {path: self.state.get(path) for path in self.base.keys() | self.state.keys()
+                  if self.base.get(path) != self.state.get(path)}
+        if so_far:
+            self.git.update_index(self.full_index, so_far)
+        self.processes += 1
+        applied = self.git.apply_to_index(patch.patch, index=self.full_index, strip=patch.strip,
+                                          unidiff_zero=patch.unidiff_zero)
+        if applied.status != 0:
+            raise ApplyError(f"{patch.source} does not apply on top of the series: {applied.stderr or applied.stdout}",
+                             hint="refresh it against the series first (quilt push/refresh), "
+                                  "or fix its -p level in `series`")
+        after = self.git.tree_items(self.git.write_tree(index=self.full_index))
+        changes = {path: after.get(path) for path in sorted(after.keys() | self.state.keys())
+                   if after.get(path) != self.state.get(path)}
+        self.state = after
+        self.directories = _directories(after)
+        return changes
+
+    def _record(self, changes: Changes) -> None:
+        for path, item in changes.items():
+            if item is None:
+                self.state.pop(path, None)
+            else:
+                self.state[path] = item
+                self.directories.update(_parents(path))  # a deleted file's directories stay: at worst a whole-tree apply
+
+
+def _parents(path: str) -> list[str]:
+    return [parent.as_posix() for parent in PurePosixPath(path).parents if parent.as_posix() != "."]
+
+
+def _directories(items: dict[str, IndexItem]) -> set[str]:
+    return {parent for path in items for parent in _parents(path)}
