@@ -43,9 +43,9 @@ class Project:
     """An upstream tree (with debian/ beside it), its git upstream, a forkbuild project."""
 
     def __init__(self, tmp_path: Path, patches: dict[str, bytes], *, series: str | None = None,
-                 empty_dirs: tuple[str, ...] = ()) -> None:
+                 empty_dirs: tuple[str, ...] = (), extra: dict[str, bytes] | None = None) -> None:
         self.src = tmp_path / "src"
-        for name, data in UPSTREAM.items():
+        for name, data in {**UPSTREAM, **(extra or {})}.items():
             (self.src / name).parent.mkdir(parents=True, exist_ok=True)
             (self.src / name).write_bytes(data)
         for directory in empty_dirs:
@@ -397,3 +397,92 @@ def test_a_lone_carriage_return_inside_a_line_round_trips(tmp_path: Path) -> Non
     project.import_()
     tree = project.round_trip()
     assert (tree / "o.txt").read_bytes() == b"one\nt\rwo\nthree\n"
+
+
+def test_a_file_a_patch_leaves_empty_is_removed_as_patch_E_does(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    # dpkg-source applies with GNU patch -E: a file a patch empties is removed. Neither diff
+    # says "deleted file" (git keeps an empty file for both), and a git diff of a new empty
+    # file makes no file at all. The last patch makes o.txt anew: the removal is what the
+    # patches after it apply to.
+    plain = b"Description: empties o.txt\n\n--- a/o.txt\n+++ b/o.txt\n@@ -1,3 +0,0 @@\n-one\n-two\n-three\n"
+    git_style = b"""\
+Description: empties m.c, git style
+diff --git a/m.c b/m.c
+index 1111111..e69de29 100644
+--- a/m.c
++++ b/m.c
+@@ -1,4 +0,0 @@
+-int main(void)
+-{
+-\treturn 0;
+-}
+"""
+    new_empty = b"Description: a new empty file\ndiff --git a/stamp b/stamp\nnew file mode 100644\nindex 0000000..e69de29\n"
+    again = b"Description: o.txt anew\n\n--- /dev/null\n+++ b/o.txt\n@@ -0,0 +1 @@\n+reborn\n"
+    project = Project(tmp_path, {"plain.patch": plain, "git.patch": git_style, "stamp.patch": new_empty,
+                                 "again.patch": again})
+    output = project.cli_import(capsys)
+    assert "leaves o.txt empty: removed, as GNU patch -E does" in output
+    assert "leaves m.c empty: removed" in output
+    assert "leaves stamp empty" in output and "(not imported)" in output
+    series_tree = project.root / ".forkbuild-work" / "series"
+    assert not (series_tree / "m.c").exists() and not (series_tree / "stamp").exists()
+    assert (series_tree / "o.txt").read_bytes() == b"reborn\n"
+    # What was written says so: a deletion, which apply (git am) carries out.
+    assert "deleted file mode 100644" in (project.root / "patches" / "git.patch").read_text()
+    tree = project.round_trip()
+    assert not (tree / "m.c").exists() and not (tree / "stamp").exists()
+    assert (tree / "o.txt").read_bytes() == b"reborn\n"
+    project.assert_like_quilt(tree, ["o.txt", "m.c", "stamp"])
+
+
+def test_a_name_git_spells_otherwise_is_applied_on_the_whole_tree(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # A C-quoted name with an octal escape: the diff's name as read here is not git's, so
+    # the small index lacks the file; the patch is applied on the whole tree instead.
+    cafe = "caf\u00e9.txt"
+    patch = b"""\
+Description: a quoted name
+diff --git "a/caf\\303\\251.txt" "b/caf\\303\\251.txt"
+--- "a/caf\\303\\251.txt"
++++ "b/caf\\303\\251.txt"
+@@ -1 +1 @@
+-old
++new
+"""
+    project = Project(tmp_path, {"quoted.patch": patch, "a.patch": b"Description: a\n\n" + A_TXT_HUNK},
+                      extra={cafe: b"old\n"})
+    whole_tree = []
+    real = Git.read_tree
+    monkeypatch.setattr(Git, "read_tree", lambda self, tree, *, index: whole_tree.append(tree) or real(self, tree, index=index))
+    project.import_()
+    assert len(whole_tree) == 1  # the quoted patch alone
+    assert (project.root / ".forkbuild-work" / "series" / cafe).read_bytes() == b"new\n"
+    tree = project.round_trip()
+    assert (tree / cafe).read_bytes() == b"new\n"
+    assert b"line three\n" in (tree / "a.txt").read_bytes()
+
+
+def test_patches_of_disjoint_files_share_one_git_apply(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Three patches of three files, then one of a file patched before: two git apply
+    # processes, and the tree is what applying them one by one makes (apply --all, quilt).
+    def first_line(path: bytes, old: bytes, new: bytes, after: bytes) -> bytes:
+        return (b"Description: %s\n\n--- a/%s\n+++ b/%s\n@@ -1,2 +1,2 @@\n-%s\n+%s\n %s\n"
+                % (path, path, path, old, new, after))
+
+    patches = {"a.patch": b"Description: a\n\n" + A_TXT_HUNK, "o.patch": first_line(b"o.txt", b"one", b"ONE", b"two"),
+               "m.patch": first_line(b"m.c", b"int main(void)", b"int main(int argc, char **argv)", b"{"),
+               "o-again.patch": first_line(b"o.txt", b"ONE", b"1", b"two")}
+    project = Project(tmp_path, patches)
+    calls = []
+    real = Git.apply_to_index
+    monkeypatch.setattr(Git, "apply_to_index", lambda self, patch, **options: calls.append(patch) or real(self, patch, **options))
+    result = project.import_()
+    assert [len(group) for group in calls] == [3, 1]
+    assert [outcome.file for outcome in result.patches] == list(patches)
+    tree = project.round_trip()
+    assert (tree / "o.txt").read_bytes() == b"1\ntwo\nthree\n"
+    assert (tree / "m.c").read_bytes().startswith(b"int main(int argc, char **argv)\n")
+    assert [Git(tree).subject(f"HEAD~{n}") for n in (3, 2, 1, 0)] == ["a", "o.txt", "m.c", "o.txt"]
+    project.assert_like_quilt(tree, ["a.txt", "o.txt", "m.c"])

@@ -101,3 +101,44 @@ def test_every_command_recovers_first(series_fx) -> None:
     assert (root / "series.toml").read_text() == old
     assert series_fx.cli("status") == 0
     assert (root / "series.toml").read_text().endswith("# rewritten\n")
+
+
+def test_a_large_transaction_pays_for_durability_once_not_per_file(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # An import writes hundreds of patches: one fsync each (journal copy, file, directory)
+    # was ~600 journal commits. The journal's bytes are one file; the files' data is made
+    # durable in one pass, before any of them is renamed into place.
+    from forkbuild import fsutil
+
+    root = _make(tmp_path)
+    fsyncs, synced, order = [], [], []
+    real_fsync, real_sync, real_replace = os.fsync, fsutil.sync_files, os.replace
+    monkeypatch.setattr(os, "fsync", lambda descriptor: fsyncs.append(descriptor) or real_fsync(descriptor))
+    monkeypatch.setattr(fsutil, "sync_files", lambda paths: synced.append(len(paths)) or order.append("sync")
+                        or real_sync(paths))
+    monkeypatch.setattr(os, "replace", lambda source, target: order.append("rename") or real_replace(source, target))
+    patches = {f"{number:03}.patch": f"patch {number}\n" for number in range(200)}
+    write_series(root, SeriesChange(quilt_series="".join(f"{name}\n" for name in patches), patches=patches))
+    monkeypatch.undo()
+    assert (root / "patches" / "199.patch").read_text() == "patch 199\n"
+    assert len(fsyncs) <= 8, len(fsyncs)
+    assert synced == [201]  # the patches and patches/series, together
+    assert order == ["sync"] + ["rename"] * 201
+    assert not [path for path in (root / "patches").iterdir() if path.name.startswith(".")]
+
+
+def test_a_journal_left_by_an_older_forkbuild_is_still_rolled_forward(tmp_path: Path) -> None:
+    # Before the journal held one data file, each new file was a blob of its own ("blob").
+    import hashlib
+    import json
+
+    root = _make(tmp_path)
+    journal = root / WORK_DIR / JOURNAL
+    journal.mkdir(parents=True)
+    (journal / "0.new").write_bytes(b"A newer\n")
+    entry = {"path": "patches/a.patch", "blob": "0.new", "before": hashlib.sha256(OLD["patches/a.patch"]).hexdigest(),
+             "after": hashlib.sha256(b"A newer\n").hexdigest()}
+    (journal / "manifest.json").write_text(json.dumps({"entries": [entry]}))
+    assert recover_series(root) is True
+    assert (root / "patches" / "a.patch").read_bytes() == b"A newer\n"
+    assert not journal.exists()

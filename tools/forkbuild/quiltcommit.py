@@ -14,6 +14,10 @@ its names are not known (unidiff could not read it), it names a file where the
 tree has a directory or the other way round, or git touched a file it does not
 name (a name spelt another way). A group that fails is applied patch by patch,
 and a patch that fails alone is tried on the whole tree, which names the failure.
+
+A file a patch leaves empty is removed, as GNU patch -E does (dpkg-source and quilt
+apply with -E): git keeps an empty file unless the diff says "deleted file", and a
+diff that removes every line, or a git diff of a new empty file, says no such thing.
 """
 
 from __future__ import annotations
@@ -31,6 +35,16 @@ LOG = logging.getLogger("forkbuild.quiltcommit")
 GROUP_MAX = 24
 
 Changes = dict[str, IndexItem | None]  # path -> its new entry; None: deleted
+EMPTY_BLOB = "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"
+REGULAR_MODES = ("100644", "100755")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Applied:
+    """What one patch did: its changes ({}: nothing), and the files it left empty, removed."""
+
+    changes: Changes
+    emptied: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,8 +59,8 @@ class Applicable:
 
 
 def apply_series(git: Git, patches: Sequence[Applicable], *, start: str, items: Mapping[str, IndexItem],
-                 scratch: Path) -> list[Changes]:
-    """What each patch changes, applied in order on the commit `start` ({}: nothing);
+                 scratch: Path) -> list[Applied]:
+    """What each patch changes, applied in order on the commit `start`;
     `items`: its files (Git.tree_items). Raises ApplyError for the first patch that does not apply."""
     return _Applier(git, start=start, items=items, scratch=scratch).run(patches)
 
@@ -60,8 +74,8 @@ class _Applier:
         self.directories = _directories(self.state)
         self.processes = 0
 
-    def run(self, patches: Sequence[Applicable]) -> list[Changes]:
-        out: list[Changes] = []
+    def run(self, patches: Sequence[Applicable]) -> list[Applied]:
+        out: list[Applied] = []
         at = 0
         while at < len(patches):
             group = self._group(patches, at)
@@ -98,14 +112,14 @@ class _Applier:
         return any(path in self.directories or any(parent in self.state for parent in _parents(path))
                    for path in paths)
 
-    def _apply_one(self, patch: Applicable) -> Changes:
+    def _apply_one(self, patch: Applicable) -> Applied:
         if patch.paths is not None and not self._needs_whole_tree(patch.paths):
             found = self._apply_small([patch])
             if found is not None:
                 return found[0]
         return self._apply_whole(patch)
 
-    def _apply_small(self, group: list[Applicable]) -> list[Changes] | None:
+    def _apply_small(self, group: list[Applicable]) -> list[Applied] | None:
         """Each patch's changes, from one `git apply` on an index of just the files they
         name; None when that does not settle it (the caller goes patch by patch)."""
         named = frozenset().union(*(patch.paths or () for patch in group))
@@ -121,13 +135,10 @@ class _Applier:
             return None
         if not after.keys() <= named:
             return None  # git patched a file by a name the diff spells otherwise
-        found = [{path: after.get(path) for path in sorted(patch.paths or ())
-                  if after.get(path) != self.state.get(path)} for patch in group]
-        for changes in found:
-            self._record(changes)
+        found = [self._record({path: after.get(path) for path in sorted(patch.paths or ())}) for patch in group]
         return found
 
-    def _apply_whole(self, patch: Applicable) -> Changes:
+    def _apply_whole(self, patch: Applicable) -> Applied:
         self.git.read_tree(self.start, index=self.full_index)
         so_far = {path: self.state.get(path) for path in self.base.keys() | self.state.keys()
                   if self.base.get(path) != self.state.get(path)}
@@ -141,19 +152,24 @@ class _Applier:
                              hint="refresh it against the series first (quilt push/refresh), "
                                   "or fix its -p level in `series`")
         after = self.git.tree_items(self.git.write_tree(index=self.full_index))
-        changes = {path: after.get(path) for path in sorted(after.keys() | self.state.keys())
-                   if after.get(path) != self.state.get(path)}
-        self.state = after
-        self.directories = _directories(after)
-        return changes
+        return self._record({path: after.get(path) for path in sorted(after.keys() | self.state.keys())})
 
-    def _record(self, changes: Changes) -> None:
+    def _record(self, after: Changes) -> Applied:
+        """The patch's entries `after` it (of the paths it may have changed) into the state,
+        a file it left empty removed; what changed."""
+        changed = {path: item for path, item in after.items() if item != self.state.get(path)}
+        emptied = tuple(path for path, item in changed.items()
+                        if item and item.sha == EMPTY_BLOB and item.mode in REGULAR_MODES)
+        changed.update(dict.fromkeys(emptied))
+        # A new file left empty is not made at all (GNU patch -E): no change.
+        changes = {path: item for path, item in changed.items() if item != self.state.get(path)}
         for path, item in changes.items():
             if item is None:
                 self.state.pop(path, None)
             else:
                 self.state[path] = item
                 self.directories.update(_parents(path))  # a deleted file's directories stay: at worst a whole-tree apply
+        return Applied(changes=changes, emptied=emptied)
 
 
 def _parents(path: str) -> list[str]:

@@ -111,7 +111,8 @@ def _follow_minus_plus(lines: list[str], *, strip: int, existing: set[str] | fro
             while extended_end < len(lines) and GIT_EXTENDED.match(lines[extended_end]):
                 extended_end += 1
         minus = extended_end if header else at
-        if not (lines[minus].startswith("--- ") and minus + 1 < len(lines) and lines[minus + 1].startswith("+++ ")):
+        # (A git header may end the diff: a new empty file has no ---/+++ lines.)
+        if not (minus + 1 < len(lines) and lines[minus].startswith("--- ") and lines[minus + 1].startswith("+++ ")):
             out.append(lines[at])
             at += 1
             continue

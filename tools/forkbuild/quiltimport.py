@@ -32,7 +32,7 @@ from forkbuild.export import DEFAULT_TREE
 from forkbuild.git import Git, GitFailed, TreeCommit
 from forkbuild.importer import _write, author_ident, check_incoming, guard_trailers, with_trailers
 from forkbuild.patchfile import check_safe
-from forkbuild.quiltcommit import Applicable, apply_series
+from forkbuild.quiltcommit import Applicable, Applied, apply_series
 from forkbuild.quiltdiff import GitReadyDiff, git_ready
 from forkbuild.series_edit import read_quilt_series
 from forkbuild.worktrees import recover_killed_change, tree_guard
@@ -181,8 +181,10 @@ def _commit_all(git: Git, series: Series, patches: list[QuiltPatch], *, start: s
         found = iter(apply_series(git, applicable, start=start, items=items, scratch=scratch))
     outcomes, commits = [], []
     for patch, ready in zip(patches, readies, strict=True):
-        changes = {} if ready.empty else next(found)
-        notes = (*patch.description.notes, *ready.notes)
+        applied = Applied(changes={}) if ready.empty else next(found)
+        changes = applied.changes
+        notes = (*patch.description.notes, *ready.notes,
+                 *(f"leaves {path} empty: removed, as GNU patch -E does (dpkg-source, quilt)" for path in applied.emptied))
         if not changes:
             # format-patch of an empty commit is a patch git am refuses: nothing to keep.
             outcomes.append(PatchOutcome(source=patch.source, file="", subject=patch.description.subject,
