@@ -98,3 +98,29 @@ def test_compose_writes_through_write_atomic() -> None:
 
     assert compose.write_atomic is fsutil.write_atomic
     assert not hasattr(compose, "_write_atomic")
+
+
+def test_write_atomic_many_keeps_modes_and_an_error_leaves_no_temporary(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    tool = tmp_path / "tool.sh"
+    tool.write_text("old tool\n")
+    tool.chmod(0o755)
+    files = {tool: b"new tool\n", tmp_path / "new.txt": b"new\n", tmp_path / "third.txt": b"third\n"}
+    fsutil.write_atomic_many(files)
+    assert {path: path.read_bytes() for path in files} == files
+    assert mode(tool) == 0o755 and mode(tmp_path / "new.txt") == 0o644
+
+    real, renamed = fsutil.os.replace, []
+
+    def second_fails(source, destination):
+        if renamed:
+            raise OSError(28, "No space left on device")
+        renamed.append(destination)
+        real(source, destination)
+
+    monkeypatch.setattr(fsutil.os, "replace", second_fails)
+    with pytest.raises(OSError, match="No space"):
+        fsutil.write_atomic_many({path: b"newer\n" for path in files})
+    monkeypatch.undo()
+    assert [path.read_bytes() for path in files] == [b"newer\n", b"new\n", b"third\n"]  # the first renamed, the rest old
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["new.txt", "third.txt", "tool.sh"]

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import ctypes
 import os
-import sys
 import tempfile
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 NEW_FILE_MODE = 0o644
@@ -47,15 +46,15 @@ def fsync_directory(directory: Path) -> None:
         os.close(descriptor)
 
 
-# Above this many files a batch is made durable with one syncfs of their file system
-# instead of one fsync each (each fsync is a journal commit: ~5 ms here, 1 s for 200 files).
-SYNCFS_FROM = 8
+# fsyncs issued at once: a journalling file system (ext4's jbd2) commits concurrent fsyncs
+# together, so 200 files cost a few journal commits instead of 200 (~5 ms each here).
+SYNC_THREADS = 32
 
 
 def write_atomic_many(files: Mapping[Path, bytes], *, after_first: Callable[[], None] | None = None) -> None:
     """write_atomic of every file, the durability paid once for all of them: each written
-    to its temporary file, all of them flushed to disk (one syncfs, or an fsync each when
-    few), then each renamed over its path, then each directory fsynced once.
+    to its temporary file, all of them flushed to disk together (sync_files), then each
+    renamed over its path, then each directory fsynced once.
 
     A crash leaves every path whole, old or new (the data is on disk before any rename);
     an error leaves the paths renamed so far new, the rest old, and no temporary file.
@@ -93,31 +92,20 @@ def _stage(path: Path, data: bytes) -> Path:
 
 
 def sync_files(paths: list[Path]) -> None:
-    """Every file's data on disk: an fsync each, or for many, one syncfs per file system
-    (Linux; elsewhere an fsync each)."""
-    syncfs = _syncfs() if len(paths) >= SYNCFS_FROM else None
-    if syncfs is None:
+    """Every file's data on disk: an fsync each, issued together from a pool of threads
+    (measured for 209 files: one after the other ~1 s, together ~0.05 s). Raises the first
+    error."""
+    if len(paths) < 2:
         for path in paths:
-            with open(path, "rb") as handle:
-                os.fsync(handle.fileno())
+            _fsync_path(path)
         return
-    devices: dict[int, Path] = {}
-    for path in paths:
-        devices.setdefault(os.stat(path).st_dev, path)
-    for path in devices.values():
-        descriptor = os.open(path, os.O_RDONLY)
-        try:
-            if syncfs(descriptor) != 0:
-                code = ctypes.get_errno()
-                raise OSError(code, os.strerror(code), str(path))
-        finally:
-            os.close(descriptor)
+    with ThreadPoolExecutor(max_workers=min(SYNC_THREADS, len(paths))) as pool:
+        list(pool.map(_fsync_path, paths))
 
 
-def _syncfs() -> Callable[[int], int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
+def _fsync_path(path: Path) -> None:
+    descriptor = os.open(path, os.O_RDONLY)
     try:
-        return ctypes.CDLL(None, use_errno=True).syncfs
-    except (OSError, AttributeError):
-        return None
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)

@@ -236,8 +236,11 @@ class Git:
         return self.out("commit-tree", tree, *parent_args, "-m", message, env=env)
 
     # -- work trees -------------------------------------------------------
-    def add_worktree(self, path: Path, commit: str) -> Git:
-        self.run("worktree", "add", "--force", "--detach", str(path), commit)
+    def add_worktree(self, path: Path, commit: str, *, parallel: bool = False) -> Git:
+        """parallel: check the files out with one git worker per core (checkout.workers=0):
+        writing thousands of files is kernel time, which a second core halves."""
+        self.run(*(["-c", "checkout.workers=0"] if parallel else []), "worktree", "add", "--force", "--detach",
+                 str(path), commit)
         return Git(path)
 
     def remove_worktree(self, path: Path) -> None:

@@ -231,7 +231,7 @@ def _fresh_series_tree(cache_git: Git, dest: Path, start: str) -> Iterator[Futur
         yield None
         return
     with ThreadPoolExecutor(max_workers=1) as pool:
-        future = pool.submit(cache_git.add_worktree, dest, start)
+        future = pool.submit(cache_git.add_worktree, dest, start, parallel=True)
         try:
             yield future
         except BaseException:

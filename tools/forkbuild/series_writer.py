@@ -9,7 +9,7 @@ A transaction (`write_series(series_dir, SeriesChange(...))`):
    fsynced;
 2. commit point: that directory is renamed to `.forkbuild-work/series-transaction`;
 3. apply: every file written atomically (fsutil.write_atomic_many: all written,
-   their data made durable at once, then each renamed over its path), each
+   their data made durable together, then each renamed over its path), each
    removed file unlinked, each directory fsynced once;
 4. done: the journal is renamed aside and deleted.
 
