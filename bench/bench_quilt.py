@@ -5,9 +5,11 @@ The series: Debian 12's grub2 (206 patches in debian/patches), from the quilt
 corpus (tests/integration/quilt_corpus.py fetch; offline afterwards).
 
   forkbuild  `forkbuild import --quilt debian/patches` into a fresh project (the
-             CLI end to end: read + normalise every patch, commit each with
-             plumbing, format-patch, write patches/ + series.toml, check the
-             series work tree out once) — the imported series applied, in a tree
+             CLI end to end: read + normalise every patch, find what each changes
+             with `git apply --cached` on small private indexes, every commit from
+             one fast-import, format-patch, write patches/ + series.toml as one
+             transaction, check the series work tree out once) — the imported
+             series applied, in a tree
   quilt      `quilt push -a` on a fresh copy of the unpatched tree
   apply      `forkbuild apply --all` of the imported files into a fresh dir (for
              information: apply's engine, git am, is not the import's)
@@ -49,6 +51,7 @@ def main() -> int:
     if package is None:
         sys.exit(f"bench: {args.package} is not in the quilt corpus")
     forkbuild = [sys.executable, "-m", "forkbuild"]
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="bench-quilt-") as scratch_name:
         scratch = Path(scratch_name)
         source = extract(package, scratch / "src", patched=False)
@@ -72,11 +75,15 @@ def main() -> int:
                                          "--dir", str(scratch / f"applied-{run}")]))
     median = {name: statistics.median(values) for name, values in times.items()}
     print(f"{package.dsc.stem}: {count} quilt patches on a {files}-file tree, {args.repeat} runs each, median")
+    # The machine is shared: the ratios are of one run, the absolute times move with the load.
+    print(f"load average (1/5/15 min) before: {' '.join(f'{value:.2f}' for value in load_before)}, "
+          f"after: {' '.join(f'{value:.2f}' for value in os.getloadavg())} on {os.cpu_count()} cores")
     print(f"{'':28} time   vs quilt push -a")
     labels = {"forkbuild": "forkbuild import (+checkout)", "quilt": "quilt push -a",
               "apply": "forkbuild apply --all (am)"}
     for name in ("forkbuild", "quilt", "apply"):
-        print(f"{labels[name]:28} {median[name]:5.2f}s  {median[name] / median['quilt']:5.2f}x")
+        print(f"{labels[name]:28} {median[name]:5.2f}s  {median[name] / median['quilt']:5.2f}x"
+              f"   (runs: {' '.join(f'{value:.2f}' for value in times[name])})")
     return 0
 
 

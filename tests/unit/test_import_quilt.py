@@ -451,7 +451,8 @@ diff --git "a/caf\\303\\251.txt" "b/caf\\303\\251.txt"
 -old
 +new
 """
-    project = Project(tmp_path, {"quoted.patch": patch, "a.patch": b"Description: a\n\n" + A_TXT_HUNK},
+    # a.patch first: the whole tree the quoted one applies to must hold a.patch's change.
+    project = Project(tmp_path, {"a.patch": b"Description: a\n\n" + A_TXT_HUNK, "quoted.patch": patch},
                       extra={cafe: b"old\n"})
     whole_tree = []
     real = Git.read_tree
