@@ -184,7 +184,7 @@ def _commit_all(git: Git, series: Series, patches: list[QuiltPatch], *, start: s
         applied = Applied(changes={}) if ready.empty else next(found)
         changes = applied.changes
         notes = (*patch.description.notes, *ready.notes,
-                 *(f"leaves {path} empty: removed, as GNU patch -E does (dpkg-source, quilt)" for path in applied.emptied))
+                 *(f"leaves {path} empty: removed, as GNU patch -E does for dpkg-source -x" for path in applied.emptied))
         if not changes:
             # format-patch of an empty commit is a patch git am refuses: nothing to keep.
             outcomes.append(PatchOutcome(source=patch.source, file="", subject=patch.description.subject,
