@@ -11,6 +11,7 @@ import logging
 import os
 import re
 import shlex
+import struct
 import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -18,6 +19,8 @@ from pathlib import Path
 
 import git as gitpython
 from git.exc import GitCommandError
+from git.index.fun import read_cache, write_cache
+from git.index.typ import BaseIndexEntry, IndexEntry
 
 from forkbuild.errors import ForkbuildError, ToolMissing
 
@@ -68,6 +71,35 @@ class TreeCommit:
     author_name: str
     author_email: str
     date: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class PathChange:
+    """One file a `FileCommit` changes: mode 0 deletes it; otherwise its blob by id, or its bytes."""
+
+    path: str
+    mode: int
+    blob: str = ""
+    content: bytes | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class FileCommit:
+    """A commit of file changes on a parent, as `commit_changes` makes it (the apply engine's
+    fast rung): the committer is forkbuild at the author's date, as `commit_tree` makes it."""
+
+    parent: str  # a commit id; "" for the commit before it in the same batch
+    author: Author
+    message: str
+    changes: tuple[PathChange, ...]
+
+
+def _fast_import_path(path: str) -> str:
+    """A path as fast-import reads it: C-quoted when it starts with a quote or holds a control character."""
+    if not path.startswith('"') and all(ord(char) >= 32 for char in path):
+        return path
+    escapes = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\t": "\\t"}
+    return '"' + "".join(escapes.get(char) or (f"\\{ord(char):03o}" if ord(char) < 32 else char) for char in path) + '"'
 
 
 def _ident(name: str, email: str) -> str:
@@ -215,8 +247,10 @@ class Git:
         return self.out("commit-tree", tree, *parent_args, "-m", message, env=env)
 
     # -- work trees -------------------------------------------------------
-    def add_worktree(self, path: Path, commit: str) -> Git:
-        self.run("worktree", "add", "--force", "--detach", str(path), commit)
+    def add_worktree(self, path: Path, commit: str, *, checkout: bool = True) -> Git:
+        """A detached work tree at `commit`; checkout=False: no files and no index yet (for a caller
+        that checks out another commit later: `reset_hard`)."""
+        self.run("worktree", "add", "--force", "--detach", *([] if checkout else ["--no-checkout"]), str(path), commit)
         return Git(path)
 
     def remove_worktree(self, path: Path) -> None:
@@ -563,3 +597,80 @@ class Author:
     name: str
     email: str
     date: str
+
+
+# -- the apply engine's fast rung (forkbuild.worktree.engine) ---------------------------
+# A patch goes into a private index holding only the files it touches (no 5,771-entry
+# index read and written per patch), and the commits of a whole run come from one
+# fast-import: one git process per patch instead of three.
+
+_TREES: dict[tuple[Path, str], Mapping[str, tuple[int, str]]] = {}
+
+
+def tree_entries(git: Git, commit: str) -> Mapping[str, tuple[int, str]]:
+    """path -> (mode, blob id) of every file of `commit`'s tree, from one `ls-tree -r`;
+    kept for the process (a commit id names one tree forever: the path check and the
+    engine's fast rung read the same base)."""
+    key = (git.common_dir, commit)
+    if key not in _TREES:
+        entries = {}
+        for item in git.run("ls-tree", "-r", "-z", "--full-tree", commit).stdout.split("\0"):
+            if item:
+                meta, path = item.split("\t", 1)
+                mode, _, blob = meta.split(" ")
+                entries[path] = (int(mode, 8), blob)
+        _TREES[key] = entries
+    return _TREES[key]
+
+
+def write_small_index(index: Path, entries: Mapping[str, tuple[int, str]]) -> None:
+    """A private index holding exactly `entries` (stage 0, no stat data: only for --cached)."""
+    ordered = sorted(entries.items(), key=lambda item: item[0].encode("utf-8", "surrogateescape"))
+    items = [IndexEntry.from_base(BaseIndexEntry((mode, bytes.fromhex(blob), 0, path)))
+             for path, (mode, blob) in ordered]
+    with index.open("wb") as stream:
+        write_cache(items, stream)
+
+
+def read_small_index(index: Path) -> dict[str, tuple[int, str]]:
+    """The entries of a private index: path -> (mode, blob id). ValueError when gitpython cannot
+    read it (an index version or path it does not know)."""
+    try:
+        with index.open("rb") as stream:
+            _, entries, _, _ = read_cache(stream)
+    except (AssertionError, UnicodeDecodeError, struct.error) as error:
+        raise ValueError(f"{index}: {error}") from error
+    return {str(path): (entry.mode, entry.hexsha) for (path, stage), entry in entries.items() if stage == 0}
+
+
+def commit_changes(git: Git, commits: list[FileCommit]) -> list[str]:
+    """The commits, each of its changes on its parent's tree, from one `git fast-import`; their ids
+    in order. The same author, date, message and tree give the id `commit_tree` gives: both
+    read the date with git's own date parser (--date-format=rfc2822 takes raw dates too)."""
+    if not commits:
+        return []
+    stream = bytearray()
+    for number, commit in enumerate(commits, start=1):
+        author, message = commit.author, commit.message.encode("utf-8", "surrogateescape")
+        parent = commit.parent or f":{number - 1}"
+        stream += (f"commit {IMPORT_REF}\nmark :{number}\n"
+                   f"author {_ident(author.name, author.email)} {author.date}\n"
+                   f"committer {_ident(IDENTITY['user.name'], IDENTITY['user.email'])} {author.date}\n"
+                   f"data {len(message)}\n").encode("utf-8", "surrogateescape") + message + f"\nfrom {parent}\n".encode()
+        for change in commit.changes:
+            path = _fast_import_path(change.path)
+            if not change.mode:
+                stream += f"D {path}\n".encode("utf-8", "surrogateescape")
+            elif change.content is not None:
+                stream += f"M {change.mode:o} inline {path}\ndata {len(change.content)}\n".encode(
+                    "utf-8", "surrogateescape") + change.content + b"\n"
+            else:
+                stream += f"M {change.mode:o} {change.blob} {path}\n".encode("utf-8", "surrogateescape")
+        stream += b"\n"
+    stream += f"reset {IMPORT_REF}\n".encode()  # the ids are returned: no ref is kept (nor made)
+    with tempfile.TemporaryDirectory(prefix="forkbuild-fast-import-") as scratch:
+        commands, marks = Path(scratch) / "stream", Path(scratch) / "marks"
+        commands.write_bytes(bytes(stream))
+        git.run("fast-import", "--quiet", "--force", "--date-format=rfc2822", f"--export-marks={marks}", stdin=commands)
+        ids = dict(line.split() for line in marks.read_text().splitlines())
+    return [ids[f":{number}"] for number in range(1, len(commits) + 1)]

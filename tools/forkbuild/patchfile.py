@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import email
 import email.policy
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -12,6 +13,7 @@ from pathlib import Path, PurePosixPath
 import unidiff
 
 from forkbuild.errors import UnsafePatchError
+from forkbuild.git import tree_entries
 
 TRAILER = re.compile(r"^(?P<key>[A-Za-z][A-Za-z0-9-]*):\s*(?P<value>.+?)\s*$")
 MAIL_HEADER = re.compile(r"^[!-9;-~]+:")  # RFC 5322 field name: printable ASCII but ":"
@@ -90,7 +92,13 @@ def _diff_start(payload: str) -> int:
 
 def read_patch(path: Path) -> PatchInfo:
     # Bytes, not read_text(): universal newlines would split a line at a lone "\r" (mksh's patches).
-    return parse_patch(path.read_bytes().decode("utf-8", errors="surrogateescape"), path=path)
+    return _parsed(path.read_bytes(), path)
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(data: bytes, path: Path) -> PatchInfo:
+    # One parse per content and process: apply's plan, its path check and its engine read the same files.
+    return parse_patch(data.decode("utf-8", errors="surrogateescape"), path=path)
 
 
 def parse_patch(text: str, *, path: Path) -> PatchInfo:
@@ -204,9 +212,8 @@ def _names(text: str) -> list[tuple[str, bool]]:
 def symlinks_of(cache_git, commit: str) -> frozenset[str]:
     """The paths that are symbolic links in `commit` of the cache repository (upstream's own;
     patches cannot add any), for the "goes through a symbolic link" check without a work tree."""
-    listing = cache_git.out("ls-tree", "-r", "-z", "--full-tree", commit)
-    return frozenset(entry.split("\t", 1)[1] for entry in listing.split("\0")
-                     if entry.startswith(f"{S_IFLNK:o} "))
+    # The engine's fast rung reads the same listing of the base: one ls-tree for both.
+    return frozenset(path for path, (mode, _) in tree_entries(cache_git, commit).items() if mode == S_IFLNK)
 
 
 def safety_problems(text: str, *, tree: Path | None = None, symlinks: frozenset[str] = frozenset()) -> list[str]:

@@ -169,7 +169,7 @@ class Rebase:
         with self.reporter.step(f"Applying the {len(backup)} patches on {old.version} (their commits feed the 3-way merges)"):
             # Plumbing in the cache: no checkout of the old version is needed.
             old_series = Engine(cache_git, head=state["old_base"], shown=state["old_base"])
-            made = [old_series.step(PatchJob(name=path.name, path=path), stop=False) for path in backup]
+            made = old_series.run([PatchJob(name=path.name, path=path) for path in backup], stop=False)
             old_series.close()
         failed = [result for result in made if not result.outcome.applied]
         if failed:
