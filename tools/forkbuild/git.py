@@ -623,6 +623,13 @@ def tree_entries(git: Git, commit: str) -> Mapping[str, tuple[int, str]]:
     return _TREES[key]
 
 
+def apply_to_small_index(git: Git, patches: list[Path], *, index: Path) -> Result:
+    """`git apply --cached -v` of `patches` in order into the private index `index`, strictly
+    (no fuzz, no 3-way), all or nothing; the result, not raised (the engine reads offsets)."""
+    return git.run("apply", "--cached", "-v", *[str(patch) for patch in patches], env={"GIT_INDEX_FILE": str(index)},
+                   check=False)
+
+
 def write_small_index(index: Path, entries: Mapping[str, tuple[int, str]]) -> None:
     """A private index holding exactly `entries` (stage 0, no stat data: only for --cached)."""
     ordered = sorted(entries.items(), key=lambda item: item[0].encode("utf-8", "surrogateescape"))

@@ -92,13 +92,13 @@ def _diff_start(payload: str) -> int:
 
 def read_patch(path: Path) -> PatchInfo:
     # Bytes, not read_text(): universal newlines would split a line at a lone "\r" (mksh's patches).
-    return _parsed(path.read_bytes(), path)
+    return _parsed(path.read_bytes().decode("utf-8", errors="surrogateescape"), path)
 
 
 @functools.lru_cache(maxsize=256)
-def _parsed(data: bytes, path: Path) -> PatchInfo:
+def _parsed(text: str, path: Path) -> PatchInfo:
     # One parse per content and process: apply's plan, its path check and its engine read the same files.
-    return parse_patch(data.decode("utf-8", errors="surrogateescape"), path=path)
+    return parse_patch(text, path=path)
 
 
 def parse_patch(text: str, *, path: Path) -> PatchInfo:
@@ -266,7 +266,7 @@ def patch_problems(path: Path, *, symlinks: frozenset[str] = frozenset()) -> lis
         # CRs on content lines only): git refuses it, so name it rather than a hunk.
         problems.append(f"{label}: has CRLF line endings (convert it to LF: dos2unix)")
     try:
-        info = parse_patch(text, path=path)
+        info = _parsed(text, path)
     except UnsafePatchError as error:
         problems.append(error.message)
     else:

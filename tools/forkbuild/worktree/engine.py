@@ -48,6 +48,7 @@ from forkbuild.git import (
     FileCommit,
     Git,
     PathChange,
+    apply_to_small_index,
     commit_changes,
     read_small_index,
     tree_entries,
@@ -124,6 +125,22 @@ class PatchResult:
                    offsets=tuple(data.get("offsets", ())))
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Planned:
+    """A job the fast rung takes: its memo key, commit author and message, the files it names."""
+
+    job: PatchJob
+    key: str
+    author: Author
+    message: str
+    paths: frozenset[str]
+
+
+def _offset_path(offset: str) -> str:
+    """The file of one of read_report's offsets ("<path> hunk <n>: +3 lines")."""
+    return offset.rsplit(" hunk ", 1)[0]
+
+
 def still_conflicted(message: str, *, hint: str) -> ApplyError:
     """--continue while the stopped patch is not resolved yet (nothing was changed)."""
     return ApplyError(message, hint=hint)
@@ -166,12 +183,13 @@ class Engine:
     def _memo_path(self) -> Path:
         return self.worktree.common_dir / MEMO_FILE
 
-    def _memo_key(self, job: PatchJob) -> str:
-        digest = hashlib.sha256(f"{MEMO_VERSION}\0{self.detect_upstreamed}\0{self._anchor}\0{job.source}\0".encode())
+    def _memo_key(self, job: PatchJob, anchor: str | None = None) -> str:
+        digest = hashlib.sha256(f"{MEMO_VERSION}\0{self.detect_upstreamed}\0{anchor or self._anchor}\0{job.source}\0".encode())
         digest.update(job.path.read_bytes())
         return digest.hexdigest()
 
-    def _recall(self, key: str, name: str) -> PatchResult | None:
+    def _known(self, key: str) -> dict | None:
+        """The remembered result of `key`, if its commit is still in the repository."""
         if self._memo is None:
             try:
                 self._memo = json.loads(self._memo_path.read_text())
@@ -182,6 +200,12 @@ class Engine:
             return None
         if not self.worktree.has_object_batched(known["commit"]):
             return None  # pruned by a `git gc` of the cache: made again
+        return known
+
+    def _recall(self, key: str, name: str) -> PatchResult | None:
+        known = self._known(key)
+        if known is None:
+            return None
         result = PatchResult.from_dict({**known, "name": name})
         self._head = result.commit
         self._listing = None
@@ -220,11 +244,19 @@ class Engine:
         (left in the work tree with markers). Every result's commit is written; write=False
         leaves the last ones pending for a caller that commits more on top (`commit_files`)
         and passes the results through `written()` after `finish()`."""
-        results = []
-        for job in jobs:
-            results.append(self._step(job, stop=stop))
-            if results[-1].outcome is Outcome.CONFLICT and stop:
-                break
+        jobs = list(jobs)
+        results: list[PatchResult] = []
+        alone = 0  # how many jobs go one by one: a group of them did not apply in one git run
+        while len(results) < len(jobs) and not (stop and results and results[-1].outcome is Outcome.CONFLICT):
+            rest = jobs[len(results):]
+            group = [] if alone else self._group(rest)
+            done = self._fast(group) if len(group) > 1 else []
+            if len(group) > 1 and not done:
+                alone = len(group)
+            if not done:
+                done = [self._step(rest[0], stop=stop)]
+                alone = max(alone - 1, 0)
+            results += done
         if write:
             self.flush()
         return [self.written(result) for result in results]
@@ -236,11 +268,15 @@ class Engine:
 
     def _step(self, job: PatchJob, *, stop: bool) -> PatchResult:
         key = self._memo_key(job)
-        result = self._recall(key, job.name) or self._fast(job)
+        result = self._recall(key, job.name)
+        if result is None:
+            planned = self._plan(job, key)
+            done = self._fast([planned]) if planned else []
+            result = done[0] if done else None
         if result is None:
             self.flush()  # the slower rungs work on real commits
             result = self._compute(job, stop=stop)
-        self._learn(key, result)
+            self._learn(key, result)
         if result.outcome.applied:
             self._anchor = key
         return result
@@ -258,33 +294,66 @@ class Engine:
         self._pending = []
         self._head = self._written.get(self._head, self._head)
 
-    def _fast(self, job: PatchJob) -> PatchResult | None:
-        """exact / offset with `git apply --cached -v` into a private index of only the files the
-        patch names, the commit left pending; None when this rung cannot tell (the patch does
-        not apply there, or git would have refused it on the full index): the full rungs decide."""
+    def _plan(self, job: PatchJob, key: str) -> _Planned | None:
+        """What the fast rung needs of `job`; None when it must not take it."""
         if self.detect_upstreamed:
             return None  # the reverse check needs the whole index: a file the patch deletes must be absent
         info = read_patch(job.path)
         author, message = patch_author_message(info)
-        if not author.date or not author.name:
-            return None  # commit-tree dates it now or refuses it: the full rung does what git does
+        paths = frozenset(change.path for change in info.files)
+        if not author.date or not author.name or not paths:
+            return None  # commit-tree dates it now or refuses it, or nothing to name: the full rung decides
+        return _Planned(job=job, key=key, author=author, message=message, paths=paths)
+
+    def _group(self, jobs: list[PatchJob]) -> list[_Planned]:
+        """The first jobs that one `git apply` can take together: each names files none of the
+        others does (so each one's result is its own), none is remembered."""
+        group: list[_Planned] = []
+        touched: set[str] = set()
+        anchor = self._anchor
+        for job in jobs:
+            key = self._memo_key(job, anchor)
+            planned = None if self._known(key) else self._plan(job, key)
+            if planned is None or planned.paths & touched:
+                break
+            group.append(planned)
+            touched |= planned.paths
+            anchor = key  # what the next key builds on once this one applied
+        return group
+
+    def _fast(self, group: list[_Planned]) -> list[PatchResult]:
+        """exact / offset for every patch of `group` from one `git apply --cached -v` into a private
+        index of only the files they name, their commits left pending; [] when this rung cannot
+        tell (one does not apply there, or git would have refused it on the full index, or a
+        change cannot be told to one patch): the caller goes one by one, up the full rungs."""
         listing = self._tree_listing()
-        before = listing.entries_for(change.path for change in info.files)
+        before = listing.entries_for(path for planned in group for path in planned.paths)
         write_small_index(self._small_index, before)
-        applied = self.worktree.apply_to_index(job.path, index=self._small_index)
+        applied = apply_to_small_index(self.worktree, [planned.job.path for planned in group], index=self._small_index)
         if applied.status != 0:
-            return None
+            return []
         try:
             changes = listing.changes(before, read_small_index(self._small_index))
         except ValueError:
-            return None
-        if changes is None:
-            return None
-        token = self._add_pending(FileCommit(parent=self._parent(), author=author, message=message, changes=changes))
-        listing.update(changes)
-        report = read_report(applied.stdout + applied.stderr)
-        return PatchResult(name=job.name, outcome=Outcome.OFFSET if report.offsets else Outcome.EXACT,
-                           commit=token, offsets=report.offsets, detail="; ".join(report.offsets))
+            return []
+        offsets = read_report(applied.stdout + applied.stderr).offsets
+        owner = {path: planned for planned in group for path in planned.paths}
+        if changes is None or any(change.path not in owner for change in changes) or \
+                any(_offset_path(offset) not in owner for offset in offsets):
+            return []
+        results = []
+        for planned in group:
+            mine = tuple(change for change in changes if owner[change.path] is planned)
+            token = self._add_pending(FileCommit(parent=self._parent(), author=planned.author,
+                                                 message=planned.message, changes=mine))
+            listing.update(mine)
+            moved = tuple(offset for offset in offsets if owner[_offset_path(offset)] is planned)
+            result = PatchResult(name=planned.job.name, outcome=Outcome.OFFSET if moved else Outcome.EXACT,
+                                 commit=token, offsets=moved, detail="; ".join(moved))
+            self._learn(planned.key, result)
+            self._anchor = planned.key
+            results.append(result)
+        return results
 
     @property
     def _pending_tokens(self) -> set[str]:
