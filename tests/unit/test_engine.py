@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import tomllib
 
 from fixtures import PatchSpec, SeriesFixture, make_series
 from forkbuild.apply import apply_plan, apply_variant, plan_variant
 from forkbuild.cache import UpstreamCache
-from forkbuild.errors import ApplyError, DirtyTreeError, RebaseStopped
+from forkbuild.errors import ApplyError, DirtyTreeError, LockBusy, RebaseStopped
 from forkbuild.git import Git
+from forkbuild.worktrees import tree_guard
 from rebase_fixtures import CONFLICT_CHANGES, NEW_VERSION, rebase_args, release, tree
 
 INDEX_LINE = re.compile(r"^index ([0-9a-f]+)\.\.", re.MULTILINE)
@@ -355,3 +357,18 @@ def test_a_patch_putting_a_file_below_an_upstream_file_is_refused_not_applied_ov
     assert outcomes == {"core-triple.patch": "exact", "util-ceiling.patch": "exact", "below.patch": "conflict",
                         "new-module.patch": "exact"}
     assert "return value * 3" in (tmp_path / "w/python/pkg/core.py").read_text()
+
+
+def test_continue_skip_and_abort_take_the_tree_lock_and_a_second_run_refuses(git_series_fx, capfd) -> None:
+    fx = git_series_fx
+    stopped_at_alpha(fx, capfd)
+    stop_file = work(fx).git_dir / "forkbuild-stop.json"
+    before = stop_file.read_bytes(), work(fx).head(), (work(fx).path / "python/pkg/core.py").read_bytes()
+    with tree_guard(work(fx).path, "apply"):  # another forkbuild works in the tree right now
+        for action in ("--continue", "--skip", "--abort"):
+            assert fx.cli("apply", action) == LockBusy.return_code
+            assert f"forkbuild apply (pid {os.getpid()}" in capfd.readouterr().err
+    # Nothing was settled, skipped or reset under the other run.
+    assert (stop_file.read_bytes(), work(fx).head(), (work(fx).path / "python/pkg/core.py").read_bytes()) == before
+    assert fx.cli("apply", "--abort") == 0  # once it is gone, the same command works
+    assert not stop_file.exists()

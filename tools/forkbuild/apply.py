@@ -138,9 +138,18 @@ def apply_plan(*, context: Context, plan: ApplyPlan, dest: Path, stop: bool = Fa
 
 
 def resume_apply(*, context: Context, dest: Path, action: str) -> ApplyResult | None:
-    """--continue / --skip / --abort a stopped `apply --all` in `dest` (None after --abort)."""
+    """--continue / --skip / --abort a stopped `apply --all` in `dest` (None after --abort).
+
+    Under the tree's lock, as apply itself: a second run in the same tree (another --continue,
+    an apply, an export) refuses with LockBusy instead of committing or resetting under this one.
+    The tree is not marked as changing: it holds the person's resolution, which no recovery may remove."""
     if not (dest / ".git").exists():
         raise ApplyError(f"no apply is stopped in {dest}: it is not a work tree", hint="`forkbuild apply --all` starts one")
+    with tree_guard(dest, f"apply --{action}"):
+        return _resume(context=context, dest=dest, action=action)
+
+
+def _resume(*, context: Context, dest: Path, action: str) -> ApplyResult | None:
     worktree = Git(dest)
     state = read_stop(worktree)
     if state is None:
