@@ -10,7 +10,7 @@ import os
 import re
 import tomllib
 
-from fixtures import PatchSpec, SeriesFixture, make_series
+from fixtures import PatchSpec, SeriesFixture, commit_all, make_series
 from forkbuild.apply import apply_plan, apply_variant, plan_variant
 from forkbuild.cache import UpstreamCache
 from forkbuild.errors import ApplyError, DirtyTreeError, LockBusy, RebaseStopped
@@ -372,3 +372,27 @@ def test_continue_skip_and_abort_take_the_tree_lock_and_a_second_run_refuses(git
     assert (stop_file.read_bytes(), work(fx).head(), (work(fx).path / "python/pkg/core.py").read_bytes()) == before
     assert fx.cli("apply", "--abort") == 0  # once it is gone, the same command works
     assert not stop_file.exists()
+
+
+def test_deletions_and_mode_changes_make_the_commits_git_am_makes(tmp_path) -> None:
+    fx = make_series(tmp_path, specs=DISJOINT)
+    repo = Git(fx.upstream_repo)
+    repo.run("checkout", "--quiet", "series")
+    repo.run("rm", "--quiet", "python/pkg/environ.py")
+    (repo.path / "python/pkg/util.py").chmod(0o755)
+    made = commit_all(repo, "pkg: no environ, an executable util\n\nFeature: beta\n")
+    assert "new mode 100755" in repo.format_patch(made) and "deleted file mode" in repo.format_patch(made)
+    (fx.patches_dir / "remove-environ.patch").write_text(repo.format_patch(made))
+    repo.run("checkout", "--quiet", "main")
+    fx.series_toml.write_text(fx.series_toml.read_text().replace(
+        '[[patches]]\nfile = "new-module.patch"\nfeature = "beta"\n',
+        '[[patches]]\nfile = "new-module.patch"\nfeature = "beta"\n\n'
+        '[[patches]]\nfile = "remove-environ.patch"\nfeature = "beta"\n'))
+    result = apply_variant(context=fx.context(), variant="full", dest=tmp_path / "w")
+    assert [record.outcome.value for record in result.records] == ["exact"] * 4
+    am_tree = UpstreamCache(fx.cache).git().add_worktree(tmp_path / "am", result.base_commit)
+    assert am_tree.am([record.entry.path for record in result.records], three_way=False,
+                      committer_date_is_author_date=True).status == 0
+    assert [record.commit for record in result.records] == am_tree.commits(result.base_commit, am_tree.head())
+    assert not (tmp_path / "w/python/pkg/environ.py").exists()
+    assert os.access(tmp_path / "w/python/pkg/util.py", os.X_OK)
