@@ -328,7 +328,10 @@ class Engine:
         change cannot be told to one patch): the caller goes one by one, up the full rungs."""
         listing = self._tree_listing()
         before = listing.entries_for(path for planned in group for path in planned.paths)
-        write_small_index(self._small_index, before)
+        try:
+            write_small_index(self._small_index, before)
+        except ValueError:
+            return []  # a path gitpython cannot write (not UTF-8, say): the full rungs take it
         applied = apply_to_small_index(self.worktree, [planned.job.path for planned in group], index=self._small_index)
         if applied.status != 0:
             return []
