@@ -95,9 +95,10 @@ def read_patch(path: Path) -> PatchInfo:
     return _parsed(path.read_bytes().decode("utf-8", errors="surrogateescape"), path)
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=128)
 def _parsed(text: str, path: Path) -> PatchInfo:
-    # One parse per content and process: apply's plan, its path check and its engine read the same files.
+    """parse_patch, once per content and path: a matrix or bisect reads the same patches
+    for every combination (PatchInfo is immutable, so sharing it is safe)."""
     return parse_patch(text, path=path)
 
 
@@ -258,8 +259,16 @@ def patch_problems(path: Path, *, symlinks: frozenset[str] = frozenset()) -> lis
         text = read_text(path)
     except OSError as error:
         return [f"{label}: cannot be read: {error.strerror or error}"]
+    return list(_text_problems(text, path, symlinks))
+
+
+@functools.lru_cache(maxsize=128)
+def _text_problems(text: str, path: Path, symlinks: frozenset[str]) -> tuple[str, ...]:
+    """patch_problems of a patch's text, once per content (a matrix checks the same patches
+    for every combination)."""
+    label = f"patches/{path.name}"
     if not text.strip():
-        return [f"{label}: is empty"]
+        return (f"{label}: is empty",)
     problems = []
     if re.search(r"^diff --git [^\n]*\r$", text, flags=re.MULTILINE):
         # The whole file was converted (its headers end in CR too; a patch to a CRLF file has
@@ -275,7 +284,7 @@ def patch_problems(path: Path, *, symlinks: frozenset[str] = frozenset()) -> lis
         if not info.author:
             problems.append(f"{label}: has no `From:` header (git am needs an author)")
     problems += [f"{label}: {problem}" for problem in safety_problems(text, symlinks=symlinks)]
-    return problems
+    return tuple(problems)
 
 
 def check_patches(paths, *, symlinks: frozenset[str] = frozenset()) -> None:
