@@ -73,33 +73,12 @@ class TreeCommit:
     date: str
 
 
-@dataclass(frozen=True, kw_only=True)
-class PathChange:
-    """One file a `FileCommit` changes: mode 0 deletes it; otherwise its blob by id, or its bytes."""
-
-    path: str
-    mode: int
-    blob: str = ""
-    content: bytes | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class FileCommit:
-    """A commit of file changes on a parent, as `commit_changes` makes it (the apply engine's
-    fast rung): the committer is forkbuild at the author's date, as `commit_tree` makes it."""
-
-    parent: str  # a commit id; "" for the commit before it in the same batch
-    author: Author
-    message: str
-    changes: tuple[PathChange, ...]
-
-
 def _fast_import_path(path: str) -> str:
-    """A path as fast-import reads it: C-quoted when it starts with a quote or holds a control character."""
-    if not path.startswith('"') and all(ord(char) >= 32 for char in path):
+    """A path as fast-import reads it: C-quoted where it starts with or holds a quote or
+    holds a newline; as it is otherwise (the rest of the line: spaces are fine)."""
+    if not path.startswith('"') and "\n" not in path and '"' not in path:
         return path
-    escapes = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\t": "\\t"}
-    return '"' + "".join(escapes.get(char) or (f"\\{ord(char):03o}" if ord(char) < 32 else char) for char in path) + '"'
+    return '"' + path.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
 def _ident(name: str, email: str) -> str:
@@ -600,9 +579,31 @@ class Author:
 
 
 # -- the apply engine's fast rung (forkbuild.worktree.engine) ---------------------------
-# A patch goes into a private index holding only the files it touches (no 5,771-entry
-# index read and written per patch), and the commits of a whole run come from one
-# fast-import: one git process per patch instead of three.
+# Patches go into a private index holding only the files they touch (no 5,771-entry
+# index read and written per patch; patches of different files in one `git apply`),
+# and the commits of a whole run come from one fast-import.
+
+
+@dataclass(frozen=True, kw_only=True)
+class PathChange:
+    """One file a `FileCommit` changes: mode 0 deletes it; otherwise its blob by id, or its bytes."""
+
+    path: str
+    mode: int
+    blob: str = ""
+    content: bytes | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class FileCommit:
+    """A commit of file changes on a parent, as `commit_changes` makes it (the apply engine's
+    fast rung): the committer is forkbuild at the author's date, as `commit_tree` makes it."""
+
+    parent: str  # a commit id; "" for the commit before it in the same batch
+    author: Author
+    message: str
+    changes: tuple[PathChange, ...]
+
 
 _TREES: dict[tuple[Path, str], Mapping[str, tuple[int, str]]] = {}
 
