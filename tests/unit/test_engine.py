@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import tomllib
 
-from fixtures import SeriesFixture
-from forkbuild.apply import apply_variant
+from fixtures import PatchSpec, SeriesFixture, commit_all, make_series
+from forkbuild.apply import apply_plan, apply_variant, plan_variant
 from forkbuild.cache import UpstreamCache
-from forkbuild.errors import ApplyError, DirtyTreeError, RebaseStopped
+from forkbuild.errors import ApplyError, DirtyTreeError, LockBusy, RebaseStopped
 from forkbuild.git import Git
+from forkbuild.worktrees import tree_guard
 from rebase_fixtures import CONFLICT_CHANGES, NEW_VERSION, rebase_args, release, tree
 
 INDEX_LINE = re.compile(r"^index ([0-9a-f]+)\.\.", re.MULTILINE)
@@ -250,3 +252,147 @@ def test_onto_the_pinned_version_is_a_no_op_and_an_older_one_warns(git_series_fx
     older = release(fx, (("python/pkg/__init__.py", '__version__ = "1.0"', '__version__ = "0.9"'),))
     assert fx.cli("rebase", "--onto", older, "--version", "0.9", "--accept-drops") == 0
     assert "0.9 is older than the pinned 1.0: this rebase is a downgrade" in capfd.readouterr().err
+
+
+# -- the fast rung: one git apply for patches of different files, commits from one fast-import ----
+
+DISJOINT = (
+    PatchSpec(file="core-triple.patch", feature="guards", subject="core: triple", body="Three, not two.",
+              edits=(("python/pkg/core.py", "    return value * 2\n", "    return value * 3\n"),)),
+    PatchSpec(file="util-ceiling.patch", feature="alpha", subject="util: a lower ceiling", body="Ten.",
+              edits=(("python/pkg/util.py", "def limit(value, ceiling=100):\n", "def limit(value, ceiling=10):\n"),)),
+    PatchSpec(file="new-module.patch", feature="beta", subject="pkg: a new module", body="One constant.",
+              edits=(("python/pkg/extra.py", "", "EXTRA = 1\n"),)),
+)
+
+
+def git_runs(monkeypatch) -> list[tuple[str, ...]]:
+    """Every git command forkbuild runs from here on (its arguments), in order."""
+    runs: list[tuple[str, ...]] = []
+    real = Git.run
+
+    def recording(self, *args, **kwargs):
+        runs.append(args)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Git, "run", recording)
+    return runs
+
+
+def test_patches_of_different_files_apply_in_one_git_run_with_the_commits_git_am_makes(tmp_path, monkeypatch) -> None:
+    fx = make_series(tmp_path, specs=DISJOINT)
+    UpstreamCache(fx.cache).ensure(fx.load().upstream)
+    runs = git_runs(monkeypatch)
+    result = apply_variant(context=fx.context(), variant="full", dest=tmp_path / "w")
+    assert [record.outcome.value for record in result.records] == ["exact", "exact", "exact"]
+    assert [run[0] for run in runs].count("apply") == 1
+    assert [run[0] for run in runs].count("fast-import") == 1
+    am_tree = UpstreamCache(fx.cache).git().add_worktree(tmp_path / "am", result.base_commit)
+    assert am_tree.am([record.entry.path for record in result.records], three_way=False,
+                      committer_date_is_author_date=True).status == 0
+    assert [record.commit for record in result.records] == am_tree.commits(result.base_commit, am_tree.head())
+    assert (tmp_path / "w/python/pkg/extra.py").read_text() == "EXTRA = 1\n"
+    assert not Git(tmp_path / "w").status_porcelain()
+
+
+def test_a_re_apply_recalls_every_commit_and_a_changed_patch_is_computed_again(tmp_path, monkeypatch) -> None:
+    fx = make_series(tmp_path, specs=DISJOINT)
+    first = apply_variant(context=fx.context(), variant="full", dest=tmp_path / "w")
+    runs = git_runs(monkeypatch)
+    again = apply_variant(context=fx.context(), variant="full", dest=tmp_path / "w")
+    assert again.head_commit == first.head_commit
+    assert not {"apply", "fast-import", "commit-tree", "write-tree", "checkout", "reset"} & {run[0] for run in runs}
+    # The last patch changes: the two before it are recalled, it alone goes to git.
+    patch = fx.patches_dir / "new-module.patch"
+    patch.write_text(patch.read_text().replace("+EXTRA = 1", "+EXTRA = 2"))
+    runs.clear()
+    changed = apply_variant(context=fx.context(), variant="full", dest=tmp_path / "w")
+    assert [record.commit for record in changed.records][:2] == [record.commit for record in first.records][:2]
+    assert [run for run in runs if run[0] == "apply"] and all(run[-1].endswith("new-module.patch")
+                                                              for run in runs if run[0] == "apply")
+    assert (tmp_path / "w/python/pkg/extra.py").read_text() == "EXTRA = 2\n"
+
+
+def test_a_failing_patch_in_a_group_leaves_the_others_their_own_commits(tmp_path) -> None:
+    fx = make_series(tmp_path, specs=DISJOINT)
+    patch = fx.patches_dir / "util-ceiling.patch"
+    patch.write_text(patch.read_text().replace("\n     return min(value, ceiling)", "\n     return max(value, ceiling)"))
+    plan = plan_variant(fx.load(), "full")
+    result = apply_plan(context=fx.context(), plan=plan, dest=tmp_path / "w")
+    assert [record.outcome.value for record in result.records] == ["exact", "conflict", "exact"]
+    tree = Git(tmp_path / "w")
+    assert "ceiling=100" in (tree.path / "python/pkg/util.py").read_text()
+    assert (tree.path / "python/pkg/extra.py").read_text() == "EXTRA = 1\n"
+    assert tree.out("log", "--format=%s", "-2", result.records[2].commit).splitlines() == [
+        "pkg: a new module", "core: triple"]
+
+
+BELOW_A_FILE = """\
+From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
+From: Fixture Author <author@example.com>
+Date: Tue, 14 Nov 2023 22:13:20 +0000
+Subject: [PATCH] core: a file below core.py
+
+---
+diff --git a/python/pkg/core.py/below b/python/pkg/core.py/below
+new file mode 100644
+index 0000000000000000000000000000000000000000..587be6b4c3f93f93c489c0111bba5596147a26cb
+--- /dev/null
++++ b/python/pkg/core.py/below
+@@ -0,0 +1 @@
++x
+"""
+
+
+def test_a_patch_putting_a_file_below_an_upstream_file_is_refused_not_applied_over_it(tmp_path) -> None:
+    # The fast rung's private index does not hold core.py: git would create core.py/below there,
+    # and fast-import would then replace the file core.py by a directory. The full index refuses it.
+    fx = make_series(tmp_path, specs=DISJOINT)
+    (fx.patches_dir / "below.patch").write_text(BELOW_A_FILE)
+    fx.series_toml.write_text(fx.series_toml.read_text().replace(
+        '[[patches]]\nfile = "new-module.patch"', '[[patches]]\nfile = "below.patch"\nfeature = "beta"\n\n'
+                                                  '[[patches]]\nfile = "new-module.patch"'))
+    result = apply_plan(context=fx.context(), plan=plan_variant(fx.load(), "full"), dest=tmp_path / "w")
+    outcomes = {record.entry.file: record.outcome.value for record in result.records}
+    assert outcomes == {"core-triple.patch": "exact", "util-ceiling.patch": "exact", "below.patch": "conflict",
+                        "new-module.patch": "exact"}
+    assert "return value * 3" in (tmp_path / "w/python/pkg/core.py").read_text()
+
+
+def test_continue_skip_and_abort_take_the_tree_lock_and_a_second_run_refuses(git_series_fx, capfd) -> None:
+    fx = git_series_fx
+    stopped_at_alpha(fx, capfd)
+    stop_file = work(fx).git_dir / "forkbuild-stop.json"
+    before = stop_file.read_bytes(), work(fx).head(), (work(fx).path / "python/pkg/core.py").read_bytes()
+    with tree_guard(work(fx).path, "apply"):  # another forkbuild works in the tree right now
+        for action in ("--continue", "--skip", "--abort"):
+            assert fx.cli("apply", action) == LockBusy.return_code
+            assert f"forkbuild apply (pid {os.getpid()}" in capfd.readouterr().err
+    # Nothing was settled, skipped or reset under the other run.
+    assert (stop_file.read_bytes(), work(fx).head(), (work(fx).path / "python/pkg/core.py").read_bytes()) == before
+    assert fx.cli("apply", "--abort") == 0  # once it is gone, the same command works
+    assert not stop_file.exists()
+
+
+def test_deletions_and_mode_changes_make_the_commits_git_am_makes(tmp_path) -> None:
+    fx = make_series(tmp_path, specs=DISJOINT)
+    repo = Git(fx.upstream_repo)
+    repo.run("checkout", "--quiet", "series")
+    repo.run("rm", "--quiet", "python/pkg/environ.py")
+    (repo.path / "python/pkg/util.py").chmod(0o755)
+    made = commit_all(repo, "pkg: no environ, an executable util\n\nFeature: beta\n")
+    assert "new mode 100755" in repo.format_patch(made) and "deleted file mode" in repo.format_patch(made)
+    (fx.patches_dir / "remove-environ.patch").write_text(repo.format_patch(made))
+    repo.run("checkout", "--quiet", "main")
+    fx.series_toml.write_text(fx.series_toml.read_text().replace(
+        '[[patches]]\nfile = "new-module.patch"\nfeature = "beta"\n',
+        '[[patches]]\nfile = "new-module.patch"\nfeature = "beta"\n\n'
+        '[[patches]]\nfile = "remove-environ.patch"\nfeature = "beta"\n'))
+    result = apply_variant(context=fx.context(), variant="full", dest=tmp_path / "w")
+    assert [record.outcome.value for record in result.records] == ["exact"] * 4
+    am_tree = UpstreamCache(fx.cache).git().add_worktree(tmp_path / "am", result.base_commit)
+    assert am_tree.am([record.entry.path for record in result.records], three_way=False,
+                      committer_date_is_author_date=True).status == 0
+    assert [record.commit for record in result.records] == am_tree.commits(result.base_commit, am_tree.head())
+    assert not (tmp_path / "w/python/pkg/environ.py").exists()
+    assert os.access(tmp_path / "w/python/pkg/util.py", os.X_OK)

@@ -6,21 +6,26 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from fixtures import SeriesFixture, make_series
+from forkbuild.chaos import CHAOS_ENV
 from forkbuild.errors import RebaseStopped
 from forkbuild.git import Git
+from forkbuild.series_writer import recover_series
 from rebase_fixtures import CONFLICT_CHANGES, LADDER_CHANGES, NEW_VERSION, fingerprint, rebase_args, release, run_killed
 
 # Every kind of step: before/after the import, the work tree, mid-patch, between
 # patches, the end of the replay, each write of the finalize, the clean-up.
 CONTINUE_STEPS = ["begun", "imported", "worktree", "prepared", "applying:alpha-scale.patch",
-                  "applied:beta-limit.patch", "replayed", "finalize:restored", "finalize:pinned",
-                  "finalize:exported", "exported", "finish:cleaned"]
-ABORT_STEPS = ["importing:2.0", "imported", "applying:beta-limit.patch", "finalize:pinned", "finalize:exported", "finish:cleaned"]
+                  "applied:beta-limit.patch", "replayed", "finalize:restored", "finalize:exported", "exported",
+                  "finish:cleaned"]
+ABORT_STEPS = ["importing:2.0", "imported", "applying:beta-limit.patch", "finalize:restored", "finalize:exported",
+               "finish:cleaned"]
 
 
 def series_files(fx: SeriesFixture) -> dict[str, bytes]:
@@ -108,3 +113,23 @@ def test_kill_while_continuing_after_a_resolution(tmp_path: Path) -> None:
     assert fx.cli("rebase", "--continue") == 0
     assert outcomes(fx) == ["exact", "resolved", "exact"]
     assert "doubled in 2.0" in (fx.patches_dir / "alpha-scale.patch").read_text()
+
+
+def test_the_finalize_writes_the_new_pin_and_the_rebased_patches_in_one_transaction(tmp_path: Path,
+                                                                                   reference: dict) -> None:
+    # Killed right after the finalize's first series_writer commit: what is on disk (once the
+    # writer's recovery ran) is the whole rebased series, never the new pin over the old patches.
+    fx, commit = killed_fixture(tmp_path, LADDER_CHANGES)
+    before = series_files(fx)
+    env = {**os.environ, CHAOS_ENV: "series:committed"}
+    killed = subprocess.run([sys.executable, "-m", "forkbuild", "-C", str(fx.root), "--cache", str(fx.cache),
+                             *rebase_args(commit)], env=env, capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert recover_series(fx.root)  # the commit was made: the write rolls forward
+    after = series_files(fx)
+    assert f'version = "{NEW_VERSION}"' in after["series.toml"].decode()
+    assert {name: data for name, data in after.items() if name != "series.toml"} == {
+        name: data for name, data in reference["files"].items() if name != "series.toml"}
+    assert after != before
+    assert fx.cli("rebase", "--continue") == 0
+    assert series_files(fx) == reference["files"]

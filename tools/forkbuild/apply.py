@@ -108,8 +108,11 @@ def apply_plan(*, context: Context, plan: ApplyPlan, dest: Path, stop: bool = Fa
     cache = UpstreamCache(context.cache_dir, reporter=context.reporter)
     base = cache.ensure(series.upstream)
     cache_git = cache.git()
-    # The check `check` and `import` run: no patch may write through one of upstream's symlinks.
-    check_patches([entry.path for entry in plan.entries], symlinks=symlinks_of(cache_git, base))
+    # The check `check` and `import` run: no patch may write through one of upstream's symlinks
+    # (plan_variant checked everything else already: without symlinks, this is the same check).
+    symlinks = symlinks_of(cache_git, base)
+    if symlinks:
+        check_patches([entry.path for entry in plan.entries], symlinks=symlinks)
     sources: dict[str, str] = {}
     if plan.left_out and plan.entries:  # nothing applied (stock): no merges, no series commits needed
         # Patches after a left-out one were written on top of it: the 3-way rung
@@ -119,7 +122,7 @@ def apply_plan(*, context: Context, plan: ApplyPlan, dest: Path, stop: bool = Fa
         if recover_killed_change(guard, cache_git):
             context.reporter.warn(f"{dest}: removed what a killed forkbuild apply left half-built there")
         previous = read_state(dest) if (dest / ".git").exists() else None
-        worktree = prepare_worktree(cache_git, dest=dest, base=base, guard=guard)
+        worktree = prepare_worktree(cache_git, dest=dest, base=base, guard=guard, checkout=False)
         chaos_point("apply:prepared")
         jobs = tuple(PatchJob(name=entry.file, path=entry.path, source=sources.get(entry.file, "")) for entry in plan.entries)
         run = StopState(variant=plan.variant, base=base, started_from=previous["head"] if previous else base,
@@ -128,14 +131,25 @@ def apply_plan(*, context: Context, plan: ApplyPlan, dest: Path, stop: bool = Fa
                         hashes=series_hashes(series))
         label = plan.variant or "the whole series"
         with context.reporter.step(f"Applying {len(plan.entries)} patches of {label} into {dest}"):
-            results = _run(Engine(worktree, head=base), run, stop=stop, context=context, features=plan.features)
-        return _result(context, plan, dest=dest, base=base, head=worktree.head(), results=results, report=report_offsets)
+            # What the tree shows: the HEAD prepare_worktree checked, or nothing (a new tree).
+            engine = Engine(worktree, head=base, shown=previous["head"] if previous else base, checked_out=bool(previous))
+            results = _run(engine, run, stop=stop, context=context, features=plan.features)
+        return _result(context, plan, dest=dest, base=base, head=engine.head, results=results, report=report_offsets)
 
 
 def resume_apply(*, context: Context, dest: Path, action: str) -> ApplyResult | None:
-    """--continue / --skip / --abort a stopped `apply --all` in `dest` (None after --abort)."""
+    """--continue / --skip / --abort a stopped `apply --all` in `dest` (None after --abort).
+
+    Under the tree's lock, as apply itself: a second run in the same tree (another --continue,
+    an apply, an export) refuses with LockBusy instead of committing or resetting under this one.
+    The tree is not marked as changing: it holds the person's resolution, which no recovery may remove."""
     if not (dest / ".git").exists():
         raise ApplyError(f"no apply is stopped in {dest}: it is not a work tree", hint="`forkbuild apply --all` starts one")
+    with tree_guard(dest, f"apply --{action}"):
+        return _resume(context=context, dest=dest, action=action)
+
+
+def _resume(*, context: Context, dest: Path, action: str) -> ApplyResult | None:
     worktree = Git(dest)
     state = read_stop(worktree)
     if state is None:
@@ -156,39 +170,40 @@ def resume_apply(*, context: Context, dest: Path, action: str) -> ApplyResult | 
     resumed = replace(state, cursor=state.cursor + 1, results=(*state.results, settled))
     plan = plan_variant(context.series, state.variant or None)
     results = _run(engine, resumed, stop=True, context=context, features=plan.features)
-    return _result(context, plan, dest=dest, base=state.base, head=worktree.head(), results=results)
+    return _result(context, plan, dest=dest, base=state.base, head=engine.head, results=results)
 
 
 def _run(engine: Engine, state: StopState, *, stop: bool, context: Context, features: tuple[str, ...]) -> list[PatchResult]:
     """Apply state.jobs[state.cursor:] after state.results; on a conflict with stop, save the state and raise.
-    Then the guards of `features` (the build's), generated from series.toml, as the last commit."""
+    Then the guards of `features` (the build's), generated from series.toml, as the last commit;
+    the work tree is checked out once, at the end."""
     results = list(state.results)
-    for cursor in range(state.cursor, len(state.jobs)):
-        job = state.jobs[cursor]
-        result = engine.step(job, stop=stop)
-        if result.outcome is Outcome.CONFLICT and stop:
+    for result in engine.run(state.jobs[state.cursor:], stop=stop, write=False):
+        if result.outcome is Outcome.CONFLICT and stop:  # the commits before it are written
+            cursor = state.cursor + len(results) - len(state.results)
             _save_stop(engine, replace(state, cursor=cursor, results=tuple(results)))
-            raise _stopped(engine.worktree, job, result)
+            raise _stopped(engine.worktree, state.jobs[cursor], result)
         results.append(result)
-    engine.finish()
-    recreate_empty_dirs(engine.worktree.path, context.series.upstream.empty_dirs)  # upstream has them, git cannot track them
     if state.jobs:  # a build of no patches is upstream as it is
-        add_generated_commit(engine.worktree, series=context.series, features=features)
+        add_generated_commit(engine, series=context.series, features=features)
+    engine.finish()  # writes the pending commits, then the one checkout
+    results = [engine.written(result) for result in results]
+    recreate_empty_dirs(engine.worktree.path, context.series.upstream.empty_dirs)  # upstream has them, git cannot track them
     chaos_point("apply:applied")
-    _record_applied(engine.worktree, state, results)
+    _record_applied(engine.worktree, state, results, head=engine.head)
     clear_stop(engine.worktree)
     return results
 
 
 def _save_stop(engine: Engine, state: StopState) -> None:
     write_stop(engine.worktree, state)
-    _record_applied(engine.worktree, state, list(state.results))
+    _record_applied(engine.worktree, state, list(state.results), head=engine.head)
 
 
-def _record_applied(worktree: Git, state: StopState, results: list[PatchResult]) -> None:
+def _record_applied(worktree: Git, state: StopState, results: list[PatchResult], *, head: str) -> None:
     """The tree's state: what export compares the tree with (which patch has which commit,
     which did not apply), and the patch files it was made from."""
-    _write_state(worktree, {"variant": state.variant, "base": state.base, "head": worktree.head(),
+    _write_state(worktree, {"variant": state.variant, "base": state.base, "head": head,
                             "patches": [result.name for result in results if result.outcome.applied],
                             "commits": {result.name: result.commit for result in results if result.outcome.applied},
                             "missing": {result.name: result.outcome.value for result in results
@@ -355,15 +370,17 @@ def refuse_unsaved_work(worktree: Git) -> None:
                                   f"discard them: git -C {dest} reset --hard && git -C {dest} clean -fd")
 
 
-def prepare_worktree(cache_git: Git, *, dest: Path, base: str, guard: TreeGuard | None = None) -> Git:
+def prepare_worktree(cache_git: Git, *, dest: Path, base: str, guard: TreeGuard | None = None,
+                     checkout: bool = True) -> Git:
     """A clean work tree at `base`: new, or one forkbuild made that holds nothing else.
-    `guard` is told when the checks passed and the tree starts to change."""
+    `guard` is told when the checks passed and the tree starts to change. checkout=False:
+    a new tree gets no files yet (the engine checks its result out once, at the end)."""
     if dest.exists() and not dest.is_dir():
         raise DirtyTreeError(f"{dest} exists and is not a directory", hint="choose another --dir")
     if not dest.exists() or not any(dest.iterdir()):
         if guard:
             guard.changing()
-        return cache_git.add_worktree(dest, base)
+        return cache_git.add_worktree(dest, base, checkout=checkout)
     state = read_state(dest) if (dest / ".git").exists() else None
     if state is None:
         raise DirtyTreeError(f"{dest} exists and is not a forkbuild work tree",
@@ -422,8 +439,8 @@ def ensure_series_blobs(*, context: Context, cache: UpstreamCache, base: str) ->
             if not cache_git.rev(ref):
                 # Plumbing only (a private index in the bare cache): no work tree to check out.
                 engine = Engine(cache_git, head=base, shown=base)
-                results = [engine.step(PatchJob(name=entry.file, path=entry.path), stop=False)
-                           for entry in series.patches]
+                results = engine.run([PatchJob(name=entry.file, path=entry.path) for entry in series.patches],
+                                     stop=False)
                 failed = [result for result in results if not result.outcome.applied]
                 if failed:
                     raise ApplyError("the whole series does not apply:\n" + "\n".join(

@@ -84,16 +84,20 @@ class ExportPlan:
 
 
 def export_series(*, context: Context, tree: Path, check: bool = False, refresh: bool = False,
-                  drops: tuple[str, ...] = (), keeps: tuple[str, ...] = ()) -> ExportPlan:
+                  drops: tuple[str, ...] = (), keeps: tuple[str, ...] = (),
+                  series_toml: str | None = None) -> ExportPlan:
     """Plan the export of `tree`; with check, raise ExportDriftError on any change, else write it.
 
-    drops / keeps: what to do with entries that have no commit in the tree (see above)."""
+    drops / keeps: what to do with entries that have no commit in the tree (see above).
+    series_toml: the series.toml text to write the entries into instead of the file's (the
+    rebase's moved pin: `context.series` is parsed from it), written in the same transaction."""
     series = context.series
     with tree_guard(tree, "export") as guard:  # never at the same time as an apply of this tree
         _refuse_killed_change(guard)
         worktree, base = open_export_tree(context=context, tree=tree, drops=drops)
         plan = plan_export(series, worktree=worktree, base=base, refresh=refresh,
-                           decisions=_decisions(series, drops=drops, keeps=keeps), state=read_state(tree) or {})
+                           decisions=_decisions(series, drops=drops, keeps=keeps), state=read_state(tree) or {},
+                           series_toml=series_toml)
         if check:
             changes = plan.changes()
             if changes:
@@ -203,7 +207,8 @@ class _Commit:
 
 
 def plan_export(series: Series, *, worktree: Git, base: str, refresh: bool,
-                decisions: dict[str, str] | None = None, state: dict | None = None) -> ExportPlan:
+                decisions: dict[str, str] | None = None, state: dict | None = None,
+                series_toml: str | None = None) -> ExportPlan:
     head = worktree.head()
     commits = _patch_commits(series, [_read_commit(worktree, sha) for sha in worktree.commits(base, head)],
                              where=worktree.path)
@@ -227,7 +232,7 @@ def plan_export(series: Series, *, worktree: Git, base: str, refresh: bool,
     specs = _with_kept(series, [EntrySpec(file=p.file, feature=p.feature, upstream=p.upstream) for p in patches],
                        kept=kept)
     current_toml = series.path.read_text()
-    new_toml = updated_series_toml(current_toml, specs)
+    new_toml = updated_series_toml(current_toml if series_toml is None else series_toml, specs)
     quilt_path = series.patches_dir / "series"
     quilt = quilt_series_text(spec.file for spec in specs)
     old_quilt = quilt_path.read_text() if quilt_path.is_file() else None

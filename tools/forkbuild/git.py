@@ -11,6 +11,7 @@ import logging
 import os
 import re
 import shlex
+import struct
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -236,11 +237,13 @@ class Git:
         return self.out("commit-tree", tree, *parent_args, "-m", message, env=env)
 
     # -- work trees -------------------------------------------------------
-    def add_worktree(self, path: Path, commit: str, *, parallel: bool = False) -> Git:
-        """parallel: check the files out with one git worker per core (checkout.workers=0):
-        writing thousands of files is kernel time, which a second core halves."""
+    def add_worktree(self, path: Path, commit: str, *, checkout: bool = True, parallel: bool = False) -> Git:
+        """A detached work tree at `commit`. checkout=False: no files and no index yet (for a caller
+        that checks out another commit later: `reset_hard`). parallel: check the files out with one
+        git worker per core (checkout.workers=0): writing thousands of files is kernel time, which a
+        second core halves."""
         self.run(*(["-c", "checkout.workers=0"] if parallel else []), "worktree", "add", "--force", "--detach",
-                 str(path), commit)
+                 *([] if checkout else ["--no-checkout"]), str(path), commit)
         return Git(path)
 
     def remove_worktree(self, path: Path) -> None:
@@ -631,3 +634,109 @@ class Author:
     name: str
     email: str
     date: str
+
+
+# -- the apply engine's fast rung (forkbuild.worktree.engine) ---------------------------
+# Patches go into a private index holding only the files they touch (no 5,771-entry
+# index read and written per patch; patches of different files in one `git apply`),
+# and the commits of a whole run come from one fast-import.
+
+
+@dataclass(frozen=True, kw_only=True)
+class PathChange:
+    """One file a `FileCommit` changes: mode 0 deletes it; otherwise its blob by id, or its bytes."""
+
+    path: str
+    mode: int
+    blob: str = ""
+    content: bytes | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class FileCommit:
+    """A commit of file changes on a parent, as `commit_changes` makes it (the apply engine's
+    fast rung): the committer is forkbuild at the author's date, as `commit_tree` makes it."""
+
+    parent: str  # a commit id; "" for the commit before it in the same batch
+    author: Author
+    message: str
+    changes: tuple[PathChange, ...]
+
+
+_TREES: dict[tuple[Path, str], Mapping[str, tuple[int, str]]] = {}
+
+
+def tree_entries(git: Git, commit: str) -> Mapping[str, tuple[int, str]]:
+    """path -> (mode, blob id) of every file of `commit`'s tree, from one `ls-tree -r`;
+    kept for the process (a commit id names one tree forever: the path check and the
+    engine's fast rung read the same base)."""
+    key = (git.common_dir, commit)
+    if key not in _TREES:
+        entries = {}
+        for item in git.run("ls-tree", "-r", "-z", "--full-tree", commit).stdout.split("\0"):
+            if item:
+                meta, path = item.split("\t", 1)
+                mode, _, blob = meta.split(" ")
+                entries[path] = (int(mode, 8), blob)
+        _TREES[key] = entries
+    return _TREES[key]
+
+
+def apply_to_small_index(git: Git, patches: list[Path], *, index: Path) -> Result:
+    """`git apply --cached -v` of `patches` in order into the private index `index`, strictly
+    (no fuzz, no 3-way), all or nothing; the result, not raised (the engine reads offsets)."""
+    return git.run("apply", "--cached", "-v", *[str(patch) for patch in patches], env={"GIT_INDEX_FILE": str(index)},
+                   check=False)
+
+
+def write_small_index(index: Path, entries: Mapping[str, tuple[int, str]]) -> None:
+    """A private index holding exactly `entries` (stage 0, no stat data: only for --cached)."""
+    ordered = sorted(entries.items(), key=lambda item: item[0].encode("utf-8", "surrogateescape"))
+    items = [IndexEntry.from_base(BaseIndexEntry((mode, bytes.fromhex(blob), 0, path)))
+             for path, (mode, blob) in ordered]
+    with index.open("wb") as stream:
+        write_cache(items, stream)
+
+
+def read_small_index(index: Path) -> dict[str, tuple[int, str]]:
+    """The entries of a private index: path -> (mode, blob id). ValueError when gitpython cannot
+    read it (an index version or path it does not know)."""
+    try:
+        with index.open("rb") as stream:
+            _, entries, _, _ = read_cache(stream)
+    except (AssertionError, UnicodeDecodeError, struct.error) as error:
+        raise ValueError(f"{index}: {error}") from error
+    return {str(path): (entry.mode, entry.hexsha) for (path, stage), entry in entries.items() if stage == 0}
+
+
+def commit_changes(git: Git, commits: list[FileCommit]) -> list[str]:
+    """The commits, each of its changes on its parent's tree, from one `git fast-import`; their ids
+    in order. The same author, date, message and tree give the id `commit_tree` gives: both
+    read the date with git's own date parser (--date-format=rfc2822 takes raw dates too)."""
+    if not commits:
+        return []
+    stream = bytearray()
+    for number, commit in enumerate(commits, start=1):
+        author, message = commit.author, commit.message.encode("utf-8", "surrogateescape")
+        parent = commit.parent or f":{number - 1}"
+        stream += (f"commit {IMPORT_REF}\nmark :{number}\n"
+                   f"author {_ident(author.name, author.email)} {author.date}\n"
+                   f"committer {_ident(IDENTITY['user.name'], IDENTITY['user.email'])} {author.date}\n"
+                   f"data {len(message)}\n").encode("utf-8", "surrogateescape") + message + f"\nfrom {parent}\n".encode()
+        for change in commit.changes:
+            path = _fast_import_path(change.path)
+            if not change.mode:
+                stream += f"D {path}\n".encode("utf-8", "surrogateescape")
+            elif change.content is not None:
+                stream += f"M {change.mode:o} inline {path}\ndata {len(change.content)}\n".encode(
+                    "utf-8", "surrogateescape") + change.content + b"\n"
+            else:
+                stream += f"M {change.mode:o} {change.blob} {path}\n".encode("utf-8", "surrogateescape")
+        stream += b"\n"
+    stream += f"reset {IMPORT_REF}\n".encode()  # the ids are returned: no ref is kept (nor made)
+    with tempfile.TemporaryDirectory(prefix="forkbuild-fast-import-") as scratch:
+        commands, marks = Path(scratch) / "stream", Path(scratch) / "marks"
+        commands.write_bytes(bytes(stream))
+        git.run("fast-import", "--quiet", "--force", "--date-format=rfc2822", f"--export-marks={marks}", stdin=commands)
+        ids = dict(line.split() for line in marks.read_text().splitlines())
+    return [ids[f":{number}"] for number in range(1, len(commits) + 1)]

@@ -21,10 +21,13 @@ import textwrap
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 from forkbuild.config import Guard, Series
-from forkbuild.git import Git
 from forkbuild.patchfile import PatchInfo
+
+if TYPE_CHECKING:
+    from forkbuild.worktree.engine import Engine
 
 GENERATED_TRAILER = "Forkbuild-Generated"
 GENERATED_VALUE = "guards"
@@ -98,20 +101,16 @@ def commit_message(features: Iterable[str]) -> str:
             f"{GENERATED_TRAILER}: {GENERATED_VALUE}\n")
 
 
-def add_generated_commit(worktree: Git, *, series: Series, features: Iterable[str]) -> str | None:
-    """Write the guards module of a build of `features` into `worktree` and commit it
-    on top; returns the new HEAD, or None when the series configures no module.
+def add_generated_commit(engine: Engine, *, series: Series, features: Iterable[str]) -> None:
+    """Commit the guards module of a build of `features` on the engine's HEAD, before the
+    work tree is checked out (nothing when the series configures no module).
 
-    The commit takes HEAD's dates, so the same series gives the same commit (and a
-    reproducible wheel)."""
+    The commit is forkbuild's at HEAD's date, so the same series gives the same commit
+    (a re-apply of an unchanged series leaves the tree as it is; a reproducible wheel)."""
     features = [name for name in series.features if name in set(features)]
-    path = write_module(worktree.path, series=series, features=features)
-    if path is None:
-        return None
-    worktree.run("add", "--", path)
-    date = worktree.out("log", "-1", "--format=%cd", "--date=raw", "HEAD")
-    env = {"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date}
-    return worktree.commit(commit_message(features), env=env)
+    files = generated_files(series, features)
+    if files:
+        engine.commit_files(files, message=commit_message(features))
 
 
 def is_generated(info: PatchInfo) -> bool:

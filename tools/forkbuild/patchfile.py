@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import email
 import email.policy
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -12,6 +13,7 @@ from pathlib import Path, PurePosixPath
 import unidiff
 
 from forkbuild.errors import UnsafePatchError
+from forkbuild.git import tree_entries
 
 TRAILER = re.compile(r"^(?P<key>[A-Za-z][A-Za-z0-9-]*):\s*(?P<value>.+?)\s*$")
 MAIL_HEADER = re.compile(r"^[!-9;-~]+:")  # RFC 5322 field name: printable ASCII but ":"
@@ -90,7 +92,14 @@ def _diff_start(payload: str) -> int:
 
 def read_patch(path: Path) -> PatchInfo:
     # Bytes, not read_text(): universal newlines would split a line at a lone "\r" (mksh's patches).
-    return parse_patch(path.read_bytes().decode("utf-8", errors="surrogateescape"), path=path)
+    return _parsed(path.read_bytes().decode("utf-8", errors="surrogateescape"), path)
+
+
+@functools.lru_cache(maxsize=128)
+def _parsed(text: str, path: Path) -> PatchInfo:
+    """parse_patch, once per content and path: a matrix or bisect reads the same patches
+    for every combination (PatchInfo is immutable, so sharing it is safe)."""
+    return parse_patch(text, path=path)
 
 
 def parse_patch(text: str, *, path: Path) -> PatchInfo:
@@ -204,9 +213,8 @@ def _names(text: str) -> list[tuple[str, bool]]:
 def symlinks_of(cache_git, commit: str) -> frozenset[str]:
     """The paths that are symbolic links in `commit` of the cache repository (upstream's own;
     patches cannot add any), for the "goes through a symbolic link" check without a work tree."""
-    listing = cache_git.out("ls-tree", "-r", "-z", "--full-tree", commit)
-    return frozenset(entry.split("\t", 1)[1] for entry in listing.split("\0")
-                     if entry.startswith(f"{S_IFLNK:o} "))
+    # The engine's fast rung reads the same listing of the base: one ls-tree for both.
+    return frozenset(path for path, (mode, _) in tree_entries(cache_git, commit).items() if mode == S_IFLNK)
 
 
 def safety_problems(text: str, *, tree: Path | None = None, symlinks: frozenset[str] = frozenset()) -> list[str]:
@@ -251,15 +259,23 @@ def patch_problems(path: Path, *, symlinks: frozenset[str] = frozenset()) -> lis
         text = read_text(path)
     except OSError as error:
         return [f"{label}: cannot be read: {error.strerror or error}"]
+    return list(_text_problems(text, path, symlinks))
+
+
+@functools.lru_cache(maxsize=128)
+def _text_problems(text: str, path: Path, symlinks: frozenset[str]) -> tuple[str, ...]:
+    """patch_problems of a patch's text, once per content (a matrix checks the same patches
+    for every combination)."""
+    label = f"patches/{path.name}"
     if not text.strip():
-        return [f"{label}: is empty"]
+        return (f"{label}: is empty",)
     problems = []
     if re.search(r"^diff --git [^\n]*\r$", text, flags=re.MULTILINE):
         # The whole file was converted (its headers end in CR too; a patch to a CRLF file has
         # CRs on content lines only): git refuses it, so name it rather than a hunk.
         problems.append(f"{label}: has CRLF line endings (convert it to LF: dos2unix)")
     try:
-        info = parse_patch(text, path=path)
+        info = _parsed(text, path)
     except UnsafePatchError as error:
         problems.append(error.message)
     else:
@@ -268,7 +284,7 @@ def patch_problems(path: Path, *, symlinks: frozenset[str] = frozenset()) -> lis
         if not info.author:
             problems.append(f"{label}: has no `From:` header (git am needs an author)")
     problems += [f"{label}: {problem}" for problem in safety_problems(text, symlinks=symlinks)]
-    return problems
+    return tuple(problems)
 
 
 def check_patches(paths, *, symlinks: frozenset[str] = frozenset()) -> None:

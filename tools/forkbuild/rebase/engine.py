@@ -28,7 +28,7 @@ from packaging.version import InvalidVersion, Version
 
 from forkbuild.apply import FULL_SERIES_REF, record_series_tree, series_hashes
 from forkbuild.cache import UpstreamCache
-from forkbuild.config import GitPin, Upstream, WheelPin
+from forkbuild.config import GitPin, Upstream, WheelPin, parse_series
 from forkbuild.context import Context
 from forkbuild.errors import ApplyError, DirtyTreeError, ForkbuildError, RebaseStopped
 from forkbuild.export import export_series
@@ -39,7 +39,6 @@ from forkbuild.rebase.collision import upstream_collisions
 from forkbuild.rebase.journal import Journal, checkpoint
 from forkbuild.rebase.pin import moved_pin
 from forkbuild.rebase.upstreamed import HunkEvidence, evidence
-from forkbuild.series_writer import SeriesChange, write_series
 from forkbuild.worktree.engine import Engine, Outcome, PatchJob, PatchResult
 from forkbuild.worktrees import clear_stale_index_lock
 
@@ -169,7 +168,7 @@ class Rebase:
         with self.reporter.step(f"Applying the {len(backup)} patches on {old.version} (their commits feed the 3-way merges)"):
             # Plumbing in the cache: no checkout of the old version is needed.
             old_series = Engine(cache_git, head=state["old_base"], shown=state["old_base"])
-            made = [old_series.step(PatchJob(name=path.name, path=path), stop=False) for path in backup]
+            made = old_series.run([PatchJob(name=path.name, path=path) for path in backup], stop=False)
             old_series.close()
         failed = [result for result in made if not result.outcome.applied]
         if failed:
@@ -333,11 +332,13 @@ class Rebase:
         checkpoint("finalize:restored")
         self._move_ref(state, refs.series_ref(state, NEW_SERIES), worktree.head())
         series_toml = self.context.series_dir / "series.toml"
-        write_series(self.context.series_dir, SeriesChange(
-            series_toml=moved_pin(series_toml.read_text(), _upstream_from(state["target"]))))
-        checkpoint("finalize:pinned")
-        kept = [p["file"] for p in state["patches"] if p["commit"]]
+        # The moved pin is not written on its own: export writes it with the patches, in one
+        # series_writer transaction (a kill leaves the old series or the new one, never a new
+        # pin over the old patches). Export reads the series as it will be: pinned to the target.
+        pinned = moved_pin(series_toml.read_text(), _upstream_from(state["target"]))
         context = self._fresh_context()
+        context.series = parse_series(pinned, path=series_toml.resolve())
+        kept = [p["file"] for p in state["patches"] if p["commit"]]
         # patches/ holds the backup again (restored above): the files the work tree was built from.
         record_series_tree(worktree, base=state["new_base"], head=worktree.head(), patches=kept,
                            hashes=series_hashes(context.series))
@@ -346,7 +347,7 @@ class Rebase:
             # lines, hunk positions), so the series applies exactly on the new pin
             # and its 3-way blobs are the new version's; the range-diff shows the change.
             # The patches left out (--skip, accepted drop proposals) are dropped by name: export drops nothing by itself.
-            export_series(context=context, tree=worktree.path, refresh=True,
+            export_series(context=context, tree=worktree.path, refresh=True, series_toml=pinned,
                           drops=tuple(p["file"] for p in state["patches"] if not p["commit"]))
         checkpoint("finalize:exported")
         state["written"], state["writing"] = self.journal.series_hashes(), False

@@ -3,8 +3,12 @@ through it and get one typed outcome per patch.
 
 Per patch, up the ladder (git is the patch engine throughout; nothing here applies a hunk):
 1. already there?  `git apply --cached --check --reverse` (rebase only)     -> upstreamed
-2. exact / offset  `git apply --cached -v` into a private index, `write-tree`,
-                   `commit-tree`: no work tree is touched while patches apply  -> exact | offset
+2. exact / offset  `git apply --cached -v` into a private index holding only the
+                   files the patch names (the fast rung; listing.py); the run's
+                   commits come from one `git fast-import` at its end. When git
+                   cannot apply it there, or would have refused it on the whole
+                   index, the same on a full private index + `write-tree` +
+                   `commit-tree`. No work tree is touched    -> exact | offset
 3. 3-way           with the patch's commit in a series built on another base
                    (the old pin, or the whole series): a merge-ort merge of that
                    commit onto HEAD (`git merge-tree --write-tree`, cherry-pick
@@ -17,10 +21,11 @@ Per patch, up the ladder (git is the patch engine throughout; nothing here appli
 
 The work tree is checked out once, at the end (`finish`) or at a stop.
 
-Results are remembered per (parent commit, patch bytes, source commit) in the
-repository (`forkbuild-apply-memo.json`): git's answer for the same input is the
-same commit (the ids are deterministic), so a re-apply of unchanged patches, or of
-those before the first changed one, costs a lookup instead of three git runs.
+Results are remembered per (base commit and the patches before, patch bytes,
+source commit) in the repository (`forkbuild-apply-memo.json`): git's answer for
+the same input is the same commit (the ids are deterministic), so a re-apply of
+unchanged patches, or of those before the first changed one, costs a lookup
+instead of a git run.
 """
 
 from __future__ import annotations
@@ -30,19 +35,32 @@ import hashlib
 import json
 import os
 import re
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 
 from forkbuild.errors import ApplyError
 from forkbuild.fsutil import write_atomic
-from forkbuild.git import Author, Git
+from forkbuild.git import (
+    IDENTITY,
+    Author,
+    FileCommit,
+    Git,
+    PathChange,
+    apply_to_small_index,
+    commit_changes,
+    read_small_index,
+    tree_entries,
+    write_small_index,
+)
 from forkbuild.patchfile import PatchInfo, read_patch
 from forkbuild.worktree.gitoutput import merge_tree_result, read_report
+from forkbuild.worktree.listing import TreeListing
 
 MEMO_FILE = "forkbuild-apply-memo.json"
 # Bump when the engine would make other commits or outcomes from the same input.
-MEMO_VERSION = "1"
+MEMO_VERSION = "2"  # 2: keyed by the chain of patches from the base, not the parent commit
 MEMO_OUTCOMES = ("exact", "offset", "3-way")
 PATCH_PREFIX = re.compile(r"^(?:\[[^\]]*PATCH[^\]]*\]\s*)+", re.IGNORECASE)
 # A fixed identity for the throw-away commit that gives merge-tree its merge base.
@@ -107,39 +125,71 @@ class PatchResult:
                    offsets=tuple(data.get("offsets", ())))
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Planned:
+    """A job the fast rung takes: its memo key, commit author and message, the files it names."""
+
+    job: PatchJob
+    key: str
+    author: Author
+    message: str
+    paths: frozenset[str]
+
+
+def _offset_path(offset: str) -> str:
+    """The file of one of read_report's offsets ("<path> hunk <n>: +3 lines")."""
+    return offset.rsplit(" hunk ", 1)[0]
+
+
 def still_conflicted(message: str, *, hint: str) -> ApplyError:
     """--continue while the stopped patch is not resolved yet (nothing was changed)."""
     return ApplyError(message, hint=hint)
 
 
-@dataclass
 class Engine:
     """Patches onto a work tree's HEAD. `head` is the tip of what was applied so far;
-    the work tree shows `shown` until `finish()` (or a stop) checks `head` out."""
+    the work tree shows `shown` until `finish()` (or a stop) checks `head` out.
 
-    worktree: Git
-    detect_upstreamed: bool = False
-    head: str = ""
-    shown: str = ""
-    _index_at: str | None = field(default=None, repr=False)
-    _memo: dict | None = field(default=None, repr=False)
-    _learnt: dict = field(default_factory=dict, repr=False)
+    The fast rung's commits wait in `_pending` and are written together by `flush()`
+    (one fast-import) before anything needs their ids: `head`, a slower rung, a stop,
+    the end of `run`."""
 
-    def __post_init__(self) -> None:
-        self.head = self.head or self.worktree.head()
-        self.shown = self.shown or self.worktree.head()
+    def __init__(self, worktree: Git, *, detect_upstreamed: bool = False, head: str = "", shown: str = "",
+                 checked_out: bool = True) -> None:
+        self.worktree = worktree
+        self._checked_out = checked_out  # False: a new work tree without files (`git worktree add --no-checkout`)
+        self.detect_upstreamed = detect_upstreamed
+        current = "" if head and shown else worktree.head()
+        self._head = head or current  # a commit id, or the token of a pending commit
+        self.shown = shown or current
+        # What the memo key of the next patch builds on: a commit from outside the run, or
+        # the key of the step that made HEAD (its commit may not be written yet).
+        self._anchor = self._head
+        self._pending: list[tuple[str, FileCommit]] = []  # (token, commit), oldest first
+        self._written: dict[str, str] = {}  # token -> commit id, once flushed
+        self._listing: TreeListing | None = None  # of `_head`'s tree, for the fast rung
+        self._index_at: str | None = None
+        self._memo: dict | None = None
+        self._learnt: dict = {}
+        self._learning: list[tuple[str, PatchResult]] = []  # results whose commit is not written yet
+
+    @property
+    def head(self) -> str:
+        self.flush()
+        return self._head
 
     # -- remembered results ------------------------------------------------------
     @property
     def _memo_path(self) -> Path:
         return self.worktree.common_dir / MEMO_FILE
 
-    def _memo_key(self, job: PatchJob) -> str:
-        digest = hashlib.sha256(f"{MEMO_VERSION}\0{self.detect_upstreamed}\0{self.head}\0{job.source}\0".encode())
+    def _memo_key(self, job: PatchJob, anchor: str | None = None) -> str:
+        digest = hashlib.sha256(f"{MEMO_VERSION}\0{self.detect_upstreamed}\0{anchor or self._anchor}\0{job.source}\0".encode())
         digest.update(job.path.read_bytes())
         return digest.hexdigest()
 
-    def _recall(self, job: PatchJob, key: str) -> PatchResult | None:
+    def _known(self, key: str) -> dict | None:
+        """The remembered result of `key`, if its commit is still in the repository."""
         if self._memo is None:
             try:
                 self._memo = json.loads(self._memo_path.read_text())
@@ -150,16 +200,26 @@ class Engine:
             return None
         if not self.worktree.has_object_batched(known["commit"]):
             return None  # pruned by a `git gc` of the cache: made again
-        result = PatchResult.from_dict({**known, "name": job.name})
-        self.head = result.commit
+        return known
+
+    def _recall(self, key: str, name: str) -> PatchResult | None:
+        known = self._known(key)
+        if known is None:
+            return None
+        result = PatchResult.from_dict({**known, "name": name})
+        self._head = result.commit
+        self._listing = None
         return result
 
     def _learn(self, key: str, result: PatchResult) -> None:
         if result.outcome.value in MEMO_OUTCOMES:
-            self._learnt[key] = result.as_dict()
+            self._learning.append((key, result))
 
     def _save_memo(self) -> None:
         """Add what this run learnt (merged with what other runs wrote meanwhile)."""
+        self.flush()
+        self._learnt.update({key: self.written(result).as_dict() for key, result in self._learning})
+        self._learning = []
         if not self._learnt:
             return
         try:
@@ -174,17 +234,169 @@ class Engine:
         # Per process: the bare cache's git dir is shared by every forkbuild run.
         return self.worktree.git_dir / f"forkbuild-engine-{os.getpid()}.index"
 
-    # -- one patch -------------------------------------------------------------
+    @property
+    def _small_index(self) -> Path:
+        return self.worktree.git_dir / f"forkbuild-engine-small-{os.getpid()}.index"
+
+    # -- patches -------------------------------------------------------------
+    def run(self, jobs: Iterable[PatchJob], *, stop: bool, write: bool = True) -> list[PatchResult]:
+        """Apply `jobs` in order on `head`; with stop, up to and including the first conflict
+        (left in the work tree with markers). Every result's commit is written; write=False
+        leaves the last ones pending for a caller that commits more on top (`commit_files`)
+        and passes the results through `written()` after `finish()`."""
+        jobs = list(jobs)
+        results: list[PatchResult] = []
+        alone = 0  # how many jobs go one by one: a group of them did not apply in one git run
+        while len(results) < len(jobs) and not (stop and results and results[-1].outcome is Outcome.CONFLICT):
+            rest = jobs[len(results):]
+            group = [] if alone else self._group(rest)
+            done = self._fast(group) if len(group) > 1 else []
+            if len(group) > 1 and not done:
+                alone = len(group)
+            if not done:
+                done = [self._step(rest[0], stop=stop)]
+                alone = max(alone - 1, 0)
+            results += done
+        if write:
+            self.flush()
+        return [self.written(result) for result in results]
+
     def step(self, job: PatchJob, *, stop: bool) -> PatchResult:
         """Apply `job` on `head`. A conflict is recorded (stop=False) or left in the
         work tree with markers (stop=True; `head` stays where it was)."""
+        return self.run([job], stop=stop)[0]
+
+    def _step(self, job: PatchJob, *, stop: bool) -> PatchResult:
         key = self._memo_key(job)
-        known = self._recall(job, key)
-        if known is not None:
-            return known
-        result = self._compute(job, stop=stop)
-        self._learn(key, result)
+        result = self._recall(key, job.name)
+        if result is None:
+            planned = self._plan(job, key)
+            done = self._fast([planned]) if planned else []
+            result = done[0] if done else None
+        if result is None:
+            self.flush()  # the slower rungs work on real commits
+            result = self._compute(job, stop=stop)
+            self._learn(key, result)
+        if result.outcome.applied:
+            self._anchor = key
         return result
+
+    def written(self, result: PatchResult) -> PatchResult:
+        """`result` with the id of its commit once `flush` wrote it."""
+        return replace(result, commit=self._written[result.commit]) if result.commit in self._written else result
+
+    def flush(self) -> None:
+        """Write the fast rung's pending commits (one fast-import)."""
+        if not self._pending:
+            return
+        ids = commit_changes(self.worktree, [commit for _, commit in self._pending])
+        self._written.update(zip((token for token, _ in self._pending), ids, strict=True))
+        self._pending = []
+        self._head = self._written.get(self._head, self._head)
+
+    def _plan(self, job: PatchJob, key: str) -> _Planned | None:
+        """What the fast rung needs of `job`; None when it must not take it."""
+        if self.detect_upstreamed:
+            return None  # the reverse check needs the whole index: a file the patch deletes must be absent
+        info = read_patch(job.path)
+        author, message = patch_author_message(info)
+        paths = frozenset(change.path for change in info.files)
+        if not author.date or not author.name or not paths:
+            return None  # commit-tree dates it now or refuses it, or nothing to name: the full rung decides
+        return _Planned(job=job, key=key, author=author, message=message, paths=paths)
+
+    def _group(self, jobs: list[PatchJob]) -> list[_Planned]:
+        """The first jobs that one `git apply` can take together: each names files none of the
+        others does (so each one's result is its own), none is remembered."""
+        group: list[_Planned] = []
+        touched: set[str] = set()
+        anchor = self._anchor
+        for job in jobs:
+            key = self._memo_key(job, anchor)
+            planned = None if self._known(key) else self._plan(job, key)
+            if planned is None or planned.paths & touched:
+                break
+            group.append(planned)
+            touched |= planned.paths
+            anchor = key  # what the next key builds on once this one applied
+        return group
+
+    def _fast(self, group: list[_Planned]) -> list[PatchResult]:
+        """exact / offset for every patch of `group` from one `git apply --cached -v` into a private
+        index of only the files they name, their commits left pending; [] when this rung cannot
+        tell (one does not apply there, or git would have refused it on the full index, or a
+        change cannot be told to one patch): the caller goes one by one, up the full rungs."""
+        listing = self._tree_listing()
+        before = listing.entries_for(path for planned in group for path in planned.paths)
+        try:
+            write_small_index(self._small_index, before)
+        except ValueError:
+            return []  # a path gitpython cannot write (not UTF-8, say): the full rungs take it
+        applied = apply_to_small_index(self.worktree, [planned.job.path for planned in group], index=self._small_index)
+        if applied.status != 0:
+            return []
+        try:
+            changes = listing.changes(before, read_small_index(self._small_index))
+        except ValueError:
+            return []
+        offsets = read_report(applied.stdout + applied.stderr).offsets
+        owner = {path: planned for planned in group for path in planned.paths}
+        if changes is None or any(change.path not in owner for change in changes) or \
+                any(_offset_path(offset) not in owner for offset in offsets):
+            return []
+        results = []
+        for planned in group:
+            mine = tuple(change for change in changes if owner[change.path] is planned)
+            token = self._add_pending(FileCommit(parent=self._parent(), author=planned.author,
+                                                 message=planned.message, changes=mine))
+            listing.update(mine)
+            moved = tuple(offset for offset in offsets if owner[_offset_path(offset)] is planned)
+            result = PatchResult(name=planned.job.name, outcome=Outcome.OFFSET if moved else Outcome.EXACT,
+                                 commit=token, offsets=moved, detail="; ".join(moved))
+            self._learn(planned.key, result)
+            self._anchor = planned.key
+            results.append(result)
+        return results
+
+    @property
+    def _pending_tokens(self) -> set[str]:
+        return {token for token, _ in self._pending}
+
+    def _tree_listing(self) -> TreeListing:
+        if self._listing is None:
+            self.flush()
+            self._listing = TreeListing(tree_entries(self.worktree, self._head))
+        return self._listing
+
+    def commit_files(self, files: Mapping[str, bytes], *, message: str) -> None:
+        """Commit `files` (path -> content) on `head` as forkbuild, at HEAD's date (the same
+        input, the same commit): the generated guards module, the run's last commit."""
+        digest = hashlib.sha256(f"{MEMO_VERSION}\0files\0{self._anchor}\0{message}\0".encode())
+        for path, content in sorted(files.items()):
+            digest.update(f"{len(path)}:{path}{len(content)}:".encode("utf-8", "surrogateescape") + content)
+        key = digest.hexdigest()
+        known = self._recall(key, "")
+        if known is None:
+            date = self._pending[-1][1].author.date if self._head in self._pending_tokens else \
+                self.worktree.out("log", "-1", "--format=%cd", "--date=raw", self._head)
+            modes = self._listing.entries_for(files) if self._listing else {}
+            changes = tuple(PathChange(path=path, mode=modes.get(path, (0o100644, ""))[0], content=content)
+                            for path, content in files.items())
+            author = Author(name=IDENTITY["user.name"], email=IDENTITY["user.email"], date=date)
+            token = self._add_pending(FileCommit(parent=self._parent(), author=author, message=message, changes=changes))
+            self._listing = None  # the new blobs' ids are git's to tell
+            self._learn(key, PatchResult(name="", outcome=Outcome.EXACT, commit=token))
+        self._anchor = key
+
+    def _parent(self) -> str:
+        """HEAD as the parent of a pending commit: "" for the pending commit before it."""
+        return "" if self._head in self._pending_tokens else self._head
+
+    def _add_pending(self, commit: FileCommit) -> str:
+        token = f"pending:{len(self._written) + len(self._pending) + 1}"
+        self._pending.append((token, commit))
+        self._head = token
+        return token
 
     def _compute(self, job: PatchJob, *, stop: bool) -> PatchResult:
         self._sync_index()
@@ -212,7 +424,8 @@ class Engine:
     def _commit(self, tree: str, meta: tuple[Author, str]) -> str:
         author, message = meta
         commit = self.worktree.commit_tree(tree, parents=[self.head], message=message, author=author)
-        self.head = self._index_at = commit
+        self._head = self._index_at = commit
+        self._listing = None
         return commit
 
     def _merge_source(self, job: PatchJob) -> PatchResult:
@@ -266,7 +479,10 @@ class Engine:
     # -- the work tree ---------------------------------------------------------
     def materialize(self) -> None:
         """Check `head` out in the work tree (only the files that differ change)."""
-        if self.shown != self.head or self.worktree.head() != self.head:
+        if not self._checked_out:
+            self.worktree.reset_hard(self.head)  # the tree's first files: nothing there to keep
+            self._checked_out = True
+        elif self.shown != self.head or self.worktree.head() != self.head:
             self.worktree.checkout_detached(self.head)
         self.shown = self.head
 
@@ -279,6 +495,7 @@ class Engine:
         """Drop the private index (a bare repository's engine ends here: nothing to check out)."""
         self._save_memo()
         self._index.unlink(missing_ok=True)
+        self._small_index.unlink(missing_ok=True)
         self._index_at = None
 
     # -- after a stop ------------------------------------------------------------
@@ -313,7 +530,8 @@ class Engine:
             git.reset_hard(self.head)
             return PatchResult(name=job.name, outcome=Outcome.EMPTIED,
                                detail="the resolution kept the base's side: nothing of the patch is left")
-        self.head = self.shown = commit
+        self._head = self.shown = self._anchor = commit
+        self._listing = None
         return PatchResult(name=job.name, outcome=Outcome.RESOLVED, commit=commit, detail="conflict resolved by hand")
 
     def _message_of(self, job: PatchJob) -> tuple[Author, str]:

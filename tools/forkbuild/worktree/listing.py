@@ -1,0 +1,65 @@
+"""What the apply engine's fast rung knows of HEAD's tree without asking git per
+patch: every file with its mode and blob, kept up to date with the changes each
+patch made (the commits themselves are written later, in one fast-import).
+
+git applies the patch (`git apply --cached` into a private index holding only
+the files the patch names); this module only says which entries to put there
+and whether what git did there is what it would have done on the full index.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections.abc import Iterable, Mapping
+
+from forkbuild.git import PathChange
+
+Entry = tuple[int, str]  # (mode, blob id)
+
+
+class TreeListing:
+    def __init__(self, entries: Mapping[str, Entry]) -> None:
+        self._entries = dict(entries)  # updated per patch; `entries` may be shared (git.tree_entries)
+        self._sorted = sorted(entries)
+
+    def entries_for(self, paths: Iterable[str]) -> dict[str, Entry]:
+        """The files among `paths` that the tree holds: what the small index starts from."""
+        return {path: self._entries[path] for path in paths if path in self._entries}
+
+    def changes(self, before: Mapping[str, Entry], after: Mapping[str, Entry]) -> tuple[PathChange, ...] | None:
+        """What git changed in the small index (`before` -> `after`), or None when git would
+        have refused it on the full index: it created a file the small index did not hold
+        but the tree does, or one where the tree has a directory, or below a file the patch
+        left in place ("already exists", "appears as both a file and as a directory")."""
+        deleted = {path for path in before if path not in after}
+        for path in after.keys() - before.keys():
+            if path in self._entries or self._is_dir(path):
+                return None
+            if any(parent in self._entries and parent not in deleted for parent in _parents(path)):
+                return None
+        changed = [PathChange(path=path, mode=0) for path in sorted(deleted)]
+        changed += [PathChange(path=path, mode=mode, blob=blob) for path, (mode, blob) in sorted(after.items())
+                    if before.get(path) != (mode, blob)]
+        return tuple(changed)
+
+    def update(self, changes: Iterable[PathChange]) -> None:
+        for change in changes:
+            if not change.mode:
+                self._entries.pop(change.path, None)
+                at = bisect_left(self._sorted, change.path)
+                if at < len(self._sorted) and self._sorted[at] == change.path:
+                    del self._sorted[at]
+            else:
+                if change.path not in self._entries:
+                    insort(self._sorted, change.path)
+                self._entries[change.path] = (change.mode, change.blob)
+
+    def _is_dir(self, path: str) -> bool:
+        prefix = path + "/"
+        at = bisect_left(self._sorted, prefix)
+        return at < len(self._sorted) and self._sorted[at].startswith(prefix)
+
+
+def _parents(path: str) -> list[str]:
+    parts = path.split("/")
+    return ["/".join(parts[:depth]) for depth in range(1, len(parts))]
