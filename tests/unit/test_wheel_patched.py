@@ -96,3 +96,27 @@ def test_a_member_missing_from_record_is_reported(built, tmp_path):
         out.writestr("demo/smuggled.py", b"X = 1\n")
     with pytest.raises(BuildError, match="smuggled.py is not mentioned in RECORD"):
         validate_wheel(target, verified_source=upstream)
+
+
+def test_a_combination_whose_patches_apply_in_order_takes_one_git_apply(series_fx, monkeypatch):
+    context = series_fx.context()
+    layout = WheelLayout(package_root="python", members=frozenset({"pkg/core.py", "pkg/util.py", "pkg/environ.py"}))
+    applied = []
+    monkeypatch.setattr(Git, "apply_cached", lambda self, patch, index: pytest.fail(f"3-way rung for {patch.name}"))
+    original = Git.apply_cached_in_order
+    monkeypatch.setattr(Git, "apply_cached_in_order",
+                        lambda self, patches, index: applied.append(len(list(patches))) or original(self, patches, index=index))
+    every = from_features(context.series, list(context.series.features))
+    assert patched_changes(context=context, combination=every, layout=layout) is not None
+    assert applied == [len(every.patches(context.series))]  # the whole list in one process
+
+
+def test_a_patch_needing_a_left_out_patch_takes_the_three_way_rung(series_fx, monkeypatch):
+    context = series_fx.context()
+    layout = WheelLayout(package_root="python", members=frozenset({"pkg/core.py", "pkg/util.py", "pkg/environ.py"}))
+    rung = []
+    original = Git.apply_cached
+    monkeypatch.setattr(Git, "apply_cached", lambda self, patch, index: rung.append(patch.name) or original(self, patch, index=index))
+    lite = from_features(context.series, ["guards", "beta"])  # beta's context holds alpha's change
+    assert patched_changes(context=context, combination=lite, layout=layout) is not None
+    assert rung == ["guards.patch", "beta-limit.patch"], rung  # patch by patch, after the one process failed
