@@ -17,7 +17,7 @@ from installer.records import RecordEntry
 from forkbuild.errors import BuildError
 from forkbuild.manifest import DIST_INFO_FILE, PACKAGE_FILE
 from forkbuild.wheel import naming
-from forkbuild.wheel.record import entry_for, parse_record, renamed, render_record
+from forkbuild.wheel.record import entry_for, parse_record, record_line, record_lines, renamed, render_record
 from forkbuild.wheel.zipraw import FILE_MODE, Member, ZipSource, ZipWriter
 
 EXECUTABLE_MODE = 0o100755 << 16
@@ -71,22 +71,31 @@ def _check_changes(source: ZipSource, overlay: Overlay, dist_info: str) -> None:
 
 
 class _Writer:
-    """ZipWriter plus the RECORD rows of what it wrote."""
+    """ZipWriter plus the RECORD rows of what it wrote (record_line's)."""
 
-    def __init__(self, stream: BinaryIO, source: ZipSource, *, upstream_record: Mapping[str, RecordEntry]) -> None:
+    def __init__(self, stream: BinaryIO, source: ZipSource, *, upstream_record: Mapping[str, RecordEntry],
+                 upstream_lines: Mapping[str, str]) -> None:
         self.zip = ZipWriter(stream)
         self.source = source
         self.upstream_record = upstream_record
-        self.rows: list[RecordEntry] = []
+        self.upstream_lines = upstream_lines
+        self.rows: list[str] = []
 
     def copy(self, member: Member, *, name: str | None = None) -> None:
         self.zip.copy(self.source, member, name=name)
-        if not member.is_dir:
-            self.rows.append(renamed(self.upstream_record, old=member.name, new=name or member.name))
+        if member.is_dir:
+            return
+        if name is None or name == member.name:
+            line = self.upstream_lines.get(member.name)
+            if line is None:
+                raise BuildError(f"the upstream RECORD has no row for {member.name}")
+            self.rows.append(line)
+        else:
+            self.rows.append(record_line(renamed(self.upstream_record, old=member.name, new=name)))
 
     def add(self, name: str, content: bytes, *, date_time, external_attr: int = FILE_MODE) -> None:
         self.zip.add(name, content, date_time=date_time, external_attr=external_attr)
-        self.rows.append(entry_for(name, content))
+        self.rows.append(record_line(entry_for(name, content)))
 
 
 def _full_changes(source: ZipSource, overlay: Overlay) -> dict[str, bytes | None]:
@@ -110,7 +119,8 @@ def write_overlay(source: ZipSource, overlay: Overlay, stream: BinaryIO) -> None
     metadata_path = f"{old_dist_info}/METADATA"
     upstream_record = source.remember(("record", record_path), lambda: parse_record(
         source.read(record_path).decode("utf-8"), source=source.path.name))
-    writer = _Writer(stream, source, upstream_record=upstream_record)
+    upstream_lines = source.remember(("record-lines", record_path), lambda: record_lines(upstream_record))
+    writer = _Writer(stream, source, upstream_record=upstream_record, upstream_lines=upstream_lines)
     # New members carry the upstream METADATA's timestamp: fixed by the pinned
     # wheel, never the clock, the time zone or SOURCE_DATE_EPOCH.
     stamp = source.by_name[metadata_path].info.date_time
