@@ -73,6 +73,10 @@ def bench_wheels(args: argparse.Namespace, context: Context) -> None:
               f"({batch / len(combinations):.2f} s each)")
         print(f"ratio {len(combinations)} combinations / one variant:          {batch / single:7.2f}x (goal <= 4x)")
         print(f"ratio one process / a process each:          {batch / scaled:7.2f}x")
+        # The 4 built by processes of their own are 4 of the 32: the one-process wheels must be the same bytes.
+        alone = sorted((out / "separate").glob("*.whl"))
+        same = sum((out / "batch" / path.name).read_bytes() == path.read_bytes() for path in alone)
+        print(f"one process vs a process each, same bytes:   {same}/{len(alone)} wheels")
 
 
 def bench_pairwise(series) -> None:

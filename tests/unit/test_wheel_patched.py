@@ -6,6 +6,8 @@ catch a wrong hash in anything not copied from it."""
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
 import zipfile
 
 import pytest
@@ -120,3 +122,23 @@ def test_a_patch_needing_a_left_out_patch_takes_the_three_way_rung(series_fx, mo
     lite = from_features(context.series, ["guards", "beta"])  # beta's context holds alpha's change
     assert patched_changes(context=context, combination=lite, layout=layout) is not None
     assert rung == ["guards.patch", "beta-limit.patch"], rung  # patch by patch, after the one process failed
+
+
+def test_a_matrix_in_one_process_builds_each_combination_as_its_own_build_wheel_does(tmp_path):
+    # In one process the combinations share trees, the release wheel, its RECORD rows and
+    # deflated files; a `build-wheel --features` process of its own shares nothing. Same bytes.
+    series_dir, cache, _ = wheel_series(tmp_path)
+    context = Context.create(series_dir=series_dir, cache_dir=cache, reporter=Reporter())
+    names = list(context.series.features)
+    chosen = [from_features(context.series, subset) for size in range(len(names) + 1)
+              for subset in itertools.combinations(names, size)]
+    for combination in chosen:
+        build_wheels(context=context, request=WheelRequest(variant=combination, out_dir=tmp_path / "matrix"))
+    for combination in chosen:
+        subprocess.run([sys.executable, "-m", "forkbuild", "-C", str(series_dir), "--cache", str(cache),
+                        "build-wheel", "--features", ",".join(combination.features), "--out", str(tmp_path / "alone")],
+                       check=True, capture_output=True)
+    matrix, alone = sorted((tmp_path / "matrix").glob("*.whl")), sorted((tmp_path / "alone").glob("*.whl"))
+    assert len(matrix) == len({combination.name for combination in chosen}) == 3  # stock, base alone, full
+    assert [path.name for path in matrix] == [path.name for path in alone]
+    assert [path.read_bytes() for path in matrix] == [path.read_bytes() for path in alone]
