@@ -11,9 +11,13 @@ Two ways, the cheap one first:
    index of upstream (git applies each onto the result of the ones before,
    exact context, offsets allowed, all or nothing). When every patch applies
    this way, `git am -3` would never have needed its 3-way rung either, so the
-   result is the strict work-tree apply's. Three git processes per combination
-   (apply, write-tree, diff-tree), whatever its number of patches; the index of
+   result is the strict work-tree apply's. Three git processes (apply,
+   write-tree, diff-tree), whatever the number of patches; the index of
    upstream is read once per process and copied (no read-tree per build).
+   git applies a patch file by file, so a file's result depends only on the
+   patches that touch it: it is kept per (file, those patches), and a later
+   combination whose every file has a kept result needs no git process at all
+   (a matrix's combinations differ in a few files each).
 2. Otherwise (a patch whose context comes from a left-out patch): patch after
    patch with `git apply --cached --3way` on the whole series' blobs, as
    `git am -3` would, never fuzz. These trees are kept per patch-list prefix
@@ -44,8 +48,13 @@ from forkbuild.matrix.combination import Combination
 from forkbuild.wheel.plan import OverlayChanges, WheelLayout, collect_changes
 
 _Key = tuple[str, str, tuple[str, ...]]  # (cache repository, upstream commit, sha256 of each patch in order)
-# Way 1: one `git apply --cached` of the whole list -> tree
-_IN_ORDER_TREES: dict[_Key, str] = {}
+_Change = tuple[str, str, str, str]  # git's (status, path, new mode, new blob) against upstream
+# Way 1, per file: (cache repository, upstream commit, path, sha256 of each patch touching it, in order)
+# -> the file's change after them, None when they leave it as upstream has it
+_FILE_RESULTS: dict[tuple[str, str, str, tuple[str, ...]], _Change | None] = {}
+# Patches whose changed files git reported beyond those their diff names (a mode-only
+# change, a rename): a combination holding one always asks git.
+_NOT_PER_FILE: set[str] = set()
 # Way 2: `git apply --cached --3way` patch by patch, per prefix of the list -> tree
 _PREFIX_TREES: dict[_Key, str] = {}
 # (cache repository, upstream commit) -> the bytes of a private index read from upstream's tree
@@ -62,14 +71,15 @@ def patched_changes(*, context: Context, combination: Combination, layout: Wheel
     digests = tuple(hashlib.sha256(entry.path.read_bytes()).hexdigest() for entry in plan.entries)
     key = (str(git.git_dir), base, digests)
     patches = [entry.path for entry in plan.entries]
-    tree = _in_order_tree(git, key, patches)
-    if tree is None:
+    touched = [tuple(change.path for change in info.files) for info in plan.infos]
+    changed = _in_order_changes(git, key, patches, touched)
+    if changed is None:
         if plan.left_out and plan.entries:
             ensure_series_blobs(context=context, cache=cache, base=base)
         tree = _three_way_tree(git, key, patches)
-    if tree is None:
-        return None
-    changed = git.changed_blobs(base, tree) if plan.entries else []
+        if tree is None:
+            return None
+        changed = git.changed_blobs(base, tree) if plan.entries else []
     # What apply commits last in a work tree: the build's guards, generated from series.toml.
     generated = generated_files(context.series, plan.features) if plan.entries else {}
     blobs = {path: (blob, mode == EXECUTABLE) for status, path, mode, blob in changed if path not in generated}
@@ -95,20 +105,40 @@ def _upstream_index(git: Git, base: str, index: Path) -> None:
         index.write_bytes(_UPSTREAM_INDEXES[known])
 
 
-def _in_order_tree(git: Git, key: _Key, patches: list[Path]) -> str | None:
-    """Way 1 (see the module's docstring); None when some patch does not apply so."""
+def _in_order_changes(git: Git, key: _Key, patches: list[Path],
+                      touched: list[tuple[str, ...]]) -> list[_Change] | None:
+    """Way 1 (see the module's docstring): the changed files against upstream; None when
+    some patch does not apply so."""
     repository, base, digests = key
     if not digests:
-        return base
-    if key not in _IN_ORDER_TREES:
-        with tempfile.TemporaryDirectory(prefix="forkbuild-index-") as scratch:
-            index = Path(scratch) / "index"
-            _upstream_index(git, base, index)
-            tree = git.apply_cached_in_order(patches, index=index)
-        if tree is None:
-            return None
-        _IN_ORDER_TREES[key] = tree
-    return _IN_ORDER_TREES[key]
+        return []
+    chains: dict[str, list[str]] = {}
+    for digest, paths in zip(digests, touched, strict=True):
+        for path in dict.fromkeys(paths):
+            chains.setdefault(path, []).append(digest)
+    keys = {path: (repository, base, path, tuple(chain)) for path, chain in chains.items()}
+    if _NOT_PER_FILE.isdisjoint(digests) and not _nested(chains) and all(k in _FILE_RESULTS for k in keys.values()):
+        return sorted(change for k in keys.values() if (change := _FILE_RESULTS[k]) is not None)
+    with tempfile.TemporaryDirectory(prefix="forkbuild-index-") as scratch:
+        index = Path(scratch) / "index"
+        _upstream_index(git, base, index)
+        tree = git.apply_cached_in_order(patches, index=index)
+    if tree is None:
+        return None
+    changed = git.changed_blobs(base, tree)
+    by_path = {change[1]: change for change in changed}
+    if set(by_path) - set(chains):
+        _NOT_PER_FILE.update(digests)
+    else:
+        for path, k in keys.items():
+            _FILE_RESULTS[k] = by_path.get(path)
+    return changed
+
+
+def _nested(paths: dict[str, list[str]]) -> bool:
+    """Whether one path is a directory of another (a file/directory clash git judges across files)."""
+    directories = {"/".join(path.split("/")[:depth]) for path in paths for depth in range(1, path.count("/") + 1)}
+    return not directories.isdisjoint(paths)
 
 
 def _three_way_tree(git: Git, key: _Key, patches: list[Path]) -> str | None:
