@@ -11,6 +11,7 @@ import sys
 import zipfile
 
 import pytest
+from fixtures import DEFAULT_PATCHES, FEATURES_TOML, PatchSpec, make_series
 from wheelkit import wheel_series
 
 from forkbuild.apply import scratch_tree
@@ -142,3 +143,29 @@ def test_a_matrix_in_one_process_builds_each_combination_as_its_own_build_wheel_
     assert len(matrix) == len({combination.name for combination in chosen}) == 3  # stock, base alone, full
     assert [path.name for path in matrix] == [path.name for path in alone]
     assert [path.read_bytes() for path in matrix] == [path.read_bytes() for path in alone]
+
+
+def test_a_combination_whose_files_were_all_patched_before_runs_no_git_apply(tmp_path, monkeypatch):
+    # git applies file by file: {guards, alpha, delta}'s files are exactly {guards, alpha}'s plus
+    # {delta}'s, each after the same patches, so nothing is left to ask git; the result is still
+    # what the strict work-tree apply gives.
+    delta = PatchSpec(file="delta-extra.patch", feature="delta", subject="extra: a module of its own",
+                      body="A new file.", edits=(("python/pkg/extra.py", "", "EXTRA = 1\n"),))
+    fixture = make_series(tmp_path, specs=(*DEFAULT_PATCHES, delta),
+                          features_toml=FEATURES_TOML + '\n[features.delta]\ndescription = "a new module"\n')
+    context = fixture.context()
+    layout = WheelLayout(package_root="python", members=frozenset({"pkg/core.py", "pkg/util.py", "pkg/environ.py"}))
+    calls = []
+    original = Git.apply_cached_in_order
+    monkeypatch.setattr(Git, "apply_cached_in_order",
+                        lambda self, patches, index: calls.append(1) or original(self, patches, index=index))
+    for features in (["guards", "alpha"], ["delta"]):
+        assert patched_changes(context=context, combination=from_features(context.series, features), layout=layout)
+    assert len(calls) == 2
+    every = from_features(context.series, ["guards", "alpha", "delta"])
+    fast = patched_changes(context=context, combination=every, layout=layout)
+    assert len(calls) == 2  # no git apply for it
+    with scratch_tree(context=context, variant=every, strict=True) as result:
+        changed = Git(result.dest).changed_files(result.base_commit, result.head_commit)
+        assert fast == collect_changes(tree=result.dest, changed=changed, layout=layout)
+    assert fast is not None and fast.changes["pkg/extra.py"] == b"EXTRA = 1\n"
