@@ -169,3 +169,17 @@ def test_a_combination_whose_files_were_all_patched_before_runs_no_git_apply(tmp
         changed = Git(result.dest).changed_files(result.base_commit, result.head_commit)
         assert fast == collect_changes(tree=result.dest, changed=changed, layout=layout)
     assert fast is not None and fast.changes["pkg/extra.py"] == b"EXTRA = 1\n"
+
+
+def test_validation_against_the_source_catches_a_copied_members_record_row_that_changed(built, tmp_path):
+    wheel, upstream = built
+    # demo/tool.sh keeps the source's bytes, but its RECORD row now names another hash (a valid one).
+    def change(name, data):
+        if not name.endswith("/RECORD"):
+            return data
+        lines = [line if not line.startswith("demo/tool.sh,") else "demo/tool.sh,sha256=" + "A" * 43 + ","
+                 + line.rsplit(",", 1)[1] for line in data.decode().splitlines()]
+        return ("\n".join(lines) + "\n").encode()
+    bad = _rewrite(wheel, tmp_path, change)
+    with pytest.raises(BuildError, match="demo/tool.sh didn't match RECORD"):
+        validate_wheel(bad, verified_source=upstream)

@@ -79,6 +79,9 @@ class _Writer:
         self.source = source
         self.upstream_record = upstream_record
         self.upstream_lines = upstream_lines
+        # Per source member: its RECORD row ("" for a directory, which has none; None: missing).
+        self.upstream_lines_by_index: list[str | None] = source.remember(("record-lines-by-index", id(upstream_lines)), lambda: [
+            "" if member.is_dir else upstream_lines.get(member.name) for member in source.members])
         self.rows: list[str] = []
 
     def copy(self, member: Member, *, name: str | None = None) -> None:
@@ -93,14 +96,14 @@ class _Writer:
         else:
             self.rows.append(record_line(renamed(self.upstream_record, old=member.name, new=name)))
 
-    def copy_unchanged(self, members: list[Member]) -> None:
-        """copy() of each member under its own name (one call for a run of thousands)."""
-        self.zip.copy_unchanged(self.source, members)
-        lines = self.upstream_lines
-        missing = [member.name for member in members if not member.is_dir and member.name not in lines]
-        if missing:
-            raise BuildError(f"the upstream RECORD has no row for {missing[0]}")
-        self.rows.extend(lines[member.name] for member in members if not member.is_dir)
+    def copy_range(self, first: int, stop: int) -> None:
+        """copy() of source.members[first:stop] under their own names (one call for thousands)."""
+        self.zip.copy_range(self.source, first, stop)
+        lines = self.upstream_lines_by_index[first:stop]
+        if None in lines:
+            missing = self.source.members[first + lines.index(None)].name
+            raise BuildError(f"the upstream RECORD has no row for {missing}")
+        self.rows.extend(lines)  # type: ignore[arg-type]  # no None left
 
     def add(self, name: str, content: bytes, *, date_time, external_attr: int = FILE_MODE) -> None:
         self.zip.add(name, content, date_time=date_time, external_attr=external_attr)
@@ -135,19 +138,17 @@ def write_overlay(source: ZipSource, overlay: Overlay, stream: BinaryIO) -> None
     stamp = source.by_name[metadata_path].info.date_time
     changes = _full_changes(source, overlay)
 
-    dist_members, unchanged = [], []
-    for member in source.members:
-        if member.name.split("/", 1)[0] == old_dist_info:
-            dist_members.append(member)
-        elif member.name not in changes:
-            unchanged.append(member)
-        else:
-            writer.copy_unchanged(unchanged)
-            unchanged = []
-            if (content := changes[member.name]) is not None:
+    dist_members, unchanged_from = [], 0  # members unchanged_from.. not written yet are unchanged
+    for index, member in enumerate(source.members):
+        if member.name.split("/", 1)[0] == old_dist_info or member.name in changes:
+            writer.copy_range(unchanged_from, index)
+            unchanged_from = index + 1
+            if member.name.split("/", 1)[0] == old_dist_info:
+                dist_members.append(member)
+            elif (content := changes[member.name]) is not None:
                 writer.add(member.name, content, date_time=member.info.date_time,
                            external_attr=member.info.external_attr)
-    writer.copy_unchanged(unchanged)
+    writer.copy_range(unchanged_from, len(source.members))
     added = sorted((name, content) for name, content in changes.items()
                    if content is not None and name not in source.by_name)
     for name, content in added:

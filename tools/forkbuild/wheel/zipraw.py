@@ -13,7 +13,6 @@ import functools
 import struct
 import zipfile
 import zlib
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -71,6 +70,10 @@ class ZipSource:
         self.central_entries: dict[str, tuple[bytes, bytes]] = {}
         self._remembered: dict[object, object] = {}
 
+    def copy_table(self) -> CopyTable:
+        """What copying members unchanged needs, as lists in member order (built once)."""
+        return self.remember(CopyTable, lambda: CopyTable.of(self))
+
     def remember(self, key: object, compute):
         """compute(), once per source and key (the archive never changes once read)."""
         if key not in self._remembered:
@@ -113,6 +116,32 @@ class ZipSource:
         if zlib.crc32(content) != info.CRC:
             raise BuildError(f"{self.path}: {name}: CRC mismatch, the archive is damaged")
         return content
+
+
+@dataclass(frozen=True, kw_only=True)
+class CopyTable:
+    """Per member of a source, in order: name, where its local entry starts and ends, its
+    central directory entry split where the offset goes, and whether the next member's
+    entry starts where its own ends. A range of members is then copied with list slices
+    (ZipWriter.copy_range) instead of a Python step per member."""
+
+    names: list[str]
+    starts: list[int]
+    ends: list[int]
+    heads: list[bytes]
+    tails: list[bytes]
+    plain: list[bool]  # no data descriptor: the local header can be copied as it is
+    adjacent: list[bool]  # adjacent[k]: member k + 1's entry starts where k's ends
+
+    @classmethod
+    def of(cls, source: ZipSource) -> CopyTable:
+        entries = [_copied_record(member.info).central_entry() for member in source.members]
+        starts = [member.info.header_offset for member in source.members]
+        ends = [source.entry_end(member) for member in source.members]
+        return cls(names=[member.name for member in source.members], starts=starts, ends=ends,
+                   heads=[head for head, _ in entries], tails=[tail for _, tail in entries],
+                   plain=[not member.info.flag_bits & _DATA_DESCRIPTOR_FLAG for member in source.members],
+                   adjacent=[end == start for end, start in zip(ends, starts[1:], strict=False)])
 
 
 @functools.lru_cache(maxsize=512)
@@ -244,22 +273,29 @@ class ZipWriter:
         record = _copied_record(info, name=encoded, flags=flags, extra=b"")
         self.records.append((record.central_entry()[0], offset, record.central_entry()[1]))
 
-    def copy_unchanged(self, source: ZipSource, members: Iterable[Member]) -> None:
-        """copy() of each member under its own name, in order; one call for thousands of
-        members (copy()'s checks and bookkeeping inlined: per member they cost more than the bytes)."""
-        central = source.central_entries
-        for member in members:
-            info = member.info
-            if info.flag_bits & _DATA_DESCRIPTOR_FLAG:
+    def copy_range(self, source: ZipSource, first: int, stop: int) -> None:
+        """copy() of source.members[first:stop] under their own names, in order. Members that
+        lie back to back (as a zip writer lays them out) take list slices, not a step each."""
+        if first >= stop:
+            return
+        table = source.copy_table()
+        if not (all(table.plain[first:stop]) and all(table.adjacent[first:stop - 1])):
+            for member in source.members[first:stop]:
                 self.copy(source, member)
-                continue
-            if info.filename in self.names:
-                raise BuildError(f"internal error: zip member {info.filename} written twice")
-            self.names.add(info.filename)
-            head, tail = central.get(info.filename) or central.setdefault(
-                info.filename, _copied_record(info).central_entry())
-            self.records.append((head, self.position, tail))
-            self._extend_run(source, member)
+            return
+        names = table.names[first:stop]
+        if not self.names.isdisjoint(names) or len(set(names)) != len(names):
+            twice = next(name for name in names if name in self.names or names.count(name) > 1)
+            raise BuildError(f"internal error: zip member {twice} written twice")
+        self.names.update(names)
+        shift = self.position - table.starts[first]
+        self.records.extend(zip(table.heads[first:stop], [start + shift for start in table.starts[first:stop]],
+                                table.tails[first:stop], strict=True))
+        begin, end = table.starts[first], table.ends[stop - 1]
+        if self.run is not None and (self.run[0] is not source or self.run[2] != begin):
+            self._write_run()
+        self.run = (source, self.run[1] if self.run is not None else begin, end)
+        self.position += end - begin
         if self.position > _ZIP32_LIMIT:
             raise BuildError("the wheel grew past 4 GiB: zip64 archives are not supported")
 
