@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import email
 import email.policy
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -90,7 +91,14 @@ def _diff_start(payload: str) -> int:
 
 def read_patch(path: Path) -> PatchInfo:
     # Bytes, not read_text(): universal newlines would split a line at a lone "\r" (mksh's patches).
-    return parse_patch(path.read_bytes().decode("utf-8", errors="surrogateescape"), path=path)
+    return _parsed(path.read_bytes().decode("utf-8", errors="surrogateescape"), path)
+
+
+@functools.lru_cache(maxsize=128)
+def _parsed(text: str, path: Path) -> PatchInfo:
+    """parse_patch, once per content and path: a matrix or bisect reads the same patches
+    for every combination (PatchInfo is immutable, so sharing it is safe)."""
+    return parse_patch(text, path=path)
 
 
 def parse_patch(text: str, *, path: Path) -> PatchInfo:
