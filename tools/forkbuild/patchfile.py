@@ -259,15 +259,23 @@ def patch_problems(path: Path, *, symlinks: frozenset[str] = frozenset()) -> lis
         text = read_text(path)
     except OSError as error:
         return [f"{label}: cannot be read: {error.strerror or error}"]
+    return list(_text_problems(text, path, symlinks))
+
+
+@functools.lru_cache(maxsize=128)
+def _text_problems(text: str, path: Path, symlinks: frozenset[str]) -> tuple[str, ...]:
+    """patch_problems of a patch's text, once per content (a matrix checks the same patches
+    for every combination)."""
+    label = f"patches/{path.name}"
     if not text.strip():
-        return [f"{label}: is empty"]
+        return (f"{label}: is empty",)
     problems = []
     if re.search(r"^diff --git [^\n]*\r$", text, flags=re.MULTILINE):
         # The whole file was converted (its headers end in CR too; a patch to a CRLF file has
         # CRs on content lines only): git refuses it, so name it rather than a hunk.
         problems.append(f"{label}: has CRLF line endings (convert it to LF: dos2unix)")
     try:
-        info = parse_patch(text, path=path)
+        info = _parsed(text, path)
     except UnsafePatchError as error:
         problems.append(error.message)
     else:
@@ -276,7 +284,7 @@ def patch_problems(path: Path, *, symlinks: frozenset[str] = frozenset()) -> lis
         if not info.author:
             problems.append(f"{label}: has no `From:` header (git am needs an author)")
     problems += [f"{label}: {problem}" for problem in safety_problems(text, symlinks=symlinks)]
-    return problems
+    return tuple(problems)
 
 
 def check_patches(paths, *, symlinks: frozenset[str] = frozenset()) -> None:

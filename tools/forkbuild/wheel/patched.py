@@ -60,6 +60,11 @@ _PREFIX_TREES: dict[_Key, str] = {}
 # (cache repository, upstream commit) -> the bytes of a private index read from upstream's tree
 _UPSTREAM_INDEXES: dict[tuple[str, str], bytes] = {}
 
+# blob id -> its bytes (the patched files of a matrix are the same few blobs again and again;
+# the same bytes object also finds its deflated form in zipraw's cache without hashing anew)
+_BLOB_CONTENTS: dict[str, bytes] = {}
+BLOBS_KEPT = 512  # a bound on memory for an `all` matrix of thousands
+
 EXECUTABLE = "100755"
 
 
@@ -90,7 +95,11 @@ def patched_changes(*, context: Context, combination: Combination, layout: Wheel
         if path in generated:
             return generated[path], False
         blob, executable = blobs[path]
-        return git.blob_content(blob), executable
+        if blob not in _BLOB_CONTENTS:
+            if len(_BLOB_CONTENTS) >= BLOBS_KEPT:
+                _BLOB_CONTENTS.clear()
+            _BLOB_CONTENTS[blob] = git.blob_content(blob)
+        return _BLOB_CONTENTS[blob], executable
 
     return collect_changes(changed=statuses, layout=layout, read=read)
 
