@@ -82,6 +82,10 @@ class _Writer:
         # Per source member: its RECORD row ("" for a directory, which has none; None: missing).
         self.upstream_lines_by_index: list[str | None] = source.remember(("record-lines-by-index", id(upstream_lines)), lambda: [
             "" if member.is_dir else upstream_lines.get(member.name) for member in source.members])
+        # RECORD's text in pieces: a copied range's rows are one piece (zipraw deflates a piece
+        # once per process: the ranges between changed files recur across a matrix); the rows
+        # written one by one gather in the next piece.
+        self.pieces: list[str] = []
         self.rows: list[str] = []
 
     def copy(self, member: Member, *, name: str | None = None) -> None:
@@ -103,7 +107,21 @@ class _Writer:
         if None in lines:
             missing = self.source.members[first + lines.index(None)].name
             raise BuildError(f"the upstream RECORD has no row for {missing}")
-        self.rows.extend(lines)  # type: ignore[arg-type]  # no None left
+        if stop > first:
+            self._end_piece()
+            self.pieces.append("".join(lines))  # type: ignore[arg-type]  # no None left
+
+    def _end_piece(self) -> None:
+        if self.rows:
+            self.pieces.append("".join(self.rows))
+            self.rows = []
+
+    def record(self, record_path: str) -> list[bytes]:
+        """RECORD's content (every row so far, then its own) in the pieces ZipWriter.add_pieces takes."""
+        self._end_piece()
+        pieces = [piece.encode("utf-8") for piece in self.pieces]
+        return [*pieces[:-1], pieces[-1] + render_record([], record_path=record_path)] if pieces else \
+            [render_record([], record_path=record_path)]
 
     def add(self, name: str, content: bytes, *, date_time, external_attr: int = FILE_MODE) -> None:
         self.zip.add(name, content, date_time=date_time, external_attr=external_attr)
@@ -167,6 +185,6 @@ def write_overlay(source: ZipSource, overlay: Overlay, stream: BinaryIO) -> None
             writer.copy(member, name=new_name)
     writer.add(f"{new_dist_info}/{DIST_INFO_FILE}", overlay.manifest, date_time=stamp)
     new_record = f"{new_dist_info}/RECORD"
-    writer.zip.add(new_record, render_record(writer.rows, record_path=new_record),
+    writer.zip.add_pieces(new_record, writer.record(new_record),
                    date_time=source.by_name[record_path].info.date_time)
     writer.zip.close()

@@ -152,6 +152,14 @@ def _deflate(content: bytes) -> tuple[bytes, int]:
     return compressor.compress(content) + compressor.flush(), zlib.crc32(content)
 
 
+@functools.lru_cache(maxsize=1024)
+def _deflate_piece(content: bytes) -> bytes:
+    """Raw deflate (fixed level) of `content` as a piece of a longer member: ended with a sync
+    flush (byte-aligned, no final block), so pieces deflated alone can be concatenated."""
+    compressor = zlib.compressobj(DEFLATE_LEVEL, zlib.DEFLATED, -15)
+    return compressor.compress(content) + compressor.flush(zlib.Z_SYNC_FLUSH)
+
+
 def _copied_record(info: zipfile.ZipInfo, *, name: bytes | None = None, flags: int | None = None,
                    extra: bytes | None = None) -> _Record:
     """The central directory record of a member copied from a source archive."""
@@ -307,21 +315,40 @@ class ZipWriter:
         self.run = (source, self.run[1] if self.run is not None else start, end)
         self.position += end - start
 
+    def add_pieces(self, name: str, pieces: list[bytes], *, date_time: tuple[int, int, int, int, int, int],
+                   external_attr: int = FILE_MODE) -> None:
+        """add() of the concatenated pieces, each deflated on its own (and remembered) but the
+        last: one valid deflate stream, and a long member that differs between wheels only
+        in some pieces (RECORD) costs the deflating of those pieces only."""
+        compressed = b"".join(_deflate_piece(piece) for piece in pieces[:-1])
+        last = zlib.compressobj(DEFLATE_LEVEL, zlib.DEFLATED, -15)
+        compressed += last.compress(pieces[-1]) + last.flush()
+        crc = 0
+        for piece in pieces:
+            crc = zlib.crc32(piece, crc)
+        self._add_deflated(name, compressed, crc=crc, size=sum(map(len, pieces)), date_time=date_time,
+                           external_attr=external_attr)
+
     def add(self, name: str, content: bytes, *, date_time: tuple[int, int, int, int, int, int],
             external_attr: int = FILE_MODE) -> None:
         """Add a member from its content, deflated with fixed settings."""
+        compressed, crc = _deflate(content)
+        self._add_deflated(name, compressed, crc=crc, size=len(content), date_time=date_time,
+                           external_attr=external_attr)
+
+    def _add_deflated(self, name: str, compressed: bytes, *, crc: int, size: int,
+                      date_time: tuple[int, int, int, int, int, int], external_attr: int) -> None:
         self._claim(name)
         offset = self.position
         encoded, flags = _encode_name(name)
-        compressed, crc = _deflate(content)
         self._write_local_header(encoded, flags=flags, method=zipfile.ZIP_DEFLATED, date_time=date_time,
-                                 crc=crc, compress_size=len(compressed), file_size=len(content))
+                                 crc=crc, compress_size=len(compressed), file_size=size)
         self._write(compressed)
         dos_time, dos_date = _dos_date_time(date_time)
         head, tail = _Record(
             name=encoded, made_by=_MADE_BY_UNIX, extract_version=_EXTRACT_VERSION, flags=flags,
             method=zipfile.ZIP_DEFLATED, dos_time=dos_time, dos_date=dos_date, crc=crc,
-            compress_size=len(compressed), file_size=len(content), extra=b"", comment=b"",
+            compress_size=len(compressed), file_size=size, extra=b"", comment=b"",
             internal_attr=0, external_attr=external_attr).central_entry()
         self.records.append((head, offset, tail))
 
