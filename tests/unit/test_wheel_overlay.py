@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import zlib
 import os
+import subprocess
 import time
 import zipfile
 from pathlib import Path
@@ -174,3 +175,21 @@ def test_byte_reproducible_whatever_tz_umask_epoch_and_mtimes(tmp_path, monkeypa
     second = _build_under(tmp_path, tz="Asia/Kathmandu", umask=0o077, epoch="1700000000", mtime=1.7e9,
                           monkeypatch=monkeypatch)
     assert first == second
+
+
+def test_a_member_added_in_pieces_is_one_member_any_zip_reader_reads(tmp_path):
+    # RECORD is written in pieces deflated one by one; standard readers must see one member.
+    from forkbuild.wheel.zipraw import ZipWriter
+
+    pieces = [b"".join(b"pkg/m%d.py,sha256=x,%d\n" % (i, i) for i in range(start, start + 3000))
+              for start in (0, 3000, 6000)] + [b"pkg-1.0.dist-info/RECORD,,\n"]
+    path = tmp_path / "pieces.zip"
+    with path.open("wb") as stream:
+        writer = ZipWriter(stream)
+        writer.add_pieces("RECORD", pieces, date_time=(2020, 1, 1, 0, 0, 0))
+        writer.add("after.txt", b"next member\n", date_time=(2020, 1, 1, 0, 0, 0))
+        writer.close()
+    with zipfile.ZipFile(path) as archive:
+        assert archive.testzip() is None
+        assert archive.read("RECORD") == b"".join(pieces) and archive.read("after.txt") == b"next member\n"
+    assert subprocess.run(["unzip", "-tq", str(path)], capture_output=True).returncode == 0

@@ -6,9 +6,12 @@ catch a wrong hash in anything not copied from it."""
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
 import zipfile
 
 import pytest
+from fixtures import DEFAULT_PATCHES, FEATURES_TOML, PatchSpec, make_series
 from wheelkit import wheel_series
 
 from forkbuild.apply import scratch_tree
@@ -96,3 +99,87 @@ def test_a_member_missing_from_record_is_reported(built, tmp_path):
         out.writestr("demo/smuggled.py", b"X = 1\n")
     with pytest.raises(BuildError, match="smuggled.py is not mentioned in RECORD"):
         validate_wheel(target, verified_source=upstream)
+
+
+def test_a_combination_whose_patches_apply_in_order_takes_one_git_apply(series_fx, monkeypatch):
+    context = series_fx.context()
+    layout = WheelLayout(package_root="python", members=frozenset({"pkg/core.py", "pkg/util.py", "pkg/environ.py"}))
+    applied = []
+    monkeypatch.setattr(Git, "apply_cached", lambda self, patch, index: pytest.fail(f"3-way rung for {patch.name}"))
+    original = Git.apply_cached_in_order
+    monkeypatch.setattr(Git, "apply_cached_in_order",
+                        lambda self, patches, index: applied.append(len(list(patches))) or original(self, patches, index=index))
+    every = from_features(context.series, list(context.series.features))
+    assert patched_changes(context=context, combination=every, layout=layout) is not None
+    assert applied == [len(every.patches(context.series))]  # the whole list in one process
+
+
+def test_a_patch_needing_a_left_out_patch_takes_the_three_way_rung(series_fx, monkeypatch):
+    context = series_fx.context()
+    layout = WheelLayout(package_root="python", members=frozenset({"pkg/core.py", "pkg/util.py", "pkg/environ.py"}))
+    rung = []
+    original = Git.apply_cached
+    monkeypatch.setattr(Git, "apply_cached", lambda self, patch, index: rung.append(patch.name) or original(self, patch, index=index))
+    lite = from_features(context.series, ["guards", "beta"])  # beta's context holds alpha's change
+    assert patched_changes(context=context, combination=lite, layout=layout) is not None
+    assert rung == ["guards.patch", "beta-limit.patch"], rung  # patch by patch, after the one process failed
+
+
+def test_a_matrix_in_one_process_builds_each_combination_as_its_own_build_wheel_does(tmp_path):
+    # In one process the combinations share trees, the release wheel, its RECORD rows and
+    # deflated files; a `build-wheel --features` process of its own shares nothing. Same bytes.
+    series_dir, cache, _ = wheel_series(tmp_path)
+    context = Context.create(series_dir=series_dir, cache_dir=cache, reporter=Reporter())
+    names = list(context.series.features)
+    chosen = [from_features(context.series, subset) for size in range(len(names) + 1)
+              for subset in itertools.combinations(names, size)]
+    for combination in chosen:
+        build_wheels(context=context, request=WheelRequest(variant=combination, out_dir=tmp_path / "matrix"))
+    for combination in chosen:
+        subprocess.run([sys.executable, "-m", "forkbuild", "-C", str(series_dir), "--cache", str(cache),
+                        "build-wheel", "--features", ",".join(combination.features), "--out", str(tmp_path / "alone")],
+                       check=True, capture_output=True)
+    matrix, alone = sorted((tmp_path / "matrix").glob("*.whl")), sorted((tmp_path / "alone").glob("*.whl"))
+    assert len(matrix) == len({combination.name for combination in chosen}) == 3  # stock, base alone, full
+    assert [path.name for path in matrix] == [path.name for path in alone]
+    assert [path.read_bytes() for path in matrix] == [path.read_bytes() for path in alone]
+
+
+def test_a_combination_whose_files_were_all_patched_before_runs_no_git_apply(tmp_path, monkeypatch):
+    # git applies file by file: {guards, alpha, delta}'s files are exactly {guards, alpha}'s plus
+    # {delta}'s, each after the same patches, so nothing is left to ask git; the result is still
+    # what the strict work-tree apply gives.
+    delta = PatchSpec(file="delta-extra.patch", feature="delta", subject="extra: a module of its own",
+                      body="A new file.", edits=(("python/pkg/extra.py", "", "EXTRA = 1\n"),))
+    fixture = make_series(tmp_path, specs=(*DEFAULT_PATCHES, delta),
+                          features_toml=FEATURES_TOML + '\n[features.delta]\ndescription = "a new module"\n')
+    context = fixture.context()
+    layout = WheelLayout(package_root="python", members=frozenset({"pkg/core.py", "pkg/util.py", "pkg/environ.py"}))
+    calls = []
+    original = Git.apply_cached_in_order
+    monkeypatch.setattr(Git, "apply_cached_in_order",
+                        lambda self, patches, index: calls.append(1) or original(self, patches, index=index))
+    for features in (["guards", "alpha"], ["delta"]):
+        assert patched_changes(context=context, combination=from_features(context.series, features), layout=layout)
+    assert len(calls) == 2
+    every = from_features(context.series, ["guards", "alpha", "delta"])
+    fast = patched_changes(context=context, combination=every, layout=layout)
+    assert len(calls) == 2  # no git apply for it
+    with scratch_tree(context=context, variant=every, strict=True) as result:
+        changed = Git(result.dest).changed_files(result.base_commit, result.head_commit)
+        assert fast == collect_changes(tree=result.dest, changed=changed, layout=layout)
+    assert fast is not None and fast.changes["pkg/extra.py"] == b"EXTRA = 1\n"
+
+
+def test_validation_against_the_source_catches_a_copied_members_record_row_that_changed(built, tmp_path):
+    wheel, upstream = built
+    # demo/tool.sh keeps the source's bytes, but its RECORD row now names another hash (a valid one).
+    def change(name, data):
+        if not name.endswith("/RECORD"):
+            return data
+        lines = [line if not line.startswith("demo/tool.sh,") else "demo/tool.sh,sha256=" + "A" * 43 + ","
+                 + line.rsplit(",", 1)[1] for line in data.decode().splitlines()]
+        return ("\n".join(lines) + "\n").encode()
+    bad = _rewrite(wheel, tmp_path, change)
+    with pytest.raises(BuildError, match="demo/tool.sh didn't match RECORD"):
+        validate_wheel(bad, verified_source=upstream)

@@ -541,6 +541,31 @@ class Git:
             return None
         return self.write_tree(index=index)
 
+    def apply_cached_in_order(self, patches: Iterable[Path], *, index: Path) -> str | None:
+        """One `git apply --cached` of every patch into the private index: git applies the files
+        in order, each onto the index the ones before left, strictly (exact context, offsets;
+        no 3-way, no fuzz) and all or nothing. The resulting tree, or None (index unchanged)
+        when any of them does not apply."""
+        applied = self.run("apply", "--cached", *[str(patch) for patch in patches],
+                           env={"GIT_INDEX_FILE": str(index)}, check=False)
+        return self.write_tree(index=index) if applied.status == 0 else None
+
+    def changed_blobs(self, base: str, head: str) -> list[tuple[str, str, str, str]]:
+        """(status letter, path, new mode, new blob id) of every file that differs between two
+        trees or commits, from one `git diff-tree` (a deleted file has mode 000000)."""
+        raw = self.run("diff-tree", "-r", "-z", "--no-renames", base, head).stdout
+        fields = raw.split("\0")
+        changes = []
+        for header, path in zip(fields[0::2], fields[1::2], strict=False):
+            if header.startswith(":"):
+                _, new_mode, _, new_blob, status = header[1:].split(" ")
+                changes.append((status, path, new_mode, new_blob))
+        return changes
+
+    def blob_content(self, blob: str) -> bytes:
+        """A blob's bytes, through gitpython's one long-lived `git cat-file --batch` (no process per blob)."""
+        return self.repo.odb.stream(bytes.fromhex(blob)).read()
+
     def blob(self, tree: str, path: str) -> tuple[bytes, bool]:
         """Content of `path` in the tree object `tree` (a tree's id, as write-tree prints it)
         and whether git records it executable."""

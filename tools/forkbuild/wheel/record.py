@@ -31,14 +31,30 @@ def entry_for(path: str, content: bytes) -> RecordEntry:
     return RecordEntry.from_elements(path, f"sha256={digest}", str(len(content)))
 
 
-def render_record(entries: Iterable[RecordEntry], *, record_path: str) -> bytes:
-    """The RECORD file: one row per entry in the order given, then RECORD's own row."""
+def record_line(entry: RecordEntry) -> str:
+    """One RECORD row as render_record writes it (csv, "\\n" line ends)."""
+    buffer = io.StringIO()
+    csv.writer(buffer, delimiter=",", quotechar='"', lineterminator="\n").writerow(entry.to_row())
+    return buffer.getvalue()
+
+
+def record_lines(entries: Mapping[str, RecordEntry]) -> dict[str, str]:
+    """record_line of every entry, by path: the rows of members copied unchanged, rendered
+    once per upstream wheel instead of once per wheel built from it."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, delimiter=",", quotechar='"', lineterminator="\n")
-    for entry in entries:
+    lines = {}
+    for path, entry in entries.items():
         writer.writerow(entry.to_row())
-    writer.writerow((record_path, "", ""))
-    return buffer.getvalue().encode("utf-8")
+        lines[path] = buffer.getvalue()
+        buffer.seek(0)
+        buffer.truncate()
+    return lines
+
+
+def render_record(lines: Iterable[str], *, record_path: str) -> bytes:
+    """The RECORD file: the rows given (record_line's) in order, then RECORD's own row."""
+    return ("".join(lines) + record_line(RecordEntry(path=record_path, hash_=None, size=None))).encode("utf-8")
 
 
 def renamed(entries: Mapping[str, RecordEntry], *, old: str, new: str) -> RecordEntry:

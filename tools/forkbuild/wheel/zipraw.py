@@ -66,8 +66,13 @@ class ZipSource:
             raise BuildError(f"{self.path}: not a zip archive: {error}") from error
         self.members = tuple(Member(info=info, data_offset=self._data_offset(info)) for info in infos)
         self.by_name = {member.name: member for member in self.members}
-        self.copy_entries: dict[str, tuple[bytes, bytes, bytes]] = {}  # ZipWriter.copy's, per member
+        # ZipWriter.copy's central directory entry per member, split where the offset goes
+        self.central_entries: dict[str, tuple[bytes, bytes]] = {}
         self._remembered: dict[object, object] = {}
+
+    def copy_table(self) -> CopyTable:
+        """What copying members unchanged needs, as lists in member order (built once)."""
+        return self.remember(CopyTable, lambda: CopyTable.of(self))
 
     def remember(self, key: object, compute):
         """compute(), once per source and key (the archive never changes once read)."""
@@ -89,7 +94,11 @@ class ZipSource:
 
     def local_entry(self, member: Member) -> bytes:
         """The member's local header and data exactly as stored."""
-        return self.data[member.info.header_offset:member.data_offset + member.info.compress_size]
+        return self.data[member.info.header_offset:self.entry_end(member)]
+
+    def entry_end(self, member: Member) -> int:
+        """Where the member's local header and data end in the archive."""
+        return member.data_offset + member.info.compress_size
 
     def read(self, name: str) -> bytes:
         """A member's uncompressed content (checked against its CRC by zipfile)."""
@@ -109,12 +118,46 @@ class ZipSource:
         return content
 
 
+@dataclass(frozen=True, kw_only=True)
+class CopyTable:
+    """Per member of a source, in order: name, where its local entry starts and ends, its
+    central directory entry split where the offset goes, and whether the next member's
+    entry starts where its own ends. A range of members is then copied with list slices
+    (ZipWriter.copy_range) instead of a Python step per member."""
+
+    names: list[str]
+    starts: list[int]
+    ends: list[int]
+    heads: list[bytes]
+    tails: list[bytes]
+    plain: list[bool]  # no data descriptor: the local header can be copied as it is
+    adjacent: list[bool]  # adjacent[k]: member k + 1's entry starts where k's ends
+
+    @classmethod
+    def of(cls, source: ZipSource) -> CopyTable:
+        entries = [_copied_record(member.info).central_entry() for member in source.members]
+        starts = [member.info.header_offset for member in source.members]
+        ends = [source.entry_end(member) for member in source.members]
+        return cls(names=[member.name for member in source.members], starts=starts, ends=ends,
+                   heads=[head for head, _ in entries], tails=[tail for _, tail in entries],
+                   plain=[not member.info.flag_bits & _DATA_DESCRIPTOR_FLAG for member in source.members],
+                   adjacent=[end == start for end, start in zip(ends, starts[1:], strict=False)])
+
+
 @functools.lru_cache(maxsize=512)
 def _deflate(content: bytes) -> tuple[bytes, int]:
     """Raw deflate (fixed level) and CRC-32 of `content`. Remembered: the wheels of a matrix
     hold the same few versions of each patched file over and over."""
     compressor = zlib.compressobj(DEFLATE_LEVEL, zlib.DEFLATED, -15)
     return compressor.compress(content) + compressor.flush(), zlib.crc32(content)
+
+
+@functools.lru_cache(maxsize=1024)
+def _deflate_piece(content: bytes) -> bytes:
+    """Raw deflate (fixed level) of `content` as a piece of a longer member: ended with a sync
+    flush (byte-aligned, no final block), so pieces deflated alone can be concatenated."""
+    compressor = zlib.compressobj(DEFLATE_LEVEL, zlib.DEFLATED, -15)
+    return compressor.compress(content) + compressor.flush(zlib.Z_SYNC_FLUSH)
 
 
 def _copied_record(info: zipfile.ZipInfo, *, name: bytes | None = None, flags: int | None = None,
@@ -184,8 +227,14 @@ class ZipWriter:
         self.position = 0
         # ~20,000 small chunks per wheel: one write call each cost more than the copying.
         self.pending = bytearray()
+        # Members copied as they are and lying back to back in their source: (source, start, end)
+        # of the bytes not written yet. Written as one slice when something else comes: the
+        # unchanged members of a wheel are a few long runs, not 6,400 small writes.
+        self.run: tuple[ZipSource, int, int] | None = None
 
     def _write(self, chunk: bytes) -> None:
+        if self.run is not None:
+            self._write_run()
         self.pending += chunk
         self.position += len(chunk)
         if len(self.pending) >= _FLUSH_BYTES:
@@ -194,6 +243,13 @@ class ZipWriter:
     def _flush(self) -> None:
         self.stream.write(self.pending)
         self.pending.clear()
+
+    def _write_run(self) -> None:
+        assert self.run is not None
+        source, start, end = self.run
+        self.run = None
+        self._flush()
+        self.stream.write(memoryview(source.data)[start:end])
 
     def _claim(self, name: str) -> None:
         if name in self.names:
@@ -208,11 +264,11 @@ class ZipWriter:
         self._claim(target)
         offset = self.position
         if target == member.name and not info.flag_bits & _DATA_DESCRIPTOR_FLAG:
-            # The local header is copied too: nothing in it changes. Both entries are
+            # The local header is copied too: nothing in it changes. Its central entry is
             # remembered per source member (a matrix copies the same members again and again).
-            local, head, tail = source.copy_entries.get(member.name) or source.copy_entries.setdefault(
-                member.name, (source.local_entry(member), *_copied_record(info).central_entry()))
-            self._write(local)
+            head, tail = source.central_entries.get(member.name) or source.central_entries.setdefault(
+                member.name, _copied_record(info).central_entry())
+            self._extend_run(source, member)
             self.records.append((head, offset, tail))
             return
         encoded, utf8 = _encode_name(target)
@@ -225,21 +281,74 @@ class ZipWriter:
         record = _copied_record(info, name=encoded, flags=flags, extra=b"")
         self.records.append((record.central_entry()[0], offset, record.central_entry()[1]))
 
+    def copy_range(self, source: ZipSource, first: int, stop: int) -> None:
+        """copy() of source.members[first:stop] under their own names, in order. Members that
+        lie back to back (as a zip writer lays them out) take list slices, not a step each."""
+        if first >= stop:
+            return
+        table = source.copy_table()
+        if not (all(table.plain[first:stop]) and all(table.adjacent[first:stop - 1])):
+            for member in source.members[first:stop]:
+                self.copy(source, member)
+            return
+        names = table.names[first:stop]
+        if not self.names.isdisjoint(names) or len(set(names)) != len(names):
+            twice = next(name for name in names if name in self.names or names.count(name) > 1)
+            raise BuildError(f"internal error: zip member {twice} written twice")
+        self.names.update(names)
+        shift = self.position - table.starts[first]
+        self.records.extend(zip(table.heads[first:stop], [start + shift for start in table.starts[first:stop]],
+                                table.tails[first:stop], strict=True))
+        begin, end = table.starts[first], table.ends[stop - 1]
+        if self.run is not None and (self.run[0] is not source or self.run[2] != begin):
+            self._write_run()
+        self.run = (source, self.run[1] if self.run is not None else begin, end)
+        self.position += end - begin
+        if self.position > _ZIP32_LIMIT:
+            raise BuildError("the wheel grew past 4 GiB: zip64 archives are not supported")
+
+    def _extend_run(self, source: ZipSource, member: Member) -> None:
+        """Count the member's local entry as written; its bytes go out with its run."""
+        start, end = member.info.header_offset, source.entry_end(member)
+        if self.run is not None and (self.run[0] is not source or self.run[2] != start):
+            self._write_run()  # not adjacent to the run: a run of its own
+        self.run = (source, self.run[1] if self.run is not None else start, end)
+        self.position += end - start
+
+    def add_pieces(self, name: str, pieces: list[bytes], *, date_time: tuple[int, int, int, int, int, int],
+                   external_attr: int = FILE_MODE) -> None:
+        """add() of the concatenated pieces, each deflated on its own (and remembered) but the
+        last: one valid deflate stream, and a long member that differs between wheels only
+        in some pieces (RECORD) costs the deflating of those pieces only."""
+        compressed = b"".join(_deflate_piece(piece) for piece in pieces[:-1])
+        last = zlib.compressobj(DEFLATE_LEVEL, zlib.DEFLATED, -15)
+        compressed += last.compress(pieces[-1]) + last.flush()
+        crc = 0
+        for piece in pieces:
+            crc = zlib.crc32(piece, crc)
+        self._add_deflated(name, compressed, crc=crc, size=sum(map(len, pieces)), date_time=date_time,
+                           external_attr=external_attr)
+
     def add(self, name: str, content: bytes, *, date_time: tuple[int, int, int, int, int, int],
             external_attr: int = FILE_MODE) -> None:
         """Add a member from its content, deflated with fixed settings."""
+        compressed, crc = _deflate(content)
+        self._add_deflated(name, compressed, crc=crc, size=len(content), date_time=date_time,
+                           external_attr=external_attr)
+
+    def _add_deflated(self, name: str, compressed: bytes, *, crc: int, size: int,
+                      date_time: tuple[int, int, int, int, int, int], external_attr: int) -> None:
         self._claim(name)
         offset = self.position
         encoded, flags = _encode_name(name)
-        compressed, crc = _deflate(content)
         self._write_local_header(encoded, flags=flags, method=zipfile.ZIP_DEFLATED, date_time=date_time,
-                                 crc=crc, compress_size=len(compressed), file_size=len(content))
+                                 crc=crc, compress_size=len(compressed), file_size=size)
         self._write(compressed)
         dos_time, dos_date = _dos_date_time(date_time)
         head, tail = _Record(
             name=encoded, made_by=_MADE_BY_UNIX, extract_version=_EXTRACT_VERSION, flags=flags,
             method=zipfile.ZIP_DEFLATED, dos_time=dos_time, dos_date=dos_date, crc=crc,
-            compress_size=len(compressed), file_size=len(content), extra=b"", comment=b"",
+            compress_size=len(compressed), file_size=size, extra=b"", comment=b"",
             internal_attr=0, external_attr=external_attr).central_entry()
         self.records.append((head, offset, tail))
 
@@ -251,9 +360,11 @@ class ZipWriter:
         self._write(name)
 
     def close(self) -> None:
+        if self.run is not None:
+            self._write_run()
         start = self.position
-        for head, offset, tail in self.records:
-            self._write(head + _OFFSET.pack(offset) + tail)
+        pack = _OFFSET.pack
+        self._write(b"".join(head + pack(offset) + tail for head, offset, tail in self.records))
         if len(self.records) > 0xFFFF or self.position > _ZIP32_LIMIT:
             raise BuildError("the wheel needs zip64 (over 65535 members or 4 GiB): not supported")
         self._write(_END.pack(_END_SIGNATURE, 0, 0, len(self.records), len(self.records),
