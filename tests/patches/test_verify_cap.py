@@ -54,16 +54,17 @@ def planner_factory(monkeypatch):
                            speculative_dspark_confidence_sts_path=None, speculative_dspark_sps_table_path=None)
     monkeypatch.setattr(dspark_planner, "get_spec", lambda: spec)
 
-    def build(confidence_head=object()):
+    def build(confidence_head=object(), *, tp_rank=0, tp_group=None):
+        group = tp_group or SimpleNamespace(world_size=1, rank_in_group=0)
         return dspark_planner.DSparkVerifyPlanner(
             draft_model=SimpleNamespace(confidence_head=confidence_head), gamma=GAMMA, model_runner=None,
-            device=torch.device("cpu"), tp_rank=0, verify_num_draft_tokens=VERIFY_NUM_DRAFT_TOKENS,
-            tp_sync=SpecTpSync(SimpleNamespace(world_size=1, rank_in_group=0)))
+            device=torch.device("cpu"), tp_rank=tp_rank, verify_num_draft_tokens=VERIFY_NUM_DRAFT_TOKENS,
+            tp_sync=SpecTpSync(group))
 
     return build
 
 
-def _static_layout(planner):
+def _static_layout(planner, confidence=CONFIDENCE):
     import torch
 
     bs = len(CONFIDENCE)
@@ -71,7 +72,7 @@ def _static_layout(planner):
         req_pool_indices=torch.arange(bs),
         prefix_lens=torch.full((bs,), 10),
         device=torch.device("cpu"),
-        confidence=torch.tensor(CONFIDENCE),
+        confidence=None if confidence is None else torch.tensor(confidence),
         budget=None,
     )
 
@@ -109,6 +110,53 @@ def test_static_plan_respects_n(monkeypatch, planner_factory, cap, expected):
 def test_static_plan_respects_confidence_threshold(monkeypatch, planner_factory, threshold, expected):
     monkeypatch.setenv("DSV41_VERIFY_CAP", f"conf:{threshold}")
     assert _static_layout(planner_factory()).verify_lens.tolist() == expected
+
+
+@pytest.mark.guard_on
+def test_conf_plan_without_confidences_verifies_every_draft(monkeypatch, planner_factory):
+    # A step whose proposal carries no confidence (nothing to cut on): uncapped lengths.
+    monkeypatch.setenv("DSV41_VERIFY_CAP", "conf:0.5")
+    layout = _static_layout(planner_factory(), confidence=None)
+    assert layout.verify_lens.tolist() == [VERIFY_NUM_DRAFT_TOKENS] * len(CONFIDENCE)
+
+
+class _RankGroup:
+    """A two-rank TP group as seen from rank 1: broadcast(src=0) overwrites the
+    tensor with what rank 0 decided (torch.distributed's semantics; a real group
+    needs a second process)."""
+
+    world_size, rank_in_group = 2, 1
+
+    def __init__(self, rank0_values):
+        self.rank0_values = rank0_values
+        self.broadcasts = []
+
+    def broadcast(self, tensor, src):
+        self.broadcasts.append(tensor.clone())
+        tensor.copy_(tensor.new_tensor(self.rank0_values))
+
+
+@pytest.mark.guard_on
+def test_static_cap_plan_is_rank_zeros_on_every_rank(monkeypatch, planner_factory):
+    # Confidence can differ across ranks by a rounding; the cut must not.
+    monkeypatch.setenv("DSV41_VERIFY_CAP", "conf:0.5")
+    group = _RankGroup(rank0_values=[2, 1, 4])
+    layout = _static_layout(planner_factory(tp_rank=1, tp_group=group))
+    assert [t.tolist() for t in group.broadcasts] == [[3, 1, 4]]  # rank 1's own cut, replaced
+    assert layout.verify_lens.tolist() == [2, 1, 4]
+
+
+@pytest.mark.guard_on
+@pytest.mark.parametrize("tp_rank", [0, 1])
+def test_the_cap_is_logged_once_by_rank_zero(monkeypatch, planner_factory, caplog, tp_rank):
+    import logging
+
+    monkeypatch.setenv("DSV41_VERIFY_CAP", "2")
+    with caplog.at_level(logging.INFO):
+        planner_factory(confidence_head=None, tp_rank=tp_rank)
+    logged = [r.getMessage() for r in caplog.records if "DSV41_VERIFY_CAP" in r.getMessage()]
+    assert logged == (["DSpark verify cap (DSV41_VERIFY_CAP): VerifyCap(max_drafts=2, min_confidence=None)"]
+                      if tp_rank == 0 else [])
 
 
 @pytest.mark.guard_on
