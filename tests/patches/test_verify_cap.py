@@ -94,7 +94,7 @@ def test_conf_cap_builds_the_confidence_head_in_static_mode(monkeypatch):
 
 
 @pytest.mark.guard_on
-@pytest.mark.parametrize("cap, expected", [("1", [2, 2, 2]), ("2", [3, 3, 3]), ("9", [4, 4, 4])])
+@pytest.mark.parametrize("cap, expected", [("1", [2, 2, 2]), ("2", [3, 3, 3])])
 def test_static_plan_respects_n(monkeypatch, planner_factory, cap, expected):
     monkeypatch.setenv("DSV41_VERIFY_CAP", cap)
     planner = planner_factory(confidence_head=None)  # an integer cap needs no head
@@ -103,6 +103,21 @@ def test_static_plan_respects_n(monkeypatch, planner_factory, cap, expected):
     # verify_len counts the anchor row: N drafts -> N + 1, never past gamma + 1.
     assert layout.verify_lens.tolist() == expected
     assert layout.graph_num_tokens == len(CONFIDENCE) * VERIFY_NUM_DRAFT_TOKENS
+
+
+@pytest.mark.guard_on
+@pytest.mark.parametrize("cap", [str(GAMMA), "9"])
+def test_a_cap_of_gamma_or_more_drafts_is_no_cap(monkeypatch, planner_factory, cap):
+    # One draft fewer than gamma cuts (so this fails on an sglang without the cap) ...
+    monkeypatch.setenv("DSV41_VERIFY_CAP", str(GAMMA - 1))
+    assert _static_layout(planner_factory(confidence_head=None)) is not None
+    # ... gamma or more cuts nothing: the stock plan, verify-all, so the worker keeps
+    # the verify graph's folded accept (test_stock_greedy_static_step_...) and
+    # SGLANG_SIMULATE_ACC_LEN stays allowed.
+    monkeypatch.setenv("DSV41_VERIFY_CAP", cap)
+    planner = planner_factory(confidence_head=None)
+    assert planner._is_verify_all is True
+    assert _static_layout(planner) is None
 
 
 @pytest.mark.guard_on
@@ -515,7 +530,7 @@ class _DecodeWorld:
 def _committed(world, result):
     lens = result.accept_lens.tolist()
     tokens = result.next_token_ids.view(world.bs, VERIFY_NUM_DRAFT_TOKENS).tolist()
-    return lens, [row[:n] for row, n in zip(tokens, lens)]
+    return lens, [row[:n] for row, n in zip(tokens, lens, strict=True)]
 
 
 def _decode_step(monkeypatch, *, sampling: bool) -> dict:
