@@ -284,11 +284,14 @@ def _run_environ_in(directory, monkeypatch):
 
 @pytest.mark.guard_on
 def test_environ_registers_the_generated_guards_beside_it(tmp_path, monkeypatch):
+    import os
     import shutil
 
     from sglang.srt import environ
 
-    shutil.copy(environ.__file__.replace("environ.py", "dsv41_guards.py"), tmp_path / "dsv41_guards.py")
+    generated = os.path.join(os.path.dirname(environ.__file__), "dsv41_guards.py")
+    assert os.path.isfile(generated), f"this sglang has no generated guards module: {generated}"
+    shutil.copy(generated, tmp_path / "dsv41_guards.py")
     module = _run_environ_in(tmp_path, monkeypatch)
     declared = {name: type(field).__name__ for name, field in vars(environ.Envs).items() if name.startswith("DSV41_")}
     assert declared  # every variant that builds the guards feature in declares some
