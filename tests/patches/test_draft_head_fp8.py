@@ -82,6 +82,28 @@ def test_gate_stays_off_without_cuda(monkeypatch):
 
 
 @pytest.mark.guard_on
+@pytest.mark.parametrize("cuda, sm", [(False, 0), (True, 80)])
+def test_a_set_guard_the_device_cannot_honour_is_warned_about(monkeypatch, caplog, cuda, sm):
+    import logging
+
+    from sglang.srt.models import dspark
+
+    _cuda_like(monkeypatch, dspark, sm=sm)
+    monkeypatch.setattr(dspark, "is_cuda", lambda: cuda)
+    monkeypatch.setenv("DSV41_DRAFT_HEAD_FP8", "1")
+    with caplog.at_level(logging.WARNING, logger=dspark.__name__):
+        assert dspark._resolve_fp8_lm_head() is False
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "DSV41_DRAFT_HEAD_FP8 is set" in warnings[0] and "SM 8.9+" in warnings[0]
+    # Off, or on a device that has it: nothing to warn about.
+    caplog.clear()
+    monkeypatch.setenv("DSV41_DRAFT_HEAD_FP8", "0")
+    assert dspark._resolve_fp8_lm_head() is False
+    assert not [r for r in caplog.records if r.levelno == logging.WARNING]
+
+
+@pytest.mark.guard_on
 def test_rocm_gate_unchanged(monkeypatch):
     from sglang.srt.models import dspark
 

@@ -248,6 +248,67 @@ def test_server_launch_reports_the_build_after_logging_is_configured(monkeypatch
     assert calls == ["configure_logger", "report"]
 
 
+@pytest.mark.guard_on
+def test_report_of_a_build_declaring_no_guards_says_none(tmp_path, caplog, monkeypatch):
+    # A variant holding only the guards feature: the generated module is empty.
+    from sglang.srt import environ
+
+    report_module = _report_module(monkeypatch, tmp_path)
+    _write_manifest(tmp_path, _manifest(features=["guards"]))
+    for name in [name for name in vars(environ.Envs) if name.startswith("DSV41_")]:
+        monkeypatch.delattr(environ.Envs, name)
+
+    with caplog.at_level(logging.INFO, logger=report_module.__name__):
+        report_module.log_build_report()
+
+    assert "DSV41 guards: none declared" in _logged(caplog, logging.INFO).splitlines()
+
+
+# -- the guards hook in environ.py ---------------------------------------------------
+
+def _run_environ_in(directory, monkeypatch):
+    """Runs sglang.srt.environ's module code, as the import system holds it, as
+    a module whose file lies in `directory`: the hook looks for the generated
+    dsv41_guards.py beside its own file, and the installed one is always there."""
+    import sys
+    import types
+
+    spec = importlib.util.find_spec("sglang.srt.environ")
+    code = spec.loader.get_code(spec.name)
+    module = types.ModuleType("dsv41_environ_elsewhere")
+    module.__file__ = str(directory / "environ.py")
+    monkeypatch.setitem(sys.modules, module.__name__, module)  # dataclasses look their module up
+    exec(code, vars(module))
+    return module
+
+
+@pytest.mark.guard_on
+def test_environ_registers_the_generated_guards_beside_it(tmp_path, monkeypatch):
+    import os
+    import shutil
+
+    from sglang.srt import environ
+
+    generated = os.path.join(os.path.dirname(environ.__file__), "dsv41_guards.py")
+    assert os.path.isfile(generated), f"this sglang has no generated guards module: {generated}"
+    shutil.copy(generated, tmp_path / "dsv41_guards.py")
+    module = _run_environ_in(tmp_path, monkeypatch)
+    declared = {name: type(field).__name__ for name, field in vars(environ.Envs).items() if name.startswith("DSV41_")}
+    assert declared  # every variant that builds the guards feature in declares some
+    assert {name: type(field).__name__ for name, field in vars(module.Envs).items()
+            if name.startswith("DSV41_")} == declared
+
+
+@pytest.mark.guard_on
+def test_a_tree_without_the_generated_module_fails_at_import_naming_it(tmp_path, monkeypatch):
+    # A tree patched by quilt or git am: the series' patches, not forkbuild's generated file.
+    missing = tmp_path / "dsv41_guards.py"
+    with pytest.raises(ImportError) as failure:
+        _run_environ_in(tmp_path, monkeypatch)
+    message = str(failure.value)
+    assert message.startswith(f"{missing} is missing") and "forkbuild apply" in message
+
+
 # -- not built in ----------------------------------------------------------------
 
 @pytest.mark.absent

@@ -404,6 +404,98 @@ def test_flashinfer_name_without_flashinfer_fails(fp8_utils, monkeypatch):
         fp8_utils.resolve_mxfp8_dense_gemm_backend()
 
 
+# -- MXFP8 checkpoints: Fp8LinearMethod's weight post-processing -----------------
+
+
+@pytest.fixture
+def fake_flashinfer(monkeypatch):
+    """FlashInfer's block_scale_interleave (a GPU package), recording what the
+    linear method hands it: the swizzle itself is FlashInfer's, not the patch's."""
+    calls = []
+
+    def block_scale_interleave(scale):
+        calls.append(scale.clone())
+        return scale.flip(0)  # any layout change the test can tell from the input
+
+    flashinfer = types.ModuleType("flashinfer")
+    flashinfer.block_scale_interleave = block_scale_interleave
+    monkeypatch.setitem(sys.modules, "flashinfer", flashinfer)
+    return calls
+
+
+def _mxfp8_layer(n=64, k=96, seed=2):
+    """sglang's ReplicatedLinear of a native MXFP8 checkpoint (quant_method "mxfp8"),
+    its weights as the loader fills them: e4m3 values, uint8 e8m0 bytes [N, K // 32].
+    Returns (its Fp8LinearMethod, the layer)."""
+    from sglang.srt.layers.linear import ReplicatedLinear
+    from sglang.srt.layers.quantization.fp8 import Fp8Config
+
+    config = Fp8Config(is_checkpoint_fp8_serialized=True, use_mxfp8=True)
+    layer = ReplicatedLinear(k, n, bias=False, quant_config=config, params_dtype=torch.bfloat16)
+    gen = torch.Generator().manual_seed(seed)
+    layer.weight.data.copy_((torch.randn(n, k, generator=gen) * 4).to(torch.float8_e4m3fn))
+    layer.weight_scale_inv.data.copy_(torch.randint(123, 131, (n, k // 32), generator=gen).to(torch.uint8))
+    return layer.quant_method, layer
+
+
+def _mxfp8_reference(layer, x):
+    scale = torch.exp2(layer.weight_scale_inv.float() - 127.0).repeat_interleave(32, dim=1)
+    return (x.float() @ (layer.weight.float() * scale).t()).to(x.dtype)
+
+
+@pytest.mark.guard_off
+def test_guard_off_mxfp8_cutlass_swizzles_the_scales(blackwell_flashinfer, fake_flashinfer, monkeypatch):
+    fp8_utils = blackwell_flashinfer
+    monkeypatch.setattr(fp8_utils, "FP8_GEMM_RUNNER_BACKEND", fp8_utils.Fp8GemmRunnerBackend.FLASHINFER_CUTLASS)
+    method, layer = _mxfp8_layer()
+    assert method.mxfp8_dense_backend is fp8_utils.Mxfp8DenseGemmBackend.FLASHINFER_CUTLASS
+    method.process_weights_after_loading(layer)
+    assert len(fake_flashinfer) == 1 and torch.equal(fake_flashinfer[0], layer.weight_scale_inv.data)
+    assert torch.equal(layer.weight_scale_inv_swizzled, layer.weight_scale_inv.data.flip(0))
+
+
+@pytest.mark.guard_on
+def test_cudnn_mxfp8_weights_get_flashinfers_swizzled_scales(blackwell_flashinfer, fake_flashinfer, monkeypatch):
+    fp8_utils = blackwell_flashinfer
+    monkeypatch.setattr(
+        fp8_utils, "_raw_flashinfer_mm_mxfp8",
+        types.SimpleNamespace(is_backend_supported=lambda name, sm: name == "cudnn"), raising=False,
+    )
+    monkeypatch.setenv(ENV, "cudnn")
+    method, layer = _mxfp8_layer()
+    assert method.mxfp8_dense_backend is fp8_utils.Mxfp8DenseGemmBackend.FLASHINFER_CUDNN
+    plain = layer.weight_scale_inv.data.clone()
+    method.process_weights_after_loading(layer)
+    # cuDNN reads FlashInfer's swizzled copy, like cutlass; the plain bytes stay for weight updates.
+    assert len(fake_flashinfer) == 1 and torch.equal(fake_flashinfer[0], plain)
+    assert torch.equal(layer.weight_scale_inv_swizzled, plain.flip(0))
+    assert torch.equal(layer.weight_scale_inv.data, plain)
+
+
+@pytest.mark.guard_on
+def test_b12x_packs_an_mxfp8_checkpoints_own_scales(fp8_utils, fake_b12x, monkeypatch):
+    monkeypatch.setenv(ENV, "b12x")
+    monkeypatch.setattr(fp8_utils, "_B12X_PLANS", {})
+    method, layer = _mxfp8_layer()
+    assert method.mxfp8_dense_backend is fp8_utils.Mxfp8DenseGemmBackend("b12x")
+    method.process_weights_after_loading(layer)
+    # No block scales to convert: the checkpoint's e8m0 bytes are what b12x packs.
+    assert fake_b12x.packed == [layer.weight_b12x]
+    assert torch.equal(layer.weight_b12x.scale_rows, layer.weight_scale_inv.data)
+    x = torch.randn(3, 96, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
+    out, _ = layer(x)  # the layer's forward: quant_method.apply
+    torch.testing.assert_close(out, _mxfp8_reference(layer, x), rtol=1e-2, atol=1e-2)
+    assert [rows for rows, _ in fake_b12x.runs] == [3]
+
+
+@pytest.mark.guard_on
+def test_gfx95_name_off_rocm_fails_naming_the_gpu(fp8_utils, fake_b12x, monkeypatch):
+    # Even with b12x importable, a gfx95 name on a CUDA/CPU box is refused as such.
+    monkeypatch.setenv(ENV, "gfx95_dot_scaled")
+    with pytest.raises(ValueError, match=rf"{ENV}='gfx95_dot_scaled' needs a ROCm gfx95 GPU"):
+        fp8_utils.resolve_mxfp8_dense_gemm_backend()
+
+
 # -- absent: the feature is not built in -----------------------------------------
 
 
