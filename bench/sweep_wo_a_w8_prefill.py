@@ -254,7 +254,7 @@ def main() -> int:
                     continue
                 try:
                     timed.append((run(shape, t, tiles, chosen), tiles))
-                except Exception as error:  # noqa: BLE001
+                except Exception:  # noqa: BLE001
                     continue
             timed.sort()
             results[(shape, t)] = timed
