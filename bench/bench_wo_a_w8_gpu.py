@@ -157,7 +157,7 @@ def main() -> int:
             ratio = med["ship"] / med["bf16"]
             verdict = ("par" if ratio <= PAR else "SLOWER") + (" small" if med["bf16"] < 10 else "")
             verdicts.append((groups, rows, dim, tokens, ratio, verdict))
-            tiles = w8._tiles(tokens, rows, dim)
+            tiles = w8._tiles(tokens, groups, rows, dim)
             print(f"{tokens:>7} {med['bf16']:>8.1f} {med['kern']:>8.1f} {med['deq']:>8.1f} {med['ship']:>8.1f} "
                   f"{med['kern'] / med['bf16']:>9.2f} {med['deq'] / med['bf16']:>8.2f} {ratio:>9.2f} {spread:>6.2f}  "
                   f"{verdict:<9} {tiles}")

@@ -35,15 +35,21 @@ def _operands(tokens, groups, rows, dim, seed):
 
 @pytest.mark.guard_on
 @pytest.mark.parametrize("groups,rows,dim", SHAPES)
-def test_w8_gemm_matches_the_bf16_reference_on_the_gpu(groups, rows, dim):
+def test_w8_gemm_matches_the_bf16_reference_on_the_gpu(groups, rows, dim, monkeypatch):
     import torch
     from sglang.kernels.ops.gemm import dsv4_wo_a_w8
+    from sglang.srt.models.deepseek_v4_wo_a_w8 import resolve_wo_a_w8_mode
+
+    # The guard on (the kernel is its path) and 0 for the dequant threshold: the
+    # W8 kernel at every token count, prefill sizes included.
+    monkeypatch.setenv("DSV41_WO_A_W8", "1")
+    monkeypatch.setenv("DSV41_WO_A_W8_DEQUANT_TOKENS", "0")
 
     for seed, tokens in enumerate(TOKENS):
         o, codes, scale, wo_a = _operands(tokens, groups, rows, dim, seed)
         expected = torch.einsum("tgd,grd->tgr", o.double(), wo_a.double())
         result = torch.full((tokens, groups, rows), float("nan"), dtype=torch.bfloat16, device="cuda")
-        result.copy_(dsv4_wo_a_w8.wo_a_w8_matmul(o, codes, scale))
+        result.copy_(dsv4_wo_a_w8.wo_a_w8_matmul(o, codes, scale, dequant_tokens=resolve_wo_a_w8_mode().dequant_tokens))
         assert result.is_cuda and not result.isnan().any(), f"tokens={tokens}: unwritten outputs"
         torch.testing.assert_close(result.double(), expected, rtol=2**-6, atol=2**-6,
                                    msg=lambda m: f"tokens={tokens} [{groups},{rows},{dim}]: {m}")
@@ -58,6 +64,7 @@ def test_the_attention_module_runs_the_triton_kernel_on_cuda(monkeypatch):
     import torch
     from sglang.kernels.ops.gemm import dsv4_wo_a_w8
 
+    monkeypatch.setenv("DSV41_WO_A_W8", "1")
     o, codes, scale, wo_a = _operands(33, 8, 256, 512, seed=11)
     calls = []
     real = dsv4_wo_a_w8._wo_a_w8_triton
