@@ -35,15 +35,21 @@ def _operands(tokens, groups, rows, dim, seed):
 
 @pytest.mark.guard_on
 @pytest.mark.parametrize("groups,rows,dim", SHAPES)
-def test_w8_gemm_matches_the_bf16_reference_on_the_gpu(groups, rows, dim):
+def test_w8_gemm_matches_the_bf16_reference_on_the_gpu(groups, rows, dim, monkeypatch):
     import torch
     from sglang.kernels.ops.gemm import dsv4_wo_a_w8
+    from sglang.srt.models.deepseek_v4_wo_a_w8 import resolve_wo_a_w8_mode
+
+    # The guard on (the kernel is its path) and 0 for the dequant threshold: the
+    # W8 kernel at every token count, prefill sizes included.
+    monkeypatch.setenv("DSV41_WO_A_W8", "1")
+    monkeypatch.setenv("DSV41_WO_A_W8_DEQUANT_TOKENS", "0")
 
     for seed, tokens in enumerate(TOKENS):
         o, codes, scale, wo_a = _operands(tokens, groups, rows, dim, seed)
         expected = torch.einsum("tgd,grd->tgr", o.double(), wo_a.double())
         result = torch.full((tokens, groups, rows), float("nan"), dtype=torch.bfloat16, device="cuda")
-        result.copy_(dsv4_wo_a_w8.wo_a_w8_matmul(o, codes, scale))
+        result.copy_(dsv4_wo_a_w8.wo_a_w8_matmul(o, codes, scale, dequant_tokens=resolve_wo_a_w8_mode().dequant_tokens))
         assert result.is_cuda and not result.isnan().any(), f"tokens={tokens}: unwritten outputs"
         torch.testing.assert_close(result.double(), expected, rtol=2**-6, atol=2**-6,
                                    msg=lambda m: f"tokens={tokens} [{groups},{rows},{dim}]: {m}")
@@ -58,6 +64,7 @@ def test_the_attention_module_runs_the_triton_kernel_on_cuda(monkeypatch):
     import torch
     from sglang.kernels.ops.gemm import dsv4_wo_a_w8
 
+    monkeypatch.setenv("DSV41_WO_A_W8", "1")
     o, codes, scale, wo_a = _operands(33, 8, 256, 512, seed=11)
     calls = []
     real = dsv4_wo_a_w8._wo_a_w8_triton
@@ -73,3 +80,51 @@ def test_the_attention_module_runs_the_triton_kernel_on_cuda(monkeypatch):
     assert calls == [1]
     expected = torch.einsum("tgd,grd->tgr", o.double(), wo_a.double())
     torch.testing.assert_close(result.double(), expected, rtol=2**-6, atol=2**-6)
+
+
+@pytest.mark.guard_on
+@pytest.mark.parametrize("groups,rows,dim", SHAPES)
+def test_prefill_dequant_path_matches_the_bf16_reference_on_the_gpu(groups, rows, dim, monkeypatch):
+    """From DSV41_WO_A_W8_DEQUANT_TOKENS tokens on, the weight is dequantised in
+    one Triton pass, bit for bit torch's, and cuBLAS's bf16 GEMM runs on it:
+    the same tolerance as the W8 kernel against float64; below, the kernel."""
+    import torch
+    from sglang.kernels.ops.gemm import dsv4_wo_a_w8
+    from sglang.srt.models.deepseek_v4_wo_a_w8 import resolve_wo_a_w8_mode
+
+    monkeypatch.setenv("DSV41_WO_A_W8", "1")
+    monkeypatch.setenv("DSV41_WO_A_W8_DEQUANT_TOKENS", "300")
+    threshold = resolve_wo_a_w8_mode().dequant_tokens
+    calls = []
+    for name in ("_wo_a_w8_dequantized", "_wo_a_w8_triton"):
+        real = getattr(dsv4_wo_a_w8, name)
+        monkeypatch.setattr(dsv4_wo_a_w8, name, lambda *a, _n=name, _r=real: calls.append(_n) or _r(*a))
+    for seed, tokens in enumerate((1, 299, 300, 1024, 4096)):
+        o, codes, scale, wo_a = _operands(tokens, groups, rows, dim, seed + 100)
+        fast = dsv4_wo_a_w8.dequantize_wo_a_w8_triton(codes, scale)
+        assert torch.equal(fast.view(groups, rows, dim), wo_a), "one-pass dequantisation differs from torch's"
+        expected = torch.einsum("tgd,grd->tgr", o.double(), wo_a.double())
+        calls.clear()
+        result = dsv4_wo_a_w8.wo_a_w8_matmul(o, codes, scale, dequant_tokens=threshold)
+        assert calls == ["_wo_a_w8_dequantized" if tokens >= 300 else "_wo_a_w8_triton"], (tokens, calls)
+        torch.testing.assert_close(result.double(), expected, rtol=2**-6, atol=2**-6,
+                                   msg=lambda m: f"tokens={tokens} [{groups},{rows},{dim}]: {m}")
+        relative = ((result.double() - expected).norm() / expected.norm()).item()
+        assert relative < 2**-8, f"tokens={tokens}: relative error {relative:.2e}"
+
+
+@pytest.mark.guard_on
+def test_one_pass_dequantisation_is_exact_for_every_code_on_the_gpu(monkeypatch):
+    """The prefill path's dequantisation (the guard on: what it runs) on every
+    e4m3 code, zeros and subnormals included, times power-of-two scales."""
+    import torch
+    from sglang.kernels.ops.gemm import dsv4_wo_a_w8
+
+    monkeypatch.setenv("DSV41_WO_A_W8", "1")
+    codes = torch.arange(256, dtype=torch.uint8, device="cuda").repeat(256).view(1024, 64)
+    codes = codes.view(torch.float8_e4m3fn)
+    codes = torch.where(codes.float().isnan(), 0.0, codes.float()).to(torch.float8_e4m3fn)
+    exponents = torch.randint(-40, 4, (32, 2), generator=torch.Generator(device="cuda").manual_seed(1), device="cuda")
+    scale = torch.ldexp(torch.ones(32, 2, device="cuda"), exponents)
+    fast = dsv4_wo_a_w8.dequantize_wo_a_w8_triton(codes, scale)
+    assert torch.equal(fast, dsv4_wo_a_w8.dequantize_wo_a_w8(codes, scale))

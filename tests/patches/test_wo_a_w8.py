@@ -152,6 +152,82 @@ def test_w8_triton_kernel_matches_the_reference_in_the_interpreter():
 
 
 @pytest.mark.guard_on
+def test_w8_prefill_dispatch_follows_the_dequant_tokens_guard(monkeypatch):
+    # Through the real call site: the attention reads DSV41_WO_A_W8_DEQUANT_TOKENS
+    # at build, and from that many tokens on its W8 GEMM dequantises + runs the
+    # bf16 GEMM; below it (and with 0: never) the W8 path of the device runs.
+    monkeypatch.setenv("DSV41_WO_A_W8", "1")
+    from sglang.kernels.ops.gemm import dsv4_wo_a_w8
+    from sglang.srt.models.deepseek_v4_wo_a_w8 import convert_wo_a_to_w8
+
+    taken = []
+    for name in ("_wo_a_w8_dequantized", "_wo_a_w8_torch"):
+        real = getattr(dsv4_wo_a_w8, name)
+        monkeypatch.setattr(dsv4_wo_a_w8, name, lambda *a, _n=name, _r=real: taken.append(_n) or _r(*a))
+    weight = _checkpoint_like_weight(GROUPS * RANK, IN_DIM, seed=6)
+    o = torch.randn(9, GROUPS, IN_DIM, generator=torch.Generator().manual_seed(6)).bfloat16()
+
+    def paths(threshold: str | None, tokens: int) -> list:
+        if threshold is None:
+            monkeypatch.delenv("DSV41_WO_A_W8_DEQUANT_TOKENS", raising=False)
+        else:
+            monkeypatch.setenv("DSV41_WO_A_W8_DEQUANT_TOKENS", threshold)
+        attn = _loaded(_attention(), weight)
+        convert_wo_a_to_w8(attn)
+        taken.clear()
+        out = attn._apply_wo_a_w8(o[:tokens])
+        torch.testing.assert_close(out, _reference(o[:tokens], weight), rtol=2**-6, atol=1e-3)
+        return list(taken)
+
+    assert paths("4", 4) == ["_wo_a_w8_dequantized"]
+    assert paths("4", 9) == ["_wo_a_w8_dequantized"]
+    assert paths("4", 3) == ["_wo_a_w8_torch"]
+    assert paths("0", 9) == ["_wo_a_w8_torch"]  # 0: never dequantise
+    assert paths(None, 9) == ["_wo_a_w8_torch"]
+    # The default, from series.toml through the generated guards: prefill sizes.
+    assert _attention().wo_a_w8_dequant_tokens == 1024
+    monkeypatch.setenv("DSV41_WO_A_W8_DEQUANT_TOKENS", "-1")
+    with pytest.raises(ValueError, match="DSV41_WO_A_W8_DEQUANT_TOKENS must be >= 0"):
+        _attention()
+
+
+@pytest.mark.guard_on
+def test_one_pass_dequantisation_is_torchs_bit_for_bit_in_the_interpreter():
+    # The prefill path's Triton dequantisation (TRITON_INTERPRET=1 runs it on
+    # CPU tensors): every e4m3 code, zeros and subnormals included, times
+    # power-of-two scales gives exactly torch's bf16; and the dispatch through
+    # it matches the bf16 reference.
+    script = textwrap.dedent(
+        """
+        import sys, torch
+        sys.path.insert(0, %r)
+        from test_wo_a_w8 import GROUPS, RANK, IN_DIM, _checkpoint_like_weight, _reference
+        from sglang.kernels.ops.gemm import dsv4_wo_a_w8 as w8
+        codes = torch.arange(256, dtype=torch.uint8).repeat(32 * 96 // 256 * 2).view(64, 96)
+        codes = codes.view(torch.float8_e4m3fn)
+        codes = torch.where(codes.float().isnan(), 0.0, codes.float()).to(torch.float8_e4m3fn)
+        scale = torch.ldexp(torch.ones(2, 3), torch.tensor([[-20, -7, 0], [-1, -12, 3]]))
+        fast = w8.dequantize_wo_a_w8_triton(codes, scale)
+        assert fast.dtype == torch.bfloat16 and torch.equal(fast, w8.dequantize_wo_a_w8(codes, scale))
+        weight = _checkpoint_like_weight(GROUPS * RANK, IN_DIM, seed=7)
+        codes, scale = w8.quantize_wo_a_w8(weight)
+        o = torch.randn(11, GROUPS, IN_DIM, generator=torch.Generator().manual_seed(7)).bfloat16()
+        calls = []
+        real = w8.dequantize_wo_a_w8_triton
+        w8.dequantize_wo_a_w8_triton = lambda *a: calls.append(1) or real(*a)
+        out = w8.wo_a_w8_matmul(o, codes, scale, dequant_tokens=11)
+        assert calls == [1], calls
+        torch.testing.assert_close(out, _reference(o, weight), rtol=2**-6, atol=1e-3)
+        print("ok")
+        """
+        % str(Path(__file__).parent)
+    )
+    env = {**os.environ, "TRITON_INTERPRET": "1", "DSV41_WO_A_W8": "1"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+
+
+@pytest.mark.guard_on
 def test_drop_frees_bf16_and_every_reader_uses_the_w8_copy(monkeypatch):
     monkeypatch.setenv("DSV41_WO_A_W8", "1")
     monkeypatch.setenv("DSV41_WO_A_W8_DROP", "1")
