@@ -428,7 +428,36 @@ def tiny_v4_model(monkeypatch, tmp_path, test_device):
             with forward_context(ForwardContext(attn_backend=types.SimpleNamespace())):
                 return model(ids, batch.positions, batch, None)
 
-        yield types.SimpleNamespace(build=build, forward=forward)
+        def forward_tail(model):
+            """An extend under decoder SWA bounded replay: from layer 1 on the
+            layers run over the tail's rows (2, 4, 6) only. Returns those rows
+            of the output. The backend's tail bookkeeping is stood in for; the
+            tail's source-KV write is off (it runs the hyper-connection combine,
+            a tilelang kernel), so the tail starts at late_layer_start."""
+            from sglang.srt.layers.attention.deepseek_v4_backend import LateLayerTail
+
+            model.late_layer_start, model.tail_writes_source_kv = 1, False
+            ids = torch.tensor([5, 17, 3, 60, 42, 9, 11])
+            tokens, rows = ids.shape[0], torch.tensor([2, 4, 6])
+            tail = LateLayerTail(token_indices=rows, positions=rows, extend_seq_lens=torch.tensor([3]),
+                                 extend_seq_lens_cpu=[3], swa_out_cache_loc=rows + 1)
+            switches = []
+            backend = types.SimpleNamespace(
+                tail_forward_metadata=types.SimpleNamespace(late_layer_tail=tail),
+                enter_late_layer_tail=lambda batch: switches.append("enter") or "full",
+                exit_late_layer_tail=lambda saved, batch: switches.append(f"exit {saved}"))
+            batch = ForwardBatch(
+                forward_mode=ForwardMode.EXTEND, batch_size=1, input_ids=ids, req_pool_indices=torch.tensor([0]),
+                seq_lens=torch.tensor([tokens]), out_cache_loc=torch.arange(tokens) + 1, seq_lens_sum=tokens,
+                positions=torch.arange(tokens), extend_seq_lens=torch.tensor([tokens]),
+                extend_start_loc=torch.tensor([0]), extend_seq_lens_cpu=[tokens],
+                extend_prefix_lens=torch.tensor([0]))
+            with forward_context(ForwardContext(attn_backend=backend)):
+                hidden, pre_head = model(ids, batch.positions, batch, None)
+            assert switches == ["enter", "exit full"]
+            return hidden[rows], pre_head[rows]
+
+        yield types.SimpleNamespace(build=build, forward=forward, forward_tail=forward_tail)
 
 
 @pytest.fixture
@@ -482,6 +511,32 @@ def test_model_prefetches_after_the_hasher_and_hands_each_layer_its_rows(tiny_v4
 
     # Both tables are read right after the hasher, before the first layer;
     # each layer takes its rows and reads nothing itself.
+    assert engram_events == ["lookup", "lookup", "layer 0 prefetched", "layer 2 prefetched"]
+    for stock_out, out in zip(expected, actual, strict=True):
+        assert torch.equal(out, stock_out)
+
+
+@pytest.mark.guard_off
+def test_model_tail_layers_look_up_their_own_rows(tiny_v4_model, engram_events):
+    model = tiny_v4_model.build()
+
+    tiny_v4_model.forward_tail(model)
+
+    assert engram_events == ["layer 0", "lookup", "layer 2", "lookup"]
+
+
+@pytest.mark.guard_on
+def test_model_narrows_the_prefetched_rows_to_the_late_layer_tail(tiny_v4_model, engram_events, monkeypatch):
+    """Layer 2 runs over the tail's rows: it gets those rows of its prefetched
+    ones (every token's were read after the hasher), as it gets those hash ids."""
+    import torch
+
+    expected = tiny_v4_model.forward_tail(tiny_v4_model.build())
+    engram_events.clear()
+    monkeypatch.setenv(GUARD, "1")
+
+    actual = tiny_v4_model.forward_tail(tiny_v4_model.build())
+
     assert engram_events == ["lookup", "lookup", "layer 0 prefetched", "layer 2 prefetched"]
     for stock_out, out in zip(expected, actual, strict=True):
         assert torch.equal(out, stock_out)
