@@ -134,14 +134,26 @@ def test_w8_triton_kernel_matches_the_reference_in_the_interpreter():
         import sys, torch
         sys.path.insert(0, %r)
         from test_wo_a_w8 import GROUPS, RANK, IN_DIM, _attention, _checkpoint_like_weight, _loaded, _reference
-        from sglang.kernels.ops.gemm.dsv4_wo_a_w8 import _wo_a_w8_triton
+        from sglang.kernels.ops.gemm.dsv4_wo_a_w8 import _wo_a_w8_triton, quantize_wo_a_w8
         from sglang.srt.models.deepseek_v4_wo_a_w8 import convert_wo_a_to_w8
         weight = _checkpoint_like_weight(GROUPS * RANK, IN_DIM, seed=3)
         attn = _loaded(_attention(), weight)
         convert_wo_a_to_w8(attn)
-        o = torch.randn(19, GROUPS, IN_DIM, generator=torch.Generator().manual_seed(3)).bfloat16()
-        out = _wo_a_w8_triton(o, attn.wo_a.weight_w8, attn.wo_a.weight_w8_scale)
-        torch.testing.assert_close(out, _reference(o, weight), rtol=2**-6, atol=1e-3)
+        codes, scale = attn.wo_a.weight_w8, attn.wo_a.weight_w8_scale
+        gen = torch.Generator().manual_seed(3)
+        o = torch.randn(19, GROUPS, IN_DIM, generator=gen).bfloat16()
+        torch.testing.assert_close(_wo_a_w8_triton(o, codes, scale), _reference(o, weight), rtol=2**-6, atol=1e-3)
+        # A strided o (a view, as a forward may hand it over): the kernel's
+        # indexing assumes a contiguous one.
+        strided = torch.randn(GROUPS, 7, IN_DIM, generator=gen).bfloat16().transpose(0, 1)
+        assert not strided.is_contiguous()
+        out = _wo_a_w8_triton(strided, codes, scale)
+        torch.testing.assert_close(out, _reference(strided, weight), rtol=2**-6, atol=1e-3)
+        # A reduction dim of three 32-column blocks: no K tile of 64 or 128 divides it.
+        narrow = _checkpoint_like_weight(GROUPS * RANK, 96, seed=4)
+        o96 = torch.randn(5, GROUPS, 96, generator=gen).bfloat16()
+        out = _wo_a_w8_triton(o96, *quantize_wo_a_w8(narrow))
+        torch.testing.assert_close(out, _reference(o96, narrow), rtol=2**-6, atol=1e-3)
         print("ok")
         """
         % str(Path(__file__).parent)
@@ -225,6 +237,60 @@ def test_one_pass_dequantisation_is_torchs_bit_for_bit_in_the_interpreter():
     env = {**os.environ, "TRITON_INTERPRET": "1", "DSV41_WO_A_W8": "1"}
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+
+
+@pytest.mark.guard_on
+def test_a_wo_a_not_in_whole_32x32_blocks_is_refused_naming_its_shape(monkeypatch):
+    monkeypatch.setenv("DSV41_WO_A_W8", "1")
+    from sglang.srt.models.deepseek_v4_dspark import DSparkAttention
+    from sglang.srt.models.deepseek_v4_wo_a_w8 import convert_wo_a_to_w8
+    from sglang.srt.runtime_context import get_parallel
+
+    config = _config()
+    config.o_lora_rank = 40  # wo_a [2 x 40, 128]: 80 rows are no whole number of 32-row blocks
+    with get_parallel().override(attn_tp_rank=0, attn_tp_size=1, tp_size=1, tp_rank=0):
+        attn = DSparkAttention(config, 0, None, "layers.0")
+    assert attn.wo_a_w8
+    with pytest.raises(ValueError, match=r"divisible by 32, got \(80, 128\)"):
+        convert_wo_a_to_w8(attn)
+
+
+@pytest.mark.guard_on
+def test_block_scale_at_a_power_of_two_boundary_keeps_the_round_trip_exact(monkeypatch):
+    """A block whose largest weight is exactly 448 (e4m3's max) times a power of
+    two: its scale is that power of two, not twice it, or the block's smallest
+    codes would fall into e4m3's subnormals and round."""
+    monkeypatch.setenv("DSV41_WO_A_W8", "1")
+    from sglang.kernels.ops.gemm.dsv4_wo_a_w8 import dequantize_wo_a_w8
+    from sglang.srt.models.deepseek_v4_wo_a_w8 import convert_wo_a_to_w8
+
+    weight = _checkpoint_like_weight(GROUPS * RANK, IN_DIM, seed=12).float()
+    weight[:32, :32] = 2.0**-8 * 1.125 * 2**-6  # e4m3's smallest normal mantissa step, at scale 2**-8
+    weight[0, 0] = 448 * 2.0**-8
+    weight = weight.to(torch.bfloat16)
+    attn = _loaded(_attention(), weight)
+    convert_wo_a_to_w8(attn)
+
+    assert attn.wo_a.weight_w8_scale[0, 0] == 2.0**-8
+    assert torch.equal(dequantize_wo_a_w8(attn.wo_a.weight_w8, attn.wo_a.weight_w8_scale), weight)
+
+
+@pytest.mark.guard_on
+def test_w8_matmul_refuses_codes_that_do_not_fit_its_input(monkeypatch):
+    monkeypatch.setenv("DSV41_WO_A_W8", "1")
+    from sglang.kernels.ops.gemm.dsv4_wo_a_w8 import wo_a_w8_matmul
+    from sglang.srt.models.deepseek_v4_wo_a_w8 import convert_wo_a_to_w8
+
+    attn = _loaded(_attention(), _checkpoint_like_weight(GROUPS * RANK, IN_DIM))
+    convert_wo_a_to_w8(attn)
+    codes, scale = attn.wo_a.weight_w8, attn.wo_a.weight_w8_scale
+    o = torch.randn(3, GROUPS, IN_DIM).bfloat16()
+    with pytest.raises(AssertionError):
+        wo_a_w8_matmul(o, codes.to(torch.bfloat16), scale)  # not e4m3 codes
+    with pytest.raises(AssertionError):
+        wo_a_w8_matmul(o[..., :64], codes, scale)  # o's dim is not the weight's
+    with pytest.raises(AssertionError):
+        wo_a_w8_matmul(torch.randn(3, 3, IN_DIM).bfloat16(), codes, scale)  # 64 rows are no 3 groups of 32k
 
 
 @pytest.mark.guard_on
@@ -312,3 +378,276 @@ def test_the_target_models_post_load_converts_wo_a(monkeypatch):
     assert attn.wo_a.weight_w8.dtype == torch.float8_e4m3fn
     o = torch.randn(2, GROUPS, IN_DIM, generator=torch.Generator().manual_seed(5)).bfloat16()
     torch.testing.assert_close(attn._apply_wo_a_w8(o), _reference(o, weight), rtol=2**-6, atol=1e-3)
+
+
+# -- through the attention forwards ---------------------------------------------
+#
+# MQALayer (the target's attention) and DSparkAttention are built through their
+# constructors on one CPU rank and their forward runs; what needs a GPU is
+# replaced, outside the patched lines only:
+# - the attention backend (a CUDA attention kernel over the KV pool) returns a
+#   fixed attention output, the o that the wo_a GEMM then reads;
+# - MQALayer._forward_prepare (q/kv projections through fused CUDA JIT
+#   norm+RoPE kernels and the KV-cache store) returns zero q/kv: the backend
+#   stand-in does not read them;
+# - MQALayer's inverse RoPE on o (a CUDA JIT kernel) runs as sglang's torch
+#   rotary (deepseek_v4_dspark.apply_rotary_emb), DSpark's own CPU path;
+# - the rotary-embedding factory (on a plain CPU torch it imports vllm's kernel;
+#   only the compressor and indexer, absent at compress ratio 0, read it);
+# - DSpark's KV pool (its store of the block's K) records nothing.
+# wo_a's W8 branch, the bf16 branches and wo_b run for real.
+
+MQA_TOKENS = 6
+_RANKS = ("tp_rank", "pp_rank", "moe_ep_rank", "moe_dp_rank", "moe_tp_rank", "attn_tp_rank", "attn_cp_rank",
+          "dcp_rank", "attn_dcp_rank", "attn_dp_rank", "dp_rank")
+_GROUPS = ("world_group", "tp_group", "pp_group", "moe_ep_group", "moe_dp_group", "moe_tp_group", "attn_tp_group",
+           "attn_cp_group", "shared_experts_tp_group", "dcp_group")
+
+
+def _v41_config(num_layers: int = 1, *, heads: int = HEADS, head_dim: int = HEAD_DIM, groups: int = GROUPS,
+                rank: int = RANK):
+    from sglang.srt.configs.deepseek_v4 import DeepSeekV4Config
+
+    config = DeepSeekV4Config(
+        architectures=["DeepseekV4ForCausalLM"], model_type="deepseek_v41", quantization_config=None,
+        rope_scaling={}, kv_source_layer_ids=[], index_source_layer_ids=[], engram_layer_ids=[],
+        engram_num_embeddings=[], num_hidden_layers=num_layers, compress_ratios=[0] * num_layers, hidden_size=64,
+        num_attention_heads=heads, qk_rope_head_dim=16, q_lora_rank=32, o_lora_rank=rank, o_groups=groups,
+        max_position_embeddings=128, window_size=8,
+    )  # fmt: skip
+    config.head_dim = head_dim  # a checkpoint's config.json field the dataclass does not declare
+    return config
+
+
+@pytest.fixture
+def one_cpu_rank(monkeypatch, test_device):
+    """sglang's runtime context as a one-rank CPU server publishes it."""
+    if test_device == "cuda":
+        pytest.skip("the CPU forward: on a GPU sglang takes its CUDA attention paths, which these stand-ins do not "
+                    "replace; test_gpu_wo_a_w8 covers the W8 GEMM on the GPU")
+    import contextlib
+
+    from sglang.srt.models import deepseek_v4
+    from sglang.srt.runtime_context import get_context, get_parallel
+
+    monkeypatch.setattr(deepseek_v4, "get_rope_wrapper", lambda *args, **kwargs: None)
+    with contextlib.ExitStack() as scope:
+        scope.enter_context(get_context().override_server_args(device="cpu"))
+        scope.enter_context(get_parallel().override(
+            tp_size=1, attn_tp_size=1, attn_dp_size=1, attn_cp_size=1, pp_size=1, moe_ep_size=1, moe_tp_size=1,
+            **dict.fromkeys(_RANKS, 0), **dict.fromkeys(_GROUPS, _one_rank_group())))
+        yield
+
+
+def _one_rank_group():
+    return SimpleNamespace(is_first_rank=True, is_last_rank=True, world_size=1, rank_in_group=0, rank=0)
+
+
+def _rope_in_torch(x, y, freqs_cis, *, positions, inverse=False):
+    """sglang's torch rotary (DSpark's CPU path) for the fused RoPE CUDA JIT kernel."""
+    from sglang.srt.models.deepseek_v4_dspark import apply_rotary_emb
+
+    apply_rotary_emb(x, freqs_cis[positions], inverse=inverse)
+
+
+def _mqa_layer(layer_id: int = 0, num_layers: int = 1, **shape):
+    from sglang.srt.model_loader.utils import set_default_torch_dtype
+    from sglang.srt.models.deepseek_v4 import MQALayer
+
+    with set_default_torch_dtype(torch.bfloat16):
+        return MQALayer(_v41_config(num_layers, **shape), layer_id, None, f"layers.{layer_id}")
+
+
+def _seeded(attn, wo_a: torch.Tensor, seed: int = 0):
+    """Load the layer as the model loader would: wo_a as stock dequantises
+    V4.1's checkpoint, wo_b random."""
+    gen = torch.Generator().manual_seed(seed)
+    attn.wo_a.weight.data.copy_(wo_a)
+    attn.wo_b.weight.data.copy_((torch.randn(attn.wo_b.weight.shape, generator=gen) * 0.05).to(torch.bfloat16))
+    return attn
+
+
+class _AttentionBackend:
+    """Stands in for the CUDA attention backend: returns a fixed o [T, heads, head_dim]."""
+
+    def __init__(self, out: torch.Tensor):
+        self.out = out
+        self.token_to_kv_pool = SimpleNamespace(uniform_fp8=False)
+        self.calls = 0
+
+    def forward(self, q, k, v, layer, forward_batch, **_):
+        self.calls += 1
+        return self.out[:, : q.shape[1]].clone()
+
+    def get_swa_out_cache_loc(self, forward_batch):
+        return forward_batch.out_cache_loc
+
+
+def _decode_batch(tokens: int):
+    from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
+
+    return ForwardBatch(forward_mode=ForwardMode.DECODE, batch_size=tokens, input_ids=torch.zeros(tokens, dtype=torch.long),
+                        req_pool_indices=torch.arange(tokens), seq_lens=torch.full((tokens,), 8),
+                        out_cache_loc=torch.arange(tokens) + 1, seq_lens_sum=8 * tokens,
+                        positions=torch.arange(tokens) + 2)
+
+
+def _attention_out(tokens: int, seed: int = 6) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(tokens, HEADS, HEAD_DIM, generator=gen).to(torch.bfloat16)
+
+
+@pytest.fixture
+def mqa_forward(monkeypatch):
+    """forward(layer) -> MQALayer.forward's output on one decode batch."""
+    from sglang.srt.model_executor.forward_context import ForwardContext, forward_context
+    from sglang.srt.models import deepseek_v4
+
+    def forward_prepare(self, x, positions, forward_batch, attn_backend, q_out=None, **_):
+        return x.new_zeros(x.shape[0], self.n_local_heads, self.head_dim), x.new_zeros(x.shape[0], self.head_dim)
+
+    monkeypatch.setattr(deepseek_v4.MQALayer, "_forward_prepare", forward_prepare)
+    monkeypatch.setattr(deepseek_v4, "fused_rope_inplace", _rope_in_torch)
+
+    def forward(layer):
+        backend = _AttentionBackend(_attention_out(MQA_TOKENS))
+        batch = _decode_batch(MQA_TOKENS)
+        x = torch.randn(MQA_TOKENS, 64, generator=torch.Generator().manual_seed(8)).to(torch.bfloat16)
+        with forward_context(ForwardContext(attn_backend=backend)):
+            out = layer(x, batch.positions, batch)
+        assert backend.calls == 1
+        return out
+
+    return forward
+
+
+@pytest.mark.guard_off
+def test_mqa_forward_guard_off_runs_the_bf16_wo_a(one_cpu_rank, mqa_forward, monkeypatch):
+    from sglang.srt.models import deepseek_v4
+
+    grouped = []
+    real = deepseek_v4._apply_wo_a_bf16_matmul
+    monkeypatch.setattr(deepseek_v4, "_apply_wo_a_bf16_matmul",
+                        lambda o, wo_a, **kwargs: grouped.append(wo_a.dtype) or real(o, wo_a, **kwargs))
+    layer = _seeded(_mqa_layer(), _checkpoint_like_weight(GROUPS * RANK, IN_DIM))
+    assert not getattr(layer, "wo_a_w8", False)
+
+    out = mqa_forward(layer)
+
+    assert grouped == [torch.bfloat16] and out.shape == (MQA_TOKENS, 64)
+
+
+@pytest.mark.guard_on
+def test_mqa_forward_takes_the_w8_branch_and_matches_bf16(one_cpu_rank, mqa_forward, monkeypatch):
+    from sglang.srt.models.deepseek_v4 import DeepseekV4ForCausalLM
+
+    weight = _checkpoint_like_weight(GROUPS * RANK, IN_DIM, seed=9)
+    expected = mqa_forward(_seeded(_mqa_layer(), weight))
+    monkeypatch.setenv("DSV41_WO_A_W8", "1")
+    monkeypatch.setenv("DSV41_WO_A_W8_DROP", "1")  # a forward that read the bf16 wo_a would fail
+    layer = _seeded(_mqa_layer(), weight)
+    assert layer.wo_a_w8
+    target = nn.Module()
+    target.wo_a_fp8, target.layer = False, layer
+    DeepseekV4ForCausalLM.post_load_weights(target, is_nextn=True)  # the loader's post-load hook
+    assert getattr(layer.wo_a, "weight", None) is None
+
+    out = mqa_forward(layer)
+
+    # The W8 GEMM multiplies the same operands as the bf16 one (the round trip
+    # is exact for checkpoint weights); wo_b then rounds both to bf16 again.
+    torch.testing.assert_close(out, expected, rtol=2**-6, atol=2e-3)
+
+
+@pytest.mark.guard_on
+def test_w8_layers_are_not_eligible_for_the_fused_rope_wo_a(one_cpu_rank, monkeypatch):
+    """SM10x fuses the inverse RoPE into a bf16 wo_a kernel that reads the bf16
+    weight: with W8 a layer must take the W8 branch instead."""
+    from sglang.srt.models import deepseek_v4
+
+    fused_shape = dict(heads=16, head_dim=512, groups=2, rank=1024)  # the kernel's one shape: [2 x 1024, 4096]
+    monkeypatch.setenv("SGLANG_DSV41_FUSED_WO_A", "1")
+    monkeypatch.setattr(deepseek_v4, "_fused_wo_a_arch_supported", lambda: True)  # the SM10x probe
+    assert _mqa_layer(**fused_shape).use_fused_wo_a  # stock: eligible
+
+    monkeypatch.setenv("DSV41_WO_A_W8", "1")
+    layer = _mqa_layer(**fused_shape)
+    assert layer.wo_a_w8 and not layer.use_fused_wo_a
+
+
+@pytest.fixture
+def dspark_forward(monkeypatch):
+    """forward(attn) -> DSparkAttention.forward's output on one decode batch."""
+    from sglang.srt.model_executor.forward_context import ForwardContext, forward_context
+    from sglang.srt.models import deepseek_v4_dspark
+
+    stored = []
+    pool = SimpleNamespace(uniform_fp8=False,
+                           set_swa_key_buffer_radix_fused_norm_rope=lambda **kwargs: stored.append(kwargs["layer_id"]))
+    monkeypatch.setattr(deepseek_v4_dspark, "_resolve_dspark_pool", lambda: pool)
+    monkeypatch.setattr(deepseek_v4_dspark, "fused_rope_inplace", _rope_in_torch)
+
+    def forward(attn):
+        backend = _AttentionBackend(_attention_out(MQA_TOKENS))
+        batch = _decode_batch(MQA_TOKENS)
+        x = torch.randn(MQA_TOKENS, 64, generator=torch.Generator().manual_seed(8)).to(torch.bfloat16)
+        with forward_context(ForwardContext(attn_backend=backend)):
+            out = attn(batch.positions, x, batch)
+        assert backend.calls == 1 and stored[-1] == attn.layer_id
+        return out
+
+    return forward
+
+
+def _dspark_attention(seed_weight):
+    from sglang.srt.model_loader.utils import set_default_torch_dtype
+
+    with set_default_torch_dtype(torch.bfloat16):
+        attn = _attention()
+    return _seeded(attn, seed_weight)
+
+
+# DSpark's fast kernels (SGLANG_DSPARK_FAST_KERNEL, the default) and its torch path.
+FAST_KERNEL = pytest.mark.parametrize("fast_kernel", ["1", "0"], ids=["fast-kernel", "torch"])
+
+
+@pytest.mark.guard_off
+@FAST_KERNEL
+def test_dspark_forward_guard_off_runs_the_bf16_wo_a(one_cpu_rank, dspark_forward, monkeypatch, fast_kernel):
+    monkeypatch.setenv("SGLANG_DSPARK_FAST_KERNEL", fast_kernel)
+    weight = _checkpoint_like_weight(GROUPS * RANK, IN_DIM)
+    attn = _dspark_attention(weight)
+    assert not getattr(attn, "wo_a_w8", False) and attn._use_fast_kernel == (fast_kernel == "1")
+
+    out = dspark_forward(attn)
+
+    assert out.shape == (MQA_TOKENS, 64) and torch.isfinite(out).all()
+
+
+@pytest.mark.guard_on
+@FAST_KERNEL
+@pytest.mark.parametrize("drop", [False, True])
+def test_dspark_forward_takes_the_w8_branch_and_matches_bf16(one_cpu_rank, dspark_forward, monkeypatch, drop,
+                                                             fast_kernel):
+    monkeypatch.setenv("SGLANG_DSPARK_FAST_KERNEL", fast_kernel)
+    from sglang.kernels.ops.gemm import dsv4_wo_a_w8
+    from sglang.srt.models import deepseek_v4
+    from sglang.srt.models.deepseek_v4_dspark import DeepseekV4ForCausalLMDSpark
+
+    weight = _checkpoint_like_weight(GROUPS * RANK, IN_DIM, seed=10)
+    expected = dspark_forward(_dspark_attention(weight))
+    monkeypatch.setenv("DSV41_WO_A_W8", "1")
+    if drop:
+        monkeypatch.setenv("DSV41_WO_A_W8_DROP", "1")
+    calls = []
+    real = dsv4_wo_a_w8.wo_a_w8_matmul
+    monkeypatch.setattr(deepseek_v4, "wo_a_w8_matmul", lambda *args: calls.append(args[1].dtype) or real(*args))
+    attn = _dspark_attention(weight)
+    draft = nn.Module()
+    draft.stages, draft.attn = nn.ModuleList(), attn
+    DeepseekV4ForCausalLMDSpark.post_load_weights(draft)
+
+    out = dspark_forward(attn)
+
+    assert calls == [torch.float8_e4m3fn]
+    torch.testing.assert_close(out, expected, rtol=2**-6, atol=2e-3)

@@ -141,6 +141,20 @@ def test_the_overlay_loads_the_mutant_in_the_process_and_its_children(tmp_path):
     assert _python(site, "import pkg.mod; print(pkg.mod.VALUE)").stdout.strip() == "installed"
 
 
+def test_code_reading_its_own_source_reads_the_mutant(tmp_path):
+    # Triton's @jit compiles a kernel from inspect.getsource of its function,
+    # which reads the file the code object names: the real one.
+    site = _package(tmp_path)
+    (site / "pkg" / "mod.py").write_text("def kernel():\n    return 'installed'\n")
+    mutated = tmp_path / "m0" / "mod.py"
+    mutated.parent.mkdir()
+    mutated.write_text("def kernel():\n    pass\n")
+    code = "import inspect, linecache, pkg.mod; linecache.checkcache(); print(inspect.getsource(pkg.mod.kernel))"
+    done = _python(site, code, module="pkg.mod", source=str(mutated))
+    assert done.stdout == "def kernel():\n    pass\n\n", done.stderr
+    assert "return 'installed'" in _python(site, code).stdout
+
+
 def test_the_overlay_removes_a_module(tmp_path):
     done = _python(_package(tmp_path), "import pkg.mod", module="pkg.mod", source="")
     assert "ModuleNotFoundError" in done.stderr

@@ -13,6 +13,7 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import json
+import linecache
 import os
 import sys
 
@@ -29,7 +30,14 @@ class _MutantLoader(importlib.machinery.SourceFileLoader):
     def get_code(self, fullname):
         # Never the real file's cached bytecode: always the mutant's source.
         with open(self.mutant_path, "rb") as handle:
-            return compile(handle.read(), self.path, "exec", dont_inherit=True)
+            source = handle.read()
+        # Code that reads its own source reads it by the real file name through
+        # linecache (inspect.getsource; Triton's @jit compiles a kernel from it):
+        # it must get the mutant's lines. An entry without mtime is never
+        # refreshed from the file by linecache.checkcache.
+        text = importlib.util.decode_source(source)
+        linecache.cache[self.path] = (len(text), None, text.splitlines(True), self.path)
+        return compile(source, self.path, "exec", dont_inherit=True)
 
 
 class _MutantFinder(importlib.abc.MetaPathFinder):
