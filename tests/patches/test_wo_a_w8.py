@@ -641,7 +641,7 @@ def test_dspark_forward_takes_the_w8_branch_and_matches_bf16(one_cpu_rank, dspar
         monkeypatch.setenv("DSV41_WO_A_W8_DROP", "1")
     calls = []
     real = dsv4_wo_a_w8.wo_a_w8_matmul
-    monkeypatch.setattr(deepseek_v4, "wo_a_w8_matmul", lambda *args: calls.append(args[1].dtype) or real(*args))
+    monkeypatch.setattr(deepseek_v4, "wo_a_w8_matmul", lambda *args, **kwargs: calls.append(args[1].dtype) or real(*args, **kwargs))
     attn = _dspark_attention(weight)
     draft = nn.Module()
     draft.stages, draft.attn = nn.ModuleList(), attn
