@@ -311,3 +311,24 @@ def test_results_file_round_trips(tmp_path):
     with pytest.raises(MutationError, match="not valid JSON"):
         load_results(tmp_path)
     assert json.loads(json.dumps(data)) == data
+
+
+def test_the_behavioural_kill_rate_leaves_out_only_survivors_whose_reason_says_equivalent() -> None:
+    from forkbuild.mutate import report
+
+    def mutant(number: int, status: str) -> dict:
+        return {"id": f"pkg/mod.py:h{number}", "kind": HUNK, "status": status, "summary": "", "lines": [1, 2],
+                "killed_by": "tests/patches/test_a.py::test_a" if status == "killed" else None}
+
+    patches = {"a.patch": {"feature": "a", "mutants": [mutant(1, "killed"), mutant(2, "killed"), mutant(3, "killed"),
+                                                       mutant(4, "survived"), mutant(5, "survived")]}}
+    reasons = Reasons({"a.patch": {"pkg/mod.py:h4": "equivalent: a trailing `return None`",
+                                   "pkg/mod.py:h5": "CUDA only: the side stream"}})
+    row, = report.feature_rows(patches, reasons)
+    assert (row["survived"], row["equivalent"]) == (2, 1)
+    assert row["rate"] == 60.0  # 3 of 5
+    assert row["behavioural_rate"] == 75.0  # 3 of 4: the CUDA-only survivor still counts against it
+    assert report.totals([row])["behavioural_rate"] == 75.0
+    # Without reasons nothing is taken for equivalent.
+    assert report.feature_rows(patches)[0]["behavioural_rate"] == 60.0
+    assert "| 2 | 1 | 60.0 % | 75.0 % |" in report.markdown([row], [], patches, variant="tp4")

@@ -87,7 +87,7 @@ def _run(args, context) -> int:
     seconds = time.monotonic() - start
     write_results(series.root, results)
     reasons = load_reasons(series.root)
-    rows = report.feature_rows(recorded)
+    rows = report.feature_rows(recorded, reasons)
     context.reporter.console.print(report.table(rows, variant=variant))
     for item in report.survivors(recorded, reasons):
         context.reporter.info(f"survived: {item['patch']} {item['id']} {item['summary']!r}: "

@@ -13,12 +13,25 @@ from rich.table import Table
 from forkbuild.mutate.mutants import HUNK
 from forkbuild.mutate.results import KILLED, SURVIVED, Reasons
 
+# A survivor whose recorded reason starts with this word is an *equivalent* mutant:
+# the reverted lines cannot change what the code does (a `from __future__` import, a
+# trailing `return None`, an import under TYPE_CHECKING). No test can kill one, so the
+# behavioural kill rate leaves them out: killed / (mutants - equivalent), the usual
+# mutation score. The raw rate beside it still counts them.
+EQUIVALENT = "equivalent"
 
-def feature_rows(patches: dict) -> list[dict]:
-    """Per feature: hunk and statement mutants, killed, survived, kill rate."""
+
+def is_equivalent(reason: str) -> bool:
+    return reason.lower().startswith(EQUIVALENT)
+
+
+def feature_rows(patches: dict, reasons: Reasons | None = None) -> list[dict]:
+    """Per feature: hunk and statement mutants, killed, survived (and of those, equivalent),
+    the raw kill rate and the behavioural one (equivalent survivors left out)."""
     counts: dict[str, dict] = defaultdict(lambda: {"hunks": 0, "hunks_killed": 0, "statements": 0,
-                                                   "statements_killed": 0, "survived": 0, "skipped": 0})
-    for entry in patches.values():
+                                                   "statements_killed": 0, "survived": 0, "equivalent": 0,
+                                                   "skipped": 0})
+    for patch, entry in patches.items():
         row = counts[entry["feature"]]
         row["skipped"] += len(entry.get("skipped", []))
         for mutant in entry["mutants"]:
@@ -26,18 +39,21 @@ def feature_rows(patches: dict) -> list[dict]:
             row[kind] += 1
             row[f"{kind}_killed"] += mutant["status"] == KILLED
             row["survived"] += mutant["status"] == SURVIVED
-    rows = []
-    for feature, row in sorted(counts.items()):
-        total = row["hunks"] + row["statements"]
-        killed = row["hunks_killed"] + row["statements_killed"]
-        rows.append({"feature": feature, **row, "mutants": total, "killed": killed, "rate": _rate(killed, total)})
-    return rows
+            row["equivalent"] += mutant["status"] == SURVIVED and reasons is not None and \
+                is_equivalent(reasons.of(patch, mutant["id"]))
+    return [_with_rates({"feature": feature, **row}) for feature, row in sorted(counts.items())]
 
 
 def totals(rows: list[dict]) -> dict:
-    keys = ("hunks", "hunks_killed", "statements", "statements_killed", "survived", "skipped", "mutants", "killed")
-    total = {key: sum(row[key] for row in rows) for key in keys}
-    return {"feature": "all", **total, "rate": _rate(total["killed"], total["mutants"])}
+    keys = ("hunks", "hunks_killed", "statements", "statements_killed", "survived", "equivalent", "skipped")
+    return _with_rates({"feature": "all", **{key: sum(row[key] for row in rows) for key in keys}})
+
+
+def _with_rates(row: dict) -> dict:
+    total = row["hunks"] + row["statements"]
+    killed = row["hunks_killed"] + row["statements_killed"]
+    return {**row, "mutants": total, "killed": killed, "rate": _rate(killed, total),
+            "behavioural_rate": _rate(killed, total - row["equivalent"])}
 
 
 def _rate(killed: int, total: int) -> float | None:
@@ -56,13 +72,14 @@ def survivors(patches: dict, reasons: Reasons) -> list[dict]:
 
 def table(rows: list[dict], *, variant: str) -> Table:
     grid = Table(title=f"mutation: {variant}", title_justify="left")
-    for column in ("feature", "hunks killed", "statements killed", "survived", "kill rate"):
+    for column in ("feature", "hunks killed", "statements killed", "survived", "of them equivalent", "kill rate",
+                   "behavioural"):
         grid.add_column(column, justify="left" if column == "feature" else "right")
     for row in [*rows, totals(rows)]:
         style = "bold" if row["feature"] == "all" else None
         grid.add_row(row["feature"], f"{row['hunks_killed']}/{row['hunks']}",
-                     f"{row['statements_killed']}/{row['statements']}", str(row["survived"]), _percent(row["rate"]),
-                     style=style)
+                     f"{row['statements_killed']}/{row['statements']}", str(row["survived"]), str(row["equivalent"]),
+                     _percent(row["rate"]), _percent(row["behavioural_rate"]), style=style)
     return grid
 
 
@@ -70,11 +87,14 @@ def markdown(rows: list[dict], lost: list[dict], patches: dict, *, variant: str)
     lines = [f"# Mutation results: {variant}", "",
              "Each mutant reverts one hunk of a patch (or replaces one statement a hunk adds with `pass`)",
              "in the installed patched sglang and runs the feature's tests; killed = some test failed.", "",
-             "| feature | hunks killed | statements killed | survived | kill rate |", "|---|---:|---:|---:|---:|"]
+             "Behavioural: killed / (mutants - equivalent survivors), those whose reason says `equivalent`.", "",
+             "| feature | hunks killed | statements killed | survived | of them equivalent | kill rate | behavioural |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
     for row in [*rows, totals(rows)]:
         name = f"**{row['feature']}**" if row["feature"] == "all" else row["feature"]
         lines.append(f"| {name} | {row['hunks_killed']}/{row['hunks']} | {row['statements_killed']}/"
-                     f"{row['statements']} | {row['survived']} | {_percent(row['rate'])} |")
+                     f"{row['statements']} | {row['survived']} | {row['equivalent']} | {_percent(row['rate'])} | "
+                     f"{_percent(row['behavioural_rate'])} |")
     lines += ["", "## Survivors", ""]
     lines += [f"- `{item['patch']}` `{item['id']}` (lines {item['lines'][0]}–{item['lines'][1]}) "
               f"`{item['summary']}`: {item['reason'] or '**no reason recorded**'}" for item in lost] or ["none"]
@@ -90,7 +110,7 @@ def markdown(rows: list[dict], lost: list[dict], patches: dict, *, variant: str)
 
 
 def write(build_dir: Path, *, variant: str, patches: dict, reasons: Reasons, seconds: float | None) -> list[Path]:
-    rows = feature_rows(patches)
+    rows = feature_rows(patches, reasons)
     lost = survivors(patches, reasons)
     target = build_dir / "mutate"
     target.mkdir(parents=True, exist_ok=True)
