@@ -11,11 +11,18 @@ its forward run) where the model hands each layer its prefetched rows.
 from __future__ import annotations
 
 import contextlib
+import os
 import types
 
 import pytest
 
 FEATURE = "engram_prefetch"
+
+# On a GPU sglang takes its CUDA paths, which the CPU stand-ins below do not replace. A mark,
+# not a skip inside the fixture: the mark skips before the harness starts watching the guards,
+# so a skipped guard_on test is not held to having set its guard.
+CPU_FORWARD_ONLY = pytest.mark.skipif(os.environ.get("FORKBUILD_TEST_DEVICE", "cpu") == "cuda",
+                                      reason="the CPU model path: on a GPU sglang takes its CUDA forward (hc boundaries, residual batch), which these stand-ins do not replace; test_gpu_engram_prefetch covers the GPU prefetch")
 GUARD = "DSV41_ENGRAM_PREFETCH"
 LAYER_IDS = (0, 2)
 TOKENS = 7
@@ -378,12 +385,9 @@ def _mhc_combine_in_torch(x_flat, pre, hc, out_dtype):
 
 
 @pytest.fixture
-def tiny_v4_model(monkeypatch, tmp_path, test_device):
+def tiny_v4_model(monkeypatch, tmp_path):
     """build() -> a DeepseekV4Model (weights from a fixed seed) as the current
     guards make it; forward(model) -> its output for one decode batch."""
-    if test_device == "cuda":
-        pytest.skip("the CPU model path: on a GPU sglang takes its CUDA forward (hc boundaries, residual batch), "
-                    "which these stand-ins do not replace; test_gpu_engram_prefetch covers the GPU prefetch")
     import sglang.kernels.ops.layernorm.mhc as mhc_kernels
     import torch
     from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
@@ -485,6 +489,7 @@ def engram_events(monkeypatch):
 
 
 @pytest.mark.guard_off
+@CPU_FORWARD_ONLY
 def test_model_layers_look_up_their_own_rows(tiny_v4_model, engram_events):
     model = tiny_v4_model.build()
     assert getattr(model, "engram_prefetch", None) is None
@@ -495,6 +500,7 @@ def test_model_layers_look_up_their_own_rows(tiny_v4_model, engram_events):
 
 
 @pytest.mark.guard_on
+@CPU_FORWARD_ONLY
 def test_model_prefetches_after_the_hasher_and_hands_each_layer_its_rows(tiny_v4_model, engram_events, monkeypatch):
     import torch
     from sglang.srt.layers.engram import EngramRowPrefetch
@@ -517,6 +523,7 @@ def test_model_prefetches_after_the_hasher_and_hands_each_layer_its_rows(tiny_v4
 
 
 @pytest.mark.guard_off
+@CPU_FORWARD_ONLY
 def test_model_tail_layers_look_up_their_own_rows(tiny_v4_model, engram_events):
     model = tiny_v4_model.build()
 
@@ -526,6 +533,7 @@ def test_model_tail_layers_look_up_their_own_rows(tiny_v4_model, engram_events):
 
 
 @pytest.mark.guard_on
+@CPU_FORWARD_ONLY
 def test_model_narrows_the_prefetched_rows_to_the_late_layer_tail(tiny_v4_model, engram_events, monkeypatch):
     """Layer 2 runs over the tail's rows: it gets those rows of its prefetched
     ones (every token's were read after the hasher), as it gets those hash ids."""
