@@ -461,10 +461,6 @@ class Git:
             message_file.unlink(missing_ok=True)
         return self.head()
 
-    def tree_paths(self, commit: str) -> set[str]:
-        """Every file path in `commit`'s tree."""
-        return set(self.run("ls-tree", "-r", "-z", "--name-only", commit).stdout.split("\0")) - {""}
-
     def format_patches(self, base: str, head: str) -> list[bytes]:
         """Every commit of base..head as format_patch writes it, oldest first, from one
         git process (files in a temporary directory: a stream could not be split safely)."""
