@@ -58,7 +58,7 @@ FORMAT_PATCH_FLAGS = (
 )
 
 
-# Where `commit_trees` builds its commits (deleted right after).
+# The ref `commit_changes` builds its commits on (never kept: the stream resets it at its end).
 IMPORT_REF = f"refs/forkbuild/fast-import-{os.getpid()}"
 
 

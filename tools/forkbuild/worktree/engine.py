@@ -4,7 +4,7 @@ through it and get one typed outcome per patch.
 Per patch, up the ladder (git is the patch engine throughout; nothing here applies a hunk):
 1. already there?  `git apply --cached --check --reverse` (rebase only)     -> upstreamed
 2. exact / offset  `git apply --cached -v` into a private index holding only the
-                   files the patch names (the fast rung; listing.py); the run's
+                   files the patch names (the fast rung; smallindex.py, listing.py); the run's
                    commits come from one `git fast-import` at its end. When git
                    cannot apply it there, or would have refused it on the whole
                    index, the same on a full private index + `write-tree` +
