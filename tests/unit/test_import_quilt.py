@@ -487,3 +487,33 @@ def test_patches_of_disjoint_files_share_one_git_apply(tmp_path: Path, monkeypat
     assert (tree / "m.c").read_bytes().startswith(b"int main(int argc, char **argv)\n")
     assert [Git(tree).subject(f"HEAD~{n}") for n in (3, 2, 1, 0)] == ["a", "o.txt", "m.c", "o.txt"]
     project.assert_like_quilt(tree, ["a.txt", "o.txt", "m.c"])
+
+
+def test_a_patch_without_a_date_from_before_1973_keeps_its_file_date(tmp_path: Path) -> None:
+    # No Date in the description: the patch file's mtime dates the commit, as a raw date
+    # (git's RFC 2822 parser reads "<seconds> <zone>" only from 100000000 seconds on).
+    project = Project(tmp_path, {"a.patch": b"Description: a\n\n" + A_TXT_HUNK})
+    os.utime(project.quilt_dir / "a.patch", (0, 0))
+    project.import_()
+    series_tree = Git(project.root / ".forkbuild-work" / "series")
+    assert series_tree.author_date() == "0 +0000"
+    assert series_tree.out("log", "-1", "--format=%cd", "--date=raw") == "0 +0000"  # committer at the author date
+
+
+def test_a_patch_below_a_file_an_earlier_patch_names_does_not_share_its_git_apply(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Disjoint names, but mk's file is below `sub`, a file rm names and the tree holds until rm
+    # runs: how git settles a file/directory clash depends on the entries around it, so mk does
+    # not share rm's git apply (either check stops it: the group's names, the tree's files); it
+    # goes into a small index of its own once rm removed `sub`.
+    remove = b"Description: rm\n\n--- a/sub\n+++ /dev/null\n@@ -1 +0,0 @@\n-a file\n"
+    create = b"Description: mk\n\n--- /dev/null\n+++ b/sub/new.txt\n@@ -0,0 +1 @@\n+new\n"
+    project = Project(tmp_path, {"rm.patch": remove, "mk.patch": create}, extra={"sub": b"a file\n"})
+    calls = []
+    real = Git.apply_to_index
+    monkeypatch.setattr(Git, "apply_to_index", lambda self, patch, **options: calls.append(patch) or real(self, patch, **options))
+    project.import_()
+    assert [len(group) for group in calls] == [1, 1]
+    tree = project.round_trip()
+    assert not (tree / "sub").is_file()
+    assert (tree / "sub" / "new.txt").read_bytes() == b"new\n"

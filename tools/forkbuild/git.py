@@ -14,7 +14,7 @@ import shlex
 import struct
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import git as gitpython
@@ -58,30 +58,45 @@ FORMAT_PATCH_FLAGS = (
 )
 
 
-# Where `commit_trees` builds its commits (deleted right after).
+# The ref `commit_changes` builds its commits on (never kept: the stream resets it at its end).
 IMPORT_REF = f"refs/forkbuild/fast-import-{os.getpid()}"
 
 
-@dataclass(frozen=True)
-class IndexItem:
-    """One file as a tree or index holds it: mode ("100644", "100755", "120000", ...) and blob id."""
+@dataclass(frozen=True, slots=True)
+class TreeEntry:
+    """One file as a tree or an index holds it: its mode (0o100644, 0o100755, 0o120000 a
+    symlink, 0o160000 a submodule) and blob id."""
 
-    mode: str
-    sha: str
+    mode: int
+    blob: str
 
 
 @dataclass(frozen=True, kw_only=True)
-class TreeCommit:
-    """A commit to make of an existing tree: author, date ("<seconds> <+zone>"), message.
-    Either `tree` (the whole tree) or `changes` (path -> new IndexItem, None: deleted; on the
-    tree of the commit before) — git builds the tree of those."""
+class PathChange:
+    """One file a `FileCommit` changes: mode 0 deletes it; otherwise its blob by id, or its bytes."""
 
-    tree: str = ""
-    changes: Mapping[str, IndexItem | None] = field(default_factory=dict)
+    path: str
+    mode: int
+    blob: str = ""
+    content: bytes | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class FileCommit:
+    """A commit of file changes on a parent, as `Git.commit_changes` makes it (the apply engine's
+    fast rung, `import --quilt`): the committer is forkbuild at the author's date, as
+    `commit_tree` makes it."""
+
+    parent: str  # a commit id; "" for the commit before it in the same batch
+    author: Author
     message: str
-    author_name: str
-    author_email: str
-    date: str
+    changes: tuple[PathChange, ...]
+
+
+# commit id (or tree id) -> its files, per repository (Git.tree_entries). Bounded: quilt's
+# whole-tree fallback lists a new tree per patch; the engine reads the same few again and again.
+_TREES: dict[tuple[Path, str], Mapping[str, TreeEntry]] = {}
+TREES_KEPT = 32
 
 
 def _fast_import_path(path: str) -> str:
@@ -446,78 +461,6 @@ class Git:
             message_file.unlink(missing_ok=True)
         return self.head()
 
-    # -- plumbing on a private index (import commits without a work tree) ----
-    def commit_trees(self, commits: list[TreeCommit], *, parent: str) -> list[str]:
-        """One commit per `commits` item, each on the one before (the first on `parent`),
-        from one `git fast-import`; returns their ids in order. The committer is
-        forkbuild at the author date (what `am --committer-date-is-author-date` makes)."""
-        if not commits:
-            return []
-        stream = bytearray()
-        for number, commit in enumerate(commits, start=1):
-            message = commit.message.encode()
-            stream += (f"commit {IMPORT_REF}\nmark :{number}\n"
-                       f"author {_ident(commit.author_name, commit.author_email)} {commit.date}\n"
-                       f"committer {_ident(IDENTITY['user.name'], IDENTITY['user.email'])} {commit.date}\n"
-                       f"data {len(message)}\n").encode() + message
-            stream += f"\nfrom {parent if number == 1 else f':{number - 1}'}\n".encode()
-            if commit.tree:
-                stream += f"M 040000 {commit.tree} \"\"\n".encode()
-            for path, item in commit.changes.items():
-                name = _fast_import_path(path)
-                stream += (f"M {item.mode} {item.sha} {name}\n" if item else f"D {name}\n").encode(
-                    "utf-8", errors="surrogateescape")
-            stream += b"\n"
-        with tempfile.TemporaryDirectory(prefix="forkbuild-fast-import-") as scratch:
-            commands, marks = Path(scratch) / "stream", Path(scratch) / "marks"
-            commands.write_bytes(bytes(stream))
-            try:
-                self.run("fast-import", "--quiet", "--force", f"--export-marks={marks}", stdin=commands)
-            finally:
-                self.run("update-ref", "-d", IMPORT_REF, check=False)  # the ids are returned; no ref is kept
-            ids = dict(line.split() for line in marks.read_text().splitlines())
-        return [ids[f":{number}"] for number in range(1, len(commits) + 1)]
-
-    def tree_paths(self, commit: str) -> set[str]:
-        """Every file path in `commit`'s tree."""
-        return set(self.run("ls-tree", "-r", "-z", "--name-only", commit).stdout.split("\0")) - {""}
-
-    def tree_items(self, commit: str) -> dict[str, IndexItem]:
-        """Every file of `commit`'s tree: path -> mode and blob id."""
-        items = {}
-        for record in self.run("ls-tree", "-r", "-z", "--full-tree", commit).stdout.split("\0"):
-            if record:
-                info, path = record.split("\t", 1)
-                mode, _, sha = info.split(" ")
-                items[path] = IndexItem(mode, sha)
-        return items
-
-    def update_index(self, index: Path, changes: Mapping[str, IndexItem | None]) -> None:
-        """Set (IndexItem) or remove (None) entries of the private index `index`."""
-        zero = "0" * 40
-        lines = [f"{item.mode} {item.sha}\t{path}" if item else f"0 {zero}\t{path}" for path, item in changes.items()]
-        with tempfile.NamedTemporaryFile(prefix="forkbuild-index-info-") as listing:
-            listing.write("".join(line + "\0" for line in lines).encode("utf-8", errors="surrogateescape"))
-            listing.flush()
-            self.run("update-index", "-z", "--index-info", env={"GIT_INDEX_FILE": str(index)}, stdin=Path(listing.name))
-
-    @staticmethod
-    def write_index(index: Path, items: Mapping[str, IndexItem]) -> None:
-        """A private index holding just `items` (no stat data: nothing reads a work tree
-        with it). UnicodeError for a path that is not UTF-8 (gitpython writes names as UTF-8)."""
-        entries = [IndexEntry.from_base(BaseIndexEntry((int(item.mode, 8), bytes.fromhex(item.sha), 0, path)))
-                   for path, item in sorted(items.items(), key=lambda pair: pair[0].encode())]
-        with open(index, "wb") as stream:
-            write_cache(entries, stream)
-
-    @staticmethod
-    def read_index(index: Path) -> dict[str, IndexItem]:
-        """path -> mode and blob id of every (stage 0) entry of a private index."""
-        with open(index, "rb") as stream:
-            _, entries, _, _ = read_cache(stream)
-        return {str(path): IndexItem(f"{entry.mode:06o}", entry.binsha.hex())
-                for (path, stage), entry in entries.items() if stage == 0}
-
     def format_patches(self, base: str, head: str) -> list[bytes]:
         """Every commit of base..head as format_patch writes it, oldest first, from one
         git process (files in a temporary directory: a stream could not be split safely)."""
@@ -546,8 +489,7 @@ class Git:
         in order, each onto the index the ones before left, strictly (exact context, offsets;
         no 3-way, no fuzz) and all or nothing. The resulting tree, or None (index unchanged)
         when any of them does not apply."""
-        applied = self.run("apply", "--cached", *[str(patch) for patch in patches],
-                           env={"GIT_INDEX_FILE": str(index)}, check=False)
+        applied = self.apply_to_index(list(patches), index=index)
         return self.write_tree(index=index) if applied.status == 0 else None
 
     def changed_blobs(self, base: str, head: str) -> list[tuple[str, str, str, str]]:
@@ -572,7 +514,10 @@ class Git:
         item = gitpython.Tree(self.repo, bytes.fromhex(tree), mode=0o40000, path="") / path
         return item.data_stream.read(), item.mode == 0o100755
 
-    # -- the apply engine's plumbing (forkbuild.worktree.engine) -----------
+    # -- private indexes and fast-import (the apply engine, import --quilt, wheels) --
+    # Patches go into a private index (no work tree); a small one holds only the files they
+    # name (worktree/smallindex.py): no 5,771-entry index read and written per patch. The
+    # commits of a whole run come from one fast-import.
     def apply_to_index(self, patch: Path | Sequence[Path], *, index: Path, three_way: bool = False,
                        check: bool = False, reverse: bool = False, strip: int = 1, unidiff_zero: bool = False) -> Result:
         """`git apply --cached -v` of `patch` into the private index `index` (no work tree), strictly
@@ -587,6 +532,91 @@ class Git:
 
     def write_tree(self, *, index: Path | None = None) -> str:
         return self.out("write-tree", env={"GIT_INDEX_FILE": str(index)} if index else None)
+
+    def tree_entries(self, commit: str) -> Mapping[str, TreeEntry]:
+        """path -> mode and blob id of every file of `commit`'s tree (or of a tree), from one
+        `ls-tree -r`; kept a while for the process (an id names one tree forever: the path check
+        and the engine's fast rung read the same base). Shared: read it, do not change it."""
+        key = (self.common_dir, commit)
+        if key not in _TREES:
+            entries = {}
+            for item in self.run("ls-tree", "-r", "-z", "--full-tree", commit).stdout.split("\0"):
+                if item:
+                    meta, path = item.split("\t", 1)
+                    mode, _, blob = meta.split(" ")
+                    entries[path] = TreeEntry(int(mode, 8), blob)
+            if len(_TREES) >= TREES_KEPT:
+                del _TREES[next(iter(_TREES))]  # the oldest
+            _TREES[key] = entries
+        return _TREES[key]
+
+    @staticmethod
+    def write_index(index: Path, entries: Mapping[str, TreeEntry]) -> None:
+        """A private index holding exactly `entries` (stage 0, no stat data: only for --cached).
+        ValueError for a path gitpython cannot write (not UTF-8)."""
+        ordered = sorted(entries.items(), key=lambda item: item[0].encode("utf-8", "surrogateescape"))
+        items = [IndexEntry.from_base(BaseIndexEntry((entry.mode, bytes.fromhex(entry.blob), 0, path)))
+                 for path, entry in ordered]
+        with index.open("wb") as stream:
+            write_cache(items, stream)
+
+    @staticmethod
+    def read_index(index: Path) -> dict[str, TreeEntry]:
+        """path -> mode and blob id of every (stage 0) entry of a private index. ValueError when
+        gitpython cannot read it (an index version or path it does not know)."""
+        try:
+            with index.open("rb") as stream:
+                _, entries, _, _ = read_cache(stream)
+        except (AssertionError, UnicodeDecodeError, struct.error) as error:
+            raise ValueError(f"{index}: {error}") from error
+        return {str(path): TreeEntry(entry.mode, entry.hexsha) for (path, stage), entry in entries.items()
+                if stage == 0}
+
+    def update_index(self, index: Path, changes: Mapping[str, TreeEntry | None]) -> None:
+        """Set (a TreeEntry) or remove (None) entries of the private index `index`."""
+        zero = "0" * 40
+        lines = [f"{entry.mode:o} {entry.blob}\t{path}" if entry else f"0 {zero}\t{path}"
+                 for path, entry in changes.items()]
+        with tempfile.NamedTemporaryFile(prefix="forkbuild-index-info-") as listing:
+            listing.write("".join(line + "\0" for line in lines).encode("utf-8", errors="surrogateescape"))
+            listing.flush()
+            self.run("update-index", "-z", "--index-info", env={"GIT_INDEX_FILE": str(index)}, stdin=Path(listing.name))
+
+    def commit_changes(self, commits: Sequence[FileCommit], *, date_format: str = "rfc2822") -> list[str]:
+        """The commits, each of its changes on its parent's tree, from one `git fast-import`; their
+        ids in order. The same author, date, message and tree give the id `commit_tree` gives.
+        date_format: how fast-import reads the dates, "rfc2822" (git's own date parser, as
+        commit_tree's GIT_AUTHOR_DATE: takes "<seconds> <+zone>" too, from 1973 on) or "raw"
+        (only "<seconds> <+zone>", any seconds: a patch file's mtime may be 0)."""
+        if not commits:
+            return []
+        stream = bytearray()
+        for number, commit in enumerate(commits, start=1):
+            author, message = commit.author, commit.message.encode("utf-8", "surrogateescape")
+            parent = commit.parent or f":{number - 1}"
+            stream += (f"commit {IMPORT_REF}\nmark :{number}\n"
+                       f"author {_ident(author.name, author.email)} {author.date}\n"
+                       f"committer {_ident(IDENTITY['user.name'], IDENTITY['user.email'])} {author.date}\n"
+                       f"data {len(message)}\n").encode("utf-8", "surrogateescape") + message
+            stream += f"\nfrom {parent}\n".encode()
+            for change in commit.changes:
+                path = _fast_import_path(change.path)
+                if not change.mode:
+                    stream += f"D {path}\n".encode("utf-8", "surrogateescape")
+                elif change.content is not None:
+                    stream += f"M {change.mode:o} inline {path}\ndata {len(change.content)}\n".encode(
+                        "utf-8", "surrogateescape") + change.content + b"\n"
+                else:
+                    stream += f"M {change.mode:o} {change.blob} {path}\n".encode("utf-8", "surrogateescape")
+            stream += b"\n"
+        stream += f"reset {IMPORT_REF}\n".encode()  # the ids are returned: no ref is kept (nor made)
+        with tempfile.TemporaryDirectory(prefix="forkbuild-fast-import-") as scratch:
+            commands, marks = Path(scratch) / "stream", Path(scratch) / "marks"
+            commands.write_bytes(bytes(stream))
+            self.run("fast-import", "--quiet", "--force", f"--date-format={date_format}", f"--export-marks={marks}",
+                     stdin=commands)
+            ids = dict(line.split() for line in marks.read_text().splitlines())
+        return [ids[f":{number}"] for number in range(1, len(commits) + 1)]
 
     def tree_of(self, commit: str) -> str:
         return self.out("rev-parse", f"{commit}^{{tree}}")
@@ -660,108 +690,3 @@ class Author:
     email: str
     date: str
 
-
-# -- the apply engine's fast rung (forkbuild.worktree.engine) ---------------------------
-# Patches go into a private index holding only the files they touch (no 5,771-entry
-# index read and written per patch; patches of different files in one `git apply`),
-# and the commits of a whole run come from one fast-import.
-
-
-@dataclass(frozen=True, kw_only=True)
-class PathChange:
-    """One file a `FileCommit` changes: mode 0 deletes it; otherwise its blob by id, or its bytes."""
-
-    path: str
-    mode: int
-    blob: str = ""
-    content: bytes | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class FileCommit:
-    """A commit of file changes on a parent, as `commit_changes` makes it (the apply engine's
-    fast rung): the committer is forkbuild at the author's date, as `commit_tree` makes it."""
-
-    parent: str  # a commit id; "" for the commit before it in the same batch
-    author: Author
-    message: str
-    changes: tuple[PathChange, ...]
-
-
-_TREES: dict[tuple[Path, str], Mapping[str, tuple[int, str]]] = {}
-
-
-def tree_entries(git: Git, commit: str) -> Mapping[str, tuple[int, str]]:
-    """path -> (mode, blob id) of every file of `commit`'s tree, from one `ls-tree -r`;
-    kept for the process (a commit id names one tree forever: the path check and the
-    engine's fast rung read the same base)."""
-    key = (git.common_dir, commit)
-    if key not in _TREES:
-        entries = {}
-        for item in git.run("ls-tree", "-r", "-z", "--full-tree", commit).stdout.split("\0"):
-            if item:
-                meta, path = item.split("\t", 1)
-                mode, _, blob = meta.split(" ")
-                entries[path] = (int(mode, 8), blob)
-        _TREES[key] = entries
-    return _TREES[key]
-
-
-def apply_to_small_index(git: Git, patches: list[Path], *, index: Path) -> Result:
-    """`git apply --cached -v` of `patches` in order into the private index `index`, strictly
-    (no fuzz, no 3-way), all or nothing; the result, not raised (the engine reads offsets)."""
-    return git.run("apply", "--cached", "-v", *[str(patch) for patch in patches], env={"GIT_INDEX_FILE": str(index)},
-                   check=False)
-
-
-def write_small_index(index: Path, entries: Mapping[str, tuple[int, str]]) -> None:
-    """A private index holding exactly `entries` (stage 0, no stat data: only for --cached)."""
-    ordered = sorted(entries.items(), key=lambda item: item[0].encode("utf-8", "surrogateescape"))
-    items = [IndexEntry.from_base(BaseIndexEntry((mode, bytes.fromhex(blob), 0, path)))
-             for path, (mode, blob) in ordered]
-    with index.open("wb") as stream:
-        write_cache(items, stream)
-
-
-def read_small_index(index: Path) -> dict[str, tuple[int, str]]:
-    """The entries of a private index: path -> (mode, blob id). ValueError when gitpython cannot
-    read it (an index version or path it does not know)."""
-    try:
-        with index.open("rb") as stream:
-            _, entries, _, _ = read_cache(stream)
-    except (AssertionError, UnicodeDecodeError, struct.error) as error:
-        raise ValueError(f"{index}: {error}") from error
-    return {str(path): (entry.mode, entry.hexsha) for (path, stage), entry in entries.items() if stage == 0}
-
-
-def commit_changes(git: Git, commits: list[FileCommit]) -> list[str]:
-    """The commits, each of its changes on its parent's tree, from one `git fast-import`; their ids
-    in order. The same author, date, message and tree give the id `commit_tree` gives: both
-    read the date with git's own date parser (--date-format=rfc2822 takes raw dates too)."""
-    if not commits:
-        return []
-    stream = bytearray()
-    for number, commit in enumerate(commits, start=1):
-        author, message = commit.author, commit.message.encode("utf-8", "surrogateescape")
-        parent = commit.parent or f":{number - 1}"
-        stream += (f"commit {IMPORT_REF}\nmark :{number}\n"
-                   f"author {_ident(author.name, author.email)} {author.date}\n"
-                   f"committer {_ident(IDENTITY['user.name'], IDENTITY['user.email'])} {author.date}\n"
-                   f"data {len(message)}\n").encode("utf-8", "surrogateescape") + message + f"\nfrom {parent}\n".encode()
-        for change in commit.changes:
-            path = _fast_import_path(change.path)
-            if not change.mode:
-                stream += f"D {path}\n".encode("utf-8", "surrogateescape")
-            elif change.content is not None:
-                stream += f"M {change.mode:o} inline {path}\ndata {len(change.content)}\n".encode(
-                    "utf-8", "surrogateescape") + change.content + b"\n"
-            else:
-                stream += f"M {change.mode:o} {change.blob} {path}\n".encode("utf-8", "surrogateescape")
-        stream += b"\n"
-    stream += f"reset {IMPORT_REF}\n".encode()  # the ids are returned: no ref is kept (nor made)
-    with tempfile.TemporaryDirectory(prefix="forkbuild-fast-import-") as scratch:
-        commands, marks = Path(scratch) / "stream", Path(scratch) / "marks"
-        commands.write_bytes(bytes(stream))
-        git.run("fast-import", "--quiet", "--force", "--date-format=rfc2822", f"--export-marks={marks}", stdin=commands)
-        ids = dict(line.split() for line in marks.read_text().splitlines())
-    return [ids[f":{number}"] for number in range(1, len(commits) + 1)]

@@ -13,7 +13,7 @@ from pathlib import Path, PurePosixPath
 import unidiff
 
 from forkbuild.errors import UnsafePatchError
-from forkbuild.git import tree_entries
+from forkbuild.git import Git
 
 TRAILER = re.compile(r"^(?P<key>[A-Za-z][A-Za-z0-9-]*):\s*(?P<value>.+?)\s*$")
 MAIL_HEADER = re.compile(r"^[!-9;-~]+:")  # RFC 5322 field name: printable ASCII but ":"
@@ -210,11 +210,11 @@ def _names(text: str) -> list[tuple[str, bool]]:
     return [(name, prefixed) for name, prefixed in names if name.strip() != "/dev/null"]
 
 
-def symlinks_of(cache_git, commit: str) -> frozenset[str]:
+def symlinks_of(cache_git: Git, commit: str) -> frozenset[str]:
     """The paths that are symbolic links in `commit` of the cache repository (upstream's own;
     patches cannot add any), for the "goes through a symbolic link" check without a work tree."""
     # The engine's fast rung reads the same listing of the base: one ls-tree for both.
-    return frozenset(path for path, (mode, _) in tree_entries(cache_git, commit).items() if mode == S_IFLNK)
+    return frozenset(path for path, entry in cache_git.tree_entries(commit).items() if entry.mode == S_IFLNK)
 
 
 def safety_problems(text: str, *, tree: Path | None = None, symlinks: frozenset[str] = frozenset()) -> list[str]:

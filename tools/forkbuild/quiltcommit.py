@@ -3,7 +3,8 @@ processes as it takes (`import --quilt` commits the results with one fast-import
 
 A tree has thousands of files and `git apply --cached` reads and writes the whole
 index each time; a patch names a handful. So each patch is applied to a private
-index that holds only the files it names, and consecutive patches that name
+index that holds only the files it names (worktree/smallindex.py, as the apply
+engine's fast rung does), and consecutive patches that name
 disjoint files (no file, and no file where another's directory is) share one
 `git apply` process: git applies them one after the other, all or none, and each
 file's entry afterwards is what its one patch made of it.
@@ -23,20 +24,21 @@ diff that removes every line, or a git diff of a new empty file, says no such th
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from forkbuild.errors import ApplyError
-from forkbuild.git import Git, IndexItem
+from forkbuild.git import Git, TreeEntry
+from forkbuild.worktree.smallindex import apply_small, disjoint_run, parents
 
 LOG = logging.getLogger("forkbuild.quiltcommit")
 # Patches per `git apply` process: a group that fails is redone one by one, so not unbounded.
 GROUP_MAX = 24
 
-Changes = dict[str, IndexItem | None]  # path -> its new entry; None: deleted
+Changes = dict[str, TreeEntry | None]  # path -> its new entry; None: deleted
 EMPTY_BLOB = "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"
-REGULAR_MODES = ("100644", "100755")
+REGULAR_MODES = (0o100644, 0o100755)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,15 +60,15 @@ class Applicable:
     paths: frozenset[str] | None  # every path it names; None: not known
 
 
-def apply_series(git: Git, patches: Sequence[Applicable], *, start: str, items: Mapping[str, IndexItem],
+def apply_series(git: Git, patches: Sequence[Applicable], *, start: str, items: Mapping[str, TreeEntry],
                  scratch: Path) -> list[Applied]:
     """What each patch changes, applied in order on the commit `start`;
-    `items`: its files (Git.tree_items). Raises ApplyError for the first patch that does not apply."""
+    `items`: its files (Git.tree_entries). Raises ApplyError for the first patch that does not apply."""
     return _Applier(git, start=start, items=items, scratch=scratch).run(patches)
 
 
 class _Applier:
-    def __init__(self, git: Git, *, start: str, items: Mapping[str, IndexItem], scratch: Path) -> None:
+    def __init__(self, git: Git, *, start: str, items: Mapping[str, TreeEntry], scratch: Path) -> None:
         self.git, self.start = git, start
         self.small_index, self.full_index = scratch / "small.index", scratch / "full.index"
         self.base = dict(items)
@@ -91,25 +93,20 @@ class _Applier:
         """The patches from `at` on that can share one small index: [] when the one at `at`
         needs the whole tree."""
         first = patches[at]
-        group: list[Applicable] = []
-        named: set[str] = set()
-        named_dirs: set[str] = set()
-        for patch in patches[at:at + GROUP_MAX]:
-            if (patch.paths is None or patch.strip != first.strip or patch.unidiff_zero != first.unidiff_zero
-                    or self._needs_whole_tree(patch.paths)):
-                break
-            parents = {parent for path in patch.paths for parent in _parents(path)}
-            if patch.paths & named or patch.paths & named_dirs or parents & named:
-                break
-            group.append(patch)
-            named |= patch.paths
-            named_dirs |= parents
-        return group
+
+        def alike() -> Iterator[Applicable]:  # one `git apply` has one -p level and --unidiff-zero
+            for patch in patches[at:]:
+                if (patch.paths is None or patch.strip != first.strip or patch.unidiff_zero != first.unidiff_zero
+                        or self._needs_whole_tree(patch.paths)):
+                    return
+                yield patch
+
+        return disjoint_run(alike(), lambda patch: patch.paths or frozenset(), limit=GROUP_MAX, directories=True)
 
     def _needs_whole_tree(self, paths: frozenset[str]) -> bool:
         """A name that is a directory of the tree, or under one of its files: how git
         settles that depends on the entries around it."""
-        return any(path in self.directories or any(parent in self.state for parent in _parents(path))
+        return any(path in self.directories or any(parent in self.state for parent in parents(path))
                    for path in paths)
 
     def _apply_one(self, patch: Applicable) -> Applied:
@@ -123,16 +120,13 @@ class _Applier:
         """Each patch's changes, from one `git apply` on an index of just the files they
         name; None when that does not settle it (the caller goes patch by patch)."""
         named = frozenset().union(*(patch.paths or () for patch in group))
-        try:
-            self.git.write_index(self.small_index, {path: self.state[path] for path in named if path in self.state})
-            self.processes += 1
-            result = self.git.apply_to_index([patch.patch for patch in group], index=self.small_index,
-                                             strip=group[0].strip, unidiff_zero=group[0].unidiff_zero)
-            if result.status != 0:
-                return None
-            after = self.git.read_index(self.small_index)
-        except UnicodeError:  # a name gitpython cannot write or read (not UTF-8)
+        self.processes += 1
+        applied = apply_small(self.git, [patch.patch for patch in group], index=self.small_index,
+                              entries={path: self.state[path] for path in named if path in self.state},
+                              strip=group[0].strip, unidiff_zero=group[0].unidiff_zero)
+        if applied is None:
             return None
+        after = applied.after
         if not after.keys() <= named:
             return None  # git patched a file by a name the diff spells otherwise
         found = [self._record({path: after.get(path) for path in sorted(patch.paths or ())}) for patch in group]
@@ -151,7 +145,7 @@ class _Applier:
             raise ApplyError(f"{patch.source} does not apply on top of the series: {applied.stderr or applied.stdout}",
                              hint="refresh it against the series first (quilt push/refresh), "
                                   "or fix its -p level in `series`")
-        after = self.git.tree_items(self.git.write_tree(index=self.full_index))
+        after = self.git.tree_entries(self.git.write_tree(index=self.full_index))
         return self._record({path: after.get(path) for path in sorted(after.keys() | self.state.keys())})
 
     def _record(self, after: Changes) -> Applied:
@@ -159,7 +153,7 @@ class _Applier:
         a file it left empty removed; what changed."""
         changed = {path: item for path, item in after.items() if item != self.state.get(path)}
         emptied = tuple(path for path, item in changed.items()
-                        if item and item.sha == EMPTY_BLOB and item.mode in REGULAR_MODES)
+                        if item and item.blob == EMPTY_BLOB and item.mode in REGULAR_MODES)
         changed.update(dict.fromkeys(emptied))
         # A new file left empty is not made at all (GNU patch -E): no change.
         changes = {path: item for path, item in changed.items() if item != self.state.get(path)}
@@ -168,13 +162,9 @@ class _Applier:
                 self.state.pop(path, None)
             else:
                 self.state[path] = item
-                self.directories.update(_parents(path))  # a deleted file's directories stay: at worst a whole-tree apply
+                self.directories.update(parents(path))  # a deleted file's directories stay: at worst a whole-tree apply
         return Applied(changes=changes, emptied=emptied)
 
 
-def _parents(path: str) -> list[str]:
-    return [parent.as_posix() for parent in PurePosixPath(path).parents if parent.as_posix() != "."]
-
-
-def _directories(items: dict[str, IndexItem]) -> set[str]:
-    return {parent for path in items for parent in _parents(path)}
+def _directories(items: dict[str, TreeEntry]) -> set[str]:
+    return {parent for path in items for parent in parents(path)}

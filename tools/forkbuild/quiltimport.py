@@ -29,7 +29,7 @@ from forkbuild.dep3 import Description, parse_dep3, split_patch, stripspace
 from forkbuild.emptydirs import find_empty_dirs, recreate_empty_dirs
 from forkbuild.errors import ConfigError, DirtyTreeError, ForkbuildError
 from forkbuild.export import DEFAULT_TREE
-from forkbuild.git import Git, GitFailed, TreeCommit
+from forkbuild.git import Author, FileCommit, Git, GitFailed, PathChange
 from forkbuild.importer import _write, author_ident, check_incoming, guard_trailers, with_trailers
 from forkbuild.patchfile import check_safe
 from forkbuild.quiltcommit import Applicable, Applied, apply_series
@@ -164,7 +164,7 @@ def _commit_all(git: Git, series: Series, patches: list[QuiltPatch], *, start: s
     on private indexes (quiltcommit: few processes), then make every commit with one
     `git fast-import`."""
     readies: list[GitReadyDiff] = []
-    items = git.tree_items(start)
+    items = git.tree_entries(start)
     existing = set(items)
     for patch in patches:
         ready = git_ready(patch.diff, strip=patch.strip, existing=existing)
@@ -179,7 +179,8 @@ def _commit_all(git: Git, series: Series, patches: list[QuiltPatch], *, start: s
                 applicable.append(Applicable(source=patch.path, patch=scratch / f"{number}.patch", strip=patch.strip,
                                              unidiff_zero=ready.unidiff_zero, paths=ready.paths))
         found = iter(apply_series(git, applicable, start=start, items=items, scratch=scratch))
-    outcomes, commits = [], []
+    outcomes: list[PatchOutcome] = []
+    commits: list[FileCommit] = []
     for patch, ready in zip(patches, readies, strict=True):
         applied = Applied(changes={}) if ready.empty else next(found)
         changes = applied.changes
@@ -191,11 +192,13 @@ def _commit_all(git: Git, series: Series, patches: list[QuiltPatch], *, start: s
                                          notes=(*notes, "changes nothing: not imported")))
             continue
         name, address = author_ident(patch.description.author)
-        commits.append(TreeCommit(changes=changes, message=_message(series, patch), author_name=name,
-                                  author_email=address, date=patch.description.date or _mtime(patch.path)))
+        author = Author(name=name, email=address, date=patch.description.date or _mtime(patch.path))
+        commits.append(FileCommit(parent=start if not commits else "", author=author, message=_message(series, patch),
+                                  changes=tuple(PathChange(path=path, mode=entry.mode, blob=entry.blob) if entry
+                                                else PathChange(path=path, mode=0) for path, entry in changes.items())))
         outcomes.append(PatchOutcome(source=patch.source, file=patch.name, subject=patch.description.subject,
                                      notes=notes))
-    made = git.commit_trees(commits, parent=start)
+    made = git.commit_changes(commits, date_format="raw")  # dep3 and _mtime give raw dates
     return outcomes, made[-1] if made else start
 
 

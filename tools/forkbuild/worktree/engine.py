@@ -4,7 +4,7 @@ through it and get one typed outcome per patch.
 Per patch, up the ladder (git is the patch engine throughout; nothing here applies a hunk):
 1. already there?  `git apply --cached --check --reverse` (rebase only)     -> upstreamed
 2. exact / offset  `git apply --cached -v` into a private index holding only the
-                   files the patch names (the fast rung; listing.py); the run's
+                   files the patch names (the fast rung; smallindex.py, listing.py); the run's
                    commits come from one `git fast-import` at its end. When git
                    cannot apply it there, or would have refused it on the whole
                    index, the same on a full private index + `write-tree` +
@@ -35,28 +35,18 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 
 from forkbuild.errors import ApplyError
 from forkbuild.fsutil import write_atomic
-from forkbuild.git import (
-    IDENTITY,
-    Author,
-    FileCommit,
-    Git,
-    PathChange,
-    apply_to_small_index,
-    commit_changes,
-    read_small_index,
-    tree_entries,
-    write_small_index,
-)
+from forkbuild.git import IDENTITY, Author, FileCommit, Git, PathChange
 from forkbuild.patchfile import PatchInfo, read_patch
 from forkbuild.worktree.gitoutput import merge_tree_result, read_report
 from forkbuild.worktree.listing import TreeListing
+from forkbuild.worktree.smallindex import apply_small, disjoint_run
 
 MEMO_FILE = "forkbuild-apply-memo.json"
 # Bump when the engine would make other commits or outcomes from the same input.
@@ -289,7 +279,7 @@ class Engine:
         """Write the fast rung's pending commits (one fast-import)."""
         if not self._pending:
             return
-        ids = commit_changes(self.worktree, [commit for _, commit in self._pending])
+        ids = self.worktree.commit_changes([commit for _, commit in self._pending])
         self._written.update(zip((token for token, _ in self._pending), ids, strict=True))
         self._pending = []
         self._head = self._written.get(self._head, self._head)
@@ -308,18 +298,17 @@ class Engine:
     def _group(self, jobs: list[PatchJob]) -> list[_Planned]:
         """The first jobs that one `git apply` can take together: each names files none of the
         others does (so each one's result is its own), none is remembered."""
-        group: list[_Planned] = []
-        touched: set[str] = set()
-        anchor = self._anchor
-        for job in jobs:
-            key = self._memo_key(job, anchor)
-            planned = None if self._known(key) else self._plan(job, key)
-            if planned is None or planned.paths & touched:
-                break
-            group.append(planned)
-            touched |= planned.paths
-            anchor = key  # what the next key builds on once this one applied
-        return group
+        def planned() -> Iterator[_Planned]:
+            anchor = self._anchor
+            for job in jobs:
+                key = self._memo_key(job, anchor)
+                plan = None if self._known(key) else self._plan(job, key)
+                if plan is None:
+                    return
+                yield plan
+                anchor = key  # what the next key builds on once this one applied
+
+        return disjoint_run(planned(), lambda plan: plan.paths)
 
     def _fast(self, group: list[_Planned]) -> list[PatchResult]:
         """exact / offset for every patch of `group` from one `git apply --cached -v` into a private
@@ -327,19 +316,12 @@ class Engine:
         tell (one does not apply there, or git would have refused it on the full index, or a
         change cannot be told to one patch): the caller goes one by one, up the full rungs."""
         listing = self._tree_listing()
-        before = listing.entries_for(path for planned in group for path in planned.paths)
-        try:
-            write_small_index(self._small_index, before)
-        except ValueError:
-            return []  # a path gitpython cannot write (not UTF-8, say): the full rungs take it
-        applied = apply_to_small_index(self.worktree, [planned.job.path for planned in group], index=self._small_index)
-        if applied.status != 0:
-            return []
-        try:
-            changes = listing.changes(before, read_small_index(self._small_index))
-        except ValueError:
-            return []
-        offsets = read_report(applied.stdout + applied.stderr).offsets
+        applied = apply_small(self.worktree, [planned.job.path for planned in group], index=self._small_index,
+                              entries=listing.entries_for(path for planned in group for path in planned.paths))
+        if applied is None:
+            return []  # does not apply there, or a path gitpython cannot write (not UTF-8): the full rungs take it
+        changes = listing.changes(applied.before, applied.after)
+        offsets = read_report(applied.report).offsets
         owner = {path: planned for planned in group for path in planned.paths}
         if changes is None or any(change.path not in owner for change in changes) or \
                 any(_offset_path(offset) not in owner for offset in offsets):
@@ -365,7 +347,7 @@ class Engine:
     def _tree_listing(self) -> TreeListing:
         if self._listing is None:
             self.flush()
-            self._listing = TreeListing(tree_entries(self.worktree, self._head))
+            self._listing = TreeListing(self.worktree.tree_entries(self._head))
         return self._listing
 
     def commit_files(self, files: Mapping[str, bytes], *, message: str) -> None:
@@ -380,7 +362,7 @@ class Engine:
             date = self._pending[-1][1].author.date if self._head in self._pending_tokens else \
                 self.worktree.out("log", "-1", "--format=%cd", "--date=raw", self._head)
             modes = self._listing.entries_for(files) if self._listing else {}
-            changes = tuple(PathChange(path=path, mode=modes.get(path, (0o100644, ""))[0], content=content)
+            changes = tuple(PathChange(path=path, mode=modes[path].mode if path in modes else 0o100644, content=content)
                             for path, content in files.items())
             author = Author(name=IDENTITY["user.name"], email=IDENTITY["user.email"], date=date)
             token = self._add_pending(FileCommit(parent=self._parent(), author=author, message=message, changes=changes))

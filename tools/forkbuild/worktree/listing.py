@@ -12,21 +12,20 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Iterable, Mapping
 
-from forkbuild.git import PathChange
-
-Entry = tuple[int, str]  # (mode, blob id)
+from forkbuild.git import PathChange, TreeEntry
+from forkbuild.worktree.smallindex import parents
 
 
 class TreeListing:
-    def __init__(self, entries: Mapping[str, Entry]) -> None:
-        self._entries = dict(entries)  # updated per patch; `entries` may be shared (git.tree_entries)
+    def __init__(self, entries: Mapping[str, TreeEntry]) -> None:
+        self._entries = dict(entries)  # updated per patch; `entries` may be shared (Git.tree_entries)
         self._sorted = sorted(entries)
 
-    def entries_for(self, paths: Iterable[str]) -> dict[str, Entry]:
+    def entries_for(self, paths: Iterable[str]) -> dict[str, TreeEntry]:
         """The files among `paths` that the tree holds: what the small index starts from."""
         return {path: self._entries[path] for path in paths if path in self._entries}
 
-    def changes(self, before: Mapping[str, Entry], after: Mapping[str, Entry]) -> tuple[PathChange, ...] | None:
+    def changes(self, before: Mapping[str, TreeEntry], after: Mapping[str, TreeEntry]) -> tuple[PathChange, ...] | None:
         """What git changed in the small index (`before` -> `after`), or None when git would
         have refused it on the full index: it created a file the small index did not hold
         but the tree does, or one where the tree has a directory, or below a file the patch
@@ -35,11 +34,11 @@ class TreeListing:
         for path in after.keys() - before.keys():
             if path in self._entries or self._is_dir(path):
                 return None
-            if any(parent in self._entries and parent not in deleted for parent in _parents(path)):
+            if any(parent in self._entries and parent not in deleted for parent in parents(path)):
                 return None
         changed = [PathChange(path=path, mode=0) for path in sorted(deleted)]
-        changed += [PathChange(path=path, mode=mode, blob=blob) for path, (mode, blob) in sorted(after.items())
-                    if before.get(path) != (mode, blob)]
+        changed += [PathChange(path=path, mode=entry.mode, blob=entry.blob) for path, entry in sorted(after.items())
+                    if before.get(path) != entry]
         return tuple(changed)
 
     def update(self, changes: Iterable[PathChange]) -> None:
@@ -52,14 +51,9 @@ class TreeListing:
             else:
                 if change.path not in self._entries:
                     insort(self._sorted, change.path)
-                self._entries[change.path] = (change.mode, change.blob)
+                self._entries[change.path] = TreeEntry(change.mode, change.blob)
 
     def _is_dir(self, path: str) -> bool:
         prefix = path + "/"
         at = bisect_left(self._sorted, prefix)
         return at < len(self._sorted) and self._sorted[at].startswith(prefix)
-
-
-def _parents(path: str) -> list[str]:
-    parts = path.split("/")
-    return ["/".join(parts[:depth]) for depth in range(1, len(parts))]
