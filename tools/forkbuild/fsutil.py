@@ -39,11 +39,7 @@ def write_atomic(path: Path, data: str | bytes) -> None:
 
 def fsync_directory(directory: Path) -> None:
     # The rename is only durable once the directory entry is on disk too.
-    descriptor = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
+    _fsync_path(directory)
 
 
 # fsyncs issued at once: a journalling file system (ext4's jbd2) commits concurrent fsyncs
