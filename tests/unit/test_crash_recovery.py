@@ -4,8 +4,10 @@ message names) recovers, with no manual step, and never clears a live process's 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -150,3 +152,85 @@ def test_a_rebase_killed_while_adding_its_tree_continues_and_aborts(tmp_path: Pa
         assert "2.0" in fx.series_toml.read_text()
         assert forkbuild(fx, "check").returncode == 0
     assert cache_worktrees(fx) == []
+
+
+# -- git children that outlive forkbuild -------------------------------------------------
+
+SLOW_GIT = '''#!{python}
+"""git, slow on one command: on the first `reset --hard` (a new tree's checkout) it goes
+on writing files into the tree for a while, as a big checkout does, then runs git."""
+import os, signal, sys, time
+args = sys.argv[1:]
+if "reset" in args and "--hard" in args and not os.path.exists({mark!r}):
+    open({mark!r}, "w").close()
+    if {kill_parent!r}:
+        os.kill(os.getppid(), signal.SIGKILL)  # forkbuild is killed while its git works on
+    late = os.path.join({tree!r}, "written-after-forkbuild-ended")
+    end = time.monotonic() + {seconds!r}
+    while time.monotonic() < end:
+        try:
+            os.makedirs(late, exist_ok=True)
+            open(os.path.join(late, str(time.monotonic_ns())), "w").close()
+        except OSError:
+            pass
+        time.sleep(0.005)
+os.execv({git!r}, ["git", *args])
+'''
+
+
+def slow_git_env(tmp_path: Path, tree: Path, *, kill_parent: bool, seconds: float) -> tuple[dict[str, str], Path]:
+    """PATH with a `git` that writes into `tree` for `seconds` (after killing forkbuild, when
+    asked) on the first checkout."""
+    import shutil
+
+    shim_dir = tmp_path / "slow-git"
+    shim_dir.mkdir()
+    mark = tmp_path / "slow-git-ran"
+    shim = shim_dir / "git"
+    shim.write_text(SLOW_GIT.format(python=sys.executable, mark=str(mark), kill_parent=kill_parent, seconds=seconds,
+                                    tree=str(tree), git=shutil.which("git")))
+    shim.chmod(0o755)
+    return {**os.environ, "PATH": f"{shim_dir}{os.pathsep}{os.environ['PATH']}"}, mark
+
+
+def test_a_kill_during_a_new_trees_checkout_leaves_no_git_writing_into_the_rerun(series_fx: SeriesFixture,
+                                                                                   tmp_path: Path) -> None:
+    """The killed run's `git reset --hard` is still working when the re-run starts: the re-run
+    stops it before clearing the tree, so nothing writes into the tree it rebuilds."""
+    tree = series_tree(series_fx)
+    env, mark = slow_git_env(tmp_path, tree, kill_parent=True, seconds=1.5)
+    command = [sys.executable, "-m", "forkbuild", "-C", str(series_fx.root), "--cache", str(series_fx.cache),
+               "apply", "--all"]
+    killed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -9 and mark.exists()
+    again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr + again.stdout
+    assert "killed forkbuild apply" in again.stderr + again.stdout
+    time.sleep(2)  # past the time the killed run's git would have gone on writing
+    assert not (tree / "written-after-forkbuild-ended").exists()
+    assert Git(tree).status_porcelain() == ""
+    assert forkbuild(series_fx, "export", "--check").returncode == 0
+
+
+def test_ctrl_c_reaches_the_git_forkbuild_is_waiting_for(series_fx: SeriesFixture, tmp_path: Path) -> None:
+    """git runs outside the terminal's process group: forkbuild passes a Ctrl-C on to it."""
+    env, mark = slow_git_env(tmp_path, series_tree(series_fx), kill_parent=False, seconds=3)
+    process = subprocess.Popen([sys.executable, "-m", "forkbuild", "-C", str(series_fx.root), "--cache",
+                                str(series_fx.cache), "apply", "--all"], env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not mark.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert mark.exists()
+    process.send_signal(signal.SIGINT)  # what the terminal does: forkbuild's group, not git's
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    late = series_tree(series_fx) / "written-after-forkbuild-ended"
+    written = sorted(late.iterdir())
+    time.sleep(3.5)  # past the time an uninterrupted git would have gone on writing
+    assert sorted(late.iterdir()) == written
+    # The tree it was building is marked as such: the re-run rebuilds it.
+    again = forkbuild(series_fx, "apply", "--all")
+    assert again.returncode == 0, again.stderr + again.stdout
+    assert "removed what an interrupted or killed forkbuild apply left half-built there" in again.stderr + again.stdout
+    assert Git(series_tree(series_fx)).status_porcelain() == ""

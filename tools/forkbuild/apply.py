@@ -120,7 +120,7 @@ def apply_plan(*, context: Context, plan: ApplyPlan, dest: Path, stop: bool = Fa
         sources = ensure_series_blobs(context=context, cache=cache, base=base)
     with tree_guard(dest, "apply") as guard:  # a second run on this tree refuses; a killed one is cleared
         if recover_killed_change(guard, cache_git):
-            context.reporter.warn(f"{dest}: removed what a killed forkbuild apply left half-built there")
+            context.reporter.warn(f"{dest}: removed what an interrupted or killed forkbuild apply left half-built there")
         previous = read_state(dest) if (dest / ".git").exists() else None
         worktree = prepare_worktree(cache_git, dest=dest, base=base, guard=guard, checkout=False)
         chaos_point("apply:prepared")

@@ -16,12 +16,14 @@ import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import git as gitpython
 from git.exc import GitCommandError
 from git.index.fun import read_cache, write_cache
 from git.index.typ import BaseIndexEntry, IndexEntry
 
+from forkbuild.childgroup import GROUP
 from forkbuild.errors import ForkbuildError, ToolMissing
 
 # Every git command and its output, at DEBUG: `forkbuild -v` shows them (cli configures it).
@@ -152,6 +154,11 @@ def _clip(text: str) -> str:
     return "\n".join(lines[:LOGGED_LINES] + [f"... ({len(lines) - LOGGED_LINES} more lines)"])
 
 
+def _child_group() -> dict[str, Any]:
+    group = GROUP.id()
+    return {"process_group": group} if group else {}
+
+
 @dataclass(frozen=True)
 class Result:
     status: int
@@ -187,9 +194,10 @@ class Git:
         return Path(self.repo.common_dir).resolve()
 
     def run(self, *args: str, env: Mapping[str, str] | None = None, check: bool = True,
-            stdin: Path | None = None) -> Result:
+            stdin: Path | None = None, interactive: bool = False) -> Result:
         """Run `git <args>` with the pinned config (`stdin`: a file to read from);
-        raise GitFailed unless check=False."""
+        raise GitFailed unless check=False. In forkbuild's child group (childgroup.py),
+        unless `interactive` (it may ask on the terminal: a fetch that wants a password)."""
         pinned = [item for key, value in PINNED_CONFIG.items() for item in ("-c", f"{key}={value}")]
         command = ["git", *pinned, *args]
         # Logged without the pinned -c options: they are the same on every command.
@@ -198,7 +206,7 @@ class Git:
             with (stdin.open("rb") if stdin else contextlib.nullcontext()) as stream:
                 status, stdout, stderr = self.repo.git.execute(
                     command, istream=stream, with_extended_output=True, with_exceptions=check, env=dict(env or {}),
-                    strip_newline_in_stdout=False)
+                    strip_newline_in_stdout=False, **({} if interactive else _child_group()))
         except GitCommandError as error:
             failed = GitFailed(error)
             _log_output(error.status, failed.stdout, failed.stderr)
@@ -470,7 +478,7 @@ class Git:
 
     def fetch(self, url: str, ref: str) -> None:
         """Fetch `ref` (a commit id or a ref name) from `url`, without tags."""
-        self.run("fetch", "--no-tags", "--quiet", url, ref)
+        self.run("fetch", "--no-tags", "--quiet", url, ref, interactive=True)
 
     # -- applying without a work tree (combination wheels) -------------------
     def read_tree(self, tree: str, *, index: Path) -> None:

@@ -6,9 +6,12 @@ Two tools, one rule: forkbuild only ever clears what its OWN dead process left.
   flock on `<parent>/.<name>.forkbuild-lock` (the kernel drops it when the
   process dies, so it is never stale) makes a second run on the same tree refuse
   at once (LockBusy, naming the other process). The lock file holds the owner
-  (pid, host, process start time, command, phase) while the command runs and is
-  emptied when it ends; a file that still names an owner when the lock is free
-  was left by a killed forkbuild: `guard.killed` says so and what it was doing.
+  (pid, host, process start time, command, phase, the process group of its git
+  children) while the command runs and is emptied when it ends; a file that still
+  names an owner when the lock is free was left by a killed forkbuild (or one that
+  ended on Ctrl-C or an unexpected error while it was changing the tree):
+  `guard.killed` says so and what it was doing, and its git children still running
+  are stopped before anything touches the tree (childgroup.py).
 - `temporary_worktree(cache)`: a scratch work tree (check, import, series blobs,
   declarations), removed afterwards. Each one is recorded in the cache
   (`upstream.git/forkbuild-owners/`) before git creates it; every later call
@@ -34,7 +37,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from forkbuild.errors import LockBusy
+from forkbuild.childgroup import GROUP, stop_orphans
+from forkbuild.errors import ForkbuildError, LockBusy
 from forkbuild.git import Git
 
 if TYPE_CHECKING:
@@ -60,20 +64,28 @@ class Owner:
     started: str
     command: str
     phase: str = "started"
+    group: int = 0  # the process group its git children run in (childgroup.py); 0: none recorded
 
     @classmethod
     def me(cls, command: str, phase: str = "started") -> Owner:
         return cls(pid=os.getpid(), host=socket.gethostname(), started=_process_start(os.getpid()),
-                   command=command, phase=phase)
+                   command=command, phase=phase, group=GROUP.id())
 
     @classmethod
     def parse(cls, text: str) -> Owner | None:
         try:
             data = json.loads(text)
             return cls(pid=int(data["pid"]), host=str(data["host"]), started=str(data["started"]),
-                       command=str(data["command"]), phase=str(data.get("phase", "started")))
+                       command=str(data["command"]), phase=str(data.get("phase", "started")),
+                       group=int(data.get("group", 0)))
         except (ValueError, KeyError, TypeError):
             return None
+
+    def stop_orphans(self) -> list[str]:
+        """Kill what this dead owner's git children left running (on this host); what was stopped."""
+        if self.host != socket.gethostname():
+            return []
+        return stop_orphans(self.group, started=self.started)
 
     def alive(self) -> bool:
         if self.host != socket.gethostname():
@@ -101,6 +113,7 @@ class TreeGuard:
         self.path = self.dest.parent / f".{self.dest.name}.forkbuild-lock"
         self.killed: Owner | None = None  # the previous owner, when it was killed while working here
         self._fd: int | None = None
+        self._phase = ""
 
     def acquire(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -118,6 +131,10 @@ class TreeGuard:
             raise
         self._fd = fd
         self.killed = Owner.parse(os.pread(fd, 4096, 0).decode(errors="replace"))
+        if self.killed is not None:
+            # Before anything reads or clears the tree: git that the killed run started
+            # would otherwise go on writing into it.
+            self.killed.stop_orphans()
         self._record(Owner.me(self.command))
 
     def changing(self, phase: str = "changing") -> None:
@@ -129,10 +146,14 @@ class TreeGuard:
         """The killed owner's leftovers are dealt with: forget it."""
         self.killed = None
 
-    def release(self) -> None:
+    def release(self, *, interrupted: bool = False) -> None:
+        """interrupted: the command is ending on Ctrl-C or an unexpected error; a tree it was
+        changing stays marked, so the next run recovers it as it would after a kill."""
         if self._fd is None:
             return
-        if self.killed is not None:
+        if interrupted and self._phase == "changing":
+            pass  # the record names this (ending) process, phase "changing"
+        elif self.killed is not None:
             # Not recovered by this command (e.g. export refused): the next one must still see it.
             self._record(self.killed)
         else:
@@ -142,6 +163,7 @@ class TreeGuard:
 
     def _record(self, owner: Owner) -> None:
         assert self._fd is not None
+        self._phase = owner.phase
         data = json.dumps(asdict(owner)).encode()
         os.ftruncate(self._fd, 0)
         os.pwrite(self._fd, data, 0)
@@ -155,8 +177,11 @@ def tree_guard(dest: Path, command: str) -> Iterator[TreeGuard]:
     guard.acquire()
     try:
         yield guard
-    finally:
-        guard.release()
+    except BaseException as error:
+        # A ForkbuildError is a deliberate end (a stop at a conflict leaves the person's work).
+        guard.release(interrupted=not isinstance(error, ForkbuildError))
+        raise
+    guard.release()
 
 
 # -- stale locks and registrations ---------------------------------------------------
@@ -259,6 +284,7 @@ def clear_dead_scratch_trees(cache_git: Git) -> int:
             continue
         if owner is None or owner.alive():
             continue
+        owner.stop_orphans()
         remove_dead_tree(cache_git, tree)
         shutil.rmtree(tree.parent, ignore_errors=True)  # the scratch directory made for it
         record.unlink(missing_ok=True)

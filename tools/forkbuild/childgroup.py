@@ -1,0 +1,125 @@
+"""The process group forkbuild's git children run in, so that nothing a killed forkbuild
+started can go on writing into a tree the next run is recovering.
+
+A SIGKILL of forkbuild does not reach its children: a `git reset --hard` filling a new
+work tree (and git's checkout workers) runs on for seconds and writes files into the
+tree the re-run has just removed. So every git child joins one process group per
+forkbuild process, made before the first of them by a keeper (`cat` reading a pipe only
+forkbuild holds: it ends when forkbuild does, however that dies). The tree lock and the
+scratch-tree records carry the group's id (worktrees.Owner.group), and whoever recovers
+a dead owner's work stops what is left of its group first (`stop_orphans`).
+
+Children outside the terminal's foreground group get no Ctrl-C from the terminal: the
+SIGINT handler passes it on to the group, as the shell would (the keeper ignores it).
+A command that may ask the user something on the terminal (`git fetch` of a remote that
+wants a password) stays in forkbuild's own group: a background group cannot read the tty.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from contextlib import suppress
+from pathlib import Path
+from types import FrameType
+
+# `exec` keeps the ignored SIGINT: the keeper outlives a Ctrl-C that the group's git gets.
+KEEPER = ["sh", "-c", "trap '' INT; exec cat"]
+# What may be in a forkbuild child group: git, its helpers (git-remote-*, checkout
+# workers are git too), the keeper. Anything else means the id was reused: hands off.
+KEEPER_NAMES = ("cat", "sh")
+STOP_WAIT_S = 10.0
+
+
+class ChildGroup:
+    """This process's group for its git children (made on first use)."""
+
+    def __init__(self) -> None:
+        self._keeper: subprocess.Popen[bytes] | None = None
+        self._owner_pid = 0
+
+    def id(self) -> int:
+        """The group's id, to pass as Popen(process_group=...); 0 when none could be made
+        (the children then stay in forkbuild's own group, as before)."""
+        keeper = self._keeper
+        if keeper is None or self._owner_pid != os.getpid() or keeper.poll() is not None:
+            keeper = self._start()
+        return keeper.pid if keeper else 0
+
+    def _start(self) -> subprocess.Popen[bytes] | None:
+        try:
+            keeper = subprocess.Popen(KEEPER, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL, process_group=0)
+        except OSError:
+            return None
+        self._keeper, self._owner_pid = keeper, os.getpid()
+        _forward_sigint(self)
+        return keeper
+
+
+GROUP = ChildGroup()
+
+
+def _forward_sigint(group: ChildGroup) -> None:
+    """Ctrl-C reaches the group's git too (only over Python's own handler, in the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        keeper = group._keeper
+        if keeper is not None:
+            with suppress(OSError):
+                os.killpg(keeper.pid, signal.SIGINT)
+        signal.default_int_handler(signum, frame)
+
+    signal.signal(signal.SIGINT, forward)
+
+
+# -- after a kill: what is left of a dead forkbuild's group ------------------------------
+
+def _stat(pid: int) -> tuple[str, str, int, int] | None:
+    """(comm, state, process group, start time in clock ticks) of `pid`, or None if it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    comm = stat[stat.index("(") + 1:stat.rindex(")")]
+    fields = stat[stat.rindex(")") + 2:].split()
+    return comm, fields[0], int(fields[2]), int(fields[19])
+
+
+def members(group: int) -> dict[int, str]:
+    """pid -> command name of the live (not zombie) processes in process group `group`."""
+    found = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        info = _stat(int(entry.name))
+        if info and info[2] == group and info[1] != "Z":
+            found[int(entry.name)] = info[0]
+    return found
+
+
+def stop_orphans(group: int, *, started: str) -> list[str]:
+    """Kill what is still running of a dead forkbuild's child group `group` (its owner started
+    at `started`, clock ticks) and wait until it is gone; returns what was stopped.
+
+    Only a group that holds nothing but git, its helpers and the keeper, all started after
+    the owner, is ours: a reused id is left alone."""
+    if group <= 0 or not Path("/proc").is_dir():
+        return []
+    found = members(group)
+    after = int(started) if started.isdigit() else 0
+    ours = all((name.startswith("git") or name in KEEPER_NAMES) and (_stat(pid) or ("", "", 0, after))[3] >= after
+               for pid, name in found.items())
+    if not found or not ours:
+        return []
+    with suppress(ProcessLookupError, PermissionError):
+        os.killpg(group, signal.SIGKILL)  # the whole group at once: a git forking a worker cannot escape
+    deadline = time.monotonic() + STOP_WAIT_S
+    while members(group) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return sorted(f"{name} (pid {pid})" for pid, name in found.items())
