@@ -71,6 +71,26 @@ def test_apply_refuses_a_path_through_an_upstream_symlink(git_series_fx: SeriesF
     assert "goes through the symbolic link python/linked" in output(capsys)
 
 
+def test_upstreams_symlinks_are_kept_per_commit_and_a_damaged_record_is_listed_again(
+        git_series_fx: SeriesFixture, capsys) -> None:
+    """A re-apply reads the base's symbolic links from the cache's record instead of listing the
+    tree: the record must name them, and a damaged one must not hide them."""
+    from forkbuild.patchfile import SYMLINKS_DIR
+
+    fx = git_series_fx
+    write_through_upstream_symlink(fx)
+    assert fx.cli("apply", "--all") == APPLY
+    records = list((fx.cache / "upstream.git" / SYMLINKS_DIR).iterdir())
+    assert len(records) == 1 and "python/linked" in records[0].read_text()
+    capsys.readouterr()
+    assert fx.cli("apply", "--all") == APPLY  # from the record
+    assert "goes through the symbolic link python/linked" in output(capsys)
+    records[0].write_text("[truncat")
+    assert fx.cli("apply", "--all") == APPLY
+    assert "goes through the symbolic link python/linked" in output(capsys)
+    assert "python/linked" in records[0].read_text()
+
+
 @pytest.mark.parametrize("bad", ["", "hello, this is not a patch\n", "truncated"])
 def test_a_bad_patch_is_named_and_the_good_ones_are_not_blamed(series_fx: SeriesFixture, capsys, bad: str) -> None:
     if bad == "truncated":

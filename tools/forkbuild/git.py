@@ -6,25 +6,21 @@ do not depend on the user's git configuration.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import re
 import shlex
-import struct
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-import git as gitpython
-from git.exc import GitCommandError
-from git.index.fun import read_cache, write_cache
-from git.index.typ import BaseIndexEntry, IndexEntry
+from forkbuild.errors import ForkbuildError
+from forkbuild.process import run_captured
 
-from forkbuild.childgroup import GROUP
-from forkbuild.errors import ForkbuildError, ToolMissing
+if TYPE_CHECKING:
+    import git as gitpython
 
 # Every git command and its output, at DEBUG: `forkbuild -v` shows them (cli configures it).
 LOG = logging.getLogger("forkbuild.git")
@@ -122,20 +118,10 @@ class GitFailed(ForkbuildError):
 
     return_code = 12
 
-    def __init__(self, error: GitCommandError) -> None:
-        command = " ".join(str(part) for part in error.command)
-        self.stdout = _text(error.stdout)
-        self.stderr = _text(error.stderr)
-        super().__init__(f"git failed ({error.status}): {command}\n{self.stderr or self.stdout}".rstrip())
-
-
-def _text(value: object) -> str:
-    text = value.decode(errors="replace") if isinstance(value, bytes) else str(value or "")
-    # gitpython wraps captured streams as "\n  stderr: '...'"; keep the content.
-    for prefix in ("\n  stdout: '", "\n  stderr: '"):
-        if text.startswith(prefix):
-            text = text[len(prefix):].rstrip("'")
-    return text.strip()
+    def __init__(self, command: Sequence[str], status: int, stdout: str, stderr: str) -> None:
+        self.stdout = stdout.strip()
+        self.stderr = stderr.strip()
+        super().__init__(f"git failed ({status}): {' '.join(command)}\n{self.stderr or self.stdout}".rstrip())
 
 
 def _log_output(status: object, stdout: str, stderr: str) -> None:
@@ -154,11 +140,6 @@ def _clip(text: str) -> str:
     return "\n".join(lines[:LOGGED_LINES] + [f"... ({len(lines) - LOGGED_LINES} more lines)"])
 
 
-def _child_group() -> dict[str, Any]:
-    group = GROUP.id()
-    return {"process_group": group} if group else {}
-
-
 @dataclass(frozen=True)
 class Result:
     status: int
@@ -166,53 +147,69 @@ class Result:
     stderr: str
 
 
+def _find_git_dirs(path: Path) -> tuple[Path, Path]:
+    """(git dir, common dir) of the repository at `path` (a work tree or a bare repository;
+    its parents are not searched), found as git and gitpython find them: a `.git` directory,
+    a `.git` file naming the linked work tree's git dir, or `path` itself holding HEAD and
+    objects/. The common dir is the one a linked work tree's `commondir` names."""
+    dot_git = path / ".git"
+    if dot_git.is_dir():
+        git_dir = dot_git
+    elif dot_git.is_file():
+        text = dot_git.read_text(errors="surrogateescape")
+        if not text.startswith("gitdir:"):
+            raise ForkbuildError(f"{path} is not a git repository ({dot_git} does not name a git dir)")
+        git_dir = path / text[len("gitdir:"):].strip()
+    elif (path / "HEAD").is_file() and (path / "objects").is_dir():
+        git_dir = path
+    else:
+        raise ForkbuildError(f"{path} is not a git repository")
+    git_dir = git_dir.resolve()
+    commondir = git_dir / "commondir"
+    common = (git_dir / commondir.read_text().strip()).resolve() if commondir.is_file() else git_dir
+    return git_dir, common
+
+
 class Git:
     """A repository (work tree or bare) and the git commands forkbuild runs in it."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        try:
-            self.repo = gitpython.Repo(self.path)
-        except gitpython.exc.GitCommandNotFound as error:
-            raise ToolMissing("git is not installed", hint="install git (apt-get install git)") from error
-        except (gitpython.exc.InvalidGitRepositoryError, gitpython.exc.NoSuchPathError) as error:
-            raise ForkbuildError(f"{self.path} is not a git repository") from error
+        self.git_dir, self.common_dir = _find_git_dirs(self.path)
+        self._repo: gitpython.Repo | None = None
+
+    @property
+    def repo(self) -> gitpython.Repo:
+        """gitpython's Repo, loaded when its objects are wanted (odb, trees): not on every start."""
+        if self._repo is None:
+            import git as gitpython
+
+            self._repo = gitpython.Repo(self.path)
+        return self._repo
 
     @classmethod
     def init(cls, path: Path, *, bare: bool = False) -> Git:
+        import git as gitpython
+
         path.mkdir(parents=True, exist_ok=True)
         gitpython.Repo.init(path, bare=bare, initial_branch="main")
         return cls(path)
 
-    @property
-    def git_dir(self) -> Path:
-        return Path(self.repo.git_dir)
-
-    @property
-    def common_dir(self) -> Path:
-        """The repository's own git dir, shared by all its work trees (the cache repository)."""
-        return Path(self.repo.common_dir).resolve()
-
     def run(self, *args: str, env: Mapping[str, str] | None = None, check: bool = True,
-            stdin: Path | None = None, interactive: bool = False) -> Result:
-        """Run `git <args>` with the pinned config (`stdin`: a file to read from);
+            stdin: Path | None = None, input: str | None = None, interactive: bool = False) -> Result:
+        """Run `git <args>` with the pinned config (`stdin`: a file to read from, or `input`);
         raise GitFailed unless check=False. In forkbuild's child group (childgroup.py),
         unless `interactive` (it may ask on the terminal: a fetch that wants a password)."""
         pinned = [item for key, value in PINNED_CONFIG.items() for item in ("-c", f"{key}={value}")]
         command = ["git", *pinned, *args]
         # Logged without the pinned -c options: they are the same on every command.
         LOG.debug("$ git -C %s %s", self.path, shlex.join(args))
-        try:
-            with (stdin.open("rb") if stdin else contextlib.nullcontext()) as stream:
-                status, stdout, stderr = self.repo.git.execute(
-                    command, istream=stream, with_extended_output=True, with_exceptions=check, env=dict(env or {}),
-                    strip_newline_in_stdout=False, **({} if interactive else _child_group()))
-        except GitCommandError as error:
-            failed = GitFailed(error)
-            _log_output(error.status, failed.stdout, failed.stderr)
-            raise failed from error
-        _log_output(status, stdout, stderr)
-        return Result(status=status, stdout=stdout, stderr=stderr)
+        # A bare repository runs in its git dir, as gitpython ran it.
+        done = run_captured(command, cwd=self.path, env=env, stdin=stdin, input=input, interactive=interactive)
+        _log_output(done.status, done.stdout, done.stderr)
+        if check and done.status != 0:
+            raise GitFailed(command, done.status, done.stdout, done.stderr)
+        return Result(status=done.status, stdout=done.stdout, stderr=done.stderr)
 
     def out(self, *args: str, env: Mapping[str, str] | None = None) -> str:
         return self.run(*args, env=env).stdout.strip()
@@ -234,14 +231,13 @@ class Git:
     def has_object(self, sha: str) -> bool:
         return self.run("cat-file", "-e", sha, check=False).status == 0
 
-    def has_object_batched(self, sha: str) -> bool:
-        """has_object through gitpython's one long-lived `git cat-file --batch-check`
-        (for many questions in a row: no process per question)."""
-        try:
-            self.repo.odb.info(bytes.fromhex(sha))
-        except (ValueError, gitpython.exc.GitError):
-            return False
-        return True
+    def present_objects(self, shas: Iterable[str]) -> set[str]:
+        """Those of `shas` the repository has, from one `git cat-file --batch-check`."""
+        asked = sorted(set(shas))
+        if not asked:
+            return set()
+        listing = self.run("cat-file", "--batch-check=%(objectname)", input="".join(f"{sha}\n" for sha in asked)).stdout
+        return {line for line in listing.splitlines() if not line.endswith(" missing")}
 
     def commit_directory(self, directory: Path, *, message: str, date: str, parents: Iterable[str] = ()) -> str:
         """Commit the content of `directory` (outside any work tree) and return the sha.
@@ -344,7 +340,7 @@ class Git:
         """True for exit status 0, False for 1; anything else (bad patch, bad revision) raises GitFailed."""
         result = self.run(*args, check=False)
         if result.status not in (0, 1):
-            raise GitFailed(GitCommandError(["git", *args], result.status, result.stderr, result.stdout))
+            raise GitFailed(["git", *args], result.status, result.stdout, result.stderr)
         return result.status == 0
 
     def apply_check(self, patch: Path, *, reverse: bool = False) -> bool:
@@ -519,7 +515,9 @@ class Git:
     def blob(self, tree: str, path: str) -> tuple[bytes, bool]:
         """Content of `path` in the tree object `tree` (a tree's id, as write-tree prints it)
         and whether git records it executable."""
-        item = gitpython.Tree(self.repo, bytes.fromhex(tree), mode=0o40000, path="") / path
+        from git import Tree
+
+        item = Tree(self.repo, bytes.fromhex(tree), mode=0o40000, path="") / path
         return item.data_stream.read(), item.mode == 0o100755
 
     # -- private indexes and fast-import (the apply engine, import --quilt, wheels) --
@@ -558,37 +556,30 @@ class Git:
             _TREES[key] = entries
         return _TREES[key]
 
-    @staticmethod
-    def write_index(index: Path, entries: Mapping[str, TreeEntry]) -> None:
-        """A private index holding exactly `entries` (stage 0, no stat data: only for --cached).
-        ValueError for a path gitpython cannot write (not UTF-8)."""
-        ordered = sorted(entries.items(), key=lambda item: item[0].encode("utf-8", "surrogateescape"))
-        items = [IndexEntry.from_base(BaseIndexEntry((entry.mode, bytes.fromhex(entry.blob), 0, path)))
-                 for path, entry in ordered]
-        with index.open("wb") as stream:
-            write_cache(items, stream)
+    def write_index(self, index: Path, entries: Mapping[str, TreeEntry]) -> None:
+        """A private index holding exactly `entries` (stage 0, no stat data: only for --cached)."""
+        index.unlink(missing_ok=True)
+        self.update_index(index, entries)
 
-    @staticmethod
-    def read_index(index: Path) -> dict[str, TreeEntry]:
-        """path -> mode and blob id of every (stage 0) entry of a private index. ValueError when
-        gitpython cannot read it (an index version or path it does not know)."""
-        try:
-            with index.open("rb") as stream:
-                _, entries, _, _ = read_cache(stream)
-        except (AssertionError, UnicodeDecodeError, struct.error) as error:
-            raise ValueError(f"{index}: {error}") from error
-        return {str(path): TreeEntry(entry.mode, entry.hexsha) for (path, stage), entry in entries.items()
-                if stage == 0}
+    def read_index(self, index: Path) -> dict[str, TreeEntry]:
+        """path -> mode and blob id of every (stage 0) entry of a private index, from one `git ls-files`."""
+        listing = self.run("ls-files", "--stage", "-z", env={"GIT_INDEX_FILE": str(index)}).stdout
+        entries = {}
+        for record in listing.split("\0"):
+            if record:
+                header, path = record.split("\t", 1)
+                mode, blob, stage = header.split(" ")
+                if stage == "0":
+                    entries[path] = TreeEntry(int(mode, 8), blob)
+        return entries
 
     def update_index(self, index: Path, changes: Mapping[str, TreeEntry | None]) -> None:
         """Set (a TreeEntry) or remove (None) entries of the private index `index`."""
         zero = "0" * 40
         lines = [f"{entry.mode:o} {entry.blob}\t{path}" if entry else f"0 {zero}\t{path}"
                  for path, entry in changes.items()]
-        with tempfile.NamedTemporaryFile(prefix="forkbuild-index-info-") as listing:
-            listing.write("".join(line + "\0" for line in lines).encode("utf-8", errors="surrogateescape"))
-            listing.flush()
-            self.run("update-index", "-z", "--index-info", env={"GIT_INDEX_FILE": str(index)}, stdin=Path(listing.name))
+        self.run("update-index", "-z", "--index-info", env={"GIT_INDEX_FILE": str(index)},
+                 input="".join(line + "\0" for line in lines))
 
     def commit_changes(self, commits: Sequence[FileCommit], *, date_format: str = "rfc2822") -> list[str]:
         """The commits, each of its changes on its parent's tree, from one `git fast-import`; their

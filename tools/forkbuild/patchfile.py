@@ -6,6 +6,7 @@ from __future__ import annotations
 import email
 import email.policy
 import functools
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -13,6 +14,7 @@ from pathlib import Path, PurePosixPath
 import unidiff
 
 from forkbuild.errors import UnsafePatchError
+from forkbuild.fsutil import write_atomic
 from forkbuild.git import Git
 
 TRAILER = re.compile(r"^(?P<key>[A-Za-z][A-Za-z0-9-]*):\s*(?P<value>.+?)\s*$")
@@ -210,11 +212,23 @@ def _names(text: str) -> list[tuple[str, bool]]:
     return [(name, prefixed) for name, prefixed in names if name.strip() != "/dev/null"]
 
 
+SYMLINKS_DIR = "forkbuild-symlinks"
+
+
 def symlinks_of(cache_git: Git, commit: str) -> frozenset[str]:
     """The paths that are symbolic links in `commit` of the cache repository (upstream's own;
-    patches cannot add any), for the "goes through a symbolic link" check without a work tree."""
+    patches cannot add any), for the "goes through a symbolic link" check without a work tree.
+    Kept in the cache per commit (a commit's tree never changes): a re-apply lists no tree."""
+    record = cache_git.common_dir / SYMLINKS_DIR / commit
+    try:
+        return frozenset(json.loads(record.read_text()))
+    except (OSError, ValueError, TypeError):
+        pass  # not listed yet, or a damaged record: list it again
     # The engine's fast rung reads the same listing of the base: one ls-tree for both.
-    return frozenset(path for path, entry in cache_git.tree_entries(commit).items() if entry.mode == S_IFLNK)
+    found = frozenset(path for path, entry in cache_git.tree_entries(commit).items() if entry.mode == S_IFLNK)
+    record.parent.mkdir(exist_ok=True)
+    write_atomic(record, json.dumps(sorted(found)) + "\n")
+    return found
 
 
 def safety_problems(text: str, *, tree: Path | None = None, symlinks: frozenset[str] = frozenset()) -> list[str]:

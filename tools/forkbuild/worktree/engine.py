@@ -160,6 +160,7 @@ class Engine:
         self._listing: TreeListing | None = None  # of `_head`'s tree, for the fast rung
         self._index_at: str | None = None
         self._memo: dict | None = None
+        self._memo_present: set[str] | None = None  # the memo's commits the repository still has
         self._learnt: dict = {}
         self._learning: list[tuple[str, PatchResult]] = []  # results whose commit is not written yet
 
@@ -188,7 +189,10 @@ class Engine:
         known = self._memo.get(key)
         if not known or known.get("outcome") not in MEMO_OUTCOMES or not known.get("commit"):
             return None
-        if not self.worktree.has_object_batched(known["commit"]):
+        if self._memo_present is None:  # one question for all of them
+            self._memo_present = self.worktree.present_objects(
+                entry["commit"] for entry in self._memo.values() if isinstance(entry, dict) and entry.get("commit"))
+        if known["commit"] not in self._memo_present:
             return None  # pruned by a `git gc` of the cache: made again
         return known
 
@@ -319,7 +323,7 @@ class Engine:
         applied = apply_small(self.worktree, [planned.job.path for planned in group], index=self._small_index,
                               entries=listing.entries_for(path for planned in group for path in planned.paths))
         if applied is None:
-            return []  # does not apply there, or a path gitpython cannot write (not UTF-8): the full rungs take it
+            return []  # does not apply there: the full rungs take it
         changes = listing.changes(applied.before, applied.after)
         offsets = read_report(applied.report).offsets
         owner = {path: planned for planned in group for path in planned.paths}

@@ -68,17 +68,9 @@ def apply_small(git: Git, patches: Sequence[Path], *, index: Path, entries: Mapp
                 unidiff_zero: bool = False) -> SmallApply | None:
     """`patches` in order into the private index `index`, written to hold exactly `entries` (the
     tree's entries of the files they name), strictly (no fuzz, no 3-way), all or nothing; None
-    when they do not apply there or an entry cannot be written or read (a path that is not UTF-8):
-    the caller takes the patches another way."""
-    try:
-        git.write_index(index, entries)
-    except ValueError:
-        return None
+    when they do not apply there: the caller takes the patches another way."""
+    git.write_index(index, entries)
     applied = git.apply_to_index(list(patches), index=index, strip=strip, unidiff_zero=unidiff_zero)
     if applied.status != 0:
         return None
-    try:
-        after = git.read_index(index)
-    except ValueError:
-        return None
-    return SmallApply(before=entries, after=after, report=applied.stdout + applied.stderr)
+    return SmallApply(before=entries, after=git.read_index(index), report=applied.stdout + applied.stderr)
