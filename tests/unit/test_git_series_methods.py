@@ -61,3 +61,22 @@ def test_fetch_brings_a_commit_from_another_repository(repo: Git, tmp_path: Path
     assert bare.has_object(repo.head())
     with pytest.raises(GitFailed):
         bare.fetch(str(tmp_path / "nowhere"), "main")
+
+
+def test_head_and_the_git_dirs_are_what_git_says_on_a_branch_detached_and_in_a_linked_tree(repo: Git,
+                                                                                          tmp_path: Path) -> None:
+    def git_says(git: Git, *args: str) -> str:
+        return git.run("rev-parse", *args).stdout.strip()
+
+    assert repo.head() == git_says(repo, "HEAD")  # on a branch: through rev-parse
+    first = repo.head()
+    edit(repo.path, "python/pkg/core.py", "value * 2", "value * 3")
+    commit_all(repo, "three")
+    repo.checkout_detached(first)
+    assert repo.head() == first == git_says(repo, "HEAD")  # detached: HEAD's file
+    linked = repo.add_worktree(tmp_path / "linked", repo.rev("main") or "")
+    assert linked.head() == git_says(linked, "HEAD") != first
+    assert linked.git_dir == Path(git_says(linked, "--absolute-git-dir"))
+    assert linked.common_dir == repo.git_dir == (repo.path / ".git").resolve()
+    with pytest.raises(Exception, match="is not a git repository"):
+        Git(tmp_path / "linked" / "python")

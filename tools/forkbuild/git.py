@@ -289,6 +289,14 @@ class Git:
         return self.out("status", "--porcelain", "--untracked-files=normal")
 
     def head(self) -> str:
+        """The commit HEAD is at. A detached HEAD (every tree forkbuild makes) is read from its
+        file, as git reads it: no process; a branch goes through `git rev-parse`."""
+        try:
+            text = (self.git_dir / "HEAD").read_text().strip()
+        except OSError:
+            text = ""
+        if len(text) == 40 and all(char in "0123456789abcdef" for char in text):
+            return text
         return self.out("rev-parse", "HEAD")
 
     def checkout_detached(self, commit: str) -> None:

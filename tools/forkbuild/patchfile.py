@@ -4,7 +4,8 @@ and the path-safety rules every patch must pass before git sees it."""
 from __future__ import annotations
 
 import email
-import email.policy
+import email.header
+import email.message
 import functools
 import json
 import re
@@ -63,7 +64,8 @@ def split_mail(text: str) -> tuple[email.message.Message, str]:
     while end < len(lines) and (MAIL_HEADER.match(lines[end]) or (end and lines[end][:1] in (" ", "\t"))):
         end += 1
     payload_start = end + 1 if end < len(lines) and lines[end] == "" else end
-    message = email.message_from_string("\n".join(lines[:end]) + "\n\n", policy=email.policy.compat32)
+    # The default policy, compat32 (email.policy would load every header class: ~5 ms a start).
+    message = email.message_from_string("\n".join(lines[:end]) + "\n\n")
     return message, "\n".join(lines[payload_start:])
 
 
