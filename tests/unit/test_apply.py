@@ -106,7 +106,7 @@ def test_commits_not_in_the_series_are_never_clobbered(series_fx, tmp_path):
 def test_a_clean_forkbuild_tree_is_refreshed_in_place(series_fx, tmp_path):
     apply_variant(context=series_fx.context(), variant="full", dest=tmp_path / "w")
     result = apply_variant(context=series_fx.context(), variant="lite", dest=tmp_path / "w")
-    assert read_state(tmp_path / "w")["head"] == result.head_commit
+    assert read_state(tmp_path / "w").head == result.head_commit
     assert "DSV41_ALPHA" not in (tmp_path / "w" / "python/pkg/environ.py").read_text()
 
 
@@ -179,7 +179,7 @@ def test_dir_naming_an_existing_file_is_refused_and_the_file_kept(series_fx, tmp
 
 @pytest.mark.parametrize("text", ["{not json", '{"variant": "", "base": "abc", "patches": []}', '["a list"]'])
 def test_a_corrupt_state_file_is_a_dirty_tree_error_with_a_hint(series_fx, tmp_path, text):
-    from forkbuild.apply import STATE_FILE
+    from forkbuild.worktree.state import STATE_FILE
 
     apply_variant(context=series_fx.context(), variant="full", dest=tmp_path / "w")
     (Git(tmp_path / "w").git_dir / STATE_FILE).write_text(text)

@@ -63,8 +63,9 @@ def test_every_write_uses_its_own_temporary_in_the_same_directory(tmp_path: Path
 def test_apply_writes_its_work_tree_state_atomically(series_fx, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The state file had a fixed "<name>.tmp" (two writers clobbered each other, and
     # a failed rename left it behind); now it goes through write_atomic.
-    from forkbuild.apply import STATE_FILE, apply_variant
+    from forkbuild.apply import apply_variant
     from forkbuild.git import Git
+    from forkbuild.worktree.state import STATE_FILE
 
     written = []
     real = fsutil.write_atomic
@@ -73,7 +74,7 @@ def test_apply_writes_its_work_tree_state_atomically(series_fx, tmp_path: Path, 
         written.append(Path(path).name)
         real(path, data)
 
-    monkeypatch.setattr("forkbuild.apply.write_atomic", spy)
+    monkeypatch.setattr("forkbuild.worktree.state.write_atomic", spy)
     apply_variant(context=series_fx.context(), variant="full", dest=tmp_path / "w")
     assert written == [STATE_FILE]
     git_dir = Git(tmp_path / "w").git_dir

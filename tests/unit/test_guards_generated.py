@@ -135,8 +135,8 @@ def test_the_generated_module_declares_exactly_the_build_features_guards(tmp_pat
     assert path == "python/pkg/fork_guards.py"
     assert tree.changed_files(f"{result.head_commit}^", result.head_commit) == [("A", path)]
     assert f"{GENERATED_TRAILER}: guards" in tree.commit_message(result.head_commit)
-    assert read_state(tmp_path / "w")["head"] == result.head_commit
-    assert read_state(tmp_path / "w")["patches"] == ["guards.patch", "alpha.patch", "gamma.patch"]
+    assert read_state(tmp_path / "w").head == result.head_commit
+    assert read_state(tmp_path / "w").patches == ("guards.patch", "alpha.patch", "gamma.patch")
     # The hook registers it: the patched package reads the guards series.toml declares, and only those.
     sys.path.insert(0, str(tmp_path / "w" / "python"))
     try:

@@ -211,7 +211,7 @@ def test_build_wheel_without_keeps_the_variants_other_defaults(wheel_fx, tmp_pat
 def test_apply_with_features_applies_the_combinations_patches(series_fx, tmp_path):
     assert series_fx.cli("apply", "--features", "alpha", "--dir", str(tmp_path / "w")) == 0
     state = read_state(tmp_path / "w")
-    assert state["patches"] == ["guards.patch", "alpha-scale.patch"]
+    assert state is not None and state.patches == ("guards.patch", "alpha-scale.patch")
     assert series_fx.cli("apply", "--all", "--features", "alpha", "--dir", str(tmp_path / "x")) == 2
 
 

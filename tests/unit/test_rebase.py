@@ -267,3 +267,17 @@ def test_abort_saves_series_edits_made_while_stopped(git_series_fx: SeriesFixtur
     [saved] = (fx.root / ".forkbuild-work").glob("rebase-edits-*")
     assert (saved / "patches" / "alpha-scale.patch").read_text().endswith("fixed by hand\n")
     assert [path.name for path in saved.rglob("*") if path.is_file()] == ["alpha-scale.patch"]
+
+
+def test_a_rebase_that_cannot_start_puts_back_the_tags_its_imports_made(git_series_fx: SeriesFixture, capfd) -> None:
+    # The series does not apply on its own pin: the prepare fails after both imports made
+    # their tags. The abort reads what to undo from the journal: those tags go again.
+    fx = git_series_fx
+    alpha = fx.patches_dir / "alpha-scale.patch"
+    alpha.write_text(alpha.read_text().replace("     return value * 2", "     return value * 5"))
+    before = fingerprint(fx)  # no cache yet: the rebase's imports make it
+    assert fx.cli(*rebase_args(release(fx, LADDER_CHANGES))) == 1
+    err = capfd.readouterr().err
+    assert "the rebase could not start" in err and "does not apply on its own pin 1.0" in err
+    assert fingerprint(fx) == before and "left as it is" not in err
+    assert not (fx.root / ".forkbuild-work" / "rebase-journal").exists()

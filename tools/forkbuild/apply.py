@@ -11,7 +11,6 @@ with the left-out patches it probably needs and go on, to report every failure.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -23,18 +22,15 @@ from forkbuild.config import PatchEntry, Series
 from forkbuild.context import Context
 from forkbuild.emptydirs import recreate_empty_dirs
 from forkbuild.errors import ApplyError, DirtyTreeError
-from forkbuild.fsutil import write_atomic
 from forkbuild.git import Git
 from forkbuild.guards_module import add_generated_commit
 from forkbuild.matrix.combination import Combination, as_combination
 from forkbuild.patchfile import PatchInfo, check_patches, read_patch, symlinks_of
 from forkbuild.worktree.engine import Engine, Outcome, PatchJob, PatchResult
+from forkbuild.worktree.state import WorktreeState, read_state, state_path, write_state
 from forkbuild.worktree.stop import StopState, clear_stop, read_stop, write_stop
 from forkbuild.worktrees import TreeGuard, recover_killed_change, temporary_worktree, tree_guard
 
-STATE_FILE = "forkbuild-worktree.json"
-# What the state file must hold: what apply builds a tree from and what export checks.
-STATE_KEYS = {"variant": str, "base": str, "head": str, "patches": list}
 FULL_SERIES_REF = "refs/forkbuild/series"
 
 
@@ -125,14 +121,14 @@ def apply_plan(*, context: Context, plan: ApplyPlan, dest: Path, stop: bool = Fa
         worktree = prepare_worktree(cache_git, dest=dest, base=base, guard=guard, checkout=False)
         chaos_point("apply:prepared")
         jobs = tuple(PatchJob(name=entry.file, path=entry.path, source=sources.get(entry.file, "")) for entry in plan.entries)
-        run = StopState(variant=plan.variant, base=base, started_from=previous["head"] if previous else base,
+        run = StopState(variant=plan.variant, base=base, started_from=previous.head if previous else base,
                         previous_state=previous, jobs=jobs, cursor=0, results=(),
                         # Recorded in the tree's state: export refuses a tree made from other patches than patches/ holds now.
                         hashes=series_hashes(series))
         label = plan.variant or "the whole series"
         with context.reporter.step(f"Applying {len(plan.entries)} patches of {label} into {dest}"):
             # What the tree shows: the HEAD prepare_worktree checked, or nothing (a new tree).
-            engine = Engine(worktree, head=base, shown=previous["head"] if previous else base, checked_out=bool(previous))
+            engine = Engine(worktree, head=base, shown=previous.head if previous else base, checked_out=bool(previous))
             results = _run(engine, run, stop=stop, context=context, features=plan.features)
         return _result(context, plan, dest=dest, base=base, head=engine.head, results=results, report=report_offsets)
 
@@ -159,9 +155,9 @@ def _resume(*, context: Context, dest: Path, action: str) -> ApplyResult | None:
         engine.skip(state.stopped)
         worktree.reset_hard(state.started_from)
         if state.previous_state is None:
-            _state_path(worktree).unlink(missing_ok=True)
+            state_path(worktree).unlink(missing_ok=True)
         else:
-            _write_state(worktree, state.previous_state)
+            write_state(worktree, state.previous_state)
         clear_stop(worktree)
         context.reporter.info(f"apply aborted: {dest} is back at {state.started_from[:12]}")
         return None
@@ -203,12 +199,12 @@ def _save_stop(engine: Engine, state: StopState) -> None:
 def _record_applied(worktree: Git, state: StopState, results: list[PatchResult], *, head: str) -> None:
     """The tree's state: what export compares the tree with (which patch has which commit,
     which did not apply), and the patch files it was made from."""
-    _write_state(worktree, {"variant": state.variant, "base": state.base, "head": head,
-                            "patches": [result.name for result in results if result.outcome.applied],
-                            "commits": {result.name: result.commit for result in results if result.outcome.applied},
-                            "missing": {result.name: result.outcome.value for result in results
-                                        if not result.outcome.applied},
-                            "sha256": state.hashes})
+    applied = [result for result in results if result.outcome.applied]
+    write_state(worktree, WorktreeState(
+        variant=state.variant, base=state.base, head=head, patches=tuple(result.name for result in applied),
+        commits={result.name: result.commit for result in applied},
+        missing={result.name: result.outcome for result in results if not result.outcome.applied},
+        sha256=state.hashes))
 
 
 def _stopped(worktree: Git, job: PatchJob, result: PatchResult) -> ApplyError:
@@ -273,37 +269,6 @@ def describe_failures(result: ApplyResult) -> str:
 
 # -- the work tree ------------------------------------------------------------
 
-def _state_path(worktree: Git) -> Path:
-    return worktree.git_dir / STATE_FILE
-
-
-def read_state(dest: Path) -> dict | None:
-    """The state apply recorded for the work tree `dest`; None if forkbuild did not make it."""
-    path = _state_path(Git(dest))
-    if not path.is_file():
-        return None
-    try:
-        state = json.loads(path.read_text())
-    except (OSError, ValueError) as error:
-        raise _corrupt_state(dest, path, str(error)) from error
-    if not isinstance(state, dict):
-        raise _corrupt_state(dest, path, "not a JSON object")
-    wrong = [key for key, kind in STATE_KEYS.items() if not isinstance(state.get(key), kind)]
-    if not isinstance(state.get("sha256", {}), dict):  # absent in trees made before it was recorded
-        wrong.append("sha256")
-    if wrong:
-        raise _corrupt_state(dest, path, f"missing or mistyped: {', '.join(wrong)}")
-    return state
-
-
-def _corrupt_state(dest: Path, path: Path, reason: str) -> DirtyTreeError:
-    # Without the state forkbuild cannot tell the series' commits from the user's:
-    # refuse to touch the tree rather than guess.
-    return DirtyTreeError(f"{dest}: its forkbuild state {path} is unreadable ({reason})",
-                          hint=f"save any commits of yours first (git -C {dest} log), then remove {dest} "
-                               "and apply again")
-
-
 def series_hashes(series: Series) -> dict[str, str]:
     """sha256 of each patch file of the series, by file name."""
     return file_hashes(series.patches_dir, [entry.file for entry in series.patches])
@@ -313,11 +278,11 @@ def file_hashes(directory: Path, names: Iterable[str]) -> dict[str, str]:
     return {name: hashlib.sha256((directory / name).read_bytes()).hexdigest() for name in names}
 
 
-def record_exported(worktree: Git, *, head: str, patches: list[str], hashes: Mapping[str, str]) -> None:
-    """After `export`: the tree's commits are the series now (`hashes`: its patch files as
-    written), so apply may refresh the tree again and export may write from it."""
-    state = read_state(worktree.path) or {}
-    _write_state(worktree, {**state, "head": head, "patches": patches, "sha256": dict(hashes)})
+def record_exported(worktree: Git, state: WorktreeState, *, head: str, patches: list[str],
+                    hashes: Mapping[str, str]) -> None:
+    """After `export` of the tree whose state was `state`: the tree's commits are the series now
+    (`hashes`: its patch files as written), so apply may refresh the tree again and export may write from it."""
+    write_state(worktree, replace(state, head=head, patches=tuple(patches), sha256=dict(hashes)))
 
 
 def record_series_tree(worktree: Git, *, base: str, head: str, patches: list[str],
@@ -326,8 +291,8 @@ def record_series_tree(worktree: Git, *, base: str, head: str, patches: list[str
 
     `hashes` (series_hashes of the series the tree replaces) lets export check that
     patches/ did not change meanwhile; without it export warns that it cannot."""
-    state = {"variant": "", "base": base, "head": head, "patches": patches}
-    _write_state(worktree, state if hashes is None else {**state, "sha256": dict(hashes)})
+    write_state(worktree, WorktreeState(variant="", base=base, head=head, patches=tuple(patches),
+                                        sha256=None if hashes is None else dict(hashes)))
 
 
 def record_dropped(dest: Path, names: list[str]) -> dict[str, str]:
@@ -339,14 +304,10 @@ def record_dropped(dest: Path, names: list[str]) -> dict[str, str]:
         return {}
     worktree = Git(dest)
     head = worktree.head()
-    still = {name: commit for name, commit in state.get("commits", {}).items()
+    still = {name: commit for name, commit in state.commits.items()
              if name in names and worktree.is_ancestor(commit, head)}
-    _write_state(worktree, {**state, "dropped": sorted({*state.get("dropped", []), *names})})
+    write_state(worktree, replace(state, dropped=tuple(sorted({*state.dropped, *names}))))
     return still
-
-
-def _write_state(worktree: Git, state: dict) -> None:
-    write_atomic(_state_path(worktree), json.dumps(state, indent=2, sort_keys=True) + "\n")
 
 
 def refuse_unsaved_work(worktree: Git) -> None:
@@ -388,11 +349,11 @@ def prepare_worktree(cache_git: Git, *, dest: Path, base: str, guard: TreeGuard 
     worktree = Git(dest)
     refuse_unsaved_work(worktree)
     head = worktree.head()
-    if head != state["head"]:
-        extra = worktree.commits(state["head"], head)
+    if head != state.head:
+        extra = worktree.commits(state.head, head)
         raise DirtyTreeError(f"{dest} has {len(extra) or 'other'} commit(s) that are not in the series (HEAD {head[:12]})",
                              hint=f"keep them: `forkbuild export --dir {dest}`; "
-                                  f"discard them: git -C {dest} reset --hard {state['head'][:12]}")
+                                  f"discard them: git -C {dest} reset --hard {state.head[:12]}")
     # No checkout here: the engine builds the commits on `base` without the work tree and
     # checks the result out once, touching only the files that differ from what is there.
     if guard:

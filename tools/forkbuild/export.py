@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from forkbuild.apply import file_hashes, read_state, record_exported, refuse_unsaved_work, series_hashes
+from forkbuild.apply import file_hashes, record_exported, refuse_unsaved_work, series_hashes
 from forkbuild.cache import UpstreamCache
 from forkbuild.config import PatchEntry, Series, near_miss
 from forkbuild.context import Context
@@ -33,6 +33,7 @@ from forkbuild.new_feature import PATCH_NAME, PATCH_TRAILER
 from forkbuild.patchfile import PatchInfo, parse_patch, read_patch, read_text
 from forkbuild.series_edit import EntrySpec, quilt_series_text, updated_series_toml
 from forkbuild.series_writer import SeriesChange, write_series
+from forkbuild.worktree.state import WorktreeState, read_state
 from forkbuild.worktrees import TreeGuard, tree_guard
 
 DEFAULT_TREE = Path(".forkbuild-work") / "series"
@@ -94,9 +95,9 @@ def export_series(*, context: Context, tree: Path, check: bool = False, refresh:
     series = context.series
     with tree_guard(tree, "export") as guard:  # never at the same time as an apply of this tree
         _refuse_killed_change(guard)
-        worktree, base = open_export_tree(context=context, tree=tree, drops=drops)
-        plan = plan_export(series, worktree=worktree, base=base, refresh=refresh,
-                           decisions=_decisions(series, drops=drops, keeps=keeps), state=read_state(tree) or {},
+        worktree, state = open_export_tree(context=context, tree=tree, drops=drops)
+        plan = plan_export(series, worktree=worktree, base=state.base, refresh=refresh,
+                           decisions=_decisions(series, drops=drops, keeps=keeps), state=state,
                            series_toml=series_toml)
         if check:
             changes = plan.changes()
@@ -109,7 +110,8 @@ def export_series(*, context: Context, tree: Path, check: bool = False, refresh:
         save_aside(context, plan.removed)
         write_plan(series, plan)
         files = [patch.file for patch in plan.patches]
-        record_exported(worktree, head=plan.head, patches=files, hashes=file_hashes(series.patches_dir, files))
+        record_exported(worktree, state, head=plan.head, patches=files,
+                        hashes=file_hashes(series.patches_dir, files))
     return plan
 
 
@@ -126,20 +128,20 @@ def _refuse_killed_change(guard: TreeGuard) -> None:
 
 # -- the work tree -------------------------------------------------------------
 
-def open_export_tree(*, context: Context, tree: Path, drops: tuple[str, ...] = ()) -> tuple[Git, str]:
-    """The full-series work tree at `tree` and its upstream base, refusing any state export could lose."""
+def open_export_tree(*, context: Context, tree: Path, drops: tuple[str, ...] = ()) -> tuple[Git, WorktreeState]:
+    """The full-series work tree at `tree` and its state, refusing any state export could lose."""
     if not (tree / ".git").exists():
         raise ForkbuildError(f"{tree} is not a work tree", hint=f"make it with `forkbuild apply --all --dir {tree}`")
     state = read_state(tree)
     if state is None:
         raise ForkbuildError(f"{tree} was not made by `forkbuild apply`", hint="make one with `forkbuild apply --all --dir <new dir>`")
-    if state.get("variant"):
-        raise ForkbuildError(f"{tree} holds variant {state['variant']!r} only: exporting it would drop the other patches",
+    if state.variant:
+        raise ForkbuildError(f"{tree} holds variant {state.variant!r} only: exporting it would drop the other patches",
                              hint="export the whole series' tree: `forkbuild apply --all` (default .forkbuild-work/series)")
     worktree = Git(tree)
     refuse_unsaved_work(worktree)
     _refuse_stale_tree(context, state=state, worktree=worktree, dropped=set(drops))
-    base = state["base"]
+    base = state.base
     pinned = UpstreamCache(context.cache_dir, reporter=context.reporter).imported(context.series.upstream)
     if pinned and pinned != base:
         raise ForkbuildError(f"{tree} is built on {base[:12]}, but series.toml pins {context.series.upstream.tag} = {pinned[:12]}",
@@ -149,13 +151,13 @@ def open_export_tree(*, context: Context, tree: Path, drops: tuple[str, ...] = (
         raise ForkbuildError(f"{tree}: HEAD {head[:12]} is not on top of the upstream base {base[:12]}")
     if worktree.merge_commits(base, head):
         raise ForkbuildError(f"{tree}: merge commits cannot become patches", hint="linearize the history (git rebase)")
-    return worktree, base
+    return worktree, state
 
 
-def _refuse_stale_tree(context: Context, *, state: dict, worktree: Git, dropped: set[str]) -> None:
+def _refuse_stale_tree(context: Context, *, state: WorktreeState, worktree: Git, dropped: set[str]) -> None:
     """Refuse a tree made from other patch files than patches/ holds now (a pull, a
     checkout, another tree's export): its older commits would overwrite them."""
-    tree, recorded = worktree.path, state.get("sha256")
+    tree, recorded = worktree.path, state.sha256
     if recorded is None:
         context.reporter.warn(f"{tree} records no patch hashes (made by an older forkbuild): export cannot tell "
                               f"whether patches/ changed since it was applied")
@@ -165,7 +167,7 @@ def _refuse_stale_tree(context: Context, *, state: dict, worktree: Git, dropped:
     changes += [f"patches/{name} (added to series.toml)" for name in current if name not in recorded]
     # A patch `forkbuild drop` removed is gone from series.toml on purpose.
     changes += [f"patches/{name} (no longer in series.toml)" for name in recorded
-                if name not in current and name not in dropped and name not in state.get("dropped", [])]
+                if name not in current and name not in dropped and name not in state.dropped]
     if not changes:
         return
     if _already_exported(context, state=state, worktree=worktree):
@@ -174,7 +176,7 @@ def _refuse_stale_tree(context: Context, *, state: dict, worktree: Git, dropped:
         return
     message = (f"patches/ changed since {tree} was applied; exporting it would overwrite that with the tree's "
                "older commits:\n" + "\n".join(f"  - {line}" for line in changes))
-    head, applied = worktree.head(), state["head"]
+    head, applied = worktree.head(), state.head
     if head == applied:
         raise DirtyTreeError(message, hint=f"re-apply the tree (forkbuild apply --all --dir {tree}): it holds no "
                                            "commits of yours; then make your change there and export")
@@ -185,9 +187,9 @@ def _refuse_stale_tree(context: Context, *, state: dict, worktree: Git, dropped:
         f"(forkbuild export --dir NEW), then re-apply {tree}"))
 
 
-def _already_exported(context: Context, *, state: dict, worktree: Git) -> bool:
+def _already_exported(context: Context, *, state: WorktreeState, worktree: Git) -> bool:
     try:
-        plan = plan_export(context.series, worktree=worktree, base=state["base"], refresh=False)
+        plan = plan_export(context.series, worktree=worktree, base=state.base, refresh=False)
     except ForkbuildError:
         return False
     return not plan.changes()
@@ -207,7 +209,7 @@ class _Commit:
 
 
 def plan_export(series: Series, *, worktree: Git, base: str, refresh: bool,
-                decisions: dict[str, str] | None = None, state: dict | None = None,
+                decisions: dict[str, str] | None = None, state: WorktreeState | None = None,
                 series_toml: str | None = None) -> ExportPlan:
     head = worktree.head()
     commits = _patch_commits(series, [_read_commit(worktree, sha) for sha in worktree.commits(base, head)],
@@ -225,7 +227,7 @@ def plan_export(series: Series, *, worktree: Git, base: str, refresh: bool,
     exported = {entry.file for entry in matches if entry}
     missing = [entry for entry in series.patches if entry.file not in exported]
     decisions = decisions or {}
-    _refuse_implicit_drops(series, missing=missing, decisions=decisions, state=state or {},
+    _refuse_implicit_drops(series, missing=missing, decisions=decisions, state=state,
                            worktree=worktree, exported=exported)
     removed = tuple(entry.file for entry in missing if decisions.get(entry.file) == "drop")
     kept = tuple(entry.file for entry in missing if decisions.get(entry.file) == "keep")
@@ -253,13 +255,13 @@ def _decisions(series: Series, *, drops: tuple[str, ...], keeps: tuple[str, ...]
     return {**{name: "keep" for name in keeps}, **{name: "drop" for name in drops}}
 
 
-def _refuse_implicit_drops(series: Series, *, missing: list[PatchEntry], decisions: dict[str, str], state: dict,
-                           worktree: Git, exported: set[str]) -> None:
+def _refuse_implicit_drops(series: Series, *, missing: list[PatchEntry], decisions: dict[str, str],
+                           state: WorktreeState | None, worktree: Git, exported: set[str]) -> None:
     """Stop, naming every entry without a commit that the caller said nothing about."""
     tree = worktree.path
     present = [name for name, how in decisions.items() if how == "drop" and name in exported]
     if present:
-        commits = state.get("commits", {})
+        commits = state.commits if state else {}
         removals = "; ".join(f"git -C {tree} rebase --onto {commits[name][:12]}^ {commits[name][:12]}"
                              for name in present if name in commits)
         raise DirtyTreeError(f"--drop {', '.join(present)}: still a commit in {tree}, export would write it",
@@ -277,11 +279,11 @@ def _refuse_implicit_drops(series: Series, *, missing: list[PatchEntry], decisio
              f"each, to repair it); or drop them on purpose: `forkbuild export --drop {names}`")
 
 
-def _why_missing(entry: PatchEntry, *, state: dict, tree: Path) -> str:
-    outcome = state.get("missing", {}).get(entry.file)
+def _why_missing(entry: PatchEntry, *, state: WorktreeState | None, tree: Path) -> str:
+    outcome = state.missing.get(entry.file) if state else None
     if outcome:
         return (f"it did not apply when {tree.name} was made ({outcome}); patches/{entry.file} is unchanged")
-    commit = state.get("commits", {}).get(entry.file)
+    commit = state.commits.get(entry.file) if state else None
     if commit:
         return (f"its commit {commit[:12]} is gone from the tree (reset or rebased away); "
                 f"get it back: git -C {tree} cherry-pick {commit[:12]}, then export")

@@ -10,6 +10,7 @@ from forkbuild.commands import add_command
 from forkbuild.errors import ForkbuildError
 from forkbuild.rebase import report
 from forkbuild.rebase.engine import Rebase, default_tree
+from forkbuild.rebase.state import Phase, RebaseState
 from forkbuild.rebase.target import resolve
 
 OUTCOME_STYLE = {"exact": "green", "offset": "green", "3-way": "yellow", "resolved": "yellow",
@@ -43,6 +44,7 @@ def add_parser(subparsers) -> None:
 
 def run(args, context) -> int:
     rebase = Rebase(context)
+    state: RebaseState | None
     if args.resume:
         if args.dir or args.target_version:
             raise ForkbuildError(f"--{args.resume} takes no --dir/--version: the journal remembers them")
@@ -51,15 +53,15 @@ def run(args, context) -> int:
         target = resolve(context.series.upstream, onto=args.onto, version=args.target_version)
         tree = (args.dir or default_tree(context.series_dir)).resolve()
         state = rebase.start(target=target, tree=tree, accept_drops=args.accept_drops)
-    if state["phase"] == "nothing":
+    if state is None:  # the series is on the target already
         return 0
-    if state["phase"] == "aborted":
+    if state.phase is Phase.ABORTED:
         context.reporter.info("rebase aborted: series.toml, patches/ and the cache refs it made are as before")
         return 0
-    table = Table("patch", "outcome", "detail", title=f"rebase {state['old']['version']} -> {state['target']['version']}")
-    for patch in state["patches"]:
-        label = report.label(patch["outcome"])
-        table.add_row(patch["file"], f"[{OUTCOME_STYLE[patch['outcome']]}]{label}[/]", patch["detail"])
+    table = Table("patch", "outcome", "detail", title=f"rebase {state.old.version} -> {state.target.version}")
+    for patch in state.patches:
+        style = OUTCOME_STYLE.get(patch.outcome or "", "red")
+        table.add_row(patch.file, f"[{style}]{report.label(patch.outcome)}[/]", patch.detail)
     context.reporter.console.print(table)
-    context.reporter.info(f"report: {state['report']}")
+    context.reporter.info(f"report: {state.report}")
     return 0

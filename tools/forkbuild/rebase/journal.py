@@ -2,8 +2,8 @@
 process loses nothing.
 
 Layout (`<series>/.forkbuild-work/rebase-journal/`):
-- `state.json`: the rebase's state; replaced atomically (temp file, fsync,
-  rename, fsync of the directory) on every step.
+- `state.json`: the rebase's state (rebase/state.py: its types and JSON form);
+  replaced atomically (temp file, fsync, rename, fsync of the directory) on every step.
 - `backup/series.toml`, `backup/patches/...`: the series exactly as it was
   before the rebase changed anything; `backup/hashes.json`: sha256 of each
   backed-up file. (The cache refs the rebase creates are recorded in the state
@@ -28,27 +28,28 @@ import os
 import shutil
 import signal
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from forkbuild import statefile
 from forkbuild.chaos import chaos_point
 from forkbuild.errors import ForkbuildError
 from forkbuild.fsutil import fsync_directory, write_atomic
+from forkbuild.rebase.state import RebaseState, Step, step_name
 
 JOURNAL_DIR = "rebase-journal"
 STATE_FILE = "state.json"
 # Tests kill the process right after the journal records this step (SIGKILL: no
 # cleanup handlers run), to prove that --continue and --abort recover from it.
 KILL_AT_ENV = "FORKBUILD_REBASE_KILL_AT"
-# 2: cache refs recorded in the state as the rebase makes them (1 snapshotted all of them).
-SCHEMA = 2
 
 
-def checkpoint(step: str) -> None:
-    """Die here, without cleanup, when the test hook asks for this step."""
-    if os.environ.get(KILL_AT_ENV) == step:
+def checkpoint(step: Step, *, at: str = "") -> None:
+    """Die here, without cleanup, when the test hook asks for this step (named as rebase/state.step_name does)."""
+    name = step_name(step, at)
+    if os.environ.get(KILL_AT_ENV) == name:
         os.kill(os.getpid(), signal.SIGKILL)
-    chaos_point(f"rebase:{step}")
+    chaos_point(f"rebase:{name}")
 
 
 def _sha256(path: Path) -> str:
@@ -79,27 +80,31 @@ class Journal:
         return (self.path / STATE_FILE).is_file()
 
     # -- state ----------------------------------------------------------------
-    def load(self) -> dict:
+    def load(self) -> RebaseState:
+        path = self.path / STATE_FILE
         try:
-            state = json.loads((self.path / STATE_FILE).read_text())
+            return RebaseState.from_dict(statefile.load(path).data)
         except FileNotFoundError:
             raise ForkbuildError("no rebase is in progress",
                                  hint="start one with `forkbuild rebase --onto VERSION|COMMIT`") from None
-        except ValueError as error:
-            raise ForkbuildError(f"{self.path / STATE_FILE} is not valid JSON: {error}") from error
-        if state.get("schema") != SCHEMA:
-            raise ForkbuildError(f"{self.path / STATE_FILE}: unknown journal schema {state.get('schema')!r}",
-                                 hint="finish or abort it with the forkbuild version that started it")
+        except statefile.UnknownSchema as error:
+            raise ForkbuildError(f"{path}: unknown journal schema {error.schema!r}",
+                                 hint="finish or abort it with the forkbuild version that started it") from error
+        except (OSError, ValueError) as error:
+            raise ForkbuildError(f"{path}: the rebase journal's state is unreadable ({error})",
+                                 hint=f"without it the rebase cannot go on or abort: series.toml and patches/ as they "
+                                      f"were before it are in {self.backup}; put them back by hand, then remove "
+                                      f"{self.path} (and the work tree it made)") from error
+
+    def save(self, state: RebaseState, step: Step, *, at: str = "") -> RebaseState:
+        """Record `state` at `step` durably, then honour the kill hook for it; returns the state recorded."""
+        state = replace(state, step=step, step_at=at)
+        write_atomic(self.path / STATE_FILE, statefile.dump(state.as_dict()))
+        checkpoint(step, at=at)
         return state
 
-    def save(self, state: dict, *, step: str) -> None:
-        """Record `state` durably, then honour the kill hook for `step`."""
-        state["step"] = step
-        write_atomic(self.path / STATE_FILE, json.dumps(state, indent=2, sort_keys=True) + "\n")
-        checkpoint(step)
-
     # -- creation: the backup first, then the journal appears at once -----------
-    def create(self, state: dict) -> None:
+    def create(self, state: RebaseState) -> None:
         parent = self.path.parent
         parent.mkdir(parents=True, exist_ok=True)
         for stale in parent.glob(f".{JOURNAL_DIR}.*"):
@@ -114,15 +119,15 @@ class Journal:
             shutil.copy2(self.series_dir / relative, target)
             hashes[relative] = _sha256(target)
         (backup / "hashes.json").write_text(json.dumps(hashes, indent=2, sort_keys=True) + "\n")
-        state = {**state, "schema": SCHEMA, "step": "begun", "written": hashes, "writing": False}
-        (scratch / STATE_FILE).write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
+        state = replace(state, step=Step.BEGUN, step_at="", written=hashes, writing=False)
+        (scratch / STATE_FILE).write_text(statefile.dump(state.as_dict()))
         for path in [*backup.rglob("*"), scratch / STATE_FILE]:
             if path.is_file():
                 with path.open("rb") as handle:
                     os.fsync(handle.fileno())
         os.rename(scratch, self.path)
         fsync_directory(parent)
-        checkpoint("begun")
+        checkpoint(Step.BEGUN)
 
     # -- going back -------------------------------------------------------------
     def backed_up_hashes(self) -> dict[str, str]:
@@ -133,13 +138,13 @@ class Journal:
         return {relative: _sha256(self.series_dir / relative)
                 for relative in SeriesFiles(self.series_dir).relative_paths()}
 
-    def foreign_edits(self, state: dict) -> dict[str, str]:
+    def foreign_edits(self, state: RebaseState) -> dict[str, str]:
         """Series files as neither the backup nor forkbuild's last write has them:
         path -> "changed" | "new" | "deleted"."""
-        if state["writing"]:
+        if state.writing:
             # Killed while the finalize rewrote them: the differences are forkbuild's own half-done writes.
             return {}
-        backup, written, current = self.backed_up_hashes(), state["written"], self.series_hashes()
+        backup, written, current = self.backed_up_hashes(), state.written, self.series_hashes()
         found = {}
         for relative in sorted(set(backup) | set(written) | set(current)):
             now = current.get(relative)

@@ -3,27 +3,32 @@ each change, so that --abort undoes exactly those. The cache is shared: other
 forkbuild runs add tags and refs while a rebase waits at a conflict, and an
 abort must leave them alone.
 
-state["refs"] maps a ref to {"before": object id or None (absent), "after":
-the object id the rebase set, or None while an import has not said yet}.
+The state's `refs` maps a ref to its RefMove: `before` (object id, or None:
+absent) and `after` (the object id the rebase set, or None while an import has
+not said yet).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from forkbuild.git import Git
+from forkbuild.rebase.state import RefMove
 
 
-def series_ref(state: dict, name: str) -> str:
+def series_ref(rebase_id: str, name: str) -> str:
     """A ref of this rebase alone: two checkouts may rebase against one cache at once."""
-    return f"refs/forkbuild/rebase/{state['id']}/{name}"
+    return f"refs/forkbuild/rebase/{rebase_id}/{name}"
 
 
-def record(state: dict, ref: str, *, before: str | None, after: str | None) -> None:
-    """Note that the rebase moves `ref` to `after`; the first `before` recorded is the one restored."""
-    entry = state["refs"].setdefault(ref, {"before": before, "after": None})
-    entry["after"] = after
+def record(recorded: Mapping[str, RefMove], ref: str, *, before: str | None,
+           after: str | None) -> dict[str, RefMove]:
+    """`recorded` plus: the rebase moves `ref` to `after`. The first `before` recorded is the one restored."""
+    first = recorded[ref].before if ref in recorded else before
+    return {**recorded, ref: RefMove(before=first, after=after)}
 
 
-def restore(repo: Git, recorded: dict[str, dict]) -> list[str]:
+def restore(repo: Git, recorded: Mapping[str, RefMove]) -> list[str]:
     """Put each recorded ref back to its `before` (call with the cache lock held).
 
     A ref that is no longer where the rebase put it was changed by someone else
@@ -31,14 +36,14 @@ def restore(repo: Git, recorded: dict[str, dict]) -> list[str]:
     is. Returns those refs."""
     current = repo.refs()
     left = []
-    for ref, entry in sorted(recorded.items()):
+    for ref, move in sorted(recorded.items()):
         now = current.get(ref)
-        if now == entry["before"]:
+        if now == move.before:
             continue
-        if entry["after"] is None or now != entry["after"]:
+        if move.after is None or now != move.after:
             left.append(ref)
-        elif entry["before"] is None:
+        elif move.before is None:
             repo.delete_ref(ref)
         else:
-            repo.update_ref(ref, entry["before"])
+            repo.update_ref(ref, move.before)
     return left

@@ -4,19 +4,23 @@ written as markdown and JSON under build/rebase/<old>-to-<new>.{md,json}."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 from pathlib import Path
 
 from forkbuild.fsutil import write_atomic
 from forkbuild.git import Git
+from forkbuild.rebase.state import RebaseState
 from forkbuild.worktree.engine import Outcome
 
 
-def label(outcome: str) -> str:
+def label(outcome: str | None) -> str:
     """How the report names an outcome (the engine's words: forkbuild.worktree.engine.Outcome)."""
+    if outcome is None:
+        return "not replayed"
     return "resolved by hand" if outcome == Outcome.RESOLVED.value else \
-        "emptied by resolution" if outcome == Outcome.EMPTIED.value else outcome
+        "emptied by resolution" if outcome == Outcome.EMPTIED.value else str(outcome)
 
 
 PROPOSAL_NOTES = {"drop": " (proposed drop)", "dropped": " (dropped from the series)"}
@@ -40,18 +44,19 @@ def paths(build_dir: Path, *, old: str, new: str) -> tuple[Path, Path]:
     return directory / f"{old}-to-{new}.md", directory / f"{old}-to-{new}.json"
 
 
-def document(state: dict, *, patches: list[dict], check: dict | None, final: bool) -> dict:
+def document(state: RebaseState, *, patches: list[dict], check: dict | None, final: bool) -> dict:
     counts = Counter(patch["outcome"] for patch in patches)
+    target = dataclasses.asdict(state.target)
     return {
         "schema": 1,
         "final": final,
-        "from": {"version": state["old"]["version"], "base": state["old_base"]},
-        "to": {"version": state["target"]["version"], "base": state["new_base"], "source": state["target"]["source"],
-               "wheels": state["target"]["wheels"], "git": state["target"]["git"]},
+        "from": {"version": state.old.version, "base": state.old_base},
+        "to": {"version": state.target.version, "base": state.new_base, "source": state.target.source,
+               "wheels": target["wheels"], "git": target["git"]},
         "summary": {outcome.value: counts.get(outcome.value, 0) for outcome in Outcome},
         "auto_applied": sum(counts.get(outcome.value, 0) for outcome in Outcome if outcome.automatic),
         "check": check,
-        "timings": state.get("timings", {}),
+        "timings": dict(state.timings),
         "patches": patches,
     }
 

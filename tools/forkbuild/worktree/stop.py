@@ -4,16 +4,19 @@ step so that --continue, --skip and --abort (in another process) pick it up."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from forkbuild import statefile
 from forkbuild.errors import DirtyTreeError
 from forkbuild.fsutil import write_atomic
 from forkbuild.git import Git
 from forkbuild.worktree.engine import PatchJob, PatchResult
+from forkbuild.worktree.state import WorktreeState
 
 STOP_FILE = "forkbuild-stop.json"
+# 1 throughout: previous_state is the tree's state in its own JSON form (worktree/state.py),
+# which reads the older form without a "schema" key as well.
 SCHEMA = 1
 
 
@@ -22,7 +25,7 @@ class StopState:
     variant: str
     base: str
     started_from: str  # the tree's HEAD before this apply: --abort goes back there
-    previous_state: dict | None  # the tree's forkbuild state before this apply (None: a new tree)
+    previous_state: WorktreeState | None  # the tree's forkbuild state before this apply (None: a new tree)
     jobs: tuple[PatchJob, ...]
     cursor: int  # jobs[cursor] is the patch the run stopped at
     results: tuple[PatchResult, ...]  # of jobs[:cursor]
@@ -33,17 +36,26 @@ class StopState:
         return self.jobs[self.cursor]
 
     def as_dict(self) -> dict:
+        previous = self.previous_state.as_dict() if self.previous_state else None
         return {"schema": SCHEMA, "variant": self.variant, "base": self.base, "started_from": self.started_from,
-                "previous_state": self.previous_state, "jobs": [job.as_dict() for job in self.jobs],
+                "previous_state": previous, "jobs": [job.as_dict() for job in self.jobs],
                 "cursor": self.cursor, "results": [result.as_dict() for result in self.results],
                 "hashes": self.hashes}
 
     @classmethod
     def from_dict(cls, data: dict) -> StopState:
         return cls(variant=data["variant"], base=data["base"], started_from=data["started_from"],
-                   previous_state=data["previous_state"], jobs=tuple(PatchJob.from_dict(j) for j in data["jobs"]),
+                   previous_state=_previous_state(data["previous_state"]),
+                   jobs=tuple(PatchJob.from_dict(j) for j in data["jobs"]),
                    cursor=data["cursor"], results=tuple(PatchResult.from_dict(r) for r in data["results"]),
                    hashes=data["hashes"])
+
+
+def _previous_state(data: object) -> WorktreeState | None:
+    try:
+        return None if data is None else WorktreeState.from_dict(data)
+    except ValueError as error:
+        raise ValueError(f"previous_state: {error}") from error
 
 
 def stop_path(worktree: Git) -> Path:
@@ -55,10 +67,9 @@ def read_stop(worktree: Git) -> StopState | None:
     if not path.is_file():
         return None
     try:
-        data = json.loads(path.read_text())
-        if data.get("schema") != SCHEMA:
-            raise ValueError(f"unknown schema {data.get('schema')!r}")
-        return StopState.from_dict(data)
+        fields = statefile.load(path)
+        fields.schema((SCHEMA,))
+        return StopState.from_dict(fields.data)
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise DirtyTreeError(f"{worktree.path}: its stopped-apply state {path} is unreadable ({error})",
                              hint=f"save your work in {worktree.path} (git -C {worktree.path} status), "
@@ -66,7 +77,7 @@ def read_stop(worktree: Git) -> StopState | None:
 
 
 def write_stop(worktree: Git, state: StopState) -> None:
-    write_atomic(stop_path(worktree), json.dumps(state.as_dict(), indent=2, sort_keys=True) + "\n")
+    write_atomic(stop_path(worktree), statefile.dump(state.as_dict()))
 
 
 def clear_stop(worktree: Git) -> None:

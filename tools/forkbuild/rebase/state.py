@@ -1,0 +1,238 @@
+"""A rebase's state as its journal records it (rebase/journal.py): frozen dataclasses,
+the phases and the steps as enums, and their JSON form (`state.json`).
+
+Every change makes a new state (`dataclasses.replace`) that the engine journals
+with the step it reached; nothing edits a state in place. The JSON form is the
+journal's schema 2, key for key as the forkbuild before these types wrote it:
+a rebase stopped by that version goes on with this one, and one stopped by this
+version can still be finished or aborted by that one. Keys the earlier schema-2
+writers did not write yet (tip, the patches' conflicts and collided, written and
+writing, the upstreams' empty_dirs, timings, report) read as their defaults.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from forkbuild.config import GitPin, Upstream, WheelPin
+from forkbuild.rebase.upstreamed import HunkEvidence
+from forkbuild.statefile import Fields
+from forkbuild.worktree.engine import Outcome
+
+# 2: cache refs recorded in the state as the rebase makes them (1 snapshotted all of them).
+SCHEMA = 2
+
+# What the report's timings measure (seconds, summed over the runs of a rebase).
+Timed = Literal["prepare", "import", "replay", "export", "check"]
+
+
+class Phase(StrEnum):
+    """Where the rebase is; the engine's docstring says what --continue does in each."""
+
+    PREPARE = "prepare"  # backup taken; nothing else is certain
+    REPLAY = "replay"  # patches[:cursor] are done, the work tree's HEAD is their top
+    APPLYING = "applying"  # patch `cursor` is being applied (a kill hit it mid-way)
+    CONFLICT = "conflict"  # stopped at patch `cursor`: conflict markers in the work tree
+    REPLAYED = "replayed"  # every patch replayed; the drops are not looked at yet
+    REVIEW = "review"  # stopped: drop proposals await a yes
+    FINALIZE = "finalize"  # writing the new series
+    CHECKED = "checked"  # written; `forkbuild check` not passed yet
+    CHECK_FAILED = "check-failed"  # written; `forkbuild check` failed (stopped)
+    # Not journaled: the journal is gone. What start/resume return.
+    DONE = "done"
+    ABORTED = "aborted"
+
+
+class Step(StrEnum):
+    """Every step the journal records (`Journal.save`) or the kill hook stops at (`checkpoint`).
+
+    The kill hook's name of a step is its value, with the step's subject after a colon for
+    the steps that have one (`SUBJECT_STEPS`): "applying:alpha.patch", "importing:2.0"."""
+
+    BEGUN = "begun"  # the journal appeared: the backup is complete
+    IMPORTING = "importing"  # :VERSION, before an import that creates a cache tag
+    IMPORTED = "imported"
+    REF = "ref"  # :NAME, before the rebase moves a cache ref of its own
+    WORKTREE = "worktree"  # the rebase work tree was made (kill hook only)
+    PREPARED = "prepared"
+    APPLYING = "applying"  # :FILE, before a patch is applied
+    CONFLICT = "conflict"
+    APPLIED = "applied"  # :FILE
+    SETTLED = "settled"  # :FILE, a person's resolution committed
+    SKIPPED = "skipped"  # :FILE, --skip
+    REPLAYED = "replayed"
+    REVIEW = "review"
+    FINALIZE = "finalize"
+    FINALIZE_WRITING = "finalize:writing"
+    FINALIZE_RESTORED = "finalize:restored"  # the backup restored before the rewrite (kill hook only)
+    FINALIZE_EXPORTED = "finalize:exported"  # the new series written (kill hook only)
+    EXPORTED = "exported"
+    CHECK_FAILED = "check-failed"
+    CHECK_PASSED = "check-passed"
+    FINISH_CLEANED = "finish:cleaned"  # work tree and own refs removed, journal not yet (kill hook only)
+    ABORT_TREE = "abort:tree"  # (kill hook only, as are the two below)
+    ABORT_SERIES = "abort:series"
+    ABORT_REFS = "abort:refs"
+
+
+SUBJECT_STEPS = frozenset({Step.IMPORTING, Step.REF, Step.APPLYING, Step.APPLIED, Step.SETTLED, Step.SKIPPED})
+_STEP_NAMES = frozenset(step.value for step in Step)
+
+
+def step_name(step: Step, at: str = "") -> str:
+    """The name the journal and the kill hook give `step` (with its subject `at`)."""
+    if (step in SUBJECT_STEPS) != bool(at):
+        raise ValueError(f"step {step.value!r} {'needs' if step in SUBJECT_STEPS else 'takes no'} subject")
+    return f"{step.value}:{at}" if at else step.value
+
+
+def parse_step(name: str) -> tuple[Step, str]:
+    """`step_name` backwards: ValueError for a name no step has."""
+    if name in _STEP_NAMES:
+        return Step(name), ""
+    kind, _, at = name.partition(":")
+    if kind not in _STEP_NAMES or Step(kind) not in SUBJECT_STEPS or not at:
+        raise ValueError(f"step: unknown step {name!r}")
+    return Step(kind), at
+
+
+@dataclass(frozen=True, kw_only=True)
+class RefMove:
+    """A cache ref the rebase created or moved (rebase/refs.py)."""
+
+    before: str | None  # its object id before the rebase touched it; None: it did not exist
+    after: str | None  # the object id the rebase set; None while an import has not said yet
+
+
+@dataclass(frozen=True, kw_only=True)
+class PatchState:
+    """One patch of the series, as far as the rebase got with it."""
+
+    file: str
+    feature: str
+    old_commit: str = ""  # its commit in the old series (the 3-way rung merges it)
+    outcome: Outcome | None = None  # None: not replayed yet
+    commit: str = ""  # its commit on the new upstream; "" when it has none (skipped, dropped)
+    detail: str = ""
+    evidence: tuple[HunkEvidence, ...] = ()  # for a drop proposal: where upstream has its hunks
+    conflicts: tuple[str, ...] = ()  # the files it conflicted in (kept once resolved: the report says why)
+    collided: str = ""  # the upstream change it collided with
+
+
+@dataclass(frozen=True, kw_only=True)
+class RebaseState:
+    id: str  # names the rebase's own cache refs: two checkouts may rebase against one cache at once
+    phase: Phase
+    step: Step  # the last step journaled
+    step_at: str = ""  # its subject (a patch file, a version, a ref's name)
+    worktree: Path  # where patches are replayed and conflicts resolved
+    accept_drops: bool
+    old: Upstream
+    target: Upstream
+    old_base: str = ""  # the cache commits of old and target, once imported
+    new_base: str = ""
+    patches: tuple[PatchState, ...]
+    cursor: int = 0  # patches[cursor] is the next (or the stopped) patch
+    head_before: str = ""  # the work tree's HEAD before patches[cursor]
+    tip: str = ""  # the work tree's HEAD after patches[:cursor]
+    refs: Mapping[str, RefMove] = field(default_factory=dict)
+    written: Mapping[str, str] = field(default_factory=dict)  # sha256 of each series file as forkbuild last wrote it
+    writing: bool = False  # the finalize is rewriting the series files
+    timings: Mapping[str, float] = field(default_factory=dict)
+    report: Path | None = None  # the final report, once written
+
+    @property
+    def step_name(self) -> str:
+        return step_name(self.step, self.step_at)
+
+    def with_patch(self, index: int, patch: PatchState) -> RebaseState:
+        return replace(self, patches=(*self.patches[:index], patch, *self.patches[index + 1:]))
+
+    def timed(self, what: Timed, seconds: float) -> RebaseState:
+        """The state with `seconds` more spent in `what` (journaled with the next step, reported)."""
+        return replace(self, timings={**self.timings, what: round(self.timings.get(what, 0.0) + seconds, 3)})
+
+    # -- the JSON form ---------------------------------------------------------------
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA, "id": self.id, "phase": self.phase.value, "step": self.step_name,
+            "worktree": str(self.worktree), "accept_drops": self.accept_drops,
+            "old": dataclasses.asdict(self.old), "target": dataclasses.asdict(self.target),
+            "old_base": self.old_base or None, "new_base": self.new_base or None,
+            "patches": [_patch_dict(patch) for patch in self.patches],
+            "cursor": self.cursor, "head_before": self.head_before or None, "tip": self.tip or None,
+            "refs": {ref: {"before": move.before, "after": move.after} for ref, move in self.refs.items()},
+            "written": dict(self.written), "writing": self.writing, "timings": dict(self.timings),
+            "report": None if self.report is None else str(self.report),
+        }
+
+    @classmethod
+    def from_dict(cls, data: object) -> RebaseState:
+        """ValueError (statefile.UnknownSchema for another schema) when `data` is no rebase state of schema 2."""
+        fields = Fields(data)
+        fields.schema((SCHEMA,))
+        step, at = parse_step(fields.text("step"))
+        report = fields.text_or_empty("report")
+        return cls(
+            id=fields.text("id"), phase=_enum(Phase, fields, "phase"), step=step, step_at=at,
+            worktree=Path(fields.text("worktree")), accept_drops=fields.flag("accept_drops"),
+            old=_upstream(fields.object("old")), target=_upstream(fields.object("target")),
+            old_base=fields.text_or_empty("old_base"), new_base=fields.text_or_empty("new_base"),
+            patches=tuple(_patch(item) for item in fields.objects("patches")),
+            cursor=fields.integer("cursor"), head_before=fields.text_or_empty("head_before"),
+            tip=fields.text_or_empty("tip"),
+            refs={ref: RefMove(before=move.text_or_empty("before") or None, after=move.text_or_empty("after") or None)
+                  for ref, move in fields.object_map("refs").items()},
+            written=fields.text_map("written", {}), writing=fields.flag("writing", False),
+            timings=fields.number_map("timings", {}), report=Path(report) if report else None)
+
+
+def _patch_dict(patch: PatchState) -> dict[str, Any]:
+    return {"file": patch.file, "feature": patch.feature, "old_commit": patch.old_commit,
+            "outcome": None if patch.outcome is None else patch.outcome.value, "commit": patch.commit,
+            "detail": patch.detail, "evidence": [item.as_dict() for item in patch.evidence],
+            "conflicts": list(patch.conflicts), "collided": patch.collided}
+
+
+def _patch(fields: Fields) -> PatchState:
+    outcome = fields.text_or_empty("outcome")
+    return PatchState(
+        file=fields.text("file"), feature=fields.text("feature"), old_commit=fields.text("old_commit", ""),
+        outcome=_enum(Outcome, fields, "outcome") if outcome else None, commit=fields.text("commit", ""),
+        detail=fields.text("detail", ""), evidence=tuple(_evidence(item) for item in fields.objects("evidence", ())),
+        conflicts=fields.texts("conflicts", ()), collided=fields.text("collided", ""))
+
+
+def _evidence(fields: Fields) -> HunkEvidence:
+    return HunkEvidence(file=fields.text("file"), hunk=fields.integer("hunk"), found=fields.flag("found"),
+                        start=fields.integer("start", 0), end=fields.integer("end", 0), how=fields.text("how", ""))
+
+
+def _upstream(fields: Fields) -> Upstream:
+    git = fields.optional_object("git")
+    return Upstream(
+        name=fields.text("name"), version=fields.text("version"), package_root=fields.text("package_root"),
+        source=fields.text("source"),
+        git=None if git is None else GitPin(url=git.text("url"), ref=git.text("ref", ""),
+                                            commit=git.text("commit", "")),
+        wheels=tuple(WheelPin(python_tag=pin.text("python_tag"), filename=pin.text("filename"),
+                              sha256=pin.text("sha256"), url=pin.text("url", ""))
+                     for pin in fields.objects("wheels", ())),
+        empty_dirs=fields.texts("empty_dirs", ()))
+
+
+E = TypeVar("E", bound=StrEnum)
+
+
+def _enum(kind: type[E], fields: Fields, key: str) -> E:
+    value = fields.text(key)
+    try:
+        return kind(value)
+    except ValueError:
+        raise ValueError(f"{fields.where + '.' if fields.where else ''}{key}: unknown {kind.__name__.lower()} "
+                         f"{value!r}") from None
