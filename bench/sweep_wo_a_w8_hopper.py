@@ -21,7 +21,10 @@ where it slows the stand-in or is not hidden.
 
 Stage C: the one-pass dequantisation's tiles (rows and columns per program).
 
-    PYTHONUNBUFFERED=1 python3 bench/sweep_wo_a_w8_hopper.py KERNEL_FILE [--budget-s 420] [--json OUT.json]
+Stage D: stage B's side stream against a layer-like stand-in of several kernels
+(norm, wq_a-like GEMM, norm, wq_b-like GEMM, SDPA, an elementwise op).
+
+    PYTHONUNBUFFERED=1 python3 bench/sweep_wo_a_w8_hopper.py KERNEL_FILE [--budget-s 420] [--json OUT.json] [--stages ABCD]
 
 KERNEL_FILE: the patched sglang's kernels/ops/gemm/dsv4_wo_a_w8.py.
 """
@@ -267,6 +270,57 @@ def main() -> int:
                     record["B"].append({"shape": shape, "tokens": tokens, "standin": standin, "alone": alone,
                                         "alone_again": t2, **{k: v for k, v in t.items() if k != "alone"}})
                     del pre, sets
+        if "D" in args.stages:
+            # Stage D: a layer-like stand-in of several kernels (norm, two GEMMs, norm, SDPA,
+            # an elementwise op), whose boundaries leave the gaps a side-stream kernel can fill.
+            print(f"\nstage D [{groups},{rows},{dim}]: layer-like stand-in; wo_a cost = graph - stand-in alone, us")
+            side = torch.cuda.Stream()
+            for tokens in (256, 1024, 4096):
+                acts = [torch.randn(tokens, groups, dim, generator=gen, device="cuda").bfloat16() for _ in range(SETS)]
+                pre = [(torch.randn(tokens, 7168, generator=gen, device="cuda").bfloat16(),
+                        torch.randn(7168, 1536, generator=gen, device="cuda").bfloat16() / 64,
+                        torch.randn(1536, 4096, generator=gen, device="cuda").bfloat16() / 32,
+                        torch.randn(1, 32, 2048, 128, generator=gen, device="cuda").bfloat16(),
+                        torch.randn(1, 32, 2048, 128, generator=gen, device="cuda").bfloat16()) for _ in range(SETS)]
+
+                def layer(p):
+                    h = torch.nn.functional.rms_norm(p[0], (7168,))
+                    q = torch.nn.functional.rms_norm(h @ p[1], (1536,)) @ p[2]
+                    q = q.view(1, -1, 32, 128).transpose(1, 2)
+                    return torch.nn.functional.scaled_dot_product_attention(q, p[3], p[4]) * 0.5
+
+                sets = [(a, *cs, w, p_) for a, cs, w, p_ in zip(acts, wsets, w16, pre, strict=True)]
+
+                def d_alone(x, c, s, w, p):
+                    return layer(p)
+
+                def d_stock(x, c, s, w, p):
+                    return layer(p), torch.einsum("tgd,grd->tgr", x, w)
+
+                def d_inline(x, c, s, w, p):
+                    return layer(p), w8.wo_a_w8_matmul(x, c, s, dequant_tokens=1)
+
+                def d_side(x, c, s, w, p):
+                    main_stream = torch.cuda.current_stream()
+                    side.wait_stream(main_stream)
+                    with torch.cuda.stream(side):
+                        copy = w8.dequantize_wo_a_w8_triton(c, s)
+                    y = layer(p)
+                    main_stream.wait_stream(side)
+                    if not torch.cuda.is_current_stream_capturing():
+                        copy.record_stream(main_stream)
+                    return y, torch.einsum("tgd,grd->tgr", x, copy.view(w.shape)), copy
+
+                t = {name: timed(fn, sets) for name, fn in (("alone", d_alone), ("stock", d_stock),
+                                                            ("inline", d_inline), ("side", d_side))}
+                t2 = timed(d_alone, sets)
+                alone = min(t["alone"], t2)
+                cost = {k: v - alone for k, v in t.items() if k != "alone"}
+                print(f"layer T={tokens:>5} stand-in {alone:7.1f} (again {t2:7.1f}) | stock {cost['stock']:6.1f} | "
+                      + " ".join(f"{k} {v:6.1f} ({v / cost['stock']:.2f})" for k, v in cost.items() if k != "stock"))
+                record["B"].append({"shape": shape, "tokens": tokens, "standin": "layer", "alone": alone,
+                                    "alone_again": t2, **{k: v for k, v in t.items() if k != "alone"}})
+                del pre, sets
         if "C" in args.stages and time.monotonic() - start < args.budget_s:
             print(f"\nstage C [{groups},{rows},{dim}]: dequantisation alone, us per call (graph of {SETS}, cold L2)")
             base = timed(lambda c, s: w8.dequantize_wo_a_w8_triton(c, s), wsets)
