@@ -9,12 +9,16 @@ shared memory as its right operand) unless W_LEFT is off:
 - loads through TMA (host-side tensor descriptors: x as [T, G*D], w as
   [G*R, D]; rows past T read as zeros), pointer or TMA store;
 - one tile per program, or a persistent grid (one program per SM looping over
-  tiles: n fastest, then group, then token tile), optionally flattened and
-  warp-specialised (tl.range(..., warp_specialize=True): a producer warp
-  issues the TMA loads, consumer warpgroups convert and multiply);
-- DEQ: 0 = code.to(f32) * scale -> bf16; 2 = code.to(bf16) * bf16(scale)
-  (exact: power-of-two scales); 1 = the weight already bf16 (no scales):
-  Triton's own bf16 GEMM in the same form, the ceiling.
+  tiles: n fastest, then group, then token tile), optionally flattened; the
+  ws flag asks for warp specialisation (tl.range(..., warp_specialize=True)),
+  which Triton 3.6 does not carry out on sm_90a for these kernels
+  (bench/compile_wo_a_w8_hopper.py): the sweep leaves it off;
+- DEQ: 0 = code.to(f32) * scale -> bf16 (the shipped kernel's conversion);
+  1 = the weight already bf16 (no scales): Triton's own bf16 GEMM in the same
+  form, the ceiling; 2 = code.to(bf16) * bf16(scale), not swept (wrong in
+  Triton 3.8's interpreter).
+F32_DOT: float32 dots for Triton's CPU interpreter, which gets bf16 dots wrong.
+Measured on the H200: bench/results/wo_a_w8_hopper_sweep3.txt.
 """
 
 from __future__ import annotations
