@@ -659,3 +659,97 @@ def test_dspark_forward_takes_the_w8_branch_and_matches_bf16(one_cpu_rank, dspar
 
     assert calls == [torch.float8_e4m3fn]
     torch.testing.assert_close(out, expected, rtol=2**-6, atol=2e-3)
+
+
+# bf16_tokens, drop -> the GEMM the forward of MQA_TOKENS (6) tokens runs: stock's own bf16
+# GEMM from DSV41_WO_A_W8_BF16_TOKENS tokens on while the bf16 weight is kept; the W8 one below
+# it, with 0 (never) and whenever DROP freed the bf16 weight.
+BF16_FROM = pytest.mark.parametrize(("bf16_tokens", "drop", "runs"), [
+    ("6", False, "bf16"), ("5", False, "bf16"), ("7", False, "w8"), ("0", False, "w8"), ("6", True, "w8"),
+])
+
+
+def _record_wo_a_gemms(monkeypatch) -> list:
+    from sglang.srt.models import deepseek_v4
+
+    taken = []
+    real_w8, real_bf16 = deepseek_v4.wo_a_w8_matmul, deepseek_v4._apply_wo_a_bf16_matmul
+    monkeypatch.setattr(deepseek_v4, "wo_a_w8_matmul", lambda *a, **k: taken.append("w8") or real_w8(*a, **k))
+    monkeypatch.setattr(deepseek_v4, "_apply_wo_a_bf16_matmul",
+                        lambda *a, **k: taken.append("bf16") or real_bf16(*a, **k))
+    return taken
+
+
+@pytest.mark.guard_on
+@BF16_FROM
+@CPU_FORWARD_ONLY
+def test_mqa_forward_runs_stocks_bf16_gemm_from_bf16_tokens_while_the_weight_is_kept(
+        one_cpu_rank, mqa_forward, monkeypatch, bf16_tokens, drop, runs):
+    from sglang.srt.models.deepseek_v4 import DeepseekV4ForCausalLM
+
+    weight = _checkpoint_like_weight(GROUPS * RANK, IN_DIM, seed=11)
+    expected = mqa_forward(_seeded(_mqa_layer(), weight))  # stock
+    monkeypatch.setenv("DSV41_WO_A_W8", "1")
+    monkeypatch.setenv("DSV41_WO_A_W8_BF16_TOKENS", bf16_tokens)
+    if drop:
+        monkeypatch.setenv("DSV41_WO_A_W8_DROP", "1")
+    layer = _seeded(_mqa_layer(), weight)
+    target = nn.Module()
+    target.wo_a_fp8, target.layer = False, layer
+    DeepseekV4ForCausalLM.post_load_weights(target, is_nextn=True)
+    taken = _record_wo_a_gemms(monkeypatch)
+
+    out = mqa_forward(layer)
+
+    assert taken == [runs]
+    if runs == "bf16":
+        assert torch.equal(out, expected)  # stock's own GEMM on the kept weight: stock's result
+    else:
+        torch.testing.assert_close(out, expected, rtol=2**-6, atol=2e-3)
+
+
+@pytest.mark.guard_on
+@FAST_KERNEL
+@BF16_FROM
+@CPU_FORWARD_ONLY
+def test_dspark_forward_runs_stocks_bf16_gemm_from_bf16_tokens_while_the_weight_is_kept(
+        one_cpu_rank, dspark_forward, monkeypatch, fast_kernel, bf16_tokens, drop, runs):
+    from sglang.srt.models import deepseek_v4_dspark
+    from sglang.srt.models.deepseek_v4_dspark import DeepseekV4ForCausalLMDSpark
+
+    monkeypatch.setenv("SGLANG_DSPARK_FAST_KERNEL", fast_kernel)
+    weight = _checkpoint_like_weight(GROUPS * RANK, IN_DIM, seed=12)
+    expected = dspark_forward(_dspark_attention(weight))  # stock
+    monkeypatch.setenv("DSV41_WO_A_W8", "1")
+    monkeypatch.setenv("DSV41_WO_A_W8_BF16_TOKENS", bf16_tokens)
+    if drop:
+        monkeypatch.setenv("DSV41_WO_A_W8_DROP", "1")
+    attn = _dspark_attention(weight)
+    draft = nn.Module()
+    draft.stages, draft.attn = nn.ModuleList(), attn
+    DeepseekV4ForCausalLMDSpark.post_load_weights(draft)
+    taken = _record_wo_a_gemms(monkeypatch)
+    if fast_kernel == "1":  # DSpark's fast path has its own name for stock's bf16 GEMM
+        real = deepseek_v4_dspark._apply_wo_a_bf16_matmul
+        monkeypatch.setattr(deepseek_v4_dspark, "_apply_wo_a_bf16_matmul",
+                            lambda *a, **k: taken.append("bf16") or real(*a, **k))
+
+    out = dspark_forward(attn)
+
+    assert [gemm for gemm in taken if gemm == "w8"] == ([] if runs == "bf16" else ["w8"])
+    if fast_kernel == "1":
+        assert taken == [runs]
+    if runs == "bf16":
+        assert torch.equal(out, expected)
+    else:
+        torch.testing.assert_close(out, expected, rtol=2**-6, atol=2e-3)
+
+
+@pytest.mark.guard_on
+def test_bf16_tokens_defaults_to_decode_sizes_and_refuses_a_negative_value(monkeypatch):
+    monkeypatch.setenv("DSV41_WO_A_W8", "1")
+    # The default, from series.toml through the generated guards: the W8 kernel below 128 tokens.
+    assert _attention().wo_a_w8_bf16_tokens == 128
+    monkeypatch.setenv("DSV41_WO_A_W8_BF16_TOKENS", "-1")
+    with pytest.raises(ValueError, match="DSV41_WO_A_W8_BF16_TOKENS must be >= 0"):
+        _attention()
