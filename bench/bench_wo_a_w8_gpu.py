@@ -1,21 +1,26 @@
-"""wo_a_w8 on a CUDA GPU: the shipped W8 GEMM against stock's bf16 GEMM, one run.
+"""wo_a_w8 on a CUDA GPU: the W8 layers' wo_a GEMM, as shipped, against stock's bf16 GEMM, one run.
 
 For each wo_a shape and token count, in one process:
   bf16      stock's GEMM: bf16 einsum('tgd,grd->tgr') on the dequantised weight (cuBLAS)
   w8 kern   the W8 Triton kernel alone (e4m3 codes + 32x32 block scales; its tile table)
   deq+bf16  the one-pass Triton dequantisation to bf16, then the same bf16 einsum
-  shipped   wo_a_w8_matmul as the model calls it: the kernel below
-            DSV41_WO_A_W8_DEQUANT_TOKENS tokens, deq+bf16 from it on (the guard's
-            default, read through the generated guards, unless the variable is set)
-Each result is checked against the bf16 one first (relative error < 2**-7).
+  kept      the W8 layers as the model runs them with the bf16 weight kept (DROP off,
+            the default): the W8 kernel below DSV41_WO_A_W8_BF16_TOKENS tokens, from
+            it on stock's own bf16 GEMM on the kept weight (here: the bf16 column's
+            call, which is what stock's forward makes in this form)
+  drop      as the model runs them with DSV41_WO_A_W8_DROP (no bf16 weight):
+            wo_a_w8_matmul, the kernel below DSV41_WO_A_W8_DEQUANT_TOKENS tokens,
+            deq+bf16 from it on
+(the guards' defaults, read through the generated guards, unless the variables are
+set). Each result is checked against the bf16 one first (relative error < 2**-7).
 
 Timing (why: decode runs under CUDA graphs, and the per-rank weights fit the
 H200's 60 MB L2, which a real forward pass evicts between two calls of a
 layer): every variant is captured in a CUDA graph of 8 calls, each on its own
 weight and activation set (8 sets: several times the L2, so every call starts
 cold), replayed until >= 2 ms; time per call = replay time / 8. That is one
-run; RUNS runs per variant, interleaved (bf16, w8, deq, shipped, bf16, ...),
-and the table gives each variant's median. "On par" = median(shipped) <=
+run; RUNS runs per variant, interleaved (bf16, w8, deq, kept, drop, bf16, ...),
+and the table gives each variant's median. "On par" = median(kept or drop) <=
 1.05 x median(bf16); the spread column is (max - min) / median of the bf16
 runs, the noise against which 1.05 is read. Rows whose bf16 time is under
 10 us are small kernels where one extra launch in the graph (~1-2 us) is
@@ -112,12 +117,18 @@ def main() -> int:
     from sglang.srt.environ import envs
 
     threshold = envs.DSV41_WO_A_W8_DEQUANT_TOKENS.get()
+    bf16_from = envs.DSV41_WO_A_W8_BF16_TOKENS.get()
     props = torch.cuda.get_device_properties(0)
     print(f"device: {props.name} (SM {props.major}.{props.minor}), torch {torch.__version__}, triton {triton.__version__}")
-    print(f"shipped path: W8 kernel below {threshold} tokens, dequantise + bf16 GEMM from {threshold} on "
-          "(DSV41_WO_A_W8_DEQUANT_TOKENS)")
+    print(f"kept (bf16 weight kept, the default): W8 kernel below {bf16_from} tokens, stock's bf16 GEMM from "
+          f"{bf16_from} on (DSV41_WO_A_W8_BF16_TOKENS)")
+    print(f"drop (DSV41_WO_A_W8_DROP): W8 kernel below {threshold} tokens, dequantise + bf16 GEMM from {threshold} "
+          "on (DSV41_WO_A_W8_DEQUANT_TOKENS)")
     print(f"times: us per call, median of {RUNS} interleaved runs; a run = CUDA-graph replays of {SETS} calls "
-          f"on {SETS} distinct weight/activation sets (cold L2); on par = shipped/bf16 <= {PAR}")
+          f"on {SETS} distinct weight/activation sets (cold L2); on par = kept|drop / bf16 <= {PAR}")
+
+    def kept_uses_bf16(tokens: int) -> bool:  # the model's MqaAttentionBase._wo_a_w8_takes, bf16 kept
+        return 0 < bf16_from <= tokens
     generator = torch.Generator(device="cuda").manual_seed(0)
     verdicts = []
     sweep_lines = []
@@ -125,15 +136,15 @@ def main() -> int:
         weights = [_weights(groups, rows, dim, generator) for _ in range(SETS)]
         codes, scale, bf16 = weights[0]
         print(f"\nwo_a [groups={groups}, rows={rows}, dim={dim}]: W8 {codes.numel() / 2**20:.1f} MiB + scales, bf16 {bf16.numel() * 2 / 2**20:.1f} MiB")
-        print(f"{'tokens':>7} {'bf16':>8} {'w8 kern':>8} {'deq+bf16':>8} {'shipped':>8} {'kern/bf16':>9} {'deq/bf16':>8} "
-              f"{'ship/bf16':>9} {'spread':>6}  verdict   kernel tiles")
+        print(f"{'tokens':>7} {'bf16':>8} {'w8 kern':>8} {'deq+bf16':>8} {'kept':>8} {'drop':>8} {'kern/bf16':>9} "
+              f"{'deq/bf16':>8} {'kept/bf16':>9} {'drop/bf16':>9} {'spread':>6}  {'kept':<9} {'drop':<9} kernel tiles")
         for tokens in TOKENS:
             acts = [torch.randn(tokens, groups, dim, generator=generator, device="cuda").bfloat16() for _ in range(SETS)]
             o = acts[0]
             reference = torch.einsum("tgd,grd->tgr", o, bf16)
             for name, result in (("w8 kernel", w8.wo_a_w8_matmul(o, codes, scale)),
                                  ("deq+bf16", w8.wo_a_w8_matmul(o, codes, scale, dequant_tokens=1)),
-                                 ("shipped", w8.wo_a_w8_matmul(o, codes, scale, dequant_tokens=threshold))):
+                                 ("drop", w8.wo_a_w8_matmul(o, codes, scale, dequant_tokens=threshold))):
                 error = _relative_error(result, reference)
                 if not error < 2**-7:
                     print(f"{name} differs from bf16 at tokens={tokens}: relative error {error:.2e}", file=sys.stderr)
@@ -145,7 +156,11 @@ def main() -> int:
                                [(a, w[0], w[1]) for a, w in zip(acts, weights, strict=True)]),
                 "deq": _Graph(lambda x, c, s: w8.wo_a_w8_matmul(x, c, s, dequant_tokens=1),
                               [(a, w[0], w[1]) for a, w in zip(acts, weights, strict=True)]),
-                "ship": _Graph(lambda x, c, s: w8.wo_a_w8_matmul(x, c, s, dequant_tokens=threshold),
+                "kept": (_Graph(lambda x, w: torch.einsum("tgd,grd->tgr", x, w),
+                                [(a, w[2]) for a, w in zip(acts, weights, strict=True)]) if kept_uses_bf16(tokens)
+                         else _Graph(lambda x, c, s: w8.wo_a_w8_matmul(x, c, s, dequant_tokens=threshold),
+                                     [(a, w[0], w[1]) for a, w in zip(acts, weights, strict=True)])),
+                "drop": _Graph(lambda x, c, s: w8.wo_a_w8_matmul(x, c, s, dequant_tokens=threshold),
                                [(a, w[0], w[1]) for a, w in zip(acts, weights, strict=True)]),
             }
             runs = {name: [] for name in variants}
@@ -154,13 +169,16 @@ def main() -> int:
                     runs[name].append(graph.run())
             med = {name: statistics.median(times) for name, times in runs.items()}
             spread = (max(runs["bf16"]) - min(runs["bf16"])) / med["bf16"]
-            ratio = med["ship"] / med["bf16"]
-            verdict = ("par" if ratio <= PAR else "SLOWER") + (" small" if med["bf16"] < 10 else "")
-            verdicts.append((groups, rows, dim, tokens, ratio, verdict))
+            ratios = {mode: med[mode] / med["bf16"] for mode in ("kept", "drop")}
+            verdict = {mode: ("par" if ratio <= PAR else "SLOWER") + (" small" if med["bf16"] < 10 else "")
+                       for mode, ratio in ratios.items()}
+            for mode in ("kept", "drop"):
+                verdicts.append((mode, groups, rows, dim, tokens, ratios[mode], verdict[mode]))
             tiles = w8._tiles(tokens, groups, rows, dim)
-            print(f"{tokens:>7} {med['bf16']:>8.1f} {med['kern']:>8.1f} {med['deq']:>8.1f} {med['ship']:>8.1f} "
-                  f"{med['kern'] / med['bf16']:>9.2f} {med['deq'] / med['bf16']:>8.2f} {ratio:>9.2f} {spread:>6.2f}  "
-                  f"{verdict:<9} {tiles}")
+            print(f"{tokens:>7} {med['bf16']:>8.1f} {med['kern']:>8.1f} {med['deq']:>8.1f} {med['kept']:>8.1f} "
+                  f"{med['drop']:>8.1f} {med['kern'] / med['bf16']:>9.2f} {med['deq'] / med['bf16']:>8.2f} "
+                  f"{ratios['kept']:>9.2f} {ratios['drop']:>9.2f} {spread:>6.2f}  {verdict['kept']:<9} "
+                  f"{verdict['drop']:<9} {tiles}")
             del variants
             if args.sweep and tokens in SWEEP_TOKENS:
                 t_bf16 = _time(lambda: torch.einsum("tgd,grd->tgr", o, bf16))
@@ -180,11 +198,13 @@ def main() -> int:
     if sweep_lines:
         print("\nsweep (do_bench, one weight set): best three tiles (BM, BN, BK, warps, stages, w_left) per token count")
         print("\n".join(sweep_lines))
-    slower = [v for v in verdicts if v[5].startswith("SLOWER")]
-    print(f"\non par (shipped/bf16 <= {PAR}): {len(verdicts) - len(slower)} of {len(verdicts)} rows; "
-          f"worst shipped/bf16 {max(v[4] for v in verdicts):.2f}")
-    for groups, rows, dim, tokens, ratio, verdict in slower:
-        print(f"  slower: [{groups},{rows},{dim}] tokens={tokens}: {ratio:.2f} ({verdict})")
+    for mode in ("kept", "drop"):
+        rows_of = [v for v in verdicts if v[0] == mode]
+        slower = [v for v in rows_of if v[6].startswith("SLOWER")]
+        print(f"\n{mode}: on par ({mode}/bf16 <= {PAR}) in {len(rows_of) - len(slower)} of {len(rows_of)} rows; "
+              f"worst {mode}/bf16 {max(v[5] for v in rows_of):.2f}")
+        for _, groups, rows, dim, tokens, ratio, verdict in slower:
+            print(f"  slower: [{groups},{rows},{dim}] tokens={tokens}: {ratio:.2f} ({verdict})")
     return 0
 
 
