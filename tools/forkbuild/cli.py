@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import pkgutil
 import sys
 from pathlib import Path
 
@@ -82,7 +81,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     # command never touches this file. Only the requested command's module is
     # imported (the others pull in wheel, image and rebase code: ~0.3 s of
     # startup); --help or an unknown command imports them all.
-    modules = sorted(info.name for info in pkgutil.iter_modules(commands.__path__))
+    modules = sorted(path.stem for path in Path(commands.__file__).parent.glob("*.py") if path.stem != "__init__")
     requested = _requested_command(argv)
     if any(command_name(name) == requested for name in modules):
         modules = [name for name in modules if command_name(name) == requested]

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 class Reporter:
     def __init__(self, *, verbose: bool = False, console: Console | None = None) -> None:
         self.verbose = verbose
-        self.console = console or Console(stderr=True, highlight=False, soft_wrap=True)
+        self.console = console or Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
 
     @contextmanager
     def step(self, title: str) -> Iterator[None]:
