@@ -54,6 +54,8 @@ class PatchRecord:
 
 @dataclass(frozen=True, kw_only=True)
 class ApplyPlan:
+    """What an apply will do: the patches it applies and those the variant leaves out."""
+
     variant: str  # a variant name, or "" for the whole series
     entries: tuple[PatchEntry, ...]
     infos: tuple[PatchInfo, ...]
@@ -63,6 +65,8 @@ class ApplyPlan:
 
 @dataclass(frozen=True, kw_only=True)
 class ApplyResult:
+    """What an apply did: the tree, its commits and a record per patch."""
+
     dest: Path
     variant: str
     base_commit: str

@@ -27,6 +27,8 @@ GUARD_PREFIX = "DSV41_"
 
 @dataclass(frozen=True, kw_only=True)
 class GitPin:
+    """An upstream pinned as a git remote at a commit (`[upstream.git]`)."""
+
     url: str
     ref: str = ""
     commit: str = ""
@@ -34,6 +36,8 @@ class GitPin:
 
 @dataclass(frozen=True, kw_only=True)
 class WheelPin:
+    """One pinned release wheel of upstream: its Python tag, file name and sha256 (`[[upstream.wheels]]`)."""
+
     python_tag: str
     filename: str
     sha256: str
@@ -42,6 +46,8 @@ class WheelPin:
 
 @dataclass(frozen=True, kw_only=True)
 class Upstream:
+    """The pinned upstream the series applies to (`[upstream]`)."""
+
     name: str
     version: str
     package_root: str
@@ -74,6 +80,8 @@ class Upstream:
 
 @dataclass(frozen=True, kw_only=True)
 class Guard:
+    """A feature's runtime guard: its `DSV41_*` variable, type and default."""
+
     env: str
     type: str
     default: str
@@ -83,6 +91,8 @@ class Guard:
 
 @dataclass(frozen=True, kw_only=True)
 class Feature:
+    """A feature of the series: its guards and its build-time relations."""
+
     name: str
     description: str
     requires: tuple[str, ...] = ()
@@ -92,6 +102,8 @@ class Feature:
 
 @dataclass(frozen=True, kw_only=True)
 class PatchEntry:
+    """One patch of the series, in series.toml's order."""
+
     file: str
     feature: str
     path: Path
@@ -101,6 +113,8 @@ class PatchEntry:
 
 @dataclass(frozen=True, kw_only=True)
 class Variant:
+    """A named build: the features it holds and its runtime defaults."""
+
     name: str
     description: str
     features: tuple[str, ...]
@@ -109,6 +123,8 @@ class Variant:
 
 @dataclass(frozen=True, kw_only=True)
 class Series:
+    """series.toml, parsed and checked once."""
+
     path: Path
     name: str
     default_variant: str

@@ -22,6 +22,8 @@ def find_series_dir(start: Path) -> Path:
 
 @dataclass
 class Context:
+    """What every command works in: the series directory, the upstream cache and the reporter."""
+
     series_dir: Path
     cache_dir: Path
     reporter: Reporter = field(default_factory=Reporter)

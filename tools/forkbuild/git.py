@@ -142,6 +142,8 @@ def _clip(text: str) -> str:
 
 @dataclass(frozen=True)
 class Result:
+    """A finished git command: its exit status and decoded output."""
+
     status: int
     stdout: str
     stderr: str

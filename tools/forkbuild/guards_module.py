@@ -36,6 +36,8 @@ DATA_NAME = "GUARDS"  # the module's one assignment: a tuple of (env, type, defa
 
 @dataclass(frozen=True, kw_only=True)
 class GeneratedEntry:
+    """One guard as the generated guards module declares it."""
+
     env: str
     type: str
     default: str

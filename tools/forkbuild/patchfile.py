@@ -24,6 +24,8 @@ MAIL_HEADER = re.compile(r"^[!-9;-~]+:")  # RFC 5322 field name: printable ASCII
 
 @dataclass(frozen=True, kw_only=True)
 class FileChange:
+    """One file a patch changes, as unidiff reads it."""
+
     path: str
     added: int
     removed: int
@@ -33,6 +35,8 @@ class FileChange:
 
 @dataclass(frozen=True, kw_only=True)
 class PatchInfo:
+    """A patch file read: its mail headers, message, trailers and files."""
+
     path: Path
     subject: str
     author: str

@@ -23,6 +23,8 @@ from forkbuild.errors import ToolMissing
 
 @dataclass(frozen=True)
 class Completed:
+    """A finished command: its exit status and decoded output."""
+
     status: int
     stdout: str
     stderr: str

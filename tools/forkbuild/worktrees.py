@@ -59,6 +59,8 @@ def _process_start(pid: int) -> str:
 
 @dataclass(frozen=True)
 class Owner:
+    """The forkbuild process that holds a work tree (or a scratch tree), as its lock records it."""
+
     pid: int
     host: str
     started: str

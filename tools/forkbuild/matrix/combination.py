@@ -32,6 +32,8 @@ COMBO_LABEL = "combo"
 
 @dataclass(frozen=True, kw_only=True)
 class Combination:
+    """A set of features to build: a variant, or any other combination the series allows."""
+
     name: str  # the variant's name, or combo-<id> for any other set of features
     features: tuple[str, ...]  # in series.toml's feature order
     base: str = ""  # the variant whose runtime defaults it carries; "" = none (guards at their defaults)

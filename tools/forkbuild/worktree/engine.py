@@ -97,6 +97,8 @@ class PatchJob:
 
 @dataclass(frozen=True, kw_only=True)
 class PatchResult:
+    """What applying one patch came to: its outcome, commit and what git said."""
+
     name: str
     outcome: Outcome
     commit: str = ""

@@ -26,6 +26,8 @@ READS = (None, SCHEMA)  # None: the file of a forkbuild from before the schema n
 
 @dataclass(frozen=True, kw_only=True)
 class WorktreeState:
+    """What apply recorded of a work tree it built."""
+
     variant: str  # "" for the whole series (the tree export reads)
     base: str  # the upstream commit the series is applied on
     head: str  # the tree's HEAD as forkbuild left it: commits above it are someone's

@@ -22,6 +22,8 @@ SCHEMA = 1
 
 @dataclass(frozen=True, kw_only=True)
 class StopState:
+    """A stopped `apply --all`: where it stopped and what it did before."""
+
     variant: str
     base: str
     started_from: str  # the tree's HEAD before this apply: --abort goes back there
