@@ -40,14 +40,16 @@ class ChildGroup:
     def __init__(self) -> None:
         self._keeper: subprocess.Popen[bytes] | None = None
         self._owner_pid = 0
+        self._lock = threading.Lock()  # threads running git at once make one keeper
 
     def id(self) -> int:
         """The group's id, to pass as Popen(process_group=...); 0 when none could be made
         (the children then stay in forkbuild's own group, as before)."""
-        keeper = self._keeper
-        if keeper is None or self._owner_pid != os.getpid() or keeper.poll() is not None:
-            keeper = self._start()
-        return keeper.pid if keeper else 0
+        with self._lock:
+            keeper = self._keeper
+            if keeper is None or self._owner_pid != os.getpid() or keeper.poll() is not None:
+                keeper = self._start()
+            return keeper.pid if keeper else 0
 
     def _start(self) -> subprocess.Popen[bytes] | None:
         try:
