@@ -125,7 +125,7 @@ def _quilt(fx: SeriesFixture) -> list[str]:
 
 
 CASES = (
-    [("apply", step, None) for step in ("apply:prepared", "apply:applied")]
+    [("apply", step, None) for step in ("apply:prepared", "apply:changing", "apply:applied")]
     + [("apply", None, seconds) for seconds in TIMED[:2]]
     + [("export", step, None) for step in SERIES_STEPS]
     + [("export", None, seconds) for seconds in TIMED]

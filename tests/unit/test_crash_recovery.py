@@ -66,11 +66,39 @@ def test_a_killed_first_apply_is_rebuilt_by_the_rerun(series_fx: SeriesFixture, 
     assert forkbuild(series_fx, "export", "--check").returncode == 0
 
 
-def test_a_killed_reapply_then_export_refuses_and_its_hint_recovers_everything(series_fx: SeriesFixture) -> None:
+def test_a_reapply_killed_before_it_touched_the_tree_leaves_it_to_export(series_fx: SeriesFixture) -> None:
+    """Until the engine first changes the work tree (its `git status` still running beside
+    the plumbing), the tree is the user's as it was: a kill there leaves nothing to refuse."""
     assert series_fx.cli("apply", "--all") == 0
     before = fingerprint(series_fx)
     assert forkbuild(series_fx, "apply", "--all", kill_at="apply:prepared").returncode == -9
-    # The tree is at the bare upstream now: exporting it would delete every patch.
+    exported = forkbuild(series_fx, "export")
+    assert exported.returncode == 0, exported.stderr + exported.stdout
+    assert fingerprint(series_fx) == before
+
+
+def test_a_reapply_refuses_unsaved_work_before_it_touches_the_tree(series_fx: SeriesFixture) -> None:
+    """The status runs beside the engine, but its refusal comes before any change: the
+    uncommitted edit is still there, and the tree is not marked as changing (a re-run
+    must not clear it)."""
+    assert series_fx.cli("apply", "--all") == 0
+    tree = series_tree(series_fx)
+    edited = tree / "python" / "pkg" / "core.py"
+    edited.write_text(edited.read_text() + "# mine\n")
+    refused = forkbuild(series_fx, "apply", "--all")
+    assert refused.returncode == 5, refused.stderr + refused.stdout  # DirtyTreeError
+    assert "has uncommitted changes" in refused.stderr + refused.stdout
+    assert edited.read_text().endswith("# mine\n")
+    again = forkbuild(series_fx, "apply", "--all")
+    assert again.returncode == 5 and "removed what" not in again.stderr + again.stdout
+    assert edited.read_text().endswith("# mine\n")
+
+
+def test_a_killed_reapply_then_export_refuses_and_its_hint_recovers_everything(series_fx: SeriesFixture) -> None:
+    assert series_fx.cli("apply", "--all") == 0
+    before = fingerprint(series_fx)
+    assert forkbuild(series_fx, "apply", "--all", kill_at="apply:changing").returncode == -9
+    # Killed as it started to change the tree: exporting that could delete patches.
     refused = forkbuild(series_fx, "export")
     assert refused.returncode == 5, refused.stderr + refused.stdout
     assert "was killed while it was building this tree" in refused.stderr + refused.stdout

@@ -11,7 +11,7 @@ with the left-out patches it probably needs and go on, to report every failure.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -122,7 +122,7 @@ def apply_plan(*, context: Context, plan: ApplyPlan, dest: Path, stop: bool = Fa
         if recover_killed_change(guard, cache_git):
             context.reporter.warn(f"{dest}: removed what an interrupted or killed forkbuild apply left half-built there")
         previous = read_state(dest) if (dest / ".git").exists() else None
-        worktree = prepare_worktree(cache_git, dest=dest, base=base, guard=guard, checkout=False)
+        worktree = prepare_worktree(cache_git, dest=dest, base=base, guard=guard, checkout=False, check_unsaved=False)
         chaos_point("apply:prepared")
         jobs = tuple(PatchJob(name=entry.file, path=entry.path, source=sources.get(entry.file, "")) for entry in plan.entries)
         run = StopState(variant=plan.variant, base=base, started_from=previous.head if previous else base,
@@ -130,9 +130,11 @@ def apply_plan(*, context: Context, plan: ApplyPlan, dest: Path, stop: bool = Fa
                         # Recorded in the tree's state: export refuses a tree made from other patches than patches/ holds now.
                         hashes=series_hashes(series))
         label = plan.variant or "the whole series"
-        with context.reporter.step(f"Applying {len(plan.entries)} patches of {label} into {dest}"):
+        with context.reporter.step(f"Applying {len(plan.entries)} patches of {label} into {dest}"), \
+                unsaved_work_checked(worktree, guard, new=previous is None) as before_change:
             # What the tree shows: the HEAD prepare_worktree checked, or nothing (a new tree).
-            engine = Engine(worktree, head=base, shown=previous.head if previous else base, checked_out=bool(previous))
+            engine = Engine(worktree, head=base, shown=previous.head if previous else base, checked_out=bool(previous),
+                            before_change=before_change)
             results = _run(engine, run, stop=stop, context=context, features=plan.features)
         return _result(context, plan, dest=dest, base=base, head=engine.head, results=results, report=report_offsets)
 
@@ -314,9 +316,10 @@ def record_dropped(dest: Path, names: list[str]) -> dict[str, str]:
     return still
 
 
-def refuse_unsaved_work(worktree: Git) -> None:
+def refuse_unsaved_work(worktree: Git, *, status: Callable[[], str] | None = None) -> None:
     """Raise DirtyTreeError if the tree holds work no commit has: a stopped `git am`, or
-    uncommitted changes. apply would reset them away; export reads commits only."""
+    uncommitted changes. apply would reset them away; export reads commits only.
+    status: the tree's `git status` output, already running (Git.status_in_background)."""
     dest = worktree.path
     stopped = read_stop(worktree)
     if stopped is not None:
@@ -327,7 +330,7 @@ def refuse_unsaved_work(worktree: Git) -> None:
         raise DirtyTreeError(f"{dest}: a `git am` is in progress there",
                              hint=f"finish it (git -C {dest} am --continue) and export, "
                                   f"or discard it (git -C {dest} am --abort)")
-    dirty = worktree.status_porcelain()
+    dirty = status() if status else worktree.status_porcelain()
     if dirty:
         raise DirtyTreeError(f"{dest} has uncommitted changes:\n{dirty}",
                              hint=f"keep them: commit them (git -C {dest} commit, or --amend into the patch's commit), "
@@ -336,10 +339,12 @@ def refuse_unsaved_work(worktree: Git) -> None:
 
 
 def prepare_worktree(cache_git: Git, *, dest: Path, base: str, guard: TreeGuard | None = None,
-                     checkout: bool = True) -> Git:
+                     checkout: bool = True, check_unsaved: bool = True) -> Git:
     """A clean work tree at `base`: new, or one forkbuild made that holds nothing else.
     `guard` is told when the checks passed and the tree starts to change. checkout=False:
-    a new tree gets no files yet (the engine checks its result out once, at the end)."""
+    a new tree gets no files yet (the engine checks its result out once, at the end).
+    check_unsaved=False: an existing tree's unsaved work is the caller's to refuse, and
+    telling `guard` too (`unsaved_work_checked`)."""
     if dest.exists() and not dest.is_dir():
         raise DirtyTreeError(f"{dest} exists and is not a directory", hint="choose another --dir")
     if not dest.exists() or not any(dest.iterdir()):
@@ -351,7 +356,8 @@ def prepare_worktree(cache_git: Git, *, dest: Path, base: str, guard: TreeGuard 
         raise DirtyTreeError(f"{dest} exists and is not a forkbuild work tree",
                              hint="choose another --dir, or remove that directory yourself")
     worktree = Git(dest)
-    refuse_unsaved_work(worktree)
+    if check_unsaved:
+        refuse_unsaved_work(worktree)
     head = worktree.head()
     if head != state.head:
         extra = worktree.commits(state.head, head)
@@ -360,9 +366,33 @@ def prepare_worktree(cache_git: Git, *, dest: Path, base: str, guard: TreeGuard 
                                   f"discard them: git -C {dest} reset --hard {state.head[:12]}")
     # No checkout here: the engine builds the commits on `base` without the work tree and
     # checks the result out once, touching only the files that differ from what is there.
-    if guard:
+    if guard and check_unsaved:
         guard.changing()
     return worktree
+
+
+@contextmanager
+def unsaved_work_checked(worktree: Git, guard: TreeGuard, *, new: bool) -> Iterator[Callable[[], None]]:
+    """The engine's `before_change` for a tree `prepare_worktree(check_unsaved=False)` opened:
+    its `git status` runs beside the engine's plumbing (private indexes, fast-import: never
+    the work tree), and the engine calls this before it first touches the work tree (its
+    checkout, or a conflict left there): unsaved work is refused then, and only then is the
+    tree marked as changing (a kill before that leaves it to the user, as it was)."""
+    if new:  # prepare_worktree marked it: a new tree holds nothing of the user's
+        yield lambda: None
+        return
+    with worktree.status_in_background() as status:
+        checked = False
+
+        def before_change() -> None:
+            nonlocal checked
+            if not checked:
+                refuse_unsaved_work(worktree, status=status)
+                guard.changing()
+                checked = True
+                chaos_point("apply:changing")
+
+        yield before_change
 
 
 # -- applying ---------------------------------------------------------------

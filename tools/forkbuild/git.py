@@ -6,18 +6,19 @@ do not depend on the user's git configuration.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
 import shlex
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from forkbuild.errors import ForkbuildError
-from forkbuild.process import run_captured
+from forkbuild.process import Completed, run_captured, start_captured
 
 if TYPE_CHECKING:
     import git as gitpython
@@ -202,12 +203,19 @@ class Git:
         """Run `git <args>` with the pinned config (`stdin`: a file to read from, or `input`);
         raise GitFailed unless check=False. In forkbuild's child group (childgroup.py),
         unless `interactive` (it may ask on the terminal: a fetch that wants a password)."""
-        pinned = [item for key, value in PINNED_CONFIG.items() for item in ("-c", f"{key}={value}")]
-        command = ["git", *pinned, *args]
-        # Logged without the pinned -c options: they are the same on every command.
-        LOG.debug("$ git -C %s %s", self.path, shlex.join(args))
+        command = self._command(args)
         # A bare repository runs in its git dir, as gitpython ran it.
         done = run_captured(command, cwd=self.path, env=env, stdin=stdin, input=input, interactive=interactive)
+        return self._result(command, done, check=check)
+
+    def _command(self, args: Sequence[str]) -> list[str]:
+        pinned = [item for key, value in PINNED_CONFIG.items() for item in ("-c", f"{key}={value}")]
+        # Logged without the pinned -c options: they are the same on every command.
+        LOG.debug("$ git -C %s %s", self.path, shlex.join(args))
+        return ["git", *pinned, *args]
+
+    @staticmethod
+    def _result(command: Sequence[str], done: Completed, *, check: bool) -> Result:
         _log_output(done.status, done.stdout, done.stderr)
         if check and done.status != 0:
             raise GitFailed(command, done.status, done.stdout, done.stderr)
@@ -285,10 +293,23 @@ class Git:
     def prune_worktrees(self) -> None:
         self.run("worktree", "prune")
 
+    STATUS = ("status", "--porcelain", "--untracked-files=normal")
+
     def status_porcelain(self) -> str:
         """Uncommitted changes; an untracked directory is one line, not one per file
         (enough to tell "dirty", and it spares a walk through every untracked file)."""
-        return self.out("status", "--porcelain", "--untracked-files=normal")
+        return self.out(*self.STATUS)
+
+    @contextlib.contextmanager
+    def status_in_background(self) -> Iterator[Callable[[], str]]:
+        """`status_porcelain`, started now and read when the caller asks (it runs beside the
+        caller's own work); waited for on the way out in any case, so no git outlives it."""
+        command = self._command(self.STATUS)
+        running = start_captured(command, cwd=self.path)
+        try:
+            yield lambda: self._result(command, running.wait(), check=True).stdout.strip()
+        finally:
+            running.wait()
 
     def head(self) -> str:
         """The commit HEAD is at. A detached HEAD (every tree forkbuild makes) is read from its

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,25 +34,59 @@ def _decode(data: bytes) -> str:
     return data.decode("utf-8", "surrogateescape")
 
 
+def _completed(status: int, stdout: bytes, stderr: bytes) -> Completed:
+    return Completed(status=status, stdout=_decode(stdout), stderr=_decode(stderr).removesuffix("\n"))
+
+
+def _environment(env: Mapping[str, str] | None) -> dict[str, str]:
+    return {**os.environ, "LANGUAGE": "C", "LC_ALL": "C", **(env or {})}
+
+
+@contextlib.contextmanager
+def _missing_tool(command: Sequence[str], cwd: Path) -> Iterator[None]:
+    try:
+        yield
+    except FileNotFoundError as error:
+        if Path(cwd).is_dir():
+            raise ToolMissing(f"{command[0]} is not installed",
+                              hint=f"install {command[0]} (apt-get install {command[0]})") from error
+        raise
+
+
 def run_captured(command: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None,
                  stdin: Path | None = None, input: str | None = None, interactive: bool = False) -> Completed:
     """Run `command` in `cwd` (`stdin`: a file to read from, or `input`: text to write to it) and
     return its status and output.
     interactive: it may ask on the terminal, so it stays in forkbuild's own process group."""
     group = 0 if interactive else GROUP.id()
-    full_env = {**os.environ, "LANGUAGE": "C", "LC_ALL": "C", **(env or {})}
-    with stdin.open("rb") if stdin else contextlib.nullcontext(None) as stream:
-        try:
-            if input is not None:
-                done = subprocess.run(list(command), cwd=cwd, env=full_env, capture_output=True, check=False,
-                                      input=input.encode("utf-8", "surrogateescape"), process_group=group or None)
-            else:
-                done = subprocess.run(list(command), cwd=cwd, env=full_env, capture_output=True, check=False,
-                                      stdin=stream if stream is not None else subprocess.DEVNULL,
-                                      process_group=group or None)
-        except FileNotFoundError as error:
-            if Path(cwd).is_dir():
-                raise ToolMissing(f"{command[0]} is not installed",
-                                  hint=f"install {command[0]} (apt-get install {command[0]})") from error
-            raise
-    return Completed(status=done.returncode, stdout=_decode(done.stdout), stderr=_decode(done.stderr).removesuffix("\n"))
+    with stdin.open("rb") if stdin else contextlib.nullcontext(None) as stream, _missing_tool(command, cwd):
+        if input is not None:
+            done = subprocess.run(list(command), cwd=cwd, env=_environment(env), capture_output=True, check=False,
+                                  input=input.encode("utf-8", "surrogateescape"), process_group=group or None)
+        else:
+            done = subprocess.run(list(command), cwd=cwd, env=_environment(env), capture_output=True, check=False,
+                                  stdin=stream if stream is not None else subprocess.DEVNULL,
+                                  process_group=group or None)
+    return _completed(done.returncode, done.stdout, done.stderr)
+
+
+class Running:
+    """A command `start_captured` started: it runs beside the caller until `wait()`."""
+
+    def __init__(self, process: subprocess.Popen[bytes]) -> None:
+        self._process = process
+        self._done: Completed | None = None
+
+    def wait(self) -> Completed:
+        if self._done is None:
+            stdout, stderr = self._process.communicate()
+            self._done = _completed(self._process.returncode, stdout, stderr)
+        return self._done
+
+
+def start_captured(command: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None) -> Running:
+    """`run_captured` without waiting: the command runs while the caller goes on (no input)."""
+    with _missing_tool(command, cwd):
+        process = subprocess.Popen(list(command), cwd=cwd, env=_environment(env), stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, process_group=GROUP.id() or None)
+    return Running(process)

@@ -35,7 +35,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
 from pathlib import Path
@@ -147,8 +147,10 @@ class Engine:
     the end of `run`."""
 
     def __init__(self, worktree: Git, *, detect_upstreamed: bool = False, head: str = "", shown: str = "",
-                 checked_out: bool = True) -> None:
+                 checked_out: bool = True, before_change: Callable[[], None] | None = None) -> None:
         self.worktree = worktree
+        # Called before the engine first touches the work tree (it may raise: nothing changed yet).
+        self._before_change = before_change
         self._checked_out = checked_out  # False: a new work tree without files (`git worktree add --no-checkout`)
         self.detect_upstreamed = detect_upstreamed
         current = "" if head and shown else worktree.head()
@@ -467,6 +469,8 @@ class Engine:
     # -- the work tree ---------------------------------------------------------
     def materialize(self) -> None:
         """Check `head` out in the work tree (only the files that differ change)."""
+        if self._before_change is not None:
+            self._before_change()
         if not self._checked_out:
             self.worktree.reset_hard(self.head)  # the tree's first files: nothing there to keep
             self._checked_out = True
