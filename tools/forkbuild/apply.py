@@ -379,7 +379,7 @@ def unsaved_work_checked(worktree: Git, guard: TreeGuard, *, new: bool) -> Itera
     checkout, or a conflict left there): unsaved work is refused then, and only then is the
     tree marked as changing (a kill before that leaves it to the user, as it was)."""
     if new:  # prepare_worktree marked it: a new tree holds nothing of the user's
-        yield lambda: None
+        yield lambda: chaos_point("apply:changing")
         return
     with worktree.status_in_background() as status:
         checked = False
