@@ -4,6 +4,7 @@ message names) recovers, with no manual step, and never clears a live process's 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -209,8 +210,6 @@ os.execv({git!r}, ["git", *args])
 def slow_git_env(tmp_path: Path, tree: Path, *, kill_parent: bool, seconds: float) -> tuple[dict[str, str], Path]:
     """PATH with a `git` that writes into `tree` for `seconds` (after killing forkbuild, when
     asked) on the first checkout."""
-    import shutil
-
     shim_dir = tmp_path / "slow-git"
     shim_dir.mkdir()
     mark = tmp_path / "slow-git-ran"

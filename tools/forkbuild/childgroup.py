@@ -25,6 +25,7 @@ import time
 from contextlib import suppress
 from pathlib import Path
 from types import FrameType
+from typing import NamedTuple
 
 # `exec` keeps the ignored SIGINT: the keeper outlives a Ctrl-C that the group's git gets.
 KEEPER = ["sh", "-c", "trap '' INT; exec cat"]
@@ -84,24 +85,33 @@ def _forward_sigint(group: ChildGroup) -> None:
 
 # -- after a kill: what is left of a dead forkbuild's group ------------------------------
 
-def _stat(pid: int) -> tuple[str, str, int, int] | None:
-    """(comm, state, process group, start time in clock ticks) of `pid`, or None if it is gone."""
+class ProcStat(NamedTuple):
+    """What /proc/<pid>/stat says of a process that forkbuild needs."""
+
+    comm: str  # its command name
+    state: str  # "Z": a zombie, gone but not reaped
+    group: int  # its process group
+    started: int  # its start time, clock ticks since boot (with the pid it names one process)
+
+
+def proc_stat(pid: int) -> ProcStat | None:
+    """/proc/<pid>/stat of `pid`, or None if it is gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    comm = stat[stat.index("(") + 1:stat.rindex(")")]
     fields = stat[stat.rindex(")") + 2:].split()
-    return comm, fields[0], int(fields[2]), int(fields[19])
+    return ProcStat(comm=stat[stat.index("(") + 1:stat.rindex(")")], state=fields[0], group=int(fields[2]),
+                    started=int(fields[19]))
 
 
-def members(group: int) -> dict[int, str]:
-    """pid -> command name of the live (not zombie) processes in process group `group`."""
+def members(group: int) -> dict[int, ProcStat]:
+    """pid -> stat of the live (not zombie) processes in process group `group`."""
     found = {}
     for entry in Path("/proc").glob("[0-9]*"):
-        info = _stat(int(entry.name))
-        if info and info[2] == group and info[1] != "Z":
-            found[int(entry.name)] = info[0]
+        info = proc_stat(int(entry.name))
+        if info and info.group == group and info.state != "Z":
+            found[int(entry.name)] = info
     return found
 
 
@@ -115,8 +125,8 @@ def stop_orphans(group: int, *, started: str) -> list[str]:
         return []
     found = members(group)
     after = int(started) if started.isdigit() else 0
-    ours = all((name.startswith("git") or name in KEEPER_NAMES) and (_stat(pid) or ("", "", 0, after))[3] >= after
-               for pid, name in found.items())
+    ours = all((info.comm.startswith("git") or info.comm in KEEPER_NAMES) and info.started >= after
+               for info in found.values())
     if not found or not ours:
         return []
     with suppress(ProcessLookupError, PermissionError):
@@ -124,4 +134,4 @@ def stop_orphans(group: int, *, started: str) -> list[str]:
     deadline = time.monotonic() + STOP_WAIT_S
     while members(group) and time.monotonic() < deadline:
         time.sleep(0.01)
-    return sorted(f"{name} (pid {pid})" for pid, name in found.items())
+    return sorted(f"{info.comm} (pid {pid})" for pid, info in found.items())

@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from forkbuild.childgroup import GROUP, stop_orphans
+from forkbuild.childgroup import GROUP, proc_stat, stop_orphans
 from forkbuild.errors import ForkbuildError, LockBusy
 from forkbuild.git import Git
 
@@ -48,13 +48,10 @@ OWNERS_DIR = "forkbuild-owners"
 
 
 def _process_start(pid: int) -> str:
-    """The start time of process `pid` (clock ticks since boot, /proc/<pid>/stat field 22);
-    with the pid it names one process: a recycled pid has another start time."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return ""
-    return stat.rsplit(")", 1)[1].split()[19]
+    """The start time of process `pid` (clock ticks since boot); with the pid it names one
+    process: a recycled pid has another start time. "" when it is gone."""
+    stat = proc_stat(pid)
+    return str(stat.started) if stat else ""
 
 
 @dataclass(frozen=True)

@@ -118,7 +118,7 @@ class Journal:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(self.series_dir / relative, target)
             hashes[relative] = _sha256(target)
-        (backup / "hashes.json").write_text(json.dumps(hashes, indent=2, sort_keys=True) + "\n")
+        (backup / "hashes.json").write_text(statefile.dump(hashes))
         state = replace(state, step=Step.BEGUN, step_at="", written=hashes, writing=False)
         (scratch / STATE_FILE).write_text(statefile.dump(state.as_dict()))
         for path in [*backup.rglob("*"), scratch / STATE_FILE]:
