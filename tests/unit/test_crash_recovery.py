@@ -242,9 +242,12 @@ def test_a_kill_during_a_new_trees_checkout_leaves_no_git_writing_into_the_rerun
 def test_ctrl_c_reaches_the_git_forkbuild_is_waiting_for(series_fx: SeriesFixture, tmp_path: Path) -> None:
     """git runs outside the terminal's process group: forkbuild passes a Ctrl-C on to it."""
     env, mark = slow_git_env(tmp_path, series_tree(series_fx), kill_parent=False, seconds=3)
+    # As a terminal's foreground job: SIGINT at its default (a job started in the background
+    # of a script inherits it ignored, and then neither forkbuild nor its git may take it).
     process = subprocess.Popen([sys.executable, "-m", "forkbuild", "-C", str(series_fx.root), "--cache",
                                 str(series_fx.cache), "apply", "--all"], env=env, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True)
+                               stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 60
     while not mark.exists() and time.monotonic() < deadline:
         time.sleep(0.01)
