@@ -186,23 +186,27 @@ def test_a_rebase_killed_while_adding_its_tree_continues_and_aborts(tmp_path: Pa
 # -- git children that outlive forkbuild -------------------------------------------------
 
 SLOW_GIT = '''#!{python}
-"""git, slow on one command: on the first `reset --hard` (a new tree's checkout) it goes
-on writing files into the tree for a while, as a big checkout does, then runs git."""
+"""git, slow on one command: on the first `reset --hard` (a new tree's checkout) a child of
+it goes on writing files into the tree for a while, as a big checkout's workers do, then git runs."""
 import os, signal, sys, time
 args = sys.argv[1:]
 if "reset" in args and "--hard" in args and not os.path.exists({mark!r}):
     open({mark!r}, "w").close()
     if {kill_parent!r}:
         os.kill(os.getppid(), signal.SIGKILL)  # forkbuild is killed while its git works on
-    late = os.path.join({tree!r}, "written-after-forkbuild-ended")
-    end = time.monotonic() + {seconds!r}
-    while time.monotonic() < end:
-        try:
-            os.makedirs(late, exist_ok=True)
-            open(os.path.join(late, str(time.monotonic_ns())), "w").close()
-        except OSError:
-            pass
-        time.sleep(0.005)
+    writer = os.fork()  # the writing is git's own child, as checkout workers are
+    if writer == 0:
+        late = os.path.join({tree!r}, "written-after-forkbuild-ended")
+        end = time.monotonic() + {seconds!r}
+        while time.monotonic() < end:
+            try:
+                os.makedirs(late, exist_ok=True)
+                open(os.path.join(late, str(time.monotonic_ns())), "w").close()
+            except OSError:
+                pass
+            time.sleep(0.005)
+        os._exit(0)
+    os.waitpid(writer, 0)
 os.execv({git!r}, ["git", *args])
 '''
 
