@@ -1,5 +1,3 @@
-import sys
+from forkbuild.cli import run
 
-from forkbuild.cli import main
-
-sys.exit(main())
+run()

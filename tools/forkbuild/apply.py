@@ -134,7 +134,7 @@ def apply_plan(*, context: Context, plan: ApplyPlan, dest: Path, stop: bool = Fa
                 unsaved_work_checked(worktree, guard, new=previous is None) as before_change:
             # What the tree shows: the HEAD prepare_worktree checked, or nothing (a new tree).
             engine = Engine(worktree, head=base, shown=previous.head if previous else base, checked_out=bool(previous),
-                            before_change=before_change)
+                            before_change=before_change, upstream_head=True)
             results = _run(engine, run, stop=stop, context=context, features=plan.features)
         return _result(context, plan, dest=dest, base=base, head=engine.head, results=results, report=report_offsets)
 
@@ -433,7 +433,7 @@ def ensure_series_blobs(*, context: Context, cache: UpstreamCache, base: str) ->
         with cache.locked():
             if not cache_git.rev(ref):
                 # Plumbing only (a private index in the bare cache): no work tree to check out.
-                engine = Engine(cache_git, head=base, shown=base)
+                engine = Engine(cache_git, head=base, shown=base, upstream_head=True)
                 results = engine.run([PatchJob(name=entry.file, path=entry.path) for entry in series.patches],
                                      stop=False)
                 failed = [result for result in results if not result.outcome.applied]

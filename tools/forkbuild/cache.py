@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
-import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -244,6 +243,8 @@ class UpstreamCache:
         """Lay the wheel's packages out under <package_root>/ and commit them."""
         with tempfile.TemporaryDirectory(prefix="forkbuild-import-") as scratch:
             root = Path(scratch) / upstream.package_root
+            import zipfile  # only where a wheel is imported: not on every start
+
             with zipfile.ZipFile(wheel) as archive:
                 members = [name for name in archive.namelist()
                            if not name.split("/", 1)[0].endswith((".dist-info", ".data"))]

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib
 import os
 import sys
+import threading
 from pathlib import Path
 
 from forkbuild import __version__, commands
@@ -98,6 +100,13 @@ def main(argv: list[str] | None = None) -> int:
     reporter = Reporter(verbose=args.verbose)
     configure_logging(reporter)
     try:
+        return _run_command(args, reporter)
+    finally:
+        reporter.close()  # what waits for the console is printed before main() returns
+
+
+def _run_command(args: argparse.Namespace, reporter: Reporter) -> int:
+    try:
         context = Context.create(series_dir=args.series_dir, cache_dir=args.cache, reporter=reporter)
         result = args.run(args, context)
     except ForkbuildError as error:
@@ -121,5 +130,26 @@ def main(argv: list[str] | None = None) -> int:
     return int(result or 0)
 
 
+def run() -> None:
+    """The `forkbuild` command (`python -m forkbuild` too): main(), then exit without the
+    interpreter's teardown, which frees every module's objects one by one: ~25 ms, a tenth of
+    a re-apply. Nothing of forkbuild's needs it: files are written whole and renamed into
+    place, temporary directories go with their `with`, git's children are waited for. What
+    does need the end of the process is done first: the exit handlers (logging's flush,
+    weakref finalizers) and the stdout/stderr buffers. A thread still running gets the
+    normal exit, which waits for it."""
+    code = main()
+    if any(not thread.daemon for thread in threading.enumerate() if thread is not threading.main_thread()):
+        sys.exit(code)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BrokenPipeError:  # the reader went away after main() returned: as main() does
+            os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+            code = code or 141
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

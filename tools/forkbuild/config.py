@@ -6,7 +6,6 @@ key (and its line) of each, with a "perhaps you meant" for near misses.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import re
@@ -200,6 +199,8 @@ def _sha256(path: Path) -> str:
 
 def near_miss(name: str, known: Iterable[str]) -> str:
     """' (perhaps you meant 'x'?)' for the closest of `known`, or ''."""
+    import difflib  # only for a misspelt name
+
     matches = difflib.get_close_matches(name, list(known), n=1)
     return f" (perhaps you meant {matches[0]!r}?)" if matches else ""
 

@@ -1,53 +1,125 @@
-"""All terminal output: steps with durations, warnings, errors, tables. Uses rich."""
+"""All terminal output: steps with durations, warnings, errors, tables. Uses rich.
+
+rich takes ~30 ms to import, a tenth of a re-apply. So the console is made on a thread
+when the first line is printed, and that line (and any after it, in order) waits until
+the console is there: the import runs while forkbuild waits for its first git commands,
+not before them. Whatever asks for `Reporter.console` itself (a table, a progress bar)
+waits for it; `close()` prints what is still waiting, and main() calls it last.
+"""
 
 from __future__ import annotations
 
 import logging
+import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
-
-from rich.console import Console
-from rich.logging import RichHandler
-from rich.markup import escape
+from typing import TYPE_CHECKING, Any
 
 from forkbuild.errors import ForkbuildError
 
 if TYPE_CHECKING:
+    from rich.console import Console
     from rich.progress import Progress
+
+# While the console loads beside git, how soon the thread hands Python back to the main
+# thread when a git command it waits for ends (Python's default is 5 ms, per command).
+LOADING_SWITCH_INTERVAL_S = 0.0005
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
 
 
 class Reporter:
     def __init__(self, *, verbose: bool = False, console: Console | None = None) -> None:
         self.verbose = verbose
-        self.console = console or Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
+        self._console = console
+        self._waiting: list[tuple[str, dict[str, Any]]] = []  # printed before the console was made
+        self._lock = threading.Lock()
+        self._loader: threading.Thread | None = None
+
+    @property
+    def console(self) -> Console:
+        """rich's console (made now, or waited for if it is being made)."""
+        loader = self._loader
+        if loader is not None:
+            loader.join()
+        if self._console is None:
+            self._make_console()  # not started, or it failed there: here, where a failure is raised
+        assert self._console is not None
+        return self._console
+
+    def close(self) -> None:
+        """Print what is still waiting for the console."""
+        if self._waiting or self._loader is not None:
+            self.console  # noqa: B018 (waits, and prints the lines held)
+
+    def _print(self, text: str, **options: Any) -> None:
+        with self._lock:
+            console = self._console
+            if console is None:
+                self._waiting.append((text, options))
+                if self._loader is None:
+                    self._start_loading()
+                return
+        console.print(text, **options)
+
+    def _start_loading(self) -> None:
+        previous = sys.getswitchinterval()
+
+        def load() -> None:
+            try:
+                self._make_console()
+            except BaseException:  # noqa: BLE001 (the console property makes it again and raises)
+                pass
+            finally:
+                sys.setswitchinterval(previous)
+
+        sys.setswitchinterval(min(previous, LOADING_SWITCH_INTERVAL_S))
+        self._loader = threading.Thread(target=load, name="forkbuild-console", daemon=True)
+        self._loader.start()
+
+    def _make_console(self) -> None:
+        import rich.table  # noqa: F401 (most commands end with a table: loaded here too)
+        from rich.console import Console
+
+        console = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
+        with self._lock:
+            if self._console is None:
+                for text, options in self._waiting:
+                    console.print(text, **options)
+                self._waiting.clear()
+                self._console = console
 
     @contextmanager
     def step(self, title: str) -> Iterator[None]:
         """A named step; its duration is printed when it ends."""
         start = time.monotonic()
-        self.console.print(f"[bold]>[/bold] {title}")
+        self._print(f"[bold]>[/bold] {title}")
         yield
-        self.console.print(f"  [dim]{title}: {time.monotonic() - start:.2f}s[/dim]")
+        self._print(f"  [dim]{title}: {time.monotonic() - start:.2f}s[/dim]")
 
     def info(self, message: str) -> None:
-        self.console.print(f"  {message}", markup=False)
+        self._print(f"  {message}", markup=False)
 
     def detail(self, message: str) -> None:
         """Tool output and other noise: shown with -v only."""
         if self.verbose:
-            self.console.print(message, markup=False, style="dim")
+            self._print(message, markup=False, style="dim")
 
     def warn(self, message: str) -> None:
-        self.console.print(f"[yellow]warning:[/yellow] {message}")
+        self._print(f"[yellow]warning:[/yellow] {message}")
 
     def error(self, error: ForkbuildError) -> None:
         # escape(): messages quote TOML ("[[patches]]") that rich would read as markup.
         color = "red" if error.label == "error" else "yellow"
-        self.console.print(f"[bold {color}]{error.label}:[/bold {color}] {escape(error.message)}", markup=True, highlight=False)
+        self._print(f"[bold {color}]{error.label}:[/bold {color}] {_escape(error.message)}", markup=True, highlight=False)
         if error.hint:
-            self.console.print(f"[cyan]hint:[/cyan] {escape(error.hint)}")
+            self._print(f"[cyan]hint:[/cyan] {_escape(error.hint)}")
 
     def download_progress(self) -> Progress:
         # rich.progress is imported only when something is downloaded.
@@ -57,15 +129,30 @@ class Reporter:
                         TransferSpeedColumn(), console=self.console, transient=True)
 
 
+class _ReporterHandler(logging.Handler):
+    """forkbuild's log records, through rich's handler on the reporter's console (made at the
+    first record: most runs log nothing, and rich's handler needs the console)."""
+
+    def __init__(self, reporter: Reporter) -> None:
+        super().__init__()
+        self.reporter = reporter
+        self._rich: logging.Handler | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self._rich is None:
+            from rich.logging import RichHandler
+
+            self._rich = RichHandler(console=self.reporter.console, show_time=False, show_path=False, markup=False,
+                                     highlighter=None, rich_tracebacks=False)
+            self._rich.setFormatter(logging.Formatter("%(message)s"))
+        self._rich.emit(record)
+
+
 def configure_logging(reporter: Reporter) -> None:
     """forkbuild's loggers (git's commands and output: "forkbuild.git") to the reporter's
     console: everything with -v, warnings and errors otherwise."""
     logger = logging.getLogger("forkbuild")
-    for handler in [handler for handler in logger.handlers if isinstance(handler, RichHandler)]:
+    for handler in [handler for handler in logger.handlers if isinstance(handler, _ReporterHandler)]:
         logger.removeHandler(handler)  # main() may run more than once in a process (tests)
-    handler = RichHandler(console=reporter.console, show_time=False, show_path=False, markup=False,
-                          highlighter=None, rich_tracebacks=False)
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    logger.addHandler(handler)
+    logger.addHandler(_ReporterHandler(reporter))
     logger.setLevel(logging.DEBUG if reporter.verbose else logging.WARNING)
-

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from forkbuild.console import Reporter
 from forkbuild.errors import ConfigError
+from forkbuild.patchfacts import FACTS
 
 SERIES_FILE = "series.toml"
 
@@ -41,6 +42,11 @@ class Context:
             reporter.warn(f"finished an interrupted write of {root / SERIES_FILE} and patches/ (a killed forkbuild)")
         cache = cache_dir or Path(os.environ.get("FORKBUILD_CACHE") or root / ".cache" / "forkbuild")
         return cls(series_dir=root, cache_dir=cache.resolve(), reporter=reporter)
+
+    def __post_init__(self) -> None:
+        # What reading each patch file found goes into this cache (records are content-addressed:
+        # right for any cache, so the last context made in a process may as well decide).
+        FACTS.keep_in(self.cache_dir)
 
     @cached_property
     def series(self):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 NEW_FILE_MODE = 0o644
@@ -95,6 +94,8 @@ def sync_files(paths: list[Path]) -> None:
         for path in paths:
             _fsync_path(path)
         return
+    from concurrent.futures import ThreadPoolExecutor  # only for many files: not on every start
+
     with ThreadPoolExecutor(max_workers=min(SYNC_THREADS, len(paths))) as pool:
         list(pool.map(_fsync_path, paths))
 

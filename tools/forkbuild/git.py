@@ -7,6 +7,7 @@ do not depend on the user's git configuration.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import re
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from forkbuild.errors import ForkbuildError
+from forkbuild.fsutil import write_atomic
 from forkbuild.process import Completed, run_captured, start_captured
 
 if TYPE_CHECKING:
@@ -96,6 +98,17 @@ class FileCommit:
 # whole-tree fallback lists a new tree per patch; the engine reads the same few again and again.
 _TREES: dict[tuple[Path, str], Mapping[str, TreeEntry]] = {}
 TREES_KEPT = 32
+TREES_DIR = "forkbuild-trees"  # in a repository's common dir: listings Git.tree_entries keeps
+OBJECT_ID = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")  # SHA-1 or SHA-256: names one object forever
+
+
+def _read_listing(record: Path) -> dict[str, TreeEntry] | None:
+    """A listing tree_entries kept, or None: not kept yet, or damaged (then listed again)."""
+    try:
+        stored = json.loads(record.read_bytes())
+        return {path: TreeEntry(int(mode), str(blob)) for path, (mode, blob) in stored.items()}
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
 
 
 def _fast_import_path(path: str) -> str:
@@ -570,18 +583,27 @@ class Git:
     def write_tree(self, *, index: Path | None = None) -> str:
         return self.out("write-tree", env={"GIT_INDEX_FILE": str(index)} if index else None)
 
-    def tree_entries(self, commit: str) -> Mapping[str, TreeEntry]:
+    def tree_entries(self, commit: str, *, keep: bool = False) -> Mapping[str, TreeEntry]:
         """path -> mode and blob id of every file of `commit`'s tree (or of a tree), from one
         `ls-tree -r`; kept a while for the process (an id names one tree forever: the path check
-        and the engine's fast rung read the same base). Shared: read it, do not change it."""
+        and the engine's fast rung read the same base). Shared: read it, do not change it.
+        keep: `commit` is an id that later runs list again (an upstream base): the listing is
+        also kept in the repository (`forkbuild-trees/<id>`), which reads in a fifth of the time
+        ls-tree takes for sglang's 5,771 files."""
         key = (self.common_dir, commit)
         if key not in _TREES:
-            entries = {}
-            for item in self.run("ls-tree", "-r", "-z", "--full-tree", commit).stdout.split("\0"):
-                if item:
-                    meta, path = item.split("\t", 1)
-                    mode, _, blob = meta.split(" ")
-                    entries[path] = TreeEntry(int(mode, 8), blob)
+            record = self.common_dir / TREES_DIR / commit if keep and OBJECT_ID.fullmatch(commit) else None
+            entries = _read_listing(record) if record else None
+            if entries is None:
+                entries = {}
+                for item in self.run("ls-tree", "-r", "-z", "--full-tree", commit).stdout.split("\0"):
+                    if item:
+                        meta, path = item.split("\t", 1)
+                        mode, _, blob = meta.split(" ")
+                        entries[path] = TreeEntry(int(mode, 8), blob)
+                if record:
+                    record.parent.mkdir(exist_ok=True)
+                    write_atomic(record, json.dumps({path: [entry.mode, entry.blob] for path, entry in entries.items()}))
             if len(_TREES) >= TREES_KEPT:
                 del _TREES[next(iter(_TREES))]  # the oldest
             _TREES[key] = entries

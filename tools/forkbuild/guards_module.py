@@ -16,7 +16,6 @@ test-patch).
 
 from __future__ import annotations
 
-import ast
 import textwrap
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -139,6 +138,8 @@ def generated_commit_problems(series: Series, info: PatchInfo, *, label: str) ->
 
 def read_module(path: Path) -> tuple[GeneratedEntry, ...]:
     """The entries of a generated module on disk; ValueError when it is not one."""
+    import ast  # only where a generated module is read back
+
     tree = ast.parse(path.read_bytes(), filename=str(path))
     for node in tree.body:
         if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == [DATA_NAME]:

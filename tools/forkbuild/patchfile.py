@@ -3,20 +3,24 @@ and the path-safety rules every patch must pass before git sees it."""
 
 from __future__ import annotations
 
-import email
-import email.header
-import email.message
 import functools
 import json
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-
-import unidiff
+from typing import TYPE_CHECKING, Any
 
 from forkbuild.errors import UnsafePatchError
 from forkbuild.fsutil import write_atomic
 from forkbuild.git import Git
+from forkbuild.patchfacts import FACTS
+
+if TYPE_CHECKING:
+    import email.message
+
+    import unidiff
+# email and unidiff are imported where a patch is parsed: a run whose patch files are all
+# known from patchfacts.py's records needs neither (they are a tenth of a re-apply's time).
 
 TRAILER = re.compile(r"^(?P<key>[A-Za-z][A-Za-z0-9-]*):\s*(?P<value>.+?)\s*$")
 MAIL_HEADER = re.compile(r"^[!-9;-~]+:")  # RFC 5322 field name: printable ASCII but ":"
@@ -39,7 +43,9 @@ class PatchInfo:
 
     path: Path
     subject: str
-    author: str
+    author: str  # the From: header, decoded ("Name <address>")
+    author_name: str  # its parts, as email.utils.parseaddr splits them
+    author_email: str
     date: str
     message: str
     trailers: tuple[tuple[str, str], ...]
@@ -68,6 +74,8 @@ def split_mail(text: str) -> tuple[email.message.Message, str]:
     while end < len(lines) and (MAIL_HEADER.match(lines[end]) or (end and lines[end][:1] in (" ", "\t"))):
         end += 1
     payload_start = end + 1 if end < len(lines) and lines[end] == "" else end
+    import email
+
     # The default policy, compat32 (email.policy would load every header class: ~5 ms a start).
     message = email.message_from_string("\n".join(lines[:end]) + "\n\n")
     return message, "\n".join(lines[payload_start:])
@@ -90,6 +98,8 @@ def _decode_header(value: str | None) -> str:
         return ""
     # Unfold (RFC 5322): a line break followed by whitespace is just the whitespace.
     unfolded = re.sub(r"\r?\n(?=[ \t])", "", value)
+    import email.header
+
     return str(email.header.make_header(email.header.decode_header(unfolded))).strip()
 
 
@@ -106,12 +116,49 @@ def read_patch(path: Path) -> PatchInfo:
 @functools.lru_cache(maxsize=128)
 def _parsed(text: str, path: Path) -> PatchInfo:
     """parse_patch, once per content and path: a matrix or bisect reads the same patches
-    for every combination (PatchInfo is immutable, so sharing it is safe)."""
-    return parse_patch(text, path=path)
+    for every combination (PatchInfo is immutable, so sharing it is safe); and across runs
+    from the record patchfacts.py keeps of what the parse found (a diff git cannot parse too)."""
+    key = FACTS.key(path.name, text)
+    known = FACTS.get(key)
+    if known is not None:
+        try:
+            return _info_from_facts(known, path)
+        except (KeyError, TypeError, ValueError):
+            pass  # a damaged record: parse the patch again
+    try:
+        info = parse_patch(text, path=path)
+    except UnsafePatchError as error:
+        FACTS.put(key, {"unparsable": error.message})
+        raise
+    FACTS.put(key, _facts_of(info))
+    return info
+
+
+def _facts_of(info: PatchInfo) -> dict[str, Any]:
+    return {"subject": info.subject, "author": info.author, "author_name": info.author_name,
+            "author_email": info.author_email, "date": info.date, "message": info.message,
+            "trailers": [list(trailer) for trailer in info.trailers],
+            "files": [[change.path, change.added, change.removed, change.status, list(change.hunk_starts)]
+                      for change in info.files]}
+
+
+def _info_from_facts(facts: dict[str, Any], path: Path) -> PatchInfo:
+    if "unparsable" in facts:
+        raise UnsafePatchError(str(facts["unparsable"]))
+    text = {name: str(facts[name]) for name in ("subject", "author", "author_name", "author_email", "date", "message")}
+    trailers = tuple((str(key), str(value)) for key, value in facts["trailers"])
+    files = tuple(FileChange(path=str(name), added=int(added), removed=int(removed), status=str(status),
+                             hunk_starts=tuple(int(start) for start in starts))
+                  for name, added, removed, status, starts in facts["files"])
+    return PatchInfo(path=path, trailers=trailers, files=files, **text)
 
 
 def parse_patch(text: str, *, path: Path) -> PatchInfo:
     """A patch's text (e.g. fresh `git format-patch` output); `path` names it in errors."""
+    import email.utils
+
+    import unidiff
+
     headers, payload = split_mail(text)
     start = _diff_start(payload)
     message_body = payload[:start].split("\n---\n", 1)[0].strip("\n")
@@ -121,7 +168,9 @@ def parse_patch(text: str, *, path: Path) -> PatchInfo:
     except unidiff.UnidiffParseError as error:
         raise UnsafePatchError(f"patches/{path.name}: cannot parse the diff: {error}") from error
     files = tuple(_file_change(patched) for patched in diff)
-    return PatchInfo(path=path, subject=subject, author=_decode_header(headers.get("From")),
+    author = _decode_header(headers.get("From"))
+    author_name, author_email = email.utils.parseaddr(author)
+    return PatchInfo(path=path, subject=subject, author=author, author_name=author_name, author_email=author_email,
                      date=headers.get("Date", ""), message=message_body,
                      trailers=parse_trailers(message_body), files=files)
 
@@ -134,6 +183,8 @@ def strip_prefix(name: str) -> str:
 def hunk_offsets(patch_text: str, applied_diff: str) -> list[str]:
     """Where the hunks of a patch file landed elsewhere than the file says, one line each
     ("<path> hunk <n>: +3 lines"); `applied_diff` is the diff of the commit git made from it."""
+    import unidiff
+
     _, payload = split_mail(patch_text)
     expected = unidiff.PatchSet(payload[_diff_start(payload):])
     # unidiff's .path is already without the a/ b/ prefix.
@@ -231,7 +282,7 @@ def symlinks_of(cache_git: Git, commit: str) -> frozenset[str]:
     except (OSError, ValueError, TypeError):
         pass  # not listed yet, or a damaged record: list it again
     # The engine's fast rung reads the same listing of the base: one ls-tree for both.
-    found = frozenset(path for path, entry in cache_git.tree_entries(commit).items() if entry.mode == S_IFLNK)
+    found = frozenset(path for path, entry in cache_git.tree_entries(commit, keep=True).items() if entry.mode == S_IFLNK)
     record.parent.mkdir(exist_ok=True)
     write_atomic(record, json.dumps(sorted(found)) + "\n")
     return found

@@ -29,7 +29,6 @@ import hashlib
 import json
 import os
 import shutil
-import socket
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -67,7 +66,8 @@ class Owner:
 
     @classmethod
     def me(cls, command: str, phase: str = "started") -> Owner:
-        return cls(pid=os.getpid(), host=socket.gethostname(), started=_process_start(os.getpid()),
+        # os.uname().nodename is what socket.gethostname() returns, without importing socket.
+        return cls(pid=os.getpid(), host=os.uname().nodename, started=_process_start(os.getpid()),
                    command=command, phase=phase, group=GROUP.id())
 
     @classmethod
@@ -82,12 +82,12 @@ class Owner:
 
     def stop_orphans(self) -> list[str]:
         """Kill what this dead owner's git children left running (on this host); what was stopped."""
-        if self.host != socket.gethostname():
+        if self.host != os.uname().nodename:
             return []
         return stop_orphans(self.group, started=self.started)
 
     def alive(self) -> bool:
-        if self.host != socket.gethostname():
+        if self.host != os.uname().nodename:
             return True  # another machine's process: we cannot tell, so never touch its work
         try:
             os.kill(self.pid, 0)

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rich.table import Table
-
 from forkbuild.apply import apply_variant, resume_apply
 from forkbuild.commands import add_command
 from forkbuild.errors import ConfigError
@@ -50,6 +48,8 @@ def run(args, context) -> int:
             return 0
     else:
         result = apply_variant(context=context, variant=combination, dest=dest, stop=combination is None)
+    from rich.table import Table  # here, not at the top: rich loads beside the first git commands (console.py)
+
     table = Table("patch", "feature", "outcome", "detail", title=f"{result.variant or 'series'} -> {dest}")
     for record in result.records:
         table.add_row(record.entry.file, record.entry.feature, str(record.outcome), record.detail)

@@ -30,7 +30,6 @@ instead of a git run.
 
 from __future__ import annotations
 
-import email.utils
 import hashlib
 import json
 import os
@@ -147,7 +146,8 @@ class Engine:
     the end of `run`."""
 
     def __init__(self, worktree: Git, *, detect_upstreamed: bool = False, head: str = "", shown: str = "",
-                 checked_out: bool = True, before_change: Callable[[], None] | None = None) -> None:
+                 checked_out: bool = True, before_change: Callable[[], None] | None = None,
+                 upstream_head: bool = False) -> None:
         self.worktree = worktree
         # Called before the engine first touches the work tree (it may raise: nothing changed yet).
         self._before_change = before_change
@@ -159,6 +159,8 @@ class Engine:
         # What the memo key of the next patch builds on: a commit from outside the run, or
         # the key of the step that made HEAD (its commit may not be written yet).
         self._anchor = self._head
+        # upstream_head: `head` is an upstream base, whose file listing later runs read again (kept on disk).
+        self._kept_listing = self._head if upstream_head else ""
         self._pending: list[tuple[str, FileCommit]] = []  # (token, commit), oldest first
         self._written: dict[str, str] = {}  # token -> commit id, once flushed
         self._listing: TreeListing | None = None  # of `_head`'s tree, for the fast rung
@@ -355,7 +357,7 @@ class Engine:
     def _tree_listing(self) -> TreeListing:
         if self._listing is None:
             self.flush()
-            self._listing = TreeListing(self.worktree.tree_entries(self._head))
+            self._listing = TreeListing(self.worktree.tree_entries(self._head, keep=self._head == self._kept_listing))
         return self._listing
 
     def commit_files(self, files: Mapping[str, bytes], *, message: str) -> None:
@@ -542,7 +544,7 @@ class Engine:
 
 def patch_author_message(info: PatchInfo) -> tuple[Author, str]:
     """The author and commit message `git am --keep-non-patch` takes from a patch mail."""
-    name, address = email.utils.parseaddr(info.author)
+    name, address = info.author_name, info.author_email
     subject = PATCH_PREFIX.sub("", info.subject).strip()
     body = info.message.strip("\n")
     message = f"{subject}\n\n{body}\n" if body else f"{subject}\n"

@@ -1,0 +1,131 @@
+"""What a re-run reads from the cache instead of computing again: the facts of each patch
+file (patchfacts.py) and the file listing of the upstream base (Git.tree_entries keep=True);
+and the `forkbuild` command's exit without the interpreter's teardown (cli.run).
+
+Each is checked through a real `forkbuild` process: what it imported, which git commands
+it ran (GIT_TRACE), what it printed and returned."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from fixtures import SeriesFixture
+
+from forkbuild.errors import ConfigError
+from forkbuild.git import TREES_DIR, Git
+from forkbuild.patchfacts import FACTS_DIR
+
+PROBE = """
+import sys
+from forkbuild.cli import main
+code = main(sys.argv[1:])
+print("imported:", " ".join(name for name in ("email.parser", "unidiff") if name in sys.modules))
+sys.exit(code)
+"""
+
+
+def forkbuild(fx: SeriesFixture, *args: str, trace: Path | None = None, probe: bool = False,
+              extra: str = "") -> subprocess.CompletedProcess[str]:
+    """`forkbuild -C <series> --cache <cache> args` in a new Python process."""
+    env = {**os.environ, **({"GIT_TRACE": str(trace)} if trace else {})}
+    env.pop("PYTHONUNBUFFERED", None)  # output to a pipe stays in Python's buffers until something flushes it
+    code = PROBE if probe else extra + "from forkbuild.cli import run\nrun()\n"
+    return subprocess.run([sys.executable, "-c", code, "-C", str(fx.root), "--cache", str(fx.cache), *args],
+                          capture_output=True, text=True, env=env, check=False)
+
+
+def apply_all(fx: SeriesFixture, dest: Path, **options) -> subprocess.CompletedProcess[str]:
+    done = forkbuild(fx, "apply", "--all", "--dir", str(dest), **options)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done
+
+
+def forget_results(fx: SeriesFixture) -> None:
+    """Drop the apply engine's remembered results: the next apply computes every patch."""
+    (fx.cache / "upstream.git" / "forkbuild-apply-memo.json").unlink(missing_ok=True)
+
+
+def traced_commands(trace: Path) -> list[str]:
+    return [line.split("trace: built-in: ", 1)[1] for line in trace.read_text().splitlines() if "trace: built-in: " in line]
+
+
+def test_a_rerun_reads_unchanged_patch_files_from_their_records_without_email_or_unidiff(
+        series_fx: SeriesFixture, tmp_path: Path) -> None:
+    apply_all(series_fx, tmp_path / "tree")
+    records = sorted((series_fx.cache / FACTS_DIR).iterdir())
+    assert len(records) == len(series_fx.specs)
+    forget_results(series_fx)
+    again = apply_all(series_fx, tmp_path / "tree", probe=True)
+    assert "imported: \n" in again.stdout  # neither email's parser nor unidiff was loaded
+    # A changed patch file is a new record, read from the file: its new subject is in the commit.
+    patch = series_fx.patches_dir / series_fx.specs[1].file
+    patch.write_text(patch.read_text().replace("\nSubject: ", "\nSubject: reworded: ", 1))
+    changed = apply_all(series_fx, tmp_path / "tree", probe=True)
+    assert "unidiff" in changed.stdout.split("imported:", 1)[1]
+    assert len(list((series_fx.cache / FACTS_DIR).iterdir())) == len(records) + 1
+    log = Git(tmp_path / "tree").out("log", "--format=%s")
+    assert "reworded:" in log
+
+
+def test_a_damaged_patch_record_is_read_from_the_patch_again(series_fx: SeriesFixture, tmp_path: Path) -> None:
+    first = apply_all(series_fx, tmp_path / "tree")
+    head = Git(tmp_path / "tree").head()
+    for record in (series_fx.cache / FACTS_DIR).iterdir():
+        record.write_text('{"subject": ')  # cut off
+    forget_results(series_fx)
+    again = apply_all(series_fx, tmp_path / "tree", probe=True)
+    assert "unidiff" in again.stdout.split("imported:", 1)[1]
+    assert Git(tmp_path / "tree").head() == head  # the same commits, from the patches themselves
+    assert all(json.loads(record.read_text())["subject"] for record in (series_fx.cache / FACTS_DIR).iterdir())
+    assert first.returncode == again.returncode == 0
+
+
+def test_an_unparsable_patch_is_refused_the_same_way_from_its_record(series_fx: SeriesFixture, tmp_path: Path) -> None:
+    patch = series_fx.patches_dir / series_fx.specs[1].file
+    text = patch.read_text()
+    hunk = text.index("\n@@ ")
+    patch.write_text(text[:hunk] + "\n@@ -1,3 +1,4 @@\n+only an added line\n")  # the hunk says 3 lines of context
+    first = forkbuild(series_fx, "apply", "--all", "--dir", str(tmp_path / "tree"))
+    second = forkbuild(series_fx, "apply", "--all", "--dir", str(tmp_path / "tree"), probe=True)
+    assert first.returncode == second.returncode != 0
+    assert "cannot parse the diff" in first.stderr
+    assert first.stderr.replace("\n", " ") in second.stderr.replace("\n", " ")
+    assert "imported: \n" in second.stdout  # the refusal came from the record
+
+
+def test_a_rerun_reads_the_upstream_listing_it_kept_instead_of_listing_the_tree(
+        series_fx: SeriesFixture, tmp_path: Path) -> None:
+    apply_all(series_fx, tmp_path / "tree")
+    base = Git(tmp_path / "tree").out("rev-list", "--max-parents=0", "HEAD")
+    kept = series_fx.cache / "upstream.git" / TREES_DIR / base
+    listed = Git(tmp_path / "tree").out("ls-tree", "-r", "--name-only", base).splitlines()
+    assert sorted(json.loads(kept.read_text())) == sorted(listed)
+    forget_results(series_fx)
+    trace = tmp_path / "trace"
+    apply_all(series_fx, tmp_path / "tree", trace=trace)
+    assert not [command for command in traced_commands(trace) if command.startswith("git ls-tree -r")]
+    # Damaged: listed again, and the same commits come out.
+    head = Git(tmp_path / "tree").head()
+    kept.write_text("[1, 2")
+    forget_results(series_fx)
+    trace.unlink()
+    apply_all(series_fx, tmp_path / "tree", trace=trace)
+    assert [command for command in traced_commands(trace) if command.startswith("git ls-tree -r")]
+    assert Git(tmp_path / "tree").head() == head
+    assert isinstance(json.loads(kept.read_text()), dict)
+
+
+def test_the_command_exits_with_mains_code_after_its_exit_handlers_and_all_its_output(
+        series_fx: SeriesFixture, tmp_path: Path) -> None:
+    handler = "import atexit\natexit.register(lambda: print('exit handler ran'))\n"
+    done = forkbuild(series_fx, "status", "--wide", extra=handler)
+    assert done.returncode == 0
+    assert done.stdout.rstrip().endswith("exit handler ran")
+    assert "alpha-scale.patch" in done.stdout  # the table, flushed before the process ended
+    refused = forkbuild(series_fx, "apply", "--variant", "nosuch", extra=handler)
+    assert refused.returncode == ConfigError.return_code and "unknown variant 'nosuch'" in refused.stderr
+    assert "exit handler ran" in refused.stdout
