@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from fixtures import SeriesFixture
 
 from forkbuild.errors import ConfigError
@@ -57,7 +58,10 @@ def test_a_rerun_reads_unchanged_patch_files_from_their_records_without_email_or
         series_fx: SeriesFixture, tmp_path: Path) -> None:
     apply_all(series_fx, tmp_path / "tree")
     records = sorted((series_fx.cache / FACTS_DIR).iterdir())
-    assert len(records) == len(series_fx.specs)
+    # Per patch: what parsing it found, and its problems (none) for upstream's set of symlinks.
+    assert len([record for record in records if "-" not in record.name]) == len(series_fx.specs)
+    assert [json.loads(record.read_text()) for record in records if "-" in record.name] == \
+        [{"problems": []}] * len(series_fx.specs)
     forget_results(series_fx)
     again = apply_all(series_fx, tmp_path / "tree", probe=True)
     assert "imported: \n" in again.stdout  # neither email's parser nor unidiff was loaded
@@ -66,7 +70,7 @@ def test_a_rerun_reads_unchanged_patch_files_from_their_records_without_email_or
     patch.write_text(patch.read_text().replace("\nSubject: ", "\nSubject: reworded: ", 1))
     changed = apply_all(series_fx, tmp_path / "tree", probe=True)
     assert "unidiff" in changed.stdout.split("imported:", 1)[1]
-    assert len(list((series_fx.cache / FACTS_DIR).iterdir())) == len(records) + 1
+    assert len(list((series_fx.cache / FACTS_DIR).iterdir())) == len(records) + 2
     log = Git(tmp_path / "tree").out("log", "--format=%s")
     assert "reworded:" in log
 
@@ -80,7 +84,8 @@ def test_a_damaged_patch_record_is_read_from_the_patch_again(series_fx: SeriesFi
     again = apply_all(series_fx, tmp_path / "tree", probe=True)
     assert "unidiff" in again.stdout.split("imported:", 1)[1]
     assert Git(tmp_path / "tree").head() == head  # the same commits, from the patches themselves
-    assert all(json.loads(record.read_text())["subject"] for record in (series_fx.cache / FACTS_DIR).iterdir())
+    again_records = [json.loads(record.read_text()) for record in (series_fx.cache / FACTS_DIR).iterdir()]
+    assert all(record.get("subject") or record == {"problems": []} for record in again_records)
     assert first.returncode == again.returncode == 0
 
 
@@ -129,3 +134,26 @@ def test_the_command_exits_with_mains_code_after_its_exit_handlers_and_all_its_o
     refused = forkbuild(series_fx, "apply", "--variant", "nosuch", extra=handler)
     assert refused.returncode == ConfigError.return_code and "unknown variant 'nosuch'" in refused.stderr
     assert "exit handler ran" in refused.stdout
+
+
+def test_a_problems_record_spares_the_path_checks_and_says_the_same(series_fx: SeriesFixture,
+                                                                    monkeypatch) -> None:
+    from forkbuild import patchfile
+    from forkbuild.errors import UnsafePatchError
+    from forkbuild.patchfacts import FACTS
+
+    monkeypatch.setattr(FACTS, "directory", None)
+    FACTS.keep_in(series_fx.cache)
+    unsafe = series_fx.patches_dir / series_fx.specs[2].file
+    unsafe.write_text(unsafe.read_text().replace(" b/python/", " b/../python/", 1))
+    paths = [series_fx.patches_dir / spec.file for spec in series_fx.specs]
+    with pytest.raises(UnsafePatchError, match="leaves the tree") as first:
+        patchfile.check_patches(paths)
+    patchfile._text_problems.cache_clear()
+    patchfile._parsed.cache_clear()
+    calls = []
+    monkeypatch.setattr(patchfile, "safety_problems", lambda *args, **options: calls.append(args) or [])
+    with pytest.raises(UnsafePatchError) as second:
+        patchfile.check_patches(paths)
+    assert second.value.message == first.value.message
+    assert calls == []  # every patch's problems came from its record

@@ -4,6 +4,7 @@ and the path-safety rules every patch must pass before git sees it."""
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import re
 from dataclasses import dataclass
@@ -336,7 +337,18 @@ def patch_problems(path: Path, *, symlinks: frozenset[str] = frozenset()) -> lis
 @functools.lru_cache(maxsize=128)
 def _text_problems(text: str, path: Path, symlinks: frozenset[str]) -> tuple[str, ...]:
     """patch_problems of a patch's text, once per content (a matrix checks the same patches
-    for every combination)."""
+    for every combination), and across runs from patchfacts.py's record for this content and
+    set of upstream symlinks."""
+    key = f"{FACTS.key(path.name, text)}-{hashlib.sha256(chr(0).join(sorted(symlinks)).encode('utf-8', 'surrogateescape')).hexdigest()[:16]}"
+    known = FACTS.get(key)
+    if known is not None and isinstance(known.get("problems"), list):
+        return tuple(str(problem) for problem in known["problems"])
+    problems = _find_problems(text, path, symlinks)
+    FACTS.put(key, {"problems": list(problems)})
+    return problems
+
+
+def _find_problems(text: str, path: Path, symlinks: frozenset[str]) -> tuple[str, ...]:
     label = f"patches/{path.name}"
     if not text.strip():
         return (f"{label}: is empty",)
