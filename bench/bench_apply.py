@@ -12,9 +12,11 @@ forkbuild: re-applying into its existing tree, which resets it to upstream
 first). Each is the median of --repeat runs, the tools interleaved. Goal:
 forkbuild <= 1.0x git am.
 
-Before each apply step the disk is synced (os.sync): a checkout of sglang's 5,771 files
-leaves ~130 MB of dirty pages, and the tool timed right after it would pay for writing
-them back (git am measured 0.37-0.41 s there and 0.21-0.25 s on a settled tree).
+Before each apply step the tree is settled, the same way for every tool: past git's racy
+window (1.2 s), its index refreshed (`git update-index --refresh`: entries written in the
+same instant as the index are otherwise re-read by content on the next command), and the
+disk synced (a checkout of sglang's 5,771 files leaves ~130 MB of dirty pages to write
+back). Unsettled, git am right after its checkout measured 0.25-0.41 s, settled 0.23-0.30 s.
 
 forkbuild runs as installed: its bytecode compiled first (pip compiles an installed
 package's; an editable install writes it on first import, unless PYTHONDONTWRITEBYTECODE
@@ -89,8 +91,13 @@ class Bench:
                        capture_output=True)
         shutil.rmtree(dest, ignore_errors=True)
 
+    def settle(self, dest: Path) -> None:
+        """The tree as a user's ready checkout is (see the module doc)."""
+        time.sleep(1.2)
+        subprocess.run(["git", "-C", str(dest), "update-index", "-q", "--refresh"], capture_output=True)
+        os.sync()
+
     def run_forkbuild(self, dest: Path) -> float:
-        os.sync()  # see the module doc
         return timed([self.forkbuild, "-C", str(self.series_dir), "--cache", str(self.cache), "apply", "--all",
                       "--dir", str(dest)])
 
@@ -111,17 +118,19 @@ class Bench:
         self.forget_results()
         first = self.run_forkbuild(dest)
         self.forget_results()
+        self.settle(dest)
         times["forkbuild"] = (first, self.run_forkbuild(dest))
         self.remove(dest)
         # The same with the results remembered from the runs before (unchanged patches).
         dest = self.fresh("forkbuild-memo")
         first = self.run_forkbuild(dest)
+        self.settle(dest)
         times["forkbuild memo"] = (first, self.run_forkbuild(dest))
         self.remove(dest)
         for name, apply in (("git am", self.run_git_am), ("quilt", self.run_quilt)):
             dest = self.fresh(name.replace(" ", "-"))
             checkout = self.checkout(dest)
-            os.sync()  # see the module doc
+            self.settle(dest)
             step = apply(dest)
             times[name] = (checkout + step, step)
             self.remove(dest)

@@ -1,5 +1,5 @@
-"""The reporter's console is made on a thread at the first line printed (rich loads beside
-forkbuild's first git commands): lines printed meanwhile wait, and come out first, in order."""
+"""The reporter's console is made on a thread (rich loads beside forkbuild's git commands):
+lines printed before it is there wait, and come out first, in order."""
 
 from __future__ import annotations
 
@@ -52,9 +52,19 @@ def test_a_console_that_cannot_be_made_on_the_thread_raises_where_it_is_asked_fo
     monkeypatch.setattr(Reporter, "_make_console", broken)
     reporter = Reporter()
     reporter.info("held")
+    reporter.load_beside()  # as forkbuild's next git command would
     with pytest.raises(ImportError, match="rich"):
         reporter.close()
     assert calls == ["forkbuild-console", threading.main_thread().name]
+
+
+def test_a_held_line_is_printed_without_a_command_to_wait_for(capsys: pytest.CaptureFixture[str]) -> None:
+    reporter = Reporter()
+    reporter.info("alone")
+    deadline = time.monotonic() + 5
+    while "alone" not in capsys.readouterr().err:  # the HOLD_S deadline starts the console
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
 
 
 def test_an_apply_prints_its_step_table_and_head_in_order(series_fx: SeriesFixture, tmp_path) -> None:
@@ -65,3 +75,30 @@ def test_an_apply_prints_its_step_table_and_head_in_order(series_fx: SeriesFixtu
     marks = ["> Applying 3 patches", "  Applying 3 patches", "series ->", "guards.patch", "beta-limit.patch", "  HEAD "]
     found = [next(index for index, line in enumerate(lines) if mark in line) for mark in marks]
     assert found == sorted(found), done.stderr
+
+
+def test_the_console_starts_loading_when_forkbuild_next_waits_for_a_command(
+        series_fx: SeriesFixture, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from forkbuild.process import call_before_waiting, run_captured, start_captured
+
+    calls: list[str] = []
+    call_before_waiting(lambda: calls.append("before"))
+    try:
+        run_captured(["git", "--version"], cwd=tmp_path)
+        start_captured(["git", "--version"], cwd=tmp_path).wait()
+    finally:
+        call_before_waiting(None)
+    assert calls == ["before", "before"]
+    # main() hands its reporter's load_beside to the process runner, for as long as it runs.
+    loads: list[Reporter] = []
+
+    def record(self: Reporter) -> None:
+        if threading.current_thread() is threading.main_thread():  # not the HOLD_S deadline's timer
+            loads.append(self)
+
+    monkeypatch.setattr(Reporter, "load_beside", record)
+    assert series_fx.cli("apply", "--all", "--dir", str(tmp_path / "tree")) == 0
+    assert loads and all(reporter is loads[0] for reporter in loads)
+    count = len(loads)
+    run_captured(["git", "--version"], cwd=tmp_path)
+    assert len(loads) == count  # main() took it back

@@ -1,10 +1,12 @@
 """All terminal output: steps with durations, warnings, errors, tables. Uses rich.
 
-rich takes ~30 ms to import, a tenth of a re-apply. So the console is made on a thread
-when the first line is printed, and that line (and any after it, in order) waits until
-the console is there: the import runs while forkbuild waits for its first git commands,
-not before them. Whatever asks for `Reporter.console` itself (a table, a progress bar)
-waits for it; `close()` prints what is still waiting, and main() calls it last.
+rich takes ~30 ms to import, a tenth of a re-apply. So the console is made on a thread,
+and the lines printed before it is there wait for it (they come out first, in order). The
+thread starts when forkbuild next waits for a command (`load_beside`, which main() hands to
+process.py), so that the import runs beside git rather than taking turns with forkbuild's
+own work for the processor; at the latest HOLD_S after the first line. Whatever asks for
+`Reporter.console` itself (a table, a progress bar) waits for it; `close()` prints what is
+still waiting, and main() calls it last.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ if TYPE_CHECKING:
 # While the console loads beside git, how soon the thread hands Python back to the main
 # thread when a git command it waits for ends (Python's default is 5 ms, per command).
 LOADING_SWITCH_INTERVAL_S = 0.0005
+# The longest a line printed waits for a command to load the console beside.
+HOLD_S = 0.05
 
 
 def _escape(text: str) -> str:
@@ -41,6 +45,7 @@ class Reporter:
         self._waiting: list[tuple[str, dict[str, Any]]] = []  # printed before the console was made
         self._lock = threading.Lock()
         self._loader: threading.Thread | None = None
+        self._deadline: threading.Timer | None = None
 
     @property
     def console(self) -> Console:
@@ -55,16 +60,27 @@ class Reporter:
 
     def close(self) -> None:
         """Print what is still waiting for the console."""
+        if self._deadline is not None:
+            self._deadline.cancel()
         if self._waiting or self._loader is not None:
             self.console  # noqa: B018 (waits, and prints the lines held)
+
+    def load_beside(self) -> None:
+        """Start making the console on its thread, if lines wait for it (process.py calls this
+        before each wait for a command)."""
+        with self._lock:
+            if self._waiting and self._console is None and self._loader is None:
+                self._start_loading()
 
     def _print(self, text: str, **options: Any) -> None:
         with self._lock:
             console = self._console
             if console is None:
                 self._waiting.append((text, options))
-                if self._loader is None:
-                    self._start_loading()
+                if self._deadline is None:
+                    self._deadline = threading.Timer(HOLD_S, self.load_beside)
+                    self._deadline.daemon = True
+                    self._deadline.start()
                 return
         console.print(text, **options)
 

@@ -13,12 +13,26 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from forkbuild.childgroup import GROUP
 from forkbuild.errors import ToolMissing
+
+# Called each time forkbuild is about to wait for a command: work that can run beside the
+# command starts then, not while forkbuild itself needs the processor (console.py: rich).
+_before_waiting: Callable[[], None] | None = None
+
+
+def call_before_waiting(callback: Callable[[], None] | None) -> None:
+    global _before_waiting
+    _before_waiting = callback
+
+
+def _about_to_wait() -> None:
+    if _before_waiting is not None:
+        _before_waiting()
 
 
 @dataclass(frozen=True)
@@ -59,6 +73,7 @@ def run_captured(command: Sequence[str], *, cwd: Path, env: Mapping[str, str] | 
     return its status and output.
     interactive: it may ask on the terminal, so it stays in forkbuild's own process group."""
     group = 0 if interactive else GROUP.id()
+    _about_to_wait()
     with stdin.open("rb") if stdin else contextlib.nullcontext(None) as stream, _missing_tool(command, cwd):
         if input is not None:
             done = subprocess.run(list(command), cwd=cwd, env=_environment(env), capture_output=True, check=False,
@@ -79,6 +94,7 @@ class Running:
 
     def wait(self) -> Completed:
         if self._done is None:
+            _about_to_wait()
             stdout, stderr = self._process.communicate()
             self._done = _completed(self._process.returncode, stdout, stderr)
         return self._done
