@@ -157,3 +157,19 @@ def test_a_problems_record_spares_the_path_checks_and_says_the_same(series_fx: S
         patchfile.check_patches(paths)
     assert second.value.message == first.value.message
     assert calls == []  # every patch's problems came from its record
+
+
+def test_the_upstream_tag_is_read_from_its_file_and_a_packed_one_through_git(series_fx: SeriesFixture,
+                                                                             tmp_path: Path) -> None:
+    apply_all(series_fx, tmp_path / "tree")
+    trace = tmp_path / "trace"
+    apply_all(series_fx, tmp_path / "tree", trace=trace)
+    assert not [command for command in traced_commands(trace) if "refs/tags/" in command]
+    cache = Git(series_fx.cache / "upstream.git")
+    tag = cache.out("tag").splitlines()[0]
+    commit = cache.out("rev-parse", f"refs/tags/{tag}^{{commit}}")
+    assert cache.tagged_commit(tag) == commit
+    cache.run("pack-refs", "--all")  # what a `git gc` of the cache does
+    assert not (cache.common_dir / "refs" / "tags" / tag).exists()
+    assert cache.tagged_commit(tag) == commit
+    assert cache.tagged_commit("no-such-tag") is None

@@ -88,7 +88,7 @@ class UpstreamCache:
         """The commit of an already imported version, without taking the lock."""
         if not (self.repo_path / "HEAD").exists():
             return None
-        return Git(self.repo_path).rev(f"refs/tags/{upstream.tag}")
+        return Git(self.repo_path).tagged_commit(upstream.tag)
 
     def ensure(self, upstream: Upstream, *, python_tag: str | None = None) -> str:
         """The cache commit of `upstream`, importing it first if needed."""

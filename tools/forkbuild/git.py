@@ -248,6 +248,16 @@ class Git:
     def delete_ref(self, ref: str) -> None:
         self.run("update-ref", "-d", ref)
 
+    def tagged_commit(self, name: str) -> str | None:
+        """The commit the lightweight tag `name` (as `tag` makes) names, or None. A loose tag is
+        read from its file, as git reads it: no process (every apply starts with this); a packed
+        one, or a file that does not hold an id, goes through `rev-parse`."""
+        try:
+            text = (self.common_dir / "refs" / "tags" / name).read_text().strip()
+        except (OSError, ValueError):
+            text = ""
+        return text if OBJECT_ID.fullmatch(text) else self.rev(f"refs/tags/{name}")
+
     def tag(self, name: str, commit: str) -> None:
         self.run("tag", "--no-sign", name, commit)
 
