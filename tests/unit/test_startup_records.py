@@ -173,3 +173,26 @@ def test_the_upstream_tag_is_read_from_its_file_and_a_packed_one_through_git(ser
     assert not (cache.common_dir / "refs" / "tags" / tag).exists()
     assert cache.tagged_commit(tag) == commit
     assert cache.tagged_commit("no-such-tag") is None
+
+
+def test_a_record_of_another_reader_is_not_used(series_fx: SeriesFixture, monkeypatch) -> None:
+    """A change to patchfile.py, unidiff or Python is a new key: what an older reader found is not taken."""
+    from forkbuild import patchfile
+    from forkbuild.patchfacts import FACTS
+
+    monkeypatch.setattr(FACTS, "directory", None)
+    FACTS.keep_in(series_fx.cache)
+    path = series_fx.patches_dir / series_fx.specs[0].file
+    patchfile._parsed.cache_clear()
+    patchfile.read_patch(path)
+    parses = []
+    parse = patchfile.parse_patch
+    monkeypatch.setattr(patchfile, "parse_patch", lambda text, path: parses.append(path) or parse(text, path=path))
+    patchfile._parsed.cache_clear()
+    patchfile.read_patch(path)
+    assert parses == []  # the same reader: from the record
+    monkeypatch.setattr(FACTS, "_reader", b"another patchfile.py")
+    patchfile._parsed.cache_clear()
+    patchfile.read_patch(path)
+    assert parses == [path]
+    patchfile._parsed.cache_clear()

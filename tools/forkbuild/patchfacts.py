@@ -3,8 +3,8 @@ status of unchanged patch files neither imports email and unidiff nor parses a d
 (~25 ms of a 0.3 s re-apply of the 16-patch series).
 
 One file per patch content in the cache (`<cache>/patch-facts/<key>`), the key a sha256 of
-the patch's name and bytes and of the code that reads it (patchfile.py and unidiff's
-version): a change to any of them is a new key, so a record is never stale, only unused.
+the patch's name and bytes and of the code that reads it (patchfile.py, unidiff's
+version, and Python's, whose email module reads the headers): a change to any of them is a new key, so a record is never stale, only unused.
 A damaged record is read again from the patch. Context.create says where the records go;
 without that (a library caller, a test), nothing is kept.
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -56,9 +57,11 @@ class FactsStore:
             pass  # a read-only or full cache: the facts are read from the patch next time too
 
     def _reader_digest(self) -> bytes:
-        """The code whose findings are kept: patchfile.py and the unidiff it parses diffs with."""
+        """The code whose findings are kept: patchfile.py, the unidiff it parses diffs with and
+        the Python whose email module reads the headers."""
         if self._reader is None:
             reader = hashlib.sha256(Path(__file__).with_name("patchfile.py").read_bytes())
+            reader.update(sys.version.encode())
             spec = importlib.util.find_spec("unidiff")
             version = Path(spec.origin).with_name("__version__.py") if spec and spec.origin else None
             reader.update(version.read_bytes() if version and version.is_file() else b"unidiff?")
