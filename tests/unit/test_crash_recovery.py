@@ -191,10 +191,13 @@ it goes on writing files into the tree for a while, as a big checkout's workers 
 import os, signal, sys, time
 args = sys.argv[1:]
 if "reset" in args and "--hard" in args and not os.path.exists({mark!r}):
-    open({mark!r}, "w").close()
-    if {kill_parent!r}:
-        os.kill(os.getppid(), signal.SIGKILL)  # forkbuild is killed while its git works on
     writer = os.fork()  # the writing is git's own child, as checkout workers are
+    if writer != 0:
+        # The mark only once the writer is there: a Ctrl-C sent on seeing it reaches both (one
+        # that came before the fork would be cleared in the child, which then writes on).
+        open({mark!r}, "w").close()
+        if {kill_parent!r}:
+            os.kill(os.getppid(), signal.SIGKILL)  # forkbuild is killed while its git works on
     if writer == 0:
         late = os.path.join({tree!r}, "written-after-forkbuild-ended")
         end = time.monotonic() + {seconds!r}
