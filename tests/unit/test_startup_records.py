@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -196,3 +197,18 @@ def test_a_record_of_another_reader_is_not_used(series_fx: SeriesFixture, monkey
     patchfile.read_patch(path)
     assert parses == [path]
     patchfile._parsed.cache_clear()
+
+
+def test_records_written_long_ago_go_when_a_new_one_is_written(tmp_path: Path, monkeypatch) -> None:
+    from forkbuild.patchfacts import FACTS, KEEP_DAYS
+
+    monkeypatch.setattr(FACTS, "directory", None)
+    FACTS.keep_in(tmp_path)
+    FACTS.put("old", {"problems": []})
+    FACTS.put("recent", {"problems": []})
+    records = tmp_path / FACTS_DIR
+    long_ago = time.time() - (KEEP_DAYS + 1) * 86400
+    os.utime(records / "old", (long_ago, long_ago))
+    assert FACTS.get("old") == {"problems": []}  # reading keeps nothing alive, and removes nothing
+    FACTS.put("new", {"problems": []})
+    assert sorted(path.name for path in records.iterdir()) == ["new", "recent"]

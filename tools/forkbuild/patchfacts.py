@@ -3,10 +3,12 @@ status of unchanged patch files neither imports email and unidiff nor parses a d
 (~25 ms of a 0.3 s re-apply of the 16-patch series).
 
 One file per patch content in the cache (`<cache>/patch-facts/<key>`), the key a sha256 of
-the patch's name and bytes and of the code that reads it (patchfile.py, unidiff's
-version, and Python's, whose email module reads the headers): a change to any of them is a new key, so a record is never stale, only unused.
-A damaged record is read again from the patch. Context.create says where the records go;
-without that (a library caller, a test), nothing is kept.
+the patch's name and bytes and of the code that reads it (patchfile.py, unidiff's version,
+and Python's, whose email module reads the headers): a change to any of them is a new key,
+so a record is never stale, only unused. A damaged record is read again from the patch.
+Records are only written when a patch content is new; one written more than KEEP_DAYS ago
+is removed then (a patch still in use is read again once: all a record ever saves). The
+Context says where the records go; without one (a library caller, a test), nothing is kept.
 """
 
 from __future__ import annotations
@@ -14,13 +16,16 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from forkbuild.fsutil import write_atomic
 
 FACTS_DIR = "patch-facts"
+KEEP_DAYS = 90
 
 
 class FactsStore:
@@ -53,8 +58,18 @@ class FactsStore:
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             write_atomic(self.directory / key, json.dumps(facts, sort_keys=True))
+            self._prune()
         except OSError:
             pass  # a read-only or full cache: the facts are read from the patch next time too
+
+    def _prune(self) -> None:
+        """Remove the records written more than KEEP_DAYS ago (the directory would only grow)."""
+        assert self.directory is not None
+        oldest = time.time() - KEEP_DAYS * 86400
+        with os.scandir(self.directory) as records:
+            for record in records:
+                if record.is_file() and record.stat().st_mtime < oldest:
+                    Path(record.path).unlink(missing_ok=True)
 
     def _reader_digest(self) -> bytes:
         """The code whose findings are kept: patchfile.py, the unidiff it parses diffs with and
