@@ -623,8 +623,9 @@ class Git:
                         mode, _, blob = meta.split(" ")
                         entries[path] = TreeEntry(int(mode, 8), blob)
                 if record:
-                    record.parent.mkdir(exist_ok=True)
-                    write_atomic(record, _listing_record(entries))
+                    with contextlib.suppress(OSError):  # not kept (a read-only cache): listed again next time
+                        record.parent.mkdir(exist_ok=True)
+                        write_atomic(record, _listing_record(entries))
             if len(_TREES) >= TREES_KEPT:
                 del _TREES[next(iter(_TREES))]  # the oldest
             _TREES[key] = entries
