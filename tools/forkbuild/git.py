@@ -352,9 +352,7 @@ class Git:
             text = (self.git_dir / "HEAD").read_text().strip()
         except OSError:
             text = ""
-        if len(text) == 40 and all(char in "0123456789abcdef" for char in text):
-            return text
-        return self.out("rev-parse", "HEAD")
+        return text if OBJECT_ID.fullmatch(text) else self.out("rev-parse", "HEAD")
 
     def checkout_detached(self, commit: str) -> None:
         self.run("checkout", "--quiet", "--detach", commit)

@@ -7,7 +7,7 @@ import functools
 import hashlib
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
@@ -136,22 +136,17 @@ def _parsed(text: str, path: Path) -> PatchInfo:
 
 
 def _facts_of(info: PatchInfo) -> dict[str, Any]:
-    return {"subject": info.subject, "author": info.author, "author_name": info.author_name,
-            "author_email": info.author_email, "date": info.date, "message": info.message,
-            "trailers": [list(trailer) for trailer in info.trailers],
-            "files": [[change.path, change.added, change.removed, change.status, list(change.hunk_starts)]
-                      for change in info.files]}
+    """PatchInfo as its record holds it: every field but the path (the record is by content)."""
+    facts = asdict(info)
+    del facts["path"]
+    return facts
 
 
 def _info_from_facts(facts: dict[str, Any], path: Path) -> PatchInfo:
     if "unparsable" in facts:
         raise UnsafePatchError(str(facts["unparsable"]))
-    text = {name: str(facts[name]) for name in ("subject", "author", "author_name", "author_email", "date", "message")}
-    trailers = tuple((str(key), str(value)) for key, value in facts["trailers"])
-    files = tuple(FileChange(path=str(name), added=int(added), removed=int(removed), status=str(status),
-                             hunk_starts=tuple(int(start) for start in starts))
-                  for name, added, removed, status, starts in facts["files"])
-    return PatchInfo(path=path, trailers=trailers, files=files, **text)
+    files = tuple(FileChange(**{**change, "hunk_starts": tuple(change["hunk_starts"])}) for change in facts["files"])
+    return PatchInfo(**{**facts, "path": path, "files": files, "trailers": tuple(map(tuple, facts["trailers"]))})
 
 
 def parse_patch(text: str, *, path: Path) -> PatchInfo:
@@ -339,13 +334,19 @@ def _text_problems(text: str, path: Path, symlinks: frozenset[str]) -> tuple[str
     """patch_problems of a patch's text, once per content (a matrix checks the same patches
     for every combination), and across runs from patchfacts.py's record for this content and
     set of upstream symlinks."""
-    key = f"{FACTS.key(path.name, text)}-{hashlib.sha256(chr(0).join(sorted(symlinks)).encode('utf-8', 'surrogateescape')).hexdigest()[:16]}"
+    key = f"{FACTS.key(path.name, text)}-{_symlinks_digest(symlinks)}"
     known = FACTS.get(key)
     if known is not None and isinstance(known.get("problems"), list):
         return tuple(str(problem) for problem in known["problems"])
     problems = _find_problems(text, path, symlinks)
     FACTS.put(key, {"problems": list(problems)})
     return problems
+
+
+@functools.lru_cache(maxsize=8)
+def _symlinks_digest(symlinks: frozenset[str]) -> str:
+    """A short name for a set of upstream symlinks (one per base: the same for every patch)."""
+    return hashlib.sha256("\0".join(sorted(symlinks)).encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
 
 def _find_problems(text: str, path: Path, symlinks: frozenset[str]) -> tuple[str, ...]:

@@ -53,6 +53,11 @@ def _process_start(pid: int) -> str:
     return str(stat.started) if stat else ""
 
 
+def _host() -> str:
+    """This machine's name: what socket.gethostname() returns, without importing socket."""
+    return os.uname().nodename
+
+
 @dataclass(frozen=True)
 class Owner:
     """The forkbuild process that holds a work tree (or a scratch tree), as its lock records it."""
@@ -66,8 +71,7 @@ class Owner:
 
     @classmethod
     def me(cls, command: str, phase: str = "started") -> Owner:
-        # os.uname().nodename is what socket.gethostname() returns, without importing socket.
-        return cls(pid=os.getpid(), host=os.uname().nodename, started=_process_start(os.getpid()),
+        return cls(pid=os.getpid(), host=_host(), started=_process_start(os.getpid()),
                    command=command, phase=phase, group=GROUP.id())
 
     @classmethod
@@ -82,12 +86,12 @@ class Owner:
 
     def stop_orphans(self) -> list[str]:
         """Kill what this dead owner's git children left running (on this host); what was stopped."""
-        if self.host != os.uname().nodename:
+        if self.host != _host():
             return []
         return stop_orphans(self.group, started=self.started)
 
     def alive(self) -> bool:
-        if self.host != os.uname().nodename:
+        if self.host != _host():
             return True  # another machine's process: we cannot tell, so never touch its work
         try:
             os.kill(self.pid, 0)
