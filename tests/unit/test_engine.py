@@ -396,3 +396,44 @@ def test_deletions_and_mode_changes_make_the_commits_git_am_makes(tmp_path) -> N
     assert [record.commit for record in result.records] == am_tree.commits(result.base_commit, am_tree.head())
     assert not (tmp_path / "w/python/pkg/environ.py").exists()
     assert os.access(tmp_path / "w/python/pkg/util.py", os.X_OK)
+
+
+GROUPED = (DISJOINT[0], DISJOINT[1],
+           PatchSpec(file="core-quadruple.patch", feature="beta", subject="core: quadruple", body="Four.",
+                     edits=(("python/pkg/core.py", "    return value * 3\n", "    return value * 4\n"),)),
+           DISJOINT[2])
+
+
+def test_a_later_group_applies_on_the_small_index_the_first_one_wrote_with_the_commits_git_am_makes(
+        tmp_path, monkeypatch) -> None:
+    fx = make_series(tmp_path, specs=GROUPED)
+    UpstreamCache(fx.cache).ensure(fx.load().upstream)
+    runs = git_runs(monkeypatch)
+    result = apply_variant(context=fx.context(), variant="full", dest=tmp_path / "w")
+    assert [record.outcome.value for record in result.records] == ["exact"] * 4
+    commands = [run[0] for run in runs]
+    assert commands.count("apply") == 2  # core.py is named again by the third patch: a second group
+    assert commands.count("update-index") == 1  # the index is written once, for the files of both
+    am_tree = UpstreamCache(fx.cache).git().add_worktree(tmp_path / "am", result.base_commit)
+    assert am_tree.am([record.entry.path for record in result.records], three_way=False,
+                      committer_date_is_author_date=True).status == 0
+    assert [record.commit for record in result.records] == am_tree.commits(result.base_commit, am_tree.head())
+    assert "return value * 4" in (tmp_path / "w/python/pkg/core.py").read_text()
+
+
+def test_after_a_group_that_does_not_apply_the_next_patches_apply_on_the_index_as_it_was(tmp_path, monkeypatch) -> None:
+    """git applies a group all or nothing: the small index is reused as it was before the failed run."""
+    fx = make_series(tmp_path, specs=GROUPED)
+    patch = fx.patches_dir / "core-quadruple.patch"
+    patch.write_text(patch.read_text().replace("-    return value * 3", "-    return value * 5"))
+    runs = git_runs(monkeypatch)
+    result = apply_plan(context=fx.context(), plan=plan_variant(fx.load(), "full"), dest=tmp_path / "w")
+    assert [record.outcome.value for record in result.records] == ["exact", "exact", "conflict", "exact"]
+    assert [run[0] for run in runs].count("update-index") == 1
+    tree = Git(tmp_path / "w")
+    assert (tree.path / "python/pkg/extra.py").read_text() == "EXTRA = 1\n"
+    assert "return value * 3" in (tree.path / "python/pkg/core.py").read_text()
+    assert tree.out("log", "--format=%s", "-3", result.records[3].commit).splitlines() == [
+        "pkg: a new module", "util: a lower ceiling", "core: triple"]
+    assert tree.out("show", f"{result.records[3].commit}:python/pkg/util.py") == \
+        (tree.path / "python/pkg/util.py").read_text().rstrip("\n")

@@ -125,3 +125,33 @@ def test_write_atomic_many_keeps_modes_and_an_error_leaves_no_temporary(tmp_path
     monkeypatch.undo()
     assert [path.read_bytes() for path in files] == [b"newer\n", b"new\n", b"third\n"]  # the first renamed, the rest old
     assert sorted(path.name for path in tmp_path.iterdir()) == ["new.txt", "third.txt", "tool.sh"]
+
+
+def test_a_cache_record_is_renamed_into_place_without_a_flush_to_disk(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """durable=False (the cache's records: a damaged one is computed again) costs no fsync;
+    every other write flushes the file and its directory."""
+    synced: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda descriptor: synced.append(descriptor) or real(descriptor))
+    write_atomic(tmp_path / "record.json", "{}", durable=False)
+    assert synced == [] and (tmp_path / "record.json").read_text() == "{}"
+    assert [path.name for path in tmp_path.iterdir()] == ["record.json"]
+    write_atomic(tmp_path / "state.json", "{}")
+    assert len(synced) == 2  # the file, then the directory holding the new name
+
+
+def test_an_apply_flushes_the_trees_state_to_disk_and_none_of_the_caches_records(
+        series_fx, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    synced: list[str] = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda descriptor: synced.append(os.readlink(f"/proc/self/fd/{descriptor}"))
+                        or real(descriptor))
+    from forkbuild.apply import apply_variant
+
+    apply_variant(context=series_fx.context(), variant="full", dest=tmp_path / "w")
+    cache = str(series_fx.cache.resolve())
+    records = ("patch-facts", "forkbuild-trees", "forkbuild-symlinks", "forkbuild-apply-memo")
+    assert [path for path in synced if path.startswith(cache) and any(name in path for name in records)] == []
+    assert any("/.forkbuild-worktree.json." in path for path in synced)  # its temporary, before the rename
+    assert (series_fx.cache / "patch-facts").is_dir() and any((series_fx.cache / "patch-facts").iterdir())

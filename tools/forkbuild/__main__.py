@@ -1,3 +1,3 @@
-from forkbuild.cli import run
+from forkbuild.entry import run
 
 run()

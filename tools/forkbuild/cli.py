@@ -10,7 +10,7 @@ import sys
 import threading
 from pathlib import Path
 
-from forkbuild import __version__, commands
+from forkbuild import __version__, commands, startup
 from forkbuild.console import Reporter, configure_logging
 from forkbuild.context import Context
 from forkbuild.errors import ForkbuildError, disk_error
@@ -98,6 +98,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser(argv).parse_args(argv)
+    startup.resume()  # the command's code is loaded: the collector runs again (startup.py)
     reporter = Reporter(verbose=args.verbose)
     configure_logging(reporter)
     call_before_waiting(reporter.load_beside)  # rich loads while git runs (console.py)

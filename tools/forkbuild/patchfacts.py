@@ -57,7 +57,7 @@ class FactsStore:
             return
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            write_atomic(self.directory / key, json.dumps(facts, sort_keys=True))
+            write_atomic(self.directory / key, json.dumps(facts, sort_keys=True), durable=False)
             self._prune()
         except OSError:
             pass  # a read-only or full cache: the facts are read from the patch next time too

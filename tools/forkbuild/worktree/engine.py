@@ -31,17 +31,18 @@ instead of a git run.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 
-from forkbuild.errors import ApplyError
+from forkbuild.errors import ApplyError, ForkbuildError
 from forkbuild.fsutil import write_atomic
-from forkbuild.git import IDENTITY, Author, FileCommit, Git, PathChange
+from forkbuild.git import IDENTITY, Author, FileCommit, Git, PathChange, TreeEntry
 from forkbuild.patchfile import PatchInfo, read_patch
 from forkbuild.worktree.gitoutput import merge_tree_result, read_report
 from forkbuild.worktree.listing import TreeListing
@@ -52,6 +53,7 @@ MEMO_FILE = "forkbuild-apply-memo.json"
 MEMO_VERSION = "2"  # 2: keyed by the chain of patches from the base, not the parent commit
 MEMO_OUTCOMES = ("exact", "offset", "3-way")
 PATCH_PREFIX = re.compile(r"^(?:\[[^\]]*PATCH[^\]]*\]\s*)+", re.IGNORECASE)
+_ENGINES = itertools.count(1)  # numbers this process's engines (their small index files)
 # A fixed identity for the throw-away commit that gives merge-tree its merge base.
 MERGE_AUTHOR = Author(name="forkbuild", email="forkbuild@localhost", date="946684800 +0000")
 
@@ -164,6 +166,11 @@ class Engine:
         self._pending: list[tuple[str, FileCommit]] = []  # (token, commit), oldest first
         self._written: dict[str, str] = {}  # token -> commit id, once flushed
         self._listing: TreeListing | None = None  # of `_head`'s tree, for the fast rung
+        self._named: set[str] = set()  # the files the small index was written for
+        self._serial = next(_ENGINES)
+        # What the small index holds now, and the listing it agrees with: the next group of
+        # the same listing applies on top, without writing the index again (one update-index a run).
+        self._small: tuple[TreeListing, dict[str, TreeEntry]] | None = None
         self._index_at: str | None = None
         self._memo: dict | None = None
         self._memo_present: set[str] | None = None  # the memo's commits the repository still has
@@ -226,7 +233,7 @@ class Engine:
             current = json.loads(self._memo_path.read_text())
         except (OSError, ValueError):
             current = {}
-        write_atomic(self._memo_path, json.dumps({**current, **self._learnt}, sort_keys=True) + "\n")
+        write_atomic(self._memo_path, json.dumps({**current, **self._learnt}, sort_keys=True) + "\n", durable=False)
         self._learnt = {}
 
     @property
@@ -236,7 +243,9 @@ class Engine:
 
     @property
     def _small_index(self) -> Path:
-        return self.worktree.git_dir / f"forkbuild-engine-small-{os.getpid()}.index"
+        # Per engine, not only per process: an engine applies its next group on top of what its
+        # last one left there, so no other engine may write it in between.
+        return self.worktree.git_dir / f"forkbuild-engine-small-{os.getpid()}-{self._serial}.index"
 
     # -- patches -------------------------------------------------------------
     def run(self, jobs: Iterable[PatchJob], *, stop: bool, write: bool = True) -> list[PatchResult]:
@@ -250,11 +259,11 @@ class Engine:
         while len(results) < len(jobs) and not (stop and results and results[-1].outcome is Outcome.CONFLICT):
             rest = jobs[len(results):]
             group = [] if alone else self._group(rest)
-            done = self._fast(group) if len(group) > 1 else []
+            done = self._fast(group, upcoming=rest) if len(group) > 1 else []
             if len(group) > 1 and not done:
                 alone = len(group)
             if not done:
-                done = [self._step(rest[0], stop=stop)]
+                done = [self._step(rest[0], stop=stop, upcoming=rest)]
                 alone = max(alone - 1, 0)
             results += done
         if write:
@@ -266,12 +275,12 @@ class Engine:
         work tree with markers (stop=True; `head` stays where it was)."""
         return self.run([job], stop=stop)[0]
 
-    def _step(self, job: PatchJob, *, stop: bool) -> PatchResult:
+    def _step(self, job: PatchJob, *, stop: bool, upcoming: Sequence[PatchJob] = ()) -> PatchResult:
         key = self._memo_key(job)
         result = self._recall(key, job.name)
         if result is None:
             planned = self._plan(job, key)
-            done = self._fast([planned]) if planned else []
+            done = self._fast([planned], upcoming=upcoming) if planned else []
             result = done[0] if done else None
         if result is None:
             self.flush()  # the slower rungs work on real commits
@@ -320,15 +329,26 @@ class Engine:
 
         return disjoint_run(planned(), lambda plan: plan.paths)
 
-    def _fast(self, group: list[_Planned]) -> list[PatchResult]:
+    def _fast(self, group: list[_Planned], *, upcoming: Sequence[PatchJob] = ()) -> list[PatchResult]:
         """exact / offset for every patch of `group` from one `git apply --cached -v` into a private
         index of only the files they name, their commits left pending; [] when this rung cannot
         tell (one does not apply there, or git would have refused it on the full index, or a
-        change cannot be told to one patch): the caller goes one by one, up the full rungs."""
+        change cannot be told to one patch): the caller goes one by one, up the full rungs.
+
+        The index is written once for the files `upcoming` (the jobs from `group` on) name too,
+        and each later group of the same listing applies on top of what the one before made."""
         listing = self._tree_listing()
+        paths = {path for planned in group for path in planned.paths}
+        if self._small is not None and self._small[0] is listing and paths <= self._small[1].keys() | self._named:
+            before, written = self._small[1], True
+        else:
+            self._named = paths | self._paths_of(upcoming)
+            before, written = listing.entries_for(self._named), False
+        self._small = None  # until git's run below is read back: the index may hold anything
         applied = apply_small(self.worktree, [planned.job.path for planned in group], index=self._small_index,
-                              entries=listing.entries_for(path for planned in group for path in planned.paths))
+                              entries=before, written=written)
         if applied is None:
+            self._small = (listing, dict(before))  # git applies all or nothing: the index is as it was
             return []  # does not apply there: the full rungs take it
         changes = listing.changes(applied.before, applied.after)
         offsets = read_report(applied.report).offsets
@@ -348,7 +368,19 @@ class Engine:
             self._learn(planned.key, result)
             self._anchor = planned.key
             results.append(result)
+        self._small = (listing, applied.after)
         return results
+
+    @staticmethod
+    def _paths_of(jobs: Iterable[PatchJob]) -> set[str]:
+        """The files `jobs` name (those whose patch reads; any other is the full rungs' to judge)."""
+        named: set[str] = set()
+        for job in jobs:
+            try:
+                named.update(change.path for change in read_patch(job.path).files)
+            except (ForkbuildError, OSError):
+                pass
+        return named
 
     @property
     def _pending_tokens(self) -> set[str]:
@@ -490,6 +522,7 @@ class Engine:
         self._save_memo()
         self._index.unlink(missing_ok=True)
         self._small_index.unlink(missing_ok=True)
+        self._small = None
         self._index_at = None
 
     # -- after a stop ------------------------------------------------------------

@@ -17,13 +17,24 @@ from forkbuild.worktree.smallindex import parents
 
 
 class TreeListing:
+    """`entries` (a base's listing, shared: Git.tree_entries) with the changes made on top,
+    which are kept apart: the base's entries are not copied (a kept listing makes an entry
+    only when it is asked for, see git.KeptListing)."""
+
     def __init__(self, entries: Mapping[str, TreeEntry]) -> None:
-        self._entries = dict(entries)  # updated per patch; `entries` may be shared (Git.tree_entries)
+        self._base = entries
+        self._changed: dict[str, TreeEntry | None] = {}  # path -> its entry now; None: deleted
         self._sorted = sorted(entries)
+
+    def _get(self, path: str) -> TreeEntry | None:
+        if path in self._changed:
+            return self._changed[path]
+        return self._base[path] if path in self._base else None
 
     def entries_for(self, paths: Iterable[str]) -> dict[str, TreeEntry]:
         """The files among `paths` that the tree holds: what the small index starts from."""
-        return {path: self._entries[path] for path in paths if path in self._entries}
+        found = {path: self._get(path) for path in paths}
+        return {path: entry for path, entry in found.items() if entry is not None}
 
     def changes(self, before: Mapping[str, TreeEntry], after: Mapping[str, TreeEntry]) -> tuple[PathChange, ...] | None:
         """What git changed in the small index (`before` -> `after`), or None when git would
@@ -32,9 +43,9 @@ class TreeListing:
         left in place ("already exists", "appears as both a file and as a directory")."""
         deleted = {path for path in before if path not in after}
         for path in after.keys() - before.keys():
-            if path in self._entries or self._is_dir(path):
+            if self._get(path) is not None or self._is_dir(path):
                 return None
-            if any(parent in self._entries and parent not in deleted for parent in parents(path)):
+            if any(self._get(parent) is not None and parent not in deleted for parent in parents(path)):
                 return None
         changed = [PathChange(path=path, mode=0) for path in sorted(deleted)]
         changed += [PathChange(path=path, mode=entry.mode, blob=entry.blob) for path, entry in sorted(after.items())
@@ -43,15 +54,16 @@ class TreeListing:
 
     def update(self, changes: Iterable[PathChange]) -> None:
         for change in changes:
+            held = self._get(change.path) is not None
             if not change.mode:
-                self._entries.pop(change.path, None)
+                self._changed[change.path] = None
                 at = bisect_left(self._sorted, change.path)
-                if at < len(self._sorted) and self._sorted[at] == change.path:
+                if held and at < len(self._sorted) and self._sorted[at] == change.path:
                     del self._sorted[at]
             else:
-                if change.path not in self._entries:
+                if not held:
                     insort(self._sorted, change.path)
-                self._entries[change.path] = TreeEntry(change.mode, change.blob)
+                self._changed[change.path] = TreeEntry(change.mode, change.blob)
 
     def _is_dir(self, path: str) -> bool:
         prefix = path + "/"

@@ -65,11 +65,13 @@ class SmallApply:
 
 
 def apply_small(git: Git, patches: Sequence[Path], *, index: Path, entries: Mapping[str, TreeEntry], strip: int = 1,
-                unidiff_zero: bool = False) -> SmallApply | None:
+                unidiff_zero: bool = False, written: bool = False) -> SmallApply | None:
     """`patches` in order into the private index `index`, written to hold exactly `entries` (the
     tree's entries of the files they name), strictly (no fuzz, no 3-way), all or nothing; None
-    when they do not apply there: the caller takes the patches another way."""
-    git.write_index(index, entries)
+    when they do not apply there (the index is as it was): the caller takes the patches another
+    way. written: `index` holds `entries` already (what the caller's run before left there)."""
+    if not written:
+        git.write_index(index, entries)
     applied = git.apply_to_index(list(patches), index=index, strip=strip, unidiff_zero=unidiff_zero)
     if applied.status != 0:
         return None
