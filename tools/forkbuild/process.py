@@ -73,16 +73,18 @@ def run_captured(command: Sequence[str], *, cwd: Path, env: Mapping[str, str] | 
     return its status and output.
     interactive: it may ask on the terminal, so it stays in forkbuild's own process group."""
     group = 0 if interactive else GROUP.id()
-    _about_to_wait()
     with stdin.open("rb") if stdin else contextlib.nullcontext(None) as stream, _missing_tool(command, cwd):
-        if input is not None:
-            done = subprocess.run(list(command), cwd=cwd, env=_environment(env), capture_output=True, check=False,
-                                  input=input.encode("utf-8", "surrogateescape"), process_group=group or None)
-        else:
-            done = subprocess.run(list(command), cwd=cwd, env=_environment(env), capture_output=True, check=False,
-                                  stdin=stream if stream is not None else subprocess.DEVNULL,
-                                  process_group=group or None)
-    return _completed(done.returncode, done.stdout, done.stderr)
+        source = subprocess.PIPE if input is not None else stream if stream is not None else subprocess.DEVNULL
+        process = subprocess.Popen(list(command), cwd=cwd, env=_environment(env), stdin=source, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, process_group=group or None)
+    with process:  # as subprocess.run: the command is killed if forkbuild stops waiting (Ctrl-C)
+        try:
+            _about_to_wait()  # once the command runs: what starts beside it does not hold it back
+            stdout, stderr = process.communicate(input.encode("utf-8", "surrogateescape") if input is not None else None)
+        except BaseException:
+            process.kill()
+            raise
+    return _completed(process.returncode, stdout, stderr)
 
 
 class Running:
