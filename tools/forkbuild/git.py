@@ -250,13 +250,13 @@ class Git:
         return cls(path)
 
     def run(self, *args: str, env: Mapping[str, str] | None = None, check: bool = True,
-            stdin: Path | None = None, input: str | None = None, interactive: bool = False) -> Result:
-        """Run `git <args>` with the pinned config (`stdin`: a file to read from, or `input`);
+            input: str | bytes | None = None, interactive: bool = False) -> Result:
+        """Run `git <args>` with the pinned config (`input`: what it reads on stdin);
         raise GitFailed unless check=False. In forkbuild's child group (childgroup.py),
         unless `interactive` (it may ask on the terminal: a fetch that wants a password)."""
         command = self._command(args)
         # A bare repository runs in its git dir, as gitpython ran it.
-        done = run_captured(command, cwd=self.path, env=env, stdin=stdin, input=input, interactive=interactive)
+        done = run_captured(command, cwd=self.path, env=env, input=input, interactive=interactive)
         return self._result(command, done, check=check)
 
     def _command(self, args: Sequence[str]) -> list[str]:
@@ -725,8 +725,7 @@ class Git:
         stream += f"reset {IMPORT_REF}\n".encode()  # the ids are returned: no ref is kept (nor made)
         # Each commit's id comes back on stdout, one line per `get-mark`, in order.
         stream += "".join(f"get-mark :{number}\n" for number in range(1, len(commits) + 1)).encode()
-        return self.run("fast-import", "--quiet", "--force", f"--date-format={date_format}",
-                        input=bytes(stream).decode("utf-8", "surrogateescape")).stdout.split()
+        return self.run("fast-import", "--quiet", "--force", f"--date-format={date_format}", input=bytes(stream)).stdout.split()
 
     def tree_of(self, commit: str) -> str:
         return self.out("rev-parse", f"{commit}^{{tree}}")

@@ -68,19 +68,20 @@ def _missing_tool(command: Sequence[str], cwd: Path) -> Iterator[None]:
 
 
 def run_captured(command: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None,
-                 stdin: Path | None = None, input: str | None = None, interactive: bool = False) -> Completed:
-    """Run `command` in `cwd` (`stdin`: a file to read from, or `input`: text to write to it) and
-    return its status and output.
+                 input: str | bytes | None = None, interactive: bool = False) -> Completed:
+    """Run `command` in `cwd` (`input`: text or bytes to write to its stdin) and return its
+    status and output.
     interactive: it may ask on the terminal, so it stays in forkbuild's own process group."""
     group = 0 if interactive else GROUP.id()
-    with stdin.open("rb") if stdin else contextlib.nullcontext(None) as stream, _missing_tool(command, cwd):
-        source = subprocess.PIPE if input is not None else stream if stream is not None else subprocess.DEVNULL
-        process = subprocess.Popen(list(command), cwd=cwd, env=_environment(env), stdin=source, stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, process_group=group or None)
+    with _missing_tool(command, cwd):
+        process = subprocess.Popen(list(command), cwd=cwd, env=_environment(env),
+                                   stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, process_group=group or None)
     with process:  # as subprocess.run: the command is killed if forkbuild stops waiting (Ctrl-C)
         try:
             _about_to_wait()  # once the command runs: what starts beside it does not hold it back
-            stdout, stderr = process.communicate(input.encode("utf-8", "surrogateescape") if input is not None else None)
+            data = input.encode("utf-8", "surrogateescape") if isinstance(input, str) else input
+            stdout, stderr = process.communicate(data)
         except BaseException:
             process.kill()
             raise
