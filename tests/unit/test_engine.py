@@ -437,3 +437,27 @@ def test_after_a_group_that_does_not_apply_the_next_patches_apply_on_the_index_a
         "pkg: a new module", "util: a lower ceiling", "core: triple"]
     assert tree.out("show", f"{result.records[3].commit}:python/pkg/util.py") == \
         (tree.path / "python/pkg/util.py").read_text().rstrip("\n")
+
+
+def test_an_apply_removes_the_private_indexes_a_killed_engine_left_and_keeps_a_live_ones(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    fx = make_series(tmp_path, specs=DISJOINT)
+    apply_variant(context=fx.context(), variant="full", dest=tmp_path / "w")
+    git_dir = Git(tmp_path / "w").git_dir
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        pid = int(dead.stdout)
+        left = [git_dir / f"forkbuild-engine-small-{pid}-1.index", git_dir / f"forkbuild-engine-{pid}.index",
+                git_dir / f"forkbuild-engine-{pid}.index.lock"]
+        running = git_dir / f"forkbuild-engine-small-{live.pid}-1.index"
+        for path in (*left, running):
+            path.write_bytes(b"DIRC")
+        apply_variant(context=fx.context(), variant="full", dest=tmp_path / "w")
+        assert [path.name for path in left if path.exists()] == []
+        assert running.exists()  # its forkbuild is still running: its index is its own
+    finally:
+        live.kill()
+        live.wait()

@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 
+from forkbuild.childgroup import proc_stat
 from forkbuild.errors import ApplyError, ForkbuildError
 from forkbuild.fsutil import write_atomic
 from forkbuild.git import IDENTITY, Author, FileCommit, Git, PathChange, TreeEntry
@@ -54,6 +55,8 @@ MEMO_VERSION = "2"  # 2: keyed by the chain of patches from the base, not the pa
 MEMO_OUTCOMES = ("exact", "offset", "3-way")
 PATCH_PREFIX = re.compile(r"^(?:\[[^\]]*PATCH[^\]]*\]\s*)+", re.IGNORECASE)
 _ENGINES = itertools.count(1)  # numbers this process's engines (their small index files)
+# An engine's private index files (and git's lock beside one): forkbuild-engine[-small]-<pid>[-<n>].index
+ENGINE_FILE = re.compile(r"forkbuild-engine-(?:small-)?(?P<pid>\d+)(?:-\d+)?\.index(?:\.lock)?")
 # A fixed identity for the throw-away commit that gives merge-tree its merge base.
 MERGE_AUTHOR = Author(name="forkbuild", email="forkbuild@localhost", date="946684800 +0000")
 
@@ -151,6 +154,7 @@ class Engine:
                  checked_out: bool = True, before_change: Callable[[], None] | None = None,
                  upstream_head: bool = False) -> None:
         self.worktree = worktree
+        _clear_dead_engines(worktree.git_dir)
         # Called before the engine first touches the work tree (it may raise: nothing changed yet).
         self._before_change = before_change
         self._checked_out = checked_out  # False: a new work tree without files (`git worktree add --no-checkout`)
@@ -573,6 +577,19 @@ class Engine:
         self.worktree.clean_untracked()
         self.shown = self.head
         return PatchResult(name=job.name, outcome=Outcome.SKIPPED, detail="left out with --skip at a conflict")
+
+
+def _clear_dead_engines(git_dir: Path) -> None:
+    """Remove the private index files of engines whose process is gone: close() removes an
+    engine's own, and a killed one leaves them behind."""
+    try:
+        found = list(git_dir.glob("forkbuild-engine-*.index*"))
+    except OSError:
+        return
+    for path in found:
+        match = ENGINE_FILE.fullmatch(path.name)
+        if match and int(match["pid"]) != os.getpid() and proc_stat(int(match["pid"])) is None:
+            path.unlink(missing_ok=True)
 
 
 def patch_author_message(info: PatchInfo) -> tuple[Author, str]:
