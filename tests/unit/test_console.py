@@ -102,3 +102,36 @@ def test_the_console_starts_loading_when_forkbuild_next_waits_for_a_command(
     count = len(loads)
     run_captured(["git", "--version"], cwd=tmp_path)
     assert len(loads) == count  # main() took it back
+
+
+def test_asking_for_the_console_while_another_thread_starts_its_loader_waits_for_it(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The deadline's timer thread starts the loader while the main thread prints a table: it
+    must find no loader yet, or a started one (joining one not started yet raises)."""
+    reporter = Reporter()
+    reporter.info("held")
+    errors: list[BaseException] = []
+    askers: list[threading.Thread] = []
+    real_start = threading.Thread.start
+
+    def ask() -> None:
+        try:
+            reporter.console.print("asked")
+        except BaseException as error:  # noqa: BLE001 (what the test looks for)
+            errors.append(error)
+
+    def start(thread: threading.Thread) -> None:
+        if thread.name == "forkbuild-console" and not askers:
+            askers.append(threading.Thread(target=ask))
+            real_start(askers[0])
+            askers[0].join(0.3)  # it asks between the loader's creation and its start
+        real_start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    starter = threading.Thread(target=reporter.load_beside)  # as the deadline's timer does
+    real_start(starter)
+    starter.join(5)
+    askers[0].join(5)
+    reporter.close()
+    assert errors == []
+    assert capsys.readouterr().err.splitlines() == ["  held", "asked"]

@@ -50,7 +50,8 @@ class Reporter:
     @property
     def console(self) -> Console:
         """rich's console (made now, or waited for if it is being made)."""
-        loader = self._loader
+        with self._lock:  # a loader is set only once it has started (_start_loading)
+            loader = self._loader
         if loader is not None:
             loader.join()
         if self._console is None:
@@ -96,8 +97,11 @@ class Reporter:
                 sys.setswitchinterval(previous)
 
         sys.setswitchinterval(min(previous, LOADING_SWITCH_INTERVAL_S))
-        self._loader = threading.Thread(target=load, name="forkbuild-console", daemon=True)
-        self._loader.start()
+        loader = threading.Thread(target=load, name="forkbuild-console", daemon=True)
+        loader.start()
+        # Only now: the deadline's timer thread can start the loader while the main thread asks
+        # for the console, and joining a thread that has not started yet raises.
+        self._loader = loader
 
     def _make_console(self) -> None:
         import rich.table  # noqa: F401 (most commands end with a table: loaded here too)
