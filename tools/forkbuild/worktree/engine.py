@@ -40,7 +40,6 @@ from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 
-from forkbuild.childgroup import proc_stat
 from forkbuild.errors import ApplyError, ForkbuildError
 from forkbuild.fsutil import write_atomic
 from forkbuild.git import IDENTITY, Author, FileCommit, Git, PathChange, TreeEntry
@@ -588,8 +587,18 @@ def _clear_dead_engines(git_dir: Path) -> None:
         return
     for path in found:
         match = ENGINE_FILE.fullmatch(path.name)
-        if match and int(match["pid"]) != os.getpid() and proc_stat(int(match["pid"])) is None:
+        if match and int(match["pid"]) != os.getpid() and not _alive(int(match["pid"])):
             path.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # no signal: only whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's
+    return True
 
 
 def patch_author_message(info: PatchInfo) -> tuple[Author, str]:
