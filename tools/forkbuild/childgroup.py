@@ -105,6 +105,17 @@ def proc_stat(pid: int) -> ProcStat | None:
                     started=int(fields[19]))
 
 
+def process_exists(pid: int) -> bool:
+    """Whether a process `pid` exists on this machine (any user's; a zombie counts)."""
+    try:
+        os.kill(pid, 0)  # no signal: only the question
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # exists, another user's
+    return True
+
+
 def members(group: int) -> dict[int, ProcStat]:
     """pid -> stat of the live (not zombie) processes in process group `group`."""
     found = {}

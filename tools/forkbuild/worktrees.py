@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from forkbuild.childgroup import GROUP, proc_stat, stop_orphans
+from forkbuild.childgroup import GROUP, proc_stat, process_exists, stop_orphans
 from forkbuild.errors import ForkbuildError, LockBusy
 from forkbuild.git import Git
 
@@ -93,12 +93,8 @@ class Owner:
     def alive(self) -> bool:
         if self.host != _host():
             return True  # another machine's process: we cannot tell, so never touch its work
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
+        if not process_exists(self.pid):
             return False
-        except PermissionError:
-            pass  # exists, another user's
         started = _process_start(self.pid)
         # The same pid with another start time is a new process: ours is gone.
         return not (started and self.started) or started == self.started

@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 
+from forkbuild.childgroup import process_exists
 from forkbuild.errors import ApplyError, ForkbuildError
 from forkbuild.fsutil import write_atomic
 from forkbuild.git import IDENTITY, Author, FileCommit, Git, PathChange, TreeEntry
@@ -169,11 +170,11 @@ class Engine:
         self._pending: list[tuple[str, FileCommit]] = []  # (token, commit), oldest first
         self._written: dict[str, str] = {}  # token -> commit id, once flushed
         self._listing: TreeListing | None = None  # of `_head`'s tree, for the fast rung
-        self._named: set[str] = set()  # the files the small index was written for
         self._serial = next(_ENGINES)
-        # What the small index holds now, and the listing it agrees with: the next group of
-        # the same listing applies on top, without writing the index again (one update-index a run).
-        self._small: tuple[TreeListing, dict[str, TreeEntry]] | None = None
+        # The small index as it is now: the listing it agrees with, the files it was written
+        # for, what it holds. The next group of the same listing applies on top, without
+        # writing the index again (one update-index a run).
+        self._small: tuple[TreeListing, set[str], dict[str, TreeEntry]] | None = None
         self._index_at: str | None = None
         self._memo: dict | None = None
         self._memo_present: set[str] | None = None  # the memo's commits the repository still has
@@ -342,16 +343,17 @@ class Engine:
         and each later group of the same listing applies on top of what the one before made."""
         listing = self._tree_listing()
         paths = {path for planned in group for path in planned.paths}
-        if self._small is not None and self._small[0] is listing and paths <= self._small[1].keys() | self._named:
-            before, written = self._small[1], True
+        if self._small is not None and self._small[0] is listing and paths <= self._small[1]:
+            _, named, before = self._small
+            written = True
         else:
-            self._named = paths | self._paths_of(upcoming)
-            before, written = listing.entries_for(self._named), False
+            named = paths | self._paths_of(upcoming)
+            before, written = listing.entries_for(named), False
         self._small = None  # until git's run below is read back: the index may hold anything
         applied = apply_small(self.worktree, [planned.job.path for planned in group], index=self._small_index,
                               entries=before, written=written)
         if applied is None:
-            self._small = (listing, dict(before))  # git applies all or nothing: the index is as it was
+            self._small = (listing, named, dict(before))  # git applies all or nothing: the index is as it was
             return []  # does not apply there: the full rungs take it
         changes = listing.changes(applied.before, applied.after)
         offsets = read_report(applied.report).offsets
@@ -371,7 +373,7 @@ class Engine:
             self._learn(planned.key, result)
             self._anchor = planned.key
             results.append(result)
-        self._small = (listing, applied.after)
+        self._small = (listing, named, applied.after)
         return results
 
     @staticmethod
@@ -587,18 +589,9 @@ def _clear_dead_engines(git_dir: Path) -> None:
         return
     for path in found:
         match = ENGINE_FILE.fullmatch(path.name)
-        if match and int(match["pid"]) != os.getpid() and not _alive(int(match["pid"])):
+        if match and int(match["pid"]) != os.getpid() and not process_exists(int(match["pid"])):
             path.unlink(missing_ok=True)
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)  # no signal: only whether the process exists
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's
-    return True
 
 
 def patch_author_message(info: PatchInfo) -> tuple[Author, str]:
