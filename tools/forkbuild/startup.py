@@ -1,10 +1,10 @@
 """Python's cyclic garbage collector paused while the `forkbuild` process starts.
 
-Start-up makes ~27,000 objects the collector tracks (modules, functions, classes, the
-series' dataclasses) and none of them is garbage, yet a collection starts every 700 new
-ones: a re-apply ran 44 collections, 31 of them during start-up (counted with gc.callbacks);
-with the collector paused there it runs 12, and a re-apply takes ~2 % less time
-(bench_ab.py against the same code without the pause: bench/results/apply.txt). So the process entry
+Start-up makes tens of thousands of objects the collector tracks (modules, functions,
+classes, the series' dataclasses) and none of them is garbage, yet a collection starts
+every 700 new ones: most of a re-apply's collections ran during start-up. Paused there, a
+re-apply took 0.98x the time (bench_ab.py against the same code without the pause:
+bench/results/apply.txt). So the process entry
 (forkbuild.entry) pauses it before the first import, and main() resumes it once the
 command's code is loaded: `gc.freeze()` first moves everything start-up made into the
 permanent generation, where no later collection looks, and from then on the collector runs
