@@ -1,6 +1,7 @@
 """What a re-run reads from the cache instead of computing again: the facts of each patch
-file (patchfacts.py) and the file listing of the upstream base (Git.tree_entries keep=True);
-and the `forkbuild` command's exit without the interpreter's teardown (cli.run).
+file and what tomllib made of series.toml (patchfacts.py), and the file listing of the upstream
+base (Git.tree_entries keep=True); and the `forkbuild` command's exit without the interpreter's
+teardown (cli.run).
 
 Each is checked through a real `forkbuild` process: what it imported, which git commands
 it ran (GIT_TRACE), what it printed and returned."""
@@ -19,13 +20,13 @@ from fixtures import SeriesFixture
 
 from forkbuild.errors import ConfigError
 from forkbuild.git import TREES_DIR, Git
-from forkbuild.patchfacts import FACTS_DIR
+from forkbuild.patchfacts import FACTS_DIR, TOML_FACTS_DIR
 
 PROBE = """
 import sys
 from forkbuild.cli import main
 code = main(sys.argv[1:])
-print("imported:", " ".join(name for name in ("email.parser", "unidiff") if name in sys.modules))
+print("imported:", " ".join(name for name in ("email.parser", "unidiff", "tomllib") if name in sys.modules))
 sys.exit(code)
 """
 
@@ -65,7 +66,7 @@ def test_a_rerun_reads_unchanged_patch_files_from_their_records_without_email_or
         [{"problems": []}] * len(series_fx.specs)
     forget_results(series_fx)
     again = apply_all(series_fx, tmp_path / "tree", probe=True)
-    assert "imported: \n" in again.stdout  # neither email's parser nor unidiff was loaded
+    assert "imported: \n" in again.stdout  # neither email's parser nor unidiff nor tomllib was loaded
     # A changed patch file is a new record, read from the file: its new subject is in the commit.
     patch = series_fx.patches_dir / series_fx.specs[1].file
     patch.write_text(patch.read_text().replace("\nSubject: ", "\nSubject: reworded: ", 1))
@@ -74,6 +75,72 @@ def test_a_rerun_reads_unchanged_patch_files_from_their_records_without_email_or
     assert len(list((series_fx.cache / FACTS_DIR).iterdir())) == len(records) + 2
     log = Git(tmp_path / "tree").out("log", "--format=%s")
     assert "reworded:" in log
+
+
+def test_a_rerun_reads_series_toml_from_its_record_and_a_changed_one_from_the_file(
+        series_fx: SeriesFixture, tmp_path: Path) -> None:
+    import tomllib
+
+    apply_all(series_fx, tmp_path / "tree")
+    records = list((series_fx.cache / TOML_FACTS_DIR).iterdir())
+    assert len(records) == 1
+    assert json.loads(records[0].read_text()) == {"toml": tomllib.loads(series_fx.series_toml.read_text())}
+    again = apply_all(series_fx, tmp_path / "tree", probe=True)
+    assert "tomllib" not in again.stdout.split("imported:", 1)[1]
+    # A changed file is read by tomllib, and checked: its new (wrong) key is refused.
+    text = series_fx.series_toml.read_text()
+    series_fx.series_toml.write_text(text.replace("[upstream]\n", "[upstream]\nvresion = 1\n", 1))
+    changed = forkbuild(series_fx, "apply", "--all", "--dir", str(tmp_path / "tree"), probe=True)
+    assert changed.returncode != 0 and "vresion" in changed.stderr
+    assert "tomllib" in changed.stdout.split("imported:", 1)[1]
+    # Damaged: parsed again, and the same commits come out.
+    series_fx.series_toml.write_text(text)
+    head = Git(tmp_path / "tree").head()
+    for record in (series_fx.cache / TOML_FACTS_DIR).iterdir():
+        record.write_text('{"toml": ')  # cut off
+    forget_results(series_fx)
+    repaired = apply_all(series_fx, tmp_path / "tree", probe=True)
+    assert "tomllib" in repaired.stdout.split("imported:", 1)[1]
+    assert Git(tmp_path / "tree").head() == head
+
+
+def test_invalid_toml_is_refused_the_same_way_each_time_and_leaves_no_record(series_fx: SeriesFixture,
+                                                                              tmp_path: Path) -> None:
+    series_fx.series_toml.write_text(series_fx.series_toml.read_text() + "\n[upstream\n")
+    first = forkbuild(series_fx, "apply", "--all", "--dir", str(tmp_path / "tree"))
+    second = forkbuild(series_fx, "apply", "--all", "--dir", str(tmp_path / "tree"))
+    assert first.returncode == second.returncode != 0
+    assert "not valid TOML" in first.stderr and first.stderr == second.stderr
+    assert not (series_fx.cache / TOML_FACTS_DIR).exists() or not list((series_fx.cache / TOML_FACTS_DIR).iterdir())
+
+
+def test_only_toml_that_json_gives_back_exactly_is_recorded(tmp_path: Path, monkeypatch) -> None:
+    """A date is no JSON value (nor is NaN): such a file is parsed each time, and tomllib's own types come out."""
+    import datetime
+    import math
+    import tomllib
+
+    from forkbuild import config
+    from forkbuild.patchfacts import TOML_FACTS
+
+    monkeypatch.setattr(TOML_FACTS, "directory", None)
+    TOML_FACTS.keep_in(tmp_path)
+    where = tmp_path / "series.toml"
+    assert config._read_toml('when = 1979-05-27\n', path=where) == {"when": datetime.date(1979, 5, 27)}
+    assert math.isnan(config._read_toml('x = nan\n', path=where)["x"])
+    assert not (tmp_path / TOML_FACTS_DIR).exists()
+    # Out of alphabetical order: the order of a file's tables is the series' order (features, variants).
+    plain = 'z = 1\nb = 1.0\nc = [true, "x"]\n[t]\nd = {y = 2, e = 3}\n[a]\n'
+    parsed = config._read_toml(plain, path=where)
+    assert len(list((tmp_path / TOML_FACTS_DIR).iterdir())) == 1
+    monkeypatch.setattr(tomllib, "loads", lambda text: pytest.fail("parsed again"))
+    again = config._read_toml(plain, path=where)
+    assert again == parsed and type(again["b"]) is float and type(again["z"]) is int
+    assert list(again) == ["z", "b", "c", "t", "a"] and list(again["t"]["d"]) == ["y", "e"]
+    # Another config.py (or patchfacts.py, or Python) is another key: its records are not taken.
+    monkeypatch.setattr(TOML_FACTS, "_reader", b"another config.py")
+    with pytest.raises(pytest.fail.Exception, match="parsed again"):
+        config._read_toml(plain, path=where)
 
 
 def test_a_damaged_patch_record_is_read_from_the_patch_again(series_fx: SeriesFixture, tmp_path: Path) -> None:

@@ -13,8 +13,9 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
+from typing import NamedTuple
 
 from forkbuild.cache import UpstreamCache
 from forkbuild.chaos import chaos_point
@@ -34,26 +35,38 @@ from forkbuild.worktrees import TreeGuard, recover_killed_change, temporary_work
 FULL_SERIES_REF = "refs/forkbuild/series"
 
 
-@dataclass(frozen=True, kw_only=True)
-class PatchRecord:
+class PatchRecord(NamedTuple):
     """The engine's result for one series entry."""
 
     entry: PatchEntry
     result: PatchResult
 
-    outcome = property(lambda self: self.result.outcome)
-    commit = property(lambda self: self.result.commit)
-    detail = property(lambda self: self.result.detail)
-    conflicts = property(lambda self: self.result.conflicts)
-    offsets = property(lambda self: self.result.offsets)
+    @property
+    def outcome(self) -> Outcome:
+        return self.result.outcome
+
+    @property
+    def commit(self) -> str:
+        return self.result.commit
+
+    @property
+    def detail(self) -> str:
+        return self.result.detail
+
+    @property
+    def conflicts(self) -> tuple[str, ...]:
+        return self.result.conflicts
+
+    @property
+    def offsets(self) -> tuple[str, ...]:
+        return self.result.offsets
 
     @property
     def failed(self) -> bool:
         return self.outcome is Outcome.CONFLICT
 
 
-@dataclass(frozen=True, kw_only=True)
-class ApplyPlan:
+class ApplyPlan(NamedTuple):
     """What an apply will do: the patches it applies and those the variant leaves out."""
 
     variant: str  # a variant name, or "" for the whole series
@@ -63,15 +76,14 @@ class ApplyPlan:
     features: tuple[str, ...] = ()  # what the build holds: its guards module declares their guards
 
 
-@dataclass(frozen=True, kw_only=True)
-class ApplyResult:
+class ApplyResult(NamedTuple):
     """What an apply did: the tree, its commits and a record per patch."""
 
     dest: Path
     variant: str
     base_commit: str
     head_commit: str
-    records: tuple[PatchRecord, ...] = field(default_factory=tuple)
+    records: tuple[PatchRecord, ...] = ()
 
     @property
     def failures(self) -> tuple[PatchRecord, ...]:
@@ -230,8 +242,8 @@ def _stopped(worktree: Git, job: PatchJob, result: PatchResult) -> ApplyError:
 def _result(context: Context, plan: ApplyPlan, *, dest: Path, base: str, head: str,
             results: list[PatchResult], report: bool = True) -> ApplyResult:
     by_name = {entry.file: entry for entry in plan.entries}
-    records = tuple(PatchRecord(entry=by_name[result.name], result=replace(
-        result, detail=_fuzz_detail(Git(dest), by_name[result.name].path) or _failure_detail(by_name[result.name], plan, result.detail))
+    records = tuple(PatchRecord(entry=by_name[result.name], result=result._replace(
+        detail=_fuzz_detail(Git(dest), by_name[result.name].path) or _failure_detail(by_name[result.name], plan, result.detail))
         if result.outcome is Outcome.CONFLICT else result) for result in results)
     if report:
         _report_offsets(context, records)

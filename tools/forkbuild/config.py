@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 
 from forkbuild.errors import ConfigError
 from forkbuild.guards import GUARD_TYPES, check_value
+from forkbuild.patchfacts import TOML_FACTS
 
 UPSTREAM_SOURCES = ("wheel", "git")
 UPSTREAM_STATUSES = ("local", "submitted", "upstreamed")
@@ -562,12 +562,32 @@ def _parse_guards_module(problems: _Problems, meta: Mapping[str, Any]) -> str:
     return name
 
 
-def parse_series(text: str, *, path: Path) -> Series:
-    problems = _Problems(text)
+def _read_toml(text: str, *, path: Path) -> dict[str, Any]:
+    """What tomllib makes of `text`; from its record when the same text was read before
+    (patchfacts.TOML_FACTS: no tomllib import, no parse). Only a result that JSON gives back
+    exactly is recorded (no dates, NaN or infinities): the record reads as tomllib's own."""
+    key = TOML_FACTS.key("series.toml", text)
+    known = TOML_FACTS.get(key)
+    if known is not None and isinstance(known.get("toml"), dict):
+        return known["toml"]
+    import tomllib
+
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise ConfigError([f"not valid TOML: {error}"], source=str(path)) from error
+    try:
+        exact = json.loads(json.dumps(raw, allow_nan=False)) == raw
+    except (TypeError, ValueError):
+        exact = False  # a date or a NaN: parsed again each time
+    if exact:
+        TOML_FACTS.put(key, {"toml": raw})
+    return raw
+
+
+def parse_series(text: str, *, path: Path) -> Series:
+    problems = _Problems(text)
+    raw = _read_toml(text, path=path)
     _check_keys(problems, raw, "", "")
     meta = problems.table(raw.get("series", {}), "series")
     _check_keys(problems, meta, "series", "series")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from forkbuild.console import Reporter
 from forkbuild.errors import ConfigError
-from forkbuild.patchfacts import FACTS
+from forkbuild.patchfacts import keep_records_in
 
 SERIES_FILE = "series.toml"
 
@@ -44,9 +44,9 @@ class Context:
         return cls(series_dir=root, cache_dir=cache.resolve(), reporter=reporter)
 
     def __post_init__(self) -> None:
-        # What reading each patch file found goes into this cache (records are content-addressed:
-        # right for any cache, so the last context made in a process may as well decide).
-        FACTS.keep_in(self.cache_dir)
+        # What reading each patch file and series.toml found goes into this cache (records are
+        # content-addressed: right for any cache, so the last context made in a process may as well decide).
+        keep_records_in(self.cache_dir)
 
     @cached_property
     def series(self):

@@ -14,7 +14,6 @@ import re
 import shlex
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -72,8 +71,7 @@ class TreeEntry(NamedTuple):
     blob: str
 
 
-@dataclass(frozen=True, kw_only=True)
-class PathChange:
+class PathChange(NamedTuple):
     """One file a `FileCommit` changes: mode 0 deletes it; otherwise its blob by id, or its bytes."""
 
     path: str
@@ -82,8 +80,7 @@ class PathChange:
     content: bytes | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
-class FileCommit:
+class FileCommit(NamedTuple):
     """A commit of file changes on a parent, as `Git.commit_changes` makes it (the apply engine's
     fast rung, `import --quilt`): the committer is forkbuild at the author's date, as
     `commit_tree` makes it."""
@@ -136,8 +133,8 @@ def _read_listing(record: Path) -> KeptListing | None:
         width = len(blobs) // len(paths) if paths else 0
         if len(modes) != len(paths) or width * len(paths) != len(blobs) or (paths and width not in (40, 64)):
             return None
-        if not all(type(path) is str for path in paths) or not all(type(mode) is int for mode in modes) \
-                or not isinstance(blobs, str):
+        # The types of all 5,771 entries at C speed (a generator per entry took ~3 ms).
+        if not set(map(type, paths)) <= {str} or not set(map(type, modes)) <= {int} or not isinstance(blobs, str):
             return None
         return KeptListing(paths, modes, blobs, width)
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
@@ -192,13 +189,8 @@ def _clip(text: str) -> str:
     return "\n".join(lines[:LOGGED_LINES] + [f"... ({len(lines) - LOGGED_LINES} more lines)"])
 
 
-@dataclass(frozen=True)
-class Result:
-    """A finished git command: its exit status and decoded output."""
-
-    status: int
-    stdout: str
-    stderr: str
+# A finished git command: its exit status and decoded output (process.py's record).
+Result = Completed
 
 
 def _find_git_dirs(path: Path) -> tuple[Path, Path]:
@@ -270,7 +262,7 @@ class Git:
         _log_output(done.status, done.stdout, done.stderr)
         if check and done.status != 0:
             raise GitFailed(command, done.status, done.stdout, done.stderr)
-        return Result(status=done.status, stdout=done.stdout, stderr=done.stderr)
+        return done
 
     def out(self, *args: str, env: Mapping[str, str] | None = None) -> str:
         return self.run(*args, env=env).stdout.strip()
@@ -791,8 +783,7 @@ class Git:
         return self.run("diff", "--no-color", "--no-renames", old, new, "--", *paths).stdout
 
 
-@dataclass(frozen=True, kw_only=True)
-class Author:
+class Author(NamedTuple):
     """Who wrote a patch and when, as git's environment takes them (date: raw or RFC 2822)."""
 
     name: str

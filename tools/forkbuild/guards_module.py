@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from forkbuild.config import Guard, Series
 from forkbuild.patchfile import PatchInfo
@@ -33,8 +32,7 @@ GENERATED_VALUE = "guards"
 DATA_NAME = "GUARDS"  # the module's one assignment: a tuple of (env, type, default, feature)
 
 
-@dataclass(frozen=True, kw_only=True)
-class GeneratedEntry:
+class GeneratedEntry(NamedTuple):
     """One guard as the generated guards module declares it."""
 
     env: str

@@ -7,9 +7,8 @@ import functools
 import hashlib
 import json
 import re
-from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from forkbuild.errors import UnsafePatchError
 from forkbuild.fsutil import write_atomic
@@ -27,8 +26,7 @@ TRAILER = re.compile(r"^(?P<key>[A-Za-z][A-Za-z0-9-]*):\s*(?P<value>.+?)\s*$")
 MAIL_HEADER = re.compile(r"^[!-9;-~]+:")  # RFC 5322 field name: printable ASCII but ":"
 
 
-@dataclass(frozen=True, kw_only=True)
-class FileChange:
+class FileChange(NamedTuple):
     """One file a patch changes, as unidiff reads it."""
 
     path: str
@@ -38,8 +36,7 @@ class FileChange:
     hunk_starts: tuple[int, ...]  # source line of each hunk: offsets show up here
 
 
-@dataclass(frozen=True, kw_only=True)
-class PatchInfo:
+class PatchInfo(NamedTuple):
     """A patch file read: its mail headers, message, trailers and files."""
 
     path: Path
@@ -137,8 +134,9 @@ def _parsed(text: str, path: Path) -> PatchInfo:
 
 def _facts_of(info: PatchInfo) -> dict[str, Any]:
     """PatchInfo as its record holds it: every field but the path (the record is by content)."""
-    facts = asdict(info)
+    facts = info._asdict()
     del facts["path"]
+    facts["files"] = [change._asdict() for change in info.files]
     return facts
 
 

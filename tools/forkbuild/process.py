@@ -14,8 +14,8 @@ import contextlib
 import os
 import subprocess
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from forkbuild.childgroup import GROUP
 from forkbuild.errors import ToolMissing
@@ -35,8 +35,7 @@ def _about_to_wait() -> None:
         _before_waiting()
 
 
-@dataclass(frozen=True)
-class Completed:
+class Completed(NamedTuple):
     """A finished command: its exit status and decoded output."""
 
     status: int

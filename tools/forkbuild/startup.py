@@ -11,7 +11,16 @@ permanent generation, where no later collection looks, and from then on the coll
 as usual, for commands that run for minutes (test-patch, mutate, rebase) as for the rest.
 
 Only a process that entered through forkbuild.entry is paused: main() called by a test or
-a program of its own leaves that interpreter's collector as it found it."""
+a program of its own leaves that interpreter's collector as it found it.
+
+The same start-up cost decides which records are classes of which kind. Making a frozen
+dataclass's class compiles five or six methods from source, ~1.3 ms on these machines; a
+named tuple's class takes ~0.15 ms. An apply imported 29 dataclasses (~40 ms of a 0.35 s
+run). So the records an apply makes and passes along (a git run's output, a patch's facts
+and result, the engine's jobs, a lock's owner) are NamedTuples; the parsed series.toml
+(config.py) and the states forkbuild writes and reads back (worktree/state.py, stop.py,
+rebase/state.py) stay frozen dataclasses, where the class's own checks and
+dataclasses.replace/fields are worth the time."""
 
 from __future__ import annotations
 

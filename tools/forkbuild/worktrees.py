@@ -32,9 +32,8 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from forkbuild.childgroup import GROUP, proc_stat, process_exists, stop_orphans
 from forkbuild.errors import ForkbuildError, LockBusy
@@ -58,8 +57,7 @@ def _host() -> str:
     return os.uname().nodename
 
 
-@dataclass(frozen=True)
-class Owner:
+class Owner(NamedTuple):
     """The forkbuild process that holds a work tree (or a scratch tree), as its lock records it."""
 
     pid: int
@@ -163,7 +161,7 @@ class TreeGuard:
     def _record(self, owner: Owner) -> None:
         assert self._fd is not None
         self._phase = owner.phase
-        data = json.dumps(asdict(owner)).encode()
+        data = json.dumps(owner._asdict()).encode()
         os.ftruncate(self._fd, 0)
         os.pwrite(self._fd, data, 0)
         os.fsync(self._fd)
@@ -302,7 +300,7 @@ def temporary_worktree(cache: UpstreamCache, *, purpose: str) -> Iterator[Path]:
     owners = _owners(cache_git)
     owners.mkdir(exist_ok=True)
     record = owners / f"{hashlib.sha1(str(dest).encode()).hexdigest()}.json"
-    record.write_text(json.dumps({"tree": str(dest), "owner": asdict(Owner.me(purpose))}))
+    record.write_text(json.dumps({"tree": str(dest), "owner": Owner.me(purpose)._asdict()}))
     try:
         yield dest
     finally:

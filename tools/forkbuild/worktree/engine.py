@@ -36,9 +36,9 @@ import json
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
 from pathlib import Path
+from typing import NamedTuple
 
 from forkbuild.childgroup import process_exists
 from forkbuild.errors import ApplyError, ForkbuildError
@@ -82,8 +82,7 @@ class Outcome(StrEnum):
         return self in (Outcome.EXACT, Outcome.OFFSET, Outcome.THREE_WAY)
 
 
-@dataclass(frozen=True, kw_only=True)
-class PatchJob:
+class PatchJob(NamedTuple):
     """One patch of a plan. `source`: this patch's commit in a series built on another
     base (the 3-way rung merges it); "" when there is none."""
 
@@ -99,8 +98,7 @@ class PatchJob:
         return cls(name=data["name"], path=Path(data["path"]), source=data.get("source", ""))
 
 
-@dataclass(frozen=True, kw_only=True)
-class PatchResult:
+class PatchResult(NamedTuple):
     """What applying one patch came to: its outcome, commit and what git said."""
 
     name: str
@@ -111,7 +109,7 @@ class PatchResult:
     offsets: tuple[str, ...] = ()
 
     def as_dict(self) -> dict:
-        return {**asdict(self), "outcome": self.outcome.value, "conflicts": list(self.conflicts),
+        return {**self._asdict(), "outcome": self.outcome.value, "conflicts": list(self.conflicts),
                 "offsets": list(self.offsets)}
 
     @classmethod
@@ -121,8 +119,7 @@ class PatchResult:
                    offsets=tuple(data.get("offsets", ())))
 
 
-@dataclass(frozen=True, kw_only=True)
-class _Planned:
+class _Planned(NamedTuple):
     """A job the fast rung takes: its memo key, commit author and message, the files it names."""
 
     job: PatchJob
@@ -296,7 +293,7 @@ class Engine:
 
     def written(self, result: PatchResult) -> PatchResult:
         """`result` with the id of its commit once `flush` wrote it."""
-        return replace(result, commit=self._written[result.commit]) if result.commit in self._written else result
+        return result._replace(commit=self._written[result.commit]) if result.commit in self._written else result
 
     def flush(self) -> None:
         """Write the fast rung's pending commits (one fast-import)."""

@@ -5,7 +5,7 @@ check, repair and rebase all take their words from here."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 CHECKING = re.compile(r"^Checking patch (?P<path>.+)\.\.\.$")
 OFFSET = re.compile(r"^Hunk #(?P<hunk>\d+) succeeded at (?P<line>\d+) \(offset (?P<delta>-?\d+) lines?\)\.$")
@@ -22,8 +22,7 @@ REASONS = (
 MISSING_BLOB = ("lacks the necessary blob", "lacks necessary blobs", "sha1 information is lacking", "invalid object")
 
 
-@dataclass(frozen=True, kw_only=True)
-class GitReport:
+class GitReport(NamedTuple):
     """What one git apply / merge run said."""
 
     offsets: tuple[str, ...] = ()  # "<path> hunk <n>: +3 lines"

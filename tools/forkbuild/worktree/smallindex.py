@@ -16,10 +16,9 @@ index, and what to do when a run does not apply (one by one, a full index).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from forkbuild.git import Git, TreeEntry
 
@@ -55,8 +54,7 @@ def disjoint_run(candidates: Iterable[T], paths_of: Callable[[T], frozenset[str]
     return run
 
 
-@dataclass(frozen=True, kw_only=True)
-class SmallApply:
+class SmallApply(NamedTuple):
     """What one `git apply --cached -v` made of a small index."""
 
     before: Mapping[str, TreeEntry]  # the entries it started from
