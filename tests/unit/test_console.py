@@ -79,16 +79,16 @@ def test_an_apply_prints_its_step_table_and_head_in_order(series_fx: SeriesFixtu
 
 def test_the_console_starts_loading_when_forkbuild_next_waits_for_a_command(
         series_fx: SeriesFixture, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from forkbuild.process import call_before_waiting, run_captured, start_captured
+    from forkbuild.process import call_around_waiting, run_captured, start_captured
 
     calls: list[str] = []
-    call_before_waiting(lambda: calls.append("before"))
+    call_around_waiting(lambda: calls.append("before"), lambda: calls.append("after"))
     try:
         run_captured(["git", "--version"], cwd=tmp_path)
         start_captured(["git", "--version"], cwd=tmp_path).wait()
     finally:
-        call_before_waiting(None)
-    assert calls == ["before", "before"]
+        call_around_waiting(None)
+    assert calls == ["before", "after", "before", "after"]
     # main() hands its reporter's load_beside to the process runner, for as long as it runs.
     loads: list[Reporter] = []
 
@@ -135,3 +135,47 @@ def test_asking_for_the_console_while_another_thread_starts_its_loader_waits_for
     reporter.close()
     assert errors == []
     assert capsys.readouterr().err.splitlines() == ["  held", "asked"]
+
+
+def test_the_loader_takes_its_steps_only_while_forkbuild_waits_for_a_command(
+        tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Python runs one thread at a time: a step of rich's import while forkbuild works is time
+    taken from it. So each step waits for a command to wait for, until the console is asked for."""
+    from forkbuild import console
+    from forkbuild.process import call_around_waiting, run_captured
+
+    waiting = threading.Event()  # what the test knows: the main thread is in a command's wait
+    steps: list[tuple[str, bool]] = []
+    real_import = console.importlib.import_module
+
+    def record(name: str):
+        steps.append((name, waiting.is_set()))
+        time.sleep(0.2)  # a step of a few ms, slowed down: two of them outlast a command's wait
+        return real_import(name)
+
+    monkeypatch.setattr(console.importlib, "import_module", record)
+    monkeypatch.setattr(console, "LOAD_STEPS", ("json", "colorsys", "csv"))
+    monkeypatch.setattr(console, "HOLD_S", 5.0)  # no step goes on for lack of a command
+    reporter = Reporter()
+    reporter.info("held")
+
+    def before() -> None:
+        waiting.set()
+        reporter.load_beside()
+
+    def after() -> None:
+        reporter.main_runs()
+        waiting.clear()
+
+    call_around_waiting(before, after)
+    try:
+        run_captured([sys.executable, "-c", "import time; time.sleep(0.3)"], cwd=tmp_path)
+        time.sleep(0.3)  # forkbuild working: no step
+        taken = list(steps)
+        run_captured([sys.executable, "-c", "import time; time.sleep(0.3)"], cwd=tmp_path)
+    finally:
+        call_around_waiting(None)
+    assert taken and all(during_wait for _, during_wait in taken)
+    assert all(during_wait for _, during_wait in steps)
+    reporter.close()  # asked for: the rest goes on without a command
+    assert [name for name, _ in steps] == ["json", "colorsys", "csv"]

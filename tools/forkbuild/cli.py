@@ -14,7 +14,7 @@ from forkbuild import __version__, commands, startup
 from forkbuild.console import Reporter, configure_logging
 from forkbuild.context import Context
 from forkbuild.errors import ForkbuildError, disk_error
-from forkbuild.process import call_before_waiting
+from forkbuild.process import call_around_waiting
 
 DESCRIPTION = """Keep a fork of sglang as a patch series (series.toml + patches/) against a pinned
 release; apply, check, export, build wheels and images per variant, test, rebase.
@@ -101,11 +101,11 @@ def main(argv: list[str] | None = None) -> int:
     startup.resume()  # the command's code is loaded: the collector runs again (startup.py)
     reporter = Reporter(verbose=args.verbose)
     configure_logging(reporter)
-    call_before_waiting(reporter.load_beside)  # rich loads while git runs (console.py)
+    call_around_waiting(reporter.load_beside, reporter.main_runs)  # rich loads while git runs (console.py)
     try:
         return _run_command(args, reporter)
     finally:
-        call_before_waiting(None)
+        call_around_waiting(None)
         reporter.close()  # what waits for the console is printed before main() returns
 
 

@@ -4,13 +4,18 @@ rich takes ~30 ms to import, a tenth of a re-apply. So the console is made on a 
 and the lines printed before it is there wait for it (they come out first, in order). The
 thread starts when forkbuild next waits for a command (`load_beside`, which main() hands to
 process.py), so that the import runs beside git rather than taking turns with forkbuild's
-own work for the processor; at the latest HOLD_S after the first line. Whatever asks for
-`Reporter.console` itself (a table, a progress bar) waits for it; `close()` prints what is
-still waiting, and main() calls it last.
+own work for the processor; at the latest HOLD_S after the first line. It imports rich in
+steps (LOAD_STEPS), each only while forkbuild waits for a command (`main_runs` marks the
+end of a wait): Python runs one thread at a time, and a step that runs while forkbuild
+works is time taken from it. Whatever asks for `Reporter.console` itself (a table, a
+progress bar) waits for it, and from then on the steps go on without waiting; `close()`
+prints what is still waiting, and main() calls it last.
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import logging
 import sys
 import threading
@@ -28,8 +33,14 @@ if TYPE_CHECKING:
 # While the console loads beside git, how soon the thread hands Python back to the main
 # thread when a git command it waits for ends (Python's default is 5 ms, per command).
 LOADING_SWITCH_INTERVAL_S = 0.0005
-# The longest a line printed waits for a command to load the console beside.
+# The longest a line printed waits for a command to load the console beside; and the longest
+# a step of the loader waits for one (forkbuild is working all that while: go on anyway).
 HOLD_S = 0.05
+# rich's modules (and the standard ones it needs that forkbuild does not) in the order they
+# load, in steps of a few ms: each imports what it holds that the steps before did not. A
+# step another rich version lacks is left out (the last two load the rest in any case).
+LOAD_STEPS = ("datetime", "pickle", "rich.color", "rich.style", "rich.segment", "rich.text", "fractions",
+              "rich.console", "rich.table")
 
 
 def _escape(text: str) -> str:
@@ -46,10 +57,16 @@ class Reporter:
         self._lock = threading.Lock()
         self._loader: threading.Thread | None = None
         self._deadline: threading.Timer | None = None
+        # Set while forkbuild waits for a command, and for good once the console is asked for:
+        # the loader's steps go on only then.
+        self._step_now = threading.Event()
+        self._wanted = False
 
     @property
     def console(self) -> Console:
         """rich's console (made now, or waited for if it is being made)."""
+        self._wanted = True
+        self._step_now.set()  # whoever asks waits for it: the loader goes on at full speed
         with self._lock:  # a loader is set only once it has started (_start_loading)
             loader = self._loader
         if loader is not None:
@@ -67,11 +84,17 @@ class Reporter:
             self.console  # noqa: B018 (waits, and prints the lines held)
 
     def load_beside(self) -> None:
-        """Start making the console on its thread, if lines wait for it (process.py calls this
-        before each wait for a command)."""
+        """Start making the console on its thread, if lines wait for it, or let its next step go
+        (process.py calls this before each wait for a command)."""
+        self._step_now.set()
         with self._lock:
             if self._waiting and self._console is None and self._loader is None:
                 self._start_loading()
+
+    def main_runs(self) -> None:
+        """A wait for a command ended (process.py): the loader's next step waits for the next one."""
+        if not self._wanted:
+            self._step_now.clear()
 
     def _print(self, text: str, **options: Any) -> None:
         with self._lock:
@@ -90,6 +113,10 @@ class Reporter:
 
         def load() -> None:
             try:
+                for step in LOAD_STEPS:
+                    self._step_now.wait(HOLD_S)
+                    with contextlib.suppress(ImportError):
+                        importlib.import_module(step)
                 self._make_console()
             except BaseException:  # noqa: BLE001 (the console property makes it again and raises)
                 pass

@@ -20,19 +20,27 @@ from typing import NamedTuple
 from forkbuild.childgroup import GROUP
 from forkbuild.errors import ToolMissing
 
-# Called each time forkbuild is about to wait for a command: work that can run beside the
-# command starts then, not while forkbuild itself needs the processor (console.py: rich).
+# Called each time forkbuild starts to wait for a command, and when that wait ends: work
+# that can run beside the command runs then, not while forkbuild itself needs the processor
+# (console.py: rich loads while git runs).
 _before_waiting: Callable[[], None] | None = None
+_after_waiting: Callable[[], None] | None = None
 
 
-def call_before_waiting(callback: Callable[[], None] | None) -> None:
-    global _before_waiting
-    _before_waiting = callback
+def call_around_waiting(before: Callable[[], None] | None, after: Callable[[], None] | None = None) -> None:
+    global _before_waiting, _after_waiting
+    _before_waiting, _after_waiting = before, after
 
 
-def _about_to_wait() -> None:
+@contextlib.contextmanager
+def _waiting() -> Iterator[None]:
     if _before_waiting is not None:
         _before_waiting()
+    try:
+        yield
+    finally:
+        if _after_waiting is not None:
+            _after_waiting()
 
 
 class Completed(NamedTuple):
@@ -78,9 +86,9 @@ def run_captured(command: Sequence[str], *, cwd: Path, env: Mapping[str, str] | 
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, process_group=group or None)
     with process:  # as subprocess.run: the command is killed if forkbuild stops waiting (Ctrl-C)
         try:
-            _about_to_wait()  # once the command runs: what starts beside it does not hold it back
             data = input.encode("utf-8", "surrogateescape") if isinstance(input, str) else input
-            stdout, stderr = process.communicate(data)
+            with _waiting():  # once the command runs: what starts beside it does not hold it back
+                stdout, stderr = process.communicate(data)
         except BaseException:
             process.kill()
             raise
@@ -96,8 +104,8 @@ class Running:
 
     def wait(self) -> Completed:
         if self._done is None:
-            _about_to_wait()
-            stdout, stderr = self._process.communicate()
+            with _waiting():
+                stdout, stderr = self._process.communicate()
             self._done = _completed(self._process.returncode, stdout, stderr)
         return self._done
 
