@@ -179,3 +179,41 @@ def test_the_loader_takes_its_steps_only_while_forkbuild_waits_for_a_command(
     assert all(during_wait for _, during_wait in steps)
     reporter.close()  # asked for: the rest goes on without a command
     assert [name for name, _ in steps] == ["json", "colorsys", "csv"]
+
+
+def test_once_no_command_comes_for_hold_s_the_loader_loads_the_rest_at_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """forkbuild works for a while without a command to wait for (its lines wait for the
+    console): one step waits HOLD_S for a command, the others go on at once."""
+    from forkbuild import console
+
+    class CountingEvent(threading.Event):
+        def __init__(self) -> None:
+            super().__init__()
+            self.timeouts = 0
+
+        def wait(self, timeout: float | None = None) -> bool:
+            done = super().wait(timeout)
+            self.timeouts += not done
+            return done
+
+    first_step = threading.Event()
+    real_import = console.importlib.import_module
+
+    def slow(name: str):
+        first_step.set()
+        time.sleep(0.1)
+        return real_import(name)
+
+    monkeypatch.setattr(console.threading, "Event", CountingEvent)
+    monkeypatch.setattr(console.importlib, "import_module", slow)
+    monkeypatch.setattr(console, "LOAD_STEPS", ("json", "colorsys", "csv", "email"))
+    reporter = Reporter()
+    reporter.info("held")
+    reporter.load_beside()  # a command starts: the loader starts
+    assert first_step.wait(5)
+    reporter.main_runs()  # it ended; forkbuild works on, and no other command comes
+    while reporter._loader is not None and reporter._loader.is_alive() and reporter._step_now.timeouts < 3:
+        time.sleep(0.01)
+    assert reporter._step_now.timeouts == 1
+    reporter.close()

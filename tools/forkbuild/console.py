@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 # thread when a git command it waits for ends (Python's default is 5 ms, per command).
 LOADING_SWITCH_INTERVAL_S = 0.0005
 # The longest a line printed waits for a command to load the console beside; and the longest
-# a step of the loader waits for one (forkbuild is working all that while: go on anyway).
+# a step of the loader waits for one (then the rest load at once: no command is coming).
 HOLD_S = 0.05
 # rich's modules (and the standard ones it needs that forkbuild does not) in the order they
 # load, in steps of a few ms: each imports what it holds that the steps before did not. A
@@ -89,6 +89,8 @@ class Reporter:
         self._step_now.set()
         with self._lock:
             if self._waiting and self._console is None and self._loader is None:
+                if self._deadline is not None:
+                    self._deadline.cancel()  # loading: the deadline has nothing left to start
                 self._start_loading()
 
     def main_runs(self) -> None:
@@ -113,8 +115,10 @@ class Reporter:
 
         def load() -> None:
             try:
+                gated = True
                 for step in LOAD_STEPS:
-                    self._step_now.wait(HOLD_S)
+                    if gated and not self._step_now.wait(HOLD_S):
+                        gated = False  # forkbuild has been working all that while: the rest at once
                     with contextlib.suppress(ImportError):
                         importlib.import_module(step)
                 self._make_console()
