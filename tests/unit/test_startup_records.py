@@ -52,6 +52,24 @@ def forget_results(fx: SeriesFixture) -> None:
     (fx.cache / "upstream.git" / "forkbuild-apply-memo.json").unlink(missing_ok=True)
 
 
+def imported(done: subprocess.CompletedProcess[str]) -> str:
+    """Which of PROBE's modules (email's parser, unidiff, tomllib) the run loaded."""
+    return done.stdout.split("imported:", 1)[1]
+
+
+def reapply_with_damaged_records(fx: SeriesFixture, tree: Path, records: Path,
+                                 cut: str) -> subprocess.CompletedProcess[str]:
+    """Every record in `records` cut off to `cut`, the remembered results dropped, an apply
+    again (PROBE): it reads what it needs from the files, and the same commits come out."""
+    head = Git(tree).head()
+    for record in records.iterdir():
+        record.write_text(cut)
+    forget_results(fx)
+    again = apply_all(fx, tree, probe=True)
+    assert Git(tree).head() == head
+    return again
+
+
 def traced_commands(trace: Path) -> list[str]:
     return [line.split("trace: built-in: ", 1)[1] for line in trace.read_text().splitlines() if "trace: built-in: " in line]
 
@@ -71,7 +89,7 @@ def test_a_rerun_reads_unchanged_patch_files_from_their_records_without_email_or
     patch = series_fx.patches_dir / series_fx.specs[1].file
     patch.write_text(patch.read_text().replace("\nSubject: ", "\nSubject: reworded: ", 1))
     changed = apply_all(series_fx, tmp_path / "tree", probe=True)
-    assert "unidiff" in changed.stdout.split("imported:", 1)[1]
+    assert "unidiff" in imported(changed)
     assert len(list((series_fx.cache / FACTS_DIR).iterdir())) == len(records) + 2
     log = Git(tmp_path / "tree").out("log", "--format=%s")
     assert "reworded:" in log
@@ -86,22 +104,18 @@ def test_a_rerun_reads_series_toml_from_its_record_and_a_changed_one_from_the_fi
     assert len(records) == 1
     assert json.loads(records[0].read_text()) == {"toml": tomllib.loads(series_fx.series_toml.read_text())}
     again = apply_all(series_fx, tmp_path / "tree", probe=True)
-    assert "tomllib" not in again.stdout.split("imported:", 1)[1]
+    assert "tomllib" not in imported(again)
     # A changed file is read by tomllib, and checked: its new (wrong) key is refused.
     text = series_fx.series_toml.read_text()
     series_fx.series_toml.write_text(text.replace("[upstream]\n", "[upstream]\nvresion = 1\n", 1))
     changed = forkbuild(series_fx, "apply", "--all", "--dir", str(tmp_path / "tree"), probe=True)
     assert changed.returncode != 0 and "vresion" in changed.stderr
-    assert "tomllib" in changed.stdout.split("imported:", 1)[1]
+    assert "tomllib" in imported(changed)
     # Damaged: parsed again, and the same commits come out.
     series_fx.series_toml.write_text(text)
-    head = Git(tmp_path / "tree").head()
-    for record in (series_fx.cache / TOML_FACTS_DIR).iterdir():
-        record.write_text('{"toml": ')  # cut off
-    forget_results(series_fx)
-    repaired = apply_all(series_fx, tmp_path / "tree", probe=True)
-    assert "tomllib" in repaired.stdout.split("imported:", 1)[1]
-    assert Git(tmp_path / "tree").head() == head
+    repaired = reapply_with_damaged_records(series_fx, tmp_path / "tree", series_fx.cache / TOML_FACTS_DIR,
+                                            '{"toml": ')
+    assert "tomllib" in imported(repaired)
 
 
 def test_invalid_toml_is_refused_the_same_way_each_time_and_leaves_no_record(series_fx: SeriesFixture,
@@ -145,13 +159,8 @@ def test_only_toml_that_json_gives_back_exactly_is_recorded(tmp_path: Path, monk
 
 def test_a_damaged_patch_record_is_read_from_the_patch_again(series_fx: SeriesFixture, tmp_path: Path) -> None:
     first = apply_all(series_fx, tmp_path / "tree")
-    head = Git(tmp_path / "tree").head()
-    for record in (series_fx.cache / FACTS_DIR).iterdir():
-        record.write_text('{"subject": ')  # cut off
-    forget_results(series_fx)
-    again = apply_all(series_fx, tmp_path / "tree", probe=True)
-    assert "unidiff" in again.stdout.split("imported:", 1)[1]
-    assert Git(tmp_path / "tree").head() == head  # the same commits, from the patches themselves
+    again = reapply_with_damaged_records(series_fx, tmp_path / "tree", series_fx.cache / FACTS_DIR, '{"subject": ')
+    assert "unidiff" in imported(again)  # the same commits, from the patches themselves
     again_records = [json.loads(record.read_text()) for record in (series_fx.cache / FACTS_DIR).iterdir()]
     assert all(record.get("subject") or record == {"problems": []} for record in again_records)
     assert first.returncode == again.returncode == 0
