@@ -81,15 +81,37 @@ def compile_cvt(tiles, shape=(16, 1024, 1024), epi_tma=True, consumer_regs=208):
     return triton.compile(src, target=TARGET, options={"num_warps": 4, "maxnreg": 168})
 
 
+def compile_pp(tiles, shape=(16, 1024, 1024), consumer_regs=232, producer_regs=40):
+    bn, bk, stages, coop, tail = tiles
+    groups, rows, dim = shape
+    wrows = 128 if coop else 64
+
+    def desc(dtype, block):
+        return f"tensordesc<{dtype}[{block[0]},{block[1]}],{gl.NVMMASharedLayout.get_default_for(block, getattr(gl, 'bfloat16' if dtype == 'bf16' else 'float8e4nv'))!r}>"
+
+    tb = tail or bn
+    signature = {"x_desc": desc("bf16", [bn, bk]), "xt_desc": desc("bf16", [tb, bk]), "w_desc": desc("fp8e4nv", [wrows, bk]),
+                 "y_desc": desc("bf16", [bn, 64]), "yt_desc": desc("bf16", [tb, 64]), "S": "*fp32", "n_tiles": "i32", "TB": "i32"}
+    consts = dict(R=rows, D=dim, BN=bn, BK=bk, STAGES=stages, CONSUMER_REGS=consumer_regs, PRODUCER_REGS=producer_regs,
+                  COOP=bool(coop), TAIL=tail)
+    signature.update({name: "constexpr" for name in consts})
+    src = GluonASTSource(k.wo_a_w8_gluon_pp_kernel, signature, constexprs=consts)
+    return triton.compile(src, target=TARGET, options={"num_warps": 4, "maxnreg": 168})
+
+
 def main() -> int:
     cases = [tuple(int(v) for v in a.split(",")) for a in sys.argv[1:]] or [(128, 256, 64, 3), (128, 128, 64, 4)]
     print(f"triton {triton.__version__}, target sm_90a")
     for tiles in cases:
+        if len(tiles) in (4, 5) and tiles[0] in (0, 1):  # COOP,BN,BK,STAGES[,TAIL]: the persistent kernel (0 ping-pong)
+            kernel = compile_pp(tiles[1:4] + (tiles[0], tiles[4] if len(tiles) == 5 else 0))
+            print(tiles, report(kernel, dump=f"/tmp/gluon_pp_{'_'.join(map(str, tiles))}"))
+            continue
         if len(tiles) > 6 and tiles[6]:  # BM,BN,BK,STAGES,_,EPI,1: the converter variant
             kernel = compile_cvt(tiles[:4], epi_tma=bool(tiles[5]))
             print(tiles, report(kernel, dump=f"/tmp/gluon_cvt_{'_'.join(map(str, tiles[:4]))}"))
             continue
-        kernel = compile_case(tiles[:4], a_smem=len(tiles) > 4 and bool(tiles[4]), epi_tma=len(tiles) <= 5 or bool(tiles[5]))
+        kernel = compile_case(tiles[:4], a_smem=int(tiles[4]) if len(tiles) > 4 else 0, epi_tma=len(tiles) <= 5 or bool(tiles[5]))
         print(tiles, report(kernel, dump=f"/tmp/gluon_{'_'.join(map(str, tiles))}"))
     return 0
 

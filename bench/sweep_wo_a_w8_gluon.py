@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import wo_a_w8_gluon as k  # noqa: E402
 
 SHAPES = ((8, 256, 512), (16, 1024, 1024))
-TOKENS = (256, 300, 512, 1024, 2048, 4096)
+TOKENS = (128, 256, 300, 512, 1024, 2048, 4096, 8192)
 SETS = 8
 RUNS = 5
 PAR = 1.05
@@ -35,13 +35,12 @@ FP8_MAX = torch.finfo(torch.float8_e4m3fn).max
 # (tiles (BM, BN, BK, STAGES), TMA-store epilogue (None: when it fits), A via shared memory (SS wgmma, converted by the
 # consumers), tail tiles or None, CVT): BM 128 = two consumer warpgroups, 64 = one; tail: the T mod BN last tokens
 # by a second launch with those tiles; CVT: the converter-warpgroup kernel (wo_a_w8_gluon_cvt_kernel)
-TILES = [((128, 256, 64, 4), True, False, None, False), ((128, 128, 64, 4), True, False, None, False),
-         ((64, 128, 64, 4), True, False, None, False), ((64, 64, 64, 6), True, False, None, False),
-         ((128, 256, 64, 4), True, False, (128, 64, 64, 8), False),
-         ((128, 256, 64, 3), True, False, None, True), ((128, 256, 64, 4), False, False, None, True),
-         ((128, 128, 64, 4), True, False, None, True), ((128, 128, 64, 6), True, False, None, True),
-         ((128, 64, 64, 8), True, False, None, True),
-         ((128, 256, 64, 3), True, False, (128, 64, 64, 8), True)]
+TILES = [((128, 256, 64, 4), True, 0, None, False), ((64, 128, 64, 4), True, 2, None, False),
+         # ("pp", (BN, BK, STAGES), programs or None, coop, tail): the persistent kernel (wo_a_w8_gluon_pp_kernel):
+         # ping-pong (64-row tiles, one per consumer) or cooperative (128-row tiles, both consumers); tail: each tile
+         # also takes the next `tail` tokens with a second wgmma of N = tail (tiles of BN + tail tokens)
+         ("pp", (256, 64, 4), None, True, 0), ("pp", (256, 64, 3), None, True, 0), ("pp", (256, 64, 3), None, True, 64),
+         ("pp", (128, 64, 4), None, True, 64), ("pp", (128, 64, 6), None, True, 0)]
 
 
 def quantize(weight):  # the patch's quantize_wo_a_w8
@@ -100,6 +99,10 @@ def rel_err(actual, expected):
 
 
 def run_cand(cand, o, codes, scale, out=None):
+    if cand[0] == "pp":
+        if out is None:
+            out = torch.empty(o.shape[0], o.shape[1], codes.shape[1], device=o.device, dtype=torch.bfloat16)
+        return k.launch_pp(o, codes.view(torch.float8_e4m3fn), scale, out, cand[1], programs=cand[2], coop=cand[3], tail=cand[4])
     tiles, epi, a_smem, tail, cvt = cand
     if tail is None:
         return k.wo_a_w8_gluon(o, codes, scale, tiles, epi_tma=epi, a_smem=a_smem, out=out, cvt=cvt)
@@ -116,10 +119,15 @@ def gluon_call(cand):
 
 
 def valid(cand, rows):
+    if cand[0] == "pp":
+        return rows % 64 == 0
     return rows % cand[0][0] == 0 and (cand[3] is None or rows % cand[3][0] == 0)
 
 
 def main():
+    if "--large" in sys.argv:  # the [16,1024,1024] shape alone (a shorter device call)
+        global SHAPES
+        SHAPES = SHAPES[1:]
     props = torch.cuda.get_device_properties(0)
     print(f"# {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, device: {props.name} (SM {props.major}.{props.minor}, "
           f"{props.multi_processor_count} SMs), torch {torch.__version__}, triton {triton.__version__}", flush=True)
@@ -140,6 +148,7 @@ def main():
             try:
                 run_cand(tiles, o, codes, scale)
                 torch.cuda.synchronize()
+                print(f"# compiled and ran {tiles} for rows {rows}", flush=True)
             except Exception as error:  # noqa: BLE001
                 broken.add((tiles, rows))
                 print(f"compile/launch failed {tiles} {rows}: {type(error).__name__}: {str(error)[:300]}", flush=True)
@@ -157,7 +166,7 @@ def main():
             for tiles in TILES:
                 if not valid(tiles, rows) or (tiles, rows) in broken:
                     continue
-                if tiles[3] is not None and tokens % tiles[0][1] == 0:
+                if tiles[0] != "pp" and tiles[3] is not None and tokens % tiles[0][1] == 0:
                     continue  # the split is the plain launch here
                 # fresh inputs for the check too: a second weight set and activation set
                 o2 = torch.randn(tokens, groups, dim, generator=gen, device="cuda").bfloat16()

@@ -92,7 +92,27 @@ def _w8_consumer(x_bufs, w_bufs, ready, empty, y_desc, y_smem, a_smem, S, Y, g, 
     s_ptrs = S + (g * (R // 32) + (r0 + rows) // 32) * KB
     acc = gl.zeros([WG_ROWS, BN], gl.float32, layout=mma_layout)
 
-    if A_SMEM:
+    if A_SMEM == 2:
+        # RS with one wgmma in flight, K loop unrolled: tile i's operand is its own value, passed to the wait
+        # after wgmma i+1 is issued, so its registers stay live (not reused for tile i+1's operand) until wgmma i
+        # has retired
+        sc = _w8_scale(s_ptrs, 0, 0, KSUB, a_layout, WG_ROWS, BK)
+        mbarrier.wait(ready.index(0), 0)
+        codes = w_bufs.index(0).slice(wg * WG_ROWS, WG_ROWS).load(a_layout)
+        a_prev = (codes.to(gl.float32) * sc).to(gl.bfloat16)
+        acc = warpgroup_mma(a_prev, x_bufs.index(0).permute((1, 0)), acc, is_async=True)
+        for i in gl.static_range(1, K_TILES):
+            sc = _w8_scale(s_ptrs, 0, i, KSUB, a_layout, WG_ROWS, BK)
+            mbarrier.wait(ready.index(i % STAGES), (i // STAGES) & 1)
+            codes = w_bufs.index(i % STAGES).slice(wg * WG_ROWS, WG_ROWS).load(a_layout)
+            a = (codes.to(gl.float32) * sc).to(gl.bfloat16)
+            acc = warpgroup_mma(a, x_bufs.index(i % STAGES).permute((1, 0)), acc, is_async=True)
+            acc, a_prev, a = warpgroup_mma_wait(1, deps=(acc, a_prev, a))
+            fence_async_shared()
+            mbarrier.arrive(empty.index((i - 1) % STAGES))
+            a_prev = a
+        acc, a_prev = warpgroup_mma_wait(0, deps=(acc, a_prev))
+    elif A_SMEM:
         # the converted tile goes to shared memory (two buffers per warpgroup), wgmma reads both operands
         # there: no register operand in flight, so one wgmma can stay in flight while the next tile converts
         sc = _w8_scale(s_ptrs, 0, 0, KSUB, a_layout, WG_ROWS, BK)
@@ -193,7 +213,7 @@ def wo_a_w8_gluon_kernel(x_desc, w_desc, y_desc, S, Y, T, ys_t,
         y_smem = gl.allocate_shared_memory(y_desc.dtype, [NWG] + y_desc.block_type.shape, y_desc.layout)
     else:
         y_smem = x_bufs
-    if A_SMEM:
+    if A_SMEM == 1:
         a_smem = gl.allocate_shared_memory(gl.bfloat16, [NWG * 2, WG_ROWS, BK],
                                            gl.NVMMASharedLayout.get_default_for([WG_ROWS, BK], gl.bfloat16))
     else:
@@ -419,14 +439,14 @@ def launch(o, codes, scale, out, tiles, producer_regs=40, nwg=None, epi_tma=None
     if epi_tma is None and (bm // nwg) * 2 > 128:
         epi_tma = False  # a TMA box row of the output would pass the 128-byte swizzle
     if epi_tma is None:
-        epi_tma = smem_bytes(tiles) + nwg * bn * (bm // nwg) * 2 + (bm * bk * 4 if a_smem else 0) <= 227 * 1024
+        epi_tma = smem_bytes(tiles) + nwg * bn * (bm // nwg) * 2 + (bm * bk * 4 if a_smem == 1 else 0) <= 227 * 1024
     y2 = out.view(T, G * R)
     y_layout = gl.NVMMASharedLayout.get_default_for([bn, bm // nwg], gl.bfloat16)
     y_desc = TensorDescriptor(y2, [T, G * R], [out.stride(0), 1], [bn, bm // nwg], y_layout)
     maxnreg, consumer_regs = regs_for(nwg, bn, producer_regs)
     grid = (R // bm, G, triton.cdiv(T, bn))
     wo_a_w8_gluon_kernel[grid](x_desc, w_desc, y_desc, scale, out, T, out.stride(0), G, R, D, bm, bn, bk, stages,
-                               nwg, consumer_regs, producer_regs, bool(epi_tma), bool(a_smem), num_warps=4, maxnreg=maxnreg)
+                               nwg, consumer_regs, producer_regs, bool(epi_tma), int(a_smem), num_warps=4, maxnreg=maxnreg)
     return out
 
 
@@ -470,3 +490,198 @@ def wo_a_w8_gluon_matmul(o, codes, scale):
     if tiles[1] == 256 and T > 256 and 0 < T % 256 <= 128 and R % TAIL_TILES[0] == 0:
         return wo_a_w8_gluon_split(o, codes, scale, tiles, TAIL_TILES)
     return wo_a_w8_gluon(o, codes, scale, tiles)
+
+
+# ---------------------------------------------------------------------------------------------
+# Variant PP: persistent (grid = the SMs; program p takes tiles p, p + P, ...). The producer fills the ring tile
+# after tile, so the next tile's loads and the last tile's TMA store run under a tile's main loop: the
+# one-tile-per-program kernels above leave the tensor cores idle in each program's prologue and epilogue.
+#   COOP: both consumer warpgroups on every tile (128 weight rows x BN tokens, 64 rows each), in step.
+#   not COOP (ping-pong): 64-row tiles, each consumer its own (alternate local tiles); an order barrier makes the
+#     two main loops alternate (without it a consumer runs a tile ahead of the ring, past what a ready barrier's
+#     parity can tell apart: it hung on the H200).
+#   TAIL (COOP): each tile also takes the next TAIL tokens with a second wgmma (N = TAIL) on the same converted
+#     weight operand, so a tile spans BN + TAIL tokens (e.g. 300 tokens in one 256 + 64 tile instead of two 256s).
+# Main loop: RS wgmma with one k-step in flight (as A_SMEM=2).
+
+
+@gluon.jit
+def _pp_tile(t, RB: gl.constexpr, TB):
+    # tile id -> (group, 64-row block, token block); token blocks innermost: neighbours share a weight block
+    tb = t % TB
+    rest = t // TB
+    return rest // RB, rest % RB, tb
+
+
+@gluon.jit
+def _pp_producer(x_desc, xt_desc, w_desc, x_bufs, xt_bufs, w_bufs, ready, empty, n_tiles, TB,
+                 R: gl.constexpr, D: gl.constexpr, TILE_ROWS: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr,
+                 STAGES: gl.constexpr, TAIL: gl.constexpr):
+    K_TILES: gl.constexpr = D // BK
+    RB: gl.constexpr = R // TILE_ROWS
+    nbytes: gl.constexpr = x_desc.block_type.nbytes + w_desc.block_type.nbytes + (
+        xt_desc.block_type.nbytes if TAIL > 0 else 0)
+    n = 0
+    for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+        g, rb, tb = _pp_tile(t, RB, TB)
+        for i in range(K_TILES):
+            s = n % STAGES
+            mbarrier.wait(empty.index(s), ((n // STAGES) & 1) ^ 1)
+            mbarrier.expect(ready.index(s), nbytes)
+            tma.async_copy_global_to_shared(w_desc, [g * R + rb * TILE_ROWS, i * BK], ready.index(s), w_bufs.index(s))
+            tma.async_copy_global_to_shared(x_desc, [tb * (BN + TAIL), g * D + i * BK], ready.index(s), x_bufs.index(s))
+            if TAIL > 0:
+                tma.async_copy_global_to_shared(xt_desc, [tb * (BN + TAIL) + BN, g * D + i * BK], ready.index(s),
+                                                xt_bufs.index(s))
+            n += 1
+
+
+@gluon.jit
+def _pp_consumer(x_bufs, xt_bufs, w_bufs, ready, empty, order, y_desc, yt_desc, y_smem, yt_smem, S, n_tiles, TB,
+                 c: gl.constexpr, R: gl.constexpr, D: gl.constexpr, WG_ROWS: gl.constexpr, BN: gl.constexpr,
+                 BK: gl.constexpr, STAGES: gl.constexpr, COOP: gl.constexpr, TAIL: gl.constexpr):
+    # COOP: both consumers on every tile of 128 rows (rows c*64 of it), in step; else ping-pong, 64-row tiles
+    TILE_ROWS: gl.constexpr = 128 if COOP else WG_ROWS
+    KSUB: gl.constexpr = BK // 32
+    K_TILES: gl.constexpr = D // BK
+    KB: gl.constexpr = D // 32
+    RB: gl.constexpr = R // TILE_ROWS
+    mma_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                         instr_shape=[16, BN, 16])
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_layout, k_width=2)
+    # TAIL: a second wgmma per k-step (N = TAIL) on the TAIL tokens after the BN ones, from the same weight operand
+    TN: gl.constexpr = TAIL if TAIL > 0 else 8
+    tail_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, TN, 16])
+    at_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=tail_layout, k_width=2)
+    rows = gl.arange(0, WG_ROWS, layout=gl.SliceLayout(1, a_layout))
+    nprog = gl.num_programs(0)
+    tbuf = yt_smem.index(c)
+    buf = y_smem.index(c)
+    base = 0 if COOP else c * K_TILES  # ring step of this tile's first k-step (the producer's n)
+    m = 0  # this consumer's tiles so far
+    for t in range(gl.program_id(0) + (0 if COOP else c) * nprog, n_tiles, (1 if COOP else 2) * nprog):
+        g, rb, tb = _pp_tile(t, RB, TB)
+        # main loops alternate: this tile's starts once the other consumer's previous tile's main loop is done.
+        # Without that order a consumer runs a whole tile ahead of the ring, past what the parity of a ready
+        # barrier can tell apart (it waits on the phase two uses ahead and takes the one before for it).
+        if not COOP:
+            if c == 0:
+                mbarrier.wait(order.index(1), (m - 1) & 1, pred=m > 0)
+            else:
+                mbarrier.wait(order.index(0), m & 1)
+        r0 = rb * TILE_ROWS + (c * WG_ROWS if COOP else 0)
+        s_ptrs = S + (g * (R // 32) + (r0 + rows) // 32) * KB
+        acc = gl.zeros([WG_ROWS, BN], gl.float32, layout=mma_layout)
+        acc2 = gl.zeros([WG_ROWS, TN], gl.float32, layout=tail_layout)
+        sc = _w8_scale(s_ptrs, 0, 0, KSUB, a_layout, WG_ROWS, BK)
+        mbarrier.wait(ready.index(base % STAGES), (base // STAGES) & 1)
+        codes = w_bufs.index(base % STAGES).slice((c if COOP else 0) * WG_ROWS, WG_ROWS).load(a_layout)
+        a_prev = (codes.to(gl.float32) * sc).to(gl.bfloat16)
+        acc = warpgroup_mma(a_prev, x_bufs.index(base % STAGES).permute((1, 0)), acc, is_async=True)
+        if TAIL > 0:
+            acc2 = warpgroup_mma(gl.convert_layout(a_prev, at_layout), xt_bufs.index(base % STAGES).permute((1, 0)),
+                                 acc2, is_async=True)
+        for i in gl.static_range(1, K_TILES):
+            n = base + i
+            sc = _w8_scale(s_ptrs, 0, i, KSUB, a_layout, WG_ROWS, BK)
+            mbarrier.wait(ready.index(n % STAGES), (n // STAGES) & 1)
+            codes = w_bufs.index(n % STAGES).slice((c if COOP else 0) * WG_ROWS, WG_ROWS).load(a_layout)
+            a = (codes.to(gl.float32) * sc).to(gl.bfloat16)
+            acc = warpgroup_mma(a, x_bufs.index(n % STAGES).permute((1, 0)), acc, is_async=True)
+            # wgmma i-1 has retired after this wait; a_prev, its register operand, is live until here
+            if TAIL > 0:
+                acc2 = warpgroup_mma(gl.convert_layout(a, at_layout), xt_bufs.index(n % STAGES).permute((1, 0)), acc2,
+                                     is_async=True)
+                acc, acc2, a_prev, a = warpgroup_mma_wait(2, deps=(acc, acc2, a_prev, a))
+            else:
+                acc, a_prev, a = warpgroup_mma_wait(1, deps=(acc, a_prev, a))
+            mbarrier.arrive(empty.index((n - 1) % STAGES))
+            a_prev = a
+        acc, acc2, a_prev = warpgroup_mma_wait(0, deps=(acc, acc2, a_prev))
+        mbarrier.arrive(empty.index((base + K_TILES - 1) % STAGES))
+        if not COOP:
+            mbarrier.arrive(order.index(c))
+        m += 1
+        # the previous tile's store out of buf must be done before buf is written again; it ran under this main loop
+        tma.store_wait(pendings=0)
+        buf.permute((1, 0)).store(acc.to(gl.bfloat16))
+        if TAIL > 0:
+            tbuf.permute((1, 0)).store(acc2.to(gl.bfloat16))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(y_desc, [tb * (BN + TAIL), g * R + r0], buf)
+        if TAIL > 0:
+            tma.async_copy_shared_to_global(yt_desc, [tb * (BN + TAIL) + BN, g * R + r0], tbuf)
+        base += (1 if COOP else 2) * K_TILES
+    tma.store_wait(pendings=0)
+
+
+@gluon.jit
+def wo_a_w8_gluon_pp_kernel(x_desc, xt_desc, w_desc, y_desc, yt_desc, S, n_tiles, TB,
+                            R: gl.constexpr, D: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr,
+                            STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+                            COOP: gl.constexpr, TAIL: gl.constexpr):
+    """Persistent: program p takes tiles p, p + P, ... (P programs), its consumer c the ones of local index = c
+    mod 2. Tiles: 64 weight rows x BN tokens of one group. x_desc block [BN, BK], w_desc [64, BK], y_desc [BN, 64].
+    Launch with num_warps=4: consumer 0 is the default partition; consumer 1 and the producer are workers."""
+    WG_ROWS: gl.constexpr = 64
+    x_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES] + x_desc.block_type.shape, x_desc.layout)
+    w_bufs = gl.allocate_shared_memory(w_desc.dtype, [STAGES] + w_desc.block_type.shape, w_desc.layout)
+    y_smem = gl.allocate_shared_memory(y_desc.dtype, [2] + y_desc.block_type.shape, y_desc.layout)
+    if TAIL > 0:
+        xt_bufs = gl.allocate_shared_memory(xt_desc.dtype, [STAGES] + xt_desc.block_type.shape, xt_desc.layout)
+        yt_smem = gl.allocate_shared_memory(yt_desc.dtype, [2] + yt_desc.block_type.shape, yt_desc.layout)
+    else:
+        xt_bufs = x_bufs
+        yt_smem = y_smem
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    order = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2 if COOP else 1)
+    for i in gl.static_range(2):
+        mbarrier.init(order.index(i), count=1)
+    fence_async_shared()
+    gl.warp_specialize([
+        (_pp_consumer, (x_bufs, xt_bufs, w_bufs, ready, empty, order, y_desc, yt_desc, y_smem, yt_smem, S, n_tiles, TB,
+                        0, R, D, WG_ROWS, BN, BK, STAGES, COOP, TAIL)),
+        (_pp_consumer, (x_bufs, xt_bufs, w_bufs, ready, empty, order, y_desc, yt_desc, y_smem, yt_smem, S, n_tiles, TB,
+                        1, R, D, WG_ROWS, BN, BK, STAGES, COOP, TAIL)),
+        (_pp_producer, (x_desc, xt_desc, w_desc, x_bufs, xt_bufs, w_bufs, ready, empty, n_tiles, TB, R, D,
+                        128 if COOP else WG_ROWS, BN, BK, STAGES, TAIL)),
+    ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+
+
+def launch_pp(o, codes, scale, out, tiles, programs=None, consumer_regs=232, producer_regs=40, coop=False, tail=0):
+    """tiles (BN, BK, STAGES); programs: the persistent grid (default: the SMs, at most ceil(tiles / 2))."""
+    import torch
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    bn, bk, stages = tiles
+    T, G, D = o.shape
+    R = codes.shape[1]
+    x2 = o.reshape(T, G * D)
+    w2 = codes.view(G * R, D)
+    x_desc = TensorDescriptor(x2, [T, G * D], [x2.stride(0), 1], [bn, bk],
+                              gl.NVMMASharedLayout.get_default_for([bn, bk], gl.bfloat16))
+    rows = 128 if coop else 64
+    w_desc = TensorDescriptor(w2, [G * R, D], [D, 1], [rows, bk],
+                              gl.NVMMASharedLayout.get_default_for([rows, bk], gl.float8e4nv))
+    y2 = out.view(T, G * R)
+    y_desc = TensorDescriptor(y2, [T, G * R], [out.stride(0), 1], [bn, 64],
+                              gl.NVMMASharedLayout.get_default_for([bn, 64], gl.bfloat16))
+    xt_desc, yt_desc = x_desc, y_desc
+    if tail:
+        xt_desc = TensorDescriptor(x2, [T, G * D], [x2.stride(0), 1], [tail, bk],
+                                   gl.NVMMASharedLayout.get_default_for([tail, bk], gl.bfloat16))
+        yt_desc = TensorDescriptor(y2, [T, G * R], [out.stride(0), 1], [tail, 64],
+                                   gl.NVMMASharedLayout.get_default_for([tail, 64], gl.bfloat16))
+    tb = triton.cdiv(T, bn + tail)
+    n_tiles = G * (R // rows) * tb
+    if programs is None:
+        programs = min(torch.cuda.get_device_properties(o.device).multi_processor_count,
+                       n_tiles if coop else triton.cdiv(n_tiles, 2))
+    wo_a_w8_gluon_pp_kernel[(programs,)](x_desc, xt_desc, w_desc, y_desc, yt_desc, scale, n_tiles, tb, R, D, bn, bk,
+                                         stages, consumer_regs, producer_regs, bool(coop), int(tail), num_warps=4,
+                                         maxnreg=168)
+    return out
