@@ -47,6 +47,29 @@ def compile_case(tiles, shape=(16, 1024, 1024), producer_regs=40, fn=None, extra
     return triton.compile(src, target=TARGET, options={"num_warps": 4, "maxnreg": maxnreg})
 
 
+def wgmma_hazards(sass: str) -> int:
+    """Registers written while an HGMMA that reads them (its A operand) may still run: the count of writes
+    between an HGMMA group and the WARPGROUP.DEPBAR that retires it (a straight-line reading of the SASS, which
+    holds for the unrolled K loops). ptxas does not keep a register operand of an in-flight wgmma alive by itself."""
+    pending, group, hazards = [], set(), 0
+    for op, args in re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.]+)\s*(.*?);", sass):
+        if op.startswith("HGMMA"):
+            a = re.fullmatch(r"R(\d+)", args.split(",")[1].strip())
+            group |= set(range(int(a.group(1)), int(a.group(1)) + 4)) if a else set()
+            if "gsb0" in args:
+                pending.append(group)
+                group = set()
+        elif op.startswith("WARPGROUP.DEPBAR"):
+            del pending[:max(0, len(pending) - int(args.split(",")[1], 16))]
+        elif not op.startswith(("ST", "RED", "ATOM", "BRA", "BAR", "SYNCS", "EXIT", "RET", "WARPGROUP", "UTMA",
+                                "ISETP", "FSETP", "NOP", "U")):
+            dst = re.fullmatch(r"R(\d+)", args.split(",")[0].strip())
+            width = 4 if ".128" in op else 2 if ".64" in op else 1
+            if dst and any(set(range(int(dst.group(1)), int(dst.group(1)) + width)) & g for g in pending):
+                hazards += 1
+    return hazards
+
+
 def report(kernel, dump=None):
     with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
         cubin.write(kernel.asm["cubin"])
@@ -61,7 +84,7 @@ def report(kernel, dump=None):
                 f.write(text)
     ops = {op: sass.count(op) for op in ("HGMMA", "UTMALDG", "LDS", "LDL", "STL", "F2FP", "SYNCS", "WARPGROUP")}
     regs = re.findall(r"REG:(\d+)", usage)
-    return (f"regs {regs} smem {kernel.metadata.shared} setmaxnreg "
+    return (f"regs {regs} smem {kernel.metadata.shared} wgmma operand hazards {wgmma_hazards(sass)} setmaxnreg "
             f"{re.findall(r'setmaxnreg[.a-z0-9]* *[0-9]*', kernel.asm['ptx'])} {ops}")
 
 
