@@ -371,24 +371,29 @@ def wo_a_w8_gluon_cvt_kernel(x_desc, w_desc, y_desc, S, Y, T, ys_t,
     ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
 
-def launch_cvt(o, codes, scale, out, tiles, epi_tma=None, consumer_regs=208):
+def tma_desc(t2, block):
+    """A TMA descriptor of the 2-D view t2 (last dim contiguous) with the default NVMMA layout for its dtype."""
+    import torch
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+    dtype = gl.bfloat16 if t2.dtype == torch.bfloat16 else gl.float8e4nv
+    return TensorDescriptor(t2, list(t2.shape), [t2.stride(0), 1], block,
+                            gl.NVMMASharedLayout.get_default_for(block, dtype))
+
+
+def launch_cvt(o, codes, scale, out, tiles, epi_tma=None, consumer_regs=208):
     bm, bn, bk, stages = tiles
     assert bm == 128
     T, G, D = o.shape
     R = codes.shape[1]
     x2 = o.view(T, G * D)
     w2 = codes.view(G * R, D)
-    x_desc = TensorDescriptor(x2, [T, G * D], [x2.stride(0), 1], [bn, bk],
-                              gl.NVMMASharedLayout.get_default_for([bn, bk], gl.bfloat16))
-    w_desc = TensorDescriptor(w2, [G * R, D], [D, 1], [bm, bk],
-                              gl.NVMMASharedLayout.get_default_for([bm, bk], gl.float8e4nv))
+    x_desc = tma_desc(x2, [bn, bk])
+    w_desc = tma_desc(w2, [bm, bk])
     if epi_tma is None:
         epi_tma = stages * (bn * bk * 2 + bm * bk) + 2 * bm * bk * 2 + bn * bm * 2 + 512 <= 227 * 1024
     y2 = out.view(T, G * R)
-    y_desc = TensorDescriptor(y2, [T, G * R], [out.stride(0), 1], [bn, bm // 2],
-                              gl.NVMMASharedLayout.get_default_for([bn, bm // 2], gl.bfloat16))
+    y_desc = tma_desc(y2, [bn, bm // 2])
     grid = (R // bm, G, triton.cdiv(T, bn))
     wo_a_w8_gluon_cvt_kernel[grid](x_desc, w_desc, y_desc, scale, out, T, out.stride(0), G, R, D, bm, bn, bk, stages,
                                    consumer_regs, bool(epi_tma), num_warps=4, maxnreg=168)
@@ -655,27 +660,21 @@ def wo_a_w8_gluon_pp_kernel(x_desc, xt_desc, w_desc, y_desc, yt_desc, S, n_tiles
 def launch_pp(o, codes, scale, out, tiles, programs=None, consumer_regs=232, producer_regs=40, coop=False, tail=0):
     """tiles (BN, BK, STAGES); programs: the persistent grid (default: the SMs, at most ceil(tiles / 2))."""
     import torch
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     bn, bk, stages = tiles
     T, G, D = o.shape
     R = codes.shape[1]
     x2 = o.reshape(T, G * D)
     w2 = codes.view(G * R, D)
-    x_desc = TensorDescriptor(x2, [T, G * D], [x2.stride(0), 1], [bn, bk],
-                              gl.NVMMASharedLayout.get_default_for([bn, bk], gl.bfloat16))
+    x_desc = tma_desc(x2, [bn, bk])
     rows = 128 if coop else 64
-    w_desc = TensorDescriptor(w2, [G * R, D], [D, 1], [rows, bk],
-                              gl.NVMMASharedLayout.get_default_for([rows, bk], gl.float8e4nv))
+    w_desc = tma_desc(w2, [rows, bk])
     y2 = out.view(T, G * R)
-    y_desc = TensorDescriptor(y2, [T, G * R], [out.stride(0), 1], [bn, 64],
-                              gl.NVMMASharedLayout.get_default_for([bn, 64], gl.bfloat16))
+    y_desc = tma_desc(y2, [bn, 64])
     xt_desc, yt_desc = x_desc, y_desc
     if tail:
-        xt_desc = TensorDescriptor(x2, [T, G * D], [x2.stride(0), 1], [tail, bk],
-                                   gl.NVMMASharedLayout.get_default_for([tail, bk], gl.bfloat16))
-        yt_desc = TensorDescriptor(y2, [T, G * R], [out.stride(0), 1], [tail, 64],
-                                   gl.NVMMASharedLayout.get_default_for([tail, 64], gl.bfloat16))
+        xt_desc = tma_desc(x2, [tail, bk])
+        yt_desc = tma_desc(y2, [tail, 64])
     tb = triton.cdiv(T, bn + tail)
     n_tiles = G * (R // rows) * tb
     if programs is None:
