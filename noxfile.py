@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
+import subprocess
 import tomllib
 from pathlib import Path
 
@@ -25,10 +28,26 @@ def _install_forkbuild(session: nox.Session) -> None:
     session.install("-e", f"{ROOT}[test]")
 
 
+def _ensure_quilt(session: nox.Session) -> None:
+    """quilt for tests/unit/test_quilt_interop.py, which skips without it. CI runs as root on a fresh machine:
+    install it there from Debian (as .ci/dockerd.sh installs docker.io); elsewhere say what will skip."""
+    if shutil.which("quilt"):
+        return
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        session.warn("quilt is not installed: tests/unit/test_quilt_interop.py will skip (apt-get install quilt)")
+        return
+    command = ["apt-get", "install", "-y", "--no-install-recommends", "quilt"]
+    env = {"DEBIAN_FRONTEND": "noninteractive"}
+    if subprocess.run(command, env={**os.environ, **env}, capture_output=True).returncode != 0:
+        session.run("apt-get", "update", external=True, silent=True)  # a fresh machine's package lists may be empty
+        session.run(*command, external=True, silent=True, env=env)
+
+
 @nox.session(python="3.11")
 def tests(session: nox.Session) -> None:
     """forkbuild's own tests: unit (fixture repos) and integration (real sglang wheels)."""
     _install_forkbuild(session)
+    _ensure_quilt(session)
     session.run("pytest", *session.posargs)
 
 
