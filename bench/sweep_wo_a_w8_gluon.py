@@ -32,9 +32,11 @@ SETS = 8
 RUNS = 5
 PAR = 1.05
 FP8_MAX = torch.finfo(torch.float8_e4m3fn).max
-# (tiles (BM, BN, BK, STAGES), TMA-store epilogue (None: when it fits), A via shared memory (SS wgmma, converted by the
-# consumers), tail tiles or None, CVT): BM 128 = two consumer warpgroups, 64 = one; tail: the T mod BN last tokens
-# by a second launch with those tiles; CVT: the converter-warpgroup kernel (wo_a_w8_gluon_cvt_kernel)
+# (tiles (BM, BN, BK, STAGES), TMA-store epilogue (None: when it fits), A mode (0: RS, waiting for each wgmma; 1: SS,
+# the consumers write the converted tile to shared memory; 2: RS with one wgmma in flight), tail tiles or None, CVT):
+# BM 128 = two consumer warpgroups, 64 = one; tail: the T mod BN last tokens by a second launch with those tiles;
+# CVT: the converter-warpgroup kernel (wo_a_w8_gluon_cvt_kernel). Earlier runs' lists are in their result files
+# (wo_a_w8_gluon_sweep.txt, wo_a_w8_gluon_persistent_sweep.txt), each candidate printed with its time.
 TILES = [((128, 256, 64, 4), True, 0, None, False), ((64, 128, 64, 4), True, 2, None, False),
          # ("pp", (BN, BK, STAGES), programs or None, coop, tail): the persistent kernel (wo_a_w8_gluon_pp_kernel):
          # ping-pong (64-row tiles, one per consumer) or cooperative (128-row tiles, both consumers); tail: each tile
@@ -120,7 +122,7 @@ def gluon_call(cand):
 
 def valid(cand, rows):
     if cand[0] == "pp":
-        return rows % 64 == 0
+        return rows % (128 if cand[3] else 64) == 0
     return rows % cand[0][0] == 0 and (cand[3] is None or rows % cand[3][0] == 0)
 
 
