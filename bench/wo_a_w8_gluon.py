@@ -23,8 +23,10 @@ wo_a_w8_gluon_kernel (RS, the fastest measured):
     conversion and MMA comes from the two warpgroups interleaving, not from within one;
   - epilogue: acc -> bf16 -> shared memory transposed (stmatrix) -> TMA store (clips T), or masked
     pointer stores (EPI_TMA False).
-  A_SMEM=True: the consumer writes the converted tile to a double-buffered smem A operand and keeps one
-  wgmma in flight (SS wgmma).
+  A_SMEM=1: the consumer writes the converted tile to a double-buffered smem A operand and keeps one
+  wgmma in flight (SS wgmma). A_SMEM=2: RS with one wgmma in flight, the K loop unrolled so each tile's
+  register operand is its own value, passed to the wait after the next wgmma (no faster on the H200).
+wo_a_w8_gluon_pp_kernel (PP, below): the persistent forms (cooperative, ping-pong, fused token tail).
 wo_a_w8_gluon_cvt_kernel (CVT): the default partition (4 warps) issues the TMA loads and converts fp8
   -> bf16 into a shared-memory ring of two; two consumer warpgroups run a plain SS bf16 wgmma loop with
   one wgmma in flight.
