@@ -579,7 +579,8 @@ def _pp_consumer(x_bufs, xt_bufs, w_bufs, ready, empty, order, y_desc, yt_desc, 
         r0 = rb * TILE_ROWS + (c * WG_ROWS if COOP else 0)
         s_ptrs = S + (g * (R // 32) + (r0 + rows) // 32) * KB
         acc = gl.zeros([WG_ROWS, BN], gl.float32, layout=mma_layout)
-        acc2 = gl.zeros([WG_ROWS, TN], gl.float32, layout=tail_layout)
+        if TAIL > 0:
+            acc2 = gl.zeros([WG_ROWS, TN], gl.float32, layout=tail_layout)
         sc = _w8_scale(s_ptrs, 0, 0, KSUB, a_layout, WG_ROWS, BK)
         mbarrier.wait(ready.index(base % STAGES), (base // STAGES) & 1)
         codes = w_bufs.index(base % STAGES).slice((c if COOP else 0) * WG_ROWS, WG_ROWS).load(a_layout)
@@ -604,7 +605,10 @@ def _pp_consumer(x_bufs, xt_bufs, w_bufs, ready, empty, order, y_desc, yt_desc, 
                 acc, a_prev, a = warpgroup_mma_wait(1, deps=(acc, a_prev, a))
             mbarrier.arrive(empty.index((n - 1) % STAGES))
             a_prev = a
-        acc, acc2, a_prev = warpgroup_mma_wait(0, deps=(acc, acc2, a_prev))
+        if TAIL > 0:
+            acc, acc2, a_prev = warpgroup_mma_wait(0, deps=(acc, acc2, a_prev))
+        else:
+            acc, a_prev = warpgroup_mma_wait(0, deps=(acc, a_prev))
         mbarrier.arrive(empty.index((base + K_TILES - 1) % STAGES))
         if not COOP:
             mbarrier.arrive(order.index(c))
