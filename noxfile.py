@@ -39,7 +39,9 @@ def _ensure_quilt(session: nox.Session) -> None:
     command = ["apt-get", "install", "-y", "--no-install-recommends", "quilt"]
     env = {"DEBIAN_FRONTEND": "noninteractive"}
     if subprocess.run(command, env={**os.environ, **env}, capture_output=True).returncode != 0:
-        session.run("apt-get", "update", external=True, silent=True)  # a fresh machine's package lists may be empty
+        # a dpkg killed mid-install must be finished first; a fresh machine's package lists may be empty
+        session.run("dpkg", "--configure", "-a", external=True, silent=True, env=env)
+        session.run("apt-get", "update", external=True, silent=True)
         session.run(*command, external=True, silent=True, env=env)
 
 
