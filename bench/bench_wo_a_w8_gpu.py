@@ -8,9 +8,13 @@ For each wo_a shape and token count, in one process:
             the default): the W8 kernel below DSV41_WO_A_W8_BF16_TOKENS tokens, from
             it on stock's own bf16 GEMM on the kept weight (here: the bf16 column's
             call, which is what stock's forward makes in this form)
+  pers      the persistent Hopper kernel alone (dsv4_wo_a_w8_hopper; SM 9.0 with
+            Gluon, where its tiles fit; "-" where they do not)
   drop      as the model runs them with DSV41_WO_A_W8_DROP (no bf16 weight):
-            wo_a_w8_matmul, the kernel below DSV41_WO_A_W8_DEQUANT_TOKENS tokens,
-            deq+bf16 from it on
+            wo_a_w8_matmul with the guards' thresholds: the persistent kernel
+            from DSV41_WO_A_W8_PERSISTENT_TOKENS tokens on where it fills a
+            wave (SM 9.0), else the Triton kernel below
+            DSV41_WO_A_W8_DEQUANT_TOKENS tokens and deq+bf16 from it on
 (the guards' defaults, read through the generated guards, unless the variables are
 set). Each result is checked against the bf16 one first (relative error < 2**-7).
 
@@ -45,7 +49,7 @@ import triton.testing
 
 # [groups, rows, dim] of wo_a per rank: the two ends of the shapes probed on the H200.
 SHAPES = ((8, 256, 512), (16, 1024, 1024))
-TOKENS = (1, 4, 7, 16, 32, 64, 128, 256, 300, 512, 1024, 2048, 4096, 8192)
+TOKENS = (1, 4, 7, 16, 32, 64, 128, 256, 300, 384, 512, 576, 1024, 2048, 4096, 8192)
 SETS = 8
 RUNS = 5
 PAR = 1.05
@@ -117,13 +121,20 @@ def main() -> int:
     from sglang.srt.environ import envs
 
     threshold = envs.DSV41_WO_A_W8_DEQUANT_TOKENS.get()
+    persistent = envs.DSV41_WO_A_W8_PERSISTENT_TOKENS.get()
+    hopper = w8._hopper_kernels(torch.cuda.current_device())
     bf16_from = envs.DSV41_WO_A_W8_BF16_TOKENS.get()
     props = torch.cuda.get_device_properties(0)
     print(f"device: {props.name} (SM {props.major}.{props.minor}), torch {torch.__version__}, triton {triton.__version__}")
     print(f"kept (bf16 weight kept, the default): W8 kernel below {bf16_from} tokens, stock's bf16 GEMM from "
           f"{bf16_from} on (DSV41_WO_A_W8_BF16_TOKENS)")
-    print(f"drop (DSV41_WO_A_W8_DROP): W8 kernel below {threshold} tokens, dequantise + bf16 GEMM from {threshold} "
-          "on (DSV41_WO_A_W8_DEQUANT_TOKENS)")
+    print(f"drop (DSV41_WO_A_W8_DROP): the persistent Hopper kernel from {persistent} tokens on where it fills a wave "
+          f"(DSV41_WO_A_W8_PERSISTENT_TOKENS; {'available here' if hopper else 'NOT available here: not SM 9.0 or no Gluon'}), "
+          f"else the W8 kernel below {threshold} tokens, dequantise + bf16 GEMM from {threshold} on "
+          "(DSV41_WO_A_W8_DEQUANT_TOKENS)")
+
+    def drop(x, c, s):  # the model's call under DROP (MqaAttentionBase._apply_wo_a_w8)
+        return w8.wo_a_w8_matmul(x, c, s, dequant_tokens=threshold, persistent_tokens=persistent)
     print(f"times: us per call, median of {RUNS} interleaved runs; a run = CUDA-graph replays of {SETS} calls "
           f"on {SETS} distinct weight/activation sets (cold L2); on par = kept|drop / bf16 <= {PAR}")
 
@@ -136,15 +147,18 @@ def main() -> int:
         weights = [_weights(groups, rows, dim, generator) for _ in range(SETS)]
         codes, scale, bf16 = weights[0]
         print(f"\nwo_a [groups={groups}, rows={rows}, dim={dim}]: W8 {codes.numel() / 2**20:.1f} MiB + scales, bf16 {bf16.numel() * 2 / 2**20:.1f} MiB")
-        print(f"{'tokens':>7} {'bf16':>8} {'w8 kern':>8} {'deq+bf16':>8} {'kept':>8} {'drop':>8} {'kern/bf16':>9} "
-              f"{'deq/bf16':>8} {'kept/bf16':>9} {'drop/bf16':>9} {'spread':>6}  {'kept':<9} {'drop':<9} kernel tiles")
+        print(f"{'tokens':>7} {'bf16':>8} {'w8 kern':>8} {'deq+bf16':>8} {'pers':>8} {'kept':>8} {'drop':>8} "
+              f"{'kern/bf16':>9} {'deq/bf16':>8} {'pers/bf16':>9} {'kept/bf16':>9} {'drop/bf16':>9} {'spread':>6}  "
+              f"{'kept':<9} {'drop':<9} drop's path")
         for tokens in TOKENS:
             acts = [torch.randn(tokens, groups, dim, generator=generator, device="cuda").bfloat16() for _ in range(SETS)]
             o = acts[0]
             reference = torch.einsum("tgd,grd->tgr", o, bf16)
+            pers_fits = hopper is not None and rows % hopper.TILE_ROWS == 0 and dim % hopper.BLOCK_K == 0
             for name, result in (("w8 kernel", w8.wo_a_w8_matmul(o, codes, scale)),
                                  ("deq+bf16", w8.wo_a_w8_matmul(o, codes, scale, dequant_tokens=1)),
-                                 ("drop", w8.wo_a_w8_matmul(o, codes, scale, dequant_tokens=threshold))):
+                                 ("drop", drop(o, codes, scale)),
+                                 *((("pers", hopper.wo_a_w8_persistent(o, codes, scale)),) if pers_fits else ())):
                 error = _relative_error(result, reference)
                 if not error < 2**-7:
                     print(f"{name} differs from bf16 at tokens={tokens}: relative error {error:.2e}", file=sys.stderr)
@@ -158,11 +172,12 @@ def main() -> int:
                               [(a, w[0], w[1]) for a, w in zip(acts, weights, strict=True)]),
                 "kept": (_Graph(lambda x, w: torch.einsum("tgd,grd->tgr", x, w),
                                 [(a, w[2]) for a, w in zip(acts, weights, strict=True)]) if kept_uses_bf16(tokens)
-                         else _Graph(lambda x, c, s: w8.wo_a_w8_matmul(x, c, s, dequant_tokens=threshold),
-                                     [(a, w[0], w[1]) for a, w in zip(acts, weights, strict=True)])),
-                "drop": _Graph(lambda x, c, s: w8.wo_a_w8_matmul(x, c, s, dequant_tokens=threshold),
-                               [(a, w[0], w[1]) for a, w in zip(acts, weights, strict=True)]),
+                         else _Graph(drop, [(a, w[0], w[1]) for a, w in zip(acts, weights, strict=True)])),
+                "drop": _Graph(drop, [(a, w[0], w[1]) for a, w in zip(acts, weights, strict=True)]),
             }
+            if pers_fits:
+                variants["pers"] = _Graph(hopper.wo_a_w8_persistent,
+                                          [(a, w[0], w[1]) for a, w in zip(acts, weights, strict=True)])
             runs = {name: [] for name in variants}
             for _ in range(RUNS):
                 for name, graph in variants.items():
@@ -174,11 +189,18 @@ def main() -> int:
                        for mode, ratio in ratios.items()}
             for mode in ("kept", "drop"):
                 verdicts.append((mode, groups, rows, dim, tokens, ratios[mode], verdict[mode]))
-            tiles = w8._tiles(tokens, groups, rows, dim)
-            print(f"{tokens:>7} {med['bf16']:>8.1f} {med['kern']:>8.1f} {med['deq']:>8.1f} {med['kept']:>8.1f} "
+            if w8._persistent_kernels(o, rows, persistent) is not None:
+                path = f"persistent {hopper.tiles_for(tokens)} (BN, TAIL, STAGES)"
+            elif 0 < threshold <= tokens:
+                path = "dequantise + bf16"
+            else:
+                path = f"W8 kernel {w8._tiles(tokens, groups, rows, dim)}"
+            pers = f"{med['pers']:>8.1f}" if "pers" in med else f"{'-':>8}"
+            pers_ratio = f"{med['pers'] / med['bf16']:>9.2f}" if "pers" in med else f"{'-':>9}"
+            print(f"{tokens:>7} {med['bf16']:>8.1f} {med['kern']:>8.1f} {med['deq']:>8.1f} {pers} {med['kept']:>8.1f} "
                   f"{med['drop']:>8.1f} {med['kern'] / med['bf16']:>9.2f} {med['deq'] / med['bf16']:>8.2f} "
-                  f"{ratios['kept']:>9.2f} {ratios['drop']:>9.2f} {spread:>6.2f}  {verdict['kept']:<9} "
-                  f"{verdict['drop']:<9} {tiles}")
+                  f"{pers_ratio} {ratios['kept']:>9.2f} {ratios['drop']:>9.2f} {spread:>6.2f}  {verdict['kept']:<9} "
+                  f"{verdict['drop']:<9} {path}")
             del variants
             if args.sweep and tokens in SWEEP_TOKENS:
                 t_bf16 = _time(lambda: torch.einsum("tgd,grd->tgr", o, bf16))

@@ -1,7 +1,7 @@
 """Compile bench/wo_a_w8_gluon.py's kernel for sm_90a on a CPU (no GPU, no torch): registers, shared
 memory, warp specialisation (setmaxnreg in the PTX) and SASS counts (HGMMA, TMA loads, spills).
 
-    python3 -m venv /tmp/g36 && /tmp/g36/bin/pip install triton==3.6.0
+    python3 -m venv /tmp/g36 && /tmp/g36/bin/pip install triton==3.6.0 pytest
     /tmp/g36/bin/python bench/compile_wo_a_w8_gluon.py [BM,BN,BK,STAGES[,A_SMEM[,EPI_TMA[,CVT]]] ...]
 
 e.g. 128,256,64,4 (the RS kernel's large tile), 128,256,64,3,1 (SS), 128,256,64,3,0,1,1 (CVT). Dumps
@@ -22,7 +22,9 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon._runtime import GluonASTSource
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "patches"))
 import wo_a_w8_gluon as k  # noqa: E402
+from test_wo_a_w8_hopper import wgmma_hazards  # noqa: E402  (the SASS reading the CPU test uses)
 
 BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
 TARGET = GPUTarget("cuda", 90, 32)
@@ -45,29 +47,6 @@ def compile_case(tiles, shape=(16, 1024, 1024), producer_regs=40, fn=None, extra
     signature.update({name: "constexpr" for name in consts})
     src = GluonASTSource(fn or k.wo_a_w8_gluon_kernel, signature, constexprs=consts)
     return triton.compile(src, target=TARGET, options={"num_warps": 4, "maxnreg": maxnreg})
-
-
-def wgmma_hazards(sass: str) -> int:
-    """Registers written while an HGMMA that reads them (its A operand) may still run: the count of writes
-    between an HGMMA group and the WARPGROUP.DEPBAR that retires it (a straight-line reading of the SASS, which
-    holds for the unrolled K loops). ptxas does not keep a register operand of an in-flight wgmma alive by itself."""
-    pending, group, hazards = [], set(), 0
-    for op, args in re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.]+)\s*(.*?);", sass):
-        if op.startswith("HGMMA"):
-            a = re.fullmatch(r"R(\d+)", args.split(",")[1].strip())
-            group |= set(range(int(a.group(1)), int(a.group(1)) + 4)) if a else set()
-            if "gsb0" in args:
-                pending.append(group)
-                group = set()
-        elif op.startswith("WARPGROUP.DEPBAR"):
-            del pending[:max(0, len(pending) - int(args.split(",")[1], 16))]
-        elif not op.startswith(("ST", "RED", "ATOM", "BRA", "BAR", "SYNCS", "EXIT", "RET", "WARPGROUP", "UTMA",
-                                "ISETP", "FSETP", "NOP", "U")):
-            dst = re.fullmatch(r"R(\d+)", args.split(",")[0].strip())
-            width = 4 if ".128" in op else 2 if ".64" in op else 1
-            if dst and any(set(range(int(dst.group(1)), int(dst.group(1)) + width)) & g for g in pending):
-                hazards += 1
-    return hazards
 
 
 def report(kernel, dump=None):

@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import wo_a_w8_gluon as k  # noqa: E402
 
 SHAPES = ((8, 256, 512), (16, 1024, 1024))
-TOKENS = (128, 256, 300, 512, 1024, 2048, 4096, 8192)
+TOKENS = (128, 256, 300, 320, 384, 512, 768, 1024, 2048, 4096, 8192)
 SETS = 8
 RUNS = 5
 PAR = 1.05

@@ -128,3 +128,88 @@ def test_one_pass_dequantisation_is_exact_for_every_code_on_the_gpu(monkeypatch)
     scale = torch.ldexp(torch.ones(32, 2, device="cuda"), exponents)
     fast = dsv4_wo_a_w8.dequantize_wo_a_w8_triton(codes, scale)
     assert torch.equal(fast, dsv4_wo_a_w8.dequantize_wo_a_w8(codes, scale))
+
+
+def _hopper_or_skip():
+    import torch
+    from sglang.kernels.ops.gemm import dsv4_wo_a_w8
+
+    hopper = dsv4_wo_a_w8._hopper_kernels(torch.cuda.current_device())
+    if hopper is None:
+        pytest.skip("the persistent kernel needs an SM 9.0 GPU (wgmma, TMA) and Triton's Gluon: "
+                    f"this is SM {'.'.join(map(str, torch.cuda.get_device_capability()))}")
+    return hopper
+
+
+# Persistent kernel: the wave's edge (256), tail tiles (300, 320, 576), plain tiles just past
+# a tile (257, 384, 513), and prefill sizes.
+PERSISTENT_TOKENS = (256, 257, 300, 320, 384, 513, 576, 1024, 2049, 4096)
+
+
+@pytest.mark.guard_on
+@pytest.mark.parametrize("groups,rows,dim", SHAPES[1:])
+def test_persistent_hopper_kernel_matches_the_bf16_reference(groups, rows, dim, monkeypatch):
+    """Both tile forms (256 tokens; 256 + 64 with the tail wgmma) at every token
+    count, against float64 with the W8 kernel's tolerance; every output written
+    (the TMA store clips the last tile, whose loads zero-fill past T)."""
+    import torch
+
+    monkeypatch.setenv("DSV41_WO_A_W8", "1")
+    hopper = _hopper_or_skip()
+    for seed, tokens in enumerate(PERSISTENT_TOKENS):
+        o, codes, scale, wo_a = _operands(tokens, groups, rows, dim, seed + 200)
+        expected = torch.einsum("tgd,grd->tgr", o.double(), wo_a.double())
+        for tiles in (hopper.PLAIN, hopper.WITH_TAIL):
+            result = hopper.wo_a_w8_persistent(o, codes, scale, tiles=tiles)
+            assert not result.isnan().any(), f"tokens={tokens} {tiles}: NaN outputs"
+            torch.testing.assert_close(result.double(), expected, rtol=2**-6, atol=2**-6,
+                                       msg=lambda m: f"tokens={tokens} {tiles} [{groups},{rows},{dim}]: {m}")
+            relative = ((result.double() - expected).norm() / expected.norm()).item()
+            assert relative < 2**-8, f"tokens={tokens} {tiles}: relative error {relative:.2e}"
+
+
+@pytest.mark.guard_on
+def test_drop_layers_take_the_persistent_kernel_where_it_fills_a_wave(monkeypatch):
+    """Through the attention's call site, DSV41_WO_A_W8_PERSISTENT_TOKENS at its
+    default: the large per-rank wo_a from 256 tokens on, the small one only
+    where its tiles fill a wave (2048 tokens), the Triton kernel or the dequant
+    path elsewhere; 0 turns it off. Each result against the reference."""
+    import torch
+    from sglang.kernels.ops.gemm import dsv4_wo_a_w8
+    from sglang.srt.models.deepseek_v4 import MqaAttentionBase
+    from sglang.srt.models.deepseek_v4_wo_a_w8 import resolve_wo_a_w8_mode
+
+    monkeypatch.setenv("DSV41_WO_A_W8", "1")
+    hopper = _hopper_or_skip()
+    taken = []
+    real = hopper.wo_a_w8_persistent
+    monkeypatch.setattr(hopper, "wo_a_w8_persistent", lambda *a, **k: taken.append("persistent") or real(*a, **k))
+    for name in ("_wo_a_w8_dequantized", "_wo_a_w8_triton"):
+        fn = getattr(dsv4_wo_a_w8, name)
+        monkeypatch.setattr(dsv4_wo_a_w8, name, lambda *a, _n=name, _f=fn: taken.append(_n) or _f(*a))
+
+    def path(tokens, groups, rows, dim):
+        mode = resolve_wo_a_w8_mode()
+        layer = object.__new__(MqaAttentionBase)
+        torch.nn.Module.__init__(layer)
+        layer.wo_a_w8_dequant_tokens = mode.dequant_tokens
+        layer.wo_a_w8_persistent_tokens = mode.persistent_tokens
+        o, codes, scale, wo_a = _operands(tokens, groups, rows, dim, seed=tokens)
+        layer.wo_a = torch.nn.Module()
+        layer.wo_a.weight_w8, layer.wo_a.weight_w8_scale = codes, scale
+        taken.clear()
+        result = layer._apply_wo_a_w8(o)
+        expected = torch.einsum("tgd,grd->tgr", o.double(), wo_a.double())
+        torch.testing.assert_close(result.double(), expected, rtol=2**-6, atol=2**-6)
+        return list(taken)
+
+    assert resolve_wo_a_w8_mode().persistent_tokens == 256  # series.toml's default
+    assert path(128, 16, 1024, 1024) == ["_wo_a_w8_triton"]
+    assert path(256, 16, 1024, 1024) == ["persistent"]
+    assert path(300, 16, 1024, 1024) == ["persistent"]
+    assert path(4096, 16, 1024, 1024) == ["persistent"]
+    assert path(1024, 8, 256, 512) == ["_wo_a_w8_dequantized"]  # 16 x 4 tiles: under a wave
+    assert path(2048, 8, 256, 512) == ["persistent"]
+    assert path(512, 2, 64, 96) == ["_wo_a_w8_triton"]  # rows not in 128-row tiles
+    monkeypatch.setenv("DSV41_WO_A_W8_PERSISTENT_TOKENS", "0")
+    assert path(4096, 16, 1024, 1024) == ["_wo_a_w8_dequantized"]

@@ -196,6 +196,38 @@ def test_run_all_runs_the_baseline_then_names_the_killing_test(tmp_path, monkeyp
     assert (site / "pkg" / "mod.py").read_text() == "VALUE = 'installed'\nOTHER = 1\n"
 
 
+def test_a_mutant_runs_the_test_files_naming_its_module_first(tmp_path, monkeypatch):
+    # Both files' tests fail for the mutant; the one that names pkg.mod comes second
+    # in the feature's order but runs first, so it is the one that kills it (-x).
+    site = _package(tmp_path)
+    root = tmp_path / "repo"
+    (root / "tests").mkdir(parents=True)
+    (root / "tests" / "conftest.py").write_text(textwrap.dedent("""\
+        import json, os
+        records = []
+        def pytest_runtest_logreport(report):
+            if report.when == "call":
+                records.append({"test": report.nodeid, "outcome": "fail" if report.failed else "pass"})
+        def pytest_sessionfinish(session):
+            with open(os.environ["FORKBUILD_TEST_RESULTS"], "w") as handle:
+                json.dump(records, handle)
+        """))
+    (root / "tests" / "test_a_elsewhere.py").write_text(
+        "import importlib\n\ndef test_through_a_name_built_at_run_time():\n"
+        "    assert importlib.import_module('pkg.' + 'm' + 'od').VALUE == 'installed'\n")
+    (root / "tests" / "test_b_naming.py").write_text(
+        "def test_value():\n    import pkg.mod\n    assert pkg.mod.VALUE == 'installed'\n")
+    (site / "pkg" / "mod.py").write_text("VALUE = 'installed'\n")
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    mutant = Mutant("pkg/mod.py:h1", "feat.patch", "feat", "pkg/mod.py", HUNK, (1, 1), "", "VALUE = 'x'\n")
+    tests = (root / "tests" / "test_a_elsewhere.py", root / "tests" / "test_b_naming.py")
+    runs = {"feat": FeatureTests(root=root, tests=tests, modules=(("pkg.mod", "pkg/mod.py", "VALUE = 'installed'\n"),))}
+    outcomes = {}
+    run_all(runs, [mutant], python=Path(sys.executable), preload=["pkg.mod"], workers=1,
+            done=lambda item, outcome: outcomes.__setitem__(item.id, outcome))
+    assert outcomes["pkg/mod.py:h1"].killed_by == "tests/test_b_naming.py::test_value"
+
+
 # -- results: key and check ----------------------------------------------------------------
 
 def _series(tmp_path: Path):

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import tempfile
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import IO
 
@@ -150,7 +151,18 @@ def _write(directory: Path, path: str, text: str) -> Path:
 def run_mutant(mutant: Mutant, run: FeatureTests, scratch: Path, worker: Worker, *, timeout: float) -> Outcome:
     scratch.mkdir(parents=True, exist_ok=True)
     source = "" if mutant.source is None else str(_write(scratch / "src", mutant.path, mutant.source))
-    return _pytest(run, scratch, worker, sources={mutant.module: source}, timeout=timeout)
+    return _pytest(naming_first(run, mutant.module), scratch, worker, sources={mutant.module: source},
+                   timeout=timeout)
+
+
+def naming_first(run: FeatureTests, module: str) -> FeatureTests:
+    """The feature's test files that name the mutated module (its last dotted
+    part) first, the rest in their order: with -x a mutant those tests kill
+    stops there instead of after every other file's tests. Which mutants die
+    does not change: a survivor still runs them all."""
+    name = module.rsplit(".", 1)[-1]
+    naming = [path for path in run.tests if re.search(rf"\b{re.escape(name)}\b", path.read_text(errors="replace"))]
+    return replace(run, tests=(*naming, *(path for path in run.tests if path not in naming)))
 
 
 def _pytest(run: FeatureTests, scratch: Path, worker: Worker, *, sources: dict[str, str], timeout: float) -> Outcome:

@@ -1,0 +1,179 @@
+"""wo_a_w8's persistent Hopper kernel (dsv4_wo_a_w8_hopper), on a CPU: its tile
+rules, and the kernel compiled for sm_90a with the pinned Triton (ptxas runs
+without a GPU), read back from its SASS and PTX.
+
+What the GPU run proves (test_gpu_wo_a_w8, on the lent H200): results against
+the bf16 reference at every tile form and token count, and that the DROP
+layers take it. What this proves without one: the kernel still compiles with
+the Triton that sglang pins (Gluon is an experimental dialect that changes
+between releases; the H200 runs its image's Triton), fits the H200's shared
+memory, spills nothing, issues its wgmmas, TMA loads and stores, initialises
+every ring barrier and fences its shared-memory writes before the TMA store
+reads them, and no register operand of a wgmma is overwritten while that
+wgmma may still run (the bug that gave wrong results in an earlier form).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass
+
+import pytest
+
+FEATURE = "wo_a_w8"
+
+H200_SHARED = 232448  # bytes of shared memory a program may use on SM 9.0 (227 KiB)
+
+
+# -- compiling for sm_90a without a GPU, and reading the SASS (bench/compile_wo_a_w8_gluon.py uses these too) --
+
+@dataclass(frozen=True)
+class Compiled:
+    shared: int  # bytes of shared memory per program
+    registers: int  # per thread, the largest of the kernel's functions
+    sass: str
+    ptx: str
+
+    def count(self, opcode: str) -> int:
+        """Instructions whose opcode starts with `opcode` (HGMMA, STL, ...)."""
+        return len(re.findall(rf"/\*[0-9a-f]{{4,}}\*/\s+(?:@!?U?P\w+\s+)?{re.escape(opcode)}[\w.]*\s", self.sass))
+
+
+def tensordesc(dtype: str, block: list[int]) -> str:
+    """A kernel-signature type for a TMA descriptor of `block` with the default NVMMA layout."""
+    from triton.experimental.gluon import language as gl
+
+    layout = gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16 if dtype == "bf16" else gl.float8e4nv)
+    return f"tensordesc<{dtype}[{block[0]},{block[1]}],{layout!r}>"
+
+
+def compile_sm90(fn, signature: dict, constexprs: dict, **options) -> Compiled:
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    signature = {**signature, **{name: "constexpr" for name in constexprs}}
+    kernel = triton.compile(GluonASTSource(fn, signature, constexprs=constexprs),
+                            target=GPUTarget("cuda", 90, 32), options=options)
+    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
+        cubin.write(kernel.asm["cubin"])
+        cubin.flush()
+        sass = subprocess.run([cuobjdump, "-sass", cubin.name], capture_output=True, text=True, check=True).stdout
+        usage = subprocess.run([cuobjdump, "-res-usage", cubin.name], capture_output=True, text=True,
+                               check=True).stdout
+    return Compiled(kernel.metadata.shared, max(int(r) for r in re.findall(r"REG:(\d+)", usage)), sass,
+                    kernel.asm["ptx"])
+
+
+def wgmma_hazards(sass: str) -> int:
+    """Registers written while an HGMMA that reads them (its A operand) may still run: the count of writes
+    between an HGMMA group and the WARPGROUP.DEPBAR that retires it (a straight-line reading of the SASS, which
+    holds for the unrolled K loops). ptxas does not keep a register operand of an in-flight wgmma alive by itself."""
+    pending, group, hazards = [], set(), 0
+    for op, args in re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.]+)\s*(.*?);", sass):
+        if op.startswith("HGMMA"):
+            a = re.fullmatch(r"R(\d+)", args.split(",")[1].strip())
+            group |= set(range(int(a.group(1)), int(a.group(1)) + 4)) if a else set()
+            if "gsb0" in args:
+                pending.append(group)
+                group = set()
+        elif op.startswith("WARPGROUP.DEPBAR"):
+            del pending[:max(0, len(pending) - int(args.split(",")[1], 16))]
+        elif not op.startswith(("ST", "RED", "ATOM", "BRA", "BAR", "SYNCS", "EXIT", "RET", "WARPGROUP", "UTMA",
+                                "ISETP", "FSETP", "NOP", "U")):
+            dst = re.fullmatch(r"R(\d+)", args.split(",")[0].strip())
+            width = 4 if ".128" in op else 2 if ".64" in op else 1
+            if dst and any(set(range(int(dst.group(1)), int(dst.group(1)) + width)) & g for g in pending):
+                hazards += 1
+    return hazards
+
+
+
+def _hopper():
+    pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper",
+                        reason="the persistent kernel is Gluon's: this Triton has no Gluon Hopper module")
+    from sglang.kernels.ops.gemm import dsv4_wo_a_w8_hopper
+
+    return dsv4_wo_a_w8_hopper
+
+
+@pytest.mark.guard_on
+def test_tiles_cover_the_tokens_and_the_wave_rule_picks_the_shapes(monkeypatch):
+    monkeypatch.setenv("DSV41_WO_A_W8", "1")
+    hopper = _hopper()
+    # 256-token tiles, or 256 + 64 where those pad to at most 90 % of the 256s.
+    assert [hopper.tiles_for(t) for t in (256, 257, 300, 320, 384, 512, 576, 640, 900, 1024)] == [
+        hopper.PLAIN, hopper.WITH_TAIL, hopper.WITH_TAIL, hopper.WITH_TAIL, hopper.PLAIN, hopper.PLAIN,
+        hopper.WITH_TAIL, hopper.WITH_TAIL, hopper.PLAIN, hopper.PLAIN]
+    assert hopper.tile_count(300, 16, 1024, hopper.WITH_TAIL) == 16 * 8 * 1
+    assert hopper.tile_count(300, 16, 1024, hopper.PLAIN) == 16 * 8 * 2
+    # The large per-rank wo_a fills a wave from its first tile; the small one from 1793 tokens.
+    assert hopper.fits(256, 16, 1024, 1024) and hopper.fits(300, 16, 1024, 1024)
+    assert not hopper.fits(1792, 8, 256, 512) and hopper.fits(1793, 8, 256, 512)
+    # Rows must come in 128-row tiles, D in 64-wide k-steps.
+    assert not hopper.fits(4096, 2, 64, 96) and not hopper.fits(4096, 16, 1024, 1056)
+
+
+@pytest.mark.guard_on
+def test_a_call_the_persistent_kernel_takes_runs_it_ahead_of_the_other_paths(monkeypatch):
+    """wo_a_w8_matmul's order: the persistent kernel where _persistent_kernels
+    offers it (on a GPU: SM 9.0, from DSV41_WO_A_W8_PERSISTENT_TOKENS, a wave),
+    even past DSV41_WO_A_W8_DEQUANT_TOKENS; on a CPU it is never offered."""
+    import torch
+    from sglang.kernels.ops.gemm import dsv4_wo_a_w8
+
+    monkeypatch.setenv("DSV41_WO_A_W8", "1")
+    o = torch.randn(8, 2, 64).bfloat16()
+    codes, scale = dsv4_wo_a_w8.quantize_wo_a_w8(torch.randn(2 * 64, 64).bfloat16())
+    assert dsv4_wo_a_w8._persistent_kernels(o, 64, 1) is None  # CPU tensors
+    asked = []
+
+    class Offered:
+        @staticmethod
+        def wo_a_w8_persistent(o, codes, scale):
+            return "persistent"
+
+    monkeypatch.setattr(dsv4_wo_a_w8, "_persistent_kernels",
+                        lambda o, rows, tokens: asked.append((o.shape[0], rows, tokens)) or Offered)
+    assert dsv4_wo_a_w8.wo_a_w8_matmul(o, codes, scale, dequant_tokens=1, persistent_tokens=5) == "persistent"
+    assert asked == [(8, 64, 5)]
+
+
+def _compile(hopper, tiles, rows=1024, dim=1024):
+    block_n, tail, stages = tiles
+    tail_block = tail or block_n
+    signature = {"x_desc": tensordesc("bf16", [block_n, hopper.BLOCK_K]),
+                 "xt_desc": tensordesc("bf16", [tail_block, hopper.BLOCK_K]),
+                 "w_desc": tensordesc("fp8e4nv", [hopper.TILE_ROWS, hopper.BLOCK_K]),
+                 "y_desc": tensordesc("bf16", [block_n, 64]), "yt_desc": tensordesc("bf16", [tail_block, 64]),
+                 "S": "*fp32", "n_tiles": "i32", "TB": "i32"}
+    constexprs = dict(R=rows, D=dim, BN=block_n, BK=hopper.BLOCK_K, STAGES=stages, TAIL=tail,
+                      CONSUMER_REGS=hopper.CONSUMER_REGS, PRODUCER_REGS=hopper.PRODUCER_REGS)
+    return compile_sm90(hopper._wo_a_w8_persistent_kernel, signature, constexprs, num_warps=4, maxnreg=168)
+
+
+@pytest.mark.guard_on
+@pytest.mark.parametrize("form", ["PLAIN", "WITH_TAIL"])
+def test_the_persistent_kernel_compiles_for_sm90a_with_the_pinned_triton(form, monkeypatch):
+    monkeypatch.setenv("DSV41_WO_A_W8", "1")
+    hopper = _hopper()
+    tiles = getattr(hopper, form)
+    block_n, tail, stages = tiles
+    dim = 1024
+    kernel = _compile(hopper, tiles, dim=dim)
+    assert kernel.shared <= H200_SHARED, f"{form}: {kernel.shared} bytes of shared memory"
+    assert kernel.count("STL") == 0 and kernel.count("LDL") == 0, f"{form}: spills to local memory"
+    # Two consumers x D/64 k-steps x 4 wgmmas of K=16 (x 2 with the tail's second wgmma), unrolled.
+    assert kernel.count("HGMMA") == 2 * (dim // 64) * 4 * (2 if tail else 1)
+    assert wgmma_hazards(kernel.sass) == 0, f"{form}: a wgmma's register operand is overwritten in flight"
+    ptx = kernel.ptx
+    assert len(re.findall(r"mbarrier\.init", ptx)) == 2 * stages  # ready and empty of every stage
+    loads = re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared::cta\.global\.mbarrier", ptx)
+    stores = re.findall(r"cp\.async\.bulk\.tensor\.2d\.global\.shared::cta", ptx)
+    assert (len(loads), len(stores)) == ((3, 4) if tail else (2, 2))  # weight, tokens (+ tail); per consumer
+    assert "fence.proxy.async" in ptx and "cp.async.bulk.wait_group" in ptx
+    assert "setmaxnreg.inc" in ptx and "setmaxnreg.dec" in ptx  # warp-specialised register split
