@@ -172,8 +172,8 @@ def test_the_persistent_kernel_compiles_for_sm90a_with_the_pinned_triton(form, m
     assert wgmma_hazards(kernel.sass) == 0, f"{form}: a wgmma's register operand is overwritten in flight"
     ptx = kernel.ptx
     assert len(re.findall(r"mbarrier\.init", ptx)) == 2 * stages  # ready and empty of every stage
-    loads = re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared::cta\.global\.mbarrier", ptx)
-    stores = re.findall(r"cp\.async\.bulk\.tensor\.2d\.global\.shared::cta", ptx)
+    loads = re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared::\w+\.global\.mbarrier", ptx)  # ::cluster in 3.6
+    stores = re.findall(r"cp\.async\.bulk\.tensor\.2d\.global\.shared::\w+", ptx)
     assert (len(loads), len(stores)) == ((3, 4) if tail else (2, 2))  # weight, tokens (+ tail); per consumer
     assert "fence.proxy.async" in ptx and "cp.async.bulk.wait_group" in ptx
     assert "setmaxnreg.inc" in ptx and "setmaxnreg.dec" in ptx  # warp-specialised register split
