@@ -175,5 +175,8 @@ def test_the_persistent_kernel_compiles_for_sm90a_with_the_pinned_triton(form, m
     loads = re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared::\w+\.global\.mbarrier", ptx)  # ::cluster in 3.6
     stores = re.findall(r"cp\.async\.bulk\.tensor\.2d\.global\.shared::\w+", ptx)
     assert (len(loads), len(stores)) == ((3, 4) if tail else (2, 2))  # weight, tokens (+ tail); per consumer
-    assert "fence.proxy.async" in ptx and "cp.async.bulk.wait_group" in ptx
+    # Fences: after the barriers' init, and in each consumer before its TMA store reads what it wrote.
+    assert len(re.findall(r"fence\.proxy\.async", ptx)) == 1 + 2
+    # Store waits, per consumer: before a tile's epilogue rewrites its buffer, and before it exits.
+    assert len(re.findall(r"cp\.async\.bulk\.wait_group", ptx)) == 2 * 2
     assert "setmaxnreg.inc" in ptx and "setmaxnreg.dec" in ptx  # warp-specialised register split
