@@ -160,11 +160,12 @@ def test_the_overlay_removes_a_module(tmp_path):
     assert "ModuleNotFoundError" in done.stderr
 
 
-def test_run_all_runs_the_baseline_then_names_the_killing_test(tmp_path, monkeypatch):
+def _test_repo(tmp_path: Path) -> tuple[Path, Path]:
+    """A site-packages with `pkg`, and a repo whose tests/conftest.py writes
+    FORKBUILD_TEST_RESULTS as tests/patches/conftest.py does."""
     site = _package(tmp_path)
     root = tmp_path / "repo"
     (root / "tests").mkdir(parents=True)
-    # The conftest writes FORKBUILD_TEST_RESULTS as tests/patches/conftest.py does.
     (root / "tests" / "conftest.py").write_text(textwrap.dedent("""\
         import json, os
         records = []
@@ -175,6 +176,11 @@ def test_run_all_runs_the_baseline_then_names_the_killing_test(tmp_path, monkeyp
             with open(os.environ["FORKBUILD_TEST_RESULTS"], "w") as handle:
                 json.dump(records, handle)
         """))
+    return site, root
+
+
+def test_run_all_runs_the_baseline_then_names_the_killing_test(tmp_path, monkeypatch):
+    site, root = _test_repo(tmp_path)
     (root / "tests" / "test_mod.py").write_text(
         "import subprocess, sys\n\ndef test_value():\n    import pkg.mod\n    assert pkg.mod.VALUE == 'installed'\n\n"
         "def test_in_a_subprocess():\n    code = 'import pkg.mod; assert pkg.mod.OTHER == 1'\n"
@@ -199,19 +205,7 @@ def test_run_all_runs_the_baseline_then_names_the_killing_test(tmp_path, monkeyp
 def test_a_mutant_runs_the_test_files_naming_its_module_first(tmp_path, monkeypatch):
     # Both files' tests fail for the mutant; the one that names pkg.mod comes second
     # in the feature's order but runs first, so it is the one that kills it (-x).
-    site = _package(tmp_path)
-    root = tmp_path / "repo"
-    (root / "tests").mkdir(parents=True)
-    (root / "tests" / "conftest.py").write_text(textwrap.dedent("""\
-        import json, os
-        records = []
-        def pytest_runtest_logreport(report):
-            if report.when == "call":
-                records.append({"test": report.nodeid, "outcome": "fail" if report.failed else "pass"})
-        def pytest_sessionfinish(session):
-            with open(os.environ["FORKBUILD_TEST_RESULTS"], "w") as handle:
-                json.dump(records, handle)
-        """))
+    site, root = _test_repo(tmp_path)
     (root / "tests" / "test_a_elsewhere.py").write_text(
         "import importlib\n\ndef test_through_a_name_built_at_run_time():\n"
         "    assert importlib.import_module('pkg.' + 'm' + 'od').VALUE == 'installed'\n")
