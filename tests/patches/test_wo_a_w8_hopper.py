@@ -20,6 +20,7 @@ import re
 import subprocess
 import tempfile
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import pytest
 
@@ -180,3 +181,57 @@ def test_the_persistent_kernel_compiles_for_sm90a_with_the_pinned_triton(form, m
     # Store waits, per consumer: before a tile's epilogue rewrites its buffer, and before it exits.
     assert len(re.findall(r"cp\.async\.bulk\.wait_group", ptx)) == 2 * 2
     assert "setmaxnreg.inc" in ptx and "setmaxnreg.dec" in ptx  # warp-specialised register split
+
+
+@pytest.mark.guard_on
+@pytest.mark.parametrize("tokens", [300, 512])
+def test_the_host_launch_hands_the_kernel_what_its_tiles_need(tokens, monkeypatch):
+    """wo_a_w8_persistent's launch, the kernel itself replaced by a recorder (it
+    needs an SM 9.0 GPU; test_gpu_wo_a_w8 runs it): TMA descriptors over the 2-D
+    views with the blocks the kernel's tiles read and write, one program per
+    SM at most, the tile and token-block counts its loop walks, its constexprs.
+    300 tokens take tiles of 256 + 64 (a second descriptor pair for the tail),
+    512 two plain 256-token blocks."""
+    import torch
+
+    monkeypatch.setenv("DSV41_WO_A_W8", "1")
+    hopper = _hopper()
+    groups, rows, dim = 16, 1024, 1024
+    launches = []
+
+    class Recorder:
+        def __getitem__(self, grid):
+            return lambda *args, **options: launches.append((grid, args, options))
+
+    monkeypatch.setattr(hopper, "_wo_a_w8_persistent_kernel", Recorder())
+    o = torch.zeros(tokens, groups, dim, dtype=torch.bfloat16)
+    codes = torch.zeros(groups * rows, dim, dtype=torch.float8_e4m3fn)
+    scale = torch.ones(groups * rows // 32, dim // 32)
+    # The grid: one program per SM (the device's count, here a stand-in's 132), at most one per tile.
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: SimpleNamespace(multi_processor_count=132))
+    out = hopper.wo_a_w8_persistent(o, codes, scale)
+    assert out.shape == (tokens, groups, rows) and out.dtype == torch.bfloat16
+    [(grid, args, options)] = launches
+    launches.clear()
+    hopper.wo_a_w8_persistent(o[:1], codes, scale)  # 1 token: 128 tiles, fewer than the SMs
+    assert launches[0][0] == (128,)
+    x_desc, xt_desc, w_desc, y_desc, yt_desc, s, n_tiles, token_blocks, *constexprs = args
+    block_n, tail, stages = hopper.tiles_for(tokens)
+    assert (block_n, tail) == ((256, 64) if tokens == 300 else (256, 0))
+    blocks = -(-tokens // (block_n + tail))
+    assert (n_tiles, token_blocks) == (groups * rows // 128 * blocks, blocks)
+    assert grid == (min(132, n_tiles),)  # 300 tokens: 128 tiles of 320; 512: 256 tiles of 256
+    assert constexprs == [rows, dim, block_n, 64, stages, tail, hopper.CONSUMER_REGS, hopper.PRODUCER_REGS]
+    assert options == {"num_warps": 4, "maxnreg": 168} and s is scale
+    # The views the descriptors cover, and the blocks: tokens x k-step, 128 rows x k-step, tokens x 64 outputs.
+    assert x_desc.shape == [tokens, groups * dim] and x_desc.block_shape == [block_n, 64]
+    assert w_desc.base is codes and w_desc.block_shape == [128, 64]
+    assert y_desc.shape == [tokens, groups * rows] and y_desc.block_shape == [block_n, 64]
+    assert y_desc.base.data_ptr() == out.data_ptr() and y_desc.strides == [groups * rows, 1]
+    if tail:
+        assert (xt_desc.block_shape, yt_desc.block_shape) == ([tail, 64], [tail, 64])
+        assert xt_desc.base.data_ptr() == o.data_ptr() and yt_desc.base.data_ptr() == out.data_ptr()
+    else:
+        assert xt_desc is x_desc and yt_desc is y_desc
+    # Layouts for the element types: bf16 activations and outputs, e4m3 weight codes.
+    assert x_desc.layout.element_bitwidth == 16 and w_desc.layout.element_bitwidth == 8
