@@ -96,6 +96,7 @@ def _feature_of(item: pytest.Item) -> str:
 
 
 _CLASSIFIED = pytest.StashKey[tuple[str, str]]()
+_SKIPPED = pytest.StashKey[bool]()  # the test skipped in its setup or its call
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -123,7 +124,18 @@ def _feature_gate(request: pytest.FixtureRequest, built_features, monkeypatch):
     _device_gate(request.node)
     seen = _watch_guards(monkeypatch)
     yield
-    _guard_discipline(request.node.nodeid, feature, check, seen)
+    # A test that skipped (from a fixture or its body, once the watch began) proved nothing either
+    # way: it is reported as skipped, not held to its marker.
+    if not request.node.stash.get(_SKIPPED, False):
+        _guard_discipline(request.node.nodeid, feature, check, seen)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    report = yield
+    if report.when in ("setup", "call") and report.skipped:
+        item.stash[_SKIPPED] = True
+    return report
 
 
 def _device_gate(item: pytest.Item) -> None:

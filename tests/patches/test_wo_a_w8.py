@@ -21,9 +21,8 @@ from torch import nn
 
 FEATURE = "wo_a_w8"
 
-# On a GPU sglang takes its CUDA paths, which the CPU stand-ins below do not replace. A mark,
-# not a skip inside the fixture: the mark skips before the harness starts watching the guards,
-# so a skipped guard_on test is not held to having set its guard.
+# On a GPU sglang takes its CUDA paths, which the CPU stand-ins below do not replace: those
+# tests skip there (a mark, so the report names the reason once, at collection).
 CPU_FORWARD_ONLY = pytest.mark.skipif(os.environ.get("FORKBUILD_TEST_DEVICE", "cpu") == "cuda",
                                       reason="the CPU forward: on a GPU sglang takes its CUDA attention paths, which these stand-ins do not replace; test_gpu_wo_a_w8 covers the W8 GEMM on the GPU")
 

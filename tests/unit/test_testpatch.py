@@ -306,6 +306,46 @@ def test_stock_runs_the_absent_tests_and_proves_guard_on_tests_fail_without_patc
     assert cells["", "proof"]["outcome"] == "pass"
 
 
+ALPHA_DISCIPLINE = '''
+
+@pytest.mark.guard_on
+def test_never_sets_its_guard():
+    from sglang import core
+    assert core.scale(5) == 10
+
+
+@pytest.fixture
+def needs_hardware(monkeypatch):
+    pytest.skip("no such hardware here")
+
+
+@pytest.mark.guard_on
+def test_skips_from_a_fixture_before_setting_its_guard(needs_hardware):
+    raise AssertionError("not reached")
+
+
+@pytest.mark.guard_on
+def test_skips_from_its_body_before_setting_its_guard():
+    pytest.skip("no such hardware here")
+'''
+
+
+def test_guard_on_tests_must_set_their_guard_unless_they_skipped(tmp_path):
+    # The harness holds a guard_on test to setting one of its feature's guards (else it proves
+    # nothing about the switch), but not one that skipped after the watch began: a skip from a
+    # fixture or from the body is reported as a skip.
+    root = _make(tmp_path)
+    (root / "tests" / "patches" / "test_alpha.py").write_text(TEST_ALPHA + ALPHA_DISCIPLINE)
+    code, cells = _run(root, "full")
+    details = {detail["test"].rsplit("::", 1)[1]: detail for detail in cells["alpha", "guard_on"]["details"]}
+    assert details["test_never_sets_its_guard"]["outcome"] == "fail"
+    assert "marked guard_on but never set DSV41_ALPHA" in details["test_never_sets_its_guard"]["reason"]
+    for name in ("test_skips_from_a_fixture_before_setting_its_guard", "test_skips_from_its_body_before_setting_its_guard"):
+        assert (details[name]["outcome"], details[name]["reason"]) == ("skip", "no such hardware here"), details[name]
+    assert details["test_scale_triples"]["outcome"] == "pass"
+    assert code == 1
+
+
 # Both fail on plain stock with AttributeError on Envs, as the old proof wanted, without testing beta's behaviour.
 GUARD_ONLY = '''
 
