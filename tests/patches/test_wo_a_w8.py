@@ -70,6 +70,20 @@ def _loaded(attn, weight: torch.Tensor):
     return attn
 
 
+def _w8_attention(monkeypatch, weight: torch.Tensor, env: str, value: str | None):
+    """An attention built with `env` set to `value` (None: unset, so series.toml's
+    default), `weight` loaded into its wo_a, converted to W8 as post-load does."""
+    from sglang.srt.models.deepseek_v4_wo_a_w8 import convert_wo_a_to_w8
+
+    if value is None:
+        monkeypatch.delenv(env, raising=False)
+    else:
+        monkeypatch.setenv(env, value)
+    attn = _loaded(_attention(), weight)
+    convert_wo_a_to_w8(attn)
+    return attn
+
+
 @pytest.mark.guard_off
 def test_guard_off_layers_keep_the_bf16_wo_a():
     attn = _attention()
@@ -175,7 +189,6 @@ def test_w8_prefill_dispatch_follows_the_dequant_tokens_guard(monkeypatch):
     # bf16 GEMM; below it (and with 0: never) the W8 path of the device runs.
     monkeypatch.setenv("DSV41_WO_A_W8", "1")
     from sglang.kernels.ops.gemm import dsv4_wo_a_w8
-    from sglang.srt.models.deepseek_v4_wo_a_w8 import convert_wo_a_to_w8
 
     taken = []
     for name in ("_wo_a_w8_dequantized", "_wo_a_w8_torch"):
@@ -185,12 +198,7 @@ def test_w8_prefill_dispatch_follows_the_dequant_tokens_guard(monkeypatch):
     o = torch.randn(9, GROUPS, IN_DIM, generator=torch.Generator().manual_seed(6)).bfloat16()
 
     def paths(threshold: str | None, tokens: int) -> list:
-        if threshold is None:
-            monkeypatch.delenv("DSV41_WO_A_W8_DEQUANT_TOKENS", raising=False)
-        else:
-            monkeypatch.setenv("DSV41_WO_A_W8_DEQUANT_TOKENS", threshold)
-        attn = _loaded(_attention(), weight)
-        convert_wo_a_to_w8(attn)
+        attn = _w8_attention(monkeypatch, weight, "DSV41_WO_A_W8_DEQUANT_TOKENS", threshold)
         taken.clear()
         out = attn._apply_wo_a_w8(o[:tokens])
         torch.testing.assert_close(out, _reference(o[:tokens], weight), rtol=2**-6, atol=1e-3)
@@ -760,7 +768,6 @@ def test_persistent_tokens_reach_the_w8_gemm_from_the_attention_and_refuse_a_neg
     # build and hands it to the W8 GEMM's persistent-kernel choice (never offered on a CPU).
     monkeypatch.setenv("DSV41_WO_A_W8", "1")
     from sglang.kernels.ops.gemm import dsv4_wo_a_w8
-    from sglang.srt.models.deepseek_v4_wo_a_w8 import convert_wo_a_to_w8
 
     asked = []
     real = dsv4_wo_a_w8._persistent_kernels
@@ -769,12 +776,7 @@ def test_persistent_tokens_reach_the_w8_gemm_from_the_attention_and_refuse_a_neg
     weight = _checkpoint_like_weight(GROUPS * RANK, IN_DIM, seed=8)
     o = torch.randn(9, GROUPS, IN_DIM, generator=torch.Generator().manual_seed(8)).bfloat16()
     for threshold, expected in ((None, 256), ("7", 7), ("0", 0)):  # None: series.toml's default
-        if threshold is None:
-            monkeypatch.delenv("DSV41_WO_A_W8_PERSISTENT_TOKENS", raising=False)
-        else:
-            monkeypatch.setenv("DSV41_WO_A_W8_PERSISTENT_TOKENS", threshold)
-        attn = _loaded(_attention(), weight)
-        convert_wo_a_to_w8(attn)
+        attn = _w8_attention(monkeypatch, weight, "DSV41_WO_A_W8_PERSISTENT_TOKENS", threshold)
         asked.clear()
         out = attn._apply_wo_a_w8(o)
         assert asked == [(9, RANK, expected)]

@@ -34,7 +34,6 @@ H200_SHARED = 232448  # bytes of shared memory a program may use on SM 9.0 (227 
 @dataclass(frozen=True)
 class Compiled:
     shared: int  # bytes of shared memory per program
-    registers: int  # per thread, the largest of the kernel's functions
     sass: str
     ptx: str
 
@@ -64,10 +63,7 @@ def compile_sm90(fn, signature: dict, constexprs: dict, **options) -> Compiled:
         cubin.write(kernel.asm["cubin"])
         cubin.flush()
         sass = subprocess.run([cuobjdump, "-sass", cubin.name], capture_output=True, text=True, check=True).stdout
-        usage = subprocess.run([cuobjdump, "-res-usage", cubin.name], capture_output=True, text=True,
-                               check=True).stdout
-    return Compiled(kernel.metadata.shared, max(int(r) for r in re.findall(r"REG:(\d+)", usage)), sass,
-                    kernel.asm["ptx"])
+    return Compiled(kernel.metadata.shared, sass, kernel.asm["ptx"])
 
 
 def wgmma_hazards(sass: str) -> int:
