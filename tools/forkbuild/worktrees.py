@@ -68,9 +68,11 @@ class Owner(NamedTuple):
     group: int = 0  # the process group its git children run in (childgroup.py); 0: none recorded
 
     @classmethod
-    def me(cls, command: str, phase: str = "started") -> Owner:
+    def me(cls, command: str, phase: str = "started", *, children: bool = True) -> Owner:
+        """This process. children=False: for an owner that starts no git, so no group is
+        made (a keeper process) only to be recorded."""
         return cls(pid=os.getpid(), host=_host(), started=_process_start(os.getpid()),
-                   command=command, phase=phase, group=GROUP.id())
+                   command=command, phase=phase, group=GROUP.id() if children else 0)
 
     @classmethod
     def parse(cls, text: str) -> Owner | None:

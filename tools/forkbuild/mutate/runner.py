@@ -9,7 +9,6 @@ import json
 import os
 import re
 import subprocess
-import tempfile
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +19,7 @@ from typing import IO
 from forkbuild.errors import MutationError
 from forkbuild.mutate.mutants import Mutant
 from forkbuild.mutate.results import KILLED, SURVIVED
+from forkbuild.mutate.scratch import scratch_dir
 
 OVERLAY = Path(__file__).parent / "overlay"
 RESULTS_ENV = "FORKBUILD_TEST_RESULTS"  # tests/patches/conftest.py records each test's outcome there
@@ -126,9 +126,9 @@ def run_all(runs: dict[str, FeatureTests], mutants: list[Mutant], *, python: Pat
             worker.close()
 
     count = max(1, min(workers, len(queue)))
-    with tempfile.TemporaryDirectory(prefix="forkbuild-mutate-") as scratch:
+    with scratch_dir() as scratch:
         with ThreadPoolExecutor(max_workers=count) as pool:
-            for future in [pool.submit(work, Path(scratch), number) for number in range(count)]:
+            for future in [pool.submit(work, scratch, number) for number in range(count)]:
                 future.result()
     return baselines
 
