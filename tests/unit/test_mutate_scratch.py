@@ -125,3 +125,29 @@ def test_a_mutate_run_removes_what_dead_runs_left_and_keeps_its_own_folder_while
     assert not dead.exists()
     assert [folder.parent for folder in seen] == [temp_root]
     assert list(temp_root.iterdir()) == []  # its own folder is gone once it ends
+
+
+
+def test_a_cleanup_removes_the_owner_record_last(temp_root, monkeypatch):
+    """So a cleanup killed part way leaves a folder that still names its dead owner, and
+    the next run removes the rest (without the record it would wait a day)."""
+    dead = _left(temp_root, "dead", _owner(_dead_pid(), "1"))
+    for n in range(8):  # entries on both sides of the record in the folder's listing order
+        (dead / f"z{n}.log").write_text("log\n")
+        (dead / f"a{n}.log").write_text("log\n")
+    record = dead / scratch.OWNER_FILE
+    real_unlink, real_rmdir = os.unlink, os.rmdir
+    removed_without_record = []
+
+    def watch(real):
+        def call(path, *args, **kwargs):
+            if os.path.basename(path) != scratch.OWNER_FILE and not record.exists() and Path(path) != dead:
+                removed_without_record.append(os.path.basename(path))
+            return real(path, *args, **kwargs)
+        return call
+
+    monkeypatch.setattr(os, "unlink", watch(real_unlink))
+    monkeypatch.setattr(os, "rmdir", watch(real_rmdir))
+    assert scratch.remove_dead(temp_root) == [dead]
+    assert not dead.exists()
+    assert removed_without_record == []

@@ -51,10 +51,30 @@ def remove_dead(root: Path) -> list[Path]:
     removed = []
     for folder in sorted(root.glob(f"{PREFIX}*")):
         if _left_by_dead_run(folder):
-            # Another run may be clearing the same folder: what it removed first is fine.
-            shutil.rmtree(folder, onerror=_unless_gone)
+            _remove(folder)
             removed.append(folder)
     return removed
+
+
+def _remove(folder: Path) -> None:
+    # The owner record goes last: a cleanup killed part way leaves a folder that still
+    # names its dead owner, so the next run removes the rest (without the record it
+    # would wait for the one-day rule). Another run may be clearing the same folder:
+    # what it removed first is fine.
+    try:
+        children = [child for child in folder.iterdir() if child.name != OWNER_FILE]
+    except FileNotFoundError:
+        return
+    for child in children:
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child, onerror=_unless_gone)
+        else:
+            child.unlink(missing_ok=True)
+    (folder / OWNER_FILE).unlink(missing_ok=True)
+    try:
+        folder.rmdir()
+    except FileNotFoundError:
+        pass
 
 
 def _left_by_dead_run(folder: Path) -> bool:
