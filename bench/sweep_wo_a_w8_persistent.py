@@ -1,10 +1,12 @@
-"""The series' persistent Hopper W8 kernel against switches that move its loads earlier, on the lent H200.
+"""The series' persistent Hopper W8 kernel against tile widths and switches, on the lent H200.
 
-bench/wo_a_w8_persistent_variants.py is dsv4_wo_a_w8_hopper (patches/wo-a-w8.patch) with two switches:
+bench/wo_a_w8_persistent_variants.py is dsv4_wo_a_w8_hopper (patches/wo-a-w8.patch) with switches:
 PREFETCH (each k-step's block scales loaded one k-step ahead, under the wgmma in flight, and the next
 tile's first ones under a tile's last k-step) and EARLY (the next k-step's fp8 tile read from shared
 memory before waiting for the previous wgmma), and DIRECT (the epilogue stores from registers to global memory,
-no shared-memory buffer, so the ring can be deeper). Candidates are (BN, TAIL, STAGES, PREFETCH, EARLY, DIRECT).
+no shared-memory buffer, so the ring can be deeper), and DEPTH (2: two k-steps' wgmmas in flight instead of one).
+Runs 1-2 swept PREFETCH, EARLY and DIRECT; run 3 (CASES below) token blocks of 16-256 (+ a tail), PREFETCH and
+DEPTH, candidates (BN, TAIL, STAGES, PREFETCH, DEPTH).
 Checks and timing are sweep_wo_a_w8_gluon.py's (poisoned output on two fresh sets within 2**-8 of the
 fp32-accumulated product; CUDA graphs of 8 calls on 8 operand sets, cold L2; median of RUNS interleaved
 runs with cuBLAS bf16).
@@ -28,17 +30,21 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import wo_a_w8_persistent_variants as v  # noqa: E402
 from sweep_wo_a_w8_gluon import PAR, RUNS, SETS, Graph, rel_err, weights  # noqa: E402
 
-CASES = (((8, 256, 512), (2048, 4096, 8192)),
-         ((16, 1024, 1024), (256, 300, 384, 512, 576, 1024, 4096)))
-# run 1: (256, 0, 4, PREFETCH, EARLY) for each switch, (256, 64, 3, ...), (128, 64, 4, True, True), (128, 0, 6, True, True)
-CANDIDATES = [(256, 0, 4, False, False, False), (256, 0, 4, False, False, True), (256, 0, 5, False, False, True),
-              (256, 64, 3, False, False, False), (256, 64, 3, False, False, True), (256, 64, 4, False, False, True)]
+# run 3: token blocks narrower than 256 (128, and 128 + 32 / 64 tails) so that more of them make a balanced wave,
+# and DEPTH 2 (two k-steps' wgmmas in flight); candidates (BN, TAIL, STAGES, PREFETCH, DEPTH)
+CASES = (((8, 256, 512), (128, 256, 300, 384, 512, 576, 1024, 2048, 4096, 8192),
+          [(16, 0, 8, True, 2), (32, 0, 8, True, 2), (64, 0, 6, False, 1), (64, 0, 6, True, 2), (128, 0, 6, False, 1),
+           (128, 0, 6, True, 2), (256, 0, 4, False, 1), (256, 0, 4, True, 2)]),
+         ((16, 1024, 1024), (256, 300, 384, 512, 576, 1024, 4096),
+          [(256, 0, 4, False, 1), (256, 0, 4, True, 2), (256, 64, 3, False, 1), (128, 0, 6, False, 1),
+           (128, 0, 6, False, 2), (128, 0, 6, True, 2), (128, 32, 5, True, 2), (128, 64, 5, True, 2),
+           (256, 32, 3, True, 2)]))
 
 
 def run(cand, o, codes, scale, out=None):
-    bn, tail, stages, prefetch, early, direct = cand
+    bn, tail, stages, prefetch, depth = cand
     return v.wo_a_w8_persistent(o, codes.view(-1, codes.shape[-1]), scale.view(-1, scale.shape[-1]),
-                                tiles=(bn, tail, stages), prefetch=prefetch, early=early, direct=direct, out=out)
+                                tiles=(bn, tail, stages), prefetch=prefetch, depth=depth, out=out)
 
 
 def main():
@@ -46,14 +52,14 @@ def main():
     print(f"# {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, device: {props.name} (SM {props.major}."
           f"{props.minor}, {props.multi_processor_count} SMs), torch {torch.__version__}, triton {triton.__version__}")
     print(f"# us per call: CUDA graph of {SETS} calls on {SETS} operand sets (cold L2), median of {RUNS} interleaved "
-          f"runs; candidates (BN, TAIL, STAGES, PREFETCH, EARLY, DIRECT)", flush=True)
+          f"runs; candidates (BN, TAIL, STAGES, PREFETCH, DEPTH)", flush=True)
     gen = torch.Generator(device="cuda").manual_seed(1234)
     t_start = time.time()
     broken = set()
-    for (groups, rows, dim), _ in CASES:
+    for (groups, rows, dim), _, candidates in CASES:
         codes, scale, _ = weights(groups, rows, dim, gen)
         o = torch.randn(300, groups, dim, generator=gen, device="cuda").bfloat16()
-        for cand in CANDIDATES:
+        for cand in candidates:
             try:
                 run(cand, o, codes, scale)
                 torch.cuda.synchronize()
@@ -62,14 +68,14 @@ def main():
                 print(f"compile/launch failed {cand} rows {rows}: {type(error).__name__}: {str(error)[:300]}")
     print(f"# compiled in {time.time() - t_start:.0f} s", flush=True)
     summary = []
-    for (groups, rows, dim), token_counts in CASES:
+    for (groups, rows, dim), token_counts, candidates in CASES:
         ws = [weights(groups, rows, dim, gen) for _ in range(SETS)]
         print(f"\nshape [{groups},{rows},{dim}]", flush=True)
         for tokens in token_counts:
             acts = [torch.randn(tokens, groups, dim, generator=gen, device="cuda").bfloat16() for _ in range(SETS)]
             ok = []
-            for cand in CANDIDATES:
-                if (cand, rows) in broken or groups * (rows // 128) * triton.cdiv(tokens, cand[0] + cand[1]) < 64:
+            for cand in candidates:
+                if (cand, rows) in broken:
                     continue
                 errs = []
                 for oo, (cc, ss, bb) in ((acts[0], ws[0]), (torch.randn_like(acts[0]), ws[1])):

@@ -144,7 +144,7 @@ def _tile_scales(S, t, c: gl.constexpr, R: gl.constexpr, KB: gl.constexpr, RB: g
 def _consumer(x_bufs, xt_bufs, w_bufs, ready, empty, y_desc, yt_desc, y_smem, yt_smem, S, n_tiles, TB, Y, T, YS,
               c: gl.constexpr, R: gl.constexpr, D: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr,
               STAGES: gl.constexpr, TAIL: gl.constexpr, PREFETCH: gl.constexpr, EARLY: gl.constexpr,
-              DIRECT: gl.constexpr):
+              DIRECT: gl.constexpr, DEPTH: gl.constexpr):
     # consumer c: rows c*64 .. c*64+63 of every tile, in step with the other consumer
     WG_ROWS: gl.constexpr = 64
     KSUB: gl.constexpr = BK // 32
@@ -210,17 +210,36 @@ def _consumer(x_bufs, xt_bufs, w_bufs, ready, empty, y_desc, yt_desc, y_smem, yt
                 else:
                     t_next = gl.minimum(t + step, n_tiles - 1)
                     sc = _scales(_tile_scales(S, t_next, c, R, KB, RB, TB, rows), 0, KSUB, a_layout, WG_ROWS, BK)
-            # k-step i-1's wgmma has retired after this wait; a_prev, its register operand, is live until here
-            if TAIL > 0:
-                acc, acc2, a_prev, a = warpgroup_mma_wait(2, deps=(acc, acc2, a_prev, a))
+            if DEPTH == 1:
+                # k-step i-1's wgmma has retired after this wait; a_prev, its register operand, is live until here
+                if TAIL > 0:
+                    acc, acc2, a_prev, a = warpgroup_mma_wait(2, deps=(acc, acc2, a_prev, a))
+                else:
+                    acc, a_prev, a = warpgroup_mma_wait(1, deps=(acc, a_prev, a))
+                mbarrier.arrive(empty.index((n - 1) % STAGES))
+                a_prev = a
             else:
-                acc, a_prev, a = warpgroup_mma_wait(1, deps=(acc, a_prev, a))
-            mbarrier.arrive(empty.index((n - 1) % STAGES))
-            a_prev = a
-        if TAIL > 0:
-            acc, acc2, a_prev = warpgroup_mma_wait(0, deps=(acc, acc2, a_prev))
+                # DEPTH 2: k-steps i-1 and i stay in flight, so the next operand's scales, read and conversion
+                # have two wgmmas' time; k-step i-2's has retired after this wait (a_pp live until here)
+                if i >= 2:
+                    if TAIL > 0:
+                        acc, acc2, a_pp, a_prev, a = warpgroup_mma_wait(4, deps=(acc, acc2, a_pp, a_prev, a))  # noqa: F821 (set by the unrolled k-step before)
+                    else:
+                        acc, a_pp, a_prev, a = warpgroup_mma_wait(2, deps=(acc, a_pp, a_prev, a))  # noqa: F821
+                    mbarrier.arrive(empty.index((n - 2) % STAGES))
+                a_pp = a_prev
+                a_prev = a
+        if DEPTH == 1:
+            if TAIL > 0:
+                acc, acc2, a_prev = warpgroup_mma_wait(0, deps=(acc, acc2, a_prev))
+            else:
+                acc, a_prev = warpgroup_mma_wait(0, deps=(acc, a_prev))
         else:
-            acc, a_prev = warpgroup_mma_wait(0, deps=(acc, a_prev))
+            if TAIL > 0:
+                acc, acc2, a_pp, a_prev = warpgroup_mma_wait(0, deps=(acc, acc2, a_pp, a_prev))
+            else:
+                acc, a_pp, a_prev = warpgroup_mma_wait(0, deps=(acc, a_pp, a_prev))
+            mbarrier.arrive(empty.index((base + K_TILES - 2) % STAGES))
         mbarrier.arrive(empty.index((base + K_TILES - 1) % STAGES))
         if DIRECT:
             # straight from the accumulator's registers to global memory: no shared-memory buffer, so the
@@ -254,7 +273,7 @@ def _wo_a_w8_persistent_kernel(x_desc, xt_desc, w_desc, y_desc, yt_desc, S, n_ti
                                R: gl.constexpr, D: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr,
                                STAGES: gl.constexpr, TAIL: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                                PRODUCER_REGS: gl.constexpr, PREFETCH: gl.constexpr = False, EARLY: gl.constexpr = False,
-                               DIRECT: gl.constexpr = False):
+                               DIRECT: gl.constexpr = False, DEPTH: gl.constexpr = 1):
     # x_desc block [BN, BK], xt_desc [TAIL, BK], w_desc [128, BK], y_desc [BN, 64], yt_desc [TAIL, 64].
     # Launched with num_warps=4: consumer 0 is the default partition, consumer 1 and the producer workers.
     x_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES] + x_desc.block_type.shape, x_desc.layout)
@@ -280,9 +299,9 @@ def _wo_a_w8_persistent_kernel(x_desc, xt_desc, w_desc, y_desc, yt_desc, S, n_ti
     fence_async_shared()
     gl.warp_specialize([
         (_consumer, (x_bufs, xt_bufs, w_bufs, ready, empty, y_desc, yt_desc, y_smem, yt_smem, S, n_tiles, TB, Y, T, YS,
-                     0, R, D, BN, BK, STAGES, TAIL, PREFETCH, EARLY, DIRECT)),
+                     0, R, D, BN, BK, STAGES, TAIL, PREFETCH, EARLY, DIRECT, DEPTH)),
         (_consumer, (x_bufs, xt_bufs, w_bufs, ready, empty, y_desc, yt_desc, y_smem, yt_smem, S, n_tiles, TB, Y, T, YS,
-                     1, R, D, BN, BK, STAGES, TAIL, PREFETCH, EARLY, DIRECT)),
+                     1, R, D, BN, BK, STAGES, TAIL, PREFETCH, EARLY, DIRECT, DEPTH)),
         (_producer, (x_desc, xt_desc, w_desc, x_bufs, xt_bufs, w_bufs, ready, empty, n_tiles, TB, R, D, BN, BK,
                      STAGES, TAIL)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
@@ -303,6 +322,7 @@ def wo_a_w8_persistent(
     prefetch: bool = False,
     early: bool = False,
     direct: bool = False,
+    depth: int = 1,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """o bf16 [T, G, D], codes e4m3 [G*R, D], scale float32 [G*R/32, D/32] ->
@@ -327,7 +347,7 @@ def wo_a_w8_persistent(
         programs = min(torch.cuda.get_device_properties(o.device).multi_processor_count, n_tiles)
     _wo_a_w8_persistent_kernel[(programs,)](
         x_desc, xt_desc, w_desc, y_desc, yt_desc, scale, n_tiles, token_blocks, y2, tokens, y2.stride(0),
-        rows, dim, block_n, BLOCK_K, stages, tail, CONSUMER_REGS, PRODUCER_REGS, prefetch, early, direct,
+        rows, dim, block_n, BLOCK_K, stages, tail, CONSUMER_REGS, PRODUCER_REGS, prefetch, early, direct, depth,
         num_warps=4, maxnreg=168,
     )  # fmt: skip
     return out

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Prepares, on CPU, what tests/gpu/device-run.sh expects beside the repository
+# copy on the lent GPU machine (PAYLOAD, default .gpu-payload, git-ignored; pass
+# it in the device call's carry):
+#   sglang-<variant>.tar.gz   the variant wheel's files without its Rust .so
+#   whl/*.whl                 the pins of constraints/test-patch.txt the
+#                             machine's image lacks (cp312, manylinux x86_64)
+# The image's package names are read from the device notes' KINDS.md
+# ("Packages: ..."); a pin whose name is there is not carried.
+#   bash tests/gpu/make-payload.sh [KINDS.md]
+set -euo pipefail
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+KINDS=${1:-/work/.library/device/KINDS.md}
+VARIANT=${VARIANT:-tp4}
+PAYLOAD=${PAYLOAD:-$REPO/.gpu-payload}
+PY=${PY:-$REPO/.venv/bin/python}
+cd "$REPO"
+"$PY" -m forkbuild build-wheel --variant "$VARIANT"
+wheel=$(ls dist/sglang-*+"$VARIANT".*-cp312-*.whl | tail -1)
+rm -rf "$PAYLOAD" && mkdir -p "$PAYLOAD/whl"
+unpacked=$(mktemp -d)
+trap 'rm -rf "$unpacked"' EXIT
+"$PY" -m zipfile -e "$wheel" "$unpacked"
+tar -czf "$PAYLOAD/sglang-$VARIANT.tar.gz" -C "$unpacked" --exclude='*.so' sglang $(cd "$unpacked" && ls -d sglang-*.dist-info)
+missing=$("$PY" - "$KINDS" constraints/test-patch.txt <<'PY'
+import re, sys
+from packaging.utils import canonicalize_name
+kinds = open(sys.argv[1]).read()
+there = {canonicalize_name(n) for n in re.search(r"Packages: (.*?)\.\s*$", kinds, re.M).group(1).split(", ")}
+pins = [line.split(";")[0].strip() for line in open(sys.argv[2]) if "==" in line and not line.startswith("#")]
+keep = [p for p in pins if canonicalize_name(p.split("==")[0]) not in there and not p.startswith(("torch==", "triton=="))]
+# sglang 0.5.23 needs a newer transformers than the image's
+print(" ".join(keep + ["transformers==5.19.0", "gitpython", "gitdb", "smmap", "unidiff", "tomlkit", "installer"]))
+PY
+)
+"$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp --abi cp312 \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    --platform any -d "$PAYLOAD/whl" $missing
+echo "payload: $PAYLOAD ($(du -sh "$PAYLOAD" | cut -f1), $(ls "$PAYLOAD/whl" | wc -l) wheels, from $wheel)"
