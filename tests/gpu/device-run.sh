@@ -9,7 +9,8 @@
 # raises when called on the path, and the report names it.
 #   bash tests/gpu/device-run.sh [--sweep]    -> $OUT/test-patch-cuda-tp4.json, $OUT/wo_a_w8_gpu.txt
 #   (BENCH=0: the tests alone; TESTS=0: the benchmark alone)
-# Preparing the payload (here, on CPU; it is ~48 MB, under a call's 64 MiB):
+# Preparing the payload (here, on CPU; it is ~48 MB, under a call's 64 MiB): bash tests/gpu/make-payload.sh
+# writes .gpu-payload/ (carry it, and run with PAYLOAD=$PWD/.gpu-payload). By hand that is:
 #   forkbuild build-wheel --variant tp4; unzip the cp312 wheel into a folder and
 #   tar -czf sglang-tp4.tar.gz --exclude='*.so' sglang sglang-*.dist-info
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 -d whl \

@@ -15,13 +15,22 @@ VARIANT=${VARIANT:-tp4}
 PAYLOAD=${PAYLOAD:-$REPO/.gpu-payload}
 PY=${PY:-$REPO/.venv/bin/python}
 cd "$REPO"
-"$PY" -m forkbuild build-wheel --variant "$VARIANT"
-wheel=$(ls dist/sglang-*+"$VARIANT".*-cp312-*.whl | tail -1)
-rm -rf "$PAYLOAD" && mkdir -p "$PAYLOAD/whl"
+# A folder this script did not make is never replaced; the new payload is built beside it and moved in whole.
+if [ -e "$PAYLOAD" ] && [ ! -e "$PAYLOAD/.made-by-make-payload" ]; then
+    echo "make-payload: $PAYLOAD exists and was not made by this script; move it away or set PAYLOAD" >&2
+    exit 2
+fi
+built=$("$PY" -m forkbuild build-wheel --variant "$VARIANT" 2>&1) || { echo "$built" >&2; exit 1; }
+echo "$built"
+# the cp312 wheel build-wheel named (built now or found up to date), not whatever else dist/ holds
+wheel=dist/$(echo "$built" | grep -o "sglang-[^ :/]*+$VARIANT\.[^ :/]*-cp312-[^ :/]*\.whl" | tail -1)
+[ -f "$wheel" ] || { echo "make-payload: no cp312 wheel in build-wheel's report" >&2; exit 1; }
+NEW=$(mktemp -d "$PAYLOAD.new.XXXXXX")
 unpacked=$(mktemp -d)
-trap 'rm -rf "$unpacked"' EXIT
+trap 'rm -rf "$unpacked" "$NEW"' EXIT
+mkdir -p "$NEW/whl"
 "$PY" -m zipfile -e "$wheel" "$unpacked"
-tar -czf "$PAYLOAD/sglang-$VARIANT.tar.gz" -C "$unpacked" --exclude='*.so' sglang $(cd "$unpacked" && ls -d sglang-*.dist-info)
+tar -czf "$NEW/sglang-$VARIANT.tar.gz" -C "$unpacked" --exclude='*.so' sglang $(cd "$unpacked" && ls -d sglang-*.dist-info)
 missing=$("$PY" - "$KINDS" constraints/test-patch.txt <<'PY'
 import re, sys
 from packaging.utils import canonicalize_name
@@ -35,5 +44,9 @@ PY
 )
 "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp --abi cp312 \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-    --platform any -d "$PAYLOAD/whl" $missing
+    --platform any -d "$NEW/whl" $missing
+touch "$NEW/.made-by-make-payload"
+if [ -e "$PAYLOAD" ]; then mv "$PAYLOAD" "$NEW.old"; fi
+mv "$NEW" "$PAYLOAD"
+rm -rf "$NEW.old"
 echo "payload: $PAYLOAD ($(du -sh "$PAYLOAD" | cut -f1), $(ls "$PAYLOAD/whl" | wc -l) wheels, from $wheel)"
