@@ -124,10 +124,10 @@ def test_every_installed_file_has_its_record_hash_and_is_the_wheels(images, cont
 
 @pytest.mark.parametrize(("variant", "mode"), IMAGES)
 def test_manifest_reads_back_and_labels_match(images, contexts, docker, variant, mode):
-    manifest = json.loads(run(docker, images[variant, mode], "python3", "-c", MANIFEST_SCRIPT).stdout)
-    assert manifest == dict(contexts[variant].manifest)
+    read_back = json.loads(run(docker, images[variant, mode], "python3", "-c", MANIFEST_SCRIPT).stdout)
+    assert read_back == contexts[variant].manifest.to_json()
     labels = docker.inspect(images[variant, mode])["Config"]["Labels"]
-    assert dockerfile.labels(manifest).items() <= labels.items()
+    assert dockerfile.labels(contexts[variant].manifest).items() <= labels.items()
     assert labels["io.forkbuild.mode"] == mode
 
 
@@ -135,21 +135,21 @@ def test_manifest_reads_back_and_labels_match(images, contexts, docker, variant,
 def test_guard_defaults_are_in_the_environment(images, contexts, docker, variant, mode):
     lines = run(docker, images[variant, mode], "env").stdout.decode().splitlines()
     environment = dict(line.split("=", 1) for line in lines if "=" in line)
-    defaults = contexts[variant].manifest["env_defaults"]
+    defaults = contexts[variant].manifest.env_defaults
     assert defaults and {key: environment.get(key) for key in defaults} == defaults
 
 
 @pytest.mark.parametrize(("variant", "mode"), IMAGES)
 def test_doctor_and_check_run(images, contexts, docker, variant, mode):
-    manifest = contexts[variant].manifest
+    built = contexts[variant].manifest
     # The local bases have no b12x: a variant defaulting to it names it missing
     # (doctor and check fail); with the backend left to sglang, doctor passes.
-    b12x = manifest["env_defaults"].get("DSV41_MXFP8_BACKEND") == "b12x"
+    b12x = built.env_defaults.get("DSV41_MXFP8_BACKEND") == "b12x"
     env = {"DSV41_MXFP8_BACKEND": ""} if b12x else {}
     doctor = run(docker, images[variant, mode], "doctor", "--strict", env=env).stdout.decode()
     assert f"variant:  {variant} " in doctor
-    for guard in manifest["guards"]:
-        assert f"  {guard['env']}=" in doctor
+    for guard in built.guards:
+        assert f"  {guard.env}=" in doctor
     check = run(docker, images[variant, mode], "check", "--env-defaults", "--test-base").stdout.decode()
     assert "files match their hashes" in check
     if b12x:
@@ -159,9 +159,9 @@ def test_doctor_and_check_run(images, contexts, docker, variant, mode):
         assert strict.returncode == 1 and "package 'b12x' is not installed" in strict.stderr.decode()
 
 
-def _left_out(manifest) -> list[dict]:
-    built = {guard["env"] for guard in manifest["guards"]}
-    return [guard for guard in manifest["series_guards"] if guard["env"] not in built]
+def _left_out(built: manifest.Manifest) -> list[manifest.GuardRecord]:
+    envs = {guard.env for guard in built.guards}
+    return [guard for guard in built.series_guards if guard.env not in envs]
 
 
 def test_doctor_warns_about_a_guard_for_a_feature_not_built_in(images, contexts, docker):
@@ -169,9 +169,9 @@ def test_doctor_warns_about_a_guard_for_a_feature_not_built_in(images, contexts,
     if variant is None:
         pytest.skip("every variant builds in every feature")
     guard = _left_out(contexts[variant].manifest)[0]
-    result = run(docker, images[variant, "delta"], "doctor", env={guard["env"]: guard["default"] or "1"})
-    assert f"feature '{guard['feature']}' is NOT built into this image" in result.stderr.decode()
-    strict = run(docker, images[variant, "delta"], "doctor", "--strict", env={guard["env"]: "1"}, check=False)
+    result = run(docker, images[variant, "delta"], "doctor", env={guard.env: guard.default or "1"})
+    assert f"feature '{guard.feature}' is NOT built into this image" in result.stderr.decode()
+    strict = run(docker, images[variant, "delta"], "doctor", "--strict", env={guard.env: "1"}, check=False)
     assert strict.returncode == 1
 
 

@@ -76,17 +76,17 @@ def test_manifest_matches_series_toml(context, cp311):
     raw = tomllib.loads((REPO / "series.toml").read_text())
     manifest = manifest_module.read_wheel(cp311)
     variant = raw["variants"][VARIANT]
-    assert manifest["features"] == variant["features"]
-    assert manifest["env_defaults"] == {**raw.get("runtime", {}).get("env", {}), **variant.get("env", {})}
+    assert list(manifest.features) == variant["features"]
+    assert manifest.env_defaults == {**raw.get("runtime", {}).get("env", {}), **variant.get("env", {})}
     wanted = [entry for entry in raw["patches"] if entry["feature"] in variant["features"]]
-    assert [(p["file"], p["feature"]) for p in manifest["patches"]] == [(e["file"], e["feature"]) for e in wanted]
-    for patch in manifest["patches"]:
-        assert patch["sha256"] == hashlib.sha256((REPO / "patches" / patch["file"]).read_bytes()).hexdigest()
+    assert [(p.file, p.feature) for p in manifest.patches] == [(e["file"], e["feature"]) for e in wanted]
+    for patch in manifest.patches:
+        assert patch.sha256 == hashlib.sha256((REPO / "patches" / patch.file).read_bytes()).hexdigest()
     pin = next(pin for pin in raw["upstream"]["wheels"] if pin["python_tag"] == "cp311")
-    assert (manifest["upstream"]["wheel"], manifest["upstream"]["sha256"]) == (pin["filename"], pin["sha256"])
+    assert (manifest.upstream.wheel, manifest.upstream.sha256) == (pin["filename"], pin["sha256"])
     guards = {(guard["env"], guard["default"]) for name in variant["features"]
               for guard in raw["features"][name].get("guards", [])}
-    assert {(guard["env"], guard["default"]) for guard in manifest["guards"]} == guards
+    assert {(guard.env, guard.default) for guard in manifest.guards} == guards
 
 
 def test_installed_version_is_the_local_version(context, installed):
@@ -136,7 +136,7 @@ print(json.dumps({"bad": bad, "package": (package / "_forkbuild_manifest.json").
     assert result["bad"] == []
     assert result["package"] == result["dist_info"]
     manifest = manifest_module.parse(result["package"], source="installed")
-    assert manifest["variant"] == VARIANT and manifest["series_hash"] == context.series.content_hash(VARIANT)
+    assert manifest.variant == VARIANT and manifest.series_hash == context.series.content_hash(VARIANT)
 
 
 def test_second_build_is_skipped(context, built):

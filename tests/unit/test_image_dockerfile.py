@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -9,11 +10,13 @@ import pytest
 from forkbuild.errors import BuildError
 from forkbuild.image import build, compose, dockerfile
 from forkbuild.image.context import ImageContext
+from forkbuild.manifest import Manifest, parse
 
 TEMPLATE = (Path(__file__).parents[2] / "docker" / "Dockerfile").read_text()
 
 
 def manifest(variant: str = "tp4", **overrides) -> dict:
+    """A manifest's JSON object (what a wheel carries and the in-image code reads)."""
     base = {
         "schema": 1, "series": "dsv41", "variant": variant, "version": f"0.5.23+{variant}.0123456789",
         "series_hash": "ab" * 32,
@@ -29,8 +32,13 @@ def manifest(variant: str = "tp4", **overrides) -> dict:
     return {**base, **overrides}
 
 
+def typed(variant: str = "tp4", **overrides) -> Manifest:
+    """The same manifest as forkbuild reads it back from a wheel."""
+    return parse(json.dumps(manifest(variant, **overrides)), source="test")
+
+
 def test_variant_lines_carry_env_labels_and_the_check():
-    text = dockerfile.render(TEMPLATE, manifest(), source="w.whl")
+    text = dockerfile.render(TEMPLATE, typed(), source="w.whl")
     assert text.startswith(TEMPLATE.rstrip("\n"))
     tail = text[len(TEMPLATE.rstrip("\n")):]
     assert 'ENV MODEL_PATH="/models/M" \\\n    TP_SIZE="4" \\\n    DSV41_DRAFT_TAU="1"' in tail
@@ -49,7 +57,7 @@ def test_template_has_both_modes_and_the_official_default_base():
 
 
 def test_stock_variant_without_env_writes_no_empty_env():
-    text = dockerfile.variant_lines(manifest("stock", features=[], guards=[], env_defaults={}), source="w.whl")
+    text = dockerfile.variant_lines(typed("stock", features=[], guards=[], env_defaults={}), source="w.whl")
     assert "ENV" not in text and "LABEL" in text
 
 
@@ -60,13 +68,13 @@ def test_quote_escapes_what_dockerfiles_interpret(value, quoted):
 
 
 def test_line_break_in_a_value_is_an_error_naming_it():
-    bad = manifest(env_defaults={"EXTRA": "a\nb"})
+    bad = typed(env_defaults={"EXTRA": "a\nb"})
     with pytest.raises(BuildError, match="w.whl: env_defaults EXTRA: a Dockerfile value cannot contain a line break"):
         dockerfile.variant_lines(bad, source="w.whl")
 
 
 def test_build_args_reject_unknown_modes(tmp_path):
-    context = ImageContext(path=tmp_path, manifest=manifest())
+    context = ImageContext(path=tmp_path, manifest=typed())
     assert build.build_args(context, mode="delta", base="B") == {
         "BASE_IMAGE": "B", "MODE": "delta", "SGLANG_VERSION": "0.5.23+tp4.0123456789", "UPSTREAM_VERSION": "0.5.23"}
     with pytest.raises(BuildError, match="unknown image mode 'layer'"):
@@ -74,7 +82,7 @@ def test_build_args_reject_unknown_modes(tmp_path):
 
 
 def test_compose_has_one_service_per_variant_and_mode(tmp_path):
-    contexts = [ImageContext(path=tmp_path / "build" / "image" / v, manifest=manifest(v)) for v in ("tp4", "tp3")]
+    contexts = [ImageContext(path=tmp_path / "build" / "image" / v, manifest=typed(v)) for v in ("tp4", "tp3")]
     items = compose.services(contexts, modes=["wheel", "delta"], bases={"wheel": "W", "delta": "D"},
                              relative_to=tmp_path / "build")
     assert [s.name for s in items] == ["tp4-wheel", "tp4-delta", "tp3-wheel", "tp3-delta"]

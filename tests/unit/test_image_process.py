@@ -15,6 +15,7 @@ from forkbuild.errors import BuildError, ToolMissing
 from forkbuild.image import base, build, process
 from forkbuild.image.context import ImageContext
 from forkbuild.image.docker import Docker, find_client
+from test_image_dockerfile import typed
 
 # A docker client whose `build` fails and that has no image at all: what a
 # build on a base the daemon cannot pull looks like.
@@ -79,7 +80,7 @@ def test_forkbuild_docker_names_the_client(tmp_path, monkeypatch):
 def test_a_failed_image_build_keeps_the_base_hint_with_and_without_v(tmp_path, verbose):
     client = _script(tmp_path / "docker", FAILING_DOCKER)
     docker = Docker(executable=str(client), env={"PATH": "/usr/bin:/bin"}, reporter=Reporter(verbose=verbose))
-    context = ImageContext(path=tmp_path, manifest={"version": "1.0+v", "upstream": {"version": "1.0"}})
+    context = ImageContext(path=tmp_path, manifest=typed("v", version="1.0+v"))
     with pytest.raises(BuildError) as caught:
         build.build_image(docker=docker, context=context, mode="wheel", base="example/base:1", tag="t:1")
     assert "could not be pulled" in caught.value.hint

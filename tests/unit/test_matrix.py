@@ -188,10 +188,10 @@ def test_build_wheel_with_features_builds_the_combination(wheel_fx, tmp_path, ca
     assert run("build-wheel", "--features", "fast", "--out", str(tmp_path / "out")) == 0
     (wheel,) = sorted((tmp_path / "out").glob("*.whl"))
     manifest = read_wheel(wheel)
-    assert wheel.name.startswith("demo-1.0+combo.") and manifest["variant"].startswith("combo-")
-    assert manifest["features"] == ["base", "fast"] and manifest["base_variant"] == ""
-    assert [patch["file"] for patch in manifest["patches"]] == ["base.patch", "fast.patch"]
-    assert "DSV41_FAST" not in manifest["env_defaults"]  # no base variant: guards at their defaults
+    assert wheel.name.startswith("demo-1.0+combo.") and manifest.variant.startswith("combo-")
+    assert manifest.features == ("base", "fast") and manifest.base_variant == ""
+    assert [patch.file for patch in manifest.patches] == ["base.patch", "fast.patch"]
+    assert "DSV41_FAST" not in manifest.env_defaults  # no base variant: guards at their defaults
     with zipfile.ZipFile(wheel) as archive:
         assert archive.read("demo/core.py") == b"def answer():\n    return 42  # fast\n"
     assert "base added: required by fast" in capsys.readouterr().err
@@ -202,8 +202,8 @@ def test_build_wheel_without_keeps_the_variants_other_defaults(wheel_fx, tmp_pat
     assert run("build-wheel", "--variant", "full", "--without", "fast", "--out", str(tmp_path / "out")) == 0
     (wheel,) = sorted((tmp_path / "out").glob("*.whl"))
     manifest = read_wheel(wheel)
-    assert manifest["features"] == ["base"] and manifest["base_variant"] == "full"
-    assert manifest["env_defaults"] == {"MODEL_PATH": "/models/demo", "TP_SIZE": "4"}
+    assert manifest.features == ("base",) and manifest.base_variant == "full"
+    assert manifest.env_defaults == {"MODEL_PATH": "/models/demo", "TP_SIZE": "4"}
     with zipfile.ZipFile(wheel) as archive:
         assert archive.read("demo/core.py") == b"def answer():\n    return 41\n" and "demo/base.py" in archive.namelist()
 
@@ -243,7 +243,7 @@ def test_matrix_bake_file_is_a_valid_bake_file_with_one_target_per_combination(w
         context = out.parent / target["context"]
         assert (context / target["dockerfile"]).is_file()
         (wheel,) = (context / "wheels").glob("*.whl")
-        assert read_wheel(wheel)["variant"] == name
+        assert read_wheel(wheel).variant == name
         assert target["args"]["BASE_IMAGE"] == "${FORKBUILD_BASE_IMAGE}" and target["tags"][0].endswith(f":{name}-wheel")
     assert "FORKBUILD_BASE_IMAGE" in bake["variable"]
 

@@ -40,9 +40,9 @@ def test_variant_wheel_carries_the_patches_and_the_manifest(fixture):
         assert archive.read("demo/base.py") == b"BASE = 1\n"
         assert "demo/extra.py" not in names
     manifest = manifest_module.read_wheel(wheel.path)
-    assert manifest["version"] == version
-    assert manifest["series_hash"] == context.series.content_hash("full")
-    assert [patch["file"] for patch in manifest["patches"]] == ["base.patch", "fast.patch"]
+    assert manifest.version == version
+    assert manifest.series_hash == context.series.content_hash("full")
+    assert [patch.file for patch in manifest.patches] == ["base.patch", "fast.patch"]
 
 
 def test_stock_variant_changes_only_version_and_manifest(fixture):

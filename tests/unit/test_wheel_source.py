@@ -63,8 +63,8 @@ def test_source_mode_builds_the_patched_checkout_with_the_local_version(git_seri
         metadata = archive.read(f"demo-{version}.dist-info/METADATA").decode()
     assert f"\nVersion: {version}\n" in metadata
     manifest = manifest_module.read_wheel(wheel.path)
-    assert manifest["upstream"]["source"] == "git" and manifest["upstream"]["commit"]
-    assert manifest["upstream"]["wheel"] == ""
+    assert manifest.upstream.source == "git" and manifest.upstream.commit
+    assert manifest.upstream.wheel == ""
     (again,) = build_wheels(context=git_series, request=WheelRequest(variant="full", out_dir=out, isolation=False))
     assert not again.rebuilt
 

@@ -2,7 +2,9 @@
 manifest"): what a build contains, readable from the installed package.
 
 Built from the parsed series, the variant and the upstream pin; serialised
-with a fixed key order so the same inputs give the same bytes.
+with a fixed key order so the same inputs give the same bytes. Typed here
+(Manifest and its frozen records); the in-image runtime code, stdlib only,
+reads the same JSON as plain objects.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import hashlib
 import importlib.resources
 import json
 import zipfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +31,80 @@ KEYS = ("schema", "series", "variant", "base_variant", "version", "series_hash",
 OPTIONAL_KEYS = ("base_variant",)
 
 
-def _guard_record(guard: Guard) -> dict[str, str]:
-    return {"env": guard.env, "feature": guard.feature, "type": guard.type, "default": guard.default}
+@dataclass(frozen=True, kw_only=True)
+class UpstreamRecord:
+    """The upstream a wheel was built from: a pinned release wheel or a git commit."""
+
+    name: str
+    version: str
+    source: str  # "wheel" or "git"
+    wheel: str = ""  # the pinned wheel's file name; "" when built from git
+    sha256: str = ""
+    git_url: str = ""
+    commit: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class GuardRecord:
+    env: str
+    feature: str
+    type: str
+    default: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class PatchRecord:
+    file: str
+    feature: str
+    sha256: str  # of the patch file the wheel was built from
+
+
+@dataclass(frozen=True, kw_only=True)
+class Manifest:
+    """What a build contains; its fields are the JSON keys, in KEYS order."""
+
+    schema: int = SCHEMA
+    series: str
+    variant: str
+    base_variant: str = ""  # the variant whose runtime defaults a combination carries; "" = none
+    version: str
+    series_hash: str
+    upstream: UpstreamRecord
+    features: tuple[str, ...]
+    guards: tuple[GuardRecord, ...]  # the guards of the features built in
+    series_guards: tuple[GuardRecord, ...]  # every guard of the series
+    runtime_settings: tuple[str, ...]
+    env_defaults: Mapping[str, str] = field(default_factory=dict)
+    patches: tuple[PatchRecord, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """The manifest as its JSON object, keys in KEYS order."""
+        return {
+            **{key: getattr(self, key) for key in KEYS[:6]},
+            "upstream": _record_json(self.upstream),
+            "features": list(self.features),
+            "guards": [_record_json(guard) for guard in self.guards],
+            "series_guards": [_record_json(guard) for guard in self.series_guards],
+            "runtime_settings": list(self.runtime_settings),
+            "env_defaults": dict(self.env_defaults),
+            "patches": [_record_json(patch) for patch in self.patches],
+        }
+
+    def without_upstream(self) -> dict[str, Any]:
+        """Everything but the upstream record: what the wheels of one build for several Pythons share."""
+        return {key: value for key, value in self.to_json().items() if key != "upstream"}
+
+
+def _record_json(record: UpstreamRecord | GuardRecord | PatchRecord) -> dict[str, str]:
+    return {item.name: getattr(record, item.name) for item in fields(record)}
+
+
+def _guard_record(guard: Guard) -> GuardRecord:
+    return GuardRecord(env=guard.env, feature=guard.feature, type=guard.type, default=guard.default)
 
 
 def build_manifest(*, series: Series, variant: Combination | str, version: str,
-                   pin: WheelPin | None) -> dict[str, Any]:
+                   pin: WheelPin | None) -> Manifest:
     """The manifest of `variant` (a Combination or a variant's name) built as `version`
     from `pin` (None: built from git)."""
     chosen = as_combination(series, variant)
@@ -41,54 +113,96 @@ def build_manifest(*, series: Series, variant: Combination | str, version: str,
     # Settings are the variables an image sets that are not feature guards
     # (MODEL_PATH, TP_SIZE ...): the series' runtime env, then the variant's
     # (a combination's come from its base variant).
-    settings = list(dict.fromkeys([*series.runtime_env, *(key for key in chosen.env if key not in guard_envs)]))
-    return {
-        "schema": SCHEMA,
-        "series": series.name,
-        "variant": chosen.name,
-        "base_variant": chosen.base,
-        "version": version,
-        "series_hash": chosen.content_hash(series),
-        "upstream": {
-            "name": upstream.name,
-            "version": upstream.version,
-            "source": upstream.source,
-            "wheel": pin.filename if pin else "",
-            "sha256": pin.sha256 if pin else "",
-            "git_url": upstream.git.url if upstream.git else "",
-            "commit": upstream.git.commit if upstream.git else "",
-        },
-        "features": list(chosen.features),
-        "guards": [_guard_record(guard) for guard in series.guards_for(chosen.features)],
-        "series_guards": [_guard_record(guard) for guard in series.all_guards()],
-        "runtime_settings": settings,
-        "env_defaults": {**series.runtime_env, **chosen.env},
-        "patches": [{"file": entry.file, "feature": entry.feature,
-                     "sha256": hashlib.sha256(entry.path.read_bytes()).hexdigest()}
-                    for entry in chosen.patches(series)],
-    }
+    settings = tuple(dict.fromkeys([*series.runtime_env, *(key for key in chosen.env if key not in guard_envs)]))
+    return Manifest(
+        series=series.name,
+        variant=chosen.name,
+        base_variant=chosen.base,
+        version=version,
+        series_hash=chosen.content_hash(series),
+        upstream=UpstreamRecord(
+            name=upstream.name,
+            version=upstream.version,
+            source=upstream.source,
+            wheel=pin.filename if pin else "",
+            sha256=pin.sha256 if pin else "",
+            git_url=upstream.git.url if upstream.git else "",
+            commit=upstream.git.commit if upstream.git else "",
+        ),
+        features=tuple(chosen.features),
+        guards=tuple(_guard_record(guard) for guard in series.guards_for(chosen.features)),
+        series_guards=tuple(_guard_record(guard) for guard in series.all_guards()),
+        runtime_settings=settings,
+        env_defaults={**series.runtime_env, **chosen.env},
+        patches=tuple(PatchRecord(file=entry.file, feature=entry.feature,
+                                  sha256=hashlib.sha256(entry.path.read_bytes()).hexdigest())
+                      for entry in chosen.patches(series)),
+    )
 
 
-def dumps(manifest: dict[str, Any]) -> bytes:
-    """The manifest file's bytes: key order as built, UTF-8, one trailing newline."""
-    return (json.dumps(manifest, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+def dumps(manifest: Manifest) -> bytes:
+    """The manifest file's bytes: keys in KEYS order, UTF-8, one trailing newline."""
+    return (json.dumps(manifest.to_json(), indent=2, ensure_ascii=False) + "\n").encode("utf-8")
 
 
-def parse(data: bytes | str, *, source: str) -> dict[str, Any]:
-    """A manifest read back; BuildError naming `source` when it is not one."""
+def _records(cls: type, items: Any, *, key: str, source: str) -> tuple:
+    """A list of JSON objects as `cls` records; BuildError naming `source` and `key` when it is not one."""
+    names = {item.name for item in fields(cls)}
+    if not isinstance(items, list):
+        raise BuildError(f"{source}: manifest key {key!r} is not a list")
+    records = []
+    for n, item in enumerate(items):
+        if not isinstance(item, dict) or set(item) - names or not all(isinstance(v, str) for v in item.values()):
+            raise BuildError(f"{source}: manifest key {key!r}, entry {n}: not a {cls.__name__} "
+                             f"(string fields {', '.join(sorted(names))})")
+        try:
+            records.append(cls(**item))
+        except TypeError as error:  # a required field missing
+            raise BuildError(f"{source}: manifest key {key!r}, entry {n}: {error}") from error
+    return tuple(records)
+
+
+def _strings(value: Any, *, key: str, source: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise BuildError(f"{source}: manifest key {key!r} is not a list of strings")
+    return tuple(value)
+
+
+def parse(data: bytes | str, *, source: str) -> Manifest:
+    """A manifest read back; BuildError naming `source` (and the key) when it is not one."""
     try:
-        manifest = json.loads(data)
+        raw = json.loads(data)
     except ValueError as error:
         raise BuildError(f"{source}: not a JSON manifest: {error}") from error
-    if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA:
+    if not isinstance(raw, dict) or raw.get("schema") != SCHEMA:
         raise BuildError(f"{source}: not a forkbuild manifest of schema {SCHEMA}")
-    missing = [key for key in KEYS if key not in manifest and key not in OPTIONAL_KEYS]
+    missing = [key for key in KEYS if key not in raw and key not in OPTIONAL_KEYS]
     if missing:
         raise BuildError(f"{source}: manifest lacks {', '.join(missing)}")
-    return manifest
+    for key in ("series", "variant", "base_variant", "version", "series_hash"):
+        if not isinstance(raw.get(key, ""), str):
+            raise BuildError(f"{source}: manifest key {key!r} is not a string")
+    env_defaults = raw["env_defaults"]
+    if not isinstance(env_defaults, dict) or not all(isinstance(v, str) for v in env_defaults.values()):
+        raise BuildError(f"{source}: manifest key 'env_defaults' is not an object of strings")
+    (upstream,) = _records(UpstreamRecord, [raw["upstream"]], key="upstream", source=source)
+    return Manifest(
+        series=raw["series"],
+        variant=raw["variant"],
+        base_variant=raw.get("base_variant", ""),
+        version=raw["version"],
+        series_hash=raw["series_hash"],
+        upstream=upstream,
+        features=_strings(raw["features"], key="features", source=source),
+        guards=_records(GuardRecord, raw["guards"], key="guards", source=source),
+        series_guards=_records(GuardRecord, raw["series_guards"], key="series_guards", source=source),
+        runtime_settings=_strings(raw["runtime_settings"], key="runtime_settings", source=source),
+        env_defaults=env_defaults,
+        patches=_records(PatchRecord, raw["patches"], key="patches", source=source),
+    )
 
 
-def read_installed(package: str = "sglang") -> dict[str, Any] | None:
+def read_installed(package: str = "sglang") -> Manifest | None:
     """The manifest of the installed `package`; None when it has none (a stock install)."""
     resource = importlib.resources.files(package) / PACKAGE_FILE
     if not resource.is_file():
@@ -96,7 +210,7 @@ def read_installed(package: str = "sglang") -> dict[str, Any] | None:
     return parse(resource.read_bytes(), source=f"{package}/{PACKAGE_FILE}")
 
 
-def read_wheel(path: Path) -> dict[str, Any] | None:
+def read_wheel(path: Path) -> Manifest | None:
     """The manifest in a wheel's .dist-info; None when the wheel has none."""
     try:
         with zipfile.ZipFile(path) as archive:

@@ -17,11 +17,11 @@ import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from forkbuild import manifest as manifest_module
 from forkbuild.errors import BuildError
 from forkbuild.image import dockerfile
+from forkbuild.manifest import Manifest
 from forkbuild.wheel import naming
 
 RUNTIME_PACKAGE = Path(__file__).parent / "runtime"
@@ -30,26 +30,26 @@ RUNTIME_PACKAGE = Path(__file__).parent / "runtime"
 @dataclass(frozen=True, kw_only=True)
 class ImageContext:
     path: Path
-    manifest: Mapping[str, Any]
+    manifest: Manifest
 
     @property
     def variant(self) -> str:
-        return self.manifest["variant"]
+        return self.manifest.variant
 
     @property
     def version(self) -> str:
-        return self.manifest["version"]
+        return self.manifest.version
 
     @property
     def upstream_version(self) -> str:
-        return self.manifest["upstream"]["version"]
+        return self.manifest.upstream.version
 
 
 def python_tag(wheel: Path) -> str:
     return naming.wheel_tags(wheel.name).split("-", 1)[0]
 
 
-def wheels_manifest(wheels: Sequence[Path], *, variant: str) -> Mapping[str, Any]:
+def wheels_manifest(wheels: Sequence[Path], *, variant: str) -> Manifest:
     """The one manifest the variant's wheels share (they differ only by Python tag)."""
     if not wheels:
         raise BuildError(f"no wheel to build the {variant} image from")
@@ -58,9 +58,9 @@ def wheels_manifest(wheels: Sequence[Path], *, variant: str) -> Mapping[str, Any
         found = manifest_module.read_wheel(wheel)
         if found is None:
             raise BuildError(f"{wheel}: no forkbuild manifest in its .dist-info: not a forkbuild build")
-        if found["variant"] != variant:
-            raise BuildError(f"{wheel}: built for variant {found['variant']!r}, not {variant!r}")
-        manifests.append({key: value for key, value in found.items() if key != "upstream"})
+        if found.variant != variant:
+            raise BuildError(f"{wheel}: built for variant {found.variant!r}, not {variant!r}")
+        manifests.append(found.without_upstream())
     if any(other != manifests[0] for other in manifests[1:]):
         raise BuildError(f"the {variant} wheels given do not share one manifest: {', '.join(w.name for w in wheels)}")
     tags = [python_tag(wheel) for wheel in wheels]

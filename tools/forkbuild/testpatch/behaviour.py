@@ -60,7 +60,11 @@ def install_variant_wheel(*, context: Context, variant: Combination | str, pytho
     request = WheelRequest(variant=variant, out_dir=context.series_dir / "dist", python_tags=(python_tag(python),))
     (wheel,) = build_wheels(context=context, request=request)
     wanted = manifest_module.read_wheel(wheel.path)
-    if installed_manifest(python) == wanted:
+    try:
+        installed = installed_manifest(python)
+    except BuildError:
+        installed = None  # an unreadable manifest there: the wheel is installed over it
+    if installed == wanted:
         context.reporter.info(f"{wheel.path.name} is installed already")
         return wheel.path
     with context.reporter.step(f"Installing {wheel.path.name} --no-deps"):
@@ -81,8 +85,10 @@ print(path.read_text() if path and path.is_file() else "null")
 """
 
 
-def installed_manifest(python: Path) -> dict | None:
-    return json.loads(_probe(python, _READ_INSTALLED))
+def installed_manifest(python: Path) -> manifest_module.Manifest | None:
+    """The manifest of the sglang `python` imports; None for a stock install (or none)."""
+    text = _probe(python, _READ_INSTALLED)
+    return None if text.strip() == "null" else manifest_module.parse(text, source=f"sglang's manifest under {python}")
 
 
 def run_tests(*, context: Context, python: TestPython, features: str | None = None,

@@ -94,14 +94,14 @@ def _run_installed(*, context: Context, options: Options, variant: str) -> Outco
         raise BuildError(f"--installed: the sglang {options.python} imports has no forkbuild manifest",
                          hint="install a variant's wheel there (`forkbuild build-wheel`), or unpack its files "
                               "onto that Python's path")
-    if manifest.get("variant") != variant:
-        raise BuildError(f"--installed: the sglang {options.python} imports is variant {manifest.get('variant')!r}, "
-                         f"not {variant!r}", hint=f"pass --variant {manifest.get('variant')}")
+    if manifest.variant != variant:
+        raise BuildError(f"--installed: the sglang {options.python} imports is variant {manifest.variant!r}, "
+                         f"not {variant!r}", hint=f"pass --variant {manifest.variant}")
     python = TestPython(executable=options.python, env={device_module.DEVICE_ENV: options.device})
     records = _behaviour(context, python, features=None, prove=False)
     checks = (GUARD_OFF, GUARD_ON, ABSENT)
     rows = summary.cells(records, features=list(context.series.features), checks=checks)
-    _require_tests(rows, built=set(manifest["features"]))
+    _require_tests(rows, built=set(manifest.features))
     report = _report_path(context, variant, options.device)
     summary.write(report, rows, variant=variant, extra=[found.record(variant)])
     return Outcome(rows=rows, checks=checks, report=report)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 from forkbuild import manifest as manifest_module
 from forkbuild.apply import scratch_tree
@@ -24,6 +24,7 @@ from forkbuild.config import Series, WheelPin
 from forkbuild.context import Context
 from forkbuild.errors import BuildError
 from forkbuild.git import Git
+from forkbuild.manifest import Manifest
 from forkbuild.matrix.combination import Combination, as_combination
 from forkbuild.wheel import naming
 from forkbuild.wheel.overlay import Overlay, write_overlay
@@ -80,7 +81,7 @@ def build_wheels(*, context: Context, request: WheelRequest) -> tuple[BuiltWheel
     return _build_source(context=context, request=request, version=version)
 
 
-def up_to_date(target: Path, manifest: dict[str, Any]) -> bool:
+def up_to_date(target: Path, manifest: Manifest) -> bool:
     """An existing wheel is kept when it carries exactly the manifest a rebuild would write:
     the same upstream wheel (sha256), series content hash, version and patches."""
     if not target.is_file():
@@ -123,7 +124,7 @@ def _remove_dead_scratch(directory: Path) -> None:
 class _Target:
     pin: WheelPin
     path: Path
-    manifest: dict[str, Any]
+    manifest: Manifest
 
 
 def _overlay_targets(*, series: Series, request: WheelRequest, version: str) -> list[_Target]:
