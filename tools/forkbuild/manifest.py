@@ -14,7 +14,7 @@ import importlib.resources
 import json
 import zipfile
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +25,6 @@ from forkbuild.matrix.combination import Combination, as_combination
 SCHEMA = 1
 PACKAGE_FILE = "_forkbuild_manifest.json"
 DIST_INFO_FILE = "forkbuild_manifest.json"
-KEYS = ("schema", "series", "variant", "base_variant", "version", "series_hash", "upstream", "features", "guards",
-        "series_guards", "runtime_settings", "env_defaults", "patches")
 # Keys manifests written before feature combinations lack: such a manifest still reads.
 OPTIONAL_KEYS = ("base_variant",)
 
@@ -61,7 +59,7 @@ class PatchRecord:
 
 @dataclass(frozen=True, kw_only=True)
 class Manifest:
-    """What a build contains; its fields are the JSON keys, in KEYS order."""
+    """What a build contains; its fields are the JSON keys, in their order (KEYS)."""
 
     schema: int = SCHEMA
     series: str
@@ -78,25 +76,15 @@ class Manifest:
     patches: tuple[PatchRecord, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        """The manifest as its JSON object, keys in KEYS order."""
-        return {
-            **{key: getattr(self, key) for key in KEYS[:6]},
-            "upstream": _record_json(self.upstream),
-            "features": list(self.features),
-            "guards": [_record_json(guard) for guard in self.guards],
-            "series_guards": [_record_json(guard) for guard in self.series_guards],
-            "runtime_settings": list(self.runtime_settings),
-            "env_defaults": dict(self.env_defaults),
-            "patches": [_record_json(patch) for patch in self.patches],
-        }
+        """The manifest as its JSON object, keys in KEYS order (records as objects, tuples as lists)."""
+        return {key: list(value) if isinstance(value, tuple) else value for key, value in asdict(self).items()}
 
     def without_upstream(self) -> dict[str, Any]:
         """Everything but the upstream record: what the wheels of one build for several Pythons share."""
         return {key: value for key, value in self.to_json().items() if key != "upstream"}
 
 
-def _record_json(record: UpstreamRecord | GuardRecord | PatchRecord) -> dict[str, str]:
-    return {item.name: getattr(record, item.name) for item in fields(record)}
+KEYS = tuple(item.name for item in fields(Manifest))
 
 
 def _guard_record(guard: Guard) -> GuardRecord:

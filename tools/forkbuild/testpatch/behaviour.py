@@ -88,7 +88,7 @@ print(path.read_text() if path and path.is_file() else "null")
 def installed_manifest(python: Path) -> manifest_module.Manifest | None:
     """The manifest of the sglang `python` imports; None for a stock install (or none)."""
     text = _probe(python, _READ_INSTALLED)
-    return None if text.strip() == "null" else manifest_module.parse(text, source=f"sglang's manifest under {python}")
+    return None if text == "null" else manifest_module.parse(text, source=f"sglang's manifest under {python}")
 
 
 def run_tests(*, context: Context, python: TestPython, features: str | None = None,
