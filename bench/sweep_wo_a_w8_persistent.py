@@ -4,9 +4,10 @@ bench/wo_a_w8_persistent_variants.py is dsv4_wo_a_w8_hopper (patches/wo-a-w8.pat
 PREFETCH (each k-step's block scales loaded one k-step ahead, under the wgmma in flight, and the next
 tile's first ones under a tile's last k-step) and EARLY (the next k-step's fp8 tile read from shared
 memory before waiting for the previous wgmma), and DIRECT (the epilogue stores from registers to global memory,
-no shared-memory buffer, so the ring can be deeper), and DEPTH (2: two k-steps' wgmmas in flight instead of one).
-Runs 1-2 swept PREFETCH, EARLY and DIRECT; run 3 (CASES below) token blocks of 16-256 (+ a tail), PREFETCH and
-DEPTH, candidates (BN, TAIL, STAGES, PREFETCH, DEPTH).
+no shared-memory buffer, so the ring can be deeper), and DEPTH (2: two k-steps' wgmmas in flight instead of one),
+and RING (one tile per program: the epilogue reuses ring stages whose last use both consumers released, so the
+ring is one stage deeper). Runs 1-2 swept PREFETCH, EARLY and DIRECT; run 3 token blocks of 16-256 (+ a tail),
+PREFETCH and DEPTH; run 4 (CASES below) RING, candidates (BN, TAIL, STAGES, PREFETCH, DEPTH, RING).
 Checks and timing are sweep_wo_a_w8_gluon.py's (poisoned output on two fresh sets within 2**-8 of the
 fp32-accumulated product; CUDA graphs of 8 calls on 8 operand sets, cold L2; median of RUNS interleaved
 runs with cuBLAS bf16).
@@ -30,21 +31,29 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import wo_a_w8_persistent_variants as v  # noqa: E402
 from sweep_wo_a_w8_gluon import PAR, RUNS, SETS, Graph, rel_err, weights  # noqa: E402
 
-# run 3: token blocks narrower than 256 (128, and 128 + 32 / 64 tails) so that more of them make a balanced wave,
-# and DEPTH 2 (two k-steps' wgmmas in flight); candidates (BN, TAIL, STAGES, PREFETCH, DEPTH)
-CASES = (((8, 256, 512), (128, 256, 300, 384, 512, 576, 1024, 2048, 4096, 8192),
-          [(16, 0, 8, True, 2), (32, 0, 8, True, 2), (64, 0, 6, False, 1), (64, 0, 6, True, 2), (128, 0, 6, False, 1),
-           (128, 0, 6, True, 2), (256, 0, 4, False, 1), (256, 0, 4, True, 2)]),
-         ((16, 1024, 1024), (256, 300, 384, 512, 576, 1024, 4096),
-          [(256, 0, 4, False, 1), (256, 0, 4, True, 2), (256, 64, 3, False, 1), (128, 0, 6, False, 1),
-           (128, 0, 6, False, 2), (128, 0, 6, True, 2), (128, 32, 5, True, 2), (128, 64, 5, True, 2),
-           (256, 32, 3, True, 2)]))
+# run 4: RING (one tile per program: the epilogue goes through the ring's own stages, so the ring is one stage
+# deeper: 256 tokens 5 deep instead of 4, 256 + 64 4 deep instead of 3) where the tiles fit one wave; candidates
+# (BN, TAIL, STAGES, PREFETCH, DEPTH, RING). Run 3's CASES are at commit a31b42f.
+CASES = (((8, 256, 512), (1024, 2048),
+          [(128, 0, 6, True, 2, False), (128, 0, 8, True, 2, True), (128, 0, 8, False, 1, True),
+           (256, 0, 4, False, 1, False), (256, 0, 5, False, 1, True)]),
+         ((16, 1024, 1024), (256, 300, 320),
+          [(256, 0, 4, False, 1, False), (256, 0, 5, False, 1, True), (256, 64, 3, False, 1, False),
+           (256, 64, 4, False, 1, True), (256, 64, 4, True, 2, True)]))
+
+
+def applies(cand, tokens, groups, rows):
+    """RING needs one tile per program (at most the GPU's SMs)."""
+    ring = len(cand) > 5 and cand[5]
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    return not ring or v.tile_count(tokens, groups, rows, cand[:3]) <= sms
 
 
 def run(cand, o, codes, scale, out=None):
-    bn, tail, stages, prefetch, depth = cand
+    bn, tail, stages, prefetch, depth, *ring = cand
     return v.wo_a_w8_persistent(o, codes.view(-1, codes.shape[-1]), scale.view(-1, scale.shape[-1]),
-                                tiles=(bn, tail, stages), prefetch=prefetch, depth=depth, out=out)
+                                tiles=(bn, tail, stages), prefetch=prefetch, depth=depth, out=out,
+                                ring=bool(ring and ring[0]))
 
 
 def main():
@@ -52,14 +61,17 @@ def main():
     print(f"# {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, device: {props.name} (SM {props.major}."
           f"{props.minor}, {props.multi_processor_count} SMs), torch {torch.__version__}, triton {triton.__version__}")
     print(f"# us per call: CUDA graph of {SETS} calls on {SETS} operand sets (cold L2), median of {RUNS} interleaved "
-          f"runs; candidates (BN, TAIL, STAGES, PREFETCH, DEPTH)", flush=True)
+          f"runs; candidates (BN, TAIL, STAGES, PREFETCH, DEPTH[, RING])", flush=True)
     gen = torch.Generator(device="cuda").manual_seed(1234)
     t_start = time.time()
     broken = set()
-    for (groups, rows, dim), _, candidates in CASES:
+    for (groups, rows, dim), token_counts, candidates in CASES:
         codes, scale, _ = weights(groups, rows, dim, gen)
-        o = torch.randn(300, groups, dim, generator=gen, device="cuda").bfloat16()
         for cand in candidates:
+            tokens = next((t for t in token_counts if applies(cand, t, groups, rows)), None)
+            if tokens is None:
+                continue
+            o = torch.randn(tokens, groups, dim, generator=gen, device="cuda").bfloat16()
             try:
                 run(cand, o, codes, scale)
                 torch.cuda.synchronize()
@@ -75,7 +87,7 @@ def main():
             acts = [torch.randn(tokens, groups, dim, generator=gen, device="cuda").bfloat16() for _ in range(SETS)]
             ok = []
             for cand in candidates:
-                if (cand, rows) in broken:
+                if (cand, rows) in broken or not applies(cand, tokens, groups, rows):
                     continue
                 errs = []
                 for oo, (cc, ss, bb) in ((acts[0], ws[0]), (torch.randn_like(acts[0]), ws[1])):

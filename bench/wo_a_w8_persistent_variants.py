@@ -1,4 +1,4 @@
-"""Sweep copy of the series' dsv4_wo_a_w8_hopper with the switches under test (PREFETCH, EARLY, DIRECT).
+"""Sweep copy of the series' dsv4_wo_a_w8_hopper with the switches under test (PREFETCH, EARLY, DIRECT, DEPTH, RING).
 
 The wo_a W8 GEMM on Hopper (sm_90a) at prefill sizes: a persistent,
 warp-specialised kernel in Triton's Gluon dialect.
@@ -144,7 +144,7 @@ def _tile_scales(S, t, c: gl.constexpr, R: gl.constexpr, KB: gl.constexpr, RB: g
 def _consumer(x_bufs, xt_bufs, w_bufs, ready, empty, y_desc, yt_desc, y_smem, yt_smem, S, n_tiles, TB, Y, T, YS,
               c: gl.constexpr, R: gl.constexpr, D: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr,
               STAGES: gl.constexpr, TAIL: gl.constexpr, PREFETCH: gl.constexpr, EARLY: gl.constexpr,
-              DIRECT: gl.constexpr, DEPTH: gl.constexpr):
+              DIRECT: gl.constexpr, DEPTH: gl.constexpr, RING: gl.constexpr):
     # consumer c: rows c*64 .. c*64+63 of every tile, in step with the other consumer
     WG_ROWS: gl.constexpr = 64
     KSUB: gl.constexpr = BK // 32
@@ -254,6 +254,14 @@ def _consumer(x_bufs, xt_bufs, w_bufs, ready, empty, y_desc, yt_desc, y_smem, yt
                 gl.store(Y + gl.expand_dims(tok2, 0) * YS + gl.expand_dims(rr2, 1), acc2.to(gl.bfloat16),
                          mask=gl.expand_dims(tok2 < T, 0))
         else:
+            if RING:
+                # one tile per program (the host checks): the epilogue goes through ring stage u, the last use
+                # of which both consumers have released once its empty barrier completes (u's phase); no load
+                # lands there again, so the ring needs no buffers of its own and can be one stage deeper
+                u = base + K_TILES - STAGES + c
+                mbarrier.wait(empty.index(u % STAGES), (u // STAGES) & 1)
+                buf = x_bufs.index(u % STAGES)
+                tbuf = xt_bufs.index(u % STAGES)
             # the previous tile's store out of buf ran under this main loop; it must be done before buf is rewritten
             tma.store_wait(pendings=0)
             buf.permute((1, 0)).store(acc.to(gl.bfloat16))
@@ -273,7 +281,7 @@ def _wo_a_w8_persistent_kernel(x_desc, xt_desc, w_desc, y_desc, yt_desc, S, n_ti
                                R: gl.constexpr, D: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr,
                                STAGES: gl.constexpr, TAIL: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                                PRODUCER_REGS: gl.constexpr, PREFETCH: gl.constexpr = False, EARLY: gl.constexpr = False,
-                               DIRECT: gl.constexpr = False, DEPTH: gl.constexpr = 1):
+                               DIRECT: gl.constexpr = False, DEPTH: gl.constexpr = 1, RING: gl.constexpr = False):
     # x_desc block [BN, BK], xt_desc [TAIL, BK], w_desc [128, BK], y_desc [BN, 64], yt_desc [TAIL, 64].
     # Launched with num_warps=4: consumer 0 is the default partition, consumer 1 and the producer workers.
     x_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES] + x_desc.block_type.shape, x_desc.layout)
@@ -282,9 +290,9 @@ def _wo_a_w8_persistent_kernel(x_desc, xt_desc, w_desc, y_desc, yt_desc, S, n_ti
         xt_bufs = gl.allocate_shared_memory(xt_desc.dtype, [STAGES] + xt_desc.block_type.shape, xt_desc.layout)
     else:
         xt_bufs = x_bufs
-    if DIRECT:  # no epilogue buffers (unused stand-ins)
+    if DIRECT or RING:  # no epilogue buffers (unused stand-ins; RING: the ring's stages)
         y_smem = x_bufs
-        yt_smem = x_bufs
+        yt_smem = xt_bufs
     else:
         y_smem = gl.allocate_shared_memory(y_desc.dtype, [2] + y_desc.block_type.shape, y_desc.layout)
         if TAIL > 0:
@@ -299,9 +307,9 @@ def _wo_a_w8_persistent_kernel(x_desc, xt_desc, w_desc, y_desc, yt_desc, S, n_ti
     fence_async_shared()
     gl.warp_specialize([
         (_consumer, (x_bufs, xt_bufs, w_bufs, ready, empty, y_desc, yt_desc, y_smem, yt_smem, S, n_tiles, TB, Y, T, YS,
-                     0, R, D, BN, BK, STAGES, TAIL, PREFETCH, EARLY, DIRECT, DEPTH)),
+                     0, R, D, BN, BK, STAGES, TAIL, PREFETCH, EARLY, DIRECT, DEPTH, RING)),
         (_consumer, (x_bufs, xt_bufs, w_bufs, ready, empty, y_desc, yt_desc, y_smem, yt_smem, S, n_tiles, TB, Y, T, YS,
-                     1, R, D, BN, BK, STAGES, TAIL, PREFETCH, EARLY, DIRECT, DEPTH)),
+                     1, R, D, BN, BK, STAGES, TAIL, PREFETCH, EARLY, DIRECT, DEPTH, RING)),
         (_producer, (x_desc, xt_desc, w_desc, x_bufs, xt_bufs, w_bufs, ready, empty, n_tiles, TB, R, D, BN, BK,
                      STAGES, TAIL)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
@@ -324,6 +332,7 @@ def wo_a_w8_persistent(
     direct: bool = False,
     depth: int = 1,
     out: torch.Tensor | None = None,
+    ring: bool = False,
 ) -> torch.Tensor:
     """o bf16 [T, G, D], codes e4m3 [G*R, D], scale float32 [G*R/32, D/32] ->
     bf16 [T, G, R]; R a multiple of 128, D of 64 (dsv4_wo_a_w8 checks)."""
@@ -345,9 +354,11 @@ def wo_a_w8_persistent(
     n_tiles = groups * (rows // TILE_ROWS) * token_blocks
     if programs is None:
         programs = min(torch.cuda.get_device_properties(o.device).multi_processor_count, n_tiles)
+    if ring and programs != n_tiles:
+        raise ValueError(f"ring: one tile per program only ({n_tiles} tiles, {programs} programs)")
     _wo_a_w8_persistent_kernel[(programs,)](
         x_desc, xt_desc, w_desc, y_desc, yt_desc, scale, n_tiles, token_blocks, y2, tokens, y2.stride(0),
-        rows, dim, block_n, BLOCK_K, stages, tail, CONSUMER_REGS, PRODUCER_REGS, prefetch, early, direct, depth,
+        rows, dim, block_n, BLOCK_K, stages, tail, CONSUMER_REGS, PRODUCER_REGS, prefetch, early, direct, depth, ring,
         num_warps=4, maxnreg=168,
     )  # fmt: skip
     return out
