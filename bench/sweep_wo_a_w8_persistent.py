@@ -6,8 +6,9 @@ tile's first ones under a tile's last k-step) and EARLY (the next k-step's fp8 t
 memory before waiting for the previous wgmma), and DIRECT (the epilogue stores from registers to global memory,
 no shared-memory buffer, so the ring can be deeper), and DEPTH (2: two k-steps' wgmmas in flight instead of one),
 and RING (one tile per program: the epilogue reuses ring stages whose last use both consumers released, so the
-ring is one stage deeper). Runs 1-2 swept PREFETCH, EARLY and DIRECT; run 3 token blocks of 16-256 (+ a tail),
-PREFETCH and DEPTH; run 4 (CASES below) RING, candidates (BN, TAIL, STAGES, PREFETCH, DEPTH, RING).
+ring is one stage deeper; RING 2 for any number of tiles per program). Runs 1-2 swept PREFETCH, EARLY and DIRECT;
+run 3 token blocks of 16-256 (+ a tail), PREFETCH and DEPTH; run 4 RING; run 5 (CASES below) RING 2, candidates
+(BN, TAIL, STAGES, PREFETCH, DEPTH, RING).
 Checks and timing are sweep_wo_a_w8_gluon.py's (poisoned output on two fresh sets within 2**-8 of the
 fp32-accumulated product; CUDA graphs of 8 calls on 8 operand sets, cold L2; median of RUNS interleaved
 runs with cuBLAS bf16).
@@ -31,20 +32,20 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import wo_a_w8_persistent_variants as v  # noqa: E402
 from sweep_wo_a_w8_gluon import PAR, RUNS, SETS, Graph, rel_err, weights  # noqa: E402
 
-# run 4: RING (one tile per program: the epilogue goes through the ring's own stages, so the ring is one stage
-# deeper: 256 tokens 5 deep instead of 4, 256 + 64 4 deep instead of 3) where the tiles fit one wave; candidates
-# (BN, TAIL, STAGES, PREFETCH, DEPTH, RING). Run 3's CASES are at commit a31b42f.
-CASES = (((8, 256, 512), (1024, 2048),
-          [(128, 0, 6, True, 2, False), (128, 0, 8, True, 2, True), (128, 0, 8, False, 1, True),
-           (256, 0, 4, False, 1, False), (256, 0, 5, False, 1, True)]),
-         ((16, 1024, 1024), (256, 300, 320),
-          [(256, 0, 4, False, 1, False), (256, 0, 5, False, 1, True), (256, 64, 3, False, 1, False),
-           (256, 64, 4, False, 1, True), (256, 64, 4, True, 2, True)]))
+# run 5: RING 2 (any number of tiles per program: the epilogue goes through the stages of a tile's last two
+# k-steps, which the producer loads again only once that tile's TMA stores have read them, so the ring is one
+# stage deeper everywhere); run 4's RING 1 (one tile per program) where it applies. Run 3's CASES are at commit
+# a31b42f, run 4's at ba4c6be. Candidates (BN, TAIL, STAGES, PREFETCH, DEPTH, RING).
+CASES = (((8, 256, 512), (2048, 4096, 8192),
+          [(256, 0, 4, False, 1, 0), (256, 0, 5, False, 1, 1), (256, 0, 5, False, 1, 2)]),
+         ((16, 1024, 1024), (300, 384, 512, 576, 1024, 4096),
+          [(256, 0, 4, False, 1, 0), (256, 0, 5, False, 1, 2), (256, 64, 3, False, 1, 0),
+           (256, 64, 4, False, 1, 1), (256, 64, 4, False, 1, 2)]))
 
 
 def applies(cand, tokens, groups, rows):
-    """RING needs one tile per program (at most the GPU's SMs)."""
-    ring = len(cand) > 5 and cand[5]
+    """RING 1 needs one tile per program (at most the GPU's SMs)."""
+    ring = len(cand) > 5 and cand[5] == 1
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     return not ring or v.tile_count(tokens, groups, rows, cand[:3]) <= sms
 
@@ -53,7 +54,7 @@ def run(cand, o, codes, scale, out=None):
     bn, tail, stages, prefetch, depth, *ring = cand
     return v.wo_a_w8_persistent(o, codes.view(-1, codes.shape[-1]), scale.view(-1, scale.shape[-1]),
                                 tiles=(bn, tail, stages), prefetch=prefetch, depth=depth, out=out,
-                                ring=bool(ring and ring[0]))
+                                ring=int(ring[0]) if ring else 0)
 
 
 def main():

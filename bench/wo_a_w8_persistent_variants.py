@@ -108,9 +108,9 @@ def _scales(s_ptrs, i, KSUB: gl.constexpr, layout: gl.constexpr, ROWS: gl.conste
 
 
 @gluon.jit
-def _producer(x_desc, xt_desc, w_desc, x_bufs, xt_bufs, w_bufs, ready, empty, n_tiles, TB,
+def _producer(x_desc, xt_desc, w_desc, x_bufs, xt_bufs, w_bufs, ready, empty, epi, n_tiles, TB,
               R: gl.constexpr, D: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
-              TAIL: gl.constexpr):
+              TAIL: gl.constexpr, RING: gl.constexpr):
     K_TILES: gl.constexpr = D // BK
     RB: gl.constexpr = R // 128
     nbytes: gl.constexpr = x_desc.block_type.nbytes + w_desc.block_type.nbytes + (
@@ -122,6 +122,13 @@ def _producer(x_desc, xt_desc, w_desc, x_bufs, xt_bufs, w_bufs, ready, empty, n_
             s = n % STAGES
             # the empties start "completed" for phase 1: the first pass over the ring does not wait
             mbarrier.wait(empty.index(s), ((n // STAGES) & 1) ^ 1)
+            if RING == 2:
+                # the stage held a tile's last or second-last k-step: consumer c's epilogue went through it,
+                # and its TMA store must have read it (epi[c], one phase per tile) before it is loaded again
+                prev = n - STAGES
+                if prev >= 0:
+                    if prev % K_TILES >= K_TILES - 2:
+                        mbarrier.wait(epi.index(K_TILES - 1 - prev % K_TILES), (prev // K_TILES) & 1)
             mbarrier.expect(ready.index(s), nbytes)
             tma.async_copy_global_to_shared(w_desc, [g * R + rb * 128, i * BK], ready.index(s), w_bufs.index(s))
             tma.async_copy_global_to_shared(x_desc, [tb * (BN + TAIL), g * D + i * BK], ready.index(s),
@@ -141,7 +148,7 @@ def _tile_scales(S, t, c: gl.constexpr, R: gl.constexpr, KB: gl.constexpr, RB: g
 
 
 @gluon.jit
-def _consumer(x_bufs, xt_bufs, w_bufs, ready, empty, y_desc, yt_desc, y_smem, yt_smem, S, n_tiles, TB, Y, T, YS,
+def _consumer(x_bufs, xt_bufs, w_bufs, ready, empty, epi, y_desc, yt_desc, y_smem, yt_smem, S, n_tiles, TB, Y, T, YS,
               c: gl.constexpr, R: gl.constexpr, D: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr,
               STAGES: gl.constexpr, TAIL: gl.constexpr, PREFETCH: gl.constexpr, EARLY: gl.constexpr,
               DIRECT: gl.constexpr, DEPTH: gl.constexpr, RING: gl.constexpr):
@@ -200,6 +207,13 @@ def _consumer(x_bufs, xt_bufs, w_bufs, ready, empty, y_desc, yt_desc, y_smem, yt
             if TAIL > 0:
                 acc2 = warpgroup_mma(gl.convert_layout(a, at_layout), xt_bufs.index(n % STAGES).permute((1, 0)),
                                      acc2, is_async=True)
+            if RING == 2:
+                if i == 1:
+                    if base > 0:
+                        # the last tile's store has read its ring stage: the producer may load it again (it
+                        # waits for this at the k-step STAGES - 1 - c of this tile, after the ones used so far)
+                        tma.store_wait(pendings=0)
+                        mbarrier.arrive(epi.index(c))
             if EARLY:
                 if i + 1 < K_TILES:
                     mbarrier.wait(ready.index((n + 1) % STAGES), ((n + 1) // STAGES) & 1)
@@ -254,7 +268,14 @@ def _consumer(x_bufs, xt_bufs, w_bufs, ready, empty, y_desc, yt_desc, y_smem, yt
                 gl.store(Y + gl.expand_dims(tok2, 0) * YS + gl.expand_dims(rr2, 1), acc2.to(gl.bfloat16),
                          mask=gl.expand_dims(tok2 < T, 0))
         else:
-            if RING:
+            if RING == 2:
+                # any number of tiles: the epilogue goes through the stage of this tile's k-step K-1-c, once
+                # both consumers have released it; the producer loads it again only after epi[c]
+                u = base + K_TILES - 1 - c
+                mbarrier.wait(empty.index(u % STAGES), (u // STAGES) & 1)
+                buf = x_bufs.index(u % STAGES)
+                tbuf = xt_bufs.index(u % STAGES)
+            elif RING:
                 # one tile per program (the host checks): the epilogue goes through ring stage u, the last use
                 # of which both consumers have released once its empty barrier completes (u's phase); no load
                 # lands there again, so the ring needs no buffers of its own and can be one stage deeper
@@ -301,17 +322,20 @@ def _wo_a_w8_persistent_kernel(x_desc, xt_desc, w_desc, y_desc, yt_desc, S, n_ti
             yt_smem = y_smem
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    epi = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=2)  # both consumers release a stage
+    for i in gl.static_range(2):
+        mbarrier.init(epi.index(i), count=1)  # RING 2: consumer i's store has read its ring stage
     fence_async_shared()
     gl.warp_specialize([
-        (_consumer, (x_bufs, xt_bufs, w_bufs, ready, empty, y_desc, yt_desc, y_smem, yt_smem, S, n_tiles, TB, Y, T, YS,
+        (_consumer, (x_bufs, xt_bufs, w_bufs, ready, empty, epi, y_desc, yt_desc, y_smem, yt_smem, S, n_tiles, TB, Y, T, YS,
                      0, R, D, BN, BK, STAGES, TAIL, PREFETCH, EARLY, DIRECT, DEPTH, RING)),
-        (_consumer, (x_bufs, xt_bufs, w_bufs, ready, empty, y_desc, yt_desc, y_smem, yt_smem, S, n_tiles, TB, Y, T, YS,
+        (_consumer, (x_bufs, xt_bufs, w_bufs, ready, empty, epi, y_desc, yt_desc, y_smem, yt_smem, S, n_tiles, TB, Y, T, YS,
                      1, R, D, BN, BK, STAGES, TAIL, PREFETCH, EARLY, DIRECT, DEPTH, RING)),
-        (_producer, (x_desc, xt_desc, w_desc, x_bufs, xt_bufs, w_bufs, ready, empty, n_tiles, TB, R, D, BN, BK,
-                     STAGES, TAIL)),
+        (_producer, (x_desc, xt_desc, w_desc, x_bufs, xt_bufs, w_bufs, ready, empty, epi, n_tiles, TB, R, D, BN, BK,
+                     STAGES, TAIL, RING)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
 
 
@@ -332,7 +356,7 @@ def wo_a_w8_persistent(
     direct: bool = False,
     depth: int = 1,
     out: torch.Tensor | None = None,
-    ring: bool = False,
+    ring: int = 0,
 ) -> torch.Tensor:
     """o bf16 [T, G, D], codes e4m3 [G*R, D], scale float32 [G*R/32, D/32] ->
     bf16 [T, G, R]; R a multiple of 128, D of 64 (dsv4_wo_a_w8 checks)."""
@@ -354,7 +378,7 @@ def wo_a_w8_persistent(
     n_tiles = groups * (rows // TILE_ROWS) * token_blocks
     if programs is None:
         programs = min(torch.cuda.get_device_properties(o.device).multi_processor_count, n_tiles)
-    if ring and programs != n_tiles:
+    if ring == 1 and programs != n_tiles:
         raise ValueError(f"ring: one tile per program only ({n_tiles} tiles, {programs} programs)")
     _wo_a_w8_persistent_kernel[(programs,)](
         x_desc, xt_desc, w_desc, y_desc, yt_desc, scale, n_tiles, token_blocks, y2, tokens, y2.stride(0),
