@@ -151,21 +151,33 @@ PERSISTENT_TOKENS = (256, 257, 300, 320, 384, 513, 576, 1024, 2049, 4096)
 def test_persistent_hopper_kernel_matches_the_bf16_reference(groups, rows, dim, monkeypatch):
     """Both tile forms (256 tokens; 256 + 64 with the tail wgmma) at every token
     count, against float64 with the W8 kernel's tolerance; every output written
-    (the TMA store clips the last tile, whose loads zero-fill past T)."""
+    (the TMA store clips the last tile, whose loads zero-fill past T). Each on a
+    program per SM (RING where the tiles fit one wave) and on 64 programs
+    (several tiles each where there are more: the epilogue's own buffers)."""
     import torch
 
     monkeypatch.setenv("DSV41_WO_A_W8", "1")
     hopper = _hopper_or_skip()
+    rings = []
+    real_ring_for = hopper.ring_for
+    monkeypatch.setattr(hopper, "ring_for", lambda *args: rings.append(real_ring_for(*args)[0]) or real_ring_for(*args))
     for seed, tokens in enumerate(PERSISTENT_TOKENS):
         o, codes, scale, wo_a = _operands(tokens, groups, rows, dim, seed + 200)
         expected = torch.einsum("tgd,grd->tgr", o.double(), wo_a.double())
         for tiles in (hopper.PLAIN, hopper.WITH_TAIL):
-            result = hopper.wo_a_w8_persistent(o, codes, scale, tiles=tiles)
-            assert not result.isnan().any(), f"tokens={tokens} {tiles}: NaN outputs"
-            torch.testing.assert_close(result.double(), expected, rtol=2**-6, atol=2**-6,
-                                       msg=lambda m: f"tokens={tokens} {tiles} [{groups},{rows},{dim}]: {m}")
-            relative = ((result.double() - expected).norm() / expected.norm()).item()
-            assert relative < 2**-8, f"tokens={tokens} {tiles}: relative error {relative:.2e}"
+            for programs in (None, 64):
+                form = f"tokens={tokens} {tiles} programs={programs or 'SMs'}"
+                # The output the kernel writes, poisoned: torch.empty hands it out for the call.
+                result = torch.full((tokens, groups, rows), float("nan"), dtype=torch.bfloat16, device="cuda")
+                with monkeypatch.context() as poisoned:
+                    poisoned.setattr(torch, "empty", lambda *a, result=result, **k: result)
+                    assert hopper.wo_a_w8_persistent(o, codes, scale, tiles=tiles, programs=programs) is result
+                assert not result.isnan().any(), f"{form}: outputs left unwritten (NaN)"
+                torch.testing.assert_close(result.double(), expected, rtol=2**-6, atol=2**-6,
+                                           msg=lambda m, form=form: f"{form} [{groups},{rows},{dim}]: {m}")
+                relative = ((result.double() - expected).norm() / expected.norm()).item()
+                assert relative < 2**-8, f"{form}: relative error {relative:.2e}"
+    assert set(rings) == {True, False}, f"RING taken {rings.count(True)} of {len(rings)} launches"
 
 
 @pytest.mark.guard_on

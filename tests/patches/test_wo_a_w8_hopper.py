@@ -140,7 +140,7 @@ def test_a_call_the_persistent_kernel_takes_runs_it_ahead_of_the_other_paths(mon
     assert asked == [(8, 64, 5)]
 
 
-def _compile(hopper, tiles, rows=1024, dim=1024):
+def _compile(hopper, tiles, rows=1024, dim=1024, ring=False):
     block_n, tail, stages = tiles
     tail_block = tail or block_n
     signature = {"x_desc": tensordesc("bf16", [block_n, hopper.BLOCK_K]),
@@ -148,21 +148,32 @@ def _compile(hopper, tiles, rows=1024, dim=1024):
                  "w_desc": tensordesc("fp8e4nv", [hopper.TILE_ROWS, hopper.BLOCK_K]),
                  "y_desc": tensordesc("bf16", [block_n, 64]), "yt_desc": tensordesc("bf16", [tail_block, 64]),
                  "S": "*fp32", "n_tiles": "i32", "TB": "i32"}
-    constexprs = dict(R=rows, D=dim, BN=block_n, BK=hopper.BLOCK_K, STAGES=stages, TAIL=tail,
+    constexprs = dict(R=rows, D=dim, BN=block_n, BK=hopper.BLOCK_K, STAGES=stages, TAIL=tail, RING=ring,
                       CONSUMER_REGS=hopper.CONSUMER_REGS, PRODUCER_REGS=hopper.PRODUCER_REGS)
     return compile_sm90(hopper._wo_a_w8_persistent_kernel, signature, constexprs, num_warps=4, maxnreg=168)
 
 
 @pytest.mark.guard_on
-@pytest.mark.parametrize("form", ["PLAIN", "WITH_TAIL"])
-def test_the_persistent_kernel_compiles_for_sm90a_with_the_pinned_triton(form, monkeypatch):
+@pytest.mark.parametrize("form,ring", [("PLAIN", False), ("WITH_TAIL", False), ("PLAIN", True), ("WITH_TAIL", True)])
+def test_the_persistent_kernel_compiles_for_sm90a_with_the_pinned_triton(form, ring, monkeypatch):
+    """Both tile forms, each with its own epilogue buffers and as RING (one tile
+    per program: the epilogue takes ring stages, and the ring is one deeper).
+    The RING forms compile with D = 512 (8 k-steps), which keeps this test's
+    time down; the k-loop is unrolled, so its counts scale with D."""
     monkeypatch.setenv("DSV41_WO_A_W8", "1")
     hopper = _hopper()
     tiles = getattr(hopper, form)
     block_n, tail, stages = tiles
-    dim = 1024
-    kernel = _compile(hopper, tiles, dim=dim)
+    dim = 512 if ring else 1024
+    if ring:
+        assert hopper.ring_for(128, 132, stages, dim // 64) == (True, stages + 1)
+        stages += 1
+    kernel = _compile(hopper, (block_n, tail, stages), dim=dim, ring=ring)
     assert kernel.shared <= H200_SHARED, f"{form}: {kernel.shared} bytes of shared memory"
+    stage = (block_n + tail) * 64 * 2 + 128 * 64  # bf16 tokens (+ tail) and fp8 weight, per k-step
+    epilogue = 2 * (block_n + tail) * 64 * 2  # two output buffers of their own
+    # RING: no epilogue buffers (the stages plus barriers); else the ring and both buffers.
+    assert stages * stage + (0 if ring else epilogue) <= kernel.shared < stages * stage + (0 if ring else epilogue) + 1024
     assert kernel.count("STL") == 0 and kernel.count("LDL") == 0, f"{form}: spills to local memory"
     # Two consumers x D/64 k-steps x 4 wgmmas of K=16 (x 2 with the tail's second wgmma), unrolled.
     assert kernel.count("HGMMA") == 2 * (dim // 64) * 4 * (2 if tail else 1)
@@ -177,6 +188,23 @@ def test_the_persistent_kernel_compiles_for_sm90a_with_the_pinned_triton(form, m
     # Store waits, per consumer: before a tile's epilogue rewrites its buffer, and before it exits.
     assert len(re.findall(r"cp\.async\.bulk\.wait_group", ptx)) == 2 * 2
     assert "setmaxnreg.inc" in ptx and "setmaxnreg.dec" in ptx  # warp-specialised register split
+    # Barrier waits: each consumer's per k-step (ready; unrolled) and the producer's one (empty, in its loop);
+    # RING: one more per consumer, for the last use of the stage its epilogue takes.
+    assert len(re.findall(r"mbarrier\.try_wait\.parity", ptx)) == 2 * (dim // 64) + 1 + (2 if ring else 0)
+
+
+@pytest.mark.guard_on
+def test_ring_only_where_every_program_has_one_tile_and_the_tile_has_the_k_steps(monkeypatch):
+    """RING takes one tile per program (the epilogue's stages are never loaded
+    again) and a ring no deeper than the tile's k-steps (the epilogue takes the
+    stages of the last ones)."""
+    monkeypatch.setenv("DSV41_WO_A_W8", "1")
+    hopper = _hopper()
+    assert hopper.ring_for(128, 132, 3, 16) == (True, 4)
+    assert hopper.ring_for(132, 132, 4, 8) == (True, 5)
+    assert hopper.ring_for(133, 132, 4, 16) == (False, 4)  # a program with two tiles
+    assert hopper.ring_for(256, 132, 3, 16) == (False, 3)
+    assert hopper.ring_for(16, 132, 4, 4) == (False, 4)  # D = 256: 4 k-steps, no room for a fifth stage
 
 
 @pytest.mark.guard_on
@@ -187,7 +215,8 @@ def test_the_host_launch_hands_the_kernel_what_its_tiles_need(tokens, monkeypatc
     views with the blocks the kernel's tiles read and write, one program per
     SM at most, the tile and token-block counts its loop walks, its constexprs.
     300 tokens take tiles of 256 + 64 (a second descriptor pair for the tail),
-    512 two plain 256-token blocks."""
+    one per program (RING: a ring one stage deeper), 512 two plain 256-token
+    blocks (two tiles on most programs: the ring of the form)."""
     import torch
 
     monkeypatch.setenv("DSV41_WO_A_W8", "1")
@@ -217,7 +246,9 @@ def test_the_host_launch_hands_the_kernel_what_its_tiles_need(tokens, monkeypatc
     blocks = -(-tokens // (block_n + tail))
     assert (n_tiles, token_blocks) == (groups * rows // 128 * blocks, blocks)
     assert grid == (min(132, n_tiles),)  # 300 tokens: 128 tiles of 320; 512: 256 tiles of 256
-    assert constexprs == [rows, dim, block_n, 64, stages, tail, hopper.CONSUMER_REGS, hopper.PRODUCER_REGS]
+    ring = tokens == 300  # 128 tiles for 132 programs; 512 tokens: 256 tiles
+    assert constexprs == [rows, dim, block_n, 64, stages + ring, tail, ring, hopper.CONSUMER_REGS,
+                          hopper.PRODUCER_REGS]
     assert options == {"num_warps": 4, "maxnreg": 168} and s is scale
     # The views the descriptors cover, and the blocks: tokens x k-step, 128 rows x k-step, tokens x 64 outputs.
     assert x_desc.shape == [tokens, groups * dim] and x_desc.block_shape == [block_n, 64]
