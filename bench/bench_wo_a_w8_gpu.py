@@ -190,7 +190,11 @@ def main() -> int:
             for mode in ("kept", "drop"):
                 verdicts.append((mode, groups, rows, dim, tokens, ratios[mode], verdict[mode]))
             if w8._persistent_kernels(o, rows, persistent) is not None:
-                path = f"persistent {hopper.tiles_for(tokens)} (BN, TAIL, STAGES)"
+                block_n, tail, stages = hopper.tiles_for(tokens)
+                n_tiles = hopper.tile_count(tokens, groups, rows, (block_n, tail, stages))
+                sms = torch.cuda.get_device_properties(0).multi_processor_count
+                ring, stages = hopper.ring_for((block_n, tail, stages), n_tiles, min(sms, n_tiles), dim // hopper.BLOCK_K)
+                path = f"persistent {(block_n, tail, stages)}{' ring' if ring else ''} (BN, TAIL, STAGES)"
             elif 0 < threshold <= tokens:
                 path = "dequantise + bf16"
             else:

@@ -152,8 +152,10 @@ def test_persistent_hopper_kernel_matches_the_bf16_reference(groups, rows, dim, 
     """Both tile forms (256 tokens; 256 + 64 with the tail wgmma) at every token
     count, against float64 with the W8 kernel's tolerance; every output written
     (the TMA store clips the last tile, whose loads zero-fill past T). Each on a
-    program per SM (RING where the tiles fit one wave) and on 64 programs
-    (several tiles each where there are more: the epilogue's own buffers)."""
+    program per SM and on 64 programs (several tiles each where there are
+    more): RING where the tiles fit one wave or have a tail (with several
+    tiles a program, its producer refilling the epilogue's stages after epi),
+    the epilogue's own buffers for 256-token tiles several to a program."""
     import torch
 
     monkeypatch.setenv("DSV41_WO_A_W8", "1")

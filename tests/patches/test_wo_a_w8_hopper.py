@@ -156,8 +156,8 @@ def _compile(hopper, tiles, rows=1024, dim=1024, ring=False):
 @pytest.mark.guard_on
 @pytest.mark.parametrize("form,ring", [("PLAIN", False), ("WITH_TAIL", False), ("PLAIN", True), ("WITH_TAIL", True)])
 def test_the_persistent_kernel_compiles_for_sm90a_with_the_pinned_triton(form, ring, monkeypatch):
-    """Both tile forms, each with its own epilogue buffers and as RING (one tile
-    per program: the epilogue takes ring stages, and the ring is one deeper).
+    """Both tile forms, each with its own epilogue buffers and as RING (the
+    epilogue takes ring stages, and the ring is one deeper).
     The RING forms compile with D = 512 (8 k-steps), which keeps this test's
     time down; the k-loop is unrolled, so its counts scale with D."""
     monkeypatch.setenv("DSV41_WO_A_W8", "1")
@@ -166,7 +166,7 @@ def test_the_persistent_kernel_compiles_for_sm90a_with_the_pinned_triton(form, r
     block_n, tail, stages = tiles
     dim = 512 if ring else 1024
     if ring:
-        assert hopper.ring_for(128, 132, stages, dim // 64) == (True, stages + 1)
+        assert hopper.ring_for(tiles, 128, 132, dim // 64) == (True, stages + 1)
         stages += 1
     kernel = _compile(hopper, (block_n, tail, stages), dim=dim, ring=ring)
     assert kernel.shared <= H200_SHARED, f"{form}: {kernel.shared} bytes of shared memory"
@@ -179,32 +179,36 @@ def test_the_persistent_kernel_compiles_for_sm90a_with_the_pinned_triton(form, r
     assert kernel.count("HGMMA") == 2 * (dim // 64) * 4 * (2 if tail else 1)
     assert wgmma_hazards(kernel.sass) == 0, f"{form}: a wgmma's register operand is overwritten in flight"
     ptx = kernel.ptx
-    assert len(re.findall(r"mbarrier\.init", ptx)) == 2 * stages  # ready and empty of every stage
+    assert len(re.findall(r"mbarrier\.init", ptx)) == 2 * stages + 2  # ready and empty of every stage; epi
     loads = re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared::\w+\.global\.mbarrier", ptx)  # ::cluster in 3.6
     stores = re.findall(r"cp\.async\.bulk\.tensor\.2d\.global\.shared::\w+", ptx)
     assert (len(loads), len(stores)) == ((3, 4) if tail else (2, 2))  # weight, tokens (+ tail); per consumer
     # Fences: after the barriers' init, and in each consumer before its TMA store reads what it wrote.
     assert len(re.findall(r"fence\.proxy\.async", ptx)) == 1 + 2
-    # Store waits, per consumer: before a tile's epilogue rewrites its buffer, and before it exits.
-    assert len(re.findall(r"cp\.async\.bulk\.wait_group", ptx)) == 2 * 2
+    # Store waits, per consumer: before a tile's epilogue rewrites its buffer, and before it exits; RING: after
+    # the next tile's k-step 1 (then the producer may refill the stage: epi). Each waits for the store's reads.
+    assert len(re.findall(r"cp\.async\.bulk\.wait_group\.read", ptx)) == 2 * (3 if ring else 2)
     assert "setmaxnreg.inc" in ptx and "setmaxnreg.dec" in ptx  # warp-specialised register split
     # Barrier waits: each consumer's per k-step (ready; unrolled) and the producer's one (empty, in its loop);
-    # RING: one more per consumer, for the last use of the stage its epilogue takes.
-    assert len(re.findall(r"mbarrier\.try_wait\.parity", ptx)) == 2 * (dim // 64) + 1 + (2 if ring else 0)
+    # RING: one more per consumer (the release of the stage its epilogue takes) and the producer's epi.
+    assert len(re.findall(r"mbarrier\.try_wait\.parity", ptx)) == 2 * (dim // 64) + 1 + (3 if ring else 0)
 
 
 @pytest.mark.guard_on
-def test_ring_only_where_every_program_has_one_tile_and_the_tile_has_the_k_steps(monkeypatch):
-    """RING takes one tile per program (the epilogue's stages are never loaded
-    again) and a ring no deeper than the tile's k-steps (the epilogue takes the
-    stages of the last ones)."""
+def test_ring_where_the_tiles_fit_a_wave_or_have_a_tail_and_the_tile_has_the_k_steps(monkeypatch):
+    """RING (epilogue through the ring, one stage deeper) where every program
+    has one tile or the tiles have a tail; 256-token tiles several to a
+    program keep their buffers; never a ring deeper than the tile's k-steps."""
     monkeypatch.setenv("DSV41_WO_A_W8", "1")
     hopper = _hopper()
-    assert hopper.ring_for(128, 132, 3, 16) == (True, 4)
-    assert hopper.ring_for(132, 132, 4, 8) == (True, 5)
-    assert hopper.ring_for(133, 132, 4, 16) == (False, 4)  # a program with two tiles
-    assert hopper.ring_for(256, 132, 3, 16) == (False, 3)
-    assert hopper.ring_for(16, 132, 4, 4) == (False, 4)  # D = 256: 4 k-steps, no room for a fifth stage
+    plain, with_tail = hopper.PLAIN, hopper.WITH_TAIL
+    assert hopper.ring_for(plain, 128, 132, 16) == (True, plain[2] + 1)
+    assert hopper.ring_for(plain, 132, 132, 8) == (True, plain[2] + 1)
+    assert hopper.ring_for(plain, 133, 132, 16) == (False, plain[2])  # a program with two tiles
+    assert hopper.ring_for(with_tail, 256, 132, 16) == (True, with_tail[2] + 1)
+    assert hopper.ring_for(with_tail, 128, 132, 16) == (True, with_tail[2] + 1)
+    assert hopper.ring_for(plain, 16, 132, 4) == (False, plain[2])  # D = 256: 4 k-steps, no room for a 5th
+    assert hopper.ring_for(with_tail, 16, 132, 3) == (False, with_tail[2])
 
 
 @pytest.mark.guard_on
@@ -216,7 +220,7 @@ def test_the_host_launch_hands_the_kernel_what_its_tiles_need(tokens, monkeypatc
     SM at most, the tile and token-block counts its loop walks, its constexprs.
     300 tokens take tiles of 256 + 64 (a second descriptor pair for the tail),
     one per program (RING: a ring one stage deeper), 512 two plain 256-token
-    blocks (two tiles on most programs: the ring of the form)."""
+    blocks (two tiles on most programs: the form's ring and buffers)."""
     import torch
 
     monkeypatch.setenv("DSV41_WO_A_W8", "1")
