@@ -2,7 +2,8 @@
 
 For each wo_a shape and token count, in one process:
   bf16      stock's GEMM: bf16 einsum('tgd,grd->tgr') on the dequantised weight (cuBLAS)
-  w8 kern   the W8 Triton kernel alone (e4m3 codes + 32x32 block scales; its tile table)
+  w8 kern   the W8 Triton kernel alone (e4m3 codes + 32x32 block scales; its tile table,
+            split-K where the weight is long and narrow)
   deq+bf16  the one-pass Triton dequantisation to bf16, then the same bf16 einsum
   kept      the W8 layers as the model runs them with the bf16 weight kept (DROP off,
             the default): the W8 kernel below DSV41_WO_A_W8_BF16_TOKENS tokens, from
@@ -47,8 +48,12 @@ import torch
 import triton
 import triton.testing
 
-# [groups, rows, dim] of wo_a per rank: the two ends of the shapes probed on the H200.
-SHAPES = ((8, 256, 512), (16, 1024, 1024))
+# [groups, rows, dim] of wo_a per rank. First DeepSeek-V4.1-Flash's own: o_groups 8
+# (o_groups // attn_tp_size a rank), o_lora_rank 1024 rows, 4096 wide (the width
+# deepseek_v4.py's fused V4.1 wo_a path checks; that kernel takes 2 or 4 groups, rank
+# 1024). Then the two ends of the shapes probed on the H200 before it was added.
+MODEL_SHAPE = (2, 1024, 4096)  # o_groups // attn_tp_size groups: TP4
+SHAPES = (MODEL_SHAPE, (8, 256, 512), (16, 1024, 1024))
 TOKENS = (1, 4, 7, 16, 32, 64, 128, 256, 300, 384, 512, 576, 1024, 2048, 4096, 8192)
 SETS = 8
 RUNS = 5
@@ -110,9 +115,51 @@ def _relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
     return ((actual.float() - expected.float()).norm() / expected.float().norm()).item()
 
 
+# (BN, TAIL, STAGES) of the persistent kernel: the series' two forms, then narrower
+# token blocks (more tiles where the weight has few 128-row blocks, as the model's does).
+PERSISTENT_FORMS = ((256, 0, 4), (256, 64, 3), (128, 0, 6), (128, 64, 4), (64, 0, 8))
+
+
+def _sweep_persistent(hopper, o, codes, scale, reference) -> str:
+    """Every persistent form on a program per SM (capped at its tiles) and on
+    half as many, each checked against the bf16 result first; best five."""
+    tokens, groups, dim = o.shape
+    rows = codes.shape[0] // groups
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    timed = []
+    for form in PERSISTENT_FORMS:
+        n_tiles = hopper.tile_count(tokens, groups, rows, form)
+        for programs in sorted({min(sms, n_tiles), max(1, min(sms, n_tiles) // 2)}):
+            try:
+                error = _relative_error(hopper.wo_a_w8_persistent(o, codes, scale, form, programs), reference)
+                if not error < 2**-7:
+                    print(f"  persistent {form} x {programs}: relative error {error:.2e}", file=sys.stderr)
+                    continue
+                timed.append((_time(lambda f=form, p=programs: hopper.wo_a_w8_persistent(o, codes, scale, f, p),
+                                    rep=40), form, programs))
+            except Exception as error:  # noqa: BLE001 - out of shared memory etc.: not a candidate
+                print(f"  persistent {form} x {programs}: {type(error).__name__}: {str(error)[:120]}", file=sys.stderr)
+    timed.sort()
+    return ", ".join(f"{t:.1f} {form} x {programs}" for t, form, programs in timed[:5])
+
+
+def _shapes(text: str) -> tuple:
+    try:
+        shapes = tuple(tuple(int(n) for n in item.split("x")) for item in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: want GROUPSxROWSxDIM[,...], e.g. 2x1024x4096") from None
+    if any(len(shape) != 3 or min(shape) < 1 for shape in shapes):
+        raise argparse.ArgumentTypeError(f"{text!r}: want GROUPSxROWSxDIM[,...], e.g. 2x1024x4096")
+    return shapes
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sweep", action="store_true", help="time every tile candidate too")
+    parser.add_argument("--shapes", type=_shapes, default=SHAPES,
+                        help="wo_a shapes per rank, GxRxD[,GxRxD...] (default: the model's, then the two ends)")
+    parser.add_argument("--tokens", type=lambda text: tuple(int(n) for n in text.split(",")), default=TOKENS,
+                        help="token counts, N[,N...] (default: 1 to 8192, 16 counts)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("no CUDA GPU: this benchmark runs on one", file=sys.stderr)
@@ -143,14 +190,15 @@ def main() -> int:
     generator = torch.Generator(device="cuda").manual_seed(0)
     verdicts = []
     sweep_lines = []
-    for groups, rows, dim in SHAPES:
+    for groups, rows, dim in args.shapes:
         weights = [_weights(groups, rows, dim, generator) for _ in range(SETS)]
         codes, scale, bf16 = weights[0]
-        print(f"\nwo_a [groups={groups}, rows={rows}, dim={dim}]: W8 {codes.numel() / 2**20:.1f} MiB + scales, bf16 {bf16.numel() * 2 / 2**20:.1f} MiB")
+        label = " (DeepSeek-V4.1-Flash's, per rank at TP4)" if (groups, rows, dim) == MODEL_SHAPE else ""
+        print(f"\nwo_a [groups={groups}, rows={rows}, dim={dim}]{label}: W8 {codes.numel() / 2**20:.1f} MiB + scales, bf16 {bf16.numel() * 2 / 2**20:.1f} MiB")
         print(f"{'tokens':>7} {'bf16':>8} {'w8 kern':>8} {'deq+bf16':>8} {'pers':>8} {'kept':>8} {'drop':>8} "
               f"{'kern/bf16':>9} {'deq/bf16':>8} {'pers/bf16':>9} {'kept/bf16':>9} {'drop/bf16':>9} {'spread':>6}  "
               f"{'kept':<9} {'drop':<9} drop's path")
-        for tokens in TOKENS:
+        for tokens in args.tokens:
             acts = [torch.randn(tokens, groups, dim, generator=generator, device="cuda").bfloat16() for _ in range(SETS)]
             o = acts[0]
             reference = torch.einsum("tgd,grd->tgr", o, bf16)
@@ -198,7 +246,8 @@ def main() -> int:
             elif 0 < threshold <= tokens:
                 path = "dequantise + bf16"
             else:
-                path = f"W8 kernel {w8._tiles(tokens, groups, rows, dim)}"
+                tiles, split = w8._split_k(tokens, groups, rows, dim, w8._tiles(tokens, groups, rows, dim))
+                path = f"W8 kernel {tiles}" + (f" split-K {split}" if split > 1 else "")
             pers = f"{med['pers']:>8.1f}" if "pers" in med else f"{'-':>8}"
             pers_ratio = f"{med['pers'] / med['bf16']:>9.2f}" if "pers" in med else f"{'-':>9}"
             print(f"{tokens:>7} {med['bf16']:>8.1f} {med['kern']:>8.1f} {med['deq']:>8.1f} {pers} {med['kept']:>8.1f} "
@@ -219,6 +268,9 @@ def main() -> int:
                 timed.sort()
                 sweep_lines.append(f"[{groups},{rows},{dim}] tokens={tokens:>5} bf16 {t_bf16:7.1f} | "
                                    + ", ".join(f"{t:.1f} {c}" for t, c in timed[:3]))
+                if pers_fits:
+                    sweep_lines.append(f"{'':>28}persistent (BN, TAIL, STAGES) x programs | "
+                                       + _sweep_persistent(hopper, o, codes, scale, reference))
         del weights
         torch.cuda.empty_cache()
     if sweep_lines:

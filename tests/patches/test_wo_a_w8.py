@@ -183,6 +183,69 @@ def test_w8_triton_kernel_matches_the_reference_in_the_interpreter():
 
 
 @pytest.mark.guard_on
+def test_split_k_where_the_reduction_is_long_and_the_weight_gives_few_programs(monkeypatch):
+    # DeepSeek-V4.1-Flash's own wo_a per rank at TP4 ([2, 1024, 4096]): the table's
+    # 32-row tiles cut it into 64 programs of 32 k-steps, 1.6x cuBLAS at decode on
+    # an H200; split over 4 programs with 64-row, 256-wide tiles, each token count
+    # up to 64 in one token tile (what the decode sweep measured best).
+    monkeypatch.setenv("DSV41_WO_A_W8", "1")
+    from sglang.kernels.ops.gemm.dsv4_wo_a_w8 import _split_k, _tiles
+
+    def plan(tokens, groups, rows, dim):
+        return _split_k(tokens, groups, rows, dim, _tiles(tokens, groups, rows, dim))
+
+    assert plan(1, 2, 1024, 4096) == ((16, 64, 256, 4, 3, False), 4)
+    assert plan(16, 2, 1024, 4096) == ((16, 64, 256, 4, 3, False), 4)
+    assert plan(17, 2, 1024, 4096) == ((32, 64, 256, 4, 3, False), 4)
+    assert plan(64, 2, 1024, 4096) == ((64, 64, 256, 4, 3, False), 4)
+    assert plan(65, 2, 1024, 4096) == (_tiles(65, 2, 1024, 4096), 1)  # past the measured token tiles
+    assert plan(1, 3, 1024, 4096) == ((16, 64, 256, 4, 3, False), 4)  # 48 x 4: the fewest splits that make 128
+    assert plan(1, 4, 1024, 4096) == (_tiles(1, 4, 1024, 4096), 1)  # 128 programs of 32 rows: enough (TP2)
+    assert plan(1, 1, 64, 2048) == ((16, 64, 256, 4, 3, False), 8)  # at most 8, and whole k-steps each
+    assert plan(1, 1, 64, 1024 + 512)[1] == 1  # 12 k-steps of 128: too short to split
+    assert plan(1, 1, 64, 256 * 17)[1] == 1  # no split of whole 256-wide steps divides 17 of them
+    for shape in ((8, 256, 512), (16, 1024, 1024), (8, 1024, 4096)):  # short, or 256 programs already
+        assert plan(1, *shape) == (_tiles(1, *shape), 1)
+
+
+@pytest.mark.guard_on
+def test_split_k_kernel_matches_the_reference_in_the_interpreter():
+    # The split-K form through the real dispatch (_wo_a_w8_triton picks it for a
+    # long, narrow weight): float32 partials added in a fixed order, so the same
+    # call gives the same bits; the unsplit kernel agrees within bf16 rounding.
+    script = textwrap.dedent(
+        """
+        import sys, torch
+        sys.path.insert(0, %r)
+        from test_wo_a_w8 import _checkpoint_like_weight, _reference
+        from sglang.kernels.ops.gemm import dsv4_wo_a_w8 as w8
+        weight = _checkpoint_like_weight(2 * 64, 2048, seed=7)
+        codes, scale = w8.quantize_wo_a_w8(weight)
+        gen = torch.Generator().manual_seed(7)
+        launched = []
+        real = w8._sum_splits_kernel
+        class Recorder:
+            def __getitem__(self, grid):
+                return lambda *a, **k: launched.append(k["SPLIT"]) or real[grid](*a, **k)
+        w8._sum_splits_kernel = Recorder()
+        for tokens in (1, 5, 40):
+            o = torch.randn(tokens, 2, 2048, generator=gen).bfloat16()
+            split = w8._wo_a_w8_triton(o, codes, scale)
+            torch.testing.assert_close(split, _reference(o, weight), rtol=2**-6, atol=1e-3)
+            assert torch.equal(split, w8._wo_a_w8_triton(o, codes, scale))
+            unsplit = w8._wo_a_w8_triton(o, codes, scale, w8._tiles(tokens, 2, 64, 2048))
+            torch.testing.assert_close(split, unsplit, rtol=2**-7, atol=1e-3)
+        assert launched == [8] * 6, launched
+        print("ok")
+        """
+        % str(Path(__file__).parent)
+    )
+    env = {**os.environ, "TRITON_INTERPRET": "1", "DSV41_WO_A_W8": "1"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+
+
+@pytest.mark.guard_on
 def test_w8_prefill_dispatch_follows_the_dequant_tokens_guard(monkeypatch):
     # Through the real call site: the attention reads DSV41_WO_A_W8_DEQUANT_TOKENS
     # at build, and from that many tokens on its W8 GEMM dequantises + runs the
@@ -755,8 +818,9 @@ def test_dspark_forward_runs_stocks_bf16_gemm_from_bf16_tokens_while_the_weight_
 @pytest.mark.guard_on
 def test_bf16_tokens_defaults_to_decode_sizes_and_refuses_a_negative_value(monkeypatch):
     monkeypatch.setenv("DSV41_WO_A_W8", "1")
-    # The default, from series.toml through the generated guards: the W8 kernel below 128 tokens.
-    assert _attention().wo_a_w8_bf16_tokens == 128
+    # The default, from series.toml through the generated guards: the W8 kernel up to 32
+    # tokens (decode and verify), where it beats cuBLAS on the model's own wo_a too.
+    assert _attention().wo_a_w8_bf16_tokens == 33
     monkeypatch.setenv("DSV41_WO_A_W8_BF16_TOKENS", "-1")
     with pytest.raises(ValueError, match="DSV41_WO_A_W8_BF16_TOKENS must be >= 0"):
         _attention()
