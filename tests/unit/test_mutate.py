@@ -358,3 +358,101 @@ def test_the_behavioural_kill_rate_leaves_out_only_survivors_whose_reason_says_e
     # Without reasons nothing is taken for equivalent.
     assert report.feature_rows(patches)[0]["behavioural_rate"] == 60.0
     assert "| 2 | 1 | 60.0 % | 75.0 % |" in report.markdown([row], [], patches, variant="tp4")
+
+
+# -- reasons follow a renumbered statement ----------------------------------------------------
+
+def _statement(number: int, summary: str, status: str = "survived") -> dict:
+    return {"id": f"pkg/mod.py:h1.s{number}", "kind": STATEMENT, "path": "pkg/mod.py", "lines": [number, number],
+            "summary": summary, "status": status, "killed_by": "" if status == "survived" else "t::t"}
+
+
+def test_a_reason_follows_its_statement_to_the_id_an_edit_renumbered_it_to():
+    from forkbuild.mutate.moves import follow
+
+    before = [_statement(1, "from x import y"), _statement(65, "if o.is_cuda:"), _statement(66, "try:"),
+              _statement(67, "n = 1", "killed")]
+    # Code added above: the same statements are s1, s90, s91 now; s65 is another, killed one.
+    after = [_statement(1, "from x import y"), _statement(65, "m = 2", "killed"), _statement(90, "if o.is_cuda:"),
+             _statement(91, "try:"), _statement(92, "n = 1", "killed"), _statement(93, "while k:")]
+    reasons = {"pkg/mod.py:h1.s1": "equivalent", "pkg/mod.py:h1.s65": "CUDA only", "pkg/mod.py:h1.s66": "CUDA"}
+    assert follow(before, after, reasons) == {"pkg/mod.py:h1.s65": "pkg/mod.py:h1.s90",
+                                              "pkg/mod.py:h1.s66": "pkg/mod.py:h1.s91"}
+    # Killed now, or gone: the reason stays where it is (--check asks to remove it).
+    assert follow(before, [_statement(1, "from x import y", "killed")], reasons) == {}
+    # Two `try:` were reasoned, one survives: which one is not sure, so neither moves.
+    two = [_statement(5, "try:"), _statement(6, "try:")]
+    assert follow(two, [_statement(7, "try:")], {"pkg/mod.py:h1.s5": "a", "pkg/mod.py:h1.s6": "b"}) == {}
+    # Renumbered into each other's ids (s2 -> s3 while s3 -> s4): both move.
+    chain = [_statement(2, "a = 1"), _statement(3, "b = 2")]
+    moved = follow(chain, [_statement(3, "a = 1"), _statement(4, "b = 2")],
+                   {"pkg/mod.py:h1.s2": "r2", "pkg/mod.py:h1.s3": "r3"})
+    assert moved == {"pkg/mod.py:h1.s2": "pkg/mod.py:h1.s3", "pkg/mod.py:h1.s3": "pkg/mod.py:h1.s4"}
+
+
+def _moved_results(series) -> dict:
+    results = _results(series)
+    record = results["variants"]["v"]["patches"]["feat.patch"]
+    record["mutants"] = [_statement(90, "if o.is_cuda:")]
+    record["reasons_moved"] = {"pkg/mod.py:h1.s65": "pkg/mod.py:h1.s90"}
+    return results
+
+
+def test_check_names_a_recorded_move_not_yet_in_reasons_toml_and_mutate_applies_it(tmp_path, capsys):
+    # The state a kill between the write of results.json and of reasons.toml leaves.
+    from forkbuild.cli import main
+    from forkbuild.mutate.results import write_results
+
+    series = _series(tmp_path)
+    write_results(tmp_path, _moved_results(series))
+    (tmp_path / "mutation" / "reasons.toml").write_text(
+        '# kept\n["feat.patch"]\n"pkg/mod.py:h1.s65" = "CUDA only: the launch"\n"pkg/mod.py:h1.s7" = "other"\n')
+    (problem,) = [line for line in check.problems(series, _moved_results(series), load_reasons(tmp_path))
+                  if "h1.s65" in line or "h1.s90" in line]
+    assert "(if o.is_cuda:) is mutant pkg/mod.py:h1.s90 now" in problem
+    assert "nox -s mutate -- --variant v --patch feat.patch" in problem
+    # The hint's command: results are current, so it runs no mutant; it moves the
+    # reason before it needs the test venv (here an interpreter without torch).
+    no_torch = tmp_path / "python-without-torch"
+    no_torch.write_text("#!/bin/sh\necho False\n")
+    no_torch.chmod(0o755)
+    assert main(["-C", str(tmp_path), "mutate", "--variant", "v", "--patch", "feat.patch",
+                 "--python", str(no_torch)]) != 0
+    assert "the reason for pkg/mod.py:h1.s65 moved to pkg/mod.py:h1.s90" in capsys.readouterr().err
+    text = (tmp_path / "mutation" / "reasons.toml").read_text()
+    assert text.startswith("# kept\n") and '"pkg/mod.py:h1.s7" = "other"' in text
+    assert load_reasons(tmp_path).by_patch["feat.patch"] == {"pkg/mod.py:h1.s90": "CUDA only: the launch",
+                                                             "pkg/mod.py:h1.s7": "other"}
+    assert not [line for line in check.problems(series, _moved_results(series), load_reasons(tmp_path))
+                if "h1.s65" in line or "h1.s90" in line]
+    # Applied once: a second run finds nothing to move, and a reason at the new id
+    # is never overwritten by one moving onto it.
+    from forkbuild.mutate import moves
+
+    assert moves.apply(tmp_path, _moved_results(series)["variants"]["v"]["patches"]) == []
+    (tmp_path / "mutation" / "reasons.toml").write_text(
+        '["feat.patch"]\n"pkg/mod.py:h1.s65" = "old"\n"pkg/mod.py:h1.s90" = "its own"\n')
+    assert moves.apply(tmp_path, _moved_results(series)["variants"]["v"]["patches"]) == []
+    assert load_reasons(tmp_path).by_patch["feat.patch"]["pkg/mod.py:h1.s90"] == "its own"
+
+
+def test_a_run_records_the_moves_of_the_patch_it_records(tmp_path):
+    # _record, where every run writes a patch's results: the moves go with them.
+    from forkbuild.commands.mutate import _record
+    from forkbuild.mutate.plan import PatchPlan
+    from forkbuild.mutate.runner import Outcome
+
+    series = _series(tmp_path)
+    (entry,) = series.patches
+    (mutant,) = _mutants(tmp_path, "def f(o):\n    return 2\n", "def f(o):\n    n = 1\n    return 2\n")[0]
+    item = PatchPlan(entry=entry, key="k", tests=(), cached=False, mutants=(mutant,))
+    # The same hunk as the second one of the patch before an edit dropped the first.
+    renumbered = mutant.id.replace(":h1", ":h2")
+    previous = {"mutants": [{"id": renumbered, "kind": mutant.kind, "path": mutant.path, "lines": [2, 2],
+                             "summary": mutant.summary, "status": "survived", "killed_by": ""}]}
+    recorded = {"feat.patch": previous}
+    outcome = Outcome(status="survived", killed_by="", seconds=0.0)
+    _record(recorded, item, {mutant.id: outcome}, Reasons({"feat.patch": {renumbered: "why"}}))
+    assert recorded["feat.patch"]["reasons_moved"] == {renumbered: mutant.id}
+    _record(recorded, item, {mutant.id: outcome}, Reasons({"feat.patch": {mutant.id: "why"}}))
+    assert "reasons_moved" not in recorded["feat.patch"]

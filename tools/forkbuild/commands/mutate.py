@@ -12,13 +12,14 @@ from pathlib import Path
 
 from forkbuild.commands import add_command
 from forkbuild.errors import MutationError
-from forkbuild.mutate import check, report
+from forkbuild.mutate import check, moves, report
 from forkbuild.mutate.plan import PatchPlan, plan, select
 from forkbuild.mutate.results import (
     KILLED,
     REASONS_FILE,
     RESULTS_FILE,
     SURVIVED,
+    Reasons,
     load_reasons,
     load_results,
     write_results,
@@ -73,6 +74,9 @@ def _run(args, context) -> int:
     entries = select(series, variant, args.patch)
     results = load_results(series.root)
     recorded = results["variants"].setdefault(variant, {"patches": {}})["patches"]
+    # Moves a killed run recorded but did not apply: before this run records anew.
+    _apply_moves(context, recorded)
+    reasons = load_reasons(series.root)
     site_packages = _prepare(context, variant, args.python)
     plans = plan(series, variant, entries, recorded=recorded, site_packages=site_packages, force=args.force)
     for cached in [item for item in plans if item.cached]:
@@ -83,9 +87,10 @@ def _run(args, context) -> int:
             del recorded[file]
     start = time.monotonic()
     _execute(context, [item for item in plans if not item.cached], python=args.python, jobs=args.jobs,
-             results=results, recorded=recorded, site_packages=site_packages)
+             results=results, recorded=recorded, site_packages=site_packages, reasons=reasons)
     seconds = time.monotonic() - start
     write_results(series.root, results)
+    _apply_moves(context, recorded)
     reasons = load_reasons(series.root)
     rows = report.feature_rows(recorded, reasons)
     context.reporter.console.print(report.table(rows, variant=variant))
@@ -96,6 +101,12 @@ def _run(args, context) -> int:
         context.reporter.info(f"written: {path}")
     context.reporter.info(f"mutants run in {seconds:.0f} s with {args.jobs} worker(s); results in {RESULTS_FILE}")
     return 0
+
+
+def _apply_moves(context, recorded: dict) -> None:
+    for file, old, new in moves.apply(context.series.root, recorded):
+        context.reporter.info(f"{REASONS_FILE}: [\"{file}\"] the reason for {old} moved to {new}, "
+                              f"the same statement renumbered by the patch's edit")
 
 
 def _check(context) -> int:
@@ -136,10 +147,10 @@ def _modules(plans: list[PatchPlan], site_packages: Path) -> dict[str, tuple[tup
 
 
 def _execute(context, plans: list[PatchPlan], *, python: Path, jobs: int, results: dict, recorded: dict,
-             site_packages: Path) -> None:
+             site_packages: Path, reasons: Reasons) -> None:
     for item in plans:
         if not item.mutants:
-            _record(recorded, item, {})
+            _record(recorded, item, {}, reasons)
     plans = [item for item in plans if item.mutants]
     if not plans:
         return
@@ -167,7 +178,7 @@ def _execute(context, plans: list[PatchPlan], *, python: Path, jobs: int, result
             waiting[mutant.patch] -= 1
             if waiting[mutant.patch] == 0:
                 # Each patch is written as soon as its mutants are done: a killed run keeps them.
-                _record(recorded, by_file[mutant.patch], outcomes[mutant.patch])
+                _record(recorded, by_file[mutant.patch], outcomes[mutant.patch], reasons)
                 write_results(root, results)
 
     with context.reporter.step(f"{len(mutants)} mutant(s) of {len(plans)} patch(es) on {jobs} worker(s), "
@@ -182,12 +193,18 @@ def _execute(context, plans: list[PatchPlan], *, python: Path, jobs: int, result
                                  f"results of the other patches are in {RESULTS_FILE}")
 
 
-def _record(recorded: dict, item: PatchPlan, outcomes: dict[str, Outcome]) -> None:
-    recorded[item.entry.file] = {
+def _record(recorded: dict, item: PatchPlan, outcomes: dict[str, Outcome], reasons: Reasons) -> None:
+    file = item.entry.file
+    mutants = [{"id": mutant.id, "kind": mutant.kind, "path": mutant.path, "lines": list(mutant.lines),
+                "summary": mutant.summary, "status": outcomes[mutant.id].status,
+                "killed_by": outcomes[mutant.id].killed_by} for mutant in item.mutants]
+    record: dict[str, object] = {
         "feature": item.entry.feature,
         "key": item.key,
-        "mutants": [{"id": mutant.id, "kind": mutant.kind, "path": mutant.path, "lines": list(mutant.lines),
-                     "summary": mutant.summary, "status": outcomes[mutant.id].status,
-                     "killed_by": outcomes[mutant.id].killed_by} for mutant in item.mutants],
+        "mutants": mutants,
         "skipped": [{"id": skip.id, "summary": skip.summary, "why": skip.why} for skip in item.skipped],
     }
+    moved = moves.follow(recorded.get(file, {}).get("mutants", []), mutants, reasons.by_patch.get(file, {}))
+    if moved:
+        record[moves.MOVED] = moved
+    recorded[file] = record

@@ -5,6 +5,7 @@ survivor has a recorded reason. Runs no mutant: hashes and files only."""
 from __future__ import annotations
 
 from forkbuild.config import Series
+from forkbuild.mutate import moves
 from forkbuild.mutate.results import NOT_RUN, REASONS_FILE, RESULTS_FILE, SURVIVED, Reasons, patch_key
 
 
@@ -16,6 +17,7 @@ def problems(series: Series, results: dict, reasons: Reasons) -> list[str]:
                      f"run `nox -s mutate`")
     known_ids: dict[str, set[str]] = {}
     survived_ids: dict[str, set[str]] = {}
+    moving: dict[str, dict[str, str]] = {}  # per patch: reasons a run moved but did not write yet
     for variant, recorded in sorted(variants.items()):
         if variant not in series.variants:
             found.append(f"{RESULTS_FILE}: variant {variant} is not in series.toml")
@@ -32,6 +34,13 @@ def problems(series: Series, results: dict, reasons: Reasons) -> list[str]:
                 found.append(f"{variant}: patches/{file} has no mutation results: "
                              f"run `nox -s mutate -- --variant {variant} --patch {file}`")
                 continue
+            pending = moves.pending(patches[file].get(moves.MOVED, {}), reasons.by_patch.get(file, {}))
+            moving.setdefault(file, {}).update(pending)
+            summaries = {mutant["id"]: mutant["summary"] for mutant in patches[file].get("mutants", [])}
+            for old, new in sorted(pending.items()):
+                found.append(f"{REASONS_FILE}: [\"{file}\"] {old}: its statement ({summaries.get(new, '?')}) is "
+                             f"mutant {new} now: `nox -s mutate -- --variant {variant} --patch {file}` moves "
+                             f"the reason (no mutant runs while the results are current)")
             if patches[file].get("key") != patch_key(series, entry):
                 found.append(f"{variant}: patches/{file}: results are stale (the patch, its feature's tests or "
                              f"the upstream pin changed): run `nox -s mutate -- --variant {variant} --patch {file}`")
@@ -39,7 +48,8 @@ def problems(series: Series, results: dict, reasons: Reasons) -> list[str]:
                 known_ids.setdefault(file, set()).add(mutant["id"])
                 if mutant["status"] == SURVIVED:
                     survived_ids.setdefault(file, set()).add(mutant["id"])
-                if mutant["status"] == SURVIVED and not reasons.of(file, mutant["id"]):
+                if mutant["status"] == SURVIVED and not reasons.of(file, mutant["id"]) \
+                        and mutant["id"] not in moving[file].values():
                     found.append(f"{variant}: patches/{file}: mutant {mutant['id']} ({mutant['summary']}) survived "
                                  f"and {REASONS_FILE} records no reason: kill it with a test through the real "
                                  f"call site, or add [\"{file}\"] \"{mutant['id']}\" = \"why\"")
@@ -48,6 +58,8 @@ def problems(series: Series, results: dict, reasons: Reasons) -> list[str]:
         if file not in recorded:
             continue  # no results yet: reported above; its reasons are judged once it has them
         for mutant_id in sorted(table):
+            if mutant_id in moving.get(file, {}):
+                continue  # named above, with its move
             if mutant_id == NOT_RUN:
                 if file in recorded:
                     found.append(f"{REASONS_FILE}: [\"{file}\"] \"{NOT_RUN}\": the patch has results now; remove it")

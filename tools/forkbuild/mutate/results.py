@@ -12,13 +12,13 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
-import os
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 from forkbuild.config import PatchEntry, Series
 from forkbuild.errors import MutationError
+from forkbuild.fsutil import write_atomic
 
 RESULTS_FILE = Path("mutation") / "results.json"
 REASONS_FILE = Path("mutation") / "reasons.toml"
@@ -87,9 +87,7 @@ def write_results(root: Path, data: dict) -> Path:
     """Atomically: a killed run leaves the old file or the new one."""
     path = root / RESULTS_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-    os.replace(temporary, path)
+    write_atomic(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
     return path
 
 

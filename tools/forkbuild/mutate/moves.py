@@ -1,0 +1,103 @@
+"""Reasons that follow their statement when an edit of the patch renumbers it.
+
+A statement mutant's id counts the statements its hunk adds (``mod.py:h1.s65``),
+so code added above a survivor renumbers it (``h1.s90``): its reason in
+mutation/reasons.toml would name a statement it was not written for, and
+``--check`` would ask for the same reason twice over (remove it here, add it
+there). When a run records a patch's results, each reason whose id no longer
+names the survivor it was written for follows the survivor of the same path,
+kind and text, where those pair up one to one in order; nothing else moves.
+
+The moves are part of the patch's record in results.json ("reasons_moved") and
+are applied to reasons.toml after results.json is written: a kill between the
+two writes leaves them recorded, ``--check`` names them, and the next
+``forkbuild mutate`` applies them (it runs no mutant while results are current).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from forkbuild.fsutil import write_atomic
+from forkbuild.mutate.results import REASONS_FILE, SURVIVED
+
+MOVED = "reasons_moved"
+
+
+def _identity(mutant: dict) -> tuple[str, str, str]:
+    return mutant["path"], mutant["kind"], mutant["summary"]
+
+
+def follow(previous: list[dict], current: list[dict], reasons: dict[str, str]) -> dict[str, str]:
+    """old id -> new id for each reason of `previous`'s survivors (reasons: one
+    patch's table) whose statement survives in `current` under another id."""
+    current_by_id = {mutant["id"]: mutant for mutant in current}
+
+    def still_fits(mutant: dict) -> bool:
+        now = current_by_id.get(mutant["id"])
+        return now is not None and now["status"] == SURVIVED and _identity(now) == _identity(mutant)
+
+    reasoned = [mutant for mutant in previous if mutant["status"] == SURVIVED and mutant["id"] in reasons]
+    leaving = [mutant for mutant in reasoned if not still_fits(mutant)]
+    leaving_ids = {mutant["id"] for mutant in leaving}
+    # A survivor is open to a moved reason when it has none, or its own is moving away.
+    open_now = [mutant for mutant in current
+                if mutant["status"] == SURVIVED and (mutant["id"] not in reasons or mutant["id"] in leaving_ids)]
+    olds: dict[tuple, list[str]] = {}
+    news: dict[tuple, list[str]] = {}
+    for mutant in leaving:
+        olds.setdefault(_identity(mutant), []).append(mutant["id"])
+    for mutant in open_now:
+        news.setdefault(_identity(mutant), []).append(mutant["id"])
+    moves: dict[str, str] = {}
+    for identity, old_ids in olds.items():
+        new_ids = news.get(identity, [])
+        # Only a one-to-one pairing is sure (three `try:` that became two: which went?).
+        if len(new_ids) == len(old_ids):
+            moves.update((old, new) for old, new in zip(old_ids, new_ids, strict=True) if old != new)
+    return moves
+
+
+def pending(moves: dict[str, str], table: dict) -> dict[str, str]:
+    """The moves not yet applied to one patch's reasons `table`: its old id still has
+    a reason and its new id has none, or only one that moves away itself."""
+    result = {old: new for old, new in moves.items() if old in table}
+    while True:
+        blocked = {old for old, new in result.items() if new in table and new not in result}
+        if not blocked:
+            return result
+        for old in blocked:
+            del result[old]
+
+
+def pending_by_patch(recorded: dict, by_patch: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+    """Per patch file of one variant's records, its moves reasons.toml still lacks."""
+    found = {}
+    for file, record in recorded.items():
+        moves = pending(record.get(MOVED, {}), by_patch.get(file, {}))
+        if moves:
+            found[file] = moves
+    return found
+
+
+def apply(root: Path, recorded: dict) -> list[tuple[str, str, str]]:
+    """Rename the reasons of every pending move in mutation/reasons.toml (comments and
+    the other lines kept), in one atomic write; (patch, old id, new id) of each."""
+    import tomlkit
+
+    path = root / REASONS_FILE
+    if not path.is_file():
+        return []
+    document = tomlkit.parse(path.read_text(encoding="utf-8"))
+    applied = []
+    for file, moves in pending_by_patch(recorded, {file: dict(table) for file, table in document.items()}).items():
+        table = document[file]
+        texts = {old: table[old] for old in moves}
+        for old in moves:
+            del table[old]
+        for old, new in moves.items():
+            table[new] = texts[old]
+            applied.append((file, old, new))
+    if applied:
+        write_atomic(path, tomlkit.dumps(document))
+    return applied
