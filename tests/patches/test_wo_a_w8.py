@@ -203,7 +203,9 @@ def test_split_k_where_the_reduction_is_long_and_the_weight_gives_few_programs(m
     assert plan(1, 4, 1024, 4096) == (_tiles(1, 4, 1024, 4096), 1)  # 128 programs of 32 rows: enough (TP2)
     assert plan(1, 1, 64, 2048) == ((16, 64, 256, 4, 3, False), 8)  # at most 8, and whole k-steps each
     assert plan(1, 1, 64, 1024 + 512)[1] == 1  # 12 k-steps of 128: too short to split
-    assert plan(1, 1, 64, 256 * 17)[1] == 1  # no split of whole 256-wide steps divides 17 of them
+    # No split of whole 256-wide steps divides 17 of them: the table's tiles, not
+    # the split form's tiles run unsplit.
+    assert plan(1, 1, 64, 256 * 17) == (_tiles(1, 1, 64, 256 * 17), 1)
     for shape in ((8, 256, 512), (16, 1024, 1024), (8, 1024, 4096)):  # short, or 256 programs already
         assert plan(1, *shape) == (_tiles(1, *shape), 1)
 
@@ -236,6 +238,21 @@ def test_split_k_kernel_matches_the_reference_in_the_interpreter():
             unsplit = w8._wo_a_w8_triton(o, codes, scale, w8._tiles(tokens, 2, 64, 2048))
             torch.testing.assert_close(split, unsplit, rtol=2**-7, atol=1e-3)
         assert launched == [8] * 6, launched
+        # Three 32-row blocks a group: the split form's 64-row tile narrows to 32
+        # (a 64-row grid would leave the last 32 rows unwritten).
+        assert w8._split_k(1, 1, 96, 2048, w8._tiles(1, 1, 96, 2048)) == ((16, 32, 256, 4, 3, False), 8)
+        weight96 = _checkpoint_like_weight(96, 2048, seed=8)
+        o = torch.randn(3, 1, 2048, generator=gen).bfloat16()
+        out = w8._wo_a_w8_triton(o, *w8.quantize_wo_a_w8(weight96))
+        torch.testing.assert_close(out, _reference(o, weight96), rtol=2**-6, atol=1e-3)
+        # Explicit tiles whose split does not divide the reduction are refused
+        # before launch (16 x 256 > 2048: the kernel would skip columns).
+        try:
+            w8._wo_a_w8_triton(o, *w8.quantize_wo_a_w8(weight96), (16, 32, 256, 4, 3, False), 16)
+        except AssertionError as error:
+            assert "split 16 x 256 does not divide 2048" in str(error), error
+        else:
+            raise SystemExit("a split that does not divide the reduction was launched")
         print("ok")
         """
         % str(Path(__file__).parent)
