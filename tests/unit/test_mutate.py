@@ -434,6 +434,11 @@ def test_check_names_a_recorded_move_not_yet_in_reasons_toml_and_mutate_applies_
         '["feat.patch"]\n"pkg/mod.py:h1.s65" = "old"\n"pkg/mod.py:h1.s90" = "its own"\n')
     assert moves.apply(tmp_path, _moved_results(series)["variants"]["v"]["patches"]) == []
     assert load_reasons(tmp_path).by_patch["feat.patch"]["pkg/mod.py:h1.s90"] == "its own"
+    # A broken reasons.toml is named, as --check names it, and left as it is.
+    (tmp_path / "mutation" / "reasons.toml").write_text('["feat.patch"]\n"pkg/mod.py:h1.s65" = ""\n')
+    with pytest.raises(MutationError, match="reasons.toml.*one non-empty line"):
+        moves.apply(tmp_path, _moved_results(series)["variants"]["v"]["patches"])
+    assert (tmp_path / "mutation" / "reasons.toml").read_text() == '["feat.patch"]\n"pkg/mod.py:h1.s65" = ""\n'
 
 
 def test_a_run_records_the_moves_of_the_patch_it_records(tmp_path):

@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from forkbuild.fsutil import write_atomic
-from forkbuild.mutate.results import REASONS_FILE, SURVIVED
+from forkbuild.mutate.results import REASONS_FILE, SURVIVED, load_reasons
 
 MOVED = "reasons_moved"
 
@@ -88,9 +88,13 @@ def apply(root: Path, recorded: dict) -> list[tuple[str, str, str]]:
     path = root / REASONS_FILE
     if not path.is_file():
         return []
+    # Read as --check reads it first: a broken file stops here, named, before any edit.
+    found = pending_by_patch(recorded, load_reasons(root).by_patch)
+    if not found:
+        return []
     document = tomlkit.parse(path.read_text(encoding="utf-8"))
     applied = []
-    for file, moves in pending_by_patch(recorded, {file: dict(table) for file, table in document.items()}).items():
+    for file, moves in found.items():
         table = document[file]
         texts = {old: table[old] for old in moves}
         for old in moves:
