@@ -33,6 +33,11 @@ visible: they are judged by the same 1.05 and flagged "small".
 
     python bench/bench_wo_a_w8_gpu.py                 # the table
     python bench/bench_wo_a_w8_gpu.py --sweep         # also every tile candidate, best per token count (do_bench)
+    python bench/bench_wo_a_w8_gpu.py --shapes 2x1024x4096   # the model's wo_a per rank at TP4 only
+
+After the table, the token thresholds this run measured per shape
+(wo_a_w8_thresholds.py): on another GPU (GB10), what to set in the variant's
+[variants.<v>.env] of series.toml.
 
 Needs the patched sglang importable (PYTHONPATH) and a CUDA GPU.
 """
@@ -47,6 +52,7 @@ import sys
 import torch
 import triton
 import triton.testing
+from wo_a_w8_thresholds import HEADER, Timing, render
 
 # [groups, rows, dim] of wo_a per rank. First DeepSeek-V4.1-Flash's own: o_groups 8
 # (o_groups // attn_tp_size a rank), o_lora_rank 1024 rows, 4096 wide (the width
@@ -190,8 +196,10 @@ def main() -> int:
     generator = torch.Generator(device="cuda").manual_seed(0)
     verdicts = []
     sweep_lines = []
+    measured: list[tuple[tuple[int, int, int], list[Timing]]] = []
     for groups, rows, dim in args.shapes:
         weights = [_weights(groups, rows, dim, generator) for _ in range(SETS)]
+        measured.append(((groups, rows, dim), []))
         codes, scale, bf16 = weights[0]
         label = " (DeepSeek-V4.1-Flash's, per rank at TP4)" if (groups, rows, dim) == MODEL_SHAPE else ""
         print(f"\nwo_a [groups={groups}, rows={rows}, dim={dim}]{label}: W8 {codes.numel() / 2**20:.1f} MiB + scales, bf16 {bf16.numel() * 2 / 2**20:.1f} MiB")
@@ -248,6 +256,7 @@ def main() -> int:
             else:
                 tiles, split = w8._split_k(tokens, groups, rows, dim, w8._tiles(tokens, groups, rows, dim))
                 path = f"W8 kernel {tiles}" + (f" split-K {split}" if split > 1 else "")
+            measured[-1][1].append(Timing(tokens, med["bf16"], med["kern"], med["deq"], med.get("pers")))
             pers = f"{med['pers']:>8.1f}" if "pers" in med else f"{'-':>8}"
             pers_ratio = f"{med['pers'] / med['bf16']:>9.2f}" if "pers" in med else f"{'-':>9}"
             print(f"{tokens:>7} {med['bf16']:>8.1f} {med['kern']:>8.1f} {med['deq']:>8.1f} {pers} {med['kept']:>8.1f} "
@@ -283,6 +292,9 @@ def main() -> int:
               f"worst {mode}/bf16 {max(v[5] for v in rows_of):.2f}")
         for _, groups, rows, dim, tokens, ratio, verdict in slower:
             print(f"  slower: [{groups},{rows},{dim}] tokens={tokens}: {ratio:.2f} ({verdict})")
+    print(f"\n{HEADER}")
+    for shape, timings in measured:
+        print(render(shape, timings))
     return 0
 
 
