@@ -388,13 +388,20 @@ def test_a_reason_follows_its_statement_to_the_id_an_edit_renumbered_it_to():
     moved = follow(chain, [_statement(3, "a = 1"), _statement(4, "b = 2")],
                    {"pkg/mod.py:h1.s2": "r2", "pkg/mod.py:h1.s3": "r3"})
     assert moved == {"pkg/mod.py:h1.s2": "pkg/mod.py:h1.s3", "pkg/mod.py:h1.s3": "pkg/mod.py:h1.s4"}
+    from forkbuild.mutate.moves import pending, recorded_form
+
+    kept = recorded_form(moved, {"pkg/mod.py:h1.s2": "r2", "pkg/mod.py:h1.s3": "r3"})
+    assert pending(kept, {"pkg/mod.py:h1.s2": "r2", "pkg/mod.py:h1.s3": "r3"}) == moved  # both, at once
+    # Applied ({s3: r2, s4: r3}), then s4's reason removed: s3 holds r2 now, not the
+    # r3 that was to move, so nothing is pending.
+    assert pending(kept, {"pkg/mod.py:h1.s3": "r2"}) == {}
 
 
 def _moved_results(series) -> dict:
     results = _results(series)
     record = results["variants"]["v"]["patches"]["feat.patch"]
     record["mutants"] = [_statement(90, "if o.is_cuda:")]
-    record["reasons_moved"] = {"pkg/mod.py:h1.s65": "pkg/mod.py:h1.s90"}
+    record["reasons_moved"] = {"pkg/mod.py:h1.s65": {"id": "pkg/mod.py:h1.s90", "reason": "CUDA only: the launch"}}
     return results
 
 
@@ -431,9 +438,13 @@ def test_check_names_a_recorded_move_not_yet_in_reasons_toml_and_mutate_applies_
 
     assert moves.apply(tmp_path, _moved_results(series)["variants"]["v"]["patches"]) == []
     (tmp_path / "mutation" / "reasons.toml").write_text(
-        '["feat.patch"]\n"pkg/mod.py:h1.s65" = "old"\n"pkg/mod.py:h1.s90" = "its own"\n')
+        '["feat.patch"]\n"pkg/mod.py:h1.s65" = "CUDA only: the launch"\n"pkg/mod.py:h1.s90" = "its own"\n')
     assert moves.apply(tmp_path, _moved_results(series)["variants"]["v"]["patches"]) == []
     assert load_reasons(tmp_path).by_patch["feat.patch"]["pkg/mod.py:h1.s90"] == "its own"
+    # Once applied, a move never runs again: a later reason at the old id (another
+    # statement's, another text) stays where it was written, the new id free or not.
+    (tmp_path / "mutation" / "reasons.toml").write_text('["feat.patch"]\n"pkg/mod.py:h1.s65" = "written later"\n')
+    assert moves.apply(tmp_path, _moved_results(series)["variants"]["v"]["patches"]) == []
     # A broken reasons.toml is named, as --check names it, and left as it is.
     (tmp_path / "mutation" / "reasons.toml").write_text('["feat.patch"]\n"pkg/mod.py:h1.s65" = ""\n')
     with pytest.raises(MutationError, match="reasons.toml.*one non-empty line"):
@@ -458,6 +469,6 @@ def test_a_run_records_the_moves_of_the_patch_it_records(tmp_path):
     recorded = {"feat.patch": previous}
     outcome = Outcome(status="survived", killed_by="", seconds=0.0)
     _record(recorded, item, {mutant.id: outcome}, Reasons({"feat.patch": {renumbered: "why"}}))
-    assert recorded["feat.patch"]["reasons_moved"] == {renumbered: mutant.id}
+    assert recorded["feat.patch"]["reasons_moved"] == {renumbered: {"id": mutant.id, "reason": "why"}}
     _record(recorded, item, {mutant.id: outcome}, Reasons({"feat.patch": {mutant.id: "why"}}))
     assert "reasons_moved" not in recorded["feat.patch"]

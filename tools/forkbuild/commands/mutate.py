@@ -204,7 +204,8 @@ def _record(recorded: dict, item: PatchPlan, outcomes: dict[str, Outcome], reaso
         "mutants": mutants,
         "skipped": [{"id": skip.id, "summary": skip.summary, "why": skip.why} for skip in item.skipped],
     }
-    moved = moves.follow(recorded.get(file, {}).get("mutants", []), mutants, reasons.by_patch.get(file, {}))
+    table = reasons.by_patch.get(file, {})
+    moved = moves.follow(recorded.get(file, {}).get("mutants", []), mutants, table)
     if moved:
-        record[moves.MOVED] = moved
+        record[moves.MOVED] = moves.recorded_form(moved, table)
     recorded[file] = record

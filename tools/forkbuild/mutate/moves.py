@@ -8,10 +8,13 @@ there). When a run records a patch's results, each reason whose id no longer
 names the survivor it was written for follows the survivor of the same path,
 kind and text, where those pair up one to one in order; nothing else moves.
 
-The moves are part of the patch's record in results.json ("reasons_moved") and
-are applied to reasons.toml after results.json is written: a kill between the
-two writes leaves them recorded, ``--check`` names them, and the next
-``forkbuild mutate`` applies them (it runs no mutant while results are current).
+The moves are part of the patch's record in results.json ("reasons_moved": old
+id -> the new id and the reason's text) and are applied to reasons.toml after
+results.json is written: a kill between the two writes leaves them recorded,
+``--check`` names them, and the next ``forkbuild mutate`` applies them (it runs
+no mutant while results are current). A recorded move is pending only while
+its old id still holds that very text, so an applied one never runs again,
+whatever reasons.toml says later.
 """
 
 from __future__ import annotations
@@ -58,10 +61,16 @@ def follow(previous: list[dict], current: list[dict], reasons: dict[str, str]) -
     return moves
 
 
-def pending(moves: dict[str, str], table: dict) -> dict[str, str]:
-    """The moves not yet applied to one patch's reasons `table`: its old id still has
-    a reason and its new id has none, or only one that moves away itself."""
-    result = {old: new for old, new in moves.items() if old in table}
+def recorded_form(moved: dict[str, str], reasons: dict[str, str]) -> dict[str, dict[str, str]]:
+    """follow()'s moves as a results.json record keeps them: with each reason's text."""
+    return {old: {"id": new, "reason": reasons[old]} for old, new in moved.items()}
+
+
+def pending(recorded_moves: dict[str, dict[str, str]], table: dict[str, str]) -> dict[str, str]:
+    """old id -> new id of the recorded moves not yet applied to one patch's reasons
+    `table`: the old id still holds the reason moved, and the new id has none, or
+    only one that moves away itself."""
+    result = {old: move["id"] for old, move in recorded_moves.items() if table.get(old) == move["reason"]}
     while True:
         blocked = {old for old, new in result.items() if new in table and new not in result}
         if not blocked:
