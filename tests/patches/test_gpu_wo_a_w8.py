@@ -147,8 +147,13 @@ def _hopper_or_skip():
 PERSISTENT_TOKENS = (256, 257, 300, 320, 384, 513, 576, 1024, 2049, 4096)
 
 
+# The shapes the dispatch gives the persistent kernel (whole 128-row tiles, at most
+# 16 k-steps): not the model's 4096-wide wo_a, which takes split-K and dequantise.
+PERSISTENT_SHAPES = ((8, 256, 512), (16, 1024, 1024))
+
+
 @pytest.mark.guard_on
-@pytest.mark.parametrize("groups,rows,dim", SHAPES[1:])
+@pytest.mark.parametrize("groups,rows,dim", PERSISTENT_SHAPES)
 def test_persistent_hopper_kernel_matches_the_bf16_reference(groups, rows, dim, monkeypatch):
     """Both tile forms (256 tokens; 256 + 64 with the tail wgmma) at every token
     count, against float64 with the W8 kernel's tolerance; every output written
@@ -187,8 +192,9 @@ def test_persistent_hopper_kernel_matches_the_bf16_reference(groups, rows, dim, 
 def test_drop_layers_take_the_persistent_kernel_where_it_fills_a_wave(monkeypatch):
     """Through the attention's call site, DSV41_WO_A_W8_PERSISTENT_TOKENS at its
     default: the large per-rank wo_a from 256 tokens on, the small one only
-    where its tiles fill a wave (2048 tokens), the Triton kernel or the dequant
-    path elsewhere; 0 turns it off. Each result against the reference."""
+    where its tiles fill a wave (2048 tokens), never the model's 4096-wide one;
+    the Triton kernel or the dequant path (DSV41_WO_A_W8_DEQUANT_TOKENS at its
+    default) elsewhere; 0 turns it off. Each result against the reference."""
     import torch
     from sglang.kernels.ops.gemm import dsv4_wo_a_w8
     from sglang.srt.models.deepseek_v4 import MqaAttentionBase
@@ -218,13 +224,19 @@ def test_drop_layers_take_the_persistent_kernel_where_it_fills_a_wave(monkeypatc
         torch.testing.assert_close(result.double(), expected, rtol=2**-6, atol=2**-6)
         return list(taken)
 
-    assert resolve_wo_a_w8_mode().persistent_tokens == 256  # series.toml's default
+    assert resolve_wo_a_w8_mode().persistent_tokens == 256  # series.toml's defaults
+    assert resolve_wo_a_w8_mode().dequant_tokens == 257
     assert path(128, 16, 1024, 1024) == ["_wo_a_w8_triton"]
     assert path(256, 16, 1024, 1024) == ["persistent"]
     assert path(300, 16, 1024, 1024) == ["persistent"]
     assert path(4096, 16, 1024, 1024) == ["persistent"]
     assert path(1024, 8, 256, 512) == ["_wo_a_w8_dequantized"]  # 16 x 4 tiles: under a wave
     assert path(2048, 8, 256, 512) == ["persistent"]
-    assert path(512, 2, 64, 96) == ["_wo_a_w8_triton"]  # rows not in 128-row tiles
+    assert path(256, 2, 64, 96) == ["_wo_a_w8_triton"]  # rows not in 128-row tiles
+    assert path(512, 2, 64, 96) == ["_wo_a_w8_dequantized"]
+    # The model's own wo_a: split-K to 256 tokens, then dequantised, also where
+    # its tiles fill a wave (2048 tokens): 64 k-steps a tile, past MAX_K_STEPS.
+    assert path(256, 2, 1024, 4096) == ["_wo_a_w8_triton"]
+    assert path(2048, 2, 1024, 4096) == ["_wo_a_w8_dequantized"]
     monkeypatch.setenv("DSV41_WO_A_W8_PERSISTENT_TOKENS", "0")
     assert path(4096, 16, 1024, 1024) == ["_wo_a_w8_dequantized"]

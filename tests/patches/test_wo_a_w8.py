@@ -185,9 +185,11 @@ def test_w8_triton_kernel_matches_the_reference_in_the_interpreter():
 @pytest.mark.guard_on
 def test_split_k_where_the_reduction_is_long_and_the_weight_gives_few_programs(monkeypatch):
     # DeepSeek-V4.1-Flash's own wo_a per rank at TP4 ([2, 1024, 4096]): the table's
-    # 32-row tiles cut it into 64 programs of 32 k-steps, 1.6x cuBLAS at decode on
-    # an H200; split over 4 programs with 64-row, 256-wide tiles, each token count
-    # up to 64 in one token tile (what the decode sweep measured best).
+    # 32/64-row tiles cut it into 32-64 weight slices of 32 k-steps, 1.6x cuBLAS at
+    # decode and 1.9-2.1x at 128-256 tokens on an H200. Split over the programs
+    # that make a wave with the token tiles: to 32 tokens token-left 64-row,
+    # 256-wide tiles (the decode sweep's best), above it weight-left 64-row,
+    # 128-wide tiles with token tiles of up to 128 (the prefill sweep's best).
     monkeypatch.setenv("DSV41_WO_A_W8", "1")
     from sglang.kernels.ops.gemm.dsv4_wo_a_w8 import _split_k, _tiles
 
@@ -197,17 +199,26 @@ def test_split_k_where_the_reduction_is_long_and_the_weight_gives_few_programs(m
     assert plan(1, 2, 1024, 4096) == ((16, 64, 256, 4, 3, False), 4)
     assert plan(16, 2, 1024, 4096) == ((16, 64, 256, 4, 3, False), 4)
     assert plan(17, 2, 1024, 4096) == ((32, 64, 256, 4, 3, False), 4)
-    assert plan(64, 2, 1024, 4096) == ((64, 64, 256, 4, 3, False), 4)
-    assert plan(65, 2, 1024, 4096) == (_tiles(65, 2, 1024, 4096), 1)  # past the measured token tiles
+    assert plan(32, 2, 1024, 4096) == ((32, 64, 256, 4, 3, False), 4)
+    assert plan(33, 2, 1024, 4096) == ((64, 64, 128, 4, 4, True), 4)
+    assert plan(64, 2, 1024, 4096) == ((64, 64, 128, 4, 4, True), 4)
+    assert plan(65, 2, 1024, 4096) == ((128, 64, 128, 4, 4, True), 4)
+    assert plan(128, 2, 1024, 4096) == ((128, 64, 128, 4, 4, True), 4)
+    assert plan(129, 2, 1024, 4096) == ((128, 64, 128, 4, 4, True), 2)  # two token tiles: half the splits
+    assert plan(256, 2, 1024, 4096) == ((128, 64, 128, 4, 4, True), 2)
+    assert plan(257, 2, 1024, 4096) == (_tiles(257, 2, 1024, 4096), 1)  # past the measured token counts
     assert plan(1, 3, 1024, 4096) == ((16, 64, 256, 4, 3, False), 4)  # 48 x 4: the fewest splits that make 128
+    assert plan(200, 3, 1024, 4096) == ((128, 64, 128, 4, 4, True), 2)  # 48 x 2 token tiles x 2
     assert plan(1, 4, 1024, 4096) == (_tiles(1, 4, 1024, 4096), 1)  # 128 programs of 32 rows: enough (TP2)
     assert plan(1, 1, 64, 2048) == ((16, 64, 256, 4, 3, False), 8)  # at most 8, and whole k-steps each
+    assert plan(100, 1, 64, 2048) == ((128, 64, 128, 4, 4, True), 8)
     assert plan(1, 1, 64, 1024 + 512)[1] == 1  # 12 k-steps of 128: too short to split
     # No split of whole 256-wide steps divides 17 of them: the table's tiles, not
     # the split form's tiles run unsplit.
     assert plan(1, 1, 64, 256 * 17) == (_tiles(1, 1, 64, 256 * 17), 1)
     for shape in ((8, 256, 512), (16, 1024, 1024), (8, 1024, 4096)):  # short, or 256 programs already
         assert plan(1, *shape) == (_tiles(1, *shape), 1)
+        assert plan(128, *shape) == (_tiles(128, *shape), 1)
 
 
 @pytest.mark.guard_on
@@ -230,14 +241,14 @@ def test_split_k_kernel_matches_the_reference_in_the_interpreter():
             def __getitem__(self, grid):
                 return lambda *a, **k: launched.append(k["SPLIT"]) or real[grid](*a, **k)
         w8._sum_splits_kernel = Recorder()
-        for tokens in (1, 5, 40):
+        for tokens in (1, 5, 40, 130):  # 40, 130: weight-left, one and two token tiles
             o = torch.randn(tokens, 2, 2048, generator=gen).bfloat16()
             split = w8._wo_a_w8_triton(o, codes, scale)
             torch.testing.assert_close(split, _reference(o, weight), rtol=2**-6, atol=1e-3)
             assert torch.equal(split, w8._wo_a_w8_triton(o, codes, scale))
             unsplit = w8._wo_a_w8_triton(o, codes, scale, w8._tiles(tokens, 2, 64, 2048))
             torch.testing.assert_close(split, unsplit, rtol=2**-7, atol=1e-3)
-        assert launched == [8] * 6, launched
+        assert launched == [8] * 8, launched
         # Three 32-row blocks a group: the split form's 64-row tile narrows to 32
         # (a 64-row grid would leave the last 32 rows unwritten).
         assert w8._split_k(1, 1, 96, 2048, w8._tiles(1, 1, 96, 2048)) == ((16, 32, 256, 4, 3, False), 8)
@@ -289,8 +300,9 @@ def test_w8_prefill_dispatch_follows_the_dequant_tokens_guard(monkeypatch):
     assert paths("4", 3) == ["_wo_a_w8_torch"]
     assert paths("0", 9) == ["_wo_a_w8_torch"]  # 0: never dequantise
     assert paths(None, 9) == ["_wo_a_w8_torch"]
-    # The default, from series.toml through the generated guards: prefill sizes.
-    assert _attention().wo_a_w8_dequant_tokens == 1024
+    # The default, from series.toml through the generated guards: where the
+    # split-K kernel (to 256 tokens) ends.
+    assert _attention().wo_a_w8_dequant_tokens == 257
     monkeypatch.setenv("DSV41_WO_A_W8_DEQUANT_TOKENS", "-1")
     with pytest.raises(ValueError, match="DSV41_WO_A_W8_DEQUANT_TOKENS must be >= 0"):
         _attention()

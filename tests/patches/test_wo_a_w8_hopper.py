@@ -113,6 +113,10 @@ def test_tiles_cover_the_tokens_and_the_wave_rule_picks_the_shapes(monkeypatch):
     assert not hopper.fits(1792, 8, 256, 512) and hopper.fits(1793, 8, 256, 512)
     # Rows must come in 128-row tiles, D in 64-wide k-steps.
     assert not hopper.fits(4096, 2, 64, 96) and not hopper.fits(4096, 16, 1024, 1056)
+    # At most 16 k-steps a tile: the model's 4096-wide wo_a, a wave of tiles at
+    # 2048 tokens, is faster dequantised; the same rows 1024 wide are not.
+    assert not hopper.fits(2048, 2, 1024, 4096) and not hopper.fits(8192, 2, 1024, 1088)
+    assert hopper.fits(2048, 2, 1024, 1024)
 
 
 @pytest.mark.guard_on

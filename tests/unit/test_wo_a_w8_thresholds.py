@@ -46,6 +46,18 @@ def test_the_model_shapes_h200_run_gives_the_bf16_tokens_default_series_toml_shi
     assert "PERSISTENT_TOKENS=0 (never, up to 2048 tokens)" in thresholds_module.render(shape, timings)
 
 
+def test_the_model_shapes_split_prefill_run_gives_the_dequant_tokens_default():
+    # DSV41_WO_A_W8_DEQUANT_TOKENS = 257 came from this run: the weight-left split-K
+    # kernel beats dequantise + cuBLAS to 256 tokens (16.9 vs 18.4 us), not from 257
+    # (25.4 vs 17.5); the decode thresholds stay as the run before measured them.
+    ((shape, timings),) = thresholds_module.parse((RESULTS / "wo_a_w8_model_shape_split_prefill.txt").read_text())
+    assert shape == (2, 1024, 4096) and [t.tokens for t in timings] == [1, 32, 33, 64, 128, 256, 257, 300]
+    found = thresholds_module.thresholds(timings)
+    assert found["DSV41_WO_A_W8_DEQUANT_TOKENS"] == _guard_default("DSV41_WO_A_W8_DEQUANT_TOKENS") == 257
+    assert found["DSV41_WO_A_W8_BF16_TOKENS"] == _guard_default("DSV41_WO_A_W8_BF16_TOKENS") == 33
+    assert found["DSV41_WO_A_W8_PERSISTENT_TOKENS"] == 0
+
+
 def test_every_table_of_a_file_of_several_runs_is_read():
     # wo_a_w8_gpu.txt: two runs of the two ends; the large shape's persistent kernel
     # wins from 256 tokens, PERSISTENT_TOKENS' default.
