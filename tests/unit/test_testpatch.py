@@ -495,3 +495,37 @@ def test_added_names_are_what_the_features_patches_define(tmp_path):
     series = load_series(_make(tmp_path) / "series.toml")
     assert {"EnvSwitch", "EnvStrictInt", "parse"} <= added_names(series, "guards")
     assert "EnvSwitch" not in added_names(series, "alpha")
+
+
+KILLS_FORKBUILD = '''\
+import os
+import signal
+
+import pytest
+
+FEATURE = "alpha"
+
+
+@pytest.mark.guard_off
+def test_zz_the_call_ends():
+    # As a GPU call's time limit does: forkbuild (pytest's parent) is killed mid-run.
+    os.kill(os.getppid(), signal.SIGKILL)
+    os._exit(1)
+'''
+
+
+def test_a_verbose_run_names_each_test_as_it_ends_so_a_killed_run_shows_how_far_it_got(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    root = _make(tmp_path)
+    (root / "tests" / "patches" / "test_zz_kill.py").write_text(KILLS_FORKBUILD)
+    command = [sys.executable, "-m", "forkbuild", "-v", "-C", str(root), "--cache", str(tmp_path / "cache"),
+               "test-patch", "--variant", "full", "--from-tree"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == -signal.SIGKILL, (done.returncode, done.stdout[-2000:], done.stderr[-2000:])
+    # What ran before the kill is on the terminal already; nothing is written after it.
+    assert "test_alpha.py::test_scale_triples PASSED" in done.stdout, done.stdout[-3000:]
+    assert "test_zz_kill.py::test_zz_the_call_ends" in done.stdout
+    assert not (root / "build" / "test-patch" / "full.json").exists()

@@ -102,14 +102,17 @@ def run_tests(*, context: Context, python: TestPython, features: str | None = No
     with tempfile.TemporaryDirectory(prefix="forkbuild-pytest-") as scratch:
         results = Path(scratch) / "results.json"
         env[RESULTS_ENV] = str(results)
-        command = [str(python.executable), "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfE",
+        # -v: pytest names each test on the terminal as it ends, so a run cut off
+        # (a GPU call's time limit kills forkbuild and all) shows how far it got.
+        live = context.reporter.verbose
+        command = [str(python.executable), "-m", "pytest", "-p", "no:cacheprovider", "-v" if live else "-q", "-rfE",
                    "--rootdir", str(context.series_dir), str(context.series_dir / TESTS_DIR)]
         if markers:
             command += ["-m", markers]
-        done = subprocess.run(command, cwd=context.series_dir, env=env, capture_output=True, text=True)
+        done = subprocess.run(command, cwd=context.series_dir, env=env, capture_output=not live, text=True)
         if done.returncode not in PYTEST_RAN or not results.is_file():
-            raise BuildError(f"pytest did not run (exit {done.returncode}):\n{(done.stdout + done.stderr)[-4000:]}")
-        context.reporter.detail(done.stdout + done.stderr)
+            output = "its output is above" if live else (done.stdout + done.stderr)[-4000:]
+            raise BuildError(f"pytest did not run (exit {done.returncode}):\n{output}")
         return json.loads(results.read_text())
 
 
