@@ -21,6 +21,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from types import SimpleNamespace
+from unittest import mock
 
 import pytest
 
@@ -56,8 +57,11 @@ def compile_sm90(fn, signature: dict, constexprs: dict, **options) -> Compiled:
     from triton.experimental.gluon._runtime import GluonASTSource
 
     signature = {**signature, **{name: "constexpr" for name in constexprs}}
-    kernel = triton.compile(GluonASTSource(fn, signature, constexprs=constexprs),
-                            target=GPUTarget("cuda", 90, 32), options=options)
+    # Compiled afresh: Triton's cache keys a Gluon kernel by its source, not by the
+    # module globals it names, so a build cached before would hide a lost import.
+    with mock.patch.dict(os.environ, {"TRITON_ALWAYS_COMPILE": "1"}):
+        kernel = triton.compile(GluonASTSource(fn, signature, constexprs=constexprs),
+                                target=GPUTarget("cuda", 90, 32), options=options)
     cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
     with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
         cubin.write(kernel.asm["cubin"])
