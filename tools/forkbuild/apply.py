@@ -117,7 +117,7 @@ def apply_variant(*, context: Context, variant: Combination | str | None, dest: 
 def apply_plan(*, context: Context, plan: ApplyPlan, dest: Path, stop: bool = False,
                report_offsets: bool = True) -> ApplyResult:
     series = context.series
-    cache = UpstreamCache(context.cache_dir, reporter=context.reporter)
+    cache = context.upstream
     base = cache.ensure(series.upstream)
     cache_git = cache.git()
     # The check `check` and `import` run: no patch may write through one of upstream's symlinks
@@ -271,7 +271,7 @@ def scratch_tree(*, context: Context, variant: Combination | str | None, strict:
     strict: raise ApplyError on a failing patch (as apply_variant does); otherwise
     the failures are in the result's records, for callers that report them.
     """
-    cache = UpstreamCache(context.cache_dir, reporter=context.reporter)
+    cache = context.upstream
     with temporary_worktree(cache, purpose="scratch") as dest:
         if strict:
             yield apply_variant(context=context, variant=variant, dest=dest)

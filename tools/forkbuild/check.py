@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from forkbuild.apply import PatchRecord, apply_plan, plan_variant
-from forkbuild.cache import UpstreamCache
 from forkbuild.config import Series
 from forkbuild.context import Context
 from forkbuild.errors import ApplyError, ConfigError
@@ -67,7 +66,7 @@ def check_consistency(context: Context) -> None:
 def check_series(*, context: Context) -> list[VariantCheck]:
     """Apply the whole series, then each variant, into one scratch work tree (removed after)."""
     series = context.series
-    cache = UpstreamCache(context.cache_dir, reporter=context.reporter)
+    cache = context.upstream
     # Every parse and path problem of every patch at once; the same check apply and import run.
     check_patches([entry.path for entry in series.patches], symlinks=symlinks_of(cache.git(), cache.ensure(series.upstream)))
     with temporary_worktree(cache, purpose="check") as dest:

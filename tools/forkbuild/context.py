@@ -6,12 +6,16 @@ import os
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from forkbuild.console import Reporter
 from forkbuild.errors import ConfigError
 from forkbuild.patchfacts import keep_records_in
 
-SERIES_FILE = "series.toml"
+if TYPE_CHECKING:
+    from forkbuild.cache import UpstreamCache
+
+from forkbuild.layout import BUILD_DIR, DIST_DIR, DOCKER_DIR, SERIES_FILE, WORK_DIR
 
 
 def find_series_dir(start: Path) -> Path:
@@ -56,5 +60,28 @@ class Context:
         return load_series(self.series_dir / SERIES_FILE)
 
     @property
+    def upstream(self) -> UpstreamCache:
+        """The upstream cache (pinned commits and wheels) under cache_dir, reporting to this context's reporter."""
+        from forkbuild.cache import UpstreamCache
+
+        return UpstreamCache(self.cache_dir, reporter=self.reporter)
+
+    @property
+    def series_file(self) -> Path:
+        return self.series_dir / SERIES_FILE
+
+    @property
+    def work_dir(self) -> Path:
+        return self.series_dir / WORK_DIR
+
+    @property
+    def dist_dir(self) -> Path:
+        return self.series_dir / DIST_DIR
+
+    @property
+    def docker_dir(self) -> Path:
+        return self.series_dir / DOCKER_DIR
+
+    @property
     def build_dir(self) -> Path:
-        return self.series_dir / "build"
+        return self.series_dir / BUILD_DIR

@@ -22,13 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from forkbuild.apply import file_hashes, record_exported, refuse_unsaved_work, series_hashes
-from forkbuild.cache import UpstreamCache
 from forkbuild.config import PatchEntry, Series, near_miss
 from forkbuild.context import Context
 from forkbuild.errors import ConfigError, DirtyTreeError, ExportDriftError, ForkbuildError
 from forkbuild.fsutil import write_atomic
 from forkbuild.git import Git
 from forkbuild.guards_module import generated_commit_problems, is_generated
+from forkbuild.layout import DROPPED_DIR, SERIES_TREE
 from forkbuild.new_feature import PATCH_NAME, PATCH_TRAILER
 from forkbuild.patchfile import PatchInfo, parse_patch, read_patch, read_text
 from forkbuild.series_edit import EntrySpec, quilt_series_text, updated_series_toml
@@ -36,7 +36,7 @@ from forkbuild.series_writer import SeriesChange, write_series
 from forkbuild.worktree.state import WorktreeState, read_state
 from forkbuild.worktrees import TreeGuard, tree_guard
 
-DEFAULT_TREE = Path(".forkbuild-work") / "series"
+DEFAULT_TREE = SERIES_TREE
 # What changes in a patch when only its position moved: the blob ids of the
 # `index` line and the line numbers (and function context) of hunk headers.
 NOISE = (
@@ -142,7 +142,7 @@ def open_export_tree(*, context: Context, tree: Path, drops: tuple[str, ...] = (
     refuse_unsaved_work(worktree)
     _refuse_stale_tree(context, state=state, worktree=worktree, dropped=set(drops))
     base = state.base
-    pinned = UpstreamCache(context.cache_dir, reporter=context.reporter).imported(context.series.upstream)
+    pinned = context.upstream.imported(context.series.upstream)
     if pinned and pinned != base:
         raise ForkbuildError(f"{tree} is built on {base[:12]}, but series.toml pins {context.series.upstream.tag} = {pinned[:12]}",
                              hint="re-apply the series onto the pinned upstream (forkbuild apply --all) and redo the change there")
@@ -305,7 +305,7 @@ def _with_kept(series: Series, specs: list[EntrySpec], *, kept: tuple[str, ...])
 
 def save_aside(context: Context, names: tuple[str, ...]) -> Path:
     """Copy patch files about to be dropped to .forkbuild-work/dropped/<time>/ (nothing is lost)."""
-    target = context.series_dir / ".forkbuild-work" / "dropped" / time.strftime("%Y%m%d-%H%M%S")
+    target = context.series_dir / DROPPED_DIR / time.strftime("%Y%m%d-%H%M%S")
     if not names:
         return target
     target.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from forkbuild.apply import apply_variant
-from forkbuild.cache import UpstreamCache
 from forkbuild.config import Series, near_miss
 from forkbuild.context import Context
 from forkbuild.errors import ApplyError, ConfigError, ForkbuildError
@@ -161,7 +160,7 @@ def import_patches(*, context: Context, incoming: list[Incoming]) -> list[Import
         subjects = {item.name: tree.subject(sha) for item, sha in made}
     finally:
         if dest.exists():
-            UpstreamCache(context.cache_dir, reporter=context.reporter).git().remove_worktree(dest)
+            context.upstream.git().remove_worktree(dest)
         shutil.rmtree(scratch, ignore_errors=True)
     _write(series, incoming, texts)
     return [Imported(file=item.name, feature=item.feature, subject=subjects[item.name], source=item.source)

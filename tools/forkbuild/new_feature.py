@@ -22,10 +22,10 @@ from forkbuild.config import GUARD_PREFIX, Series, near_miss, parse_series
 from forkbuild.errors import ConfigError, ForkbuildError
 from forkbuild.fsutil import write_atomic
 from forkbuild.guards import GUARD_TYPES, check_value
+from forkbuild.layout import WORK_DIR
 
 FEATURE_NAME = re.compile(r"[a-z][a-z0-9_]*")
 PATCH_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\.patch")
-WORK_DIR = Path(".forkbuild-work")
 PATCH_TRAILER = "Patch"  # export names a new patch file after it
 
 

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from forkbuild.apply import file_hashes, prepare_worktree, record_series_tree, scratch_tree
-from forkbuild.cache import UpstreamCache
 from forkbuild.config import Series
 from forkbuild.context import Context
 from forkbuild.dep3 import Description, parse_dep3, split_patch, stripspace
@@ -124,7 +123,7 @@ def import_quilt(*, context: Context, directory: Path, feature: str, source_tree
     patches = read_quilt_dir(series, directory, feature=feature)
     check_incoming(series, patches)
     source_tree = source_tree or source_tree_of(directory)
-    cache = UpstreamCache(context.cache_dir, reporter=context.reporter)
+    cache = context.upstream
     base = cache.ensure(series.upstream)
     cache_git = cache.git()
     dest = context.series_dir / DEFAULT_TREE

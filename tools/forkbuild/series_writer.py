@@ -37,14 +37,14 @@ from pathlib import Path
 from forkbuild.chaos import chaos_point
 from forkbuild.errors import ForkbuildError
 from forkbuild.fsutil import fsync_directory, write_atomic_many
+from forkbuild.layout import PATCHES_DIR as PATCHES
+from forkbuild.layout import SERIES_FILE as SERIES_TOML
+from forkbuild.layout import WORK_DIR
 
-WORK_DIR = ".forkbuild-work"
 JOURNAL = "series-transaction"
 MANIFEST = "manifest.json"
 NEW_DATA = "new.data"  # the new files' bytes, one after the other; the manifest says where each is
 LOCK = "series.lock"
-SERIES_TOML = "series.toml"
-PATCHES = "patches"
 QUILT_SERIES = "patches/series"
 STEPS = ("series:prepared", "series:committed", "series:applied-one", "series:applied", "series:done")
 # What fsutil.write_atomic names its temporary files: `.<name>.<8 random>.tmp`.

@@ -41,7 +41,7 @@ def run(args, context) -> int:
                            "choose a combination"], source="command line")
     combination = None if args.all or args.resume else arguments.from_args(args, context)
     name = combination.name if combination else "series"
-    dest = (args.dir or context.series_dir / ".forkbuild-work" / name).resolve()
+    dest = (args.dir or context.work_dir / name).resolve()
     if args.resume:
         result = resume_apply(context=context, dest=dest, action=args.resume)
         if result is None:

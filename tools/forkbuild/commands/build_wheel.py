@@ -30,7 +30,7 @@ def add_parser(subparsers) -> None:
 def run(args, context) -> int:
     request = WheelRequest(
         variant=arguments.from_args(args, context),
-        out_dir=(args.out or context.series_dir / "dist").resolve(),
+        out_dir=(args.out or context.dist_dir).resolve(),
         python_tags=tuple(args.python_tag),
         mode=args.mode,
         force=args.force,

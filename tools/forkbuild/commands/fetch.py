@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from forkbuild.cache import UpstreamCache
 from forkbuild.commands import add_command
 
 
@@ -20,7 +19,7 @@ def add_parser(subparsers) -> None:
 
 def run(args, context) -> int:
     upstream = context.series.upstream
-    cache = UpstreamCache(context.cache_dir, reporter=context.reporter)
+    cache = context.upstream
     commit = cache.ensure(upstream)
     context.reporter.info(f"{upstream.name} {upstream.version}: {upstream.tag} = {commit[:12]} in {cache.repo_path}")
     if args.wheels:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from forkbuild.commands import add_command
+from forkbuild.layout import SERIES_TREE
 from forkbuild.new_feature import plan_new_feature, write_new_feature
 
 
@@ -44,7 +45,7 @@ def run(args, context) -> int:
     else:
         reporter.info(f"series.toml: [features.{feature.name}]"
                       + (f", added to {', '.join(plan.added_to)}" if plan.added_to else ""))
-    template = os.path.relpath(plan.template_path, context.series_dir / ".forkbuild-work" / "series")
+    template = os.path.relpath(plan.template_path, context.series_dir / SERIES_TREE)
     reporter.info(f"commit template: {plan.template_path}")
     reporter.info(f"next: forkbuild apply --all; cd .forkbuild-work/series; change sglang; "
                   f"git commit -a -t {template}; cd -; forkbuild export  (writes patches/{feature.patch})")

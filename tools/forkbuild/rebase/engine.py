@@ -30,12 +30,12 @@ from typing import NoReturn
 from packaging.version import InvalidVersion, Version
 
 from forkbuild.apply import FULL_SERIES_REF, record_series_tree, series_hashes
-from forkbuild.cache import UpstreamCache
 from forkbuild.config import Upstream, parse_series
 from forkbuild.context import Context
 from forkbuild.errors import ApplyError, DirtyTreeError, ForkbuildError, RebaseStopped
 from forkbuild.export import export_series
 from forkbuild.git import Git
+from forkbuild.layout import REBASE_TREE
 from forkbuild.rebase import refs, report
 from forkbuild.rebase.checking import check_every_variant
 from forkbuild.rebase.collision import upstream_collisions
@@ -53,7 +53,7 @@ DROP_OUTCOMES = (Outcome.UPSTREAMED, Outcome.EMPTIED)
 
 
 def default_tree(series_dir: Path) -> Path:
-    return series_dir / ".forkbuild-work" / "rebase"
+    return series_dir / REBASE_TREE
 
 
 class Rebase:
@@ -61,7 +61,7 @@ class Rebase:
         self.context = context
         self.reporter = context.reporter
         self.journal = Journal(context.series_dir)
-        self.cache = UpstreamCache(context.cache_dir, reporter=context.reporter)
+        self.cache = context.upstream
 
     # -- entry points -------------------------------------------------------------
     def start(self, *, target: Upstream, tree: Path, accept_drops: bool) -> RebaseState | None:
@@ -306,7 +306,7 @@ class Rebase:
         self.journal.restore_series()  # a known start: redoing this phase writes the same result
         checkpoint(Step.FINALIZE_RESTORED)
         state = self._move_ref(state, refs.series_ref(state.id, NEW_SERIES), worktree.head())
-        series_toml = self.context.series_dir / "series.toml"
+        series_toml = self.context.series_file
         # The moved pin is not written on its own: export writes it with the patches, in one
         # series_writer transaction (a kill leaves the old series or the new one, never a new
         # pin over the old patches). Export reads the series as it will be: pinned to the target.

@@ -35,6 +35,7 @@ from forkbuild import statefile
 from forkbuild.chaos import chaos_point
 from forkbuild.errors import ForkbuildError
 from forkbuild.fsutil import fsync_directory, write_atomic
+from forkbuild.layout import PATCHES_DIR, SERIES_FILE, WORK_DIR
 from forkbuild.rebase.state import RebaseState, Step, step_name
 
 JOURNAL_DIR = "rebase-journal"
@@ -63,8 +64,8 @@ class SeriesFiles:
     root: Path
 
     def relative_paths(self) -> list[str]:
-        found = ["series.toml"] if (self.root / "series.toml").is_file() else []
-        patches = self.root / "patches"
+        found = [SERIES_FILE] if (self.root / SERIES_FILE).is_file() else []
+        patches = self.root / PATCHES_DIR
         if patches.is_dir():
             found += sorted(str(path.relative_to(self.root)) for path in patches.rglob("*") if path.is_file())
         return found
@@ -73,7 +74,7 @@ class SeriesFiles:
 class Journal:
     def __init__(self, series_dir: Path) -> None:
         self.series_dir = series_dir
-        self.path = series_dir / ".forkbuild-work" / JOURNAL_DIR
+        self.path = series_dir / WORK_DIR / JOURNAL_DIR
         self.backup = self.path / "backup"
 
     def exists(self) -> bool:

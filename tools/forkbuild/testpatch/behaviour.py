@@ -57,7 +57,7 @@ def require_torch(python: Path) -> None:
 def install_variant_wheel(*, context: Context, variant: Combination | str, python: Path) -> Path:
     """Build (or reuse) the variant's wheel for `python` and install it there --no-deps,
     unless exactly that build is installed already."""
-    request = WheelRequest(variant=variant, out_dir=context.series_dir / "dist", python_tags=(python_tag(python),))
+    request = WheelRequest(variant=variant, out_dir=context.dist_dir, python_tags=(python_tag(python),))
     (wheel,) = build_wheels(context=context, request=request)
     wanted = manifest_module.read_wheel(wheel.path)
     try:

@@ -31,7 +31,6 @@ from pathlib import Path, PurePosixPath
 
 import unidiff
 
-from forkbuild.cache import UpstreamCache
 from forkbuild.config import GUARD_PREFIX, Series
 from forkbuild.context import Context
 from forkbuild.errors import ApplyError
@@ -76,7 +75,7 @@ def declarations_tree(*, context: Context) -> Iterator[Path]:
     series order, plus the generated guards module of every feature; yields the
     directory to put on PYTHONPATH."""
     series = context.series
-    cache = UpstreamCache(context.cache_dir, reporter=context.reporter)
+    cache = context.upstream
     base = cache.ensure(series.upstream)
     environ = environ_path(series)
     with temporary_worktree(cache, purpose="declarations") as dest:

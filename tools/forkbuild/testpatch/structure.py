@@ -16,7 +16,7 @@ import re
 import unidiff
 
 from forkbuild.apply import ApplyResult, PatchRecord
-from forkbuild.config import Series
+from forkbuild.config import GUARD_PREFIX, Series
 from forkbuild.git import Git
 from forkbuild.guards_module import module_path
 from forkbuild.matrix.combination import Combination, as_combination
@@ -83,7 +83,7 @@ def _added_reads(tree: Git, commit: str) -> set[str]:
         for hunk in patched:
             for line in hunk:
                 if line.is_added:
-                    reads.update(match["env"] for match in GUARD_READ.finditer(line.value) if match["env"].startswith("DSV41_"))
+                    reads.update(match["env"] for match in GUARD_READ.finditer(line.value) if match["env"].startswith(GUARD_PREFIX))
     return reads
 
 

@@ -18,7 +18,6 @@ from typing import BinaryIO
 
 from forkbuild import manifest as manifest_module
 from forkbuild.apply import scratch_tree
-from forkbuild.cache import UpstreamCache
 from forkbuild.chaos import chaos_point
 from forkbuild.config import Series, WheelPin
 from forkbuild.context import Context
@@ -147,7 +146,7 @@ def _build_overlay(*, context: Context, request: WheelRequest, version: str) -> 
             reporter.info(f"{target.path.name}: up to date (same upstream wheel and series content)")
     if not stale:
         return tuple(BuiltWheel(path=target.path, version=version, rebuilt=False) for target in targets)
-    cache = UpstreamCache(context.cache_dir, reporter=reporter)
+    cache = context.upstream
     sources = {target.pin.python_tag: _zip_source(cache.wheel(target.pin)) for target in stale}
     patches = as_combination(series, request.variant).patches(series)
     layouts = {tag: WheelLayout(package_root=series.upstream.package_root, members=frozenset(source.by_name))

@@ -40,7 +40,6 @@ import tempfile
 from pathlib import Path
 
 from forkbuild.apply import ensure_series_blobs, plan_variant
-from forkbuild.cache import UpstreamCache
 from forkbuild.context import Context
 from forkbuild.git import Git
 from forkbuild.guards_module import generated_files
@@ -70,7 +69,7 @@ EXECUTABLE = "100755"
 
 def patched_changes(*, context: Context, combination: Combination, layout: WheelLayout) -> OverlayChanges | None:
     plan = plan_variant(context.series, combination)  # checks every patch's path safety
-    cache = UpstreamCache(context.cache_dir, reporter=context.reporter)
+    cache = context.upstream
     base = cache.ensure(context.series.upstream)
     git = cache.git()
     digests = tuple(hashlib.sha256(entry.path.read_bytes()).hexdigest() for entry in plan.entries)

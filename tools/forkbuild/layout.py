@@ -1,0 +1,18 @@
+"""The names of the files and folders forkbuild keeps in a series directory.
+
+One home for them, so that a rename is one edit; the Context turns them into paths.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+SERIES_FILE = "series.toml"
+PATCHES_DIR = "patches"
+WORK_DIR = ".forkbuild-work"  # forkbuild's own work trees, journals and set-aside files (git-ignored)
+SERIES_TREE = Path(WORK_DIR) / "series"  # the full-series work tree that export reads
+REBASE_TREE = Path(WORK_DIR) / "rebase"
+DROPPED_DIR = Path(WORK_DIR) / "dropped"  # patches export/drop set aside, one folder a run
+DIST_DIR = "dist"  # built wheels
+BUILD_DIR = "build"  # reports
+DOCKER_DIR = "docker"  # the image's Dockerfile and context
