@@ -121,6 +121,29 @@ def _relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
     return ((actual.float() - expected.float()).norm() / expected.float().norm()).item()
 
 
+def _graph_median(call, sets, runs: int = 3) -> float:
+    """us per call: the median of `runs` timings of one _Graph of `call` over `sets`."""
+    graph = _Graph(call, sets)
+    return statistics.median(graph.run() for _ in range(runs))
+
+
+def _time_correct(candidates, sets, reference, *, label: str) -> list:
+    """[(us, key)], fastest first, of each (key, call) whose output on sets[0] is within
+    2**-7 relative error of `reference`; the others are printed with why (the error, or
+    what the launch raised: out of resources is not a candidate)."""
+    results = []
+    for key, call in candidates:
+        try:
+            error = _relative_error(call(*sets[0]), reference)
+            if not error < 2**-7:
+                print(f"  {label} {key}: relative error {error:.2e}", flush=True)
+                continue
+            results.append((_graph_median(call, sets), key))
+        except Exception as error:  # noqa: BLE001 - out of resources: not a candidate
+            print(f"  {label} {key}: {type(error).__name__}", flush=True)
+    return sorted(results)
+
+
 # (BN, TAIL, STAGES) of the persistent kernel: the series' two forms, then narrower
 # token blocks (more tiles where the weight has few 128-row blocks, as the model's does).
 PERSISTENT_FORMS = ((256, 0, 4), (256, 64, 3), (128, 0, 6), (128, 64, 4), (64, 0, 8))

@@ -16,14 +16,13 @@ Each candidate is checked against the bf16 GEMM first (relative error < 2**-7).
 
 import itertools
 import os
-import statistics
 import sys
 
 import torch
 import triton
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_wo_a_w8_gpu import SETS, _Graph, _relative_error  # noqa: E402
+from bench_wo_a_w8_gpu import SETS, _graph_median, _time_correct, _weights  # noqa: E402
 
 TOKENS = (33, 64, 128, 256, 512, 1024)
 SPLITS = (1, 2, 4, 8)
@@ -51,38 +50,18 @@ def main() -> int:
     print("us per call (graph of 8 cold-L2 calls, median of 3); (ratio to bf16) tiles (BM, BN, BK, warps, stages, "
           "w_left) x SPLIT")
     gen = torch.Generator(device="cuda").manual_seed(0)
-    weights = []
-    for _ in range(SETS):
-        wt = (torch.randn(groups * rows, dim, generator=gen, device="cuda") * 0.02).bfloat16()
-        c, s = w8.quantize_wo_a_w8(wt)
-        weights.append((c, s, w8.dequantize_wo_a_w8(c, s).view(groups, rows, dim)))
+    weights = [_weights(groups, rows, dim, gen) for _ in range(SETS)]
     for tokens in TOKENS:
         acts = [torch.randn(tokens, groups, dim, generator=gen, device="cuda").bfloat16() for _ in range(SETS)]
         reference = torch.einsum("tgd,grd->tgr", acts[0], weights[0][2])
         w8_sets = [(a, w[0], w[1]) for a, w in zip(acts, weights)]
-
-        def timed(call, sets):
-            graph = _Graph(call, sets)
-            return statistics.median(graph.run() for _ in range(3))
-
-        bf16 = timed(lambda x, w: torch.einsum("tgd,grd->tgr", x, w), [(a, w[2]) for a, w in zip(acts, weights)])
-        shipped = timed(lambda x, c, s: w8._wo_a_w8_triton(x, c, s), w8_sets)
-        deq = timed(lambda x, c, s: w8._wo_a_w8_dequantized(x, c, s), w8_sets)
-        results = []
-        for tiles, split in candidates(tokens):
-            if dim % (tiles[2] * split) or rows % tiles[1]:
-                continue
-            call = lambda x, c, s, t=tiles, k=split: w8._wo_a_w8_triton(x, c, s, t, k)  # noqa: E731
-            try:
-                error = _relative_error(call(*w8_sets[0]), reference)
-                if not error < 2**-7:
-                    print(f"  T={tokens} {tiles} x{split}: relative error {error:.2e}", flush=True)
-                    continue
-                results.append((timed(call, w8_sets), tiles, split))
-            except Exception as error:  # noqa: BLE001 - out of resources: not a candidate
-                print(f"  T={tokens} {tiles} x{split}: {type(error).__name__}", flush=True)
-        results.sort()
-        best = ", ".join(f"{t:.1f} ({t / bf16:.2f}) {tiles} x{split}" for t, tiles, split in results[:5])
+        bf16 = _graph_median(lambda x, w: torch.einsum("tgd,grd->tgr", x, w), [(a, w[2]) for a, w in zip(acts, weights)])
+        shipped = _graph_median(lambda x, c, s: w8._wo_a_w8_triton(x, c, s), w8_sets)
+        deq = _graph_median(lambda x, c, s: w8._wo_a_w8_dequantized(x, c, s), w8_sets)
+        calls = [((tiles, split), lambda x, c, s, t=tiles, k=split: w8._wo_a_w8_triton(x, c, s, t, k))
+                 for tiles, split in candidates(tokens) if not (dim % (tiles[2] * split) or rows % tiles[1])]
+        results = _time_correct(calls, w8_sets, reference, label=f"T={tokens}")
+        best = ", ".join(f"{t:.1f} ({t / bf16:.2f}) {tiles} x{split}" for t, (tiles, split) in results[:5])
         print(f"T={tokens:>4} bf16 {bf16:5.1f} | shipped {shipped:5.1f} ({shipped / bf16:.2f}) | deq+bf16 {deq:5.1f} "
               f"({deq / bf16:.2f}) | {best}", flush=True)
     return 0
