@@ -32,7 +32,7 @@ from pathlib import Path
 from forkbuild.console import Reporter
 from forkbuild.context import Context
 from forkbuild.matrix import strategies
-from forkbuild.matrix.combination import closure, from_features
+from forkbuild.combination import closure, from_features
 from forkbuild.wheel.builder import WheelRequest, build_wheels
 
 

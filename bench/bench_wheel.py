@@ -27,7 +27,7 @@ from forkbuild.cache import UpstreamCache
 from forkbuild.console import Reporter
 from forkbuild.context import Context
 from forkbuild.git import Git
-from forkbuild.wheel import naming
+from forkbuild import naming
 from forkbuild.wheel.builder import WheelRequest, build_wheels, variant_version
 from forkbuild.wheel.overlay import Overlay, write_overlay
 from forkbuild.wheel.plan import OverlayChanges, WheelLayout, collect_changes

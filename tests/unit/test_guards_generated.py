@@ -23,7 +23,7 @@ from forkbuild.errors import ConfigError
 from forkbuild.export import export_series
 from forkbuild.git import Git
 from forkbuild.guards_module import GENERATED_TRAILER, module_path
-from forkbuild.matrix.combination import from_features
+from forkbuild.combination import from_features
 from forkbuild.worktree.engine import Outcome
 
 ENVIRON = "python/pkg/environ.py"

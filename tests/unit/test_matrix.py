@@ -22,7 +22,7 @@ from forkbuild.config import parse_series
 from forkbuild.errors import ConfigError
 from forkbuild.manifest import read_wheel
 from forkbuild.matrix import strategies
-from forkbuild.matrix.combination import closure, of_variant, resolve
+from forkbuild.combination import closure, of_variant, resolve
 from forkbuild.wheel.builder import variant_version
 
 BAKE_SCHEMA = json.loads((Path(__file__).parent / "data" / "docker-bake.schema.json").read_text())

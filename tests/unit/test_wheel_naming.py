@@ -6,7 +6,7 @@ import pytest
 from packaging.version import Version
 
 from forkbuild.errors import BuildError
-from forkbuild.wheel import naming
+from forkbuild import naming
 
 
 def test_local_version_names_variant_and_series_content():

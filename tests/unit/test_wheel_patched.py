@@ -19,7 +19,7 @@ from forkbuild.console import Reporter
 from forkbuild.context import Context
 from forkbuild.errors import ApplyError, BuildError
 from forkbuild.git import Git
-from forkbuild.matrix.combination import from_features
+from forkbuild.combination import from_features
 from forkbuild.wheel.builder import WheelRequest, build_wheels
 from forkbuild.wheel.patched import patched_changes
 from forkbuild.wheel.plan import WheelLayout, collect_changes

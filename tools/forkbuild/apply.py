@@ -19,13 +19,13 @@ from typing import NamedTuple
 
 from forkbuild.cache import UpstreamCache
 from forkbuild.chaos import chaos_point
+from forkbuild.combination import Combination, as_combination
 from forkbuild.config import PatchEntry, Series
 from forkbuild.context import Context
 from forkbuild.emptydirs import recreate_empty_dirs
 from forkbuild.errors import ApplyError, DirtyTreeError
 from forkbuild.git import Git
 from forkbuild.guards_module import add_generated_commit
-from forkbuild.matrix.combination import Combination, as_combination
 from forkbuild.patchfile import PatchInfo, check_patches, read_patch, symlinks_of
 from forkbuild.worktree.engine import Engine, Outcome, PatchJob, PatchResult
 from forkbuild.worktree.state import WorktreeState, read_state, state_path, write_state

@@ -171,7 +171,7 @@ class Series:
     def build_hash(self, *, name: str, features: Iterable[str], env: Mapping[str, str],
                    extra: Mapping[str, str] | None = None) -> str:
         """sha256 of a build of `features` named `name` with runtime defaults `env`
-        (a variant, or any combination: forkbuild.matrix.combination)."""
+        (a variant, or any combination: forkbuild.combination)."""
         features = tuple(features)
         identity = {
             "upstream": {

@@ -18,9 +18,9 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from forkbuild.combination import Combination, as_combination
 from forkbuild.config import Guard, Series, WheelPin
 from forkbuild.errors import BuildError
-from forkbuild.matrix.combination import Combination, as_combination
 
 SCHEMA = 1
 PACKAGE_FILE = "_forkbuild_manifest.json"

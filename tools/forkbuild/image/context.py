@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from forkbuild import manifest as manifest_module
+from forkbuild import naming
 from forkbuild.errors import BuildError
 from forkbuild.image import dockerfile
 from forkbuild.manifest import Manifest
-from forkbuild.wheel import naming
 
 RUNTIME_PACKAGE = Path(__file__).parent / "runtime"
 

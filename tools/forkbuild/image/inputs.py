@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from forkbuild.combination import Combination, as_combination
 from forkbuild.context import Context
 from forkbuild.image import base
 from forkbuild.image import context as image_context
 from forkbuild.image.docker import Docker
-from forkbuild.matrix.combination import Combination, as_combination
 from forkbuild.wheel.builder import WheelRequest, build_wheels
 
 

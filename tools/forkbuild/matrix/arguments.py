@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from forkbuild.matrix.combination import Combination, resolve
+from forkbuild.combination import Combination, resolve
 
 
 def feature_list(text: str) -> tuple[str, ...]:

@@ -18,9 +18,9 @@ from typing import Any
 
 from rich.table import Table
 
+from forkbuild.combination import Combination
 from forkbuild.image.build import IMAGE_REPO, TARGET, build_args, default_tag
 from forkbuild.image.context import ImageContext
-from forkbuild.matrix.combination import Combination
 from forkbuild.matrix.strategies import Matrix
 
 FORMATS = ("table", "json", "github", "bake")

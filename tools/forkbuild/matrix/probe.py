@@ -18,11 +18,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from forkbuild.combination import Combination, from_features
 from forkbuild.config import Guard, Series
 from forkbuild.context import Context
 from forkbuild.errors import BisectError
 from forkbuild.guards import parse_switch
-from forkbuild.matrix.combination import Combination, from_features
+from forkbuild.image import build
+from forkbuild.image.docker import Docker
+from forkbuild.image.inputs import ensure_bases, prepare_context
+from forkbuild.wheel.builder import WheelRequest, build_wheels
 
 FEATURES_ENV = "FORKBUILD_FEATURES"
 WHEELS_ENV = "FORKBUILD_WHEELS"  # the wheel paths, os.pathsep-separated (one per Python tag)
@@ -49,8 +53,6 @@ class Builder:
 
     def build(self, combination: Combination) -> dict[str, str]:
         """The probe environment of a build of `combination`: its wheels and image."""
-        from forkbuild.wheel.builder import WheelRequest, build_wheels
-
         request = WheelRequest(variant=combination, out_dir=self.out_dir, python_tags=self.python_tags)
         with self.context.reporter.step(f"wheel of {combination.name} ({combination.label})"):
             wheels = [built.path for built in build_wheels(context=self.context, request=request)]
@@ -60,10 +62,6 @@ class Builder:
         return env
 
     def _build_image(self, combination: Combination, wheels: Sequence[Path]) -> str:
-        from forkbuild.image import build
-        from forkbuild.image.docker import Docker
-        from forkbuild.image.inputs import ensure_bases, prepare_context
-
         assert self.image is not None  # called only when an image was asked for
         if self._docker is None:
             self._docker = Docker.connect(reporter=self.context.reporter)

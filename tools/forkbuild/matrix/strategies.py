@@ -32,9 +32,9 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from forkbuild.combination import Combination, closure, coexist, from_features, of_variant
 from forkbuild.config import Series
 from forkbuild.errors import ConfigError
-from forkbuild.matrix.combination import Combination, closure, coexist, from_features, of_variant
 
 STRATEGIES = ("variants", "each", "pairwise", "all")
 ALL_LIMIT = 64  # `all` refuses more combinations than this unless forced

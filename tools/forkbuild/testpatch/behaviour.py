@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from forkbuild import manifest as manifest_module
+from forkbuild.combination import Combination
 from forkbuild.context import Context
 from forkbuild.errors import BuildError
-from forkbuild.matrix.combination import Combination
 from forkbuild.testpatch.records import Record
 from forkbuild.wheel.builder import WheelRequest, build_wheels
 

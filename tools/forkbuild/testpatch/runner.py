@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from forkbuild.apply import scratch_tree
+from forkbuild.combination import Combination, as_combination
 from forkbuild.context import Context
 from forkbuild.errors import BuildError
-from forkbuild.matrix.combination import Combination, as_combination
 from forkbuild.testpatch import behaviour, proof, summary
 from forkbuild.testpatch import device as device_module
 from forkbuild.testpatch.behaviour import TestPython

@@ -15,14 +15,14 @@ import re
 
 import unidiff
 
+from forkbuild import naming
 from forkbuild.apply import ApplyResult, PatchRecord
+from forkbuild.combination import Combination, as_combination
 from forkbuild.config import GUARD_PREFIX, Series
 from forkbuild.git import Git
 from forkbuild.guards_module import module_path
-from forkbuild.matrix.combination import Combination, as_combination
 from forkbuild.testpatch.declarations import mismatch, read_declarations
 from forkbuild.testpatch.records import FAIL, PASS, SKIP, STRUCTURE, Record
-from forkbuild.wheel import naming
 
 ENVIRON = "srt/environ.py"  # inside the package: where sglang's envs registry lives
 GUARD_READ = re.compile(r"\benvs\.(?P<env>[A-Z][A-Z0-9_]*)\b")

@@ -17,15 +17,15 @@ from pathlib import Path
 from typing import BinaryIO
 
 from forkbuild import manifest as manifest_module
+from forkbuild import naming
 from forkbuild.apply import scratch_tree
 from forkbuild.chaos import chaos_point
+from forkbuild.combination import Combination, as_combination
 from forkbuild.config import Series, WheelPin
 from forkbuild.context import Context
 from forkbuild.errors import BuildError
 from forkbuild.git import Git
 from forkbuild.manifest import Manifest
-from forkbuild.matrix.combination import Combination, as_combination
-from forkbuild.wheel import naming
 from forkbuild.wheel.overlay import Overlay, write_overlay
 from forkbuild.wheel.patched import patched_changes
 from forkbuild.wheel.plan import OverlayChanges, WheelLayout, collect_changes, refuse_compiled

@@ -14,9 +14,9 @@ from typing import BinaryIO
 
 from installer.records import RecordEntry
 
+from forkbuild import naming
 from forkbuild.errors import BuildError
 from forkbuild.manifest import DIST_INFO_FILE, PACKAGE_FILE
-from forkbuild.wheel import naming
 from forkbuild.wheel.record import entry_for, parse_record, record_line, record_lines, renamed, render_record
 from forkbuild.wheel.zipraw import FILE_MODE, Member, ZipSource, ZipWriter
 

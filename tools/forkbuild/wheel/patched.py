@@ -40,10 +40,10 @@ import tempfile
 from pathlib import Path
 
 from forkbuild.apply import ensure_series_blobs, plan_variant
+from forkbuild.combination import Combination
 from forkbuild.context import Context
 from forkbuild.git import Git
 from forkbuild.guards_module import generated_files
-from forkbuild.matrix.combination import Combination
 from forkbuild.wheel.plan import OverlayChanges, WheelLayout, collect_changes
 
 _Key = tuple[str, str, tuple[str, ...]]  # (cache repository, upstream commit, sha256 of each patch in order)

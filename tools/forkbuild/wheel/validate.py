@@ -17,8 +17,8 @@ from installer.records import InvalidRecordEntry, RecordEntry, parse_record_file
 from installer.sources import WheelFile
 from packaging.utils import parse_wheel_filename
 
+from forkbuild import naming
 from forkbuild.errors import BuildError
-from forkbuild.wheel import naming
 
 
 def validate_wheel(path: Path, *, verified_source: Path | None = None) -> None:

@@ -87,7 +87,7 @@ def set_version_module(content: bytes, version: str, *, source: str) -> bytes:
     for pattern in (_VERSION_LINE, _TUPLE_LINE):
         if len(pattern.findall(text)) != 1:
             raise BuildError(f"{source}: expected exactly one line like {pattern.pattern!r}",
-                             hint="the version module changed shape upstream; update forkbuild.wheel.naming")
+                             hint="the version module changed shape upstream; update forkbuild.naming")
     text = _VERSION_LINE.sub(lambda m: f"{m.group(1)}{m.group(2)}{version}{m.group(2)}", text)
     text = _TUPLE_LINE.sub(lambda m: f"{m.group(1)}{version_tuple_literal(version)}", text)
     return text.encode("utf-8")
