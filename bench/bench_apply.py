@@ -23,7 +23,7 @@ package's; an editable install writes it on first import, unless PYTHONDONTWRITE
 is set, as it is on this project's machines: then every run compiles ~60 modules from
 source, ~30 ms).
 
-    /work/venv-dev/bin/python bench/bench_apply.py [--repeat 3] [--series-dir .] [--cache DIR]
+    .venv/bin/python bench/bench_apply.py [--repeat 3] [--series-dir .] [--cache DIR]
 """
 
 from __future__ import annotations
