@@ -49,7 +49,7 @@ def consistency(series: Series) -> tuple[list[str], list[str]]:
               if feature not in implemented]
     held = {feature for variant in series.variants.values() for feature in variant.features}
     warnings = [f"features.{name}: no variant holds it (it is never built or tested)"
-                for name in series.features if name not in held]
+                for name, feature in series.features.items() if name not in held and feature.ported]
     return errors, warnings
 
 

@@ -97,6 +97,7 @@ class Feature:
     requires: tuple[str, ...] = ()
     conflicts: tuple[str, ...] = ()
     guards: tuple[Guard, ...] = ()
+    ported: bool = True  # false: it lost its last patch (drop, export --drop, rebase); in no variant until it has one
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -307,7 +308,7 @@ _KEYS = {
     "upstream": {"name", "version", "package_root", "source", "git", "wheels", "empty_dirs"},
     "upstream.git": {"url", "ref", "commit"},
     "upstream.wheels": {"python_tag", "filename", "sha256", "url"},
-    "features.*": {"description", "requires", "conflicts", "guards"},
+    "features.*": {"description", "requires", "conflicts", "guards", "ported"},
     "features.*.guards": {"env", "type", "default", "description"},
     "patches": {"file", "feature", "upstream", "unguarded"},
     "variants.*": {"description", "features", "env"},
@@ -320,6 +321,13 @@ def _check_keys(problems: _Problems, table: Mapping[str, Any], kind: str, where:
     for key in table:
         if key not in allowed:
             problems.add(f"{where}.{key}".lstrip("."), f"unknown key{near_miss(key, allowed)}", near=key)
+
+
+def _boolean(problems: _Problems, value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        problems.add(where, f"must be true or false, not {_toml_type(value)}")
+        return True
+    return value
 
 
 def _string_list(problems: _Problems, value: Any, where: str) -> tuple[str, ...]:
@@ -431,6 +439,7 @@ def _parse_features(problems: _Problems, value: Any) -> dict[str, Feature]:
             requires=_string_list(problems, table.get("requires", []), f"{where}.requires"),
             conflicts=_string_list(problems, table.get("conflicts", []), f"{where}.conflicts"),
             guards=tuple(guard for guard in guards if guard),
+            ported=_boolean(problems, table.get("ported", True), f"{where}.ported"),
         )
     return features
 

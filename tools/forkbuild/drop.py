@@ -1,6 +1,6 @@
-"""`forkbuild drop NAME`: remove a patch from the series on purpose, the one way a
-patch leaves it besides `export --drop`. The file is copied aside first; the
-output says what went."""
+"""`forkbuild drop NAME`: remove patches from the series on purpose (copied aside first),
+as one series transaction. A feature left without a patch leaves the variants and stays
+declared, marked `ported = false` (series_edit.unported), so `check` accepts the result."""
 
 from __future__ import annotations
 
@@ -8,13 +8,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from forkbuild.apply import record_dropped
-from forkbuild.config import near_miss
+from forkbuild.config import Series, load_series, near_miss
 from forkbuild.context import Context
-from forkbuild.errors import ConfigError
-from forkbuild.export import DEFAULT_TREE, save_aside
-from forkbuild.fsutil import write_atomic
-from forkbuild.patchfile import read_patch
-from forkbuild.series_edit import EntrySpec, quilt_series_text, updated_series_toml
+from forkbuild.errors import ConfigError, DirtyTreeError
+from forkbuild.export import DEFAULT_TREE, normalized, save_aside
+from forkbuild.git import Git
+from forkbuild.patchfile import read_patch, read_text
+from forkbuild.series_edit import EntrySpec, quilt_series_text, unported, updated_series_toml
+from forkbuild.series_writer import SeriesChange, series_transaction
+from forkbuild.worktree.state import read_state
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -27,21 +29,55 @@ class Dropped:
     tree_commit: str  # the series work tree's commit of it ("" if none): export would bring it back
 
 
-def drop_patches(context: Context, names: list[str]) -> list[Dropped]:
-    series = context.series
-    known = {entry.file: entry for entry in series.patches}
-    unknown = [f"{name}: no such patch in series.toml{near_miss(name, known)}" for name in names if name not in known]
-    if unknown:
-        raise ConfigError(unknown, source="drop")
-    infos = {name: read_patch(known[name].path) for name in names}
-    saved = save_aside(context, tuple(names))
-    specs = [EntrySpec(file=entry.file, feature=entry.feature, upstream=entry.upstream_status)
-             for entry in series.patches if entry.file not in names]
-    # series.toml first: a kill after it leaves an unlisted file (check names it), never a listed missing one.
-    write_atomic(series.path, updated_series_toml(series.path.read_text(), specs))
+@dataclass(frozen=True, kw_only=True)
+class DropResult:
+    dropped: tuple[Dropped, ...]
+    unported: tuple[str, ...]  # features left without a patch: out of the variants, ported = false
+
+
+def drop_patches(context: Context, names: list[str]) -> DropResult:
+    with series_transaction(context.series_dir) as transaction:
+        context.series = series = load_series(context.series_file)  # read under the lock
+        known = {entry.file: entry for entry in series.patches}
+        unknown = [f"{name}: no such patch in series.toml{near_miss(name, known)}" for name in names if name not in known]
+        if unknown:
+            raise ConfigError(unknown, source="drop")
+        tree = context.series_dir / DEFAULT_TREE
+        _refuse_amended(series, tree, names)
+        infos = {name: read_patch(known[name].path) for name in names}
+        specs = [EntrySpec(file=entry.file, feature=entry.feature, upstream=entry.upstream_status)
+                 for entry in series.patches if entry.file not in names]
+        text, left = unported(updated_series_toml(series.path.read_text(), specs), series, specs)
+        saved = save_aside(context, tuple(names))
+        transaction.write(SeriesChange(series_toml=text, quilt_series=quilt_series_text(spec.file for spec in specs),
+                                       removed=tuple(names)))
+    commits = record_dropped(tree, names)
+    return DropResult(unported=left, dropped=tuple(
+        Dropped(file=name, feature=known[name].feature, added=infos[name].added, removed=infos[name].removed,
+                saved=saved, tree_commit=commits.get(name, "")) for name in names))
+
+
+def _refuse_amended(series: Series, tree: Path, names: list[str]) -> None:
+    """A patch whose commit in the series work tree was changed and not exported: dropping
+    it would lose that change (the next export would add the commit back as a new patch)."""
+    state = read_state(tree) if (tree / ".git").exists() else None
+    if state is None:
+        return
+    worktree = Git(tree)
+    head = worktree.head()
+    if head == state.head:
+        return
+    by_subject = {}
+    for sha in worktree.commits(state.base, head):
+        by_subject.setdefault(worktree.subject(sha), sha)
     for name in names:
-        known[name].path.unlink(missing_ok=True)
-    write_atomic(series.patches_dir / "series", quilt_series_text(spec.file for spec in specs))
-    commits = record_dropped(context.series_dir / DEFAULT_TREE, names)
-    return [Dropped(file=name, feature=known[name].feature, added=infos[name].added, removed=infos[name].removed,
-                    saved=saved, tree_commit=commits.get(name, "")) for name in names]
+        recorded = state.commits.get(name, "")
+        if recorded and worktree.is_ancestor(recorded, head):
+            continue  # the commit apply made is still there, as it was
+        sha = by_subject.get(read_patch(series.patches_dir / name).subject)
+        if sha and normalized(worktree.format_patch(sha)) != normalized(read_text(series.patches_dir / name)):
+            raise DirtyTreeError(
+                f"{name}: its commit in {tree} ({sha[:12]}) was changed and not exported; dropping the patch "
+                "would lose that change (the next export would add it back as a new patch)",
+                hint=f"keep the change: `forkbuild export`, then drop; discard it: remove the commit "
+                     f"(git -C {tree} rebase --onto {sha[:12]}^ {sha[:12]}), then drop")

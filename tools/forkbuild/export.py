@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import re
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
 from forkbuild.apply import file_hashes, record_exported, refuse_unsaved_work, series_hashes
-from forkbuild.config import PatchEntry, Series, near_miss
+from forkbuild.chaos import chaos_point
+from forkbuild.config import PatchEntry, Series, load_series, near_miss
 from forkbuild.context import Context
 from forkbuild.errors import ConfigError, DirtyTreeError, ExportDriftError, ForkbuildError
 from forkbuild.fsutil import write_atomic
@@ -31,8 +33,8 @@ from forkbuild.guards_module import generated_commit_problems, is_generated
 from forkbuild.layout import DROPPED_DIR, SERIES_TREE
 from forkbuild.new_feature import PATCH_NAME, PATCH_TRAILER
 from forkbuild.patchfile import PatchInfo, parse_patch, read_patch, read_text
-from forkbuild.series_edit import EntrySpec, quilt_series_text, updated_series_toml
-from forkbuild.series_writer import SeriesChange, write_series
+from forkbuild.series_edit import EntrySpec, quilt_series_text, unported, updated_series_toml
+from forkbuild.series_writer import SeriesChange, SeriesTransaction, series_transaction
 from forkbuild.worktree.state import WorktreeState, read_state
 from forkbuild.worktrees import TreeGuard, tree_guard
 
@@ -69,6 +71,7 @@ class ExportPlan:
     patches: tuple[ExportedPatch, ...]
     removed: tuple[str, ...]
     kept: tuple[str, ...] = ()  # entries with no commit kept as they are (--keep)
+    unported: tuple[str, ...] = ()  # features --drop left without a patch (out of the variants, ported = false)
     series_toml: str | None  # the new series.toml text, None when unchanged
     quilt_series: str | None  # the new patches/series text, None when unchanged
 
@@ -86,16 +89,23 @@ class ExportPlan:
 
 def export_series(*, context: Context, tree: Path, check: bool = False, refresh: bool = False,
                   drops: tuple[str, ...] = (), keeps: tuple[str, ...] = (),
-                  series_toml: str | None = None) -> ExportPlan:
+                  series_toml: str | None = None, transaction: SeriesTransaction | None = None) -> ExportPlan:
     """Plan the export of `tree`; with check, raise ExportDriftError on any change, else write it.
 
-    drops / keeps: what to do with entries that have no commit in the tree (see above).
-    series_toml: the series.toml text to write the entries into instead of the file's (the
-    rebase's moved pin: `context.series` is parsed from it), written in the same transaction."""
-    series = context.series
-    with tree_guard(tree, "export") as guard:  # never at the same time as an apply of this tree
+    One series transaction from the staleness check to the write (`transaction`: the caller's,
+    already open; else one of its own). drops / keeps: what to do with entries that have no
+    commit in the tree (see above). series_toml: the series.toml text to write the entries into
+    instead of the file's (the rebase's moved pin: `context.series` is parsed from it)."""
+    with ExitStack() as stack:
+        if transaction is None:
+            transaction = stack.enter_context(series_transaction(context.series_dir))
+        if series_toml is None:  # read under the lock, not before it
+            context.series = load_series(context.series_file)
+        series = context.series
+        guard = stack.enter_context(tree_guard(tree, "export"))  # never beside an apply of this tree
         _refuse_killed_change(guard)
         worktree, state = open_export_tree(context=context, tree=tree, drops=drops)
+        chaos_point("export:checked")
         plan = plan_export(series, worktree=worktree, base=state.base, refresh=refresh,
                            decisions=_decisions(series, drops=drops, keeps=keeps), state=state,
                            series_toml=series_toml)
@@ -108,7 +118,9 @@ def export_series(*, context: Context, tree: Path, check: bool = False, refresh:
                     hint=f"run `forkbuild export --dir {tree}` and commit the result")
             return plan
         save_aside(context, plan.removed)
-        write_plan(series, plan)
+        transaction.write(SeriesChange(
+            series_toml=plan.series_toml, quilt_series=plan.quilt_series, removed=plan.removed,
+            patches={patch.file: patch.text for patch in plan.patches if patch.action in ("new", "changed")}))
         files = [patch.file for patch in plan.patches]
         record_exported(worktree, state, head=plan.head, patches=files,
                         hashes=file_hashes(series.patches_dir, files))
@@ -234,12 +246,13 @@ def plan_export(series: Series, *, worktree: Git, base: str, refresh: bool,
     specs = _with_kept(series, [EntrySpec(file=p.file, feature=p.feature, upstream=p.upstream) for p in patches],
                        kept=kept)
     current_toml = series.path.read_text()
-    new_toml = updated_series_toml(current_toml if series_toml is None else series_toml, specs)
+    new_toml, left = unported(updated_series_toml(current_toml if series_toml is None else series_toml, specs),
+                              series, specs)
     quilt_path = series.patches_dir / "series"
     quilt = quilt_series_text(spec.file for spec in specs)
     old_quilt = quilt_path.read_text() if quilt_path.is_file() else None
     return ExportPlan(patches_dir=series.patches_dir, tree=worktree.path, head=head, patches=tuple(patches),
-                      removed=removed, kept=kept,
+                      removed=removed, kept=kept, unported=left,
                       series_toml=None if new_toml == current_toml else new_toml,
                       quilt_series=None if quilt == old_quilt else quilt)
 
@@ -440,13 +453,3 @@ def _action(path: Path, text: str, *, refresh: bool) -> str:
     if not refresh and normalized(old) == normalized(text):
         return "noise"
     return "changed"
-
-
-# -- writing -------------------------------------------------------------------
-
-def write_plan(series: Series, plan: ExportPlan) -> None:
-    """Write new and changed patches, series.toml, removed files and patches/series as
-    one transaction (series_writer): a kill leaves the old series or the new one."""
-    write_series(series.path.parent, SeriesChange(
-        series_toml=plan.series_toml, quilt_series=plan.quilt_series, removed=plan.removed,
-        patches={patch.file: patch.text for patch in plan.patches if patch.action in ("new", "changed")}))

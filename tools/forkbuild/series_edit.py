@@ -1,8 +1,5 @@
-"""Writing the series back: the [[patches]] list of series.toml (tomlkit, so
-comments and layout survive) and the quilt `patches/series` file.
-
-The texts are computed here; series_writer writes them (one transaction).
-"""
+"""The new texts of series.toml (tomlkit: comments and layout survive) and of the quilt
+`patches/series`; series_writer writes them."""
 
 from __future__ import annotations
 
@@ -12,6 +9,9 @@ from pathlib import Path
 
 import tomlkit
 from tomlkit.items import AoT, Table
+
+from forkbuild.config import Series
+from forkbuild.errors import ConfigError
 
 QUILT_SERIES = "series"
 QUILT_HEADER = (
@@ -121,3 +121,29 @@ def with_empty_dirs(text: str, directories: Iterable[str]) -> str:
     array.multiline(len(merged) > 3)
     upstream["empty_dirs"] = array
     return tomlkit.dumps(document)
+
+
+def unported(text: str, series: Series, entries: Sequence[EntrySpec]) -> tuple[str, tuple[str, ...]]:
+    """series.toml `text` (its patch list `entries`) where each feature that had a patch in
+    `series` and has none in `entries` leaves every variant and stays declared, guards and
+    all, with `ported = false` (a later rebase or import may bring it back); and those
+    features. ConfigError when a feature that stays in a variant requires one of them."""
+    left = tuple(sorted({entry.feature for entry in series.patches} - {entry.feature for entry in entries}))
+    if not left:
+        return text, ()
+    needed = [f"variants.{variant.name}: feature {name!r} requires {other!r}, which would have no patch left"
+              for variant in series.variants.values() for name in variant.features if name not in left
+              for other in series.features[name].requires if other in left]
+    if needed:
+        raise ConfigError(needed, source=str(series.path),
+                          hint="drop the features that require it too, or keep a patch of it")
+    document = tomlkit.parse(text)
+    for name in left:
+        document["features"][name]["ported"] = False  # type: ignore[index]
+    for variant in document.get("variants", {}).values():
+        held = variant.get("features")
+        if held is not None:
+            for name in left:
+                while name in held:
+                    held.remove(name)
+    return tomlkit.dumps(document), left

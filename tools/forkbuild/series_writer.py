@@ -1,24 +1,17 @@
-"""The one writer of series.toml and patches/: every change to them is one
-transaction, so a kill at any moment leaves the series either as it was or
-fully new, never half.
+"""The one writer of series.toml and patches/: every series-changing command
+(export, drop, new, import, rebase) runs as one transaction under the series lock,
+held from its first read to its last write:
 
-A transaction (`write_series(series_dir, SeriesChange(...))`):
-1. prepare: the new files' bytes (one data file, so one fsync however many
-   patches), the paths to delete and the sha256 each touched file has now
-   ("before") go into a scratch directory `.forkbuild-work/.series-transaction.XXXX`,
-   fsynced;
-2. commit point: that directory is renamed to `.forkbuild-work/series-transaction`;
-3. apply: every file written atomically (fsutil.write_atomic_many: all written,
-   their data made durable together, then each renamed over its path), each
-   removed file unlinked, each directory fsynced once;
-4. done: the journal is renamed aside and deleted.
+    with series_transaction(series_dir) as series:   # lock, recover, snapshot
+        ... read series.toml and patches/, check, plan ...
+        series.write(SeriesChange(...))              # refused if a file changed since the snapshot
 
-`recover_series(series_dir)` (run by every command when it opens the series,
-and by every transaction first) finishes what a killed one left: a committed
-journal is rolled forward (step 3 again: idempotent), a scratch journal (killed
-before the commit point: nothing was touched) is rolled back by deleting it.
-Rolling forward refuses to overwrite a file that is neither as the journal found
-it nor as it writes it: someone edited it after the kill.
+`write_series(series_dir, change)` is the same for a caller that read nothing first.
+A write is crash-safe: the new bytes and the old files' hashes go into a scratch
+journal, which is renamed into place (the commit point) before any file changes;
+`recover_series` (every command, on opening the series) rolls a committed journal
+forward and deletes an uncommitted one. Rolling forward refuses to overwrite a file
+that is neither as the journal found it nor as it writes it.
 """
 
 from __future__ import annotations
@@ -35,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from forkbuild.chaos import chaos_point
-from forkbuild.errors import ForkbuildError
+from forkbuild.errors import DirtyTreeError, ForkbuildError, LockTimeout
 from forkbuild.fsutil import fsync_directory, write_atomic_many
 from forkbuild.layout import PATCHES_DIR as PATCHES
 from forkbuild.layout import SERIES_FILE as SERIES_TOML
@@ -45,6 +38,8 @@ JOURNAL = "series-transaction"
 MANIFEST = "manifest.json"
 NEW_DATA = "new.data"  # the new files' bytes, one after the other; the manifest says where each is
 LOCK = "series.lock"
+LOCK_WAIT_S = 120
+_HELD: set[Path] = set()  # the series directories whose lock this process holds
 QUILT_SERIES = "patches/series"
 STEPS = ("series:prepared", "series:committed", "series:applied-one", "series:applied", "series:done")
 # What fsutil.write_atomic names its temporary files: `.<name>.<8 random>.tmp`.
@@ -99,24 +94,60 @@ def _check_name(relative: str) -> None:
         raise ForkbuildError(f"refusing to write {relative!r}: not series.toml or a file directly in patches/")
 
 
-def write_series(series_dir: Path, change: SeriesChange) -> None:
-    """Apply `change` to series.toml + patches/ as one transaction (see the module doc)."""
-    if change.is_empty():
-        return
-    writes, removals = change.writes(), change.removals()
-    for relative in [*writes, *removals]:
-        _check_name(relative)
-    with series_lock(series_dir):
-        _recover_locked(series_dir)
-        journal = _prepare(series_dir, writes, removals)
+class SeriesTransaction:
+    """An open transaction (see the module doc): `write` checks that series.toml and every
+    file of patches/ are as they were when the lock was taken (or as this transaction last
+    wrote them), so a command never overwrites what it did not read."""
+
+    def __init__(self, series_dir: Path) -> None:
+        self.series_dir = Path(series_dir)
+        self._seen = _snapshot(self.series_dir)
+
+    def write(self, change: SeriesChange) -> None:
+        if change.is_empty():
+            return
+        writes, removals = change.writes(), change.removals()
+        for relative in [*writes, *removals]:
+            _check_name(relative)
+        now = _snapshot(self.series_dir)
+        changed = sorted(path for path in {*now, *self._seen} if now.get(path) != self._seen.get(path))
+        if changed:
+            raise DirtyTreeError(f"series changed since read: {', '.join(changed)} changed while this command "
+                                 "worked on it (outside forkbuild's series lock); nothing was written",
+                                 hint="re-run the command: it reads the series anew")
+        chaos_point("series:verified")
+        journal = _prepare(self.series_dir, writes, removals)
         try:
-            _apply(series_dir, journal)
+            _apply(self.series_dir, journal)
         except OSError:
             # A full or read-only disk mid-way: put the old files back (links to the
             # backups: no new space needed), so the error leaves the series as it was.
-            _roll_back(series_dir, journal)
+            _roll_back(self.series_dir, journal)
             raise
         _finish(journal)
+        self._seen = _snapshot(self.series_dir)
+
+
+@contextmanager
+def series_transaction(series_dir: Path) -> Iterator[SeriesTransaction]:
+    """Hold the series lock (a pending journal finished first) for one command's read-plan-write."""
+    series_dir = Path(series_dir).resolve()
+    if series_dir in _HELD:
+        raise ForkbuildError(f"internal error: the series lock of {series_dir} is taken twice in one process",
+                             hint="pass the open transaction on instead")
+    with series_lock(series_dir):
+        _HELD.add(series_dir)
+        try:
+            _recover_locked(series_dir)
+            yield SeriesTransaction(series_dir)
+        finally:
+            _HELD.discard(series_dir)
+
+
+def write_series(series_dir: Path, change: SeriesChange) -> None:
+    """One transaction of one write, for a caller that read nothing of the series first."""
+    with series_transaction(series_dir) as transaction:
+        transaction.write(change)
 
 
 def recover_series(series_dir: Path) -> bool:
@@ -132,22 +163,31 @@ def _leftovers(work: Path) -> bool:
     return (work / JOURNAL).exists() or any(work.glob(f".{JOURNAL}.*"))
 
 
+def _snapshot(series_dir: Path) -> dict[str, str | None]:
+    """sha256 of series.toml and of every file directly in patches/."""
+    patches = series_dir / PATCHES
+    names = sorted(path.name for path in patches.iterdir() if path.is_file()) if patches.is_dir() else []
+    return {relative: _sha256(series_dir / relative) for relative in [SERIES_TOML, *(f"{PATCHES}/{n}" for n in names)]}
+
+
 @contextmanager
 def series_lock(series_dir: Path) -> Iterator[None]:
     """One writer at a time. An flock: the kernel releases it when its process dies,
     so a killed writer never leaves a lock behind."""
     from filelock import FileLock, Timeout
 
-    from forkbuild.errors import LockTimeout
-
     work = Path(series_dir) / WORK_DIR
     work.mkdir(exist_ok=True)
-    lock = FileLock(str(work / LOCK), timeout=120)
+    lock = FileLock(str(work / LOCK))
     try:
-        lock.acquire()
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            chaos_point("series:waiting")  # another forkbuild holds it: wait
+            lock.acquire(timeout=LOCK_WAIT_S)
     except Timeout as error:
-        raise LockTimeout(f"another forkbuild has been writing {series_dir}/series.toml and patches/ for over 120 s",
-                          hint="wait for it to finish, then run the command again") from error
+        raise LockTimeout(f"another forkbuild has been working on {series_dir}/series.toml and patches/ for over "
+                          f"{LOCK_WAIT_S} s", hint="wait for it to finish, then run the command again") from error
     try:
         yield
     finally:

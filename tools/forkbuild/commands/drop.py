@@ -19,11 +19,15 @@ def add_parser(subparsers) -> None:
 
 def run(args, context) -> int:
     tree = context.series_dir / DEFAULT_TREE
-    for dropped in drop_patches(context, args.names):
+    result = drop_patches(context, args.names)
+    for dropped in result.dropped:
         context.reporter.info(f"dropped patches/{dropped.file} (feature {dropped.feature}, +{dropped.added}/"
                               f"-{dropped.removed} lines) and its series.toml entry; a copy is in {dropped.saved}")
         if dropped.tree_commit:
             context.reporter.warn(
                 f"{tree} still holds its commit {dropped.tree_commit[:12]}: `forkbuild export` would add it back; "
                 f"remove it there: git -C {tree} rebase --onto {dropped.tree_commit[:12]}^ {dropped.tree_commit[:12]}")
+    for feature in result.unported:
+        context.reporter.warn(f"feature {feature} has no patch left: it leaves the variants and stays declared "
+                              "with its guards, marked `ported = false` in series.toml")
     return 0
