@@ -32,7 +32,7 @@ class Dropped:
 @dataclass(frozen=True, kw_only=True)
 class DropResult:
     dropped: tuple[Dropped, ...]
-    unported: tuple[str, ...]  # features left without a patch: out of the variants, ported = false
+    unported: tuple[str, ...]  # what changed of the features left without a patch (series_edit.unported)
 
 
 def drop_patches(context: Context, names: list[str]) -> DropResult:

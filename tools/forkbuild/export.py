@@ -71,7 +71,7 @@ class ExportPlan:
     patches: tuple[ExportedPatch, ...]
     removed: tuple[str, ...]
     kept: tuple[str, ...] = ()  # entries with no commit kept as they are (--keep)
-    unported: tuple[str, ...] = ()  # features --drop left without a patch (out of the variants, ported = false)
+    unported: tuple[str, ...] = ()  # what --drop changed of the features it left without a patch
     series_toml: str | None  # the new series.toml text, None when unchanged
     quilt_series: str | None  # the new patches/series text, None when unchanged
 

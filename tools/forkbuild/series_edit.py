@@ -125,10 +125,11 @@ def with_empty_dirs(text: str, directories: Iterable[str]) -> str:
 
 def unported(text: str, series: Series, entries: Sequence[EntrySpec]) -> tuple[str, tuple[str, ...]]:
     """series.toml `text` (its patch list `entries`) where each feature that had a patch in
-    `series` and has none in `entries` leaves every variant and stays declared, guards and
-    all, with `ported = false` (a later rebase or import may bring it back); and those
-    features. ConfigError when a feature that stays in a variant requires one of them."""
-    left = tuple(sorted({entry.feature for entry in series.patches} - {entry.feature for entry in entries}))
+    `series` and has none in `entries` leaves every variant (and the variants' env values of
+    its guards go) and stays declared, guards and all, with `ported = false`, so a later rebase
+    or import may bring it back; and what changed, one line each. ConfigError when a feature
+    that stays in a variant requires one of them."""
+    left = sorted({entry.feature for entry in series.patches} - {entry.feature for entry in entries})
     if not left:
         return text, ()
     needed = [f"variants.{variant.name}: feature {name!r} requires {other!r}, which would have no patch left"
@@ -138,12 +139,20 @@ def unported(text: str, series: Series, entries: Sequence[EntrySpec]) -> tuple[s
         raise ConfigError(needed, source=str(series.path),
                           hint="drop the features that require it too, or keep a patch of it")
     document = tomlkit.parse(text)
+    notes = []
     for name in left:
         document["features"][name]["ported"] = False  # type: ignore[index]
-    for variant in document.get("variants", {}).values():
+        notes.append(f"feature {name} has no patch left: it leaves the variants and stays declared with its "
+                     "guards, marked `ported = false` in series.toml")
+    guards = {guard.env for name in left for guard in series.features[name].guards}
+    for variant_name, variant in document.get("variants", {}).items():
         held = variant.get("features")
-        if held is not None:
-            for name in left:
-                while name in held:
-                    held.remove(name)
-    return tomlkit.dumps(document), left
+        for name in left:
+            while held is not None and name in held:
+                held.remove(name)
+        env = variant.get("env", {})
+        for key in [key for key in env if key in guards]:
+            notes.append(f"variants.{variant_name}.env.{key} = {env[key]!r} removed (a guard of a feature with "
+                         "no patch)")
+            del env[key]
+    return tomlkit.dumps(document), tuple(notes)

@@ -27,7 +27,6 @@ def run(args, context) -> int:
             context.reporter.warn(
                 f"{tree} still holds its commit {dropped.tree_commit[:12]}: `forkbuild export` would add it back; "
                 f"remove it there: git -C {tree} rebase --onto {dropped.tree_commit[:12]}^ {dropped.tree_commit[:12]}")
-    for feature in result.unported:
-        context.reporter.warn(f"feature {feature} has no patch left: it leaves the variants and stays declared "
-                              "with its guards, marked `ported = false` in series.toml")
+    for note in result.unported:
+        context.reporter.warn(note)
     return 0

@@ -51,9 +51,8 @@ def run(args, context) -> int:
     for name in plan.kept:
         table.add_row(name, "", "", "[yellow]kept as it is (--keep; no commit in the tree)[/]")
     context.reporter.console.print(table)
-    for feature in plan.unported:
-        context.reporter.warn(f"feature {feature} has no patch left: it leaves the variants and stays declared "
-                              "with its guards, marked `ported = false` in series.toml")
+    for note in plan.unported:
+        context.reporter.warn(note)
     changes = plan.changes()
     # A feature no variant holds is built nowhere: `test-patch(tp4)` would test a tp4 without it.
     held = {feature for variant in context.series.variants.values() for feature in variant.features}
