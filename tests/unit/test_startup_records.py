@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 from fixtures import SeriesFixture
 
-from forkbuild.errors import ConfigError
 from forkbuild.git import TREES_DIR, Git
 from forkbuild.patchfacts import FACTS_DIR, TOML_FACTS_DIR
 
@@ -201,18 +200,6 @@ def test_a_rerun_reads_the_upstream_listing_it_kept_instead_of_listing_the_tree(
     assert isinstance(json.loads(kept.read_text()), dict)
 
 
-def test_the_command_exits_with_mains_code_after_its_exit_handlers_and_all_its_output(
-        series_fx: SeriesFixture, tmp_path: Path) -> None:
-    handler = "import atexit\natexit.register(lambda: print('exit handler ran'))\n"
-    done = forkbuild(series_fx, "status", "--wide", extra=handler)
-    assert done.returncode == 0
-    assert done.stdout.rstrip().endswith("exit handler ran")
-    assert "alpha-scale.patch" in done.stdout  # the table, flushed before the process ended
-    refused = forkbuild(series_fx, "apply", "--variant", "nosuch", extra=handler)
-    assert refused.returncode == ConfigError.return_code and "unknown variant 'nosuch'" in refused.stderr
-    assert "exit handler ran" in refused.stdout
-
-
 def test_a_problems_record_spares_the_path_checks_and_says_the_same(series_fx: SeriesFixture,
                                                                     monkeypatch) -> None:
     from forkbuild import patchfile
@@ -234,31 +221,6 @@ def test_a_problems_record_spares_the_path_checks_and_says_the_same(series_fx: S
         patchfile.check_patches(paths)
     assert second.value.message == first.value.message
     assert calls == []  # every patch's problems came from its record
-
-
-def test_the_upstream_tag_is_read_from_its_file_loose_or_packed_and_an_annotated_one_through_git(
-        series_fx: SeriesFixture, tmp_path: Path) -> None:
-    apply_all(series_fx, tmp_path / "tree")
-    trace = tmp_path / "trace"
-    apply_all(series_fx, tmp_path / "tree", trace=trace)
-    assert not [command for command in traced_commands(trace) if "refs/tags/" in command]
-    cache = Git(series_fx.cache / "upstream.git")
-    tag = cache.out("tag").splitlines()[0]
-    commit = cache.out("rev-parse", f"refs/tags/{tag}^{{commit}}")
-    assert cache.tagged_commit(tag) == commit
-    cache.run("pack-refs", "--all")  # what a `git gc` of the cache does
-    assert not (cache.common_dir / "refs" / "tags" / tag).exists()
-    packed = tmp_path / "packed-trace"
-    again = apply_all(series_fx, tmp_path / "tree", trace=packed)  # read from packed-refs: no git either
-    assert not [command for command in traced_commands(packed) if "refs/tags/" in command]
-    assert "HEAD" in again.stdout + again.stderr
-    assert cache.tagged_commit(tag) == commit
-    assert cache.tagged_commit("no-such-tag") is None
-    # An annotated tag's line in packed-refs names the tag object: git peels it to the commit.
-    cache.run("tag", "-a", "-m", "annotated", "annotated-tag", commit)
-    cache.run("pack-refs", "--all")
-    assert "^" + commit in (cache.common_dir / "packed-refs").read_text()
-    assert cache.tagged_commit("annotated-tag") == commit
 
 
 def test_a_record_of_another_reader_is_not_used(series_fx: SeriesFixture, monkeypatch) -> None:
@@ -297,30 +259,3 @@ def test_records_written_long_ago_go_when_a_new_one_is_written(tmp_path: Path, m
     assert FACTS.get("old") == {"problems": []}  # reading keeps nothing alive, and removes nothing
     FACTS.put("new", {"problems": []})
     assert sorted(path.name for path in records.iterdir()) == ["new", "recent"]
-
-
-GC_PROBE = """
-import gc, sys
-import forkbuild.entry  # the process entry: the collector is paused from here
-paused = not gc.isenabled()
-from forkbuild.cli import main
-code = main(sys.argv[1:])
-print("paused:", paused, "enabled:", gc.isenabled(), "frozen:", gc.get_freeze_count())
-sys.exit(code)
-"""
-
-
-def test_the_collector_is_paused_while_the_command_starts_and_runs_again_for_the_command(
-        series_fx: SeriesFixture) -> None:
-    done = subprocess.run([sys.executable, "-c", GC_PROBE, "-C", str(series_fx.root), "--cache", str(series_fx.cache),
-                           "status"], capture_output=True, text=True, check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
-    paused, enabled, frozen = done.stdout.rsplit("paused: ", 1)[1].split()[::2][:3]
-    assert (paused, enabled) == ("True", "True")
-    assert int(frozen) > 10_000  # what start-up made is in the permanent generation
-    # main() called by a program of its own (a test, here) leaves the collector as it was.
-    import gc
-
-    from forkbuild.cli import main
-    assert main(["-C", str(series_fx.root), "--cache", str(series_fx.cache), "status"]) == 0
-    assert gc.isenabled() and gc.get_freeze_count() == 0

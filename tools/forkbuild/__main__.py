@@ -1,3 +1,3 @@
-from forkbuild.entry import run
+from forkbuild.cli import run
 
 run()

@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import atexit
 import importlib
 import os
 import sys
-import threading
 from pathlib import Path
 
-from forkbuild import __version__, commands, startup
+from forkbuild import __version__, commands
 from forkbuild.console import Reporter, configure_logging
 from forkbuild.context import Context
 from forkbuild.errors import ForkbuildError, disk_error
-from forkbuild.process import call_around_waiting
 
 DESCRIPTION = """Keep a fork of sglang as a patch series (series.toml + patches/) against a pinned
 release; apply, check, export, build wheels and images per variant, test, rebase.
@@ -98,15 +95,9 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser(argv).parse_args(argv)
-    startup.resume()  # the command's code is loaded: the collector runs again (startup.py)
     reporter = Reporter(verbose=args.verbose)
     configure_logging(reporter)
-    call_around_waiting(reporter.load_beside, reporter.main_runs)  # rich loads while git runs (console.py)
-    try:
-        return _run_command(args, reporter)
-    finally:
-        call_around_waiting(None)
-        reporter.close()  # what waits for the console is printed before main() returns
+    return _run_command(args, reporter)
 
 
 def _run_command(args: argparse.Namespace, reporter: Reporter) -> int:
@@ -135,25 +126,5 @@ def _run_command(args: argparse.Namespace, reporter: Reporter) -> int:
 
 
 def run() -> None:
-    """The `forkbuild` command (`python -m forkbuild` too): main(), then exit without the
-    interpreter's teardown, which frees every module's objects one by one: ~25 ms, a tenth of
-    a re-apply. Nothing of forkbuild's needs it: files are written whole and renamed into
-    place, temporary directories go with their `with`, git's children are waited for. What
-    does need the end of the process is done first: the exit handlers (logging's flush,
-    weakref finalizers) and the stdout/stderr buffers. A thread still running gets the
-    normal exit, which waits for it."""
-    code = main()
-    if any(not thread.daemon for thread in threading.enumerate() if thread is not threading.main_thread()):
-        sys.exit(code)
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except BrokenPipeError:  # the reader went away after main() returned: as main() does
-            os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
-            code = code or 141
-    os._exit(code)
-
-
-if __name__ == "__main__":
-    run()
+    """The `forkbuild` command (`python -m forkbuild` too)."""
+    sys.exit(main())

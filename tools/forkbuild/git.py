@@ -1,7 +1,9 @@
-"""The one place that talks to git. Every method returns data or raises GitFailed.
+"""The git gateway: the git commands forkbuild runs, through the process runner
+(process.py). Every method returns data or raises GitFailed.
 
-gitpython runs the commands; identity, signing and hooks are pinned so results
-do not depend on the user's git configuration.
+Identity, signing and hooks are pinned so results do not depend on the user's git
+configuration; a value that comes from the user (a url, a ref, a path) never reaches git
+where it could be read as an option.
 """
 
 from __future__ import annotations
@@ -15,14 +17,12 @@ import shlex
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
+from forkbuild import process
 from forkbuild.errors import ForkbuildError
 from forkbuild.fsutil import write_atomic
-from forkbuild.process import Completed, run_captured, start_captured
-
-if TYPE_CHECKING:
-    import git as gitpython
+from forkbuild.process import Completed
 
 # Every git command and its output, at DEBUG: `forkbuild -v` shows them (cli configures it).
 LOG = logging.getLogger("forkbuild.git")
@@ -64,8 +64,7 @@ IMPORT_REF = f"refs/forkbuild/fast-import-{os.getpid()}"
 
 class TreeEntry(NamedTuple):
     """One file as a tree or an index holds it: its mode (0o100644, 0o100755, 0o120000 a
-    symlink, 0o160000 a submodule) and blob id. A named tuple rather than a dataclass: a
-    listing makes one per file of upstream (5,771), and a tuple is made in a fifth of the time."""
+    symlink, 0o160000 a submodule) and blob id."""
 
     mode: int
     blob: str
@@ -193,6 +192,14 @@ def _clip(text: str) -> str:
 Result = Completed
 
 
+def _revision(value: str) -> str:
+    """`value` as a revision argument: refused when git would read it as an option (a command
+    that takes no --end-of-options: checkout, reset, fetch's refspec)."""
+    if value.startswith("-"):
+        raise ForkbuildError(f"refusing to pass {value!r} to git as a revision: it starts with '-'")
+    return value
+
+
 def _find_git_dirs(path: Path) -> tuple[Path, Path]:
     """(git dir, common dir) of the repository at `path` (a work tree or a bare repository;
     its parents are not searched), found as git and gitpython find them: a `.git` directory,
@@ -222,23 +229,12 @@ class Git:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.git_dir, self.common_dir = _find_git_dirs(self.path)
-        self._repo: gitpython.Repo | None = None
-
-    @property
-    def repo(self) -> gitpython.Repo:
-        """gitpython's Repo, loaded when its objects are wanted (odb, trees): not on every start."""
-        if self._repo is None:
-            import git as gitpython
-
-            self._repo = gitpython.Repo(self.path)
-        return self._repo
 
     @classmethod
     def init(cls, path: Path, *, bare: bool = False) -> Git:
-        import git as gitpython
-
         path.mkdir(parents=True, exist_ok=True)
-        gitpython.Repo.init(path, bare=bare, initial_branch="main")
+        command = ["git", "init", "--quiet", "--initial-branch=main", *(["--bare"] if bare else [])]
+        cls._result(command, process.run(command, cwd=path), check=True)
         return cls(path)
 
     def run(self, *args: str, env: Mapping[str, str] | None = None, check: bool = True,
@@ -247,8 +243,7 @@ class Git:
         raise GitFailed unless check=False. In forkbuild's child group (childgroup.py),
         unless `interactive` (it may ask on the terminal: a fetch that wants a password)."""
         command = self._command(args)
-        # A bare repository runs in its git dir, as gitpython ran it.
-        done = run_captured(command, cwd=self.path, env=env, input=input, interactive=interactive)
+        done = process.run(command, cwd=self.path, env=env, input=input, group=not interactive)
         return self._result(command, done, check=check)
 
     def _command(self, args: Sequence[str]) -> list[str]:
@@ -269,43 +264,24 @@ class Git:
 
     # -- refs and objects -------------------------------------------------
     def rev(self, ref: str) -> str | None:
-        result = self.run("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", check=False)
+        result = self.run("rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}", check=False)
         return result.stdout.strip() if result.status == 0 else None
 
     def update_ref(self, ref: str, commit: str) -> None:
-        self.run("update-ref", ref, commit)
+        self.run("update-ref", "--end-of-options", ref, commit)
 
     def delete_ref(self, ref: str) -> None:
-        self.run("update-ref", "-d", ref)
+        self.run("update-ref", "-d", "--end-of-options", ref)
 
     def tagged_commit(self, name: str) -> str | None:
-        """The commit the lightweight tag `name` (as `tag` makes) names, or None. Read from its
-        file, loose or in packed-refs, as git reads it: no process (every apply starts with this);
-        anything else (an annotated tag, a file that does not hold an id) goes through `rev-parse`."""
-        try:
-            text = (self.common_dir / "refs" / "tags" / name).read_text().strip()
-        except (OSError, ValueError):
-            text = self._packed_ref(f"refs/tags/{name}")
-        return text if OBJECT_ID.fullmatch(text) else self.rev(f"refs/tags/{name}")
-
-    def _packed_ref(self, ref: str) -> str:
-        """`ref`'s id in packed-refs (gitrepository-layout: "<id> <ref>" lines, a "^<id>" line
-        after an annotated tag's); "" when it is not there or is an annotated tag."""
-        try:
-            lines = (self.common_dir / "packed-refs").read_text().splitlines()
-        except (OSError, ValueError):
-            return ""
-        for number, line in enumerate(lines):
-            if line.endswith(f" {ref}") and line.count(" ") == 1:
-                peeled = number + 1 < len(lines) and lines[number + 1].startswith("^")
-                return "" if peeled else line.split(" ", 1)[0]
-        return ""
+        """The commit the tag `name` names, or None."""
+        return self.rev(f"refs/tags/{name}")
 
     def tag(self, name: str, commit: str) -> None:
-        self.run("tag", "--no-sign", name, commit)
+        self.run("tag", "--no-sign", "--end-of-options", name, commit)
 
     def has_object(self, sha: str) -> bool:
-        return self.run("cat-file", "-e", sha, check=False).status == 0
+        return self.run("cat-file", "-e", "--end-of-options", sha, check=False).status == 0
 
     def present_objects(self, shas: Iterable[str]) -> set[str]:
         """Those of `shas` the repository has, from one `git cat-file --batch-check`."""
@@ -338,7 +314,7 @@ class Git:
         git worker per core (checkout.workers=0): writing thousands of files is kernel time, which a
         second core halves."""
         self.run(*(["-c", "checkout.workers=0"] if parallel else []), "worktree", "add", "--force", "--detach",
-                 *([] if checkout else ["--no-checkout"]), str(path), commit)
+                 *([] if checkout else ["--no-checkout"]), "--", str(path), _revision(commit))
         return Git(path)
 
     def remove_worktree(self, path: Path) -> None:
@@ -349,7 +325,7 @@ class Git:
         mid-checkout leaves its tree locked ("initializing"), which one --force refuses."""
         self.prune_worktrees()  # forget trees whose directory is already gone
         if Path(path).resolve() in {tree.resolve() for tree in self.worktrees()}:
-            self.run("worktree", "remove", "--force", "--force", str(path))
+            self.run("worktree", "remove", "--force", "--force", "--", str(path))
 
     def worktrees(self) -> list[Path]:
         """The paths of every work tree of this repository (the main one first)."""
@@ -371,30 +347,24 @@ class Git:
         """`status_porcelain`, started now and read when the caller asks (it runs beside the
         caller's own work); waited for on the way out in any case, so no git outlives it."""
         command = self._command(self.STATUS)
-        running = start_captured(command, cwd=self.path)
+        running = process.start(command, cwd=self.path)
         try:
             yield lambda: self._result(command, running.wait(), check=True).stdout.strip()
         finally:
             running.wait()
 
     def head(self) -> str:
-        """The commit HEAD is at. A detached HEAD (every tree forkbuild makes) is read from its
-        file, as git reads it: no process; a branch goes through `git rev-parse`."""
-        try:
-            text = (self.git_dir / "HEAD").read_text().strip()
-        except OSError:
-            text = ""
-        return text if OBJECT_ID.fullmatch(text) else self.out("rev-parse", "HEAD")
+        return self.out("rev-parse", "HEAD")
 
     def checkout_detached(self, commit: str) -> None:
-        self.run("checkout", "--quiet", "--detach", commit)
+        self.run("checkout", "--quiet", "--detach", _revision(commit))
 
     def reset_hard(self, commit: str) -> None:
-        self.run("reset", "--quiet", "--hard", commit)
+        self.run("reset", "--quiet", "--hard", _revision(commit))
 
     def commits(self, base: str, head: str) -> list[str]:
         """Commits in base..head, oldest first."""
-        listing = self.out("rev-list", "--reverse", f"{base}..{head}")
+        listing = self.out("rev-list", "--reverse", "--end-of-options", f"{base}..{head}")
         return listing.split() if listing else []
 
     # -- patches ----------------------------------------------------------
@@ -406,7 +376,7 @@ class Git:
         if committer_date_is_author_date:
             # Same patches, same base -> same commit ids, run after run.
             args.append("--committer-date-is-author-date")
-        return self.run(*args, *[str(path) for path in patches], check=False)
+        return self.run(*args, "--", *[str(path) for path in patches], check=False)
 
     def am_abort(self) -> None:
         """Stop a `git am` and go back to where it started; nothing to do when none is
@@ -441,7 +411,7 @@ class Git:
     def apply_check(self, patch: Path, *, reverse: bool = False) -> bool:
         """Whether `patch` applies exactly (no fuzz) to the work tree; reversed:
         whether the work tree already holds its result."""
-        return self._answer("apply", "--check", *(["--reverse"] if reverse else []), str(patch))
+        return self._answer("apply", "--check", *(["--reverse"] if reverse else []), "--", str(patch))
 
     def fuzz_needed(self, patch: Path, *, on: str = "HEAD") -> int | None:
         """How many context lines a patch that fails exactly on `on` would have to ignore to
@@ -450,9 +420,9 @@ class Git:
         index = self.git_dir / f"forkbuild-fuzz-{os.getpid()}.index"
         env = {"GIT_INDEX_FILE": str(index)}
         try:
-            self.run("read-tree", on, env=env)
+            self.run("read-tree", "--end-of-options", on, env=env)
             for context in (2, 1, 0):
-                if self.run("apply", "--cached", "--check", f"-C{context}", str(patch), env=env, check=False).status == 0:
+                if self.run("apply", "--cached", "--check", f"-C{context}", "--", str(patch), env=env, check=False).status == 0:
                     return 3 - context
             return None
         finally:
@@ -463,7 +433,7 @@ class Git:
         return not self._answer("diff", "--cached", "--quiet", "HEAD")
 
     def is_ancestor(self, ancestor: str, descendant: str) -> bool:
-        return self._answer("merge-base", "--is-ancestor", ancestor, descendant)
+        return self._answer("merge-base", "--is-ancestor", "--end-of-options", ancestor, descendant)
 
     def unmerged_paths(self) -> list[str]:
         """Paths the index holds conflicting stages for (a stopped merge or `am -3`)."""
@@ -481,15 +451,15 @@ class Git:
 
     def has_file(self, commit: str, path: str) -> bool:
         """Whether `commit`'s tree holds `path`; a bad commit raises GitFailed."""
-        return bool(self.out("ls-tree", "--name-only", commit, "--", path))
+        return bool(self.out("ls-tree", "--name-only", "--end-of-options", commit, "--", path))
 
     def show_file(self, commit: str, path: str) -> str:
         """`path`'s content at `commit`, byte for byte (not stripped); raises GitFailed when absent."""
-        return self.run("cat-file", "blob", f"{commit}:{path}").stdout
+        return self.run("cat-file", "blob", "--end-of-options", f"{commit}:{path}").stdout
 
     def commit_time(self, commit: str) -> int:
         """The committer date of `commit`, in seconds since the epoch."""
-        return int(self.out("log", "-1", "--format=%ct", commit))
+        return int(self.out("log", "-1", "--format=%ct", "--end-of-options", commit))
 
     def range_diff(self, old: str, new: str, *, creation_factor: int) -> str:
         """`git range-diff` of two commit ranges, without colour."""
@@ -499,16 +469,16 @@ class Git:
         """Apply to the work tree (no index, no commit) only the part of `patch`
         that touches `include` (a path or glob, as in the diff); a patch that does
         not touch it is a no-op. Raises GitFailed when that part does not apply."""
-        self.run("apply", f"--include={include}", str(patch))
+        self.run("apply", f"--include={include}", "--", str(patch))
 
     def diff_tree_patch(self, commit: str) -> str:
         """The full-index patch of a single commit, as format-patch would diff it."""
         # .stdout, not out(): stripping would cut a trailing blank context line (" ") off the last hunk.
-        return self.run("diff-tree", "--no-commit-id", "-p", "--full-index", "--no-renames", f"{commit}^", commit).stdout
+        return self.run("diff-tree", "--no-commit-id", "-p", "--full-index", "--no-renames", "--end-of-options", f"{commit}^", commit).stdout
 
     def commit_diffs(self, base: str, head: str) -> dict[str, str]:
         """The full-index patch of every commit in base..head, from one git process."""
-        raw = self.run("log", "-p", "--full-index", "--no-renames", "--format=%x00%H", f"{base}..{head}").stdout
+        raw = self.run("log", "-p", "--full-index", "--no-renames", "--format=%x00%H", "--end-of-options", f"{base}..{head}").stdout
         diffs = {}
         for block in raw.split("\0")[1:]:
             sha, _, diff = block.partition("\n")
@@ -517,11 +487,11 @@ class Git:
 
     def format_patch(self, commit: str) -> str:
         """One commit as an mbox patch with flags fixed for churn-free export."""
-        return self.run("format-patch", "--stdout", "-1", commit, *FORMAT_PATCH_FLAGS).stdout
+        return self.run("format-patch", "--stdout", "-1", *FORMAT_PATCH_FLAGS, "--end-of-options", commit).stdout
 
     def changed_files(self, base: str, head: str) -> list[tuple[str, str]]:
         """(status letter, path) of every file that differs between two commits."""
-        raw = self.run("diff", "--name-status", "--no-renames", "-z", base, head).stdout
+        raw = self.run("diff", "--name-status", "--no-renames", "-z", "--end-of-options", base, head).stdout
         fields = [field for field in raw.split("\0") if field]
         return list(zip(fields[0::2], fields[1::2], strict=True))
 
@@ -529,24 +499,24 @@ class Git:
     # -- export, import and the cache ------------------------------------
     def merge_commits(self, base: str, head: str) -> list[str]:
         """The merge commits in base..head (a patch series cannot hold any)."""
-        listing = self.out("rev-list", "--merges", f"{base}..{head}")
+        listing = self.out("rev-list", "--merges", "--end-of-options", f"{base}..{head}")
         return listing.split() if listing else []
 
     def commit_message(self, commit: str = "HEAD") -> str:
         """The full message of `commit` (subject, body, trailers), trailing newlines stripped."""
-        return self.out("log", "-1", "--format=%B", commit)
+        return self.out("log", "-1", "--format=%B", "--end-of-options", commit)
 
     def subject(self, commit: str = "HEAD") -> str:
-        return self.out("log", "-1", "--format=%s", commit)
+        return self.out("log", "-1", "--format=%s", "--end-of-options", commit)
 
     def author_date(self, commit: str = "HEAD") -> str:
         """The author date of `commit` as git stores it ("<seconds> <+zone>"), for GIT_*_DATE."""
-        return self.out("log", "-1", "--format=%ad", "--date=raw", commit)
+        return self.out("log", "-1", "--format=%ad", "--date=raw", "--end-of-options", commit)
 
     def apply_index(self, patch: Path, *, strip: int = 1) -> None:
         """Apply `patch` to the work tree and the index, strictly (no fuzz, no 3-way);
         raises GitFailed (git's reason in .stderr) when it does not apply."""
-        self.run("apply", "--index", f"-p{strip}", str(patch))
+        self.run("apply", "--index", f"-p{strip}", "--", str(patch))
 
     def commit(self, message: str, *, env: Mapping[str, str] | None = None, amend: bool = False) -> str:
         """Commit the index with `message` kept verbatim (blank lines, trailers); returns the new HEAD."""
@@ -564,17 +534,17 @@ class Git:
         """Every commit of base..head as format_patch writes it, oldest first, from one
         git process (files in a temporary directory: a stream could not be split safely)."""
         with tempfile.TemporaryDirectory(prefix="forkbuild-format-") as scratch:
-            self.run("format-patch", "--quiet", "-o", scratch, *FORMAT_PATCH_FLAGS, f"{base}..{head}")
+            self.run("format-patch", "--quiet", "-o", scratch, *FORMAT_PATCH_FLAGS, "--end-of-options", f"{base}..{head}")
             return [path.read_bytes() for path in sorted(Path(scratch).iterdir())]
 
     def fetch(self, url: str, ref: str) -> None:
         """Fetch `ref` (a commit id or a ref name) from `url`, without tags."""
-        self.run("fetch", "--no-tags", "--quiet", url, ref, interactive=True)
+        self.run("fetch", "--no-tags", "--quiet", "--", url, _revision(ref), interactive=True)
 
     # -- applying without a work tree (combination wheels) -------------------
     def read_tree(self, tree: str, *, index: Path) -> None:
         """Load `tree` into the private index `index` (no work tree involved)."""
-        self.run("read-tree", tree, env={"GIT_INDEX_FILE": str(index)})
+        self.run("read-tree", "--end-of-options", tree, env={"GIT_INDEX_FILE": str(index)})
 
     def apply_cached(self, patch: Path, *, index: Path) -> str | None:
         """`git apply --cached --3way` of `patch` onto the private index; the resulting tree,
@@ -594,7 +564,7 @@ class Git:
     def changed_blobs(self, base: str, head: str) -> list[tuple[str, str, str, str]]:
         """(status letter, path, new mode, new blob id) of every file that differs between two
         trees or commits, from one `git diff-tree` (a deleted file has mode 000000)."""
-        raw = self.run("diff-tree", "-r", "-z", "--no-renames", base, head).stdout
+        raw = self.run("diff-tree", "-r", "-z", "--no-renames", "--end-of-options", base, head).stdout
         fields = raw.split("\0")
         changes = []
         for header, path in zip(fields[0::2], fields[1::2], strict=False):
@@ -604,16 +574,7 @@ class Git:
         return changes
 
     def blob_content(self, blob: str) -> bytes:
-        """A blob's bytes, through gitpython's one long-lived `git cat-file --batch` (no process per blob)."""
-        return self.repo.odb.stream(bytes.fromhex(blob)).read()
-
-    def blob(self, tree: str, path: str) -> tuple[bytes, bool]:
-        """Content of `path` in the tree object `tree` (a tree's id, as write-tree prints it)
-        and whether git records it executable."""
-        from git import Tree
-
-        item = Tree(self.repo, bytes.fromhex(tree), mode=0o40000, path="") / path
-        return item.data_stream.read(), item.mode == 0o100755
+        return self.run("cat-file", "blob", "--end-of-options", blob).stdout.encode("utf-8", "surrogateescape")
 
     # -- private indexes and fast-import (the apply engine, import --quilt, wheels) --
     # Patches go into a private index (no work tree); a small one holds only the files they
@@ -628,7 +589,7 @@ class Git:
         patches = [patch] if isinstance(patch, Path) else list(patch)
         args = ["apply", "--cached", "-v", f"-p{strip}", *(["--unidiff-zero"] if unidiff_zero else []),
                 *(["--3way"] if three_way else []), *(["--check"] if check else []),
-                *(["--reverse"] if reverse else []), *map(str, patches)]
+                *(["--reverse"] if reverse else []), "--", *map(str, patches)]
         return self.run(*args, env={"GIT_INDEX_FILE": str(index)}, check=False)
 
     def write_tree(self, *, index: Path | None = None) -> str:
@@ -647,7 +608,7 @@ class Git:
             entries: Mapping[str, TreeEntry] | None = _read_listing(record) if record else None
             if entries is None:
                 listed = {}
-                for item in self.run("ls-tree", "-r", "-z", "--full-tree", commit).stdout.split("\0"):
+                for item in self.run("ls-tree", "-r", "-z", "--full-tree", "--end-of-options", commit).stdout.split("\0"):
                     if item:
                         meta, path = item.split("\t", 1)
                         mode, _, blob = meta.split(" ")
@@ -720,7 +681,7 @@ class Git:
         return self.run("fast-import", "--quiet", "--force", f"--date-format={date_format}", input=bytes(stream)).stdout.split()
 
     def tree_of(self, commit: str) -> str:
-        return self.out("rev-parse", f"{commit}^{{tree}}")
+        return self.out("rev-parse", "--verify", "--end-of-options", f"{commit}^{{tree}}")
 
     def commit_tree(self, tree: str, *, parents: Iterable[str], message: str, author: Author) -> str:
         """A commit of `tree` with `author` (also the committer date: same input, same id)."""
@@ -735,23 +696,23 @@ class Git:
             message_file.unlink(missing_ok=True)
 
     def author_of(self, commit: str) -> Author:
-        name, email, date = self.out("log", "-1", "--format=%an%x00%ae%x00%ad", "--date=raw", commit).split("\0")
+        name, email, date = self.out("log", "-1", "--format=%an%x00%ae%x00%ad", "--date=raw", "--end-of-options", commit).split("\0")
         return Author(name=name, email=email, date=date)
 
     def raw_message(self, commit: str) -> str:
         """The message of `commit` byte for byte (commit-tree stores it unchanged)."""
-        raw = self.run("cat-file", "commit", commit).stdout
+        raw = self.run("cat-file", "commit", "--end-of-options", commit).stdout
         return raw.split("\n\n", 1)[1] if "\n\n" in raw else ""
 
     def merge_tree(self, ours: str, theirs: str) -> Result:
         """`git merge-tree --write-tree --name-only` (merge-ort, no work tree): the merged
         tree on stdout's first line; exit 1 when it holds conflicts. Not raised."""
-        return self.run("merge-tree", "--write-tree", "--name-only", "--messages", ours, theirs, check=False)
+        return self.run("merge-tree", "--write-tree", "--name-only", "--messages", "--end-of-options", ours, theirs, check=False)
 
     def cherry_pick_no_commit(self, commit: str) -> Result:
         """Merge `commit`'s change into the work tree and index (merge-ort); conflicts
         stay as markers and unmerged entries. Not raised."""
-        return self.run("cherry-pick", "--no-commit", "--allow-empty", commit, check=False)
+        return self.run("cherry-pick", "--no-commit", "--allow-empty", "--end-of-options", commit, check=False)
 
     def sequencer_quit(self) -> None:
         """Forget a stopped cherry-pick's state (its changes stay in the work tree)."""
@@ -763,11 +724,11 @@ class Git:
         """`git apply --index` (or --3way: markers and unmerged entries; or --reject:
         the hunks that apply, .rej files for the rest) in the work tree. Not raised."""
         mode = ["--3way"] if three_way else ["--index", "--reject"] if reject else ["--index"]
-        return self.run("apply", "-v", *mode, str(patch), check=False)
+        return self.run("apply", "-v", *mode, "--", str(patch), check=False)
 
     def set_head(self, commit: str) -> None:
         """Point the detached HEAD at `commit`, leaving index and work tree as they are."""
-        self.run("update-ref", "--no-deref", "HEAD", commit)
+        self.run("update-ref", "--no-deref", "--end-of-options", "HEAD", commit)
 
     def untracked(self, pattern: str) -> list[str]:
         """Untracked (not ignored) files matching the pathspec `pattern`."""
@@ -775,12 +736,12 @@ class Git:
         return listing.splitlines() if listing else []
 
     def staged_paths(self) -> list[str]:
-        listing = self.out("diff", "--cached", "--name-only", "HEAD")
+        listing = self.out("diff", "--cached", "--name-only", "HEAD", "--")
         return listing.splitlines() if listing else []
 
     def diff_between(self, old: str, new: str, paths: Iterable[str]) -> str:
         """The diff of `paths` from commit `old` to `new` (what upstream changed there)."""
-        return self.run("diff", "--no-color", "--no-renames", old, new, "--", *paths).stdout
+        return self.run("diff", "--no-color", "--no-renames", "--end-of-options", old, new, "--", *paths).stdout
 
 
 class Author(NamedTuple):

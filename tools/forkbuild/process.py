@@ -1,102 +1,90 @@
-"""The one way forkbuild runs git: output captured and decoded, messages in English,
-children in forkbuild's child group (childgroup.py).
+"""Every program forkbuild starts runs through here: git (git.py builds on it), docker,
+python, pytest.
 
-It does what gitpython's `Git.execute` does for a command whose output is read whole
-(LANGUAGE=C and LC_ALL=C over the caller's environment, output decoded as UTF-8 with
-surrogate escapes, stderr without its last newline), without importing gitpython on
-every start: that import is a third of a no-op `forkbuild apply`'s time. gitpython stays
-the git layer for objects and indexes (git.py loads it when those are used).
+Each child gets forkbuild's environment without the variables that point git at another
+repository, index, work tree or object store (a git hook or a shell rc may set them);
+messages in English; output captured and decoded as UTF-8 with surrogate escapes (the
+bytes come back with `.encode("utf-8", "surrogateescape")`). git joins forkbuild's child
+group (childgroup.py) so that a killed forkbuild leaves nothing writing behind it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
 from forkbuild.childgroup import GROUP
 from forkbuild.errors import ToolMissing
 
-# Called each time forkbuild starts to wait for a command, and when that wait ends: work
-# that can run beside the command runs then, not while forkbuild itself needs the processor
-# (console.py: rich loads while git runs).
-_before_waiting: Callable[[], None] | None = None
-_after_waiting: Callable[[], None] | None = None
+# `git rev-parse --local-env-vars` (git 2.39): what points git at a repository's parts,
+# as git itself clears them for a command run in another repository.
+GIT_LOCAL_ENV = frozenset({
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_CONFIG", "GIT_CONFIG_PARAMETERS", "GIT_CONFIG_COUNT",
+    "GIT_OBJECT_DIRECTORY", "GIT_DIR", "GIT_WORK_TREE", "GIT_IMPLICIT_WORK_TREE", "GIT_GRAFT_FILE",
+    "GIT_INDEX_FILE", "GIT_NO_REPLACE_OBJECTS", "GIT_REPLACE_REF_BASE", "GIT_PREFIX",
+    "GIT_INTERNAL_SUPER_PREFIX", "GIT_SHALLOW_FILE", "GIT_COMMON_DIR",
+    "GIT_NAMESPACE",  # refs under another namespace: another repository's view of its refs
+})
 
 
-def call_around_waiting(before: Callable[[], None] | None, after: Callable[[], None] | None = None) -> None:
-    global _before_waiting, _after_waiting
-    _before_waiting, _after_waiting = before, after
+def environment(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A child's environment: forkbuild's, less GIT_LOCAL_ENV (and GIT_CONFIG_KEY_n/VALUE_n),
+    in the C locale, then `env` on top (forkbuild's own GIT_INDEX_FILE for a private index)."""
+    clean = {key: value for key, value in os.environ.items()
+             if key not in GIT_LOCAL_ENV and not key.startswith(("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_"))}
+    return {**clean, "LANGUAGE": "C", "LC_ALL": "C", **(env or {})}
 
 
-@contextlib.contextmanager
-def _waiting() -> Iterator[None]:
-    if _before_waiting is not None:
-        _before_waiting()
-    try:
-        yield
-    finally:
-        if _after_waiting is not None:
-            _after_waiting()
-
-
-class Completed(NamedTuple):
-    """A finished command: its exit status and decoded output."""
+@dataclass(frozen=True)
+class Completed:
+    """A finished command: its exit status and decoded output (empty when not captured)."""
 
     status: int
     stdout: str
     stderr: str
 
 
-def _decode(data: bytes) -> str:
-    return data.decode("utf-8", "surrogateescape")
+def _decode(data: bytes | None) -> str:
+    return (data or b"").decode("utf-8", "surrogateescape")
 
 
-def _completed(status: int, stdout: bytes, stderr: bytes) -> Completed:
-    return Completed(status=status, stdout=_decode(stdout), stderr=_decode(stderr).removesuffix("\n"))
-
-
-def _environment(env: Mapping[str, str] | None) -> dict[str, str]:
-    return {**os.environ, "LANGUAGE": "C", "LC_ALL": "C", **(env or {})}
-
-
-@contextlib.contextmanager
-def _missing_tool(command: Sequence[str], cwd: Path) -> Iterator[None]:
+def _popen(command: Sequence[str], *, cwd: Path | None, env: Mapping[str, str] | None, group: bool,
+           **options: object) -> subprocess.Popen[bytes]:
     try:
-        yield
+        return subprocess.Popen(list(command), cwd=cwd, env=environment(env),
+                                process_group=(GROUP.id() or None) if group else None, **options)  # type: ignore[call-overload]
     except FileNotFoundError as error:
-        if Path(cwd).is_dir():
-            raise ToolMissing(f"{command[0]} is not installed",
-                              hint=f"install {command[0]} (apt-get install {command[0]})") from error
-        raise
+        if cwd is not None and not Path(cwd).is_dir():
+            raise
+        raise ToolMissing(f"{command[0]} is not installed",
+                          hint=f"install {command[0]} (apt-get install {command[0]})") from error
+    except PermissionError as error:
+        raise ToolMissing(f"cannot run {command[0]}: {error.strerror}") from error
 
 
-def run_captured(command: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None,
-                 input: str | bytes | None = None, interactive: bool = False) -> Completed:
-    """Run `command` in `cwd` (`input`: text or bytes to write to its stdin) and return its
-    status and output.
-    interactive: it may ask on the terminal, so it stays in forkbuild's own process group."""
-    group = 0 if interactive else GROUP.id()
-    with _missing_tool(command, cwd):
-        process = subprocess.Popen(list(command), cwd=cwd, env=_environment(env),
-                                   stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, process_group=group or None)
-    with process:  # as subprocess.run: the command is killed if forkbuild stops waiting (Ctrl-C)
+def run(command: Sequence[str], *, cwd: Path | None = None, env: Mapping[str, str] | None = None,
+        input: str | bytes | None = None, capture: bool = True, group: bool = False) -> Completed:
+    """Run `command` (in `cwd`; `input`: text or bytes for its stdin) and return its status and
+    output; capture=False: its output goes to the terminal. group: in forkbuild's child group
+    (git; not a command that may ask on the terminal: a background group cannot read it)."""
+    pipe = subprocess.PIPE if capture else None
+    process = _popen(command, cwd=cwd, env=env, group=group, stdout=pipe, stderr=pipe,
+                     stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL)
+    data = input.encode("utf-8", "surrogateescape") if isinstance(input, str) else input
+    with process:  # as subprocess.run: killed if forkbuild stops waiting (Ctrl-C)
         try:
-            data = input.encode("utf-8", "surrogateescape") if isinstance(input, str) else input
-            with _waiting():  # once the command runs: what starts beside it does not hold it back
-                stdout, stderr = process.communicate(data)
+            stdout, stderr = process.communicate(data)
         except BaseException:
             process.kill()
             raise
-    return _completed(process.returncode, stdout, stderr)
+    return Completed(process.returncode, _decode(stdout), _decode(stderr).removesuffix("\n"))
 
 
 class Running:
-    """A command `start_captured` started: it runs beside the caller until `wait()`."""
+    """A command `start` started: it runs beside the caller until `wait()`."""
 
     def __init__(self, process: subprocess.Popen[bytes]) -> None:
         self._process = process
@@ -104,15 +92,17 @@ class Running:
 
     def wait(self) -> Completed:
         if self._done is None:
-            with _waiting():
-                stdout, stderr = self._process.communicate()
-            self._done = _completed(self._process.returncode, stdout, stderr)
+            stdout, stderr = self._process.communicate()
+            self._done = Completed(self._process.returncode, _decode(stdout), _decode(stderr).removesuffix("\n"))
         return self._done
 
 
-def start_captured(command: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None) -> Running:
-    """`run_captured` without waiting: the command runs while the caller goes on (no input)."""
-    with _missing_tool(command, cwd):
-        process = subprocess.Popen(list(command), cwd=cwd, env=_environment(env), stdin=subprocess.DEVNULL,
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, process_group=GROUP.id() or None)
-    return Running(process)
+def start(command: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None) -> Running:
+    """`run` (captured, in the child group) without waiting: the caller goes on meanwhile."""
+    return Running(_popen(command, cwd=cwd, env=env, group=True, stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+
+
+def popen(command: Sequence[str], *, env: Mapping[str, str] | None = None, **options: object) -> subprocess.Popen:
+    """A long-lived child the caller talks to through pipes (the mutate worker)."""
+    return _popen(command, cwd=None, env=env, group=False, **options)
