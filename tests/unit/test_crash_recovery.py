@@ -192,13 +192,10 @@ import os, signal, sys, time
 args = sys.argv[1:]
 if "reset" in args and "--hard" in args and not os.path.exists({mark!r}):
     writer = os.fork()  # the writing is git's own child, as checkout workers are
-    if writer != 0:
-        # The mark only once the writer is there: a Ctrl-C sent on seeing it reaches both (one
-        # that came before the fork would be cleared in the child, which then writes on).
-        open({mark!r}, "w").close()
-        if {kill_parent!r}:
-            os.kill(os.getppid(), signal.SIGKILL)  # forkbuild is killed while its git works on
     if writer == 0:
+        # The mark from the writer itself: a Ctrl-C sent on seeing it reaches both (one that
+        # came before Python's after-fork reset in the child would be cleared, and it would write on).
+        open({mark!r}, "w").close()
         late = os.path.join({tree!r}, "written-after-forkbuild-ended")
         end = time.monotonic() + {seconds!r}
         while time.monotonic() < end:
@@ -209,6 +206,10 @@ if "reset" in args and "--hard" in args and not os.path.exists({mark!r}):
                 pass
             time.sleep(0.005)
         os._exit(0)
+    while not os.path.exists({mark!r}):
+        time.sleep(0.001)
+    if {kill_parent!r}:
+        os.kill(os.getppid(), signal.SIGKILL)  # forkbuild is killed while its git works on
     os.waitpid(writer, 0)
 os.execv({git!r}, ["git", *args])
 '''
