@@ -1,4 +1,4 @@
-"""Chaos: kill -9 forkbuild at every step of its series transaction (the test hook
+"""Chaos: kill -9 forkbuild (and Ctrl-C it) at every step of its series transaction (the test hook
 FORKBUILD_CHAOS_KILL_AT) and at spread moments (SIGKILL from outside), for apply,
 export, import, build-wheel and rebase (start, --continue, --abort). Then:
 series.toml + patches/ are as before or fully new (as any forkbuild command sees
@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from fixtures import SeriesFixture, commit_all, edit, make_series
-from forkbuild.chaos import CHAOS_ENV
+from forkbuild.chaos import CHAOS_ENV, SIGNAL_ENV
 from forkbuild.git import Git
 from forkbuild.series_edit import quilt_series_text
 from forkbuild.series_writer import STEPS, recover_series
@@ -42,7 +42,7 @@ FULL_ONLY = pytest.mark.skipif(not ALL, reason="the full chaos matrix: nox -s ch
 
 def chosen(command: str, cases: list[tuple]) -> list:
     """pytest params for `cases` ((step or None, seconds or None)); outside DEFAULT only with FORKBUILD_CHAOS_ALL."""
-    return [pytest.param(*case, marks=() if (command, case[0] or case[-1]) in DEFAULT else FULL_ONLY)
+    return [pytest.param(*case, marks=() if (command, case[0] or case[1]) in DEFAULT else FULL_ONLY)
             for case in cases]
 TIMED = [0.6, 1.2, 2.0]  # seconds after start: import time, planning, writing (on a 2-core CI box)
 QUILT_PATCH = """\
@@ -61,17 +61,22 @@ Author: Someone <someone@example.com>
 
 
 def forkbuild(fx_root: Path, cache: Path, *args: str, kill_at: str | None = None,
-              kill_after: float | None = None) -> int:
-    env = {**os.environ, **({CHAOS_ENV: kill_at} if kill_at else {})}
+              kill_after: float | None = None, interrupt: bool = False) -> int:
+    """Run forkbuild; kill -9 it at step `kill_at` or after `kill_after` seconds (interrupt:
+    Ctrl-C instead, as a terminal's foreground job gets it). Returns its exit status (-9: killed)."""
+    env = {**os.environ, **({CHAOS_ENV: kill_at} if kill_at else {}), **({SIGNAL_ENV: "INT"} if interrupt else {})}
     command = [sys.executable, "-m", "forkbuild", "-C", str(fx_root), "--cache", str(cache), *args]
-    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     if kill_after is not None:
         try:
             process.wait(timeout=kill_after)
         except subprocess.TimeoutExpired:
-            process.send_signal(signal.SIGKILL)
+            process.send_signal(signal.SIGINT if interrupt else signal.SIGKILL)
     _, stderr = process.communicate(timeout=300)
     forkbuild.last_stderr = stderr  # type: ignore[attr-defined]
+    if interrupt:
+        assert "Traceback" not in stderr, stderr
     return process.returncode
 
 
@@ -132,19 +137,22 @@ CASES = (
     + [("import", step, None) for step in ("series:committed", "series:applied-one", "series:done")]
     + [("import", None, seconds) for seconds in TIMED[1:]]
 )
-PARAMS = [pytest.param(*case, id=f"{case[0]}-{case[1] or f'{case[2]}s'}",
+PARAMS = [pytest.param(*case, interrupt, id=f"{case[0]}-{case[1] or f'{case[2]}s'}{'-ctrl-c' if interrupt else ''}",
                        marks=() if (case[0], case[1] or case[2]) in DEFAULT else FULL_ONLY)
-          for case in CASES]
+          for case in CASES for interrupt in (False, True)]
+STOPPED = {False: -9, True: 130}  # killed; interrupted: exit 130 (no traceback: forkbuild() checks)
 
 
-@pytest.mark.parametrize(("command", "step", "seconds"), PARAMS)
-def test_kill_then_rerun(tmp_path: Path, command: str, step: str | None, seconds: float | None) -> None:
+@pytest.mark.parametrize(("command", "step", "seconds", "interrupt"), PARAMS)
+def test_kill_then_rerun(tmp_path: Path, command: str, step: str | None, seconds: float | None,
+                         interrupt: bool) -> None:
     fx = fixture(tmp_path)
     args = {"apply": lambda: ["apply", "--all"], "export": lambda: (_new_commit(fx), ["export"])[1],
             "import": lambda: _quilt(fx)}[command]()
     before = series_files(fx.root)
-    code = run(fx, *args, kill_at=step, kill_after=seconds)
-    assert code in ((-9,) if step else (-9, 0)), forkbuild.last_stderr  # type: ignore[attr-defined]
+    code = run(fx, *args, kill_at=step, kill_after=seconds, interrupt=interrupt)
+    stopped = STOPPED[interrupt]
+    assert code in ((stopped,) if step else (stopped, 0)), forkbuild.last_stderr  # type: ignore[attr-defined]
     middle = series_files(fx.root)
     rerun = run(fx, *args)
     after = series_files(fx.root)
@@ -196,13 +204,15 @@ def _assert_rebased(fx: SeriesFixture, before: dict) -> None:
     check_after(fx, before, after)
 
 
-@pytest.mark.parametrize(("step", "seconds"), chosen("rebase-continue", [
-    ("rebase:worktree", None), ("series:committed", None), ("series:applied-one", None), (None, 2.0)]))
-def test_rebase_killed_then_continue_ends_fully_new(tmp_path: Path, step: str | None, seconds: float | None) -> None:
+@pytest.mark.parametrize(("step", "seconds", "interrupt"), chosen("rebase-continue", [
+    ("rebase:worktree", None, False), ("series:committed", None, False), ("series:applied-one", None, False),
+    (None, 2.0, False), ("series:committed", None, True), ("rebase:worktree", None, True), (None, 2.0, True)]))
+def test_rebase_killed_then_continue_ends_fully_new(tmp_path: Path, step: str | None, seconds: float | None,
+                                                    interrupt: bool) -> None:
     fx, args, before = _rebase_fixture(tmp_path)
-    code = run(fx, *args, kill_at=step, kill_after=seconds)
-    assert code in (-9, 0)
-    if code == -9 and (fx.root / ".forkbuild-work" / "rebase-journal").exists():
+    code = run(fx, *args, kill_at=step, kill_after=seconds, interrupt=interrupt)
+    assert code in (STOPPED[interrupt], 0), forkbuild.last_stderr  # type: ignore[attr-defined]
+    if code != 0 and (fx.root / ".forkbuild-work" / "rebase-journal").exists():
         # --continue itself killed once more, at the series transaction, then run to the end. A
         # timed kill that landed after the transaction leaves only the finish to do: that
         # --continue reaches no transaction, ends the rebase (0), and nothing is left to continue.
@@ -210,8 +220,8 @@ def test_rebase_killed_then_continue_ends_fully_new(tmp_path: Path, step: str | 
         assert resumed in (-9, 0), forkbuild.last_stderr  # type: ignore[attr-defined]
         if resumed == -9:
             assert run(fx, "rebase", "--continue") == 0, forkbuild.last_stderr  # type: ignore[attr-defined]
-    elif code == -9:
-        assert series_files(fx.root) == before  # killed before its journal existed: nothing changed
+    elif code != 0:
+        assert series_files(fx.root) == before  # stopped before its journal existed: nothing changed
         assert run(fx, *args) == 0, forkbuild.last_stderr  # type: ignore[attr-defined]
     _assert_rebased(fx, before)
 

@@ -1,5 +1,6 @@
 """The chaos test's hook: `FORKBUILD_CHAOS_KILL_AT=<step>` makes forkbuild die at that
-step like kill -9 (no cleanup handlers, no flush), to prove a re-run recovers.
+step like kill -9 (no cleanup handlers, no flush), or, with FORKBUILD_CHAOS_SIGNAL=INT,
+get a Ctrl-C there, to prove a re-run recovers.
 
 Steps: series:* (series_writer), apply:*, import:*, wheel:*, and the rebase
 journal's steps ("rebase:" + a rebase/state.py Step's name, e.g. rebase:applying:a.patch)."""
@@ -10,9 +11,10 @@ import os
 import signal
 
 CHAOS_ENV = "FORKBUILD_CHAOS_KILL_AT"
+SIGNAL_ENV = "FORKBUILD_CHAOS_SIGNAL"
 
 
 def chaos_point(step: str) -> None:
-    """Die here when the chaos test asks for `step`; free otherwise (one dict lookup)."""
+    """Die (or be interrupted) here when the chaos test asks for `step`; free otherwise."""
     if os.environ.get(CHAOS_ENV) == step:
-        os.kill(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGINT if os.environ.get(SIGNAL_ENV) == "INT" else signal.SIGKILL)

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
+import signal
 import sys
 from pathlib import Path
 
 from forkbuild import __version__, commands
-from forkbuild.console import Reporter, configure_logging
+from forkbuild.console import OutputError, Reporter, configure_logging, guard_standard_streams
 from forkbuild.context import Context
 from forkbuild.errors import ForkbuildError, disk_error
 
@@ -97,34 +99,44 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser(argv).parse_args(argv)
     reporter = Reporter(verbose=args.verbose)
     configure_logging(reporter)
-    return _run_command(args, reporter)
-
-
-def _run_command(args: argparse.Namespace, reporter: Reporter) -> int:
     try:
         context = Context.create(series_dir=args.series_dir, cache_dir=args.cache, reporter=reporter)
-        result = args.run(args, context)
+        result = int(args.run(args, context) or 0)
+        sys.stdout.flush()  # an output error is reported here, not by the interpreter at exit
+        return result
     except ForkbuildError as error:
         reporter.error(error)
         return error.return_code
     except KeyboardInterrupt:
+        # A second Ctrl-C from here on ends the process at once (the shell still sees 130).
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
         reporter.console.print("[red]interrupted[/red]")
         return 130
-    except BrokenPipeError:
-        # `forkbuild status | head`: the reader is gone. Point stdout at /dev/null so
-        # the interpreter's final flush does not raise again.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 141
-    except OSError as error:  # after BrokenPipeError, one of its kind
+    except (OutputError, BrokenPipeError) as error:
+        return _output_failed(error, reporter)
+    except OSError as error:
         # A full/read-only disk or a file in the way: one paragraph, no traceback.
         friendly = disk_error(error)
         if friendly is None:
             raise
         reporter.error(friendly)
         return friendly.return_code
-    return int(result or 0)
+
+
+def _output_failed(error: OutputError | BrokenPipeError, reporter: Reporter) -> int:
+    """stdout took no more output: stdout goes to /dev/null (so that the interpreter's last
+    flush does not fail again); a reader that went away (`status | head`) is 141, silently."""
+    cause = error.error if isinstance(error, OutputError) else error
+    with contextlib.suppress(OSError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+    if isinstance(cause, BrokenPipeError):
+        return 141
+    reporter.error(ForkbuildError(f"cannot write the output to stdout: {cause.strerror or cause}",
+                                  hint="give stdout somewhere to go (a file, a pipe, /dev/null)"))
+    return ForkbuildError.return_code
 
 
 def run() -> None:
     """The `forkbuild` command (`python -m forkbuild` too)."""
+    guard_standard_streams()
     sys.exit(main())

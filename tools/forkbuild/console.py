@@ -5,6 +5,8 @@ rich is imported when the first line is printed, not when forkbuild starts."""
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,6 +17,53 @@ from forkbuild.errors import ForkbuildError
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.progress import Progress
+
+
+class OutputError(Exception):
+    """stdout refused forkbuild's output (its reader gone, a full disk, closed): the command's
+    output is lost, nothing else (cli.main reports it; rich would turn a broken pipe into exit 1)."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(error.strerror or str(error))
+        self.error = error
+
+
+class _Stdout:
+    """sys.stdout, whose write errors are OutputError (not taken for a file forkbuild writes)."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError as error:
+            raise OutputError(error) from error
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as error:
+            raise OutputError(error) from error
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def guard_standard_streams() -> None:
+    """At the process's start: a closed stdin, stdout or stderr (`>&-`) is held by /dev/null
+    (stdout read-only: writing to it fails as it would closed) so that no file forkbuild opens
+    takes its number; stdout's write errors become OutputError."""
+    for number, mode in ((0, os.O_RDONLY), (1, os.O_RDONLY), (2, os.O_WRONLY)):
+        try:
+            os.fstat(number)
+        except OSError:
+            os.open(os.devnull, mode)  # the lowest free number: this one
+    if sys.stdout is None:
+        sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115 (the process's own stdout)
+    if sys.stderr is None:
+        sys.stderr = open(2, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+    sys.stdout = _Stdout(sys.stdout)  # type: ignore[assignment]
 
 
 class Reporter:

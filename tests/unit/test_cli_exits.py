@@ -1,0 +1,40 @@
+"""How the `forkbuild` process ends when its output cannot go anywhere: a reader that went
+away is 141, silently (the SIGPIPE convention); a closed or full stdout is a clear error about
+stdout, never a traceback nor a disk error about the series' files."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from fixtures import SeriesFixture
+
+
+def shell(fx: SeriesFixture, line: str) -> subprocess.CompletedProcess[str]:
+    """`line` in bash, `FB` standing for this fixture's forkbuild; exits with forkbuild's status."""
+    forkbuild = f"{sys.executable} -m forkbuild -C {fx.root} --cache {fx.cache}"
+    return subprocess.run(["bash", "-c", f'FB="{forkbuild}"; {line}; exit ${{PIPESTATUS[0]}}'],
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("line", ["$FB status | true", "$FB status --wide | head -n 0",
+                                  "$FB status --json | head -c 0"])
+def test_a_reader_that_goes_away_ends_forkbuild_with_141_silently(series_fx: SeriesFixture, line: str) -> None:
+    done = shell(series_fx, line)
+    assert (done.returncode, done.stderr) == (141, ""), done.stderr
+
+
+@pytest.mark.parametrize("line", ["$FB status >&-", "$FB status --json >/dev/full", "$FB status --wide >/dev/full"])
+def test_a_closed_or_full_stdout_is_an_error_about_stdout(series_fx: SeriesFixture, line: str) -> None:
+    done = shell(series_fx, line)
+    assert done.returncode == 1, done.stderr
+    assert "error: cannot write the output to stdout" in done.stderr
+    assert "Traceback" not in done.stderr and "transaction" not in done.stderr
+
+
+@pytest.mark.parametrize("command", ["check", "matrix"])
+def test_a_command_that_writes_to_stderr_runs_with_stdout_closed(series_fx: SeriesFixture, command: str) -> None:
+    done = shell(series_fx, f"$FB {command} >&-")
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
