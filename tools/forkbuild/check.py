@@ -3,6 +3,7 @@ patch of every variant found in one pass; path safety of every patch."""
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,16 +64,15 @@ def check_consistency(context: Context) -> None:
         raise ConfigError(errors)
 
 
-def check_series(*, context: Context) -> list[VariantCheck]:
-    """Apply the whole series, then each variant, into one scratch work tree (removed after)."""
+def check_series(*, context: Context, dest: Path | None = None) -> list[VariantCheck]:
+    """Apply the whole series, then each variant, into one scratch work tree (removed after),
+    or into `dest`, a forkbuild work tree of the caller's (rebase: its tree, already checked out)."""
     series = context.series
     cache = context.upstream
     # Every parse and path problem of every patch at once; the same check apply and import run.
     check_patches([entry.path for entry in series.patches], symlinks=symlinks_of(cache.git(), cache.ensure(series.upstream)))
-    with temporary_worktree(cache, purpose="check") as dest:
-        results = [_try(context, SERIES, dest)]
-        results += [_try(context, name, dest) for name in series.variants]
-    return results
+    with nullcontext(dest) if dest else temporary_worktree(cache, purpose="check") as tree:
+        return [_try(context, name, tree) for name in (SERIES, *series.variants)]
 
 
 def _try(context: Context, variant: str, dest: Path) -> VariantCheck:

@@ -488,6 +488,9 @@ def _check_references(problems: _Problems, series: Series) -> None:
         if entry.feature not in features and not problems.has(f"patches[{index}].feature"):
             problems.add(f"patches[{index}].feature", f"unknown feature {entry.feature!r}{near_miss(entry.feature, features)}",
                          near=entry.file)
+        elif entry.feature in features and not features[entry.feature].ported:
+            problems.add(f"patches[{index}].feature", f"feature {entry.feature!r} is marked `ported = false`: "
+                         "remove the marker now that a patch implements it", near=entry.file)
     if series.default_variant not in series.variants and not problems.has("series.default_variant"):
         problems.add("series.default_variant",
                      f"unknown variant {series.default_variant!r}{near_miss(series.default_variant, series.variants)}")
@@ -538,6 +541,9 @@ def _check_variants(problems: _Problems, series: Series) -> None:
                 problems.add(f"variants.{name}.features", f"unknown feature {feature_name!r}{near_miss(feature_name, series.features)}",
                              near=f"variants.{name}")
                 continue
+            if not feature.ported:
+                problems.add(f"variants.{name}.features", f"{feature_name} is marked `ported = false` (no patch on "
+                             "this upstream): leave it out of the variant", near=f"variants.{name}")
             for needed in feature.requires:
                 if needed not in chosen:
                     problems.add(f"variants.{name}.features", f"{feature_name} requires {needed}, which the variant leaves out",

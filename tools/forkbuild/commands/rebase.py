@@ -63,5 +63,7 @@ def run(args, context) -> int:
         style = OUTCOME_STYLE.get(patch.outcome or "", "red")
         table.add_row(patch.file, f"[{style}]{report.label(patch.outcome)}[/]", patch.detail)
     context.reporter.console.print(table)
+    for line in state.unported:
+        context.reporter.warn(line)
     context.reporter.info(f"report: {state.report}")
     return 0

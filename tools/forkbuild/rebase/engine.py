@@ -322,10 +322,12 @@ class Rebase:
             # lines, hunk positions), so the series applies exactly on the new pin
             # and its 3-way blobs are the new version's; the range-diff shows the change.
             # The patches left out (--skip, accepted drop proposals) are dropped by name: export drops nothing by itself.
-            export_series(context=context, tree=worktree.path, refresh=True, series_toml=pinned,
+            # A feature left without a patch leaves the variants, marked `ported = false` (series_edit.unported).
+            plan = export_series(context=context, tree=worktree.path, refresh=True, series_toml=pinned,
                           drops=tuple(patch.file for patch in state.patches if not patch.commit))
         checkpoint(Step.FINALIZE_EXPORTED)
-        exported = replace(state, written=self.journal.series_hashes(), writing=False, phase=Phase.CHECKED)
+        exported = replace(state, written=self.journal.series_hashes(), writing=False, phase=Phase.CHECKED,
+                           unported=plan.unported)
         return self.journal.save(exported, Step.EXPORTED)
 
     def _refuse_foreign_edits(self, state: RebaseState) -> None:
@@ -349,7 +351,7 @@ class Rebase:
         cache_git = self.cache.git()
         known = set(cache_git.refs())
         started = time.monotonic()
-        check = check_every_variant(self._fresh_context())
+        check = check_every_variant(self._fresh_context(), state.worktree)
         state = state.timed("check", time.monotonic() - started)
         recorded = state.refs
         for ref, sha in cache_git.refs().items():

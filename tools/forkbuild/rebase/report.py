@@ -58,6 +58,7 @@ def document(state: RebaseState, *, patches: list[dict], check: dict | None, fin
         "check": check,
         "timings": dict(state.timings),
         "patches": patches,
+        "unported": list(state.unported),
     }
 
 
@@ -80,6 +81,11 @@ def markdown(report: dict) -> str:
         for patch in evidence:
             lines.append(f"- `{patch['file']}` ({label(patch['outcome'])}): {patch['detail']}")
             lines += [f"  - {item}" for item in patch["evidence_text"]]
+        lines.append("")
+    if report["unported"]:
+        lines += ["## Features left without a patch", "", "Their patch files are set aside under "
+                  ".forkbuild-work/dropped/ (docs/rebase.md).", ""]
+        lines += [f"- {item}" for item in report["unported"]]
         lines.append("")
     if report["check"] is not None:
         status = "passed" if report["check"]["ok"] else "FAILED"

@@ -145,6 +145,7 @@ class RebaseState:
     writing: bool = False  # the finalize is rewriting the series files
     timings: Mapping[str, float] = field(default_factory=dict)
     report: Path | None = None  # the final report, once written
+    unported: tuple[str, ...] = ()  # what the finalize did to features left without a patch, in words
 
     @property
     def step_name(self) -> str:
@@ -168,7 +169,7 @@ class RebaseState:
             "cursor": self.cursor, "head_before": self.head_before or None, "tip": self.tip or None,
             "refs": {ref: {"before": move.before, "after": move.after} for ref, move in self.refs.items()},
             "written": dict(self.written), "writing": self.writing, "timings": dict(self.timings),
-            "report": None if self.report is None else str(self.report),
+            "report": None if self.report is None else str(self.report), "unported": list(self.unported),
         }
 
     @classmethod
@@ -189,7 +190,8 @@ class RebaseState:
             refs={ref: RefMove(before=move.text_or_empty("before") or None, after=move.text_or_empty("after") or None)
                   for ref, move in fields.object_map("refs").items()},
             written=fields.text_map("written", {}), writing=fields.flag("writing", False),
-            timings=fields.number_map("timings", {}), report=Path(report) if report else None)
+            timings=fields.number_map("timings", {}), report=Path(report) if report else None,
+            unported=fields.texts("unported", ()))
 
 
 def _patch_dict(patch: PatchState) -> dict[str, Any]:
