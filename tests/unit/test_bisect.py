@@ -181,6 +181,26 @@ def test_a_killed_bisect_resumes_from_its_probe_log(demo, tmp_path):
     assert len(run_lines) == 4 + len(found["probes"]) - 3  # no probe run twice, except the one killed
 
 
+def test_the_same_bisect_run_twice_prints_the_same_result_and_restart_starts_over(demo, tmp_path, capsys):
+    _, _, script = demo
+    runs = tmp_path / "runs.txt"
+    counting = tmp_path / "counting.py"
+    counting.write_text(textwrap.dedent(f'''\
+        import subprocess, sys
+        open({str(runs)!r}, "a").write("run\\n")
+        sys.exit(subprocess.call([sys.executable, {str(script)!r}, "b,d"]))
+        '''))
+    command = ["--json", "--", sys.executable, str(counting)]
+    assert bisect(demo, *command) == 0
+    first, probed = result(capsys), len(runs.read_text().splitlines())
+    assert bisect(demo, *command) == 0  # no file to delete, no probe run again
+    again = result(capsys)
+    assert again["minimal"] == first["minimal"] == ["b", "d"] and again["replayed"] == len(first["probes"])
+    assert len(runs.read_text().splitlines()) == probed
+    assert bisect(demo, "--restart", *command) == 0
+    assert result(capsys)["replayed"] == 0 and len(runs.read_text().splitlines()) == 2 * probed
+
+
 def test_runtime_mode_toggles_guards_on_one_build(demo, capsys, tmp_path):
     _, _, script = demo
     # Fails when DSV41_A is on and DSV41_C is set to 7 (the variant's runtime defaults); the build holds

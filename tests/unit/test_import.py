@@ -236,3 +236,26 @@ def test_a_failure_before_series_toml_is_written_removes_the_patches_written(ser
     assert {path.name: path.read_bytes() for path in series_fx.patches_dir.iterdir()} == before
     assert series_fx.series_toml.read_bytes() == toml
     series_fx.load()  # still valid: no unlisted patch file left behind
+
+
+def test_a_reversed_quilt_patch_is_refused_not_imported_forward(series_fx: SeriesFixture, tmp_path: Path) -> None:
+    directory = quilt_dir(tmp_path, {"offset.diff": QUILT_PATCH}, "offset.diff -p1 -R\n")
+    toml = series_fx.series_toml.read_bytes()
+    with pytest.raises(ConfigError) as raised:
+        import_quilt(context=series_fx.context(), directory=directory, feature="beta")
+    assert any("series:1: offset.diff -R: quilt applies it reversed" in problem for problem in raised.value.problems)
+    assert series_fx.series_toml.read_bytes() == toml and not (series_fx.patches_dir / "offset.patch").exists()
+
+
+def test_import_moves_an_existing_series_tree_to_the_new_series(series_fx: SeriesFixture, tmp_path: Path) -> None:
+    tree = series_fx.root / ".forkbuild-work" / "series"
+    assert series_fx.cli("apply", "--all") == 0
+    before = Git(tree).head()
+    directory = quilt_dir(tmp_path, {"offset.diff": QUILT_PATCH}, "offset.diff\n")
+    result = import_quilt(context=series_fx.context(), directory=directory, feature="beta")
+    assert result.tree == tree
+    worktree = Git(tree)
+    assert worktree.commits(before, worktree.head()) and worktree.subject(worktree.head()) == "core: offset by ten"
+    assert "return value + 10" in (tree / "python/pkg/core.py").read_text()
+    series_fx.load()
+    export_series(context=series_fx.context(), tree=tree, check=True)  # export agrees: nothing to write

@@ -199,6 +199,33 @@ rename to n.txt
     project.assert_like_quilt(tree, ["m.c", "o.txt", "n.txt", "m"])
 
 
+def test_a_rename_header_written_inside_a_subdirectory_is_normalised(tmp_path: Path) -> None:
+    # `git diff` run inside sub/ with --relative for the rename lines only (the shape of
+    # issue 36's Debian patch): git apply says "inconsistent old filename"; GNU patch
+    # (quilt, dpkg-source -x) goes by the diff --git and ---/+++ names and renames sub/o.txt.
+    rename = b"""\
+Description: a rename written inside sub/
+diff --git a/sub/o.txt b/sub/n.txt
+similarity index 80%
+rename from o.txt
+rename to n.txt
+index 1111111..2222222 100644
+--- a/sub/o.txt
++++ b/sub/n.txt
+@@ -1,3 +1,3 @@
+ one
+-two
++TWO
+ three
+"""
+    project = Project(tmp_path, {"rename.patch": rename}, extra={"sub/o.txt": b"one\ntwo\nthree\n"})
+    result = project.import_()
+    assert "git rename/copy lines disagree with ---/+++ sub/o.txt -> sub/n.txt" in notes_of(result, "rename.patch")
+    tree = project.round_trip()
+    assert (tree / "sub/n.txt").read_bytes() == b"one\nTWO\nthree\n" and not (tree / "sub/o.txt").exists()
+    project.assert_like_quilt(tree, ["sub/o.txt", "sub/n.txt"])
+
+
 def test_latin1_description_is_decoded_with_the_stated_fallback(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     patch = b"Description: caf\xe9 au lait\n Long line with \xfc.\nAuthor: Jos\xe9 Garc\xeda <jose@example.com>\n\n" + A_TXT_HUNK
     project = Project(tmp_path, {"latin1.patch": patch})

@@ -8,7 +8,8 @@ import tomllib
 
 from filelock import FileLock
 from fixtures import SeriesFixture, make_series
-from forkbuild.errors import DirtyTreeError, LockTimeout, RebaseStopped
+from forkbuild.errors import DirtyTreeError, LockBusy, LockTimeout, RebaseStopped
+from forkbuild.worktrees import TreeGuard
 from forkbuild.git import Git
 from rebase_fixtures import (CONFLICT_CHANGES, LADDER_CHANGES, NEW_VERSION, UPSTREAMED_CHANGES, WITH_DOCS, fingerprint,
                              rebase_args, release, tree)
@@ -281,3 +282,46 @@ def test_a_rebase_that_cannot_start_puts_back_the_tags_its_imports_made(git_seri
     assert "the rebase could not start" in err and "does not apply on its own pin 1.0" in err
     assert fingerprint(fx) == before and "left as it is" not in err
     assert not (fx.root / ".forkbuild-work" / "rebase-journal").exists()
+
+
+def test_a_second_rebase_while_one_runs_is_refused_clearly(git_series_fx: SeriesFixture, capsys) -> None:
+    fx = git_series_fx
+    commit = release(fx, LADDER_CHANGES)
+    fx.cli("fetch")
+    before = fingerprint(fx)
+    # A first rebase running: it holds the series' rebase lock while its journal is being created.
+    journal = fx.root / ".forkbuild-work" / "rebase-journal"
+    creating = journal.with_name(".rebase-journal.first")
+    creating.mkdir(parents=True)
+    guard = TreeGuard(journal, "rebase")
+    guard.acquire()
+    try:
+        for args in (rebase_args(commit), ["rebase", "--abort"], ["rebase", "--continue"]):
+            assert fx.cli(*args) == LockBusy.return_code
+            assert "another rebase is running" in capsys.readouterr().err
+    finally:
+        guard.release()
+    assert creating.is_dir() and fingerprint(fx) == before  # the first one's journal-to-be is untouched
+    assert fx.cli(*rebase_args(commit)) == 0  # once it is gone, a rebase runs
+
+
+def test_ctrl_c_early_or_late_exits_130_and_the_next_command_recovers(git_series_fx: SeriesFixture, monkeypatch,
+                                                                      capsys) -> None:
+    fx = git_series_fx
+    commit = release(fx, LADDER_CHANGES)
+    fx.cli("fetch")
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:  # while Python loads the commands: before anything began
+        patch.setattr("forkbuild.cli.build_parser", interrupted)
+        assert fx.cli(*rebase_args(commit)) == 130
+    assert "Traceback" not in capsys.readouterr().err
+    with monkeypatch.context() as patch:  # while the rebase imports the upstreams: the journal exists
+        patch.setattr("forkbuild.rebase.engine.Rebase._import", interrupted)
+        assert fx.cli(*rebase_args(commit)) == 130
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "`forkbuild rebase --continue` goes on" in err
+    assert fx.cli("rebase", "--continue") == 0
+    assert pinned(fx)["version"] == NEW_VERSION

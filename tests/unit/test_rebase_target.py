@@ -71,6 +71,13 @@ def test_commit_targets() -> None:
     assert target.git.commit == full and target.wheels == ()
 
 
+@pytest.mark.parametrize("name", ["a/b", "../x", " ", "-x", "x..y", "x.lock", "x.", "0.5 .1"])
+def test_a_version_name_that_is_no_tag_or_file_name_is_refused(name: str) -> None:
+    # Before: "a/b" put the report in a nested directory, "../x" and " " ended in a raw git error.
+    with pytest.raises(UpstreamError, match="--version .*: a version name is"):
+        resolve(CURRENT, onto="0123456789abcdef0123456789abcdef01234567", version=name)
+
+
 def test_moved_pin_keeps_comments_and_other_tables() -> None:
     text = '''# top comment
 [upstream]

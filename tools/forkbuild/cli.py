@@ -96,7 +96,11 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser(argv).parse_args(argv)
+    try:
+        args = build_parser(argv).parse_args(argv)  # imports every command: most of start-up
+    except KeyboardInterrupt:  # Ctrl-C before the command began: nothing to recover
+        print("interrupted", file=sys.stderr)
+        return 130
     reporter = Reporter(verbose=args.verbose)
     configure_logging(reporter)
     try:

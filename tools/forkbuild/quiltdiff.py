@@ -31,6 +31,7 @@ GIT_HEADER = re.compile(r"^diff --git (?P<old>\S+) (?P<new>\S+)\s*$")
 # git extended header lines that carry names or renames: dropped when GNU patch's names win.
 GIT_EXTENDED = re.compile(r"^(?:index |similarity index |dissimilarity index |rename (?:from|to) |copy (?:from|to) |"
                           r"(?:old|new) mode |new file mode |deleted file mode )")
+RENAME = re.compile(r"^(?P<kind>rename|copy) (?P<end>from|to) (?P<name>[^\r\n]*)")
 INDEX = re.compile(r"^index (?P<old>[0-9a-f]+)\.\.(?P<new>[0-9a-f]+)")
 EMPTY_BLOB = "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"
 # A name followed by a timestamp without a tab ("--- a/x  2022-12-11 15:41:56 +0000").
@@ -120,7 +121,14 @@ def _follow_minus_plus(lines: list[str], *, strip: int, existing: set[str] | fro
         named = (_name(header["old"], strip), _name(header["new"], strip)) if header else (old, new)
         chosen = _choose(old, new, existing)
         if DEV_NULL in (old, new) or (named == (old, new) and (header or old == new)) or chosen is None:
-            out.extend(lines[at:minus + 2])  # consistent (a git rename included): git and GNU patch agree
+            # Consistent (a git rename included): git and GNU patch agree, but for rename/copy lines
+            # naming other paths (written inside a subproject): GNU patch goes by the names above.
+            lead = _lead(lines[minus][4:], strip)
+            extended = [_renamed(line, lead, old, new) for line in lines[at + 1:minus]] if header else []
+            if extended != lines[at + 1:minus]:
+                notes.append(f"git rename/copy lines disagree with ---/+++ {old} -> {new}: followed ---/+++ "
+                             "(as GNU patch does)")
+            out += [lines[at], *extended, lines[minus], lines[minus + 1]] if header else lines[at:minus + 2]
         else:
             if header and named != (old, new):
                 notes.append(f"git header names {named[0]} -> {named[1]}, ---/+++ name {old} -> {new}: "
@@ -159,6 +167,24 @@ def _name(raw: str, strip: int) -> str:
         return name
     parts = name.split("/")
     return "/".join(parts[strip:]) if len(parts) > strip else parts[-1]
+
+
+def _lead(raw: str, strip: int) -> str:
+    """What git strips from a rename/copy line's name for -p`strip`: one component less than
+    from a ---/+++ name (those carry the a/ b/ prefix), here taken from `raw`'s."""
+    parts = raw.split("\t", 1)[0].strip().strip('"').split("/")
+    return "".join(f"{part}/" for part in parts[1:strip])
+
+
+def _renamed(line: str, lead: str, old: str, new: str) -> str:
+    """A `rename|copy from|to NAME` line naming `old` (from) or `new` (to) instead, if it names another path."""
+    match = RENAME.match(line)
+    if match is None:
+        return line
+    wanted = old if match["end"] == "from" else new
+    if _name(match["name"], strip=lead.count("/")) == wanted:
+        return line
+    return f"{match['kind']} {match['end']} {lead}{wanted}{line[len(line.rstrip(chr(13) + chr(10))):]}"
 
 
 def _retarget(line: str, strip: int, chosen: str) -> str:

@@ -33,7 +33,6 @@ from forkbuild.importer import _write, author_ident, check_incoming, guard_trail
 from forkbuild.patchfile import check_safe
 from forkbuild.quiltcommit import Applicable, Applied, apply_series
 from forkbuild.quiltdiff import GitReadyDiff, git_ready
-from forkbuild.series_edit import read_quilt_series
 from forkbuild.worktrees import recover_killed_change, tree_guard
 
 
@@ -77,9 +76,9 @@ def read_quilt_dir(series: Series, directory: Path, *, feature: str) -> list[Qui
     series_file = directory / "series"
     if not series_file.is_file():
         raise ForkbuildError(f"{directory} has no quilt `series` file", hint="point --quilt at the directory holding `series`")
-    listed = read_quilt_series(series_file)
+    listed, problems = read_quilt_series(series_file)
     names = _file_names([name for name, _ in listed])
-    patches, problems = [], []
+    patches = []
     for (name, strip), file_name in zip(listed, names, strict=True):
         path = directory / name
         if not path.is_file():
@@ -97,6 +96,28 @@ def read_quilt_dir(series: Series, directory: Path, *, feature: str) -> list[Qui
     if problems:
         raise ConfigError(problems, source=f"import from {directory}")
     return patches
+
+
+def read_quilt_series(path: Path) -> tuple[list[tuple[str, int]], list[str]]:
+    """(patch file, strip level) per line of a quilt series file (comments and blanks
+    skipped), and the lines forkbuild cannot import as quilt would apply them."""
+    entries, problems = [], []
+    for number, line in enumerate(path.read_text(errors="replace").splitlines(), start=1):
+        words = line.split("#", 1)[0].split()
+        if not words:
+            continue
+        strip = 1
+        for option in words[1:]:
+            if option.startswith("-p") and option[2:].isdigit():
+                strip = int(option[2:])
+            elif option == "-R":
+                problems.append(f"{path}:{number}: {words[0]} -R: quilt applies it reversed; forkbuild imports "
+                                "patches forward only (reverse the file, e.g. `interdiff -q FILE /dev/null`, "
+                                "and drop the -R)")
+            else:
+                problems.append(f"{path}:{number}: {words[0]}: unknown quilt patch option {option!r} (known: -pN, -R)")
+        entries.append((words[0], strip))
+    return entries, problems
 
 
 def _file_names(listed: list[str]) -> list[str]:
@@ -266,7 +287,8 @@ def _check_out_series(context: Context, cache_git: Git, *, base: str, head: str,
         if fresh is not None:
             worktree = fresh.result()  # at `head` already
         else:
-            worktree = prepare_worktree(cache_git, dest=dest, base=head)
+            worktree = prepare_worktree(cache_git, dest=dest, base=head)  # refuses a tree with work of its own
+            worktree.checkout_detached(head)  # only the files the imported patches change
     except DirtyTreeError as error:
         return None, f"{dest} was left as it is: {error}"
     except GitFailed as error:

@@ -34,21 +34,6 @@ def quilt_series_text(files: Iterable[str]) -> str:
     return QUILT_HEADER + "".join(f"{name}\n" for name in files)
 
 
-def read_quilt_series(path: Path) -> list[tuple[str, int]]:
-    """(patch file, strip level) per line of a quilt series file; comments and blanks skipped."""
-    entries = []
-    for line in path.read_text().splitlines():
-        words = line.split("#", 1)[0].split()
-        if not words:
-            continue
-        strip = 1
-        for option in words[1:]:
-            if option.startswith("-p") and option[2:].isdigit():
-                strip = int(option[2:])
-        entries.append((words[0], strip))
-    return entries
-
-
 def updated_series_toml(text: str, entries: Sequence[EntrySpec]) -> str:
     """series.toml `text` with its [[patches]] list replaced by `entries`, in that order.
 

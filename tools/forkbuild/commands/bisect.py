@@ -44,6 +44,9 @@ def add_parser(subparsers) -> None:
                         help="try a failing probe N more times: it fails only if every try fails (flaky commands)")
     parser.add_argument("--continue", dest="resume", action="store_true",
                         help="resume from the probe log of the same bisect (after a kill or a stop)")
+    parser.add_argument("--restart", action="store_true",
+                        help="start over: the probe log of the same bisect is replaced (a finished bisect run "
+                             "again without it prints its result from the log)")
     parser.add_argument("--log", type=Path, help="probe log (default: build/bisect/<combination>-<key>.json)")
     parser.add_argument("--python-tag", action="append", default=[], metavar="TAG",
                         help="wheels for these pinned tags (default: the running interpreter's)")
@@ -55,6 +58,8 @@ def add_parser(subparsers) -> None:
 def run(args, context) -> int:
     if args.retries < 0:
         raise BisectError("--retries must be 0 or more")
+    if args.resume and args.restart:
+        raise BisectError("--continue goes on with the probe log, --restart replaces it: give one of them")
     series = context.series
     target = arguments.from_args(args, context)
     image = ImageOptions(base=args.base, local_base=args.local_base) if args.image else None
@@ -73,7 +78,7 @@ def run(args, context) -> int:
            "on": getattr(probes, "on", None)}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
     log = ProbeLog((args.log or context.build_dir / "bisect" / f"{target.name}-{digest}.json").resolve(), key=key,
-                   resume=args.resume)
+                   resume=args.resume, restart=args.restart)
     context.reporter.info(f"bisecting {len(candidates)} features of {target.name} "
                           f"({'runtime guards' if args.runtime else 'a build per probe'}); log: {log.path}")
 

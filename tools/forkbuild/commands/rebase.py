@@ -44,6 +44,16 @@ def add_parser(subparsers) -> None:
 
 def run(args, context) -> int:
     rebase = Rebase(context)
+    try:
+        return _run(args, context, rebase)
+    except KeyboardInterrupt:
+        if rebase.journal.exists():  # every step is journaled: the next command goes on from the last one
+            context.reporter.warn("rebase interrupted: `forkbuild rebase --continue` goes on, `--abort` puts "
+                                  "everything back")
+        raise
+
+
+def _run(args, context, rebase: Rebase) -> int:
     state: RebaseState | None
     if args.resume:
         if args.dir or args.target_version:

@@ -5,10 +5,11 @@ The search is picire's ddmin (picire.DD: Zeller's subsets-then-complements
 reduction, 1-minimal result). What forkbuild adds around it:
 - preconditions checked first (stock passes, the full set fails), as errors
   instead of picire's `assert`;
-- a probe log (one JSON file, rewritten atomically after every probe): a
-  re-run with --continue answers every probe already made from the log, so a
-  killed bisect resumes where it stopped (ddmin is deterministic, so it asks the
-  same questions again in the same order);
+- a probe log (one JSON file, rewritten atomically after every probe, with the
+  result at the end): a re-run answers every probe already made from it (ddmin
+  is deterministic: it asks the same questions again in the same order), so a
+  finished bisect run again prints the same result, and a killed one resumes
+  where it stopped with --continue; --restart starts over;
 - retries: a probe fails only if the command fails on every try.
 How a probe runs (build a wheel/image, or toggle guards) is probe.py's job.
 """
@@ -82,39 +83,49 @@ def _probe_json(probe: Probe) -> dict[str, Any]:
 
 
 class ProbeLog:
-    """The probes made so far for one bisect (identified by `key`), in a JSON file."""
+    """The probes made so far for one bisect (identified by `key`), in a JSON file, and its
+    result once it finished. A finished bisect run again is answered from it (the same
+    result, no probe run); a stopped one goes on with `resume`; `restart` starts over."""
 
-    def __init__(self, path: Path, *, key: dict[str, Any], resume: bool) -> None:
+    def __init__(self, path: Path, *, key: dict[str, Any], resume: bool, restart: bool = False) -> None:
         self.path, self.key = path, key
         self.probes: dict[tuple[str, ...], Probe] = {}
-        if path.exists():
-            if not resume:
-                raise BisectError(f"{path}: a probe log of this bisect exists (a run that stopped or finished)",
-                                  hint=f"resume it with --continue, or delete {path} to start over")
+        self.minimal: list[str] | None = None  # the result of a finished bisect
+        if restart:
+            path.unlink(missing_ok=True)
+        elif path.exists():
             self._load()
+            if self.minimal is None and not resume:
+                raise BisectError(f"{path}: this bisect stopped before it finished",
+                                  hint="resume it with --continue, or start over with --restart")
 
     def _load(self) -> None:
         try:
             data = json.loads(self.path.read_text())
             if data.get("schema") != LOG_SCHEMA or data.get("key") != self.key:
                 raise BisectError(f"{self.path}: a probe log of another bisect (command, features or mode differ)",
-                                  hint=f"delete {self.path} to start this one over")
+                                  hint="start this one over with --restart (the log is replaced)")
             for item in data["probes"]:
                 probe = Probe(features=tuple(item["features"]), outcome=item["outcome"],
                               exit_codes=tuple(item["exit_codes"]), seconds=item["seconds"], detail=item["detail"])
                 self.probes[probe.features] = probe
+            self.minimal = data.get("minimal")
         except (OSError, ValueError, KeyError, TypeError) as error:
             raise BisectError(f"{self.path}: unreadable probe log ({error})",
-                              hint=f"delete {self.path} to start over") from error
+                              hint="start over with --restart (the log is replaced)") from error
 
     def lookup(self, features: tuple[str, ...]) -> Probe | None:
         return self.probes.get(features)
 
-    def record(self, probe: Probe) -> None:
-        self.probes[probe.features] = probe
+    def record(self, probe: Probe | None = None, *, minimal: Sequence[str] | None = None) -> None:
+        """Add `probe`, or the bisect's result, and rewrite the log."""
+        if probe is not None:
+            self.probes[probe.features] = probe
+        if minimal is not None:
+            self.minimal = list(minimal)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(self.path, json.dumps({"schema": LOG_SCHEMA, "key": self.key,
-                                            "probes": [_probe_json(item) for item in self.probes.values()]},
+        data = {"schema": LOG_SCHEMA, "key": self.key, "probes": [_probe_json(item) for item in self.probes.values()]}
+        write_atomic(self.path, json.dumps(data if self.minimal is None else {**data, "minimal": self.minimal},
                                            indent=2) + "\n")
 
 
@@ -167,6 +178,7 @@ def bisect(candidates: Sequence[str], *, run: RunProbe, log: ProbeLog, tries: in
     def test(config: list[str], config_id: tuple) -> Any:  # a picire.Outcome
         return picire.Outcome.FAIL if outcome_of(config) == FAIL else picire.Outcome.PASS
 
-    minimal = picire.DD(test)(list(candidates))
-    return BisectResult(minimal=tuple(sorted(minimal, key=order.__getitem__)), probes=tuple(asked),
+    minimal = tuple(sorted(picire.DD(test)(list(candidates)), key=order.__getitem__))
+    log.record(minimal=minimal)
+    return BisectResult(minimal=minimal, probes=tuple(asked),
                         replayed=replayed)

@@ -23,6 +23,8 @@ from __future__ import annotations
 import secrets
 import shutil
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import NoReturn
@@ -32,7 +34,7 @@ from packaging.version import InvalidVersion, Version
 from forkbuild.apply import FULL_SERIES_REF, record_series_tree, series_hashes
 from forkbuild.config import Upstream, parse_series
 from forkbuild.context import Context
-from forkbuild.errors import ApplyError, DirtyTreeError, ForkbuildError, RebaseStopped
+from forkbuild.errors import ApplyError, DirtyTreeError, ForkbuildError, LockBusy, RebaseStopped
 from forkbuild.export import export_series
 from forkbuild.git import Git
 from forkbuild.layout import REBASE_TREE
@@ -44,7 +46,7 @@ from forkbuild.rebase.pin import moved_pin
 from forkbuild.rebase.state import PatchState, Phase, RebaseState, Step
 from forkbuild.rebase.upstreamed import HunkEvidence, evidence
 from forkbuild.worktree.engine import Engine, Outcome, PatchJob, PatchResult
-from forkbuild.worktrees import clear_stale_index_lock
+from forkbuild.worktrees import TreeGuard, clear_stale_index_lock, tree_guard
 
 OLD_SERIES = "old-series"  # the series applied on the old pin (its blobs feed the 3-way merges)
 NEW_SERIES = "new-series"  # the replayed series (the report's range-diffs read it)
@@ -64,8 +66,27 @@ class Rebase:
         self.cache = context.upstream
 
     # -- entry points -------------------------------------------------------------
+    @contextmanager
+    def one_at_a_time(self) -> Iterator[None]:
+        """Hold the series' rebase lock (a flock: a killed holder leaves none) for one command."""
+        guard = TreeGuard(self.journal.path, "rebase")
+        try:
+            guard.acquire()
+        except LockBusy as busy:
+            raise LockBusy(f"another rebase is running in {self.context.series_dir}: {busy.message}",
+                           hint="wait for it to end, then `forkbuild rebase --continue` or `--abort` it") from None
+        guard.recovered()  # a killed rebase is the journal's to recover, not the lock's
+        try:
+            yield
+        finally:
+            guard.release()
+
     def start(self, *, target: Upstream, tree: Path, accept_drops: bool) -> RebaseState | None:
         """Start a rebase onto `target` and run it; None when the series is on `target` already."""
+        with self.one_at_a_time():
+            return self._start(target=target, tree=tree, accept_drops=accept_drops)
+
+    def _start(self, *, target: Upstream, tree: Path, accept_drops: bool) -> RebaseState | None:
         series = self.context.series
         if self.journal.exists():
             raise ForkbuildError("a rebase is already in progress",
@@ -85,6 +106,10 @@ class Rebase:
         return self.run(self.journal.load())
 
     def resume(self, action: str) -> RebaseState:
+        with self.one_at_a_time():
+            return self._resume(action)
+
+    def _resume(self, action: str) -> RebaseState:
         state = self.journal.load()
         if action == "abort":
             return self.abort(state)
@@ -351,13 +376,30 @@ class Rebase:
         cache_git = self.cache.git()
         known = set(cache_git.refs())
         started = time.monotonic()
-        check = check_every_variant(self._fresh_context(), state.worktree)
+        check = check_every_variant(self._fresh_context(), self._check_tree(state))
         state = state.timed("check", time.monotonic() - started)
         recorded = state.refs
         for ref, sha in cache_git.refs().items():
             if ref.startswith(f"{FULL_SERIES_REF}/") and ref not in known:
                 recorded = refs.record(recorded, ref, before=None, after=sha)
         return replace(state, refs=recorded), check
+
+    def _check_tree(self, state: RebaseState) -> Path | None:
+        """The rebase tree at the rebased series, where the check applies each variant (only the
+        files that differ change): a known start, also after a check that was interrupted or
+        killed. None where the tree is gone (the check makes a scratch tree)."""
+        tree = state.worktree
+        if not (tree / ".git").exists():
+            return None
+        head = self.cache.git().rev(refs.series_ref(state.id, NEW_SERIES))
+        with tree_guard(tree, "rebase") as guard:
+            guard.recovered()  # an interrupted check's half-applied variant: reset below
+            worktree = Git(tree)
+            worktree.reset_hard(head)
+            worktree.clean_untracked()
+            record_series_tree(worktree, base=state.new_base, head=head,
+                               patches=[patch.file for patch in state.patches if patch.commit])
+        return tree
 
     def _check_and_finish(self, state: RebaseState) -> RebaseState:
         state, check = self._check(state)

@@ -109,8 +109,8 @@ class Journal:
         parent = self.path.parent
         parent.mkdir(parents=True, exist_ok=True)
         for stale in parent.glob(f".{JOURNAL_DIR}.*"):
-            # A start that was killed before its journal appeared: nothing was changed.
-            shutil.rmtree(stale, ignore_errors=True)
+            if stale.is_dir():  # a start killed before its journal appeared (not the lock file beside it)
+                shutil.rmtree(stale, ignore_errors=True)
         scratch = Path(tempfile.mkdtemp(dir=parent, prefix=f".{JOURNAL_DIR}."))
         backup = scratch / "backup"
         hashes = {}

@@ -15,6 +15,7 @@ from forkbuild.config import GitPin, Upstream, WheelPin
 from forkbuild.errors import UpstreamError
 
 COMMIT = re.compile(r"[0-9a-f]{7,40}")
+VERSION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 
 
 def looks_like_commit(onto: str) -> bool:
@@ -41,6 +42,9 @@ def _git_target(current: Upstream, *, commit: str, version: str | None) -> Upstr
     if not version:
         raise UpstreamError(f"--onto {commit}: name the version this commit is (--version X), "
                             "it becomes the cache tag upstream/X and the series' upstream.version")
+    if not VERSION_NAME.fullmatch(version) or ".." in version or version.endswith((".", ".lock")):
+        raise UpstreamError(f"--version {version!r}: a version name is letters, digits and . _ + - (like 0.5.24.dev1), "
+                            "starting with a letter or digit: it names a cache tag and the report's file")
     git = GitPin(url=current.git.url, ref=_moved_ref(current, version), commit=commit)
     # Wheels pinned beside a git source belong to the old version: a new version's
     # wheels are looked up only when the series builds from them (source = "wheel").
