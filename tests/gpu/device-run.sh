@@ -7,8 +7,7 @@
 #   whl/*.whl                the test venv's pins that machine lacks (cp312)
 # sgl_kernel (373 MB) does not travel: tests/gpu/stubs puts a stand-in that
 # raises when called on the path, and the report names it.
-#   bash tests/gpu/device-run.sh [--sweep]    -> $OUT/test-patch-cuda-tp4.json, $OUT/wo_a_w8_gpu.txt
-#   (BENCH=0: the tests alone; TESTS=0: the benchmark alone)
+#   bash tests/gpu/device-run.sh    -> $OUT/test-patch-cuda-$VARIANT.json, $OUT/test-patch.log
 # Preparing the payload (here, on CPU; it is ~48 MB, under a call's 64 MiB): bash tests/gpu/make-payload.sh
 # writes .gpu-payload/ (carry it, and run with PAYLOAD=$PWD/.gpu-payload). By hand that is:
 #   forkbuild build-wheel --variant tp4; unzip the cp312 wheel into a folder and
@@ -30,13 +29,7 @@ if [ -d "$PAYLOAD/overlay" ]; then cp -r "$PAYLOAD/overlay/." "$SITE/"; fi
 export PYTHONPATH="$SITE:$REPO/tools:$REPO/tests/gpu/stubs" GIT_PYTHON_REFRESH=quiet PYTHONUNBUFFERED=1
 cd "$REPO"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-status=0
-if [ "${TESTS:-1}" = 1 ]; then  # TESTS=0: the benchmark alone
-    python3 -m forkbuild -v test-patch --installed --device cuda --variant "$VARIANT" --python "$(command -v python3)" 2>&1 | tee "$OUT/test-patch.log"
-    status=${PIPESTATUS[0]}
-    cp "build/test-patch/$VARIANT-cuda.json" "$OUT/test-patch-cuda-$VARIANT.json"
-fi
-if [ "${BENCH:-1}" = 1 ]; then  # BENCH=0: the tests alone
-    python3 bench/bench_wo_a_w8_gpu.py "$@" 2>&1 | tee "$OUT/wo_a_w8_gpu.txt"
-fi
+python3 -m forkbuild -v test-patch --installed --device cuda --variant "$VARIANT" --python "$(command -v python3)" 2>&1 | tee "$OUT/test-patch.log"
+status=${PIPESTATUS[0]}
+cp "build/test-patch/$VARIANT-cuda.json" "$OUT/test-patch-cuda-$VARIANT.json" || { [ "$status" = 0 ] && status=1; }
 exit $status

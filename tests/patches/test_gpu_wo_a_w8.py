@@ -131,112 +131,43 @@ def test_one_pass_dequantisation_is_exact_for_every_code_on_the_gpu(monkeypatch)
     assert torch.equal(fast, dsv4_wo_a_w8.dequantize_wo_a_w8(codes, scale))
 
 
-def _hopper_or_skip():
-    import torch
-    from sglang.kernels.ops.gemm import dsv4_wo_a_w8
-
-    hopper = dsv4_wo_a_w8._hopper_kernels(torch.cuda.current_device())
-    if hopper is None:
-        pytest.skip("the persistent kernel needs an SM 9.0 GPU (wgmma, TMA) and Triton's Gluon: "
-                    f"this is SM {'.'.join(map(str, torch.cuda.get_device_capability()))}")
-    return hopper
-
-
-# Persistent kernel: the wave's edge (256), tail tiles (300, 320, 576), plain tiles just past
-# a tile (257, 384, 513), and prefill sizes.
-PERSISTENT_TOKENS = (256, 257, 300, 320, 384, 513, 576, 1024, 2049, 4096)
-
-
-# The shapes the dispatch gives the persistent kernel (whole 128-row tiles, at most
-# 16 k-steps): not the model's 4096-wide wo_a, which takes split-K and dequantise.
-PERSISTENT_SHAPES = ((8, 256, 512), (16, 1024, 1024))
-
-
 @pytest.mark.guard_on
-@pytest.mark.parametrize("groups,rows,dim", PERSISTENT_SHAPES)
-def test_persistent_hopper_kernel_matches_the_bf16_reference(groups, rows, dim, monkeypatch):
-    """Both tile forms (256 tokens; 256 + 64 with the tail wgmma) at every token
-    count, against float64 with the W8 kernel's tolerance; every output written
-    (the TMA store clips the last tile, whose loads zero-fill past T). Each on a
-    program per SM and on 64 programs (several tiles each where there are
-    more): RING where the tiles fit one wave or have a tail (with several
-    tiles a program, its producer refilling the epilogue's stages after epi),
-    the epilogue's own buffers for 256-token tiles several to a program."""
-    import torch
-
-    monkeypatch.setenv("DSV41_WO_A_W8", "1")
-    hopper = _hopper_or_skip()
-    rings = []
-    real_ring_for = hopper.ring_for
-    monkeypatch.setattr(hopper, "ring_for", lambda *args: rings.append(real_ring_for(*args)[0]) or real_ring_for(*args))
-    for seed, tokens in enumerate(PERSISTENT_TOKENS):
-        o, codes, scale, wo_a = _operands(tokens, groups, rows, dim, seed + 200)
-        expected = torch.einsum("tgd,grd->tgr", o.double(), wo_a.double())
-        for tiles in (hopper.PLAIN, hopper.WITH_TAIL):
-            for programs in (None, 64):
-                form = f"tokens={tokens} {tiles} programs={programs or 'SMs'}"
-                # The output the kernel writes, poisoned: torch.empty hands it out for the call.
-                result = torch.full((tokens, groups, rows), float("nan"), dtype=torch.bfloat16, device="cuda")
-                with monkeypatch.context() as poisoned:
-                    poisoned.setattr(torch, "empty", lambda *a, result=result, **k: result)
-                    assert hopper.wo_a_w8_persistent(o, codes, scale, tiles=tiles, programs=programs) is result
-                assert not result.isnan().any(), f"{form}: outputs left unwritten (NaN)"
-                torch.testing.assert_close(result.double(), expected, rtol=2**-6, atol=2**-6,
-                                           msg=lambda m, form=form: f"{form} [{groups},{rows},{dim}]: {m}")
-                relative = ((result.double() - expected).norm() / expected.norm()).item()
-                assert relative < 2**-8, f"{form}: relative error {relative:.2e}"
-    assert set(rings) == {True, False}, f"RING taken {rings.count(True)} of {len(rings)} launches"
-
-
-@pytest.mark.guard_on
-def test_drop_layers_take_the_persistent_kernel_where_it_fills_a_wave(monkeypatch):
-    """Through the attention's call site, DSV41_WO_A_W8_PERSISTENT_TOKENS at its
-    default: the large per-rank wo_a from 256 tokens on, the small one only
-    where its tiles fill a wave (2048 tokens), never the model's 4096-wide one;
-    the Triton kernel or the dequant path (DSV41_WO_A_W8_DEQUANT_TOKENS at its
-    default) elsewhere; 0 turns it off. Each result against the reference."""
+def test_the_models_wo_a_takes_split_k_then_dequantise_at_the_default_thresholds(monkeypatch):
+    """Through the attention's call site with series.toml's defaults, on the
+    model's own wo_a per rank at TP4 ([2, 1024, 4096]): the split-K Triton kernel
+    (partials added by _sum_splits_kernel) up to 256 tokens, dequantise + cuBLAS
+    from DSV41_WO_A_W8_DEQUANT_TOKENS (257) on; each against the reference."""
     import torch
     from sglang.kernels.ops.gemm import dsv4_wo_a_w8
     from sglang.srt.models.deepseek_v4 import MqaAttentionBase
     from sglang.srt.models.deepseek_v4_wo_a_w8 import resolve_wo_a_w8_mode
 
     monkeypatch.setenv("DSV41_WO_A_W8", "1")
-    hopper = _hopper_or_skip()
     taken = []
-    real = hopper.wo_a_w8_persistent
-    monkeypatch.setattr(hopper, "wo_a_w8_persistent", lambda *a, **k: taken.append("persistent") or real(*a, **k))
+    real_sum = dsv4_wo_a_w8._sum_splits_kernel
+
+    class Recorder:
+        def __getitem__(self, grid):
+            return lambda *a, **k: taken.append(f"split{k['SPLIT']}") or real_sum[grid](*a, **k)
+
+    monkeypatch.setattr(dsv4_wo_a_w8, "_sum_splits_kernel", Recorder())
     for name in ("_wo_a_w8_dequantized", "_wo_a_w8_triton"):
         fn = getattr(dsv4_wo_a_w8, name)
         monkeypatch.setattr(dsv4_wo_a_w8, name, lambda *a, _n=name, _f=fn: taken.append(_n) or _f(*a))
-
-    def path(tokens, groups, rows, dim):
-        mode = resolve_wo_a_w8_mode()
-        layer = object.__new__(MqaAttentionBase)
-        torch.nn.Module.__init__(layer)
-        layer.wo_a_w8_dequant_tokens = mode.dequant_tokens
-        layer.wo_a_w8_persistent_tokens = mode.persistent_tokens
-        o, codes, scale, wo_a = _operands(tokens, groups, rows, dim, seed=tokens)
+    mode = resolve_wo_a_w8_mode()
+    assert mode.dequant_tokens == 257  # series.toml's default
+    layer = object.__new__(MqaAttentionBase)
+    torch.nn.Module.__init__(layer)
+    layer.wo_a_w8_dequant_tokens = mode.dequant_tokens
+    expected_paths = {1: ["_wo_a_w8_triton", "split4"], 32: ["_wo_a_w8_triton", "split4"],
+                      200: ["_wo_a_w8_triton", "split2"], 256: ["_wo_a_w8_triton", "split2"],
+                      257: ["_wo_a_w8_dequantized"], 2048: ["_wo_a_w8_dequantized"]}
+    for tokens, paths in expected_paths.items():
+        o, codes, scale, wo_a = _operands(tokens, 2, 1024, 4096, seed=tokens)
         layer.wo_a = torch.nn.Module()
         layer.wo_a.weight_w8, layer.wo_a.weight_w8_scale = codes, scale
         taken.clear()
         result = layer._apply_wo_a_w8(o)
+        assert taken == paths, (tokens, taken)
         expected = torch.einsum("tgd,grd->tgr", o.double(), wo_a.double())
         torch.testing.assert_close(result.double(), expected, rtol=2**-6, atol=2**-6)
-        return list(taken)
-
-    assert resolve_wo_a_w8_mode().persistent_tokens == 256  # series.toml's defaults
-    assert resolve_wo_a_w8_mode().dequant_tokens == 257
-    assert path(128, 16, 1024, 1024) == ["_wo_a_w8_triton"]
-    assert path(256, 16, 1024, 1024) == ["persistent"]
-    assert path(300, 16, 1024, 1024) == ["persistent"]
-    assert path(4096, 16, 1024, 1024) == ["persistent"]
-    assert path(1024, 8, 256, 512) == ["_wo_a_w8_dequantized"]  # 16 x 4 tiles: under a wave
-    assert path(2048, 8, 256, 512) == ["persistent"]
-    assert path(256, 2, 64, 96) == ["_wo_a_w8_triton"]  # rows not in 128-row tiles
-    assert path(512, 2, 64, 96) == ["_wo_a_w8_dequantized"]
-    # The model's own wo_a: split-K to 256 tokens, then dequantised, also where
-    # its tiles fill a wave (2048 tokens): 64 k-steps a tile, past MAX_K_STEPS.
-    assert path(256, 2, 1024, 4096) == ["_wo_a_w8_triton"]
-    assert path(2048, 2, 1024, 4096) == ["_wo_a_w8_dequantized"]
-    monkeypatch.setenv("DSV41_WO_A_W8_PERSISTENT_TOKENS", "0")
-    assert path(4096, 16, 1024, 1024) == ["_wo_a_w8_dequantized"]

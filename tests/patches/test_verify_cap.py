@@ -102,7 +102,8 @@ def test_static_plan_respects_n(monkeypatch, planner_factory, cap, expected):
     layout = _static_layout(planner)
     # verify_len counts the anchor row: N drafts -> N + 1, never past gamma + 1.
     assert layout.verify_lens.tolist() == expected
-    assert layout.graph_num_tokens == len(CONFIDENCE) * VERIFY_NUM_DRAFT_TOKENS
+    # Packed: the verify forward runs these rows only.
+    assert layout.graph_num_tokens == sum(expected)
 
 
 @pytest.mark.guard_on
@@ -361,16 +362,26 @@ def test_without_the_feature_the_cap_is_ignored(monkeypatch):
 #   draft_is_deepseek_v4 reads that checkpoint's config;
 # - is_cuda: the worker builds the verify epilogue (the folded in-graph accept) and
 #   the sampling-accept region only on CUDA; they run eagerly on CPU tensors;
-# - the draft forward (proposer.propose: the draft proposal), the target verify
-#   forward (run_non_compact: the target model's verify graph replay; the fake
-#   runs the ops the graph captured with it, the epilogue's capture hooks, eagerly,
-#   as a replay does), the KV-cache index plan, the draft-KV injection of the
-#   target hidden states and the engram history (their own features);
-# - Tensor.record_stream: CUDA caching-allocator bookkeeping, a no-op CPU tensors lack.
+# - the draft forward (proposer.propose: the draft proposal), the target model's
+#   verify forward (_forward_prepared_verify, reached through the executor's real
+#   run_non_compact / run_compact: it records the tokens it receives; a static
+#   graph replay runs the ops the graph captured with it, the epilogue's capture
+#   hooks, eagerly, as a replay does; packed rows run eagerly), the KV-cache index
+#   plan, the draft-KV injection of the target hidden states and the engram
+#   history (their own features);
+# - Tensor.record_stream: CUDA caching-allocator bookkeeping, a no-op CPU tensors lack;
+# - assign_extend_cache_locs_func: the packed rows' KV slots, a kernel this CPU build lacks.
 
 VOCAB = 32
 CANDIDATES = ((1, 2, 3, 4), (5, 6, 7, 8), (9, 10, 11, 12))
 BONUS = 13  # the target's token after the last draft
+
+
+class _SamplingInfo(SimpleNamespace):
+    """The batch's sampling info: its length is the batch size, as SamplingBatchInfo's."""
+
+    def __len__(self):
+        return len(self.temperatures)
 
 
 class _DecodeWorld:
@@ -415,6 +426,16 @@ class _DecodeWorld:
         monkeypatch.setattr(dspark_planner, "get_spec", lambda: spec)
         monkeypatch.setattr(spec_utils, "get_exec", lambda: exec_config)
         monkeypatch.setattr(torch.Tensor, "record_stream", lambda tensor, stream: None)
+        # The packed verify rows' KV-cache slots (a CUDA/NPU/CPU-build kernel upstream).
+        from sglang.kernels.ops.speculative.dspark import dspark_verify_window
+
+        def cache_locs(*, req_pool_indices, req_to_token, start_offset, end_offset, batch_size, draft_token_num,
+                       device):
+            locs = torch.cat([req_to_token[r, s:e] for r, s, e in zip(req_pool_indices.tolist(),
+                              start_offset.tolist(), end_offset.tolist(), strict=True)])
+            return torch.nn.functional.pad(locs, (0, batch_size * draft_token_num - locs.numel()))
+
+        monkeypatch.setattr(dspark_verify_window, "assign_extend_cache_locs_func", cache_locs)
 
         target_config = PretrainedConfig(vocab_size=VOCAB)
         target_config.model_type = "deepseek_v41"
@@ -431,10 +452,13 @@ class _DecodeWorld:
                                          linear_attn_registry_result=None),
             model=SimpleNamespace(), capture_tail_hooks=[], decode_cuda_graph_runner=None,
             kv_index_translator=SimpleNamespace(plan_uniform_extend=self._plan_uniform_extend),
+            req_to_token_pool=SimpleNamespace(req_to_token=torch.arange(self.bs * 64).view(self.bs, 64)),
+            attn_backend=SimpleNamespace(),
             ngram_embedding_manager=SimpleNamespace(update_after_verify=lambda **kwargs: None))
         self.target_worker = SimpleNamespace(model_runner=self.target_runner, device=torch.device("cpu"), random_seed=0)
         self.target_worker.target_worker = self.target_worker
         self.accept_calls: list[dict] = []
+        self.verify_tokens: list[list[int]] = []  # the token ids each verify forward received
 
     def close(self):
         self._parallel.__exit__(None, None, None)
@@ -457,7 +481,7 @@ class _DecodeWorld:
         worker = DSparkWorkerV2(server_args=SimpleNamespace(), gpu_id=0, nccl_port=0, target_worker=self.target_worker)
         worker._proposer.propose = self._propose
         executor = worker._verify_executor
-        executor.run_non_compact = self._run_non_compact
+        executor._forward_prepared_verify = self._verify_forward
         executor.commit_hidden = lambda **kwargs: None
         real_accept = executor.accept_and_finalize
 
@@ -485,17 +509,25 @@ class _DecodeWorld:
         return DraftProposal(draft_block_ids=self.candidates, draft_block=block, confidence=torch.tensor(CONFIDENCE),
                              folded=True)
 
-    def _run_non_compact(self, *, batch, draft_input, verify_ids_2d, verify_window, sampling_info):
+    def _verify_forward(self, *, batch, verify_input, seq_lens_cpu_backup, seq_lens_sum_backup):
         from sglang.srt.layers.logits_processor import LogitsProcessorOutput
         from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
         torch = self.torch
+        tokens = verify_input.draft_token.reshape(-1)
+        self.verify_tokens.append(tokens.tolist())
+        if verify_input.ragged_verify_layout is not None:
+            # Packed rows: each is the verify row it was packed from (kv_loc_cols), run eagerly.
+            rows = verify_input.kv_loc_cols.clamp(min=0)
+            out = LogitsProcessorOutput(next_token_logits=self.logits[rows].clone(),
+                                        hidden_states=torch.zeros(tokens.numel(), 8))
+            return SimpleNamespace(logits_output=out, can_run_cuda_graph=False)
         out = LogitsProcessorOutput(next_token_logits=self.logits,
                                     hidden_states=torch.zeros(self.bs * VERIFY_NUM_DRAFT_TOKENS, 8))
         forward_batch = SimpleNamespace(
-            forward_mode=ForwardMode.TARGET_VERIFY, batch_size=self.bs, input_ids=verify_ids_2d.reshape(-1),
+            forward_mode=ForwardMode.TARGET_VERIFY, batch_size=self.bs, input_ids=tokens,
             seq_lens=batch.seq_lens, req_pool_indices=batch.req_pool_indices,
-            out_cache_loc=verify_window.verify_cache_loc, positions=verify_window.positions_2d.reshape(-1))
+            out_cache_loc=batch.out_cache_loc, positions=verify_input.positions)
         runner = SimpleNamespace(model_runner=SimpleNamespace(is_draft_worker=False), ragged_verify_mode=False)
         # Captured graphs record their static IO; a replay reruns the captured ops.
         with pytest.MonkeyPatch.context() as capture:
@@ -515,7 +547,7 @@ class _DecodeWorld:
                                          new_seq_lens=prefix, hidden_states=None)
         sampling_info = None
         if self.sampling:
-            sampling_info = SimpleNamespace(
+            sampling_info = _SamplingInfo(
                 temperatures=torch.ones(self.bs, 1), is_all_greedy=False, is_any_greedy=False,
                 need_top_k_sampling=False, need_top_p_sampling=False, need_min_p_sampling=False,
                 has_custom_logit_processor=False, sampling_mask_batch_indices=None)
@@ -543,6 +575,7 @@ def _decode_step(monkeypatch, *, sampling: bool) -> dict:
         region = worker._sampling_accept_graph
         return {
             "committed": [list(part) for part in _committed(world, result)],
+            "verify_tokens": world.verify_tokens,
             "region_ran": bool(region is not None and region._warmed_up),
             "accepts": [{"folded_accept": call["folded_accept"],
                          "layout": None if call["layout"] is None else call["layout"].verify_lens.tolist()}
@@ -586,10 +619,18 @@ UNCAPPED = [[4, 4, 4], [[2, 3, 4, BONUS], [6, 7, 8, BONUS], [10, 11, 12, BONUS]]
 CAPPED = [[3, 1, 4], [[2, 3, 4], [6], [10, 11, 12, BONUS]]]
 
 
+# What the target's verify forward receives: uncapped, every request's anchor and
+# gamma drafts (bs * (gamma + 1) = 12 tokens); conf:0.5, each request's leading
+# capped rows only, packed (3 + 1 + 4 = 8); an integer cap of 1, two rows each (6).
+ALL_ROWS = [token for row in CANDIDATES for token in row]
+CAPPED_ROWS = [1, 2, 3, 5, 9, 10, 11, 12]
+
+
 @pytest.mark.guard_off
 def test_stock_greedy_static_step_reads_the_verify_graphs_folded_accept(monkeypatch):
     step = _decode_step(monkeypatch, sampling=False)
     assert step["committed"] == UNCAPPED
+    assert step["verify_tokens"] == [ALL_ROWS]
     # The verify graph's in-graph greedy accept: its buffers are read, nothing recomputed.
     assert step["accepts"] == [{"folded_accept": True, "layout": None}]
 
@@ -600,12 +641,38 @@ def test_capped_greedy_static_step_takes_the_eager_accept_that_cuts(monkeypatch)
     step = _decode_step(monkeypatch, sampling=False)
     assert step["committed"] == CAPPED
     assert step["accepts"] == [{"folded_accept": False, "layout": CAPPED[0]}]
+    assert step["verify_tokens"] == [CAPPED_ROWS]
+
+
+@pytest.mark.guard_on
+def test_an_integer_cap_verifies_its_rows_only(monkeypatch):
+    monkeypatch.setenv("DSV41_VERIFY_CAP", "1")
+    step = _decode_step(monkeypatch, sampling=False)
+    assert step["verify_tokens"] == [[1, 2, 5, 6, 9, 10]]
+    assert step["committed"] == [[2, 2, 2], [[2, 3], [6, 7], [10, 11]]]
+
+
+@pytest.mark.guard_on
+def test_a_static_graph_runner_runs_packed_verify_rows_eagerly(monkeypatch, planner_factory):
+    # The static verify graphs hold gamma + 1 rows a request: the capped layout's
+    # packed rows must not replay one (they run eagerly); the stock verify does.
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+    from sglang.srt.model_executor.runner.decode_cuda_graph_runner import DecodeCudaGraphRunner
+
+    monkeypatch.setenv("DSV41_VERIFY_CAP", "conf:0.5")
+    layout = _static_layout(planner_factory())
+    assert layout is not None
+    runner = SimpleNamespace(ragged_verify_mode=False)
+    batch = SimpleNamespace(replace_embeds=None, forward_mode=ForwardMode.TARGET_VERIFY,
+                            spec_info=SimpleNamespace(ragged_verify_layout=layout))
+    assert DecodeCudaGraphRunner.can_run_graph(runner, batch) is False
 
 
 @pytest.mark.guard_off
 def test_stock_sampling_static_step_accepts_in_the_sampling_region(monkeypatch):
     step = _sampling_decode_step(monkeypatch)
     assert step["committed"] == UNCAPPED
+    assert step["verify_tokens"] == [ALL_ROWS]
     assert step["region_ran"] is True and step["accepts"] == []
 
 
@@ -616,3 +683,4 @@ def test_capped_sampling_static_step_takes_the_eager_accept_that_cuts(monkeypatc
     assert step["committed"] == CAPPED
     assert step["region_ran"] is False
     assert step["accepts"] == [{"folded_accept": False, "layout": CAPPED[0]}]
+    assert step["verify_tokens"] == [CAPPED_ROWS]

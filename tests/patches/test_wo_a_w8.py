@@ -853,27 +853,3 @@ def test_bf16_tokens_defaults_to_decode_sizes_and_refuses_a_negative_value(monke
     monkeypatch.setenv("DSV41_WO_A_W8_BF16_TOKENS", "-1")
     with pytest.raises(ValueError, match="DSV41_WO_A_W8_BF16_TOKENS must be >= 0"):
         _attention()
-
-
-@pytest.mark.guard_on
-def test_persistent_tokens_reach_the_w8_gemm_from_the_attention_and_refuse_a_negative_value(monkeypatch):
-    # Through the real call site: the attention reads DSV41_WO_A_W8_PERSISTENT_TOKENS at
-    # build and hands it to the W8 GEMM's persistent-kernel choice (never offered on a CPU).
-    monkeypatch.setenv("DSV41_WO_A_W8", "1")
-    from sglang.kernels.ops.gemm import dsv4_wo_a_w8
-
-    asked = []
-    real = dsv4_wo_a_w8._persistent_kernels
-    monkeypatch.setattr(dsv4_wo_a_w8, "_persistent_kernels",
-                        lambda o, rows, tokens: asked.append((o.shape[0], rows, tokens)) or real(o, rows, tokens))
-    weight = _checkpoint_like_weight(GROUPS * RANK, IN_DIM, seed=8)
-    o = torch.randn(9, GROUPS, IN_DIM, generator=torch.Generator().manual_seed(8)).bfloat16()
-    for threshold, expected in ((None, 256), ("7", 7), ("0", 0)):  # None: series.toml's default
-        attn = _w8_attention(monkeypatch, weight, "DSV41_WO_A_W8_PERSISTENT_TOKENS", threshold)
-        asked.clear()
-        out = attn._apply_wo_a_w8(o)
-        assert asked == [(9, RANK, expected)]
-        torch.testing.assert_close(out, _reference(o, weight), rtol=2**-6, atol=1e-3)
-    monkeypatch.setenv("DSV41_WO_A_W8_PERSISTENT_TOKENS", "-1")
-    with pytest.raises(ValueError, match="DSV41_WO_A_W8_PERSISTENT_TOKENS must be >= 0"):
-        _attention()
