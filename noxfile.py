@@ -4,16 +4,22 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 import shutil
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
 import nox
+from nox.virtualenv import find_uv
 
 ROOT = Path(__file__).parent
 nox.options.sessions = ["lint", "tests", "check", "test-patch", "image-tests"]
 nox.options.reuse_venv = "yes"
+# uv makes and fills every session's venv (several times faster than virtualenv + pip);
+# virtualenv where uv is missing. README's command installs uv beside nox.
+nox.options.default_venv_backend = "uv|virtualenv"
 
 
 def _variants() -> list[str]:
@@ -50,7 +56,9 @@ def tests(session: nox.Session) -> None:
     """forkbuild's own tests: unit (fixture repos) and integration (real sglang wheels)."""
     _install_forkbuild(session)
     _ensure_quilt(session)
-    session.run("pytest", *session.posargs)
+    # One worker per core; the integration tests share the repository's upstream cache,
+    # so they stay in one worker, in order (tests/integration/conftest.py). `-- -n 0`: no workers.
+    session.run("pytest", "-n", "auto", *session.posargs)
 
 
 @nox.session(python="3.11")
@@ -144,18 +152,46 @@ def _test_venv(session: nox.Session) -> Path:
     """One test venv for every variant, reused between runs: pinned deps (torch
     alone is ~5.5 GB; a venv per variant would cost minutes of CI each), then
     forkbuild; forkbuild installs each variant's sglang wheel --no-deps itself.
-    Re-synced when the constraints or forkbuild's own requirements change."""
+    Re-synced when the constraints or forkbuild's own requirements change.
+    Made by uv where nox finds it (pip's own sources passed on, so both take the
+    same files), else by venv + pip; either way it has pip (`--seed`)."""
     python = TEST_VENV / "bin" / "python"
+    has_uv, uv, _ = find_uv()
     if not python.exists():
-        session.run("python3.11", "-m", "venv", str(TEST_VENV), external=True)
+        make = [uv, "venv", "--quiet", "--seed", "--python", "3.11"] if has_uv else ["python3.11", "-m", "venv"]
+        session.run(*make, str(TEST_VENV), external=True)
     stamp = TEST_VENV / "forkbuild-inputs.sha256"
     digest = hashlib.sha256(b"".join((ROOT / name).read_bytes() for name in TEST_VENV_INPUTS)).hexdigest()
     if not stamp.is_file() or stamp.read_text() != digest:
-        constraints = str(ROOT / "constraints" / "test-patch.txt")
-        session.run(str(python), "-m", "pip", "install", "--quiet", "-c", constraints, "-r", str(ROOT / "constraints" / "test-patch.in"), external=True)
-        session.run(str(python), "-m", "pip", "install", "--quiet", "-c", constraints, "-e", str(ROOT), external=True)
+        install = [uv, "pip", "install", "--python", str(python), *_pip_sources()] if has_uv \
+            else [str(python), "-m", "pip", "install"]
+        constraints = ["--quiet", "-c", str(ROOT / "constraints" / "test-patch.txt")]
+        session.run(*install, *constraints, "-r", str(ROOT / "constraints" / "test-patch.in"), external=True)
+        session.run(*install, *constraints, "-e", str(ROOT), external=True)
         stamp.write_text(digest)
     return python
+
+
+# pip's configured sources and constraints (files, PIP_* variables) as uv's options: uv reads
+# no pip configuration, and a machine's local wheels (torch) must win over a multi-GB download.
+_PIP_TO_UV = {"index-url": "--index-url", "extra-index-url": "--extra-index-url", "find-links": "--find-links",
+              "constraint": "--constraint"}
+
+
+def _pip_sources() -> list[str]:
+    # nox's own Python, else the system's (nox may live in a venv without pip)
+    runs = (subprocess.run([python, "-m", "pip", "config", "list"], capture_output=True, text=True)
+            for python in (sys.executable, "python3"))
+    listed = next((done.stdout for done in runs if done.returncode == 0), "")
+    options: list[str] = []
+    for line in listed.splitlines():
+        key, _, value = line.partition("=")
+        option = _PIP_TO_UV.get(key.rpartition(".")[2])
+        for item in shlex.split(value)[0].split() if option and value else []:
+            if item not in options:
+                options += [option, item]
+    # pip takes the best version from every source, uv by default only the first that has the package
+    return [*options, "--index-strategy", "unsafe-best-match"] if options else []
 
 
 @nox.session(name="rebase", python="3.11", default=False)

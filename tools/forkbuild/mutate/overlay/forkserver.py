@@ -18,6 +18,7 @@ import os
 import signal
 import sys
 import time
+import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PACKAGES: set[str] = set()  # the top-level packages of the preloaded modules (sglang): what a child forgets
@@ -62,21 +63,22 @@ def _child(request):
     # entry points would cost each run a second or two.
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     plugins = [argument for plugin in PLUGINS for argument in ("-p", plugin)]
-    code = pytest.main(["-x", "-q", "-p", "no:cacheprovider", *plugins, "--rootdir", request["rootdir"],
-                        *request["tests"]])
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(int(code))
+    return int(pytest.main(["-x", "-q", "-p", "no:cacheprovider", *plugins, "--rootdir", request["rootdir"],
+                            *request["tests"]]))
 
 
 def _serve(request):
     start = time.monotonic()
     pid = os.fork()
     if pid == 0:
+        # The child ends as `python -m pytest` would (SystemExit out of main: atexit, output
+        # flushed) and never goes back to serving, also when the run raised (70: EX_SOFTWARE).
         try:
-            _child(request)
-        finally:
-            os._exit(70)
+            code = _child(request)
+        except BaseException:
+            traceback.print_exc()
+            code = 70
+        sys.exit(code)
     deadline = start + request["timeout"]
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
@@ -89,7 +91,7 @@ def _serve(request):
                 pass
             os.waitpid(pid, 0)
             if os.getppid() != PARENT:
-                os._exit(1)  # forkbuild is gone (killed): so is this worker, and its run
+                sys.exit(1)  # forkbuild is gone (killed): so is this worker, and its run
             return {"rc": None, "timeout": True, "seconds": time.monotonic() - start}
         time.sleep(0.05)
 
