@@ -194,6 +194,7 @@ def test_run_all_runs_the_baseline_then_names_the_killing_test(tmp_path, monkeyp
     runs = {"feat": FeatureTests(root=root, tests=(root / "tests" / "test_mod.py",),
                                  modules=(("pkg.mod", "pkg/mod.py", "VALUE = 'installed'\nOTHER = 1\n"),))}
     baselines = run_all(runs, [mutant, in_child, alive], python=Path(sys.executable), preload=["pkg.mod"], workers=2,
+                        scratch=tmp_path / "scratch",
                         done=lambda item, outcome: outcomes.__setitem__(item.id, outcome))
     assert baselines["feat"].status == "survived"
     assert (outcomes["pkg/mod.py:h1"].status, outcomes["pkg/mod.py:h1"].killed_by) == ("killed", "tests/test_mod.py::test_value")
@@ -217,7 +218,7 @@ def test_a_mutant_runs_the_test_files_naming_its_module_first(tmp_path, monkeypa
     tests = (root / "tests" / "test_a_elsewhere.py", root / "tests" / "test_b_naming.py")
     runs = {"feat": FeatureTests(root=root, tests=tests, modules=(("pkg.mod", "pkg/mod.py", "VALUE = 'installed'\n"),))}
     outcomes = {}
-    run_all(runs, [mutant], python=Path(sys.executable), preload=["pkg.mod"], workers=1,
+    run_all(runs, [mutant], python=Path(sys.executable), preload=["pkg.mod"], workers=1, scratch=tmp_path / "scratch",
             done=lambda item, outcome: outcomes.__setitem__(item.id, outcome))
     assert outcomes["pkg/mod.py:h1"].killed_by == "tests/test_b_naming.py::test_value"
 

@@ -453,7 +453,7 @@ def test_a_patch_reading_no_guard_fails_unless_marked_unguarded(tmp_path):
 def test_reading_the_generated_module(tmp_path, text, problem):
     from forkbuild.config import load_series
     from forkbuild.config import Guard
-    from forkbuild.testpatch.declarations import mismatch, read_declarations
+    from forkbuild.testpatch.structure import mismatch, read_declarations
 
     root = _make(tmp_path)
     series = load_series(root / "series.toml")

@@ -183,7 +183,8 @@ def _execute(context, plans: list[PatchPlan], *, python: Path, jobs: int, result
 
     with context.reporter.step(f"{len(mutants)} mutant(s) of {len(plans)} patch(es) on {jobs} worker(s), "
                                f"each feature's tests first unmutated"):
-        baselines = run_all(runs, mutants, python=python, preload=preload, workers=jobs, done=done)
+        baselines = run_all(runs, mutants, python=python, preload=preload, workers=jobs, done=done,
+                            scratch=context.build_dir / "mutate" / "scratch")  # under run()'s lock
     broken = {key: outcome for key, outcome in baselines.items() if outcome.status != SURVIVED}
     if broken:
         raise MutationError("baselines failed, so the mutants of their features were not run:\n" +

@@ -8,7 +8,7 @@ from pathlib import Path
 from forkbuild.commands import add_command
 from forkbuild.errors import BuildError
 from forkbuild.matrix import arguments
-from forkbuild.testpatch import proof, summary
+from forkbuild.testpatch import proof, records
 from forkbuild.testpatch.device import DEVICES
 from forkbuild.testpatch.runner import Options, run_variant
 
@@ -41,8 +41,8 @@ def run(args, context) -> int:
     options = Options(variant=combination, python=args.python, from_tree=args.from_tree,
                       structure_only=args.structure_only, device=args.device, installed=args.installed)
     outcome = run_variant(context=context, options=options)
-    context.reporter.console.print(summary.table(outcome.rows, variant=combination.name, checks=outcome.checks))
-    for line in summary.problems(outcome.rows):
+    context.reporter.console.print(records.table(outcome.rows, variant=combination.name, checks=outcome.checks))
+    for line in records.problems(outcome.rows):
         context.reporter.info(line)
     if outcome.proof is not None:
         _print_proof(context.reporter, outcome)

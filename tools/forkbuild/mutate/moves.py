@@ -71,46 +71,34 @@ def pending(recorded_moves: dict[str, dict[str, str]], table: dict[str, str]) ->
     `table`: the old id still holds the reason moved, and the new id has none, or
     only one that moves away itself."""
     result = {old: move["id"] for old, move in recorded_moves.items() if table.get(old) == move["reason"]}
-    while True:
-        blocked = {old for old, new in result.items() if new in table and new not in result}
-        if not blocked:
-            return result
+    while blocked := {old for old, new in result.items() if new in table and new not in result}:
         for old in blocked:
             del result[old]
-
-
-def pending_by_patch(recorded: dict, by_patch: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
-    """Per patch file of one variant's records, its moves reasons.toml still lacks."""
-    found = {}
-    for file, record in recorded.items():
-        moves = pending(record.get(MOVED, {}), by_patch.get(file, {}))
-        if moves:
-            found[file] = moves
-    return found
+    return result
 
 
 def apply(root: Path, recorded: dict) -> list[tuple[str, str, str]]:
-    """Rename the reasons of every pending move in mutation/reasons.toml (comments and
-    the other lines kept), in one atomic write; (patch, old id, new id) of each."""
+    """Rename the reasons of every pending move of one variant's records in
+    mutation/reasons.toml (comments and the other lines kept), in one atomic
+    write; (patch, old id, new id) of each."""
     import tomlkit
 
     path = root / REASONS_FILE
     if not path.is_file():
         return []
     # Read as --check reads it first: a broken file stops here, named, before any edit.
-    found = pending_by_patch(recorded, load_reasons(root).by_patch)
+    by_patch = load_reasons(root).by_patch
+    found = {file: moves for file, record in recorded.items()
+             if (moves := pending(record.get(MOVED, {}), by_patch.get(file, {})))}
     if not found:
         return []
     document = tomlkit.parse(path.read_text(encoding="utf-8"))
     applied = []
     for file, moves in found.items():
         table = document[file]
-        texts = {old: table[old] for old in moves}
-        for old in moves:
-            del table[old]
+        texts = {old: table.pop(old) for old in moves}
         for old, new in moves.items():
             table[new] = texts[old]
             applied.append((file, old, new))
-    if applied:
-        write_atomic(path, tomlkit.dumps(document))
+    write_atomic(path, tomlkit.dumps(document))
     return applied

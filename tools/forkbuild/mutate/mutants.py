@@ -208,37 +208,28 @@ def _code_of(text: str) -> str:
     """The module's syntax tree without docstrings, as text: equal for two
     sources that differ only in comments, docstrings and layout."""
     try:
-        return ast.dump(_without_docstrings(ast.parse(text)))
+        tree = ast.parse(text)
     except SyntaxError:
         return "<syntax error>"
+    for node in ast.walk(tree):
+        if isinstance(node, _DOCUMENTED) and node.body and _is_docstring(node.body[0]):
+            node.body = node.body[1:] or ([] if isinstance(node, ast.Module) else [ast.Pass()])
+    return ast.dump(tree)
 
 
-def _without_docstrings(tree: ast.Module) -> ast.Module:
-    # Docstrings sit in the bodies of modules, classes and functions, which
-    # only other bodies hold: no need to walk expressions.
-    stack: list[ast.AST] = [tree]
-    while stack:
-        node = stack.pop()
-        body = getattr(node, "body", None)
-        if not isinstance(body, list):
-            continue
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body \
-                and _is_docstring(body[0]):
-            node.body = body = body[1:] or ([] if isinstance(node, ast.Module) else [ast.Pass()])
-        for name in _BODIES:
-            stack.extend(getattr(node, name, None) or [])
-        for handler in getattr(node, "handlers", None) or []:
-            stack.append(handler)
-        for case in getattr(node, "cases", None) or []:
-            stack.append(case)
-    return tree
+_DOCUMENTED = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
 
 
-def _is_docstring(node: ast.stmt | None) -> bool:
+def _is_docstring(node: ast.stmt) -> bool:
     return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
 
 
-_BODIES = ("body", "orelse", "finalbody")
+def _bodies(statement: ast.stmt) -> Iterator[list[ast.stmt]]:
+    """The statement lists inside a compound statement (if, for, try, with, match ...)."""
+    for name in ("body", "orelse", "finalbody"):
+        yield getattr(statement, name, None) or []
+    for inner in (*getattr(statement, "handlers", ()), *getattr(statement, "cases", ())):
+        yield inner.body
 
 
 def _added_statements(body: list[ast.stmt], added: set[int]) -> Iterator[ast.stmt]:
@@ -246,20 +237,13 @@ def _added_statements(body: list[ast.stmt], added: set[int]) -> Iterator[ast.stm
     def or class is not one statement but its body's: removing a whole new
     function only proves that something calls it."""
     for statement in body:
-        span = set(range(statement.lineno, (statement.end_lineno or statement.lineno) + 1))
-        if span <= added:
-            if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                inner = statement.body[1:] if _is_docstring(statement.body[0]) else statement.body
+        if not set(range(statement.lineno, (statement.end_lineno or statement.lineno) + 1)) <= added:
+            for inner in _bodies(statement):
                 yield from _added_statements(inner, added)
-            elif not _is_docstring(statement) and not isinstance(statement, ast.Pass):
-                yield statement
-            continue
-        for name in _BODIES:
-            yield from _added_statements(getattr(statement, name, []) or [], added)
-        for handler in getattr(statement, "handlers", []) or []:
-            yield from _added_statements(handler.body, added)
-        for case in getattr(statement, "cases", []) or []:
-            yield from _added_statements(case.body, added)
+        elif isinstance(statement, _DOCUMENTED):
+            yield from _added_statements(statement.body[_is_docstring(statement.body[0]):], added)
+        elif not _is_docstring(statement) and not isinstance(statement, ast.Pass):
+            yield statement
 
 
 def _replace_with_pass(lines: list[str], statement: ast.stmt) -> str:

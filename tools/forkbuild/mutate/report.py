@@ -4,12 +4,12 @@ recorded reasons, as a per-feature table (rich, markdown) and per-mutant lists."
 from __future__ import annotations
 
 import json
-import os
 from collections import defaultdict
 from pathlib import Path
 
 from rich.table import Table
 
+from forkbuild.fsutil import write_atomic
 from forkbuild.mutate.mutants import HUNK
 from forkbuild.mutate.results import KILLED, SURVIVED, Reasons
 
@@ -70,16 +70,21 @@ def survivors(patches: dict, reasons: Reasons) -> list[dict]:
             if mutant["status"] == SURVIVED]
 
 
+COLUMNS = ("feature", "hunks killed", "statements killed", "survived", "of them equivalent", "kill rate",
+           "behavioural")
+
+
+def _cells(row: dict) -> list[str]:
+    return [row["feature"], f"{row['hunks_killed']}/{row['hunks']}", f"{row['statements_killed']}/{row['statements']}",
+            str(row["survived"]), str(row["equivalent"]), _percent(row["rate"]), _percent(row["behavioural_rate"])]
+
+
 def table(rows: list[dict], *, variant: str) -> Table:
     grid = Table(title=f"mutation: {variant}", title_justify="left")
-    for column in ("feature", "hunks killed", "statements killed", "survived", "of them equivalent", "kill rate",
-                   "behavioural"):
+    for column in COLUMNS:
         grid.add_column(column, justify="left" if column == "feature" else "right")
     for row in [*rows, totals(rows)]:
-        style = "bold" if row["feature"] == "all" else None
-        grid.add_row(row["feature"], f"{row['hunks_killed']}/{row['hunks']}",
-                     f"{row['statements_killed']}/{row['statements']}", str(row["survived"]), str(row["equivalent"]),
-                     _percent(row["rate"]), _percent(row["behavioural_rate"]), style=style)
+        grid.add_row(*_cells(row), style="bold" if row["feature"] == "all" else None)
     return grid
 
 
@@ -88,13 +93,12 @@ def markdown(rows: list[dict], lost: list[dict], patches: dict, *, variant: str)
              "Each mutant reverts one hunk of a patch (or replaces one statement a hunk adds with `pass`)",
              "in the installed patched sglang and runs the feature's tests; killed = some test failed.", "",
              "Behavioural: killed / (mutants - equivalent survivors), those whose reason says `equivalent`.", "",
-             "| feature | hunks killed | statements killed | survived | of them equivalent | kill rate | behavioural |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+             f"| {' | '.join(COLUMNS)} |", "|---|---:|---:|---:|---:|---:|---:|"]
     for row in [*rows, totals(rows)]:
-        name = f"**{row['feature']}**" if row["feature"] == "all" else row["feature"]
-        lines.append(f"| {name} | {row['hunks_killed']}/{row['hunks']} | {row['statements_killed']}/"
-                     f"{row['statements']} | {row['survived']} | {row['equivalent']} | {_percent(row['rate'])} | "
-                     f"{_percent(row['behavioural_rate'])} |")
+        cells = _cells(row)
+        if row["feature"] == "all":
+            cells[0] = "**all**"
+        lines.append(f"| {' | '.join(cells)} |")
     lines += ["", "## Survivors", ""]
     lines += [f"- `{item['patch']}` `{item['id']}` (lines {item['lines'][0]}–{item['lines'][1]}) "
               f"`{item['summary']}`: {item['reason'] or '**no reason recorded**'}" for item in lost] or ["none"]
@@ -112,16 +116,10 @@ def markdown(rows: list[dict], lost: list[dict], patches: dict, *, variant: str)
 def write(build_dir: Path, *, variant: str, patches: dict, reasons: Reasons, seconds: float | None) -> list[Path]:
     rows = feature_rows(patches, reasons)
     lost = survivors(patches, reasons)
-    target = build_dir / "mutate"
-    target.mkdir(parents=True, exist_ok=True)
     data = {"variant": variant, "features": rows, "total": totals(rows), "survivors": lost, "patches": patches,
             "seconds": seconds}
-    written = []
-    for name, text in ((f"{variant}.json", json.dumps(data, indent=1) + "\n"),
-                       (f"{variant}.md", markdown(rows, lost, patches, variant=variant) + "\n")):
-        path = target / name
-        temporary = path.with_name(path.name + ".tmp")
-        temporary.write_text(text)
-        os.replace(temporary, path)
-        written.append(path)
+    written = [build_dir / "mutate" / f"{variant}.json", build_dir / "mutate" / f"{variant}.md"]
+    written[0].parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(written[0], json.dumps(data, indent=1) + "\n", durable=False)
+    write_atomic(written[1], markdown(rows, lost, patches, variant=variant) + "\n", durable=False)
     return written

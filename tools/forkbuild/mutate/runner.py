@@ -8,25 +8,23 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
-from typing import IO
 
 from forkbuild.errors import MutationError
 from forkbuild.mutate.mutants import Mutant
 from forkbuild.mutate.results import KILLED, SURVIVED
-from forkbuild.mutate.scratch import scratch_dir
 
 OVERLAY = Path(__file__).parent / "overlay"
 RESULTS_ENV = "FORKBUILD_TEST_RESULTS"  # tests/patches/conftest.py records each test's outcome there
-PYTEST_RAN = (0, 1)  # 0 all passed, 1 some failed; anything else: collection broke, nothing ran, interrupted
-# Each worker runs one pytest at a time: torch's own thread pools on top would
-# only fight over the cores.
+# Each worker runs one pytest at a time: torch's own thread pools on top would only fight over the cores.
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TORCH_NUM_THREADS": "1"}
+BASELINE_TIMEOUT = 900.0
 
 
 @dataclass(frozen=True)
@@ -40,9 +38,9 @@ class Outcome:
 class FeatureTests:
     root: Path  # the series directory: pytest's rootdir
     tests: tuple[Path, ...]
-    # Every module the feature's mutants touch: dotted name -> (site-packages
-    # path, installed text). The baseline re-imports them all from unchanged
-    # copies, as a mutant re-imports its one module: that must change nothing.
+    # Every module the feature's mutants touch: (dotted name, site-packages path, installed text).
+    # The baseline re-imports them all from unchanged copies, as a mutant re-imports its one
+    # module: that must change nothing.
     modules: tuple[tuple[str, str, str], ...] = ()
 
 
@@ -51,18 +49,14 @@ class Worker:
     third-party imports done once, a fresh sglang import per run."""
 
     def __init__(self, python: Path, preload: Iterable[str], log: Path) -> None:
-        env = {**os.environ, **ONE_THREAD}
         self.log = log
         with open(log, "w") as output:  # the preload's warnings; the runs log on their own
             self._process = subprocess.Popen([str(python), str(OVERLAY / "forkserver.py"), *preload],
                                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=output,
-                                             env=env, text=True)
-        stdin, stdout = self._process.stdin, self._process.stdout
-        assert stdin is not None and stdout is not None  # both are pipes
-        self._stdin: IO[str] = stdin
-        self._stdout: IO[str] = stdout
-        ready = self._stdout.readline()
-        if not ready.strip():
+                                             env={**os.environ, **ONE_THREAD}, text=True)
+        assert self._process.stdin and self._process.stdout  # both pipes
+        self._stdin, self._stdout = self._process.stdin, self._process.stdout
+        if not self._stdout.readline().strip():
             raise MutationError(f"the mutate worker did not start in {python} (exit {self._process.wait()}): "
                                 f"{_tail(log)}")
 
@@ -81,28 +75,26 @@ class Worker:
             self._process.wait()
 
 
-BASELINE_TIMEOUT = 900.0
-
-
 def mutant_timeout(baseline_seconds: float) -> float:
     """A mutant may make a test loop: it is killed at 4x the clean run (at least a minute)."""
     return max(60.0, 4 * baseline_seconds)
 
 
 def run_all(runs: dict[str, FeatureTests], mutants: list[Mutant], *, python: Path, preload: list[str], workers: int,
-            done: Callable[[Mutant, Outcome], None]) -> dict[str, Outcome]:
+            scratch: Path, done: Callable[[Mutant, Outcome], None]) -> dict[str, Outcome]:
     """Per feature first its baseline (its tests, every module its mutants
     touch re-imported from an unchanged copy), then each of its mutants, on
     `workers` fork servers. `done` is called as each mutant finishes (from a
     worker thread). Returns the baselines; a feature's mutants run only when
-    its baseline passed."""
+    its baseline passed. `scratch`: a folder no other run uses (the caller
+    holds its lock); what a killed run left there goes first, the rest at the end."""
     queue: list[tuple[str, Mutant | None]] = [(feature, None) for feature in runs]
     queue += [(mutant.feature, mutant) for mutant in mutants]
     baselines: dict[str, Outcome] = {}
     ready = {feature: threading.Event() for feature in runs}
     lock = threading.Lock()
 
-    def work(scratch: Path, number: int) -> None:
+    def work(number: int) -> None:
         worker = Worker(python, preload, scratch / f"worker{number}.log")
         try:
             while True:
@@ -126,10 +118,14 @@ def run_all(runs: dict[str, FeatureTests], mutants: list[Mutant], *, python: Pat
             worker.close()
 
     count = max(1, min(workers, len(queue)))
-    with scratch_dir() as scratch:
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    try:
         with ThreadPoolExecutor(max_workers=count) as pool:
-            for future in [pool.submit(work, scratch, number) for number in range(count)]:
+            for future in [pool.submit(work, number) for number in range(count)]:
                 future.result()
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     return baselines
 
 
@@ -167,8 +163,7 @@ def naming_first(run: FeatureTests, module: str) -> FeatureTests:
 
 def _pytest(run: FeatureTests, scratch: Path, worker: Worker, *, sources: dict[str, str], timeout: float) -> Outcome:
     scratch.mkdir(parents=True, exist_ok=True)
-    results = scratch / "results.json"
-    log = scratch / "pytest.log"
+    results, log = scratch / "results.json", scratch / "pytest.log"
     env = {**ONE_THREAD, RESULTS_ENV: str(results), "FORKBUILD_MUTANT": json.dumps(sources),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(OVERLAY), os.environ.get("PYTHONPATH", "")]))}
     reply = worker.run({"tests": [str(path) for path in run.tests], "rootdir": str(run.root), "env": env,
@@ -177,10 +172,10 @@ def _pytest(run: FeatureTests, scratch: Path, worker: Worker, *, sources: dict[s
         return Outcome(KILLED, f"timeout after {timeout:.0f}s", reply["seconds"])
     records = json.loads(results.read_text()) if results.is_file() else []
     failed = [record for record in records if record.get("outcome") == "fail"]
-    if reply["rc"] == 0 and not failed:
-        return Outcome(SURVIVED, "", reply["seconds"])
     if failed:
         return Outcome(KILLED, failed[0]["test"], reply["seconds"])
+    if reply["rc"] == 0:  # 0: all passed; anything else (collection broke, nothing ran) kills it too
+        return Outcome(SURVIVED, "", reply["seconds"])
     return Outcome(KILLED, f"collection: exit {reply['rc']}: {_tail(log)}", reply["seconds"])
 
 

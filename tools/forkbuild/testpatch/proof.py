@@ -178,14 +178,10 @@ def judge(item: dict, *, added: set[str]) -> tuple[str, str]:
                                "before reaching any behaviour")
     if exception["type"] in ASSERTION_TYPES:
         return ASSERTION, f"fails on an assertion: {raised}"
-    if missing and _is_added(missing, added):
+    # ModuleNotFoundError may name a new package above the new module.
+    if missing and (missing in added or any(name.startswith(f"{missing}.") for name in added)):
         return MISSING_NAME, f"fails on {missing}, which the patch adds: {raised}"
     return OTHER, f"fails on {exception['type']} (not an assertion, not a name the patch adds): {raised}"
-
-
-def _is_added(missing: str, added: set[str]) -> bool:
-    # ModuleNotFoundError may name a new package above the new module.
-    return missing in added or any(name.startswith(f"{missing}.") for name in added)
 
 
 def proof_records(raw: list[dict], *, added: dict[str, set[str]], on: str) -> list[Record]:

@@ -1,12 +1,14 @@
-"""The records test-patch produces: one per (feature, check, step or test),
-summarised into one cell per (feature, check) and written as JSON."""
+"""The records test-patch produces, one per (feature, check, step or test), and
+their summary: one cell per (feature, check), as a rich table and as JSON."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from rich.table import Table
 
 from forkbuild.fsutil import write_atomic
 
@@ -21,8 +23,12 @@ GUARD_ON_UNPATCHED = "guard_on_unpatched"
 GUARD_OFF_UNPATCHED = "guard_off_unpatched"
 CHECKS = (STRUCTURE, GUARD_OFF, GUARD_ON, ABSENT)
 UNPATCHED_CHECKS = (GUARD_OFF_UNPATCHED, GUARD_ON_UNPATCHED)
+# Short headers: CI's console is 80 columns wide.
+HEADERS = {STRUCTURE: "structure", GUARD_OFF: "off", GUARD_ON: "on", ABSENT: "absent",
+           GUARD_OFF_UNPATCHED: "off@stock", GUARD_ON_UNPATCHED: "on@stock"}
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
+_STYLE = {PASS: "green", FAIL: "bold red"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,11 +43,10 @@ class Record:
     proof: str = ""  # guard_on_unpatched: how the test failed without its patch (see testpatch.proof)
 
 
-def summarise(records: Iterable[Record]) -> tuple[str, str]:
+def summarise(records: list[Record]) -> tuple[str, str]:
     """One cell: fail if anything failed; pass if something passed and nothing
     failed; skip otherwise. The reason is the first failure's, else the first
     skip's (when nothing passed), else a count."""
-    records = list(records)
     if not records:
         return SKIP, "no tests"
     failures = [record for record in records if record.outcome == FAIL]
@@ -49,14 +54,56 @@ def summarise(records: Iterable[Record]) -> tuple[str, str]:
         first = failures[0]
         where = f"{first.test or first.step}: " if first.test or first.step else ""
         return FAIL, f"{len(failures)}/{len(records)} failed; {where}{first.reason}"
-    passed = [record for record in records if record.outcome == PASS]
+    passed = sum(record.outcome == PASS for record in records)
     if not passed:
         return SKIP, records[0].reason
-    return PASS, f"{len(passed)} passed" + (f", {len(records) - len(passed)} skipped" if len(passed) < len(records) else "")
+    return PASS, f"{passed} passed" + (f", {len(records) - passed} skipped" if passed < len(records) else "")
 
 
-def failed(records: Iterable[Record]) -> list[Record]:
-    return [record for record in records if record.outcome == FAIL]
+def cells(records: Iterable[Record], *, features: Sequence[str], checks: Sequence[str]) -> list[dict]:
+    """One summary record per (feature, check), with the detail records it sums up."""
+    by_cell: dict[tuple[str, str], list[Record]] = {}
+    for record in records:
+        by_cell.setdefault((record.feature, record.check), []).append(record)
+    extra = sorted({feature for feature, _ in by_cell} - set(features))
+    rows = []
+    for feature in [*features, *extra]:
+        for check in checks:
+            details = by_cell.get((feature, check), [])
+            outcome, reason = summarise(details)
+            rows.append({"feature": feature, "check": check, "outcome": outcome, "reason": reason,
+                         "details": [asdict(detail) for detail in details]})
+    return rows
+
+
+def table(rows: list[dict], *, variant: str, checks: Sequence[str]) -> Table:
+    grid = Table("feature", *(HEADERS.get(check, check) for check in checks), title=f"test-patch {variant}")
+    by_feature: dict[str, dict[str, dict]] = {}
+    for row in rows:
+        by_feature.setdefault(row["feature"] or "(no feature)", {})[row["check"]] = row
+    for feature, row in by_feature.items():
+        grid.add_row(feature, *(_cell(row[check]) for check in checks))
+    return grid
+
+
+def _cell(row: dict) -> str:
+    """'pass 12', 'fail 2/12', 'skip': the outcome and how many details share it."""
+    style = _STYLE.get(row["outcome"], "yellow")
+    same = sum(1 for detail in row["details"] if detail["outcome"] == row["outcome"])
+    total = len(row["details"])
+    count = "" if not total else (f" {same}" if same == total else f" {same}/{total}")
+    return f"[{style}]{row['outcome']}{count}[/{style}]"
+
+
+def problems(rows: list[dict]) -> list[str]:
+    """One line per failed cell: what and why (the table has no room)."""
+    return [f"{row['feature'] or '(no feature)'} / {row['check']}: {row['reason']}"
+            for row in rows if row["outcome"] == FAIL]
+
+
+def write(path: Path, rows: list[dict], *, variant: str, extra: Sequence[dict] = ()) -> None:
+    """The cells, then `extra` records (the device, the stock proof's counts)."""
+    write_json(path, [{"variant": variant, **row} for row in [*rows, *extra]])
 
 
 def write_json(path: Path, data: list[dict]) -> None:

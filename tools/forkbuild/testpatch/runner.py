@@ -11,7 +11,7 @@ from forkbuild.apply import scratch_tree
 from forkbuild.combination import Combination, as_combination
 from forkbuild.context import Context
 from forkbuild.errors import BuildError
-from forkbuild.testpatch import behaviour, proof, summary
+from forkbuild.testpatch import behaviour, proof, records
 from forkbuild.testpatch import device as device_module
 from forkbuild.testpatch.behaviour import TestPython
 from forkbuild.testpatch.records import ABSENT, CHECKS, FAIL, GUARD_OFF, GUARD_ON, STRUCTURE, UNPATCHED_CHECKS, Record
@@ -52,35 +52,31 @@ def run_variant(*, context: Context, options: Options) -> Outcome:
     # A variant without features is stock sglang: the place to prove that every
     # guard_on test fails when its patch is missing.
     prove = not features and not options.structure_only
-    records: list[Record] = []
+    made: list[Record] = []
     with context.reporter.step(f"{variant}: applying and checking structure"), \
             scratch_tree(context=context, variant=combination, strict=False) as result:
-        records += check_structure(series=series, variant=combination, result=result)
+        made += check_structure(series=series, variant=combination, result=result)
         behave = not options.structure_only and not result.failures
         if options.from_tree and behave:
             python = TestPython(executable=options.python,
                                 env={"PYTHONPATH": str(result.dest / series.upstream.package_root),
                                      device_module.DEVICE_ENV: options.device})
-            records += _behaviour(context, python, features=features, prove=prove)
+            made += _behaviour(context, python, features=features, prove=prove)
     if result.failures and not options.structure_only:
         # No wheel can be built: say so in every behaviour cell instead of stopping without a summary.
         reason = f"not run: {len(result.failures)} patch(es) of {variant} do not apply (see structure)"
-        records += [Record(feature=name, check=check, outcome=FAIL, reason=reason)
-                    for name in features for check in (GUARD_OFF, GUARD_ON)]
+        made += [Record(feature=name, check=check, outcome=FAIL, reason=reason)
+                 for name in features for check in (GUARD_OFF, GUARD_ON)]
     elif not options.from_tree and behave:
         behaviour.require_torch(options.python)
         behaviour.install_variant_wheel(context=context, variant=combination, python=options.python)
         python = TestPython(executable=options.python, env={device_module.DEVICE_ENV: options.device})
-        records += _behaviour(context, python, features=None, prove=prove)
+        made += _behaviour(context, python, features=None, prove=prove)
     checks = (STRUCTURE,) if options.structure_only else CHECKS + (UNPATCHED_CHECKS if prove else ())
-    rows = summary.cells(records, features=list(series.features), checks=checks)
-    if not options.structure_only:
-        _require_tests(rows, built=set(features))
-    numbers = proof.counts(records) if prove else None
+    numbers = proof.counts(made) if prove else None
     extra = ([found.record(variant)] if found else []) + ([proof.summary_row(numbers)] if numbers else [])
-    report = _report_path(context, variant, options.device)
-    summary.write(report, rows, variant=variant, extra=extra)
-    return Outcome(rows=rows, checks=checks, report=report, proof=numbers)
+    return _summed(context, made, variant=variant, device=options.device, checks=checks, extra=extra,
+                   built=None if options.structure_only else set(features), proof=numbers)
 
 
 def _run_installed(*, context: Context, options: Options, variant: str) -> Outcome:
@@ -98,18 +94,24 @@ def _run_installed(*, context: Context, options: Options, variant: str) -> Outco
         raise BuildError(f"--installed: the sglang {options.python} imports is variant {manifest.variant!r}, "
                          f"not {variant!r}", hint=f"pass --variant {manifest.variant}")
     python = TestPython(executable=options.python, env={device_module.DEVICE_ENV: options.device})
-    records = _behaviour(context, python, features=None, prove=False)
-    checks = (GUARD_OFF, GUARD_ON, ABSENT)
-    rows = summary.cells(records, features=list(context.series.features), checks=checks)
-    _require_tests(rows, built=set(manifest.features))
-    report = _report_path(context, variant, options.device)
-    summary.write(report, rows, variant=variant, extra=[found.record(variant)])
-    return Outcome(rows=rows, checks=checks, report=report)
+    made = _behaviour(context, python, features=None, prove=False)
+    return _summed(context, made, variant=variant, device=options.device, checks=(GUARD_OFF, GUARD_ON, ABSENT),
+                   extra=[found.record(variant)], built=set(manifest.features))
 
 
-def _report_path(context: Context, variant: str, device: str) -> Path:
+def _summed(context: Context, made: list[Record], *, variant: str, device: str, checks: tuple[str, ...],
+            extra: list[dict], built: set[str] | None, proof: dict | None = None) -> Outcome:
+    """The cells, each built-in feature (`built`; None: no behaviour ran) wanting guard_off and
+    guard_on tests and each left-out one an absent test; written to build/test-patch/."""
+    rows = records.cells(made, features=list(context.series.features), checks=checks)
+    for row in rows if built is not None else []:
+        wanted = (GUARD_OFF, GUARD_ON) if row["feature"] in (built or ()) else (ABSENT,)
+        if row["check"] in wanted and not row["details"]:
+            row["outcome"], row["reason"] = FAIL, f"no {row['check']} test for {row['feature']} in tests/patches"
     name = variant if device == "cpu" else f"{variant}-{device}"
-    return context.build_dir / "test-patch" / f"{name}.json"
+    report = context.build_dir / "test-patch" / f"{name}.json"
+    records.write(report, rows, variant=variant, extra=extra)
+    return Outcome(rows=rows, checks=checks, report=report, proof=proof)
 
 
 def _behaviour(context: Context, python: TestPython, *, features, prove: bool) -> list[Record]:
@@ -117,15 +119,7 @@ def _behaviour(context: Context, python: TestPython, *, features, prove: bool) -
     variant's features (an applied tree has no manifest)."""
     claimed = None if features is None else ",".join(features)
     with context.reporter.step("behaviour: tests/patches"):
-        records = behaviour.behaviour_records(behaviour.run_tests(context=context, python=python, features=claimed))
+        made = behaviour.behaviour_records(behaviour.run_tests(context=context, python=python, features=claimed))
     if prove:
-        records += proof.run_proof(context=context, stock=python)
-    return records
-
-
-def _require_tests(rows: list[dict], *, built: set[str]) -> None:
-    """A built-in feature needs guard_off and guard_on tests; a left-out one, an absent test."""
-    for row in rows:
-        wanted = (GUARD_OFF, GUARD_ON) if row["feature"] in built else (ABSENT,)
-        if row["check"] in wanted and not row["details"]:
-            row["outcome"], row["reason"] = FAIL, f"no {row['check']} test for {row['feature']} in tests/patches"
+        made += proof.run_proof(context=context, stock=python)
+    return made

@@ -5,23 +5,26 @@
 - every patch's added lines read one of its feature's guards through sglang's
   registry (`envs.DSV41_...`), unless series.toml marks it `unguarded`; every
   guard is read somewhere; no patch reads a guard the variant does not declare;
-- the patched environ.py declares exactly the guards of the variant's
-  features, with series.toml's types and defaults.
+- the tree's generated guards module (forkbuild.guards_module, read with `ast`,
+  no import) declares exactly the guards of the variant's features, with
+  series.toml's types and defaults. forkbuild writes that module, so a mismatch
+  means the generator or the tree is broken (a patch that edits it, a tree not
+  made by forkbuild): the check stays because the wheel ships what the tree holds.
 """
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import unidiff
 
 from forkbuild import naming
 from forkbuild.apply import ApplyResult, PatchRecord
 from forkbuild.combination import Combination, as_combination
-from forkbuild.config import GUARD_PREFIX, Series
+from forkbuild.config import GUARD_PREFIX, Guard, Series
 from forkbuild.git import Git
-from forkbuild.guards_module import module_path
-from forkbuild.testpatch.declarations import mismatch, read_declarations
+from forkbuild.guards_module import GeneratedEntry, module_path, read_module
 from forkbuild.testpatch.records import FAIL, PASS, SKIP, STRUCTURE, Record
 
 ENVIRON = "srt/environ.py"  # inside the package: where sglang's envs registry lives
@@ -155,3 +158,22 @@ def _patches_editing_the_module(series: Series, result: ApplyResult) -> list[Rec
                     f"{record.entry.file} changes {path}, which forkbuild generates from series.toml; "
                     "declare the guard in series.toml instead")
             for record in result.records if record.commit and path in _touched(tree, record.commit)]
+
+
+def read_declarations(series: Series, tree: Path) -> dict[str, GeneratedEntry] | str:
+    """The entries of the tree's generated guards module by variable, or why there are none to read."""
+    path = module_path(series)
+    if path is None:
+        return "series.toml names no [series] guards_module"
+    if not (tree / path).is_file():
+        return f"{path} is missing: forkbuild generates it into every tree that holds patches"
+    try:
+        return {entry.env: entry for entry in read_module(tree / path)}
+    except (ValueError, SyntaxError) as error:
+        return f"{path} is not a generated guards module: {error}"
+
+
+def mismatch(guard: Guard, entry: GeneratedEntry) -> str:
+    """Why the generated `entry` does not say what series.toml's `guard` says; empty when it does."""
+    wanted, found = (guard.type, guard.default, guard.feature), (entry.type, entry.default, entry.feature)
+    return "" if found == wanted else f"declared as (type, default, feature) {found!r}, series.toml says {wanted!r}"
