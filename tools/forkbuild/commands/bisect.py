@@ -10,26 +10,15 @@ from pathlib import Path
 from forkbuild.commands import add_command
 from forkbuild.errors import BisectError
 from forkbuild.matrix import arguments
-from forkbuild.matrix.bisect import FAIL, ProbeLog, bisect
-from forkbuild.matrix.probe import (
-    FEATURES_ENV,
-    IMAGE_ENV,
-    WHEELS_ENV,
-    Builder,
-    BuildProbes,
-    ImageOptions,
-    RuntimeProbes,
-    running_tag,
-)
 
 
 def add_parser(subparsers) -> None:
     parser = add_command(
         subparsers, "bisect",
         help="delta-debug a variant's features to a minimal set for which CMD fails while stock passes",
-        description=f"Each probe runs CMD with {FEATURES_ENV} (comma-separated), {WHEELS_ENV} (the probe's wheel "
-                    f"paths) and, with --image, {IMAGE_ENV} in its environment; with --runtime also the DSV41_* "
-                    "guards. Exit status 0 of CMD means pass.",
+        description="Each probe runs CMD with FORKBUILD_FEATURES (comma-separated), FORKBUILD_WHEELS (the probe's "
+                    "wheel paths) and, with --image, FORKBUILD_IMAGE in its environment (matrix/probe.py); with "
+                    "--runtime also the DSV41_* guards. Exit status 0 of CMD means pass.",
         examples=["forkbuild bisect --variant tp4 -- pytest tests/patches -x -q",
                   "forkbuild bisect --variant tp4 --runtime -- ./smoke.sh"])
     arguments.add_arguments(parser)
@@ -37,7 +26,7 @@ def add_parser(subparsers) -> None:
                         help="one build of the combination; probes turn its DSV41_* guards on/off through the "
                              "environment (no rebuild). On = the value in your environment, else the variant's "
                              "runtime default, else 1 for a switch")
-    parser.add_argument("--image", action="store_true", help=f"also build each probe's image ({IMAGE_ENV})")
+    parser.add_argument("--image", action="store_true", help="also build each probe's image (FORKBUILD_IMAGE)")
     parser.add_argument("--base", default="", help="--image: base image (default: the official image)")
     parser.add_argument("--local-base", action="store_true", help="--image: the local stock base")
     parser.add_argument("--retries", type=int, default=0, metavar="N",
@@ -56,6 +45,10 @@ def add_parser(subparsers) -> None:
 
 
 def run(args, context) -> int:
+    # Here, not at the top: every forkbuild command builds the parser, only bisect needs these.
+    from forkbuild.matrix.bisect import FAIL, ProbeLog, bisect
+    from forkbuild.matrix.probe import Builder, BuildProbes, ImageOptions, RuntimeProbes, running_tag
+
     if args.retries < 0:
         raise BisectError("--retries must be 0 or more")
     if args.resume and args.restart:

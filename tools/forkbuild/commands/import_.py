@@ -4,12 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rich.table import Table
-
 from forkbuild.commands import add_command
 from forkbuild.errors import ForkbuildError
-from forkbuild.importer import git_range_incoming, import_patches
-from forkbuild.quiltimport import QuiltImport, import_quilt
 
 
 def add_parser(subparsers) -> None:
@@ -31,6 +27,12 @@ def add_parser(subparsers) -> None:
 
 
 def run(args, context) -> int:
+    # Here, not at the top: every forkbuild command builds the parser, only import needs these.
+    from rich.table import Table
+
+    from forkbuild.importer import git_range_incoming, import_patches
+    from forkbuild.quiltimport import import_quilt
+
     series = context.series
     if args.quilt:
         if not args.feature:
@@ -50,7 +52,7 @@ def run(args, context) -> int:
     return 0
 
 
-def _report_quilt(context, result: QuiltImport) -> int:
+def _report_quilt(context, result) -> int:
     """Per patch: where it went and what was normalised or skipped on the way (one print:
     hundreds of rich table rows or prints take seconds)."""
     lines = []

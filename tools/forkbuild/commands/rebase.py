@@ -4,14 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rich.table import Table
-
 from forkbuild.commands import add_command
 from forkbuild.errors import ForkbuildError
-from forkbuild.rebase import report
-from forkbuild.rebase.engine import Rebase, default_tree
-from forkbuild.rebase.state import Phase, RebaseState
-from forkbuild.rebase.target import resolve
 
 OUTCOME_STYLE = {"exact": "green", "offset": "green", "3-way": "yellow", "resolved": "yellow",
                  "upstreamed": "cyan", "emptied": "magenta", "skipped": "red", "dropped": "red", "conflict": "red"}
@@ -43,26 +37,29 @@ def add_parser(subparsers) -> None:
 
 
 def run(args, context) -> int:
+    # Here, not at the top: every forkbuild command builds the parser, only rebase needs these.
+    from rich.table import Table
+
+    from forkbuild.rebase import report
+    from forkbuild.rebase.engine import Rebase, default_tree
+    from forkbuild.rebase.state import Phase
+    from forkbuild.rebase.target import resolve
+
     rebase = Rebase(context)
     try:
-        return _run(args, context, rebase)
+        if args.resume:
+            if args.dir or args.target_version:
+                raise ForkbuildError(f"--{args.resume} takes no --dir/--version: the journal remembers them")
+            state = rebase.resume(args.resume)
+        else:
+            target = resolve(context.series.upstream, onto=args.onto, version=args.target_version)
+            tree = (args.dir or default_tree(context.series_dir)).resolve()
+            state = rebase.start(target=target, tree=tree, accept_drops=args.accept_drops)
     except KeyboardInterrupt:
         if rebase.journal.exists():  # every step is journaled: the next command goes on from the last one
             context.reporter.warn("rebase interrupted: `forkbuild rebase --continue` goes on, `--abort` puts "
                                   "everything back")
         raise
-
-
-def _run(args, context, rebase: Rebase) -> int:
-    state: RebaseState | None
-    if args.resume:
-        if args.dir or args.target_version:
-            raise ForkbuildError(f"--{args.resume} takes no --dir/--version: the journal remembers them")
-        state = rebase.resume(args.resume)
-    else:
-        target = resolve(context.series.upstream, onto=args.onto, version=args.target_version)
-        tree = (args.dir or default_tree(context.series_dir)).resolve()
-        state = rebase.start(target=target, tree=tree, accept_drops=args.accept_drops)
     if state is None:  # the series is on the target already
         return 0
     if state.phase is Phase.ABORTED:

@@ -33,7 +33,8 @@ from forkbuild.fsutil import write_atomic
 def _import_picire() -> types.ModuleType:
     """picire 21.8 (the newest) reads its own version through `pkg_resources` at import,
     which setuptools 81 removed (a fresh venv has no pkg_resources). A stand-in answering
-    only that question is in sys.modules for the import alone, so no other code sees it."""
+    only that question is in sys.modules for the import alone, so no other code sees it.
+    Called by bisect() (picire's import takes 0.1 s: not at every command's start)."""
     try:
         import pkg_resources  # noqa: F401  (present: picire imports as it is)
     except ModuleNotFoundError:
@@ -49,8 +50,6 @@ def _import_picire() -> types.ModuleType:
     import picire
     return picire
 
-
-picire = _import_picire()
 
 PASS, FAIL = "pass", "fail"
 LOG_SCHEMA = 1
@@ -174,6 +173,8 @@ def bisect(candidates: Sequence[str], *, run: RunProbe, log: ProbeLog, tries: in
     if outcome_of(tuple(candidates)) != FAIL:
         raise BisectError(f"the command passes with every feature ({len(candidates)}): nothing to bisect",
                           hint="check that the command fails where you expect it to (--retries for a flaky one)")
+
+    picire = _import_picire()
 
     def test(config: list[str], config_id: tuple) -> Any:  # a picire.Outcome
         return picire.Outcome.FAIL if outcome_of(config) == FAIL else picire.Outcome.PASS
