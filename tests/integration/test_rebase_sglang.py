@@ -155,7 +155,7 @@ def rebased(tmp_path_factory: pytest.TempPathFactory) -> dict:
     tmp = tmp_path_factory.mktemp("rebase-sglang")
     root, cache = tmp / "series", shared_cache(tmp)
     write_series(root, cache)
-    os.environ.pop("FORKBUILD_REBASE_KILL_AT", None)
+    os.environ.pop("FORKBUILD_CHAOS_KILL_AT", None)
     cli = ["-C", str(root), "--cache", str(cache), "rebase"]
     first = cli_main([*cli, "--onto", NEW])
     draft = json.loads((root / ".forkbuild-work" / "rebase-journal" / "report.json").read_text())

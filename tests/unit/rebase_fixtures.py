@@ -11,7 +11,7 @@ import sys
 
 from fixtures import DEFAULT_PATCHES, PatchSpec, SeriesFixture, commit_all, edit
 from forkbuild.git import Git
-from forkbuild.rebase.journal import KILL_AT_ENV
+from forkbuild.chaos import CHAOS_ENV
 
 NEW_VERSION = "2.0"
 
@@ -59,7 +59,7 @@ def fingerprint(fx: SeriesFixture) -> dict[str, str]:
 
 def run_killed(fx: SeriesFixture, args: list[str], *, step: str) -> subprocess.CompletedProcess:
     """`forkbuild <args>` in a child process that SIGKILLs itself at journal step `step`."""
-    env = {**os.environ, KILL_AT_ENV: step}
+    env = {**os.environ, CHAOS_ENV: f"rebase:{step}"}
     return subprocess.run([sys.executable, "-m", "forkbuild", "-C", str(fx.root), "--cache", str(fx.cache), *args],
                           env=env, capture_output=True, text=True, timeout=300)
 

@@ -1,7 +1,6 @@
 """The rebase's typed state (rebase/state.py): a rebase stopped by the forkbuild before
 it (journal schema 2 as that version wrote it) goes on and aborts with this one;
-the JSON form round-trips; a damaged or foreign state.json is one error naming it;
-the steps the kill hooks name are the enum's."""
+the JSON form round-trips; a damaged or foreign state.json is one error naming it."""
 
 from __future__ import annotations
 
@@ -15,12 +14,10 @@ from fixtures import SeriesFixture, make_series
 from forkbuild.config import GitPin, Upstream, WheelPin
 from forkbuild.errors import ForkbuildError, RebaseStopped
 from forkbuild.rebase.journal import Journal
-from forkbuild.rebase.state import (SUBJECT_STEPS, PatchState, Phase, RebaseState, RefMove, Step, parse_step,
-                                    step_name)
+from forkbuild.rebase.state import PatchState, Phase, RebaseState, RefMove
 from forkbuild.rebase.upstreamed import HunkEvidence
 from forkbuild.worktree.engine import Outcome
 from rebase_fixtures import CONFLICT_CHANGES, UPSTREAMED_CHANGES, WITH_DOCS, fingerprint, rebase_args, release, tree
-from test_chaos import DEFAULT as CHAOS_DEFAULT
 from test_rebase import outcomes, pinned, report_of
 from test_rebase_resume import ABORT_STEPS, CONTINUE_STEPS
 
@@ -137,7 +134,7 @@ def test_an_early_schema_2_journal_reads_with_the_defaults_of_what_it_lacks() ->
                      "detail": "", "evidence": []}]})
     assert (state.tip, state.written, state.writing, dict(state.timings), state.report) == ("", {}, False, {}, None)
     assert state.patches[1] == PatchState(file="b.patch", feature="f")
-    assert state.old.empty_dirs == () and state.step is Step.APPLIED and state.step_at == "a.patch"
+    assert state.old.empty_dirs == () and state.step == "applied:a.patch"
     assert state.refs == {"refs/tags/upstream/2.0": RefMove(before=None, after=None)}
 
 
@@ -151,7 +148,7 @@ def full_state() -> RebaseState:
                                     url="https://x.invalid/pkg.whl"),), empty_dirs=("python/pkg/empty",))
     evidence = HunkEvidence(file="python/pkg/a.py", hunk=1, found=True, start=3, end=4, how="post-image")
     return RebaseState(
-        id="abc", phase=Phase.CHECK_FAILED, step=Step.SETTLED, step_at="a.patch", worktree=Path("/tmp/tree"),
+        id="abc", phase=Phase.CHECK_FAILED, step="settled:a.patch", worktree=Path("/tmp/tree"),
         accept_drops=True, old=old, target=dataclasses.replace(old, version="2.0", git=None), old_base="b" * 40,
         new_base="c" * 40, cursor=1, head_before="d" * 40, tip="e" * 40,
         patches=(PatchState(file="a.patch", feature="alpha", old_commit="f" * 40, outcome=Outcome.RESOLVED,
@@ -169,7 +166,7 @@ def test_the_json_form_round_trips_every_field() -> None:
     # rebase/state.py's _upstream the new one (and this list).
     assert sorted(dataclasses.asdict(state.old)) == ["empty_dirs", "git", "name", "package_root", "source",
                                                       "version", "wheels"]
-    assert {field.name for field in dataclasses.fields(RebaseState)} - {"step_at"} == \
+    assert {field.name for field in dataclasses.fields(RebaseState)} == \
         set(state.as_dict()) - {"schema"}
 
 
@@ -178,7 +175,6 @@ def test_the_json_form_round_trips_every_field() -> None:
     ({"schema": None}, "unknown journal schema None"),
     ({"phase": "reveiw"}, r"unreadable \(phase: unknown phase 'reveiw'\)"),
     ({"cursor": "1"}, r"unreadable \(cursor: an integer expected"),
-    ({"step": "applyin:a.patch"}, r"unreadable \(step: unknown step"),
     ({"patches": [{"file": "a.patch"}]}, r"unreadable \(patches\[0\]\.feature: missing\)"),
     ({"refs": {"r": {"before": 1}}}, r"unreadable \(refs\['r'\]\.before: a string or null expected"),
 ])
@@ -199,22 +195,3 @@ def test_a_journal_that_is_not_json_names_its_file_and_the_backup(tmp_path: Path
     with pytest.raises(ForkbuildError, match="state.json: the rebase journal's state is unreadable") as caught:
         journal.load()
     assert str(journal.backup) in (caught.value.hint or "")
-
-
-# -- the steps ------------------------------------------------------------------------------
-
-def test_every_step_the_kill_hooks_name_is_a_step_of_the_enum() -> None:
-    chaos = [step.removeprefix("rebase:") for _, step in CHAOS_DEFAULT if str(step).startswith("rebase:")]
-    names = [*CONTINUE_STEPS, *ABORT_STEPS, "conflict", "settled:alpha-scale.patch", "abort:tree", *chaos]
-    for name in names:
-        assert step_name(*parse_step(name)) == name
-    assert {Step.FINALIZE_WRITING, Step.CHECK_PASSED} <= set(Step) and len(SUBJECT_STEPS) == 6
-
-
-def test_a_step_with_a_subject_needs_one_and_the_others_take_none() -> None:
-    assert step_name(Step.APPLYING, "a.patch") == "applying:a.patch"
-    assert parse_step("finalize:writing") == (Step.FINALIZE_WRITING, "")
-    with pytest.raises(ValueError, match="needs subject"):
-        step_name(Step.APPLYING)
-    with pytest.raises(ValueError, match="takes no subject"):
-        step_name(Step.REVIEW, "a.patch")

@@ -27,9 +27,9 @@ from forkbuild.errors import ApplyError, DirtyTreeError
 from forkbuild.git import Git
 from forkbuild.guards_module import add_generated_commit
 from forkbuild.patchfile import PatchInfo, check_patches, read_patch, symlinks_of
+from forkbuild.sequencer import StopState, clear_stop, read_stop, resume, write_stop
 from forkbuild.worktree.engine import Engine, Outcome, PatchJob, PatchResult
 from forkbuild.worktree.state import WorktreeState, read_state, state_path, write_state
-from forkbuild.worktree.stop import StopState, clear_stop, read_stop, write_stop
 from forkbuild.worktrees import TreeGuard, recover_killed_change, temporary_worktree, tree_guard
 
 FULL_SERIES_REF = "refs/forkbuild/series"
@@ -179,7 +179,7 @@ def _resume(*, context: Context, dest: Path, action: str) -> ApplyResult | None:
         clear_stop(worktree)
         context.reporter.info(f"apply aborted: {dest} is back at {state.started_from[:12]}")
         return None
-    settled = engine.settle(state.stopped) if action == "continue" else engine.skip(state.stopped)
+    settled = resume(engine, state.stopped, action)
     context.reporter.info(f"{settled.name}: {settled.outcome} {settled.detail}".rstrip())
     resumed = replace(state, cursor=state.cursor + 1, results=(*state.results, settled))
     plan = plan_variant(context.series, state.variant or None)

@@ -45,6 +45,7 @@ from forkbuild.rebase.journal import Journal, checkpoint
 from forkbuild.rebase.pin import moved_pin
 from forkbuild.rebase.state import PatchState, Phase, RebaseState, Step
 from forkbuild.rebase.upstreamed import HunkEvidence, evidence
+from forkbuild.sequencer import resume
 from forkbuild.worktree.engine import Engine, Outcome, PatchJob, PatchResult
 from forkbuild.worktrees import TreeGuard, clear_stale_index_lock, tree_guard
 
@@ -117,7 +118,7 @@ class Rebase:
             if state.phase is not Phase.CONFLICT:
                 raise ForkbuildError(f"--skip: the rebase is not stopped at a conflict (phase {state.phase})",
                                      hint="--continue goes on, --abort puts everything back")
-            state = self._skip(state)
+            state = self._go_on(state, "skip")
         # --continue while the drops are proposed is the user's yes to them.
         return self.run(state, resumed_at=state.phase)
 
@@ -135,7 +136,7 @@ class Rebase:
                 raise
             state = state.timed("prepare", time.monotonic() - started)
         if state.phase is Phase.CONFLICT:
-            state = self._settle(state)
+            state = self._go_on(state, "continue")
         if state.phase in (Phase.REPLAY, Phase.APPLYING):
             started = time.monotonic()
             state = self._replay(state).timed("replay", time.monotonic() - started)
@@ -285,27 +286,20 @@ class Rebase:
             hint=f"resolve in {tree} (edit, `git add`), then `forkbuild rebase --continue`; "
                  "`--skip` leaves this patch out; `--abort` puts everything back")
 
-    def _settle(self, state: RebaseState) -> RebaseState:
+    def _go_on(self, state: RebaseState, action: str) -> RebaseState:
+        """--continue (the person's resolution committed) or --skip (the patch left out) at a stop."""
         patch, job = state.patches[state.cursor], self._job(state, state.cursor)
         engine = Engine(Git(state.worktree), head=state.head_before)
         try:
-            result = engine.settle(job)
+            result = resume(engine, job, action)
         except ApplyError as error:  # not resolved yet: the rebase stays stopped
             raise RebaseStopped(error.message, hint=(error.hint or "").replace(
                 "--continue", "`forkbuild rebase --continue`")) from error
         patch = self._record(state, patch, result)
         self.reporter.info(f"{patch.file}: {report.label(patch.outcome)}")
-        settled = replace(state.with_patch(state.cursor, patch), phase=Phase.REPLAY, cursor=state.cursor + 1,
+        went_on = replace(state.with_patch(state.cursor, patch), phase=Phase.REPLAY, cursor=state.cursor + 1,
                           tip=engine.head)
-        return self.journal.save(settled, Step.SETTLED, at=patch.file)
-
-    def _skip(self, state: RebaseState) -> RebaseState:
-        patch, job = state.patches[state.cursor], self._job(state, state.cursor)
-        result = Engine(Git(state.worktree), head=state.head_before).skip(job)
-        patch = self._record(state, patch, result)
-        skipped = replace(state.with_patch(state.cursor, patch), phase=Phase.REPLAY, cursor=state.cursor + 1,
-                          tip=state.head_before)
-        return self.journal.save(skipped, Step.SKIPPED, at=patch.file)
+        return self.journal.save(went_on, Step.SETTLED if action == "continue" else Step.SKIPPED, at=patch.file)
 
     # -- review -----------------------------------------------------------------------
     @staticmethod

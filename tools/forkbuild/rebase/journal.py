@@ -26,7 +26,6 @@ import hashlib
 import json
 import os
 import shutil
-import signal
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -36,21 +35,15 @@ from forkbuild.chaos import chaos_point
 from forkbuild.errors import ForkbuildError
 from forkbuild.fsutil import fsync_directory, write_atomic
 from forkbuild.layout import PATCHES_DIR, SERIES_FILE, WORK_DIR
-from forkbuild.rebase.state import RebaseState, Step, step_name
+from forkbuild.rebase.state import RebaseState, Step
 
 JOURNAL_DIR = "rebase-journal"
 STATE_FILE = "state.json"
-# Tests kill the process right after the journal records this step (SIGKILL: no
-# cleanup handlers run), to prove that --continue and --abort recover from it.
-KILL_AT_ENV = "FORKBUILD_REBASE_KILL_AT"
 
 
-def checkpoint(step: Step, *, at: str = "") -> None:
-    """Die here, without cleanup, when the test hook asks for this step (named as rebase/state.step_name does)."""
-    name = step_name(step, at)
-    if os.environ.get(KILL_AT_ENV) == name:
-        os.kill(os.getpid(), signal.SIGKILL)
-    chaos_point(f"rebase:{name}")
+def checkpoint(step: str) -> None:
+    """The chaos test's hook (chaos.py): die here, like kill -9, at "rebase:" + the step's name."""
+    chaos_point(f"rebase:{step}")
 
 
 def _sha256(path: Path) -> str:
@@ -99,9 +92,9 @@ class Journal:
 
     def save(self, state: RebaseState, step: Step, *, at: str = "") -> RebaseState:
         """Record `state` at `step` durably, then honour the kill hook for it; returns the state recorded."""
-        state = replace(state, step=step, step_at=at)
+        state = replace(state, step=f"{step}:{at}" if at else step.value)
         write_atomic(self.path / STATE_FILE, statefile.dump(state.as_dict()))
-        checkpoint(step, at=at)
+        checkpoint(state.step)
         return state
 
     # -- creation: the backup first, then the journal appears at once -----------
@@ -120,7 +113,7 @@ class Journal:
             shutil.copy2(self.series_dir / relative, target)
             hashes[relative] = _sha256(target)
         (backup / "hashes.json").write_text(statefile.dump(hashes))
-        state = replace(state, step=Step.BEGUN, step_at="", written=hashes, writing=False)
+        state = replace(state, step=Step.BEGUN.value, written=hashes, writing=False)
         (scratch / STATE_FILE).write_text(statefile.dump(state.as_dict()))
         for path in [*backup.rglob("*"), scratch / STATE_FILE]:
             if path.is_file():

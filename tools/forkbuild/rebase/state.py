@@ -49,10 +49,8 @@ class Phase(StrEnum):
 
 
 class Step(StrEnum):
-    """Every step the journal records (`Journal.save`) or the kill hook stops at (`checkpoint`).
-
-    The kill hook's name of a step is its value, with the step's subject after a colon for
-    the steps that have one (`SUBJECT_STEPS`): "applying:alpha.patch", "importing:2.0"."""
+    """The steps the journal records (`Journal.save`, its name "STEP" or "STEP:SUBJECT",
+    e.g. "applying:a.patch") and the kill hook may stop at (journal.checkpoint)."""
 
     BEGUN = "begun"  # the journal appeared: the backup is complete
     IMPORTING = "importing"  # :VERSION, before an import that creates a cache tag
@@ -78,27 +76,6 @@ class Step(StrEnum):
     ABORT_TREE = "abort:tree"  # (kill hook only, as are the two below)
     ABORT_SERIES = "abort:series"
     ABORT_REFS = "abort:refs"
-
-
-SUBJECT_STEPS = frozenset({Step.IMPORTING, Step.REF, Step.APPLYING, Step.APPLIED, Step.SETTLED, Step.SKIPPED})
-_STEP_NAMES = frozenset(step.value for step in Step)
-
-
-def step_name(step: Step, at: str = "") -> str:
-    """The name the journal and the kill hook give `step` (with its subject `at`)."""
-    if (step in SUBJECT_STEPS) != bool(at):
-        raise ValueError(f"step {step.value!r} {'needs' if step in SUBJECT_STEPS else 'takes no'} subject")
-    return f"{step.value}:{at}" if at else step.value
-
-
-def parse_step(name: str) -> tuple[Step, str]:
-    """`step_name` backwards: ValueError for a name no step has."""
-    if name in _STEP_NAMES:
-        return Step(name), ""
-    kind, _, at = name.partition(":")
-    if kind not in _STEP_NAMES or Step(kind) not in SUBJECT_STEPS or not at:
-        raise ValueError(f"step: unknown step {name!r}")
-    return Step(kind), at
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,8 +105,7 @@ class PatchState:
 class RebaseState:
     id: str  # names the rebase's own cache refs: two checkouts may rebase against one cache at once
     phase: Phase
-    step: Step  # the last step journaled
-    step_at: str = ""  # its subject (a patch file, a version, a ref's name)
+    step: str  # the last step journaled, with its subject ("applying:a.patch")
     worktree: Path  # where patches are replayed and conflicts resolved
     accept_drops: bool
     old: Upstream
@@ -147,10 +123,6 @@ class RebaseState:
     report: Path | None = None  # the final report, once written
     unported: tuple[str, ...] = ()  # what the finalize did to features left without a patch, in words
 
-    @property
-    def step_name(self) -> str:
-        return step_name(self.step, self.step_at)
-
     def with_patch(self, index: int, patch: PatchState) -> RebaseState:
         return replace(self, patches=(*self.patches[:index], patch, *self.patches[index + 1:]))
 
@@ -161,7 +133,7 @@ class RebaseState:
     # -- the JSON form ---------------------------------------------------------------
     def as_dict(self) -> dict[str, Any]:
         return {
-            "schema": SCHEMA, "id": self.id, "phase": self.phase.value, "step": self.step_name,
+            "schema": SCHEMA, "id": self.id, "phase": self.phase.value, "step": self.step,
             "worktree": str(self.worktree), "accept_drops": self.accept_drops,
             "old": dataclasses.asdict(self.old), "target": dataclasses.asdict(self.target),
             "old_base": self.old_base or None, "new_base": self.new_base or None,
@@ -177,10 +149,9 @@ class RebaseState:
         """ValueError (statefile.UnknownSchema for another schema) when `data` is no rebase state of schema 2."""
         fields = Fields(data)
         fields.schema((SCHEMA,))
-        step, at = parse_step(fields.text("step"))
         report = fields.text_or_empty("report")
         return cls(
-            id=fields.text("id"), phase=_enum(Phase, fields, "phase"), step=step, step_at=at,
+            id=fields.text("id"), phase=_enum(Phase, fields, "phase"), step=fields.text("step"),
             worktree=Path(fields.text("worktree")), accept_drops=fields.flag("accept_drops"),
             old=_upstream(fields.object("old")), target=_upstream(fields.object("target")),
             old_base=fields.text_or_empty("old_base"), new_base=fields.text_or_empty("new_base"),

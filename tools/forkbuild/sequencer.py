@@ -1,6 +1,10 @@
-"""Where a stopped `apply --all` waits: the plan, the patch it stopped at and
-what was done before, in the work tree's git dir, replaced atomically on every
-step so that --continue, --skip and --abort (in another process) pick it up."""
+"""The one resumable sequencer's stop and resume: patches run in order by the apply
+engine stop AT one that does not apply (conflict markers in the work tree) until a person
+says --continue (their resolution becomes the patch's commit) or --skip (the patch is left
+out); `resume` is that step for `apply --all` and `rebase` alike. Each records where it
+stopped as JSON replaced atomically on every step: a stopped `apply --all` the `StopState`
+below, in the work tree's git dir; a rebase its journal (rebase/journal.py), which holds
+the whole rebase's state (phases before and after the replay, a backup of the series)."""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ from forkbuild import statefile
 from forkbuild.errors import DirtyTreeError
 from forkbuild.fsutil import write_atomic
 from forkbuild.git import Git
-from forkbuild.worktree.engine import PatchJob, PatchResult
+from forkbuild.worktree.engine import Engine, PatchJob, PatchResult
 from forkbuild.worktree.state import WorktreeState
 
 STOP_FILE = "forkbuild-stop.json"
@@ -84,3 +88,13 @@ def write_stop(worktree: Git, state: StopState) -> None:
 
 def clear_stop(worktree: Git) -> None:
     stop_path(worktree).unlink(missing_ok=True)
+
+
+def resume(engine: Engine, job: PatchJob, action: str) -> PatchResult:
+    """--continue (the person's resolution of the stopped `job` is committed; ApplyError while
+    it is not resolved) or --skip (the work tree goes back to before it) at a stop."""
+    if action == "continue":
+        return engine.settle(job)
+    if action == "skip":
+        return engine.skip(job)
+    raise ValueError(f"resume: {action!r} is neither continue nor skip")
