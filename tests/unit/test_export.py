@@ -303,3 +303,28 @@ def test_export_records_what_it_wrote_so_the_next_export_is_allowed(series_fx: S
           lambda t: edit(t.path, "python/pkg/core.py", "return value * 4", "return value * 5"))
     assert series_fx.cli("export") == 0
     assert "value * 5" in (series_fx.patches_dir / "alpha-scale.patch").read_text()
+
+
+@pytest.mark.parametrize("body", ["Scale by three.\n---\ntext after a dashes line\n\nFeature: alpha\nGuard: DSV41_ALPHA\n",
+                                  "Scale by three.\n---\nFeature: alpha\nGuard: DSV41_ALPHA\n"])
+def test_a_commit_message_round_trips_byte_for_byte_through_export_and_apply(series_fx: SeriesFixture, body) -> None:
+    """A `---` line in a message is no diffstat separator (export writes none): the text after it
+    survives export -> apply -> export, and trailers after it are found (issue 38)."""
+    tree = make_tree(series_fx)
+    _, alpha, beta = tree.commits(tree.head() + "~3", tree.head())
+    message = f"core: scale by alpha when DSV41_ALPHA is set\n\n{body}"
+    tree.run("checkout", "--quiet", "--detach", alpha)
+    tree.run("commit", "--quiet", "--amend", "-m", message)
+    tree.run("cherry-pick", beta)
+
+    def alpha_message() -> str:
+        raw = tree.out("cat-file", "commit", tree.commits(tree.head() + "~3", tree.head())[1])
+        return raw.split("\n\n", 1)[1] + "\n"
+
+    assert alpha_message() == message
+    assert series_fx.cli("export") == 0
+    exported = snapshot(series_fx)
+    assert series_fx.cli("apply", "--all") == 0
+    assert alpha_message() == message
+    assert series_fx.cli("export") == 0
+    assert snapshot(series_fx) == exported

@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 # known from patchfacts.py's records needs neither (they are a tenth of a re-apply's time).
 
 TRAILER = re.compile(r"^(?P<key>[A-Za-z][A-Za-z0-9-]*):\s*(?P<value>.+?)\s*$")
+# A line of the diffstat `git format-patch` writes between the `---` line and the diff.
+DIFFSTAT = re.compile(r"^(?:\s*| .+ \| .*| \d+ files? changed.*| (?:create|delete) mode .*| mode change .*| rename .*)$")
 MAIL_HEADER = re.compile(r"^[!-9;-~]+:")  # RFC 5322 field name: printable ASCII but ":"
 
 
@@ -80,11 +82,13 @@ def split_mail(text: str) -> tuple[email.message.Message, str]:
 
 
 def parse_trailers(message: str) -> tuple[tuple[str, str], ...]:
-    """Trailers: the `Key: value` lines of the message's last paragraph."""
+    """Trailers: the `Key: value` lines of the message's last paragraph (after its last `---` line)."""
     paragraphs = [block for block in message.strip().split("\n\n") if block.strip()]
     if not paragraphs:
         return ()
-    found = [TRAILER.match(line) for line in paragraphs[-1].splitlines()]
+    lines = paragraphs[-1].splitlines()
+    found = [TRAILER.match(line) for line in lines[len(lines) - lines[::-1].index("---"):]] if "---" in lines \
+        else [TRAILER.match(line) for line in lines]
     matches = [match for match in found if match is not None]
     if len(matches) != len(found):
         return ()
@@ -104,6 +108,15 @@ def _decode_header(value: str | None) -> str:
 def _diff_start(payload: str) -> int:
     match = re.search(r"^diff --git ", payload, flags=re.MULTILINE)
     return match.start() if match else len(payload)
+
+
+def _message(before_diff: str) -> str:
+    """The commit message: all before the diff, less a `---` line and the diffstat after it
+    (git format-patch --no-stat writes neither, so a `---` line of the message itself stays)."""
+    head, separator, tail = ("\n" + before_diff).rpartition("\n---\n")
+    if separator and all(DIFFSTAT.match(line) for line in tail.splitlines()):
+        before_diff = head
+    return before_diff.strip("\n")
 
 
 def read_patch(path: Path) -> PatchInfo:
@@ -155,7 +168,7 @@ def parse_patch(text: str, *, path: Path) -> PatchInfo:
 
     headers, payload = split_mail(text)
     start = _diff_start(payload)
-    message_body = payload[:start].split("\n---\n", 1)[0].strip("\n")
+    message_body = _message(payload[:start])
     subject = _decode_header(headers.get("Subject"))
     try:
         diff = unidiff.PatchSet(payload[start:])
