@@ -11,19 +11,18 @@ import sys
 import zipfile
 
 import pytest
-from fixtures import DEFAULT_PATCHES, FEATURES_TOML, PatchSpec, make_series
-from wheelkit import wheel_series
 
 from forkbuild.apply import scratch_tree
+from forkbuild.combination import from_features
 from forkbuild.console import Reporter
 from forkbuild.context import Context
 from forkbuild.errors import ApplyError, BuildError
 from forkbuild.git import Git
-from forkbuild.combination import from_features
 from forkbuild.wheel.builder import WheelRequest, build_wheels
 from forkbuild.wheel.patched import patched_changes
 from forkbuild.wheel.plan import WheelLayout, collect_changes
 from forkbuild.wheel.validate import validate_wheel
+from wheelkit import wheel_series
 
 
 def test_index_apply_equals_the_work_tree_apply_for_every_combination(series_fx):
@@ -101,28 +100,21 @@ def test_a_member_missing_from_record_is_reported(built, tmp_path):
         validate_wheel(target, verified_source=upstream)
 
 
-def test_a_combination_whose_patches_apply_in_order_takes_one_git_apply(series_fx, monkeypatch):
+def test_a_combination_is_patched_by_the_engine_in_the_cache_without_a_work_tree(series_fx, monkeypatch):
     context = series_fx.context()
     layout = WheelLayout(package_root="python", members=frozenset({"pkg/core.py", "pkg/util.py", "pkg/environ.py"}))
-    applied = []
-    monkeypatch.setattr(Git, "apply_cached", lambda self, patch, index: pytest.fail(f"3-way rung for {patch.name}"))
-    original = Git.apply_cached_in_order
-    monkeypatch.setattr(Git, "apply_cached_in_order",
-                        lambda self, patches, index: applied.append(len(list(patches))) or original(self, patches, index=index))
+    monkeypatch.setattr(Git, "add_worktree", lambda *args, **kwargs: pytest.fail("a work tree was made"))
+    for features in (["alpha", "beta"], ["guards", "beta"]):  # lite: beta merges its commit of the whole series
+        assert patched_changes(context=context, combination=from_features(context.series, features), layout=layout)
+
+
+def test_the_same_combination_again_runs_no_git_apply(series_fx, monkeypatch):
+    context = series_fx.context()
+    layout = WheelLayout(package_root="python", members=frozenset({"pkg/core.py", "pkg/util.py", "pkg/environ.py"}))
     every = from_features(context.series, list(context.series.features))
-    assert patched_changes(context=context, combination=every, layout=layout) is not None
-    assert applied == [len(every.patches(context.series))]  # the whole list in one process
-
-
-def test_a_patch_needing_a_left_out_patch_takes_the_three_way_rung(series_fx, monkeypatch):
-    context = series_fx.context()
-    layout = WheelLayout(package_root="python", members=frozenset({"pkg/core.py", "pkg/util.py", "pkg/environ.py"}))
-    rung = []
-    original = Git.apply_cached
-    monkeypatch.setattr(Git, "apply_cached", lambda self, patch, index: rung.append(patch.name) or original(self, patch, index=index))
-    lite = from_features(context.series, ["guards", "beta"])  # beta's context holds alpha's change
-    assert patched_changes(context=context, combination=lite, layout=layout) is not None
-    assert rung == ["guards.patch", "beta-limit.patch"], rung  # patch by patch, after the one process failed
+    first = patched_changes(context=context, combination=every, layout=layout)
+    monkeypatch.setattr(Git, "apply_to_index", lambda *args, **kwargs: pytest.fail("git apply ran again"))
+    assert patched_changes(context=context, combination=every, layout=layout) == first  # the engine's memo
 
 
 def test_a_matrix_in_one_process_builds_each_combination_as_its_own_build_wheel_does(tmp_path):
@@ -143,32 +135,6 @@ def test_a_matrix_in_one_process_builds_each_combination_as_its_own_build_wheel_
     assert len(matrix) == len({combination.name for combination in chosen}) == 3  # stock, base alone, full
     assert [path.name for path in matrix] == [path.name for path in alone]
     assert [path.read_bytes() for path in matrix] == [path.read_bytes() for path in alone]
-
-
-def test_a_combination_whose_files_were_all_patched_before_runs_no_git_apply(tmp_path, monkeypatch):
-    # git applies file by file: {guards, alpha, delta}'s files are exactly {guards, alpha}'s plus
-    # {delta}'s, each after the same patches, so nothing is left to ask git; the result is still
-    # what the strict work-tree apply gives.
-    delta = PatchSpec(file="delta-extra.patch", feature="delta", subject="extra: a module of its own",
-                      body="A new file.", edits=(("python/pkg/extra.py", "", "EXTRA = 1\n"),))
-    fixture = make_series(tmp_path, specs=(*DEFAULT_PATCHES, delta),
-                          features_toml=FEATURES_TOML + '\n[features.delta]\ndescription = "a new module"\n')
-    context = fixture.context()
-    layout = WheelLayout(package_root="python", members=frozenset({"pkg/core.py", "pkg/util.py", "pkg/environ.py"}))
-    calls = []
-    original = Git.apply_cached_in_order
-    monkeypatch.setattr(Git, "apply_cached_in_order",
-                        lambda self, patches, index: calls.append(1) or original(self, patches, index=index))
-    for features in (["guards", "alpha"], ["delta"]):
-        assert patched_changes(context=context, combination=from_features(context.series, features), layout=layout)
-    assert len(calls) == 2
-    every = from_features(context.series, ["guards", "alpha", "delta"])
-    fast = patched_changes(context=context, combination=every, layout=layout)
-    assert len(calls) == 2  # no git apply for it
-    with scratch_tree(context=context, variant=every, strict=True) as result:
-        changed = Git(result.dest).changed_files(result.base_commit, result.head_commit)
-        assert fast == collect_changes(tree=result.dest, changed=changed, layout=layout)
-    assert fast is not None and fast.changes["pkg/extra.py"] == b"EXTRA = 1\n"
 
 
 def test_validation_against_the_source_catches_a_copied_members_record_row_that_changed(built, tmp_path):

@@ -444,16 +444,39 @@ def ensure_series_blobs(*, context: Context, cache: UpstreamCache, base: str) ->
     if not cache_git.rev(ref):
         with cache.locked():
             if not cache_git.rev(ref):
-                # Plumbing only (a private index in the bare cache): no work tree to check out.
-                engine = Engine(cache_git, head=base, shown=base, upstream_head=True)
-                results = engine.run([PatchJob(name=entry.file, path=entry.path) for entry in series.patches],
-                                     stop=False)
-                failed = [result for result in results if not result.outcome.applied]
+                head, failed = _in_index(cache_git, base, [PatchJob(name=entry.file, path=entry.path)
+                                                           for entry in series.patches])
                 if failed:
                     raise ApplyError("the whole series does not apply:\n" + "\n".join(
                         f"  - {result.name}: {result.detail}" for result in failed),
                         hint="the whole series must apply before a variant that leaves patches out can")
-                engine.close()
-                cache_git.update_ref(ref, engine.head)
+                cache_git.update_ref(ref, head)
     commits = cache_git.commits(base, ref)
     return dict(zip((entry.file for entry in series.patches), commits, strict=True))
+
+
+def apply_in_index(*, context: Context, plan: ApplyPlan) -> tuple[str, str] | None:
+    """The engine's index-only mode: `plan` applied in the cache's bare repository (private
+    indexes, no work tree), with the build's generated guards commit, as apply_plan would
+    commit it; (base, head), or None when a patch does not apply (apply_plan says why)."""
+    series = context.series
+    cache = context.upstream
+    base = cache.ensure(series.upstream)
+    cache_git = cache.git()
+    check_patches([entry.path for entry in plan.entries], symlinks=symlinks_of(cache_git, base))
+    sources = ensure_series_blobs(context=context, cache=cache, base=base) if plan.left_out and plan.entries else {}
+    jobs = [PatchJob(name=entry.file, path=entry.path, source=sources.get(entry.file, "")) for entry in plan.entries]
+    head, failed = _in_index(cache_git, base, jobs, generated=(series, plan.features) if jobs else None)
+    return None if failed else (base, head)
+
+
+def _in_index(cache_git: Git, base: str, jobs: list[PatchJob],
+              generated: tuple[Series, tuple[str, ...]] | None = None) -> tuple[str, list[PatchResult]]:
+    engine = Engine(cache_git, head=base, shown=base, upstream_head=True)
+    try:
+        failed = [result for result in engine.run(jobs, stop=False, write=False) if not result.outcome.applied]
+        if generated and not failed:
+            add_generated_commit(engine, series=generated[0], features=generated[1])
+        return engine.head, failed
+    finally:
+        engine.close()
