@@ -328,3 +328,20 @@ def test_a_commit_message_round_trips_byte_for_byte_through_export_and_apply(ser
     assert alpha_message() == message
     assert series_fx.cli("export") == 0
     assert snapshot(series_fx) == exported
+
+
+def test_a_hand_reorder_of_series_toml_is_refused_by_export_and_honoured_by_apply(series_fx: SeriesFixture, capfd) -> None:
+    """Before, the next export silently put the tree's order back (issue 38)."""
+    fx = series_fx
+    assert fx.cli("apply", "--all") == 0
+    text = fx.series_toml.read_text()
+    alpha = text[text.index('[[patches]]\nfile = "alpha-scale.patch"'):text.index('[[patches]]\nfile = "beta-limit.patch"')]
+    fx.series_toml.write_text(text.replace(alpha, "") + "\n" + alpha)  # alpha after beta
+    reordered = fx.series_toml.read_bytes()
+    capfd.readouterr()
+    assert fx.cli("export") == DirtyTreeError.return_code
+    assert "the order of [[patches]]" in capfd.readouterr().err
+    assert fx.series_toml.read_bytes() == reordered
+    assert fx.cli("apply", "--all") == 0  # the hint: re-apply, in the new order
+    assert fx.cli("export") == 0
+    assert [file for file, _ in toml_patches(fx)] == ["guards.patch", "beta-limit.patch", "alpha-scale.patch"]

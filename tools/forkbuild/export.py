@@ -180,6 +180,9 @@ def _refuse_stale_tree(context: Context, *, state: WorktreeState, worktree: Git,
     # A patch `forkbuild drop` removed is gone from series.toml on purpose.
     changes += [f"patches/{name} (no longer in series.toml)" for name in recorded
                 if name not in current and name not in dropped and name not in state.dropped]
+    listed = [name for name in current if name in state.patches]
+    if listed != [name for name in state.patches if name in current]:
+        changes.append("series.toml (the order of [[patches]]: export would put the tree's order back)")
     if not changes:
         return
     if _already_exported(context, state=state, worktree=worktree):
