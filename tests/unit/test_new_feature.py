@@ -202,3 +202,13 @@ def test_export_warns_about_a_feature_in_no_variant(series_fx, capsys):
     commit_all(Git(tree), "util: rename\n\nFeature: gamma\n")
     assert series_fx.cli("export") == 0
     assert "feature gamma is in no variant" in capsys.readouterr().err
+
+
+def test_new_refuses_a_guard_another_feature_owns(series_fx):
+    """Before, `new --guard` accepted it (issue 38): a guard belongs to one feature."""
+    before = series_fx.series_toml.read_bytes()
+    with pytest.raises(ConfigError, match="DSV41_ALPHA: already a guard of feature 'alpha'"):
+        plan_new_feature(series_fx.load(), name="gamma", description="", guards=["DSV41_ALPHA:switch:0"],
+                         variants=[], requires=[], patch=None)
+    assert series_fx.cli("new", "gamma", "--guard", "DSV41_ALPHA:switch:0") == ConfigError.return_code
+    assert series_fx.series_toml.read_bytes() == before

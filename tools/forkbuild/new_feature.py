@@ -18,11 +18,13 @@ from pathlib import Path
 import tomlkit
 from tomlkit.items import Table
 
-from forkbuild.config import GUARD_PREFIX, Series, near_miss, parse_series
+from forkbuild.config import GUARD_PREFIX, Series, load_series, near_miss, parse_series
+from forkbuild.context import Context
 from forkbuild.errors import ConfigError, ForkbuildError
 from forkbuild.fsutil import write_atomic
 from forkbuild.guards import GUARD_TYPES, check_value
 from forkbuild.layout import WORK_DIR
+from forkbuild.series_writer import SeriesChange, series_transaction
 
 FEATURE_NAME = re.compile(r"[a-z][a-z0-9_]*")
 PATCH_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\.patch")
@@ -91,6 +93,11 @@ def plan_new_feature(series: Series, *, name: str, description: str, guards: lis
                          variants=chosen, requires=tuple(dict.fromkeys(requires)),
                          patch=patch_file_name(patch or name.replace("_", "-")))
     _refuse_taken_patch_name(series, feature)
+    owners = {guard.env: other.name for other in series.features.values() for guard in other.guards if other.name != name}
+    taken = [f"--guard {guard.env}: already a guard of feature {owners[guard.env]!r} (a guard belongs to one feature)"
+             for guard in feature.guards if guard.env in owners]
+    if taken:
+        raise ConfigError(taken, source="new", hint="name the new feature's guard differently")
     text = series.path.read_text()
     if name in series.features:
         _require_same(series, feature)
@@ -108,11 +115,15 @@ def plan_new_feature(series: Series, *, name: str, description: str, guards: lis
                           template_path=template_path, template=commit_template(feature), added_to=added_to)
 
 
-def write_new_feature(plan: NewFeaturePlan, series: Series) -> None:
-    if plan.series_toml is not None:
-        write_atomic(series.path, plan.series_toml)
+def new_feature(context: Context, **asked) -> NewFeaturePlan:
+    """Plan (plan_new_feature's arguments) and write, in one series transaction."""
+    with series_transaction(context.series_dir) as transaction:
+        context.series = series = load_series(context.series_file)  # read under the lock
+        plan = plan_new_feature(series, **asked)
+        transaction.write(SeriesChange(series_toml=plan.series_toml))
     plan.template_path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(plan.template_path, plan.template)
+    return plan
 
 
 def _refuse_taken_patch_name(series: Series, feature: NewFeature) -> None:

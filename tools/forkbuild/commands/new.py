@@ -6,7 +6,7 @@ import os
 
 from forkbuild.commands import add_command
 from forkbuild.layout import SERIES_TREE
-from forkbuild.new_feature import plan_new_feature, write_new_feature
+from forkbuild.new_feature import new_feature
 
 
 def add_parser(subparsers) -> None:
@@ -34,10 +34,8 @@ def add_parser(subparsers) -> None:
 
 
 def run(args, context) -> int:
-    series = context.series
-    plan = plan_new_feature(series, name=args.feature, description=args.description, guards=args.guard,
-                            variants=args.variant, requires=args.requires, patch=args.name)
-    write_new_feature(plan, series)
+    plan = new_feature(context, name=args.feature, description=args.description, guards=args.guard,
+                       variants=args.variant, requires=args.requires, patch=args.name)
     reporter = context.reporter
     feature = plan.feature
     if plan.series_toml is None:
