@@ -9,6 +9,7 @@ from forkbuild.cache import UpstreamCache
 from forkbuild.check import check_series, raise_on_failures
 from forkbuild.errors import ApplyError, UnsafePatchError
 from forkbuild.git import Git
+from forkbuild.worktree.state import read_state
 
 
 def worktrees(fx: SeriesFixture) -> list[str]:
@@ -80,3 +81,23 @@ def test_patch_through_a_symlink_in_upstream_is_refused(git_series_fx: SeriesFix
     write_through_upstream_symlink(fx)
     with pytest.raises(UnsafePatchError, match="symbolic link python/linked"):
         check_series(context=fx.context())
+
+
+def test_a_patch_whose_change_an_earlier_patch_made_fails_naming_both(series_fx: SeriesFixture, capfd) -> None:
+    """Before: `3-way`, exit 0 and an empty commit export could not write (issue 38)."""
+    fx = series_fx
+    text = (fx.patches_dir / "alpha-scale.patch").read_text().replace("Subject: core: scale", "Subject: core: again scale")
+    (fx.patches_dir / "alpha-again.patch").write_text(text)
+    with fx.series_toml.open("a") as handle:
+        handle.write('\n[[patches]]\nfile = "alpha-again.patch"\nfeature = "alpha"\n')
+    capfd.readouterr()
+    assert fx.cli("check") == ApplyError.return_code
+    err = capfd.readouterr().err
+    assert "alpha-again.patch: its change is already in the tree, made by alpha-scale.patch" in err
+    assert fx.cli("apply", "--all") == ApplyError.return_code
+    assert "alpha-again.patch does not apply: its change is already in the tree, made by alpha-scale.patch" in \
+        capfd.readouterr().err
+    assert fx.cli("apply", "--skip") == 0  # nothing to resolve: skipped, the tree holds the other three
+    state = read_state(fx.root / ".forkbuild-work/series")
+    assert state.patches == ("guards.patch", "alpha-scale.patch", "beta-limit.patch")
+    assert state.missing == {"alpha-again.patch": "skipped"}

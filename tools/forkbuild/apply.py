@@ -28,7 +28,7 @@ from forkbuild.git import Git
 from forkbuild.guards_module import add_generated_commit
 from forkbuild.patchfile import PatchInfo, check_patches, read_patch, symlinks_of
 from forkbuild.sequencer import StopState, clear_stop, read_stop, resume, write_stop
-from forkbuild.worktree.engine import Engine, Outcome, PatchJob, PatchResult
+from forkbuild.worktree.engine import ALREADY_APPLIED, Engine, Outcome, PatchJob, PatchResult
 from forkbuild.worktree.state import WorktreeState, read_state, state_path, write_state
 from forkbuild.worktrees import TreeGuard, recover_killed_change, temporary_worktree, tree_guard
 
@@ -196,7 +196,7 @@ def _run(engine: Engine, state: StopState, *, stop: bool, context: Context, feat
         if result.outcome is Outcome.CONFLICT and stop:  # the commits before it are written
             cursor = state.cursor + len(results) - len(state.results)
             _save_stop(engine, replace(state, cursor=cursor, results=tuple(results)))
-            raise _stopped(engine.worktree, state.jobs[cursor], result)
+            raise _stopped(engine.worktree, state.jobs[cursor], result, earlier=state.jobs[:cursor])
         results.append(result)
     if state.jobs:  # a build of no patches is upstream as it is
         add_generated_commit(engine, series=context.series, features=features)
@@ -225,11 +225,14 @@ def _record_applied(worktree: Git, state: StopState, results: list[PatchResult],
         sha256=state.hashes))
 
 
-def _stopped(worktree: Git, job: PatchJob, result: PatchResult) -> ApplyError:
+def _stopped(worktree: Git, job: PatchJob, result: PatchResult, *, earlier: tuple[PatchJob, ...]) -> ApplyError:
     """`apply --all` stopped at a patch that does not apply: the tree waits for a person."""
     dest = worktree.path
     files = ", ".join(result.conflicts) or "none reported"
-    detail = _fuzz_detail(worktree, job.path) or result.detail
+    if result.detail == ALREADY_APPLIED:
+        detail = _already_detail(job.path, [(other.name, other.path) for other in earlier])
+    else:
+        detail = _fuzz_detail(worktree, job.path) or result.detail
     stopped = ApplyError(
         f"{job.name} does not apply: {detail}\n  conflicted: {files}\n  work tree: {dest}",
         hint=f"resolve it in {dest} (edit the conflict markers or .rej hunks, `git add`), then "
@@ -243,7 +246,8 @@ def _result(context: Context, plan: ApplyPlan, *, dest: Path, base: str, head: s
             results: list[PatchResult], report: bool = True) -> ApplyResult:
     by_name = {entry.file: entry for entry in plan.entries}
     records = tuple(PatchRecord(entry=by_name[result.name], result=result._replace(
-        detail=_fuzz_detail(Git(dest), by_name[result.name].path) or _failure_detail(by_name[result.name], plan, result.detail))
+        detail=(result.detail != ALREADY_APPLIED and _fuzz_detail(Git(dest), by_name[result.name].path))
+        or _failure_detail(by_name[result.name], plan, result.detail))
         if result.outcome is Outcome.CONFLICT else result) for result in results)
     if report:
         _report_offsets(context, records)
@@ -417,8 +421,19 @@ def _fuzz_detail(worktree: Git, patch: Path) -> str:
             "fuzzes: refresh the patch") if fuzz else ""
 
 
+def _already_detail(path: Path, earlier: list[tuple[str, Path]]) -> str:
+    """A patch whose change is already in the tree: which earlier patches it duplicates."""
+    touched = {change.path for change in read_patch(path).files}
+    files = [(name, {change.path for change in read_patch(other).files}) for name, other in earlier]
+    makers = [name for name, paths in files if touched <= paths] or [name for name, paths in files if touched & paths]
+    return (f"its change is already in the tree, made by {' or '.join(makers) or 'upstream'}: applying it changes "
+            "nothing (a duplicate: drop one of them, or make it change what the other does not)")
+
+
 def _failure_detail(entry: PatchEntry, plan: ApplyPlan, reason: str) -> str:
     touched = {change.path for change in read_patch(entry.path).files}
+    if reason == ALREADY_APPLIED:
+        return _already_detail(entry.path, [(other.file, other.path) for other in plan.entries[:plan.entries.index(entry)]])
     needs = [other.file for other in plan.left_out
              if touched & {change.path for change in read_patch(other.path).files}]
     if needs:

@@ -58,6 +58,7 @@ _ENGINES = itertools.count(1)  # numbers this process's engines (their small ind
 # An engine's private index files (and git's lock beside one): forkbuild-engine[-small]-<pid>[-<n>].index
 ENGINE_FILE = re.compile(r"forkbuild-engine-(?:small-)?(?P<pid>\d+)(?:-\d+)?\.index(?:\.lock)?")
 # A fixed identity for the throw-away commit that gives merge-tree its merge base.
+ALREADY_APPLIED = "its change is already in the tree: applying it changes nothing"
 MERGE_AUTHOR = Author(name="forkbuild", email="forkbuild@localhost", date="946684800 +0000")
 
 
@@ -127,6 +128,12 @@ class _Planned(NamedTuple):
     author: Author
     message: str
     paths: frozenset[str]
+
+
+def already_applied(job: PatchJob) -> PatchResult:
+    """A patch whose change the tree already holds (an earlier patch made it): a failure, never
+    an empty commit."""
+    return PatchResult(name=job.name, outcome=Outcome.CONFLICT, detail=ALREADY_APPLIED)
 
 
 def _offset_path(offset: str) -> str:
@@ -438,7 +445,10 @@ class Engine:
             return PatchResult(name=job.name, outcome=outcome, commit=commit, offsets=report.offsets,
                                detail="; ".join(report.offsets))
         merged = self._merge_source(job) if job.source else self._merge_by_index_lines(job)
-        if merged.outcome is not Outcome.CONFLICT or not stop:
+        if merged.detail == ALREADY_APPLIED and stop:
+            self._save_memo()
+            self.materialize()  # nothing to resolve: the tree shows HEAD, for --skip (or drop)
+        if merged.outcome is not Outcome.CONFLICT or not stop or merged.detail == ALREADY_APPLIED:
             return merged
         return self._stop_in_worktree(job, merged)
 
@@ -465,6 +475,8 @@ class Engine:
         tree, conflicted, messages = merge_tree_result(result.stdout)
         if result.status == 0 and tree:
             if tree == git.tree_of(self.head):
+                if not self.detect_upstreamed:
+                    return already_applied(job)
                 return PatchResult(name=job.name, outcome=Outcome.UPSTREAMED,
                                    detail="a 3-way merge of its commit left nothing to change (the base has it)")
             commit = self._commit(tree, (git.author_of(job.source), git.raw_message(job.source)))
@@ -478,7 +490,10 @@ class Engine:
         result = self.worktree.apply_to_index(job.path, index=self._index, three_way=True)
         report = read_report(result.stdout + result.stderr)
         if result.status == 0:
-            commit = self._commit(self.worktree.write_tree(index=self._index), patch_author_message(read_patch(job.path)))
+            tree = self.worktree.write_tree(index=self._index)
+            if tree == self.worktree.tree_of(self.head):
+                return already_applied(job)
+            commit = self._commit(tree, patch_author_message(read_patch(job.path)))
             return PatchResult(name=job.name, outcome=Outcome.THREE_WAY, commit=commit,
                                detail="merged with the preimage blobs its index lines name")
         self._index_at = None  # a failed --3way leaves unmerged entries in the private index
