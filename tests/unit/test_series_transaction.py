@@ -121,6 +121,10 @@ def test_dropping_a_features_last_patch_leaves_a_series_check_accepts(series_fx:
     assert features["beta"]["guards"] == [{"env": "DSV41_BETA", "type": "switch", "default": "0"}]
     assert variants == {"full": ["guards", "alpha"], "lite": ["guards"], "stock": []}
     assert fx.cli("check") == 0
+    if how == "drop":  # the tree still holds beta's commit: export brings it back, and the marker goes
+        assert fx.cli("export") == 0
+        assert "ported" not in _features(fx)[0]["beta"]
+        assert fx.cli("check") == 0
 
 
 def test_dropping_a_feature_another_needs_is_refused(series_fx: SeriesFixture) -> None:

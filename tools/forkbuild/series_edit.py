@@ -112,10 +112,12 @@ def unported(text: str, series: Series, entries: Sequence[EntrySpec]) -> tuple[s
     """series.toml `text` (its patch list `entries`) where each feature that had a patch in
     `series` and has none in `entries` leaves every variant (and the variants' env values of
     its guards go) and stays declared, guards and all, with `ported = false`, so a later rebase
-    or import may bring it back; and what changed, one line each. ConfigError when a feature
+    or import may bring it back (a feature with a patch again loses the marker); and what
+    changed, one line each. ConfigError when a feature
     that stays in a variant requires one of them."""
     left = sorted({entry.feature for entry in series.patches} - {entry.feature for entry in entries})
-    if not left:
+    back = sorted({entry.feature for entry in entries if not series.features[entry.feature].ported})
+    if not left and not back:
         return text, ()
     needed = [f"variants.{variant.name}: feature {name!r} requires {other!r}, which would have no patch left"
               for variant in series.variants.values() for name in variant.features if name not in left
@@ -125,6 +127,10 @@ def unported(text: str, series: Series, entries: Sequence[EntrySpec]) -> tuple[s
                           hint="drop the features that require it too, or keep a patch of it")
     document = tomlkit.parse(text)
     notes = []
+    for name in back:
+        del document["features"][name]["ported"]  # type: ignore[union-attr]
+        notes.append(f"feature {name} has a patch again: its `ported = false` marker is removed (add it to the "
+                     f"variants that should build it)")
     for name in left:
         document["features"][name]["ported"] = False  # type: ignore[index]
         notes.append(f"feature {name} has no patch left: it leaves the variants and stays declared with its "
