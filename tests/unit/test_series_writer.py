@@ -137,20 +137,3 @@ def test_a_large_transaction_pays_for_durability_once_not_per_file(tmp_path: Pat
     assert fsyncs.count(False) <= 8, fsyncs.count(False)  # the journal's data and manifest, directories
     assert order == ["sync"] + ["rename"] * 201
     assert not [path for path in (root / "patches").iterdir() if path.name.startswith(".")]
-
-
-def test_a_journal_left_by_an_older_forkbuild_is_still_rolled_forward(tmp_path: Path) -> None:
-    # Before the journal held one data file, each new file was a blob of its own ("blob").
-    import hashlib
-    import json
-
-    root = _make(tmp_path)
-    journal = root / WORK_DIR / JOURNAL
-    journal.mkdir(parents=True)
-    (journal / "0.new").write_bytes(b"A newer\n")
-    entry = {"path": "patches/a.patch", "blob": "0.new", "before": hashlib.sha256(OLD["patches/a.patch"]).hexdigest(),
-             "after": hashlib.sha256(b"A newer\n").hexdigest()}
-    (journal / "manifest.json").write_text(json.dumps({"entries": [entry]}))
-    assert recover_series(root) is True
-    assert (root / "patches" / "a.patch").read_bytes() == b"A newer\n"
-    assert not journal.exists()

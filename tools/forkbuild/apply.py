@@ -1,11 +1,7 @@
-"""Apply a variant: plan first (which patches, safety, base), then build a work
-tree of upstream + one commit per patch with the apply engine
-(forkbuild.worktree.engine: exact, offset, 3-way; git never fuzzes).
-
-Two ways to meet a patch that does not apply: `apply --all` (the tree export
-reads) stops AT it with conflict markers, as `git am` and `quilt push` do, and
-waits for --continue / --skip / --abort; a variant tree and `check` record it
-with the left-out patches it probably needs and go on, to report every failure.
+"""Apply a variant: plan (which patches, path safety), then a work tree of upstream plus
+one commit per patch, by the apply engine. `apply --all` (the tree export reads) stops AT
+a patch that does not apply, with conflict markers, until --continue/--skip/--abort; a
+variant tree and `check` record each failure, with the left-out patches it probably needs.
 """
 
 from __future__ import annotations
@@ -36,30 +32,14 @@ FULL_SERIES_REF = "refs/forkbuild/series"
 
 
 class PatchRecord(NamedTuple):
-    """The engine's result for one series entry."""
+    """The engine's result (a PatchResult's fields) for one series entry."""
 
     entry: PatchEntry
-    result: PatchResult
-
-    @property
-    def outcome(self) -> Outcome:
-        return self.result.outcome
-
-    @property
-    def commit(self) -> str:
-        return self.result.commit
-
-    @property
-    def detail(self) -> str:
-        return self.result.detail
-
-    @property
-    def conflicts(self) -> tuple[str, ...]:
-        return self.result.conflicts
-
-    @property
-    def offsets(self) -> tuple[str, ...]:
-        return self.result.offsets
+    outcome: Outcome
+    commit: str = ""
+    detail: str = ""
+    conflicts: tuple[str, ...] = ()
+    offsets: tuple[str, ...] = ()
 
     @property
     def failed(self) -> bool:
@@ -245,16 +225,19 @@ def _stopped(worktree: Git, job: PatchJob, result: PatchResult, *, earlier: tupl
 def _result(context: Context, plan: ApplyPlan, *, dest: Path, base: str, head: str,
             results: list[PatchResult], report: bool = True) -> ApplyResult:
     by_name = {entry.file: entry for entry in plan.entries}
-    records = tuple(PatchRecord(entry=by_name[result.name], result=result._replace(
-        detail=(result.detail != ALREADY_APPLIED and _fuzz_detail(Git(dest), by_name[result.name].path))
-        or _failure_detail(by_name[result.name], plan, result.detail))
-        if result.outcome is Outcome.CONFLICT else result) for result in results)
+    records = []
+    for result in results:
+        entry = by_name[result.name]
+        if result.outcome is Outcome.CONFLICT:
+            result = result._replace(detail=(result.detail != ALREADY_APPLIED and _fuzz_detail(Git(dest), entry.path))
+                                     or _failure_detail(entry, plan, result.detail))
+        records.append(PatchRecord(entry, *result[1:]))
     if report:
         _report_offsets(context, records)
-    return ApplyResult(dest=dest, variant=plan.variant, base_commit=base, head_commit=head, records=records)
+    return ApplyResult(dest=dest, variant=plan.variant, base_commit=base, head_commit=head, records=tuple(records))
 
 
-def _report_offsets(context: Context, records: tuple[PatchRecord, ...]) -> None:
+def _report_offsets(context: Context, records: list[PatchRecord]) -> None:
     """One line for offsets (hunks that landed elsewhere than the file says), the hunks with -v."""
     moved = [record for record in records if record.offsets]
     if moved:

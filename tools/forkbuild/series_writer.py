@@ -242,7 +242,7 @@ def _apply(series_dir: Path, journal: Path) -> None:
                  "re-run the command that was killed); take forkbuild's: undo your edit and run any forkbuild command")
     (series_dir / PATCHES).mkdir(exist_ok=True)
     new_data = (journal / NEW_DATA).read_bytes() if (journal / NEW_DATA).is_file() else b""
-    pending = {series_dir / entry["path"]: _new_bytes(journal, entry, new_data)
+    pending = {series_dir / entry["path"]: new_data[entry["offset"]:entry["offset"] + entry["size"]]
                for entry in entries if entry["after"] is not None and _sha256(series_dir / entry["path"]) != entry["after"]}
     write_atomic_many(pending, after_first=lambda: chaos_point("series:applied-one"))
     for entry in entries:
@@ -251,14 +251,6 @@ def _apply(series_dir: Path, journal: Path) -> None:
     fsync_directory(series_dir / PATCHES)
     fsync_directory(series_dir)
     chaos_point("series:applied")
-
-
-def _new_bytes(journal: Path, entry: dict, new_data: bytes) -> bytes:
-    """An entry's new bytes: a range of the data file (a journal of an older forkbuild:
-    a file of its own, `blob`)."""
-    if "offset" in entry:
-        return new_data[entry["offset"]:entry["offset"] + entry["size"]]
-    return (journal / entry["blob"]).read_bytes()
 
 
 def _roll_back(series_dir: Path, journal: Path) -> None:

@@ -1,31 +1,16 @@
-"""The one apply engine: apply, check, repair and rebase put patches on a base
-through it and get one typed outcome per patch.
+"""The one apply engine: apply, check, the wheel's index-only mode and rebase put patches
+on a base through it and get one typed outcome per patch. git applies every hunk; per patch:
 
-Per patch, up the ladder (git is the patch engine throughout; nothing here applies a hunk):
-1. already there?  `git apply --cached --check --reverse` (rebase only)     -> upstreamed
-2. exact / offset  `git apply --cached -v` into a private index holding only the
-                   files the patch names (the fast rung; smallindex.py, listing.py); the run's
-                   commits come from one `git fast-import` at its end. When git
-                   cannot apply it there, or would have refused it on the whole
-                   index, the same on a full private index + `write-tree` +
-                   `commit-tree`. No work tree is touched    -> exact | offset
-3. 3-way           with the patch's commit in a series built on another base
-                   (the old pin, or the whole series): a merge-ort merge of that
-                   commit onto HEAD (`git merge-tree --write-tree`, cherry-pick
-                   semantics), never the patch file's `index` lines; without
-                   one, `git apply --3way` by the index lines             -> 3-way
-4. conflict        stop=False: recorded, the run goes on without it; stop=True:
-                   the work tree is brought to HEAD and the same merge is redone
-                   there (cherry-pick / apply --3way; --reject when git has no
-                   preimage), leaving conflict markers for a person     -> conflict
+1. upstreamed  `git apply --cached --check --reverse` (rebase only)
+2. exact/offset `git apply --cached` into a private index of the files the patch names
+               (smallindex.py; commits from one fast-import), else of the whole tree
+3. 3-way       a merge-ort merge of the patch's commit in a series on another base, or
+               `git apply --3way` by its index lines
+4. conflict    recorded (stop=False), or redone in the work tree with markers (stop=True)
 
-The work tree is checked out once, at the end (`finish`) or at a stop.
-
-Results are remembered per (base commit and the patches before, patch bytes,
-source commit) in the repository (`forkbuild-apply-memo.json`): git's answer for
-the same input is the same commit (the ids are deterministic), so a re-apply of
-unchanged patches, or of those before the first changed one, costs a lookup
-instead of a git run.
+No work tree is touched until `finish` checks the result out once (or a stop). Results
+are remembered per (base and patches before, patch bytes, source) in the repository
+(`forkbuild-apply-memo.json`): the same input gives the same commit.
 """
 
 from __future__ import annotations
@@ -57,8 +42,8 @@ PATCH_PREFIX = re.compile(r"^(?:\[[^\]]*PATCH[^\]]*\]\s*)+", re.IGNORECASE)
 _ENGINES = itertools.count(1)  # numbers this process's engines (their small index files)
 # An engine's private index files (and git's lock beside one): forkbuild-engine[-small]-<pid>[-<n>].index
 ENGINE_FILE = re.compile(r"forkbuild-engine-(?:small-)?(?P<pid>\d+)(?:-\d+)?\.index(?:\.lock)?")
-# A fixed identity for the throw-away commit that gives merge-tree its merge base.
 ALREADY_APPLIED = "its change is already in the tree: applying it changes nothing"
+# A fixed identity for the throw-away commit that gives merge-tree its merge base.
 MERGE_AUTHOR = Author(name="forkbuild", email="forkbuild@localhost", date="946684800 +0000")
 
 
@@ -141,18 +126,10 @@ def _offset_path(offset: str) -> str:
     return offset.rsplit(" hunk ", 1)[0]
 
 
-def still_conflicted(message: str, *, hint: str) -> ApplyError:
-    """--continue while the stopped patch is not resolved yet (nothing was changed)."""
-    return ApplyError(message, hint=hint)
-
-
 class Engine:
-    """Patches onto a work tree's HEAD. `head` is the tip of what was applied so far;
-    the work tree shows `shown` until `finish()` (or a stop) checks `head` out.
-
-    The fast rung's commits wait in `_pending` and are written together by `flush()`
-    (one fast-import) before anything needs their ids: `head`, a slower rung, a stop,
-    the end of `run`."""
+    """Patches onto a work tree's HEAD. `head` is the tip of what was applied so far; the
+    work tree shows `shown` until `finish()` (or a stop) checks `head` out. The fast rung's
+    commits wait in `_pending` until `flush()` writes them (one fast-import)."""
 
     def __init__(self, worktree: Git, *, detect_upstreamed: bool = False, head: str = "", shown: str = "",
                  checked_out: bool = True, before_change: Callable[[], None] | None = None,
@@ -549,18 +526,18 @@ class Engine:
         git = self.worktree
         unmerged = git.unmerged_paths()
         if unmerged:
-            raise still_conflicted(f"{job.name}: still unmerged: {', '.join(unmerged)}",
+            raise ApplyError(f"{job.name}: still unmerged: {', '.join(unmerged)}",
                                   hint=f"resolve the conflict markers in {git.path}, `git add` the files, "
                                        "then --continue")
         leftovers = _rejected(git) + _unstaged(git)
         if leftovers:
-            raise still_conflicted(f"{job.name}: the work tree has changes that are not staged "
+            raise ApplyError(f"{job.name}: the work tree has changes that are not staged "
                                   f"(or .rej files): {', '.join(leftovers)}",
                                   hint=f"`git -C {git.path} add` what belongs to the patch and remove the rest "
                                        "(the .rej files too, once their hunks are in), then --continue")
         made = git.commits(self.head, git.head())
         if len(made) > 1:
-            raise still_conflicted(f"{job.name}: {len(made)} commits were made for one patch",
+            raise ApplyError(f"{job.name}: {len(made)} commits were made for one patch",
                                   hint=f"squash them into one (git -C {git.path} reset --soft {self.head[:12]} "
                                        "&& git commit), then --continue")
         git.sequencer_quit()
