@@ -67,6 +67,66 @@ def test_mid_and_drop_without_w8_were_a_no_op_and_now_stop_the_model_build():
     assert not reading("DSV41_WO_A_W8_DROP", "0", DSV41_WO_A_W8="0").changed
 
 
+def test_drop_without_w8_never_advises_the_value_already_set():
+    # W8 'no' was on under the recipe, so DROP=1 dropped there; this build refuses DROP
+    # for want of W8: the hint is to set W8, not to write DROP=1 (already set).
+    found = reading("DSV41_WO_A_W8_DROP", "1", DSV41_WO_A_W8="no")
+    assert found.refused and found.changed
+    assert found.hint == "set DSV41_WO_A_W8=1"
+    # W8 off: DROP did nothing under the recipe; both ways out are named.
+    found = reading("DSV41_WO_A_W8_DROP", "1", DSV41_WO_A_W8="0")
+    assert found.hint == "write DSV41_WO_A_W8_DROP=0, or set DSV41_WO_A_W8=1 to use it"
+
+
+@pytest.mark.parametrize("value", ["Off", "OFF", "no", "conf:", "conf:1.5", "-3", "2.5"])
+def test_a_verify_cap_the_patch_refuses_is_refused(value):
+    found = reading("DSV41_VERIFY_CAP", value)
+    assert found.refused and found.changed and "REFUSED" in found.now
+    assert "write DSV41_VERIFY_CAP=0 (off)" in found.hint
+
+
+@pytest.mark.parametrize(("value", "now"), [("off", "off"), ("", "off"), ("0", "off"), (" 2 ", "cap 2 drafts"),
+                                            ("conf:0.5", "cap conf:0.5")])
+def test_a_verify_cap_the_patch_takes_reads_as_it_does(value, now):
+    found = reading("DSV41_VERIFY_CAP", value)
+    assert found.now == now and not found.refused and not found.changed
+
+
+def test_doctor_env_fails_on_verify_cap_off_and_names_the_recipes_other_settings(tmp_path, capsys):
+    env = tmp_path / "recipe.env"
+    env.write_text("DSV41_VERIFY_CAP=Off\nOFFLOAD_MODE=nvme\nDSV41_CACHE_GIB=16\nSTATE_PATH=/state\n"
+                   "HEAD_MEM_FRACTION_STATIC=0.95\n")
+    assert main(["-C", str(REPO), "doctor", "--env", str(env)]) == 1
+    err = capsys.readouterr().err
+    assert f"{env}:1: DSV41_VERIFY_CAP='Off' meant its adapter loaded (not 0/off) under the runtime recipe" in err
+    assert "REFUSED" in err
+    for line, key in enumerate(("OFFLOAD_MODE", "DSV41_CACHE_GIB", "STATE_PATH"), start=2):
+        assert f"{env}:{line}: {key}=" in err and "not in this series: no effect" in err
+    assert f"{env}:5: HEAD_MEM_FRACTION_STATIC='0.95': serve passes it as --mem-fraction-static on node rank 0" in err
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev_zero", "directory", "utf16", "binary", "huge"])
+def test_doctor_env_refuses_what_is_not_an_env_file_without_hanging(tmp_path, kind):
+    import os
+    import subprocess
+
+    path = {"dev_zero": Path("/dev/zero"), "directory": tmp_path}.get(kind, tmp_path / "x.env")
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "utf16":
+        path.write_text("DSV41_WO_A_W8=1\n", encoding="utf-16")
+    elif kind == "binary":
+        path.write_bytes(b"A=1\n\0\x01\x02")
+    elif kind == "huge":
+        path.write_bytes(b"# padding\n" * 200_000)
+    done = subprocess.run([sys.executable, "-m", "forkbuild", "-C", str(REPO), "doctor", "--env", str(path)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and str(path) in done.stderr
+    assert {"fifo": "not a regular file", "dev_zero": "not a regular file", "directory": "not a regular file",
+            "utf16": "not UTF-8 text", "binary": "binary: a NUL byte", "huge": "larger than"}[kind] in done.stderr
+
+
 @pytest.mark.parametrize(("value", "backend"), [("cudnn", "flashinfer_cudnn"), ("cutlass", "flashinfer_cutlass"),
                                                 ("b12x", "b12x"), ("", "")])
 def test_the_recipes_mxfp8_names_are_accepted(value, backend):

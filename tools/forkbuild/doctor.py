@@ -20,6 +20,7 @@ class EnvReport:
     changed: tuple[str, ...]  # values whose meaning changed, with the value to write
     refused: tuple[str, ...]  # values this build stops on
     unused: tuple[str, ...]  # DSV41_* values that do nothing in this variant
+    notes: tuple[str, ...] = ()  # recipe settings this build reads otherwise (or not at all)
 
 
 def doctor_env(series: Series, *, variant: str, env_file: Path) -> EnvReport:
@@ -36,7 +37,7 @@ def doctor_env(series: Series, *, variant: str, env_file: Path) -> EnvReport:
         if reading.changed and reading.env in values:
             changed.append(f"{env_file}:{values[reading.env].line}: {reading.env}={reading.value!r} meant "
                            f"{reading.recipe} under the runtime recipe; now {reading.now}"
-                           + (f"; write {reading.env}={reading.instead}" if reading.instead is not None else ""))
+                           + (f"; {reading.hint}" if reading.hint else ""))
         if reading.refused:
             refused.append(f"{where}: {reading.env}={reading.value!r}: {reading.now}")
     guards = {g.env: g for g in series.all_guards()}
@@ -45,9 +46,11 @@ def doctor_env(series: Series, *, variant: str, env_file: Path) -> EnvReport:
                  else f"not a guard of series {series.name}: no effect")
               for key, item in values.items()
               if key.startswith(GUARD_PREFIX) and key not in {g["env"] for g in built}
-              and key not in series.runtime_env]
+              and key not in series.runtime_env and key not in migration.SETTING_NOTES]
+    notes = [f"{env_file}:{values[line.split('=', 1)[0]].line}: {line}"
+             for line in migration.setting_notes({key: item.value for key, item in values.items()})]
     return EnvReport(variant=variant, lines=tuple(lines), changed=tuple(changed), refused=tuple(refused),
-                     unused=tuple(unused))
+                     unused=tuple(unused), notes=tuple(notes))
 
 
 def _where(env_file: Path, value: EnvValue | None, default: str | None) -> str:

@@ -4,12 +4,15 @@ comments, values in single or double quotes. Each value keeps its line."""
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from forkbuild.errors import ConfigError
 
+MAX_BYTES = 1 << 20  # a .env of the recipe is ~10 KiB
 LINE = re.compile(r"^\s*(?:export\s+)?(?P<key>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>.*)$")
 
 
@@ -51,8 +54,26 @@ def _unquote(value: str) -> str | None:
 
 
 def read_env_file(path: Path) -> dict[str, EnvValue]:
+    """A regular UTF-8 text file of at most MAX_BYTES: a FIFO, a device or a binary
+    file is refused with a message naming it, never read (or waited on)."""
     try:
-        text = path.read_text()
+        # O_NONBLOCK: opening a FIFO with no writer returns at once instead of waiting.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as error:
         raise ConfigError([f"cannot read: {error.strerror}"], source=str(path)) from error
-    return parse_env(text, source=str(path))
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ConfigError(["not a regular file (a FIFO, device or directory): give the .env file itself"],
+                          source=str(path))
+    with os.fdopen(fd, "rb") as file:
+        data = file.read(MAX_BYTES + 1)
+    if len(data) > MAX_BYTES:
+        raise ConfigError([f"larger than {MAX_BYTES // 1024} KiB: not a .env file"], source=str(path))
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError([f"not UTF-8 text (byte {data[error.start]:#04x} at offset {error.start}): "
+                           "a .env file is UTF-8 (save it without a UTF-16 encoding)"], source=str(path)) from None
+    if "\0" in text:
+        raise ConfigError([f"binary: a NUL byte at offset {text.index(chr(0))}: not a .env file"], source=str(path))
+    return parse_env(text.removeprefix("\ufeff"), source=str(path))

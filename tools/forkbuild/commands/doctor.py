@@ -32,6 +32,6 @@ def run(args, context) -> int:
         reporter.console.print(f"[bold red]refused:[/] {line}", markup=True, highlight=False)
     for line in report.changed:
         reporter.warn(f"meaning changed: {line}")
-    for line in report.unused:
+    for line in report.unused + report.notes:
         reporter.warn(line)
     return 1 if report.refused or report.changed else 0

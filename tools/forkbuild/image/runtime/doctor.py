@@ -29,10 +29,11 @@ def report(environ: dict[str, str]) -> tuple[list[str], list[str], list[str]]:
         f"variant:  {manifest['variant']}  (series {manifest['series']} {manifest['series_hash'][:12]})",
         f"sglang:   {dist.version}  (upstream {manifest['upstream']['version']}, {dist.site})",
         f"features: {', '.join(manifest['features']) or '(none: stock)'}",
-        f"model:    {get('MODEL_PATH')}  state={get('STATE_PATH')}",
-        f"parallel: TP={get('TP_SIZE')}  ctx={get('CONTEXT_LENGTH')}  util={get('MEM_FRACTION_STATIC')}  "
+        f"model:    {get('MODEL_PATH')}",
+        f"parallel: TP={get('TP_SIZE')}  nodes={get('NNODES')} rank={get('NODE_RANK')}  ctx={get('CONTEXT_LENGTH')}  "
+        f"util={get('MEM_FRACTION_STATIC')} (head {get('HEAD_MEM_FRACTION_STATIC')})  "
         f"max_running={get('MAX_RUNNING_REQUESTS')}",
-        f"offload:  {get('OFFLOAD_MODE')}  cache={get('DSV41_CACHE_GIB')}GiB",
+        *(f"note:     {line}" for line in migration.setting_notes(environ)),
         "decode:   " + ("  ".join(f"{_short(g['env'])}={_value(g, environ)}" for g in built) or "(no guards)"),
         "guards:" if built else "guards:   (none built in)",
         *(f"  {g['env']}={_value(g, environ)}  [{g['feature']}, {g['type']}, default {g['default']!r}]"
@@ -55,8 +56,7 @@ def report(environ: dict[str, str]) -> tuple[list[str], list[str], list[str]]:
 def changed_meanings(found: list[migration.Reading]) -> list[str]:
     """A warning per value the runtime recipe read otherwise, with the value that keeps its meaning."""
     return [f"{r.env}={r.value!r} meant {r.recipe} under the runtime recipe; this build: {r.now}"
-            + (f"; write {r.env}={r.instead}" if r.instead is not None else "")
-            for r in found if r.changed]
+            + (f"; {r.hint}" if r.hint else "") for r in found if r.changed]
 
 
 def _value(guard: dict, environ: dict[str, str]) -> str:

@@ -10,7 +10,8 @@ The recipe's rules (from its sitecustomize.py):
   (and said so in the report).
 - DSV41_SERIAL_WEIGHT_LOAD: on only for exactly '1'.
 - DSV41_DRAFT_TAU: the adapter was not installed for '', '1', '1.0' (tau 1).
-- DSV41_VERIFY_CAP: off for '', '0', 'off'; 'conf:T' or N otherwise.
+- DSV41_VERIFY_CAP: off for '', '0', 'off'; 'conf:T' or N otherwise (so
+  'Off' loaded the adapter; this build refuses what is not 0/off, N or conf:T).
 - DSV41_WO_A_W8_MID / _DROP: read by the wo_a_w8 adapter only, which loaded
   only with DSV41_WO_A_W8 on: without it they did nothing.
 - DSV41_MXFP8_BACKEND: .env.example documents b12x, cudnn and cutlass.
@@ -34,6 +35,7 @@ EXACTLY_ONE = {"DSV41_SERIAL_WEIGHT_LOAD"}
 W8 = "DSV41_WO_A_W8"
 W8_REFINEMENTS = ("DSV41_WO_A_W8_MID", "DSV41_WO_A_W8_DROP")
 MXFP8 = "DSV41_MXFP8_BACKEND"
+VERIFY_CAP = "DSV41_VERIFY_CAP"
 # The names mxfp8-backend.patch accepts (Mxfp8DenseGemmBackend values, and the
 # recipe's names cudnn and cutlass); a unit test keeps this equal to the patch.
 MXFP8_BACKENDS = ("flashinfer_trtllm", "flashinfer_cutlass", "flashinfer_cutedsl", "deep_gemm", "gfx95_dot_scaled",
@@ -45,6 +47,16 @@ BACKEND_PACKAGES = {"b12x": "b12x", "deep_gemm": "deep_gemm", "flashinfer_trtllm
                     "flashinfer_cudnn": "flashinfer"}
 
 
+# Settings of the recipe this build does not read: its always-on engram backend
+# (adapter/engram_backend.py, not in this series) and the head's memory fraction.
+SETTING_NOTES = {
+    "OFFLOAD_MODE": "the recipe's engram backend offload; that backend is not in this series: no effect",
+    "DSV41_CACHE_GIB": "the recipe's engram backend cache; that backend is not in this series: no effect",
+    "STATE_PATH": "the recipe's engram backend state; that backend is not in this series: no effect",
+    "HEAD_MEM_FRACTION_STATIC": "serve passes it as --mem-fraction-static on node rank 0 only",
+}
+
+
 @dataclass(frozen=True)
 class Reading:
     env: str
@@ -54,6 +66,13 @@ class Reading:
     changed: bool  # the meaning differs
     instead: str | None  # the value that keeps the recipe's meaning here
     refused: bool  # this build stops on it
+    advice: str = ""  # what else to change, when another variable decides
+
+    @property
+    def hint(self) -> str:
+        """What to write: never the value already set."""
+        parts = [f"write {self.env}={self.instead}"] if self.instead not in (None, self.value) else []
+        return ", ".join(parts + [self.advice] if self.advice else parts)
 
 
 def _switch_now(value: str) -> bool | None:
@@ -85,6 +104,8 @@ def read_guard(guard: Mapping[str, str], environ: Mapping[str, str]) -> Reading:
         return _read_tau(value)
     if env == MXFP8:
         return _read_mxfp8(value)
+    if env == VERIFY_CAP:
+        return _read_verify_cap(value)
     return _read_typed(env, value, guard["type"])
 
 
@@ -116,8 +137,12 @@ def _read_w8_refinement(env: str, value: str, environ: Mapping[str, str]) -> Rea
     effective = bool(now) and bool(w8_now)
     changed = refused or effective != before
     recipe = _on_off(before) + ("" if _switch_recipe(W8, w8_value) else f" (no effect: {W8} off)")
-    return Reading(env=env, value=value, now=now_text, recipe=recipe, changed=changed,
-                   instead=("1" if before else "0") if changed else None, refused=refused)
+    instead, advice = (("1" if before else "0") if changed else None), ""
+    if now and not w8_now:
+        # Refused for want of DSV41_WO_A_W8: that is the variable to set.
+        instead, advice = (None, f"set {W8}=1") if before else ("0", f"or set {W8}=1 to use it")
+    return Reading(env=env, value=value, now=now_text, recipe=recipe, changed=changed, instead=instead,
+                   refused=refused, advice=advice)
 
 
 def _read_tau(value: str) -> Reading:
@@ -159,6 +184,31 @@ def _read_mxfp8(value: str) -> Reading:
                    instead=None, refused=backend is None)
 
 
+def verify_cap(value: str) -> str | None:
+    """How dspark-verify-cap.patch's read_verify_cap reads a value; None: it refuses it at startup."""
+    text = value.strip()
+    if text in ("", "0", "off"):
+        return "off"
+    if text.startswith("conf:"):
+        threshold = _float(text[len("conf:"):])
+        return f"cap conf:{threshold:g}" if threshold is not None and 0 < threshold <= 1 else None
+    try:
+        drafts = int(text)
+    except ValueError:
+        return None
+    return None if drafts < 0 else f"cap {drafts} drafts" if drafts else "off"
+
+
+def _read_verify_cap(value: str) -> Reading:
+    now = verify_cap(value)
+    if now is not None:
+        return Reading(env=VERIFY_CAP, value=value, now=now, recipe="", changed=False, instead=None, refused=False)
+    recipe_on = value.strip() not in ("", "0", "off")
+    return Reading(env=VERIFY_CAP, value=value, now="REFUSED: not 0/off, N or conf:T (0 < T <= 1), startup stops",
+                   recipe="its adapter loaded (not 0/off)" if recipe_on else "off", changed=True, instead=None,
+                   refused=True, advice=f"write {VERIFY_CAP}=0 (off), N (at most N drafts) or conf:T")
+
+
 def _read_typed(env: str, value: str, kind: str) -> Reading:
     convert = {"int": int, "float": float}.get(kind, str)
     try:
@@ -166,10 +216,6 @@ def _read_typed(env: str, value: str, kind: str) -> Reading:
     except ValueError:
         return Reading(env=env, value=value, now=f"REFUSED: not a valid {kind}, startup stops", recipe="",
                        changed=False, instead=None, refused=True)
-    if env == "DSV41_VERIFY_CAP":
-        off = value.strip() in ("", "0", "off")
-        return Reading(env=env, value=value, now="off" if off else f"cap {value.strip()}", recipe="", changed=False,
-                       instead=None, refused=False)
     return Reading(env=env, value=value, now=value, recipe="", changed=False, instead=None, refused=False)
 
 
@@ -184,11 +230,14 @@ def lines(found: list[Reading]) -> list[str]:
         shown = "(unset)" if reading.value is None else repr(reading.value)
         line = f"  {reading.env}={shown}  now: {reading.now}"
         if reading.changed:
-            line += f"  | CHANGED from the recipe: {reading.recipe}"
-            if reading.instead is not None:
-                line += f"; write {reading.env}={reading.instead}"
+            line += f"  | CHANGED from the recipe: {reading.recipe}" + (f"; {reading.hint}" if reading.hint else "")
         out.append(line)
     return out
+
+
+def setting_notes(environ: Mapping[str, str]) -> list[str]:
+    """A line per recipe setting present in `environ` that this build does not read as the recipe did."""
+    return [f"{key}={environ[key]!r}: {note}" for key, note in SETTING_NOTES.items() if key in environ]
 
 
 def missing_backend(environ: Mapping[str, str], built: Sequence[Mapping[str, str]]) -> str | None:
