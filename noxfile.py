@@ -99,6 +99,14 @@ def build_image(session: nox.Session, variant: str) -> None:
         session.run("forkbuild", "build-image", "--variant", variant, *mode, *session.posargs)
 
 
+@nox.session(name="launch", python="3.11", default=False)
+def launch(session: nox.Session) -> None:
+    """One compose file per node of a cluster (docs/cluster.md):
+    `nox -s launch -- --variant tp4 --env .env --nodes h1,h2,h3,h4 [--dry-run]`."""
+    _install_forkbuild(session)
+    session.run("forkbuild", "launch", *session.posargs)
+
+
 @nox.session(name="image-tests", python="3.11", default=False)
 def image_tests(session: nox.Session) -> None:
     """Every variant's image in both modes, built and checked inside, on a private

@@ -1,0 +1,143 @@
+"""`forkbuild launch`: a TP4 .env and four nodes become four compose files that
+docker-compose accepts, each node with the knobs every other node has and the
+command the recipe's start.sh would have run there; a bad .env or node list
+writes nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from forkbuild.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+HOSTS = ["spark1", "spark2", "spark3", "10.0.0.4"]
+RECIPE_ENV = """# the recipe's .env (TP4)
+MODEL_PATH=/models/DeepSeek-V4.1-Flash
+CONTEXT_LENGTH=262144
+MEM_FRACTION_STATIC=0.95
+HEAD_MEM_FRACTION_STATIC=0.93
+MAX_RUNNING_REQUESTS=4
+EXTRA_SGLANG_ARGS="--fp8-gemm-backend flashinfer_cutlass --watchdog-timeout 1800"
+DSV41_MXFP8_BACKEND=b12x
+DSV41_WO_A_W8=1
+DSV41_DRAFT_TAU=0.8
+"""
+
+
+def _launch(tmp_path: Path, env_text: str = RECIPE_ENV, hosts=HOSTS, *extra: str) -> tuple[int, Path]:
+    env = tmp_path / "tp4.env"
+    env.write_text(env_text)
+    out = tmp_path / "out"
+    code = main(["-C", str(REPO), "launch", "--variant", "tp4", "--env", str(env), "--nodes", ",".join(hosts),
+                 "--out", str(out), *extra])
+    return code, out
+
+
+def _compose(path: Path) -> dict:
+    return json.loads("".join(line for line in path.read_text().splitlines(keepends=True)
+                              if not line.startswith("#")))
+
+
+def _services(out: Path) -> list[dict]:
+    return [_compose(out / f"node{rank}-{host}.compose.yaml")["services"]["sglang"]
+            for rank, host in enumerate(HOSTS)]
+
+
+def _serve_command(environment: dict[str, str], tmp_path: Path) -> list[str]:
+    """What the image's serve runs with this environment (docker/entrypoint.sh; the
+    in-image doctor stood in by a python that exits 0)."""
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\nexit 0\n")
+    python.chmod(0o755)
+    env = {"PATH": os.environ["PATH"], "FORKBUILD_PYTHON": str(python),
+           **{key: value.replace("$$", "$") for key, value in environment.items()}}
+    done = subprocess.run(["bash", str(REPO / "docker" / "entrypoint.sh"), "serve", "--dry-run"], env=env,
+                          capture_output=True, text=True, check=True)
+    return shlex.split(done.stdout.strip().splitlines()[-1])[3:]
+
+
+def test_every_node_gets_the_same_knobs_and_the_recipes_command(tmp_path):
+    code, out = _launch(tmp_path)
+    assert code == 0
+    services = _services(out)
+    assert sorted(path.name for path in out.iterdir()) == sorted(f"node{r}-{h}.compose.yaml" for r, h in enumerate(HOSTS))
+    knobs = [{k: v for k, v in s["environment"].items() if k.startswith("DSV41_")} for s in services]
+    assert all(node == knobs[0] for node in knobs)
+    # The .env's values, and every other guard of tp4 at the variant's default, as start.sh passed them.
+    assert knobs[0]["DSV41_WO_A_W8"] == "1" and knobs[0]["DSV41_DRAFT_TAU"] == "0.8"
+    assert knobs[0]["DSV41_SERIAL_WEIGHT_LOAD"] == "1" and knobs[0]["DSV41_VERIFY_CAP"] == "0"
+    for rank, service in enumerate(services):
+        assert service["image"] == "forkbuild/sglang:tp4-wheel" and service["command"] == ["serve"]
+        environment = service["environment"]
+        assert (environment["NNODES"], environment["NODE_RANK"], environment["DIST_INIT_ADDR"]) == (
+            "4", str(rank), "spark1:20000")
+        assert ("HEAD_MEM_FRACTION_STATIC" in environment) == (rank == 0)
+        argv = _serve_command(environment, tmp_path)
+        flags = dict(zip(argv[::2], argv[1::2]))
+        # start.sh's launch on this node: its defaults, the head's memory fraction on rank 0.
+        assert flags["--mem-fraction-static"] == ("0.93" if rank == 0 else "0.95")
+        assert (flags["--node-rank"], flags["--nnodes"], flags["--tp-size"]) == (str(rank), "4", "4")
+        assert flags["--dist-init-addr"] == "spark1:20000"
+        assert (flags["--speculative-algorithm"], flags["--speculative-dspark-block-size"]) == ("DSPARK", "3")
+        assert (flags["--cuda-graph-max-bs-decode"], flags["--max-running-requests"]) == ("4", "4")
+        assert (flags["--chunked-prefill-size"], flags["--max-total-tokens"]) == ("2048", "320000")
+        assert flags["--served-model-name"] == "deepseek-v4.1-flash"
+        assert flags["--watchdog-timeout"] == "1800" and flags["--context-length"] == "262144"
+        assert service["volumes"] == ["/models/DeepSeek-V4.1-Flash:/models/DeepSeek-V4.1-Flash:ro"]
+
+
+@pytest.mark.skipif(shutil.which("docker-compose") is None, reason="docker-compose is not installed "
+                    "(Debian: apt-get install -y docker-compose)")
+def test_the_files_pass_docker_compose_config(tmp_path):
+    code, out = _launch(tmp_path, RECIPE_ENV + "EXTRA_ARGS_NOTE='costs $5 ${HOME}'\n")
+    assert code == 0
+    for path in sorted(out.iterdir()):
+        done = subprocess.run(["docker-compose", "-f", str(path), "config"], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        # compose interpolates $NAME: the file escapes it ($$, which config shows as it is
+        # valid there), so the container gets the value as written, not $HOME's.
+        assert "costs $$5 $${HOME}" in done.stdout and os.environ.get("HOME", "$") not in done.stdout
+        assert "is not set" not in done.stderr
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ("DSV41_VERIFY_CAP=Off", "DSV41_VERIFY_CAP='Off': REFUSED"),
+    ("DSV41_WO_A_W8_DROP=1\nDSV41_WO_A_W8=0", "DSV41_WO_A_W8_DROP='1': REFUSED"),
+    ("DSV41_BLOCK_VERIFY=no", "DSV41_BLOCK_VERIFY='no' meant on"),
+])
+def test_a_value_doctor_stops_on_writes_nothing(tmp_path, capsys, line, message):
+    code, out = _launch(tmp_path, RECIPE_ENV + line + "\n")
+    assert code == 2 and not out.exists()
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("hosts", "message"), [
+    (HOSTS[:3], "--nodes names 3 node(s), but TP_SIZE is '4'"),
+    ([*HOSTS[:3], "spark1"], "a host is named twice"),
+    ([*HOSTS[:3], "-oProxyCommand=x"], "is not a host name"),
+])
+def test_a_bad_node_list_writes_nothing(tmp_path, capsys, hosts, message):
+    code, out = _launch(tmp_path, RECIPE_ENV, hosts)
+    assert code == 2 and not out.exists()
+    assert message in capsys.readouterr().err
+
+
+def test_dry_run_prints_the_files_and_writes_nothing(tmp_path, capsys):
+    code, out = _launch(tmp_path, RECIPE_ENV, HOSTS, "--dry-run")
+    assert code == 0 and not out.exists()
+    printed = capsys.readouterr().out
+    assert all(f"--- node{rank}-{host}.compose.yaml" in printed for rank, host in enumerate(HOSTS))
+
+
+def test_a_rerun_for_other_nodes_replaces_the_earlier_nodes_files(tmp_path):
+    _launch(tmp_path, RECIPE_ENV, ["old1", "old2", "old3", "old4"])
+    code, out = _launch(tmp_path)
+    assert code == 0
+    assert sorted(path.name for path in out.iterdir()) == sorted(f"node{r}-{h}.compose.yaml" for r, h in enumerate(HOSTS))

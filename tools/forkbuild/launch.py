@@ -1,0 +1,92 @@
+"""`forkbuild launch`: a variant, a deployed .env and the node list (head first) become
+one compose file per node, what the runtime recipe's start.sh started on each box.
+
+Every node gets the same environment: the .env's values, then every guard of the
+variant with the value the container would read (the .env's, else the variant's
+default: start.sh passed each DSV41_* knob to head and workers alike), then
+NNODES, NODE_RANK, DIST_INIT_ADDR and TP_SIZE. Head-only settings go to rank 0
+only. The command is the image's `serve`, which turns that environment into
+sglang's flags (docker/entrypoint.sh). The .env is read by doctor first: a value
+this build refuses, or one whose meaning changed from the recipe, stops the
+launch before anything is written. The files are JSON, which is YAML (the
+compose spec's format) with every value quoted exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from forkbuild.config import Series
+from forkbuild.doctor import EnvReport, doctor_env
+from forkbuild.envfile import read_env_file
+from forkbuild.errors import ConfigError
+from forkbuild.image.build import default_tag
+
+HEAD_ONLY = ("HEAD_MEM_FRACTION_STATIC",)  # start.sh gave it to rank 0 only
+DIST_PORT = 20000
+HOST = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252}[A-Za-z0-9])?$")  # a host name or IPv4 address
+SERVICE = "sglang"
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeFile:
+    rank: int
+    host: str
+    name: str  # file name in the output directory
+    compose: dict
+
+
+@dataclass(frozen=True, kw_only=True)
+class Launch:
+    report: EnvReport
+    nodes: tuple[NodeFile, ...]
+
+
+def plan(series: Series, *, variant: str, env_file: Path, hosts: list[str], image: str | None = None) -> Launch:
+    """Every node's compose file; ConfigError (naming the input) for a bad node list or
+    a .env doctor stops on, before anything is written."""
+    chosen = series.variant(variant)
+    report = doctor_env(series, variant=variant, env_file=env_file)
+    if report.refused or report.changed:
+        raise ConfigError([*report.refused, *report.changed], source=str(env_file))
+    values = {key: item.value for key, item in read_env_file(env_file).items()}
+    tp_size = values.get("TP_SIZE") or chosen.env.get("TP_SIZE")
+    problems = [f"--nodes: {host!r} is not a host name or IPv4 address" for host in hosts if not HOST.match(host)]
+    if len(set(hosts)) != len(hosts):
+        problems.append(f"--nodes: a host is named twice: {','.join(hosts)}")
+    if tp_size is None or not tp_size.isdigit() or int(tp_size) != len(hosts):
+        problems.append(f"--nodes names {len(hosts)} node(s), but TP_SIZE is {tp_size!r} (variant {variant}"
+                        f"{', ' + str(env_file) if 'TP_SIZE' in values else ''}): one node per tensor-parallel rank")
+    if problems:
+        raise ConfigError(problems, source="forkbuild launch")
+    knobs = {guard.env: values.get(guard.env, chosen.env.get(guard.env, guard.default))
+             for guard in series.guards_for(chosen.features)}
+    shared = {key: value for key, value in values.items() if key not in HEAD_ONLY}
+    dist = values.get("DIST_INIT_ADDR") or f"{hosts[0]}:{DIST_PORT}"
+    model = values.get("MODEL_PATH") or series.runtime_env.get("MODEL_PATH")
+    nodes = []
+    for rank, host in enumerate(hosts):
+        environment = {**shared, **knobs, "TP_SIZE": str(len(hosts)), "NNODES": str(len(hosts)),
+                       "NODE_RANK": str(rank), "DIST_INIT_ADDR": dist}
+        if rank == 0:
+            environment.update({key: values[key] for key in HEAD_ONLY if key in values})
+        # compose interpolates $NAME in values: $$ is a literal $.
+        environment = {key: value.replace("$", "$$") for key, value in environment.items()}
+        service = {"image": image or default_tag(variant, "wheel"), "command": ["serve"], "network_mode": "host",
+                   "ipc": "host", "environment": environment,
+                   "deploy": {"resources": {"reservations": {"devices": [
+                       {"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]}}}}
+        if model:
+            service["volumes"] = [f"{model}:{model}:ro"]
+        nodes.append(NodeFile(rank=rank, host=host, name=f"node{rank}-{host}.compose.yaml",
+                              compose={"services": {SERVICE: service}}))
+    return Launch(report=report, nodes=tuple(nodes))
+
+
+def render(node: NodeFile) -> str:
+    header = (f"# forkbuild launch: node rank {node.rank} ({node.host}). On that box:\n"
+              f"#   docker-compose -f {node.name} up -d\n")
+    return header + json.dumps(node.compose, indent=2) + "\n"
