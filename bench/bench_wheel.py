@@ -22,12 +22,12 @@ import time
 from pathlib import Path
 
 from forkbuild import manifest as manifest_module
+from forkbuild import naming
 from forkbuild.apply import scratch_tree
 from forkbuild.cache import UpstreamCache
 from forkbuild.console import Reporter
 from forkbuild.context import Context
 from forkbuild.git import Git
-from forkbuild import naming
 from forkbuild.wheel.builder import WheelRequest, build_wheels, variant_version
 from forkbuild.wheel.overlay import Overlay, write_overlay
 from forkbuild.wheel.plan import OverlayChanges, WheelLayout, collect_changes

@@ -259,3 +259,57 @@ def test_wheel_pins_need_a_tag_and_a_file_name_and_one_pin_per_tag(tmp_path):
     text = VALID.replace("[features.base]", second + "[features.base]")
     assert problems_of(write_series(tmp_path, text)) == [
         "upstream.wheels[1].python_tag (line 17): 'py3' is pinned already by upstream.wheels[0]"]
+
+
+# -- names and values that become code, command lines or environment variables (issue 38) --
+BAD_NAMES = [
+    ('[features.slow]', '[features."slow\\"\\"\\"x"]', 'features.slow"""x'),
+    ('[features.slow]', '[features.Slow]', "features.Slow"),
+    ('[features.slow]', '[features."sl\\nw"]', "is not a feature name"),
+    ('env = "DSV41_SLOW_LEVEL"', 'env = "DSV41_"', "features.slow.guards[0].env"),
+    ('env = "DSV41_SLOW_LEVEL"', 'env = "DSV41_A-B.C D"', "features.slow.guards[0].env"),
+    ('env = "DSV41_SLOW_LEVEL"', 'env = "DSV41_SLOW\\nX"', "features.slow.guards[0].env"),
+    ('env = "DSV41_SLOW_LEVEL"', 'env = "DSV41_FAST"', "features.slow.guards (line 28): DSV41_FAST is declared "
+                                                        "already by feature fast"),
+    ('env = {{ DSV41_FAST = "on" }}'.format(), 'env = { DSV41_FAST = "on", "A\\nRUN x" = "1" }',
+     "variants.full.env.A\nRUN x"),
+    ('[variants.full]', '[runtime]\nenv = { TP = ["4"] }\n\n[variants.full]', "runtime.env.TP (line 44): must be a "
+                                                                             "string or a number, not an array"),
+    ('[variants.full]', '[runtime]\nenv = { DAY = 2024-01-01 }\n\n[variants.full]', "runtime.env.DAY"),
+    ('[variants.full]', '[runtime]\nenv = { T = { a = "1" } }\n\n[variants.full]', "runtime.env.T"),
+    ('source = "wheel"\n', 'source = "wheel"\n[upstream.git]\nurl = "--upload-pack=touch /tmp/pwned"\n',
+     "upstream.git.url (line 11): '--upload-pack=touch /tmp/pwned' starts with '-'"),
+    ('source = "wheel"\n', 'source = "wheel"\n[upstream.git]\nurl = "ext::sh -c touch% /tmp/pwned"\n',
+     "upstream.git.url"),
+    ('source = "wheel"\n', 'source = "wheel"\n[upstream.git]\nurl = "https://x/y.git"\ncommit = "--output=/x"\n',
+     "upstream.git.commit"),
+    ('source = "wheel"\n', 'source = "wheel"\n[upstream.git]\nurl = "https://x/y.git"\ncommit = "abc123"\n',
+     "is not a full commit id"),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "expected"), BAD_NAMES, ids=range(len(BAD_NAMES)))
+def test_a_name_or_value_that_would_become_code_or_an_option_is_refused(tmp_path, old, new, expected):
+    assert old in VALID
+    text = VALID.replace(old, new, 1)
+    problems = problems_of(write_series(tmp_path, text))
+    assert any(expected in problem for problem in problems), problems
+
+
+def test_good_names_urls_and_commits_pass(tmp_path):
+    text = VALID.replace('source = "wheel"\n', 'source = "wheel"\n[upstream.git]\nurl = "git@host:o/r.git"\n'
+                         f'commit = "{"a" * 40}"\nref = "v1.0"\n', 1).replace(
+        '[variants.full]', '[runtime]\nenv = { TP_SIZE = 4, MODEL = "/m" }\n\n[variants.full]')
+    series = load_series(write_series(tmp_path, text))
+    assert series.upstream.git.commit == "a" * 40 and series.runtime_env == {"TP_SIZE": "4", "MODEL": "/m"}
+    for url in ("https://x.invalid/y.git", "/srv/repo.git", "file:///srv/repo", "../repo"):
+        load_series(write_series(tmp_path, text.replace("git@host:o/r.git", url)))
+
+
+@pytest.mark.parametrize("content", [b"[series]\nname = \"\xff\"\n", b"x = " + b"[" * 100_000])
+def test_a_file_tomllib_cannot_take_is_a_config_error_naming_the_file(tmp_path, content):
+    path = write_series(tmp_path)
+    path.write_bytes(content)
+    with pytest.raises(ConfigError) as caught:
+        load_series(path)
+    assert str(caught.value).startswith(f"{path}: 1 problem(s)")

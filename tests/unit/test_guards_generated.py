@@ -18,12 +18,12 @@ import pytest
 
 from fixtures import DEFAULT_PATCHES, PatchSpec, make_series
 from forkbuild.apply import ApplyPlan, apply_plan, apply_variant, plan_variant, read_state
+from forkbuild.combination import from_features
 from forkbuild.config import Series
 from forkbuild.errors import ConfigError
 from forkbuild.export import export_series
 from forkbuild.git import Git
 from forkbuild.guards_module import GENERATED_TRAILER, module_path
-from forkbuild.combination import from_features
 from forkbuild.worktree.engine import Outcome
 
 ENVIRON = "python/pkg/environ.py"
@@ -212,3 +212,23 @@ def test_guards_module_must_be_a_module_name(tmp_path):
     with pytest.raises(ConfigError) as error:
         fixture.load()
     assert "series.guards_module" in str(error.value) and "not a dotted Python module name" in str(error.value)
+
+
+@pytest.mark.parametrize("name", ['x"""\nimport os; os.environ["PWNED"] = "1"\n"""', "a\\N", "b'\\u", "c\n#"])
+def test_the_generated_module_writes_names_as_data_never_as_code(name, monkeypatch):
+    """Names series.toml's parse would refuse (Series built directly) still cannot inject code
+    or break the module: it compiles, runs nothing, and gives every name and value back."""
+    from forkbuild.config import Feature, Guard, Upstream
+    from forkbuild.guards_module import render
+
+    guard = Guard(env="DSV41_" + name, type="str", default=name, feature=name)
+    series = Series(path=Path("/x/series.toml"), name="s", default_variant="", guards_module="pkg.fork_guards",
+                    upstream=Upstream(name="pkg", version="1.0", package_root="python", source="wheel", git=None,
+                                      wheels=()),
+                    features={name: Feature(name=name, description="d", guards=(guard,))}, patches=(), variants={})
+    monkeypatch.delenv("PWNED", raising=False)
+    namespace: dict = {}
+    exec(compile(render(series, [name]), "fork_guards.py", "exec"), namespace)
+    assert "PWNED" not in __import__("os").environ
+    assert namespace["FEATURES"] == (name,)
+    assert namespace["GUARDS"] == ((guard.env, "str", name, name),)

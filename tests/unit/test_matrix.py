@@ -12,18 +12,17 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from test_testpatch import BETA
-from test_testpatch import _make as make_testpatch_series
-from wheelkit import wheel_series
-
 from forkbuild import cli
 from forkbuild.apply import read_state
+from forkbuild.combination import closure, of_variant, resolve
 from forkbuild.config import parse_series
 from forkbuild.errors import ConfigError
 from forkbuild.manifest import read_wheel
 from forkbuild.matrix import strategies
-from forkbuild.combination import closure, of_variant, resolve
 from forkbuild.wheel.builder import variant_version
+from test_testpatch import BETA
+from test_testpatch import _make as make_testpatch_series
+from wheelkit import wheel_series
 
 BAKE_SCHEMA = json.loads((Path(__file__).parent / "data" / "docker-bake.schema.json").read_text())
 

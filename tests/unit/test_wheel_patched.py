@@ -12,6 +12,7 @@ import zipfile
 
 import pytest
 
+from fixtures import DEFAULT_PATCHES, FEATURES_TOML, PatchSpec, make_series
 from forkbuild.apply import scratch_tree
 from forkbuild.combination import from_features
 from forkbuild.console import Reporter

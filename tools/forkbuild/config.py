@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,11 +18,17 @@ from typing import Any
 
 from forkbuild.errors import ConfigError
 from forkbuild.guards import GUARD_TYPES, check_value
-from forkbuild.patchfacts import TOML_FACTS
 
 UPSTREAM_SOURCES = ("wheel", "git")
 UPSTREAM_STATUSES = ("local", "submitted", "upstreamed")
 GUARD_PREFIX = "DSV41_"
+# The one rule for names that reach generated source, commit messages and command lines
+# (forkbuild new uses the same): checked whenever series.toml is parsed.
+FEATURE_NAME = re.compile(r"[a-z][a-z0-9_]*")
+GUARD_NAME = re.compile(re.escape(GUARD_PREFIX) + r"[A-Z0-9]+(?:_[A-Z0-9]+)*")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # a variable an image's ENV sets
+COMMIT_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+GIT_SCHEMES = ("https", "http", "ssh", "git", "file")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -343,7 +350,40 @@ def _string_table(problems: _Problems, value: Any, where: str) -> dict[str, str]
     wrong = [key for key, item in table.items() if not isinstance(item, str)]
     if wrong:
         problems.add(where, f"values must be strings (they become environment variables): {', '.join(wrong)}")
+    _check_env_names(problems, table, where)
     return {key: item for key, item in table.items() if isinstance(item, str)}
+
+
+def _check_env_names(problems: _Problems, table: Mapping[str, Any], where: str) -> None:
+    for key in table:
+        if not ENV_NAME.fullmatch(key):
+            problems.add(f"{where}.{key}", f"{key!r} is not an environment variable name ({ENV_NAME.pattern})",
+                         near=where.rsplit(".", 1)[-1])
+
+
+def _runtime_env(problems: _Problems, value: Any) -> dict[str, str]:
+    """[runtime] env: strings, or numbers written as TOML numbers (TP_SIZE = 4)."""
+    table = problems.table(value, "runtime.env", near="env")
+    _check_env_names(problems, table, "runtime.env")
+    env = {}
+    for key, item in table.items():
+        if isinstance(item, str) or (isinstance(item, int | float) and not isinstance(item, bool)):
+            env[key] = str(item)
+        else:
+            problems.add(f"runtime.env.{key}", f"must be a string or a number, not {_toml_type(item)}", near="env")
+    return env
+
+
+def _git_url_problem(url: str) -> str:
+    """Why `url` cannot be handed to `git fetch` ("" when it can)."""
+    scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*)(://|::)", url)
+    if url.startswith("-"):
+        return f"{url!r} starts with '-': git would read it as an option"
+    if any(ord(char) < 32 or ord(char) == 127 for char in url):
+        return f"{url!r} contains a control character"
+    if scheme and (scheme[2] == "::" or scheme[1].lower() not in GIT_SCHEMES):
+        return f"{url!r}: use a {', '.join(GIT_SCHEMES)} URL, host:path or a path"
+    return ""
 
 
 def _parse_upstream(problems: _Problems, value: Any) -> Upstream:
@@ -359,6 +399,13 @@ def _parse_upstream(problems: _Problems, value: Any) -> Upstream:
         table = problems.table(raw["git"], "upstream.git", near="git")
         _check_keys(problems, table, "upstream.git", "upstream.git")
         git = GitPin(**{key: problems.string(table, key, "upstream.git") for key in ("url", "ref", "commit")})
+        if _git_url_problem(git.url):
+            problems.add("upstream.git.url", _git_url_problem(git.url), near="url")
+        if git.ref and (git.ref.startswith("-") or not re.fullmatch(r"[\w./+-]+", git.ref)):
+            problems.add("upstream.git.ref", f"{git.ref!r} is not a git ref name", near="ref")
+        if git.commit and not COMMIT_ID.fullmatch(git.commit):
+            problems.add("upstream.git.commit", f"{git.commit!r} is not a full commit id (40 or 64 lowercase hex "
+                                                "digits)", near="commit")
     wheels = _parse_wheels(problems, raw.get("wheels", []))
     if source == "wheel" and not wheels and not problems.has("upstream.wheels"):
         problems.add("upstream.wheels", "source = 'wheel' needs at least one [[upstream.wheels]] pin", near="upstream")
@@ -407,8 +454,9 @@ def _parse_guard(problems: _Problems, raw: Mapping[str, Any] | None, *, feature:
     guard_type = problems.string(raw, "type", where, near=env or "guards")
     if problems.has(f"{where}.env") or problems.has(f"{where}.type"):
         return None
-    if not env.startswith(GUARD_PREFIX):
-        problems.add(f"{where}.env", f"{env!r}: guard variables start with {GUARD_PREFIX}", near=env or "guards")
+    if not GUARD_NAME.fullmatch(env):
+        problems.add(f"{where}.env", f"{env!r}: a guard variable is {GUARD_PREFIX} and upper-case words of letters "
+                                     "and digits joined by _", near=env or "guards")
     if guard_type not in GUARD_TYPES:
         problems.add(f"{where}.type", f"{guard_type!r} is not one of {GUARD_TYPES}", near=env or "guards")
     default = raw.get("default")
@@ -430,6 +478,9 @@ def _parse_features(problems: _Problems, value: Any) -> dict[str, Feature]:
         where = f"features.{name}"
         table = problems.table(item, where, near=f"features.{name}")
         _check_keys(problems, table, "features.*", where)
+        if not FEATURE_NAME.fullmatch(name):
+            problems.add(where, f"{name!r} is not a feature name (lower-case letters, digits and _, starting with "
+                                "a letter)", near=f"features.{name}")
         guards = [_parse_guard(problems, guard, feature=name, where=f"{where}.guards[{index}]")
                   for index, guard in enumerate(problems.tables(table.get("guards", []), f"{where}.guards",
                                                                 near="guards"))]
@@ -502,7 +553,11 @@ def _check_patch_files(problems: _Problems, series: Series) -> None:
         if entry.file in seen:
             problems.add(f"patches[{index}].file", f"{entry.file} is already listed as patches[{seen[entry.file]}]", near=entry.file)
         seen.setdefault(entry.file, index)
-        if entry.file and not entry.path.is_file():
+        if entry.file and entry.path.is_symlink():
+            # Its target (any file the user can read) would be read as the patch.
+            problems.add(f"patches[{index}].file", f"patches/{entry.file} is a symbolic link: a patch is a regular "
+                         "file in patches/ (copy it there)", near=entry.file)
+        elif entry.file and not entry.path.is_file():
             problems.add(f"patches[{index}].file", f"patches/{entry.file} does not exist", near=entry.file)
     # An entry skipped for a wrong type may be the one listing a file: say nothing then.
     if series.patches_dir.is_dir() and not problems.has_matching(r"patches\[\d+\]\.file"):
@@ -531,8 +586,19 @@ def _requires_cycles(features: Mapping[str, Feature]) -> list[list[str]]:
     return cycles
 
 
+def _check_guard_owners(problems: _Problems, series: Series) -> None:
+    """A guard belongs to one feature, once."""
+    owner: dict[str, str] = {}
+    for guard in series.all_guards():
+        if guard.env in owner:
+            first = owner[guard.env]
+            problems.add(f"features.{guard.feature}.guards", f"{guard.env} is declared already by "
+                         + ("this feature" if first == guard.feature else f"feature {first}"), near=guard.env)
+        owner.setdefault(guard.env, guard.feature)
+
+
 def _check_variants(problems: _Problems, series: Series) -> None:
-    guard_owner = {guard.env: guard for guard in series.all_guards()}
+    guard_owner = {guard.env: guard for guard in reversed(series.all_guards())}  # the first declaration
     for name, variant in series.variants.items():
         chosen = set(variant.features)
         for feature_name in variant.features:
@@ -577,32 +643,14 @@ def _parse_guards_module(problems: _Problems, meta: Mapping[str, Any]) -> str:
     return name
 
 
-def _read_toml(text: str, *, path: Path) -> dict[str, Any]:
-    """What tomllib makes of `text`; from its record when the same text was read before
-    (patchfacts.TOML_FACTS: no tomllib import, no parse). Only a result that JSON gives back
-    exactly is recorded (no dates, NaN or infinities): the record reads as tomllib's own."""
-    key = TOML_FACTS.key("series.toml", text)
-    known = TOML_FACTS.get(key)
-    if known is not None and isinstance(known.get("toml"), dict):
-        return known["toml"]
-    import tomllib
-
+def parse_series(text: str, *, path: Path) -> Series:
+    problems = _Problems(text)
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise ConfigError([f"not valid TOML: {error}"], source=str(path)) from error
-    try:
-        exact = json.loads(json.dumps(raw, allow_nan=False)) == raw
-    except (TypeError, ValueError):
-        exact = False  # a date or a NaN: parsed again each time
-    if exact:
-        TOML_FACTS.put(key, {"toml": raw})
-    return raw
-
-
-def parse_series(text: str, *, path: Path) -> Series:
-    problems = _Problems(text)
-    raw = _read_toml(text, path=path)
+    except RecursionError:
+        raise ConfigError(["not valid TOML: nested too deeply"], source=str(path)) from None
     _check_keys(problems, raw, "", "")
     meta = problems.table(raw.get("series", {}), "series")
     _check_keys(problems, meta, "series", "series")
@@ -618,14 +666,14 @@ def parse_series(text: str, *, path: Path) -> Series:
         features=MappingProxyType(_parse_features(problems, raw.get("features", {}))),
         patches=tuple(_parse_patches(problems, raw.get("patches", []), path.parent / "patches")),
         variants=MappingProxyType(_parse_variants(problems, raw.get("variants", {}))),
-        runtime_env=MappingProxyType({key: str(value) for key, value
-                                      in problems.table(runtime.get("env", {}), "runtime.env", near="env").items()}),
+        runtime_env=MappingProxyType(_runtime_env(problems, runtime.get("env", {}))),
         guards_module=_parse_guards_module(problems, meta),
     )
     _check_references(problems, series)
     _check_patch_files(problems, series)
     for cycle in _requires_cycles(series.features):
         problems.add(f"features.{cycle[0]}.requires", "cycle: " + " -> ".join(cycle))
+    _check_guard_owners(problems, series)
     _check_variants(problems, series)
     if problems.items:
         raise ConfigError(problems.items, source=str(path))
@@ -634,7 +682,11 @@ def parse_series(text: str, *, path: Path) -> Series:
 
 def load_series(path: Path) -> Series:
     try:
-        text = path.read_text()
+        text = path.read_bytes().decode("utf-8")
     except OSError as error:
         raise ConfigError([f"cannot read: {error.strerror}"], source=str(path)) from error
+    except UnicodeDecodeError as error:
+        line = path.read_bytes()[:error.start].count(b"\n") + 1
+        raise ConfigError([f"line {line}: not UTF-8 (byte {error.object[error.start]:#04x}); TOML files are UTF-8"],
+                          source=str(path)) from None
     return parse_series(text, path=path.resolve())

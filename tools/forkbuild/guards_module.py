@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, NamedTuple
 
-from forkbuild.config import Guard, Series
+from forkbuild.config import Series
 from forkbuild.patchfile import PatchInfo
 
 if TYPE_CHECKING:
@@ -58,21 +58,18 @@ def render(series: Series, features: Iterable[str]) -> str:
         "Declare a guard under its feature in series.toml; forkbuild writes this file",
         "for exactly the features a build holds. The series' hook registers each",
         "entry with the upstream's environment registry.",
-        "",
-        *textwrap.wrap(f"Features: {', '.join(chosen) or 'none'}.", width=79),
         '"""',
+        "",
+        # Names and values as repr() writes them: data, never text spliced into code.
+        f"FEATURES = {tuple(chosen)!r}",
         "",
         "# (variable, type, default as series.toml writes it, feature)",
         f"{DATA_NAME} = (",
-        *(f"    {_entry(guard)}," for guard in guards),
+        *(f"    {(guard.env, guard.type, guard.default, guard.feature)!r}," for guard in guards),
         ")",
         "",
     ]
     return "\n".join(lines)
-
-
-def _entry(guard: Guard) -> str:
-    return repr((guard.env, guard.type, guard.default, guard.feature))
 
 
 def generated_files(series: Series, features: Iterable[str]) -> dict[str, bytes]:

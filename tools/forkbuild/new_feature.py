@@ -18,7 +18,7 @@ from pathlib import Path
 import tomlkit
 from tomlkit.items import Table
 
-from forkbuild.config import GUARD_PREFIX, Series, load_series, near_miss, parse_series
+from forkbuild.config import FEATURE_NAME, GUARD_NAME, GUARD_PREFIX, Series, load_series, near_miss, parse_series
 from forkbuild.context import Context
 from forkbuild.errors import ConfigError, ForkbuildError
 from forkbuild.fsutil import write_atomic
@@ -26,7 +26,6 @@ from forkbuild.guards import GUARD_TYPES, check_value
 from forkbuild.layout import WORK_DIR
 from forkbuild.series_writer import SeriesChange, series_transaction
 
-FEATURE_NAME = re.compile(r"[a-z][a-z0-9_]*")
 PATCH_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\.patch")
 PATCH_TRAILER = "Patch"  # export names a new patch file after it
 
@@ -63,8 +62,9 @@ def parse_guard(spec: str) -> GuardSpec:
     if len(parts) != 3:
         raise ForkbuildError(f"--guard {spec!r}: expected ENV:TYPE:DEFAULT, e.g. {GUARD_PREFIX}MY_FEATURE:switch:0")
     env, guard_type, default = parts
-    if not re.fullmatch(re.escape(GUARD_PREFIX) + r"[A-Z0-9_]+", env):
-        raise ForkbuildError(f"--guard {spec!r}: {env!r} must be {GUARD_PREFIX} plus upper-case letters, digits, _")
+    if not GUARD_NAME.fullmatch(env):
+        raise ForkbuildError(f"--guard {spec!r}: {env!r} must be {GUARD_PREFIX} plus upper-case words of letters "
+                             "and digits joined by _")
     if guard_type not in GUARD_TYPES:
         raise ForkbuildError(f"--guard {spec!r}: type {guard_type!r} is not one of {', '.join(GUARD_TYPES)}"
                              f"{near_miss(guard_type, GUARD_TYPES)}")
