@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 
 from forkbuild.console import Reporter
 from forkbuild.errors import ConfigError
-from forkbuild.patchfacts import keep_records_in
 
 if TYPE_CHECKING:
     from forkbuild.cache import UpstreamCache
@@ -46,11 +45,6 @@ class Context:
             reporter.warn(f"finished an interrupted write of {root / SERIES_FILE} and patches/ (a killed forkbuild)")
         cache = cache_dir or Path(os.environ.get("FORKBUILD_CACHE") or root / ".cache" / "forkbuild")
         return cls(series_dir=root, cache_dir=cache.resolve(), reporter=reporter)
-
-    def __post_init__(self) -> None:
-        # What reading each patch file and series.toml found goes into this cache (records are
-        # content-addressed: right for any cache, so the last context made in a process may as well decide).
-        keep_records_in(self.cache_dir)
 
     @cached_property
     def series(self):

@@ -4,23 +4,19 @@ and the path-safety rules every patch must pass before git sees it."""
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import re
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from forkbuild.errors import UnsafePatchError
 from forkbuild.fsutil import write_atomic
 from forkbuild.git import Git
-from forkbuild.patchfacts import FACTS
 
 if TYPE_CHECKING:
     import email.message
 
     import unidiff
-# email and unidiff are imported where a patch is parsed: a run whose patch files are all
-# known from patchfacts.py's records needs neither (they are a tenth of a re-apply's time).
 
 TRAILER = re.compile(r"^(?P<key>[A-Za-z][A-Za-z0-9-]*):\s*(?P<value>.+?)\s*$")
 # A line of the diffstat `git format-patch` writes between the `---` line and the diff.
@@ -127,37 +123,8 @@ def read_patch(path: Path) -> PatchInfo:
 @functools.lru_cache(maxsize=128)
 def _parsed(text: str, path: Path) -> PatchInfo:
     """parse_patch, once per content and path: a matrix or bisect reads the same patches
-    for every combination (PatchInfo is immutable, so sharing it is safe); and across runs
-    from the record patchfacts.py keeps of what the parse found (a diff git cannot parse too)."""
-    key = FACTS.key(path.name, text)
-    known = FACTS.get(key)
-    if known is not None:
-        try:
-            return _info_from_facts(known, path)
-        except (KeyError, TypeError, ValueError):
-            pass  # a damaged record: parse the patch again
-    try:
-        info = parse_patch(text, path=path)
-    except UnsafePatchError as error:
-        FACTS.put(key, {"unparsable": error.message})
-        raise
-    FACTS.put(key, _facts_of(info))
-    return info
-
-
-def _facts_of(info: PatchInfo) -> dict[str, Any]:
-    """PatchInfo as its record holds it: every field but the path (the record is by content)."""
-    facts = info._asdict()
-    del facts["path"]
-    facts["files"] = [change._asdict() for change in info.files]
-    return facts
-
-
-def _info_from_facts(facts: dict[str, Any], path: Path) -> PatchInfo:
-    if "unparsable" in facts:
-        raise UnsafePatchError(str(facts["unparsable"]))
-    files = tuple(FileChange(**{**change, "hunk_starts": tuple(change["hunk_starts"])}) for change in facts["files"])
-    return PatchInfo(**{**facts, "path": path, "files": files, "trailers": tuple(map(tuple, facts["trailers"]))})
+    for every combination (PatchInfo is immutable, so sharing it is safe)."""
+    return parse_patch(text, path=path)
 
 
 def parse_patch(text: str, *, path: Path) -> PatchInfo:
@@ -342,25 +309,8 @@ def patch_problems(path: Path, *, symlinks: frozenset[str] = frozenset()) -> lis
 
 @functools.lru_cache(maxsize=128)
 def _text_problems(text: str, path: Path, symlinks: frozenset[str]) -> tuple[str, ...]:
-    """patch_problems of a patch's text, once per content (a matrix checks the same patches
-    for every combination), and across runs from patchfacts.py's record for this content and
-    set of upstream symlinks."""
-    key = f"{FACTS.key(path.name, text)}-{_symlinks_digest(symlinks)}"
-    known = FACTS.get(key)
-    if known is not None and isinstance(known.get("problems"), list):
-        return tuple(str(problem) for problem in known["problems"])
-    problems = _find_problems(text, path, symlinks)
-    FACTS.put(key, {"problems": list(problems)})
-    return problems
-
-
-@functools.lru_cache(maxsize=8)
-def _symlinks_digest(symlinks: frozenset[str]) -> str:
-    """A short name for a set of upstream symlinks (one per base: the same for every patch)."""
-    return hashlib.sha256("\0".join(sorted(symlinks)).encode("utf-8", "surrogateescape")).hexdigest()[:16]
-
-
-def _find_problems(text: str, path: Path, symlinks: frozenset[str]) -> tuple[str, ...]:
+    """patch_problems of a patch's text, computed once per content in a process (a matrix
+    checks the same patches for every combination); never read from the cache."""
     label = f"patches/{path.name}"
     if not text.strip():
         return (f"{label}: is empty",)
