@@ -4,11 +4,16 @@ what decides safety is computed on every run, never read back from it."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
+
+import pytest
 
 from fixtures import SeriesFixture
 from forkbuild import patchfile
-from forkbuild.errors import ConfigError, UnsafePatchError
+from forkbuild.cli import main as cli_main
+from forkbuild.errors import ConfigError, UnsafePatchError, UpstreamError
+from forkbuild.git import Git
 
 EVIL = ("From 1111111111111111111111111111111111111111 Mon Sep 17 00:00:00 2001\n"
         "From: Someone <someone@example.com>\nDate: Tue, 14 Nov 2023 22:13:20 +0000\n"
@@ -64,3 +69,67 @@ def test_a_patch_file_that_is_a_symlink_is_refused_and_its_target_never_copied(s
     assert series_fx.cli("apply", "--all") == ConfigError.return_code
     assert not [path for path in series_fx.cache.rglob("*") if path.is_file() and "objects" not in path.parts
                 and b"TOP-SECRET-VALUE" in path.read_bytes()]
+
+
+def truncate_objects(fx: SeriesFixture, *, kind: str = "") -> None:
+    """Cut every loose object of the cache repository (of `kind`: blob, tree, commit; "" = all) in half."""
+    repo = fx.cache / "upstream.git"
+    for path in (repo / "objects").glob("??/*"):
+        sha = path.parent.name + path.name
+        if kind and Git(repo).run("cat-file", "-t", sha, check=False).stdout.strip() != kind:
+            continue
+        data = path.read_bytes()
+        path.chmod(0o644)
+        path.write_bytes(data[: len(data) // 2])
+
+
+@pytest.mark.parametrize("kind", ["", "blob"])
+def test_a_damaged_cache_is_named_with_a_hint_and_plain_fetch_notices(series_fx: SeriesFixture, capsys,
+                                                                      kind: str) -> None:
+    assert series_fx.cli("apply", "--all") == 0
+    shutil.rmtree(series_fx.root / ".forkbuild-work")
+    truncate_objects(series_fx, kind=kind)
+    capsys.readouterr()
+    for command, hint in ((["apply", "--all"], "forkbuild fetch --verify"), (["fetch"], "forkbuild fetch --verify"),
+                          (["fetch", "--verify"], "git fsck")):
+        assert series_fx.cli(*command) == UpstreamError.return_code, command
+        said = " ".join(capsys.readouterr().err.split())
+        assert "is damaged" in said and hint in said and "aside" in said and "git failed" not in said, said
+
+
+@pytest.mark.parametrize("step", ["apply:prepared", "apply:applied"])
+def test_a_cache_removed_during_apply_is_a_clear_error_and_a_rerun_recovers(series_fx: SeriesFixture, capsys,
+                                                                            monkeypatch, step: str) -> None:
+    import forkbuild.apply
+
+    assert series_fx.cli("fetch") == 0
+    monkeypatch.setattr(forkbuild.apply, "chaos_point",
+                        lambda at: shutil.rmtree(series_fx.cache) if at == step else None)
+    assert series_fx.cli("apply", "--all", "--dir", str(series_fx.root / "t")) == UpstreamError.return_code
+    assert "was removed while forkbuild was using it" in " ".join(capsys.readouterr().err.split())
+    monkeypatch.undo()
+    shutil.rmtree(series_fx.root / "t", ignore_errors=True)  # its git data went with the cache (the hint says so)
+    assert series_fx.cli("apply", "--all", "--dir", str(series_fx.root / "t")) == 0
+
+
+@pytest.mark.parametrize("option", ["--cache", "-C"])
+def test_an_empty_directory_option_is_refused_not_taken_as_the_current_directory(series_fx: SeriesFixture, capsys,
+                                                                                  monkeypatch, option: str) -> None:
+    monkeypatch.chdir(series_fx.root)
+    with pytest.raises(SystemExit) as exited:
+        cli_main([option, "", "fetch"])
+    assert exited.value.code == 2 and "an empty path names no directory" in capsys.readouterr().err
+    assert not (series_fx.root / "upstream.git").exists()
+
+
+def test_fetch_verify_names_and_removes_a_tampered_listing(series_fx: SeriesFixture, capsys) -> None:
+    assert series_fx.cli("apply", "--all") == 0
+    repo = series_fx.cache / "upstream.git"
+    kept = sorted((repo / "forkbuild-symlinks").iterdir()) + sorted((repo / "forkbuild-trees").iterdir())
+    assert kept
+    assert series_fx.cli("fetch", "--verify") == 0
+    kept[0].write_text('["python/pkg/not-a-link"]\n')
+    capsys.readouterr()
+    assert series_fx.cli("fetch", "--verify") == UpstreamError.return_code
+    assert kept[0].name in capsys.readouterr().err and not kept[0].exists()
+    assert series_fx.cli("fetch", "--verify") == 0

@@ -10,6 +10,7 @@ Earlier versions stay in the repository: the rebase needs their blobs for
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import tempfile
 from collections.abc import Iterator
@@ -20,7 +21,8 @@ from typing import TYPE_CHECKING
 from forkbuild.config import Upstream, WheelPin
 from forkbuild.console import Reporter
 from forkbuild.errors import LockTimeout, UpstreamError
-from forkbuild.git import Git, GitFailed
+from forkbuild.git import TREES_DIR, Git, GitFailed, _listing_record
+from forkbuild.patchfile import S_IFLNK, SYMLINKS_DIR
 
 if TYPE_CHECKING:
     from filelock import FileLock
@@ -30,6 +32,9 @@ if TYPE_CHECKING:
 # pays for its imports at startup.
 
 LOCK_TIMEOUT_SECONDS = 900
+# What git says when an object it needs cannot be read (truncated, corrupt, missing).
+DAMAGE_SIGNS = ("corrupt", "unable to unpack", "inflate", "bad object", "unable to read", "missing blob",
+                "missing tree", "invalid object", "packfile", "did not match")
 # Imports are committed with a fixed identity and date, so the same upstream
 # gives the same commit id on every machine.
 IMPORT_DATE = "946684800 +0000"
@@ -85,10 +90,41 @@ class UpstreamCache:
         return Git(self.repo_path)
 
     def imported(self, upstream: Upstream) -> str | None:
-        """The commit of an already imported version, without taking the lock."""
+        """The commit of an already imported version, without taking the lock; UpstreamError
+        when its tag is there but git cannot read the commit (a damaged cache)."""
         if not (self.repo_path / "HEAD").exists():
             return None
-        return Git(self.repo_path).tagged_commit(upstream.tag)
+        repo = Git(self.repo_path)
+        commit = repo.tagged_commit(upstream.tag)
+        tag = f"refs/tags/{upstream.tag}"
+        if commit is None and repo.run("show-ref", "--verify", "--quiet", "--end-of-options", tag, check=False).status == 0:
+            raise self.damaged(f"its tag {upstream.tag} names a commit git cannot read")
+        return commit
+
+    def damaged(self, what: str) -> UpstreamError:
+        return UpstreamError(f"the upstream cache {self.repo_path} is damaged: {what}",
+                             hint=f"`forkbuild fetch --verify` names the damage; then move {self.path} aside "
+                                  "(export any work in .forkbuild-work first) and run `forkbuild fetch`")
+
+    def explain(self, error: BaseException) -> UpstreamError | None:
+        """What a git failure or a missing file means when the cache is gone or damaged; None
+        when the cache is not the cause (the error stands as it is)."""
+        if isinstance(error, UpstreamError):
+            return None
+        if not self.repo_path.is_dir() and isinstance(error, GitFailed | FileNotFoundError):
+            return UpstreamError(f"the upstream cache {self.path} was removed while forkbuild was using it",
+                                 hint="run the command again: it imports upstream anew (a work tree that kept "
+                                      "its git data in that cache is lost to git: move it aside if refused)")
+        if isinstance(error, GitFailed) and any(sign in error.stderr for sign in DAMAGE_SIGNS):
+            return self.damaged(error.stderr.splitlines()[-1])
+        return None
+
+    def check_readable(self, commit: str) -> None:
+        """`fetch`: every file of `commit` reads (a damaged cache is named here, not in a later command)."""
+        try:
+            self.git().run("archive", "--format=tar", f"--output={os.devnull}", "--end-of-options", commit)
+        except GitFailed as error:
+            raise self.explain(error) or self.damaged(error.stderr) from None
 
     def ensure(self, upstream: Upstream, *, python_tag: str | None = None) -> str:
         """The cache commit of `upstream`, importing it first if needed."""
@@ -132,7 +168,32 @@ class UpstreamCache:
                 raise UpstreamError(f"{self.repo_path} is damaged (git fsck):\n{error.stderr or error.stdout}",
                                     hint=f"move {self.repo_path} aside and run `forkbuild fetch` to import it anew") from None
             checked.append(f"{self.repo_path}: git fsck clean")
+            checked += self._verify_listings()
         return checked
+
+    def _verify_listings(self) -> list[str]:
+        """The tree and symlink listings kept beside the repository, each listed again by git and
+        compared; one that differs is removed (listed again on next use) and named in an UpstreamError."""
+        repo = self.git()
+        wrong = []
+        for directory in (TREES_DIR, SYMLINKS_DIR):
+            for record in sorted((self.repo_path / directory).glob("*")):
+                entries = repo.tree_entries(record.name) if repo.has_object(record.name) else {}
+                expected = (_listing_record(entries) if directory == TREES_DIR else
+                            json.dumps(sorted(path for path, entry in entries.items() if entry.mode == S_IFLNK)))
+                try:
+                    kept = json.loads(record.read_bytes())
+                except ValueError:
+                    kept = None
+                if kept != json.loads(expected):
+                    wrong.append(f"{directory}/{record.name}")
+                    record.unlink()
+        if wrong:
+            raise UpstreamError(f"{self.repo_path}: {len(wrong)} kept listing(s) did not match the repository "
+                                f"(changed outside forkbuild): {', '.join(wrong)}; removed",
+                                hint="forkbuild lists them again on next use; a cache from elsewhere is "
+                                     "untrusted: move it aside and run `forkbuild fetch`")
+        return [f"{self.repo_path}: kept tree listings match the repository"]
 
     # -- the verified stamp ---------------------------------------------------
     def _stamp_path(self, wheel: Path) -> Path:
@@ -146,8 +207,6 @@ class UpstreamCache:
     def _matches_pin(self, wheel: Path, pin: WheelPin, *, rehash: bool = False) -> bool:
         """Whether `wheel` has the pinned sha256; a file unchanged since it was last hashed is
         not hashed again (any write changes its mtime or, replaced, its inode)."""
-        import json
-
         stamp = self._stamp_path(wheel)
         identity = self._identity(wheel)
         if not rehash:
@@ -164,8 +223,6 @@ class UpstreamCache:
         return True
 
     def _stamp(self, wheel: Path, identity: dict, pin: WheelPin) -> None:
-        import json
-
         from forkbuild.fsutil import write_atomic
 
         stamp = self._stamp_path(wheel)

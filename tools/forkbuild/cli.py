@@ -12,7 +12,7 @@ from pathlib import Path
 
 from forkbuild import __version__, commands
 from forkbuild.console import OutputError, Reporter, configure_logging, guard_standard_streams
-from forkbuild.context import Context
+from forkbuild.context import Context, directory_argument
 from forkbuild.errors import ForkbuildError, disk_error
 
 DESCRIPTION = """Keep a fork of sglang as a patch series (series.toml + patches/) against a pinned
@@ -26,9 +26,9 @@ release; apply, check, export, build wheels and images per variant, test, rebase
 def _global_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup, *, default: object = None) -> None:
     """-C, --cache, -v. On a subcommand's parser their default is SUPPRESS, so one
     given before the subcommand is not reset by the subcommand's parser."""
-    parser.add_argument("-C", "--series-dir", type=Path, default=default,
+    parser.add_argument("-C", "--series-dir", type=directory_argument, default=default,
                         help="directory holding series.toml (default: search upward from the cwd)")
-    parser.add_argument("--cache", type=Path, default=default,
+    parser.add_argument("--cache", type=directory_argument, default=default,
                         help="upstream cache directory (default: $FORKBUILD_CACHE or <series-dir>/.cache/forkbuild)")
     parser.add_argument("-v", "--verbose", action="store_true", default=False if default is None else default,
                         help="show git's and other tools' own output")
@@ -103,12 +103,14 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     reporter = Reporter(verbose=args.verbose)
     configure_logging(reporter)
+    context = None
     try:
         context = Context.create(series_dir=args.series_dir, cache_dir=args.cache, reporter=reporter)
         result = int(args.run(args, context) or 0)
         sys.stdout.flush()  # an output error is reported here, not by the interpreter at exit
         return result
     except ForkbuildError as error:
+        error = (context.upstream.explain(error) if context else None) or error  # a removed or damaged cache
         reporter.error(error)
         return error.return_code
     except KeyboardInterrupt:
@@ -120,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         return _output_failed(error, reporter)
     except OSError as error:
         # A full/read-only disk or a file in the way: one paragraph, no traceback.
-        friendly = disk_error(error)
+        friendly = disk_error(error) or (context.upstream.explain(error) if context else None)
         if friendly is None:
             raise
         reporter.error(friendly)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -15,6 +16,13 @@ if TYPE_CHECKING:
     from forkbuild.cache import UpstreamCache
 
 from forkbuild.layout import BUILD_DIR, DIST_DIR, DOCKER_DIR, SERIES_FILE, WORK_DIR
+
+
+def directory_argument(text: str) -> Path:
+    """-C/--cache: a path; '' (or blanks) is refused, not taken as the current directory."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path names no directory")
+    return Path(text)
 
 
 def find_series_dir(start: Path) -> Path:

@@ -20,12 +20,13 @@ def add_parser(subparsers) -> None:
 def run(args, context) -> int:
     upstream = context.series.upstream
     cache = context.upstream
+    if args.verify:  # first: a damaged cache is named, not imported over
+        for line in cache.verify(upstream):
+            context.reporter.info(line)
     commit = cache.ensure(upstream)
+    cache.check_readable(commit)
     context.reporter.info(f"{upstream.name} {upstream.version}: {upstream.tag} = {commit[:12]} in {cache.repo_path}")
     if args.wheels:
         for pin in upstream.wheels:
             context.reporter.info(f"{pin.filename}: {cache.wheel(pin)}")
-    if args.verify:
-        for line in cache.verify(upstream):
-            context.reporter.info(line)
     return 0
