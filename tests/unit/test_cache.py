@@ -196,7 +196,7 @@ def test_an_unchanged_wheel_is_not_hashed_twice_but_fetch_verify_rehashes(tmp_pa
     cache.wheel(pin)
     assert hashed == []  # the verified stamp (size, mtime, inode) matched
     cache.ensure(wheel_upstream(pin, "1.0"))
-    assert cache.verify(wheel_upstream(pin, "1.0"))[-1].endswith("git fsck clean")
+    assert any(line.endswith("git fsck clean") for line in cache.verify(wheel_upstream(pin, "1.0")))
     assert hashed  # re-hashed although the stamp matched
     # Same size, same mtime, new content: a replaced file has a new inode.
     cached = cache.wheels_dir / pin.filename
