@@ -20,6 +20,7 @@ import argparse
 import time
 from pathlib import Path
 
+from forkbuild.combination import of_variant
 from forkbuild.commands.compose import compose_build
 from forkbuild.console import Reporter
 from forkbuild.context import Context
@@ -47,7 +48,7 @@ def main() -> None:
 
     start = time.monotonic()
     stock_base = ensure_bases(context=context, docker=docker, stock=True)[-1]
-    contexts = [prepare_context(context, variant=name, python_tags=[args.python_tag]) for name in context.series.variants]
+    contexts = [prepare_context(context, variant=of_variant(context.series, name), python_tags=[args.python_tag]) for name in context.series.variants]
     print(f"setup (bases, wheels, contexts; cached when present): {time.monotonic() - start:.1f}s")
     print(f"base: {stock_base}\n")
 

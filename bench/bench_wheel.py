@@ -25,6 +25,7 @@ from forkbuild import manifest as manifest_module
 from forkbuild import naming
 from forkbuild.apply import scratch_tree
 from forkbuild.cache import UpstreamCache
+from forkbuild.combination import Combination, of_variant
 from forkbuild.console import Reporter
 from forkbuild.context import Context
 from forkbuild.git import Git
@@ -41,7 +42,7 @@ def timed(action) -> float:
     return time.perf_counter() - start
 
 
-def variant_changes(context: Context, variant: str, layout: WheelLayout) -> OverlayChanges:
+def variant_changes(context: Context, variant: Combination, layout: WheelLayout) -> OverlayChanges:
     with scratch_tree(context=context, variant=variant, strict=True) as result:
         changed = Git(result.dest).changed_files(result.base_commit, result.head_commit)
         return collect_changes(tree=result.dest, changed=changed, layout=layout)
@@ -93,7 +94,7 @@ def main() -> int:
     args = parser.parse_args()
     context = Context.create(series_dir=args.series_dir, cache_dir=args.cache, reporter=Reporter())
     series = context.series
-    variant = args.variant or series.default_variant
+    variant = of_variant(series, args.variant or series.default_variant)  # resolved once
     pin = series.upstream.wheel_for(args.python_tag)
     source_path = UpstreamCache(context.cache_dir, reporter=context.reporter).wheel(pin)
     source = ZipSource(source_path)
@@ -105,7 +106,7 @@ def main() -> int:
                       manifest=manifest_module.dumps(manifest_module.build_manifest(
                           series=series, variant=variant, version=version, pin=pin)))
     print(f"{source_path.name}: {len(source.members)} members, {source_path.stat().st_size / 1e6:.1f} MB; "
-          f"variant {variant}: {len(changes.changes)} changed files (+ version, manifest)")
+          f"variant {variant.name}: {len(changes.changes)} changed files (+ version, manifest)")
     with tempfile.TemporaryDirectory(prefix="bench-wheel-") as scratch:
         scratch_dir = Path(scratch)
         target = scratch_dir / naming.wheel_filename(name=series.upstream.name, version=version,
@@ -127,7 +128,7 @@ def main() -> int:
             start = time.perf_counter()
             for name in series.variants:
                 took = timed(lambda: build_wheels(context=context, request=WheelRequest(
-                    variant=name, out_dir=out, force=True)))
+                    variant=of_variant(series, name), out_dir=out, force=True)))
                 print(f"build-wheel {name:<8} (apply + {len(series.upstream.wheels)} wheels, validated): {took:6.2f} s")
             print(f"every variant:                       {time.perf_counter() - start:6.2f} s")
     return 0

@@ -11,6 +11,7 @@ import pytest
 
 from forkbuild.apply import apply_variant
 from forkbuild.cache import UpstreamCache
+from forkbuild.combination import of_variant
 from forkbuild.console import Reporter
 from forkbuild.context import Context
 from forkbuild.patchfile import read_patch
@@ -39,7 +40,7 @@ def test_fetch_is_offline_and_fast_the_second_time(context, monkeypatch):
 
 @pytest.mark.parametrize("variant", ["stock", "tp3", "tp4"])
 def test_every_variant_applies_strictly_one_commit_per_patch(context, tmp_path, variant):
-    result = apply_variant(context=context, variant=variant, dest=tmp_path / variant)
+    result = apply_variant(context=context, variant=of_variant(context.series, variant), dest=tmp_path / variant)
     entries = context.series.patches_for(variant)
     assert [record.entry.file for record in result.records] == [entry.file for entry in entries]
     assert all(record.outcome in ("exact", "offset") for record in result.records), result.records

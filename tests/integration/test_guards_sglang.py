@@ -14,7 +14,7 @@ import pytest
 
 from forkbuild.apply import ApplyPlan, apply_plan, plan_variant
 from forkbuild.cache import UpstreamCache
-from forkbuild.combination import from_features
+from forkbuild.combination import from_features, whole_series
 from forkbuild.config import Series, load_series
 from forkbuild.console import Reporter
 from forkbuild.context import Context
@@ -63,7 +63,7 @@ def test_only_the_guards_patch_touches_the_registry(context):
 
 
 def test_the_whole_series_applies_exact(context, scratch):
-    result = apply_plan(context=context, plan=plan_variant(context.series, None), dest=scratch)
+    result = apply_plan(context=context, plan=plan_variant(context.series, whole_series(context.series)), dest=scratch)
     assert {record.entry.file: record.outcome for record in result.records} == {
         entry.file: Outcome.EXACT for entry in context.series.patches}
 
@@ -105,5 +105,5 @@ def test_a_conflicting_patch_changes_no_other_patch_outcome(context, scratch, tm
     first_context = next(index for index in range(first_hunk, len(lines)) if lines[index].startswith(" "))
     lines[first_context] = " # this line is not upstream's\n"
     entry.path.write_text("".join(lines))
-    result = apply_plan(context=broken, plan=plan_variant(broken.series, None), dest=scratch)
+    result = apply_plan(context=broken, plan=plan_variant(broken.series, whole_series(broken.series)), dest=scratch)
     _check_others(broken.series, feature, result.records, own=Outcome.CONFLICT)

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from forkbuild import manifest
+from forkbuild.combination import of_variant
 from forkbuild.commands.compose import compose_build
 from forkbuild.console import Reporter
 from forkbuild.context import Context
@@ -79,7 +80,7 @@ def bases(context, docker) -> tuple[str, str]:
 
 @pytest.fixture(scope="module")
 def contexts(context):
-    return {variant: prepare_context(context, variant=variant, python_tags=["cp311"]) for variant in VARIANTS}
+    return {variant: prepare_context(context, variant=of_variant(context.series, variant), python_tags=["cp311"]) for variant in VARIANTS}
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from forkbuild import manifest as manifest_module
 from forkbuild.apply import scratch_tree
+from forkbuild.combination import of_variant
 from forkbuild.console import Reporter
 from forkbuild.context import Context
 from forkbuild.errors import BuildError
@@ -37,7 +38,7 @@ def context() -> Context:
 @pytest.fixture(scope="module")
 def built(context, tmp_path_factory):
     out = tmp_path_factory.mktemp("dist")
-    return out, build_wheels(context=context, request=WheelRequest(variant=VARIANT, out_dir=out))
+    return out, build_wheels(context=context, request=WheelRequest(variant=of_variant(context.series, VARIANT), out_dir=out))
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +65,7 @@ def run_python(python: Path, code: str) -> str:
 
 def test_one_validated_wheel_per_pinned_tag(context, built):
     out, wheels = built
-    version = variant_version(context.series, VARIANT)
+    version = variant_version(context.series, of_variant(context.series, VARIANT))
     tags = [pin.python_tag for pin in context.series.upstream.wheels]
     assert sorted(wheel.path.name for wheel in wheels) == sorted(
         f"sglang-{version}-{tag}-{tag}-manylinux_2_34_x86_64.whl" for tag in tags)
@@ -91,13 +92,13 @@ def test_manifest_matches_series_toml(context, cp311):
 
 def test_installed_version_is_the_local_version(context, installed):
     version = run_python(installed, "import importlib.metadata as m; print(m.version('sglang'))").strip()
-    assert version == variant_version(context.series, VARIANT)
+    assert version == variant_version(context.series, of_variant(context.series, VARIANT))
 
 
 def test_installed_files_are_the_patched_tree(context, installed):
     """Every file the patches change is installed with the patched content; the guard types exist."""
     site = Path(run_python(installed, "import sysconfig; print(sysconfig.get_paths()['platlib'])").strip())
-    with scratch_tree(context=context, variant=VARIANT, strict=True) as result:
+    with scratch_tree(context=context, variant=of_variant(context.series, VARIANT), strict=True) as result:
         changed = Git(result.dest).changed_files(result.base_commit, result.head_commit)
         assert changed, "the variant changes no file"
         root = context.series.upstream.package_root
@@ -141,7 +142,7 @@ print(json.dumps({"bad": bad, "package": (package / "_forkbuild_manifest.json").
 
 def test_second_build_is_skipped(context, built):
     out, wheels = built
-    again = build_wheels(context=context, request=WheelRequest(variant=VARIANT, out_dir=out))
+    again = build_wheels(context=context, request=WheelRequest(variant=of_variant(context.series, VARIANT), out_dir=out))
     assert [wheel.rebuilt for wheel in again] == [False] * len(wheels)
 
 

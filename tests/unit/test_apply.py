@@ -9,6 +9,7 @@ import re
 import pytest
 from fixtures import DEFAULT_PATCHES, FEATURES_TOML, VARIANTS_TOML, PatchSpec, make_series
 
+from forkbuild.combination import of_variant
 from forkbuild.apply import apply_plan, apply_variant, plan_variant, read_state
 from forkbuild.errors import ApplyError, DirtyTreeError, UnsafePatchError
 from forkbuild.git import Git
@@ -19,7 +20,7 @@ def log(tree) -> list[str]:
 
 
 def test_one_commit_per_patch_with_the_patch_author_date_and_message(series_fx, tmp_path):
-    result = apply_variant(context=series_fx.context(), variant="full", dest=tmp_path / "w")
+    result = apply_variant(context=series_fx.context(), variant=of_variant(series_fx.load(), "full"), dest=tmp_path / "w")
     assert [record.outcome for record in result.records] == ["exact", "exact", "exact"]
     assert log(tmp_path / "w")[1:] == [f"Fixture Author <author@example.com>|1700000000 +0000|{spec.subject}"
                                        for spec in DEFAULT_PATCHES]
@@ -29,13 +30,13 @@ def test_one_commit_per_patch_with_the_patch_author_date_and_message(series_fx, 
 
 
 def test_same_patches_same_commit_ids(series_fx, tmp_path):
-    first = apply_variant(context=series_fx.context(), variant="full", dest=tmp_path / "a")
-    second = apply_variant(context=series_fx.context(), variant="full", dest=tmp_path / "b")
+    first = apply_variant(context=series_fx.context(), variant=of_variant(series_fx.load(), "full"), dest=tmp_path / "a")
+    second = apply_variant(context=series_fx.context(), variant=of_variant(series_fx.load(), "full"), dest=tmp_path / "b")
     assert first.head_commit == second.head_commit
 
 
 def test_variant_leaving_a_patch_out_merges_the_later_one_with_the_series_blobs(series_fx, tmp_path):
-    result = apply_variant(context=series_fx.context(), variant="lite", dest=tmp_path / "w")
+    result = apply_variant(context=series_fx.context(), variant=of_variant(series_fx.load(), "lite"), dest=tmp_path / "w")
     assert [(record.entry.file, record.outcome) for record in result.records] == [
         ("guards.patch", "exact"), ("beta-limit.patch", "3-way")]
     environ = (tmp_path / "w" / "python/pkg/environ.py").read_text()
@@ -51,7 +52,7 @@ def _shift_hunks(text: str, by: int) -> str:
 def test_offsets_are_applied_and_reported(series_fx, tmp_path):
     patch = series_fx.patches_dir / "beta-limit.patch"
     patch.write_text(_shift_hunks(patch.read_text(), 2))
-    result = apply_variant(context=series_fx.context(), variant="full", dest=tmp_path / "w")
+    result = apply_variant(context=series_fx.context(), variant=of_variant(series_fx.load(), "full"), dest=tmp_path / "w")
     record = result.records[-1]
     assert record.outcome == "offset"
     assert "python/pkg/util.py hunk 1: -2 lines" in record.detail
@@ -61,7 +62,7 @@ def test_a_patch_whose_context_does_not_match_is_never_fuzzed_in(series_fx, tmp_
     patch = series_fx.patches_dir / "beta-limit.patch"
     patch.write_text(patch.read_text().replace(" def limit(value, ceiling=100):", " def limit(value, ceiling=99):"))
     with pytest.raises(ApplyError, match="beta-limit.patch"):
-        apply_variant(context=series_fx.context(), variant="full", dest=tmp_path / "w")
+        apply_variant(context=series_fx.context(), variant=of_variant(series_fx.load(), "full"), dest=tmp_path / "w")
     assert "ceiling = 50" not in (tmp_path / "w" / "python/pkg/util.py").read_text()
 
 
@@ -76,36 +77,36 @@ def test_a_patch_that_needs_a_left_out_one_names_it(tmp_path):
     fixture = make_series(tmp_path, specs=(*DEFAULT_PATCHES, GAMMA), features_toml=FEATURES_TOML + GAMMA_FEATURE,
                           variants_toml=VARIANTS_TOML + GAMMA_VARIANT)
     with pytest.raises(ApplyError) as caught:
-        apply_variant(context=fixture.context(), variant="nogamma", dest=tmp_path / "w")
+        apply_variant(context=fixture.context(), variant=of_variant(fixture.load(), "nogamma"), dest=tmp_path / "w")
     assert "gamma.patch" in caught.value.message
     assert "it needs alpha-scale.patch (left out of nogamma" in caught.value.message
 
 
 def test_uncommitted_changes_are_never_clobbered(series_fx, tmp_path):
-    apply_variant(context=series_fx.context(), variant="full", dest=tmp_path / "w")
+    apply_variant(context=series_fx.context(), variant=of_variant(series_fx.load(), "full"), dest=tmp_path / "w")
     core = tmp_path / "w" / "python/pkg/core.py"
     core.write_text(core.read_text() + "# my work\n")
     with pytest.raises(DirtyTreeError, match="uncommitted changes") as caught:
-        apply_variant(context=series_fx.context(), variant="lite", dest=tmp_path / "w")
+        apply_variant(context=series_fx.context(), variant=of_variant(series_fx.load(), "lite"), dest=tmp_path / "w")
     assert "git -C" in caught.value.hint and "export" in caught.value.hint
     assert core.read_text().endswith("# my work\n")
 
 
 def test_commits_not_in_the_series_are_never_clobbered(series_fx, tmp_path):
-    apply_variant(context=series_fx.context(), variant="full", dest=tmp_path / "w")
+    apply_variant(context=series_fx.context(), variant=of_variant(series_fx.load(), "full"), dest=tmp_path / "w")
     tree = Git(tmp_path / "w")
     (tmp_path / "w" / "notes.txt").write_text("mine\n")
     tree.run("add", "notes.txt")
     tree.run("commit", "-qm", "my commit")
     mine = tree.head()
     with pytest.raises(DirtyTreeError, match="1 commit"):
-        apply_variant(context=series_fx.context(), variant="full", dest=tmp_path / "w")
+        apply_variant(context=series_fx.context(), variant=of_variant(series_fx.load(), "full"), dest=tmp_path / "w")
     assert tree.head() == mine
 
 
 def test_a_clean_forkbuild_tree_is_refreshed_in_place(series_fx, tmp_path):
-    apply_variant(context=series_fx.context(), variant="full", dest=tmp_path / "w")
-    result = apply_variant(context=series_fx.context(), variant="lite", dest=tmp_path / "w")
+    apply_variant(context=series_fx.context(), variant=of_variant(series_fx.load(), "full"), dest=tmp_path / "w")
+    result = apply_variant(context=series_fx.context(), variant=of_variant(series_fx.load(), "lite"), dest=tmp_path / "w")
     assert read_state(tmp_path / "w").head == result.head_commit
     assert "DSV41_ALPHA" not in (tmp_path / "w" / "python/pkg/environ.py").read_text()
 
@@ -114,7 +115,7 @@ def test_a_directory_forkbuild_did_not_make_is_left_alone(series_fx, tmp_path):
     (tmp_path / "w").mkdir()
     (tmp_path / "w" / "keep.txt").write_text("x")
     with pytest.raises(DirtyTreeError, match="not a forkbuild work tree"):
-        apply_variant(context=series_fx.context(), variant="full", dest=tmp_path / "w")
+        apply_variant(context=series_fx.context(), variant=of_variant(series_fx.load(), "full"), dest=tmp_path / "w")
     assert (tmp_path / "w" / "keep.txt").read_text() == "x"
 
 
@@ -127,7 +128,7 @@ def test_unsafe_patches_are_refused_naming_patch_and_path(series_fx, tmp_path, o
     patch = series_fx.patches_dir / "beta-limit.patch"
     patch.write_text(patch.read_text().replace(old, new))
     with pytest.raises(UnsafePatchError) as caught:
-        apply_variant(context=series_fx.context(), variant="full", dest=tmp_path / "w")
+        apply_variant(context=series_fx.context(), variant=of_variant(series_fx.load(), "full"), dest=tmp_path / "w")
     assert "patches/beta-limit.patch" in caught.value.message and problem in caught.value.message
     assert not (tmp_path / "w").exists()
 
@@ -138,14 +139,14 @@ def test_a_patch_creating_a_symlink_is_refused(series_fx, tmp_path):
     patch = series_fx.patches_dir / "beta-limit.patch"
     patch.write_text(patch.read_text() + link)
     with pytest.raises(UnsafePatchError, match="symbolic link"):
-        apply_variant(context=series_fx.context(), variant="full", dest=tmp_path / "w")
+        apply_variant(context=series_fx.context(), variant=of_variant(series_fx.load(), "full"), dest=tmp_path / "w")
 
 
 def test_a_failing_patch_keeps_the_ones_applied_before_it(series_fx, tmp_path):
     patch = series_fx.patches_dir / "alpha-scale.patch"
     patch.write_text(patch.read_text().replace("     return value * 2", "     return value * 5"))
     context = series_fx.context()
-    result = apply_plan(context=context, plan=plan_variant(context.series, "full"), dest=tmp_path / "w")
+    result = apply_plan(context=context, plan=plan_variant(context.series, of_variant(context.series, "full")), dest=tmp_path / "w")
     # beta's environ.py context holds alpha's guard: without alpha its exact apply fails,
     # and the 3-way rung (the preimage blobs its index lines name) merges it next to guards'.
     assert [(record.entry.file, record.outcome) for record in result.records] == [
@@ -162,17 +163,17 @@ def test_a_held_cache_lock_is_a_lock_timeout_not_a_traceback(series_fx, tmp_path
     from forkbuild import cache as cache_module
     from forkbuild.errors import LockTimeout
 
-    apply_variant(context=series_fx.context(), variant="full", dest=tmp_path / "full")  # upstream imported
+    apply_variant(context=series_fx.context(), variant=of_variant(series_fx.load(), "full"), dest=tmp_path / "full")  # upstream imported
     monkeypatch.setattr(cache_module, "LOCK_TIMEOUT_SECONDS", 0.1)
     # "lite" leaves alpha out: the whole series' blobs are made under the lock first.
     with FileLock(str(series_fx.cache / "lock")), pytest.raises(LockTimeout, match="held by another process"):
-        apply_variant(context=series_fx.context(), variant="lite", dest=tmp_path / "lite")
+        apply_variant(context=series_fx.context(), variant=of_variant(series_fx.load(), "lite"), dest=tmp_path / "lite")
 
 
 def test_dir_naming_an_existing_file_is_refused_and_the_file_kept(series_fx, tmp_path):
     (tmp_path / "w").write_text("mine\n")
     with pytest.raises(DirtyTreeError, match="is not a directory"):
-        apply_variant(context=series_fx.context(), variant="full", dest=tmp_path / "w")
+        apply_variant(context=series_fx.context(), variant=of_variant(series_fx.load(), "full"), dest=tmp_path / "w")
     assert series_fx.cli("apply", "--dir", str(tmp_path / "w")) == DirtyTreeError.return_code
     assert (tmp_path / "w").read_text() == "mine\n"
 
@@ -181,9 +182,9 @@ def test_dir_naming_an_existing_file_is_refused_and_the_file_kept(series_fx, tmp
 def test_a_corrupt_state_file_is_a_dirty_tree_error_with_a_hint(series_fx, tmp_path, text):
     from forkbuild.worktree.state import STATE_FILE
 
-    apply_variant(context=series_fx.context(), variant="full", dest=tmp_path / "w")
+    apply_variant(context=series_fx.context(), variant=of_variant(series_fx.load(), "full"), dest=tmp_path / "w")
     (Git(tmp_path / "w").git_dir / STATE_FILE).write_text(text)
     with pytest.raises(DirtyTreeError, match="forkbuild state .* is unreadable") as caught:
-        apply_variant(context=series_fx.context(), variant="full", dest=tmp_path / "w")
+        apply_variant(context=series_fx.context(), variant=of_variant(series_fx.load(), "full"), dest=tmp_path / "w")
     assert "apply again" in caught.value.hint
     assert series_fx.cli("export", "--dir", str(tmp_path / "w")) == DirtyTreeError.return_code

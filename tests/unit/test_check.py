@@ -40,9 +40,9 @@ def test_every_failing_patch_of_every_variant_in_one_pass(series_fx: SeriesFixtu
     failed = {result.label: [record.entry.file for record in result.failures] for result in results}
     assert failed["(whole series)"] == ["alpha-scale.patch", "beta-limit.patch"]
     assert failed["full"] == ["alpha-scale.patch", "beta-limit.patch"]
-    lite = next(result for result in results if result.variant == "lite")
+    lite = next(result for result in results if result.label == "lite")
     assert not lite.ok  # leaves alpha out: needs the whole series, which does not apply
-    assert next(result for result in results if result.variant == "stock").ok
+    assert next(result for result in results if result.label == "stock").ok
     with pytest.raises(ApplyError) as error:
         raise_on_failures(results)
     assert "full: beta-limit.patch" in error.value.message and "full: alpha-scale.patch" in error.value.message
@@ -62,7 +62,7 @@ def test_a_variant_only_failure_is_found(series_fx: SeriesFixture) -> None:
     results = check_series(context=series_fx.context())
     failed = {result.label: [record.entry.file for record in result.failures] for result in results}
     assert failed == {"(whole series)": [], "full": [], "lite": ["beta-thirty.patch"], "stock": []}
-    lite = next(result for result in results if result.variant == "lite")
+    lite = next(result for result in results if result.label == "lite")
     assert "alpha-scale.patch" in lite.failures[0].detail  # names the left-out patch it needs
 
 

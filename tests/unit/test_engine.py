@@ -11,6 +11,7 @@ import re
 import tomllib
 
 from fixtures import PatchSpec, SeriesFixture, commit_all, make_series
+from forkbuild.combination import of_variant
 from forkbuild.apply import apply_plan, apply_variant, plan_variant
 from forkbuild.cache import UpstreamCache
 from forkbuild.errors import ApplyError, DirtyTreeError, LockBusy, RebaseStopped
@@ -41,7 +42,7 @@ def work(fx: SeriesFixture) -> Git:
 # -- plumbing ------------------------------------------------------------------
 
 def test_plumbing_commits_are_the_commits_git_am_makes(series_fx: SeriesFixture, tmp_path) -> None:
-    result = apply_variant(context=series_fx.context(), variant="full", dest=tmp_path / "w")
+    result = apply_variant(context=series_fx.context(), variant=of_variant(series_fx.load(), "full"), dest=tmp_path / "w")
     cache_git = UpstreamCache(series_fx.cache).git()
     am_tree = cache_git.add_worktree(tmp_path / "am", result.base_commit)
     am = am_tree.am([record.entry.path for record in result.records], three_way=False,
@@ -283,7 +284,7 @@ def test_patches_of_different_files_apply_in_one_git_run_with_the_commits_git_am
     fx = make_series(tmp_path, specs=DISJOINT)
     UpstreamCache(fx.cache).ensure(fx.load().upstream)
     runs = git_runs(monkeypatch)
-    result = apply_variant(context=fx.context(), variant="full", dest=tmp_path / "w")
+    result = apply_variant(context=fx.context(), variant=of_variant(fx.load(), "full"), dest=tmp_path / "w")
     assert [record.outcome.value for record in result.records] == ["exact", "exact", "exact"]
     assert [run[0] for run in runs].count("apply") == 1
     assert [run[0] for run in runs].count("fast-import") == 1
@@ -297,16 +298,16 @@ def test_patches_of_different_files_apply_in_one_git_run_with_the_commits_git_am
 
 def test_a_re_apply_recalls_every_commit_and_a_changed_patch_is_computed_again(tmp_path, monkeypatch) -> None:
     fx = make_series(tmp_path, specs=DISJOINT)
-    first = apply_variant(context=fx.context(), variant="full", dest=tmp_path / "w")
+    first = apply_variant(context=fx.context(), variant=of_variant(fx.load(), "full"), dest=tmp_path / "w")
     runs = git_runs(monkeypatch)
-    again = apply_variant(context=fx.context(), variant="full", dest=tmp_path / "w")
+    again = apply_variant(context=fx.context(), variant=of_variant(fx.load(), "full"), dest=tmp_path / "w")
     assert again.head_commit == first.head_commit
     assert not {"apply", "fast-import", "commit-tree", "write-tree", "checkout", "reset"} & {run[0] for run in runs}
     # The last patch changes: the two before it are recalled, it alone goes to git.
     patch = fx.patches_dir / "new-module.patch"
     patch.write_text(patch.read_text().replace("+EXTRA = 1", "+EXTRA = 2"))
     runs.clear()
-    changed = apply_variant(context=fx.context(), variant="full", dest=tmp_path / "w")
+    changed = apply_variant(context=fx.context(), variant=of_variant(fx.load(), "full"), dest=tmp_path / "w")
     assert [record.commit for record in changed.records][:2] == [record.commit for record in first.records][:2]
     assert [run for run in runs if run[0] == "apply"] and all(run[-1].endswith("new-module.patch")
                                                               for run in runs if run[0] == "apply")
@@ -317,7 +318,7 @@ def test_a_failing_patch_in_a_group_leaves_the_others_their_own_commits(tmp_path
     fx = make_series(tmp_path, specs=DISJOINT)
     patch = fx.patches_dir / "util-ceiling.patch"
     patch.write_text(patch.read_text().replace("\n     return min(value, ceiling)", "\n     return max(value, ceiling)"))
-    plan = plan_variant(fx.load(), "full")
+    plan = plan_variant(fx.load(), of_variant(fx.load(), "full"))
     result = apply_plan(context=fx.context(), plan=plan, dest=tmp_path / "w")
     assert [record.outcome.value for record in result.records] == ["exact", "conflict", "exact"]
     tree = Git(tmp_path / "w")
@@ -352,7 +353,7 @@ def test_a_patch_putting_a_file_below_an_upstream_file_is_refused_not_applied_ov
     fx.series_toml.write_text(fx.series_toml.read_text().replace(
         '[[patches]]\nfile = "new-module.patch"', '[[patches]]\nfile = "below.patch"\nfeature = "beta"\n\n'
                                                   '[[patches]]\nfile = "new-module.patch"'))
-    result = apply_plan(context=fx.context(), plan=plan_variant(fx.load(), "full"), dest=tmp_path / "w")
+    result = apply_plan(context=fx.context(), plan=plan_variant(fx.load(), of_variant(fx.load(), "full")), dest=tmp_path / "w")
     outcomes = {record.entry.file: record.outcome.value for record in result.records}
     assert outcomes == {"core-triple.patch": "exact", "util-ceiling.patch": "exact", "below.patch": "conflict",
                         "new-module.patch": "exact"}
@@ -388,7 +389,7 @@ def test_deletions_and_mode_changes_make_the_commits_git_am_makes(tmp_path) -> N
         '[[patches]]\nfile = "new-module.patch"\nfeature = "beta"\n',
         '[[patches]]\nfile = "new-module.patch"\nfeature = "beta"\n\n'
         '[[patches]]\nfile = "remove-environ.patch"\nfeature = "beta"\n'))
-    result = apply_variant(context=fx.context(), variant="full", dest=tmp_path / "w")
+    result = apply_variant(context=fx.context(), variant=of_variant(fx.load(), "full"), dest=tmp_path / "w")
     assert [record.outcome.value for record in result.records] == ["exact"] * 4
     am_tree = UpstreamCache(fx.cache).git().add_worktree(tmp_path / "am", result.base_commit)
     assert am_tree.am([record.entry.path for record in result.records], three_way=False,
@@ -409,7 +410,7 @@ def test_a_later_group_applies_on_the_small_index_the_first_one_wrote_with_the_c
     fx = make_series(tmp_path, specs=GROUPED)
     UpstreamCache(fx.cache).ensure(fx.load().upstream)
     runs = git_runs(monkeypatch)
-    result = apply_variant(context=fx.context(), variant="full", dest=tmp_path / "w")
+    result = apply_variant(context=fx.context(), variant=of_variant(fx.load(), "full"), dest=tmp_path / "w")
     assert [record.outcome.value for record in result.records] == ["exact"] * 4
     commands = [run[0] for run in runs]
     assert commands.count("apply") == 2  # core.py is named again by the third patch: a second group
@@ -427,7 +428,7 @@ def test_after_a_group_that_does_not_apply_the_next_patches_apply_on_the_index_a
     patch = fx.patches_dir / "core-quadruple.patch"
     patch.write_text(patch.read_text().replace("-    return value * 3", "-    return value * 5"))
     runs = git_runs(monkeypatch)
-    result = apply_plan(context=fx.context(), plan=plan_variant(fx.load(), "full"), dest=tmp_path / "w")
+    result = apply_plan(context=fx.context(), plan=plan_variant(fx.load(), of_variant(fx.load(), "full")), dest=tmp_path / "w")
     assert [record.outcome.value for record in result.records] == ["exact", "exact", "conflict", "exact"]
     assert [run[0] for run in runs].count("update-index") == 1
     tree = Git(tmp_path / "w")
@@ -444,7 +445,7 @@ def test_an_apply_removes_the_private_indexes_a_killed_engine_left_and_keeps_a_l
     import sys
 
     fx = make_series(tmp_path, specs=DISJOINT)
-    apply_variant(context=fx.context(), variant="full", dest=tmp_path / "w")
+    apply_variant(context=fx.context(), variant=of_variant(fx.load(), "full"), dest=tmp_path / "w")
     git_dir = Git(tmp_path / "w").git_dir
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
@@ -455,7 +456,7 @@ def test_an_apply_removes_the_private_indexes_a_killed_engine_left_and_keeps_a_l
         running = git_dir / f"forkbuild-engine-small-{live.pid}-1.index"
         for path in (*left, running):
             path.write_bytes(b"DIRC")
-        apply_variant(context=fx.context(), variant="full", dest=tmp_path / "w")
+        apply_variant(context=fx.context(), variant=of_variant(fx.load(), "full"), dest=tmp_path / "w")
         assert [path.name for path in left if path.exists()] == []
         assert running.exists()  # its forkbuild is still running: its index is its own
     finally:

@@ -7,6 +7,7 @@ import tomllib
 import pytest
 
 from fixtures import SeriesFixture, commit_all, edit
+from forkbuild.combination import of_variant, whole_series
 from forkbuild.apply import apply_variant
 from forkbuild.errors import ConfigError, DirtyTreeError, ExportDriftError, ForkbuildError
 from forkbuild.export import export_series, normalized, patch_name
@@ -17,7 +18,8 @@ from forkbuild.series_edit import quilt_series_text
 
 def make_tree(fx: SeriesFixture, *, variant: str | None = None) -> Git:
     dest = fx.root / ".forkbuild-work" / (variant or "series")
-    apply_variant(context=fx.context(), variant=variant, dest=dest)
+    series = fx.load()
+    apply_variant(context=fx.context(), variant=of_variant(series, variant) if variant else whole_series(series), dest=dest)
     return Git(dest)
 
 
@@ -229,7 +231,7 @@ def test_apply_and_export_refuse_unsaved_work_with_the_same_advice(series_fx: Se
         with pytest.raises(DirtyTreeError) as by_export:
             export_series(context=series_fx.context(), tree=tree.path)
         with pytest.raises(DirtyTreeError) as by_apply:
-            apply_variant(context=series_fx.context(), variant=None, dest=tree.path)
+            apply_variant(context=series_fx.context(), variant=whole_series(series_fx.load()), dest=tree.path)
         return by_export.value, by_apply.value
 
     by_export, by_apply = refusals()

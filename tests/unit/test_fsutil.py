@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from forkbuild import fsutil
+from forkbuild.combination import of_variant
 from forkbuild.fsutil import write_atomic
 
 
@@ -75,7 +76,7 @@ def test_apply_writes_its_work_tree_state_atomically(series_fx, tmp_path: Path, 
         real(path, data)
 
     monkeypatch.setattr("forkbuild.worktree.state.write_atomic", spy)
-    apply_variant(context=series_fx.context(), variant="full", dest=tmp_path / "w")
+    apply_variant(context=series_fx.context(), variant=of_variant(series_fx.load(), "full"), dest=tmp_path / "w")
     assert written == [STATE_FILE]
     git_dir = Git(tmp_path / "w").git_dir
     assert sorted(path.name for path in git_dir.iterdir() if STATE_FILE in path.name) == [STATE_FILE]
@@ -149,7 +150,7 @@ def test_an_apply_flushes_the_trees_state_to_disk_and_none_of_the_caches_records
                         or real(descriptor))
     from forkbuild.apply import apply_variant
 
-    apply_variant(context=series_fx.context(), variant="full", dest=tmp_path / "w")
+    apply_variant(context=series_fx.context(), variant=of_variant(series_fx.load(), "full"), dest=tmp_path / "w")
     cache = str(series_fx.cache.resolve())
     records = ("forkbuild-trees", "forkbuild-symlinks", "forkbuild-apply-memo")
     assert [path for path in synced if path.startswith(cache) and any(name in path for name in records)] == []

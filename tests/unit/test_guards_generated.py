@@ -18,7 +18,7 @@ import pytest
 
 from fixtures import DEFAULT_PATCHES, PatchSpec, make_series
 from forkbuild.apply import ApplyPlan, apply_plan, apply_variant, plan_variant, read_state
-from forkbuild.combination import from_features
+from forkbuild.combination import from_features, of_variant, whole_series
 from forkbuild.config import Series
 from forkbuild.errors import ConfigError
 from forkbuild.export import export_series
@@ -92,7 +92,7 @@ def outcomes(context, plan: ApplyPlan, dest: Path) -> dict[str, str]:
 def changed_by_leaving_out(fixture, tmp_path: Path) -> dict[str, dict[str, str]]:
     """For each feature: the other patches whose outcome differs from the full series' when it is left out."""
     context = fixture.context()
-    baseline = outcomes(context, plan_variant(context.series, None), tmp_path / "full")
+    baseline = outcomes(context, plan_variant(context.series, whole_series(context.series)), tmp_path / "full")
     changed = {}
     for feature in {entry.feature for entry in context.series.patches} - {"guards"}:
         got = outcomes(context, plan_without(context.series, feature), tmp_path / f"without-{feature}")
@@ -103,7 +103,7 @@ def changed_by_leaving_out(fixture, tmp_path: Path) -> dict[str, dict[str, str]]
 def test_leaving_any_feature_out_changes_no_other_patch_outcome(tmp_path):
     fixture = _module_series(tmp_path)
     context = fixture.context()
-    baseline = outcomes(context, plan_variant(context.series, None), tmp_path / "full")
+    baseline = outcomes(context, plan_variant(context.series, whole_series(context.series)), tmp_path / "full")
     assert set(baseline.values()) == {Outcome.EXACT}
     assert changed_by_leaving_out(fixture, tmp_path) == {name: {} for name in FEATURES}
 
@@ -121,7 +121,7 @@ def test_a_conflicting_patch_changes_no_other_patch_outcome(tmp_path):
     # beta's context no longer matches upstream (nor the series' blobs): it conflicts.
     patch.write_text(patch.read_text().replace(" def limit(value, ceiling=100):", " def limit(value, ceiling=99):"))
     context = fixture.context()
-    got = outcomes(context, plan_variant(context.series, None), tmp_path / "w")
+    got = outcomes(context, plan_variant(context.series, whole_series(context.series)), tmp_path / "w")
     assert got == {"guards.patch": Outcome.EXACT, "alpha.patch": Outcome.EXACT, "beta.patch": Outcome.CONFLICT,
                    "gamma.patch": Outcome.EXACT}
 
@@ -129,7 +129,7 @@ def test_a_conflicting_patch_changes_no_other_patch_outcome(tmp_path):
 def test_the_generated_module_declares_exactly_the_build_features_guards(tmp_path):
     fixture = _module_series(tmp_path)
     context = fixture.context()
-    result = apply_variant(context=context, variant="no_beta", dest=tmp_path / "w")
+    result = apply_variant(context=context, variant=of_variant(context.series, "no_beta"), dest=tmp_path / "w")
     tree = Git(tmp_path / "w")
     path = module_path(context.series)
     assert path == "python/pkg/fork_guards.py"
@@ -153,14 +153,14 @@ def test_the_generated_module_declares_exactly_the_build_features_guards(tmp_pat
 
 def test_stock_stays_upstream(tmp_path):
     fixture = _module_series(tmp_path)
-    result = apply_variant(context=fixture.context(), variant="stock", dest=tmp_path / "w")
+    result = apply_variant(context=fixture.context(), variant=of_variant(fixture.load(), "stock"), dest=tmp_path / "w")
     assert result.head_commit == result.base_commit
 
 
 def test_same_series_same_generated_commit(tmp_path):
     fixture = _module_series(tmp_path)
-    first = apply_variant(context=fixture.context(), variant="full", dest=tmp_path / "a")
-    second = apply_variant(context=fixture.context(), variant="full", dest=tmp_path / "b")
+    first = apply_variant(context=fixture.context(), variant=of_variant(fixture.load(), "full"), dest=tmp_path / "a")
+    second = apply_variant(context=fixture.context(), variant=of_variant(fixture.load(), "full"), dest=tmp_path / "b")
     assert first.head_commit == second.head_commit
 
 
@@ -201,7 +201,7 @@ def test_export_refuses_what_it_would_lose_or_misplace(tmp_path, change, problem
 
 
 def test_a_series_without_a_guards_module_generates_nothing(series_fx, tmp_path):
-    result = apply_variant(context=series_fx.context(), variant="full", dest=tmp_path / "w")
+    result = apply_variant(context=series_fx.context(), variant=of_variant(series_fx.load(), "full"), dest=tmp_path / "w")
     assert result.head_commit == result.records[-1].commit
     assert [spec.file for spec in DEFAULT_PATCHES] == [record.entry.file for record in result.records]
 

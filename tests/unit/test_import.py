@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from fixtures import SeriesFixture, commit_all, edit
+from forkbuild.combination import whole_series
 from forkbuild.errors import ApplyError, ConfigError
 from forkbuild.export import export_series
 from forkbuild.apply import apply_variant
@@ -112,7 +113,7 @@ def test_import_quilt_series(series_fx: SeriesFixture, tmp_path: Path) -> None:
     series_fx.load()
     # The imported files are what export writes: apply -> export --check is clean.
     tree = series_fx.root / ".forkbuild-work" / "series"
-    apply_variant(context=series_fx.context(), variant=None, dest=tree)
+    apply_variant(context=series_fx.context(), variant=whole_series(series_fx.load()), dest=tree)
     export_series(context=series_fx.context(), tree=tree, check=True)
 
 
@@ -186,7 +187,7 @@ def test_import_and_export_suggest_features_through_config_near_miss(series_fx: 
     directory = quilt_dir(tmp_path, {"offset.patch": QUILT_PATCH}, "offset.patch\n")
     with pytest.raises(ConfigError, match="suggested by config.near_miss"):
         import_quilt(context=series_fx.context(), directory=directory, feature="betta")
-    tree = Git(apply_variant(context=series_fx.context(), variant=None, dest=tmp_path / "tree").dest)
+    tree = Git(apply_variant(context=series_fx.context(), variant=whole_series(series_fx.load()), dest=tmp_path / "tree").dest)
     edit(tree.path, "python/pkg/core.py", "    return value + 1\n", "    return value + 2\n")
     commit_all(tree, "core: offset by two\n\nFeature: alpah\n")
     with pytest.raises(ConfigError, match="suggested by config.near_miss"):

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from fixtures import cli_main, make_quilt_project
+from forkbuild.combination import whole_series
 from forkbuild.apply import apply_variant
 from forkbuild.config import load_series
 from forkbuild.console import Reporter
@@ -75,7 +76,7 @@ class Project:
         """apply --all from the written files into a fresh tree; export --check must be clean."""
         context = Context(series_dir=self.root, cache_dir=Path(os.environ["FORKBUILD_CACHE"]), reporter=Reporter())
         tree = self.tmp_path / "applied"
-        apply_variant(context=context, variant=None, dest=tree)
+        apply_variant(context=context, variant=whole_series(context.series), dest=tree)
         export_series(context=context, tree=tree, check=True)
         return tree
 
@@ -385,7 +386,7 @@ index 000000000..68e21fff3
 def test_a_series_tree_holding_work_is_left_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     project = Project(tmp_path, {"a.patch": b"Description: a\n\n" + A_TXT_HUNK})
     series_tree = project.root / ".forkbuild-work" / "series"
-    apply_variant(context=project.context(), variant=None, dest=series_tree)
+    apply_variant(context=project.context(), variant=whole_series(project.context().series), dest=series_tree)
     (series_tree / "o.txt").write_bytes(b"my uncommitted work\n")
     output = project.cli_import(capsys)
     assert "was left as it is" in output and "uncommitted changes" in output

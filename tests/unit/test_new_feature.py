@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from fixtures import SeriesFixture, make_series
+from forkbuild.combination import whole_series
 from forkbuild.errors import ConfigError, ForkbuildError
 from forkbuild.new_feature import NewFeature, commit_template, parse_guard, plan_new_feature
 
@@ -166,7 +167,7 @@ def test_export_of_an_unknown_feature_points_at_new(series_fx, capsys):
     from fixtures import commit_all, edit
 
     tree = series_fx.root / ".forkbuild-work" / "series"
-    apply_variant(context=series_fx.context(), variant=None, dest=tree)
+    apply_variant(context=series_fx.context(), variant=whole_series(series_fx.load()), dest=tree)
     edit(tree, "python/pkg/util.py", "def limit(", "def limited(")
     commit_all(Git(tree), "util: rename\n\nFeature: hello_log\nGuard: DSV41_HELLO_LOG\n")
     assert series_fx.cli("export") == 2
@@ -197,7 +198,7 @@ def test_export_warns_about_a_feature_in_no_variant(series_fx, capsys):
     text = series_fx.series_toml.read_text().replace('features = ["gamma"]', "features = []")
     series_fx.series_toml.write_text(text)  # gamma now in no variant
     tree = series_fx.root / ".forkbuild-work" / "series"
-    apply_variant(context=series_fx.context(), variant=None, dest=tree)
+    apply_variant(context=series_fx.context(), variant=whole_series(series_fx.load()), dest=tree)
     edit(tree, "python/pkg/util.py", "def limit(", "def limited(")
     commit_all(Git(tree), "util: rename\n\nFeature: gamma\n")
     assert series_fx.cli("export") == 0

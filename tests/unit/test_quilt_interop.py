@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from fixtures import DEFAULT_PATCHES, PatchSpec, SeriesFixture, make_series
+from forkbuild.combination import whole_series
 from forkbuild.apply import apply_variant
 from forkbuild.cache import UpstreamCache
 from forkbuild.export import export_series
@@ -45,7 +46,7 @@ def quilt_push_all(fx: SeriesFixture, dest: Path) -> subprocess.CompletedProcess
 def test_quilt_push_gives_the_forkbuild_tree(tmp_path: Path, specs: tuple[PatchSpec, ...]) -> None:
     fx = make_series(tmp_path, specs=specs)
     forkbuild_tree = fx.root / ".forkbuild-work" / "series"
-    apply_variant(context=fx.context(), variant=None, dest=forkbuild_tree)
+    apply_variant(context=fx.context(), variant=whole_series(fx.load()), dest=forkbuild_tree)
     export_series(context=fx.context(), tree=forkbuild_tree)
     series_file = (fx.patches_dir / "series").read_text().splitlines()
     assert [line for line in series_file if not line.startswith("#")] == [spec.file for spec in specs]
@@ -60,7 +61,7 @@ def test_quilt_push_gives_the_forkbuild_tree(tmp_path: Path, specs: tuple[PatchS
 def test_quilt_stops_where_forkbuild_would(series_fx: SeriesFixture, tmp_path: Path) -> None:
     """Sanity of the comparison: without the series file quilt applies nothing and the trees differ."""
     forkbuild_tree = series_fx.root / ".forkbuild-work" / "series"
-    apply_variant(context=series_fx.context(), variant=None, dest=forkbuild_tree)
+    apply_variant(context=series_fx.context(), variant=whole_series(series_fx.load()), dest=forkbuild_tree)
     quilt_tree = tmp_path / "quilt-tree"
     result = quilt_push_all(series_fx, quilt_tree)
     assert result.returncode != 0

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from fixtures import SeriesFixture
+from forkbuild.combination import whole_series
 from forkbuild.apply import apply_variant
 from forkbuild.errors import ConfigError, DirtyTreeError, ForkbuildError
 from forkbuild.git import Git
@@ -57,8 +58,8 @@ def test_two_exports_at_once_lose_no_edit(series_fx: SeriesFixture, tmp_path: Pa
     check; export one runs meanwhile. Before the fix, export two's check had passed outside the
     lock and it wrote its old alpha over export one's: the edit was lost everywhere."""
     fx = series_fx
-    one = Git(apply_variant(context=fx.context(), variant=None, dest=fx.root / ".forkbuild-work/series").dest)
-    two = Git(apply_variant(context=fx.context(), variant=None, dest=fx.root / ".forkbuild-work/two").dest)
+    one = Git(apply_variant(context=fx.context(), variant=whole_series(fx.load()), dest=fx.root / ".forkbuild-work/series").dest)
+    two = Git(apply_variant(context=fx.context(), variant=whole_series(fx.load()), dest=fx.root / ".forkbuild-work/two").dest)
     amend(one, one.commits(one.head() + "~3", one.head())[1],
           lambda t: edit(t.path, "python/pkg/core.py", "return value * 3", "return value * 4"))
     amend(two, two.commits(two.head() + "~3", two.head())[2],

@@ -10,6 +10,7 @@ from wheelkit import wheel_series
 
 from forkbuild import cli
 from forkbuild import manifest as manifest_module
+from forkbuild.combination import of_variant
 from forkbuild.console import Reporter
 from forkbuild.context import Context
 from forkbuild.errors import BuildError
@@ -25,13 +26,14 @@ def fixture(tmp_path):
 
 
 def build(context: Context, out: Path, variant: str = "full", **options):
-    return build_wheels(context=context, request=WheelRequest(variant=variant, out_dir=out, **options))
+    return build_wheels(context=context, request=WheelRequest(variant=of_variant(context.series, variant), out_dir=out,
+                                                              **options))
 
 
 def test_variant_wheel_carries_the_patches_and_the_manifest(fixture):
     context, out = fixture
     (wheel,) = build(context, out)
-    version = variant_version(context.series, "full")
+    version = variant_version(context.series, of_variant(context.series, "full"))
     assert wheel.rebuilt and wheel.path.name == f"demo-{version}-py3-none-any.whl"
     validate_wheel(wheel.path)
     with zipfile.ZipFile(wheel.path) as archive:

@@ -14,7 +14,7 @@ import pytest
 
 from fixtures import DEFAULT_PATCHES, FEATURES_TOML, PatchSpec, make_series
 from forkbuild.apply import scratch_tree
-from forkbuild.combination import from_features
+from forkbuild.combination import from_features, of_variant
 from forkbuild.console import Reporter
 from forkbuild.context import Context
 from forkbuild.errors import ApplyError, BuildError
@@ -59,7 +59,7 @@ def test_a_patch_that_does_not_apply_falls_back_to_the_strict_apply(series_fx):
 def built(tmp_path):
     series_dir, cache, upstream = wheel_series(tmp_path)
     context = Context.create(series_dir=series_dir, cache_dir=cache, reporter=Reporter())
-    (wheel,) = build_wheels(context=context, request=WheelRequest(variant="full", out_dir=tmp_path / "out"))
+    (wheel,) = build_wheels(context=context, request=WheelRequest(variant=of_variant(context.series, "full"), out_dir=tmp_path / "out"))
     return wheel.path, upstream
 
 

@@ -9,6 +9,7 @@ import pytest
 from wheelkit import VERSION_MODULE, git, make_series, write_tree
 
 from forkbuild import manifest as manifest_module
+from forkbuild.combination import of_variant
 from forkbuild.console import Reporter
 from forkbuild.context import Context
 from forkbuild.errors import BuildError
@@ -52,8 +53,8 @@ def git_series(tmp_path):
 
 def test_source_mode_builds_the_patched_checkout_with_the_local_version(git_series, tmp_path):
     out = tmp_path / "dist"
-    (wheel,) = build_wheels(context=git_series, request=WheelRequest(variant="full", out_dir=out, isolation=False))
-    version = variant_version(git_series.series, "full")
+    (wheel,) = build_wheels(context=git_series, request=WheelRequest(variant=of_variant(git_series.series, "full"), out_dir=out, isolation=False))
+    version = variant_version(git_series.series, of_variant(git_series.series, "full"))
     assert wheel.path.name == f"demo-{version}-py3-none-any.whl"
     validate_wheel(wheel.path)
     with zipfile.ZipFile(wheel.path) as archive:
@@ -65,16 +66,16 @@ def test_source_mode_builds_the_patched_checkout_with_the_local_version(git_seri
     manifest = manifest_module.read_wheel(wheel.path)
     assert manifest.upstream.source == "git" and manifest.upstream.commit
     assert manifest.upstream.wheel == ""
-    (again,) = build_wheels(context=git_series, request=WheelRequest(variant="full", out_dir=out, isolation=False))
+    (again,) = build_wheels(context=git_series, request=WheelRequest(variant=of_variant(git_series.series, "full"), out_dir=out, isolation=False))
     assert not again.rebuilt
 
 
 def test_overlay_mode_needs_a_release_wheel(git_series, tmp_path):
     with pytest.raises(BuildError, match="pins none"):
-        build_wheels(context=git_series, request=WheelRequest(variant="full", out_dir=tmp_path, mode="overlay"))
+        build_wheels(context=git_series, request=WheelRequest(variant=of_variant(git_series.series, "full"), out_dir=tmp_path, mode="overlay"))
 
 
 def test_source_mode_builds_only_for_the_running_python(git_series, tmp_path):
     with pytest.raises(BuildError, match="running interpreter"):
-        build_wheels(context=git_series, request=WheelRequest(variant="full", out_dir=tmp_path,
+        build_wheels(context=git_series, request=WheelRequest(variant=of_variant(git_series.series, "full"), out_dir=tmp_path,
                                                                python_tags=("cp27",)))

@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 from forkbuild.cache import UpstreamCache
 from forkbuild.chaos import chaos_point
-from forkbuild.combination import Combination, as_combination
+from forkbuild.combination import Combination, of_variant, whole_series
 from forkbuild.config import PatchEntry, Series
 from forkbuild.context import Context
 from forkbuild.emptydirs import recreate_empty_dirs
@@ -70,21 +70,21 @@ class ApplyResult(NamedTuple):
         return tuple(record for record in self.records if record.failed)
 
 
-def plan_variant(series: Series, variant: Combination | str | None) -> ApplyPlan:
-    """Which patches a combination (a variant, or any set of features; None: the whole
-    series) applies, each read and checked for path safety."""
-    combination = as_combination(series, variant) if variant else None
-    entries = combination.patches(series) if combination else series.patches
+def plan_variant(series: Series, combination: Combination) -> ApplyPlan:
+    """Which patches a combination (a variant, any set of features, or the whole series)
+    applies, each read and checked for path safety."""
+    entries = series.patches if combination.whole else combination.patches(series)
     check_patches([entry.path for entry in entries])  # every problem of every patch at once
     chosen = set(entries)
-    return ApplyPlan(variant=combination.name if combination else "", entries=entries, infos=tuple(read_patch(entry.path) for entry in entries),
+    # The tree's state names the variant; "" is the whole series (the tree export reads).
+    return ApplyPlan(variant="" if combination.whole else combination.name, entries=entries,
+                     infos=tuple(read_patch(entry.path) for entry in entries),
                      left_out=tuple(entry for entry in series.patches if entry not in chosen),
-                     features=combination.features if combination else tuple(series.features))
+                     features=combination.features)
 
 
-def apply_variant(*, context: Context, variant: Combination | str | None, dest: Path,
-                  stop: bool = False) -> ApplyResult:
-    """Apply `variant` (None: the whole series) into the work tree `dest` and raise on any failure.
+def apply_variant(*, context: Context, variant: Combination, dest: Path, stop: bool = False) -> ApplyResult:
+    """Apply `variant` (a Combination: whole_series() for the whole series) into the work tree `dest` and raise on any failure.
 
     stop: wait AT the first patch that does not apply, conflict markers in `dest`
     (an ApplyError labelled "stopped"; `resume_apply` goes on); otherwise every failure is collected first."""
@@ -162,7 +162,8 @@ def _resume(*, context: Context, dest: Path, action: str) -> ApplyResult | None:
     settled = resume(engine, state.stopped, action)
     context.reporter.info(f"{settled.name}: {settled.outcome} {settled.detail}".rstrip())
     resumed = replace(state, cursor=state.cursor + 1, results=(*state.results, settled))
-    plan = plan_variant(context.series, state.variant or None)
+    series = context.series
+    plan = plan_variant(series, of_variant(series, state.variant) if state.variant else whole_series(series))
     results = _run(engine, resumed, stop=True, context=context, features=plan.features)
     return _result(context, plan, dest=dest, base=state.base, head=engine.head, results=results)
 
@@ -252,7 +253,7 @@ def _report_offsets(context: Context, records: list[PatchRecord]) -> None:
 
 
 @contextmanager
-def scratch_tree(*, context: Context, variant: Combination | str | None, strict: bool) -> Iterator[ApplyResult]:
+def scratch_tree(*, context: Context, variant: Combination, strict: bool) -> Iterator[ApplyResult]:
     """The variant applied in a temporary work tree, removed afterwards.
 
     strict: raise ApplyError on a failing patch (as apply_variant does); otherwise

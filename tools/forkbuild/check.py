@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from forkbuild.apply import PatchRecord, apply_plan, plan_variant
+from forkbuild.combination import Combination, of_variant, whole_series
 from forkbuild.config import Series
 from forkbuild.context import Context
 from forkbuild.errors import ApplyError, ConfigError
@@ -15,18 +16,16 @@ from forkbuild.patchfile import check_patches, symlinks_of
 from forkbuild.worktree.engine import Outcome
 from forkbuild.worktrees import temporary_worktree
 
-SERIES = ""  # the name check results use for the whole series
-
 
 @dataclass(frozen=True, kw_only=True)
 class VariantCheck:
-    variant: str  # SERIES for the whole series
+    variant: Combination
     records: tuple[PatchRecord, ...] = ()
     error: str = ""  # set when the variant could not be tried at all
 
     @property
     def label(self) -> str:
-        return self.variant or "(whole series)"
+        return "(whole series)" if self.variant.whole else self.variant.name
 
     @property
     def failures(self) -> tuple[PatchRecord, ...]:
@@ -72,15 +71,16 @@ def check_series(*, context: Context, dest: Path | None = None) -> list[VariantC
     # Every parse and path problem of every patch at once; the same check apply and import run.
     check_patches([entry.path for entry in series.patches], symlinks=symlinks_of(cache.git(), cache.ensure(series.upstream)))
     with nullcontext(dest) if dest else temporary_worktree(cache, purpose="check") as tree:
-        return [_try(context, name, tree) for name in (SERIES, *series.variants)]
+        return [_try(context, combination, tree)
+                for combination in (whole_series(series), *(of_variant(series, name) for name in series.variants))]
 
 
-def _try(context: Context, variant: str, dest: Path) -> VariantCheck:
+def _try(context: Context, variant: Combination, dest: Path) -> VariantCheck:
     """One variant's apply, the failures recorded rather than raised."""
     try:
         # The work tree is reused: apply resets it to upstream (it only holds our own commits).
         # Offsets are counted in check's table, not printed per variant.
-        result = apply_plan(context=context, plan=plan_variant(context.series, variant or None), dest=dest,
+        result = apply_plan(context=context, plan=plan_variant(context.series, variant), dest=dest,
                             report_offsets=False)
     except ApplyError as error:
         # A variant that leaves patches out needs the whole series to apply first.

@@ -28,6 +28,7 @@ from forkbuild.errors import ConfigError
 # The local-version label of a combination that is not a named variant: the
 # wheel is named by its content hash, `<upstream>+combo.<hash>`.
 COMBO_LABEL = "combo"
+WHOLE_SERIES = "the whole series"  # the whole series' name in messages (never looked up as a variant)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,11 +40,12 @@ class Combination:
     base: str = ""  # the variant whose runtime defaults it carries; "" = none (guards at their defaults)
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     notes: tuple[str, ...] = ()  # what resolution did on its own (a required feature added ...)
+    whole: bool = False  # every patch of the series: the tree `export` reads (whole_series())
 
     @property
     def is_variant(self) -> bool:
         """A named variant of series.toml, exactly (features and runtime defaults)."""
-        return self.name == self.base
+        return self.name == self.base and not self.whole
 
     @property
     def label(self) -> str:
@@ -72,9 +74,10 @@ def of_variant(series: Series, name: str) -> Combination:
                        env=variant.env)
 
 
-def as_combination(series: Series, value: Combination | str) -> Combination:
-    """The boundary where a variant name (older call sites, nox parameters) becomes a Combination."""
-    return value if isinstance(value, Combination) else of_variant(series, value)
+def whole_series(series: Series) -> Combination:
+    """Every feature and patch of the series, in its order (apply --all, check, import, export):
+    a tree to edit and export, no named build (no runtime defaults)."""
+    return Combination(name=WHOLE_SERIES, features=tuple(series.features), whole=True)
 
 
 def resolve(series: Series, *, variant: str | None = None, features: Iterable[str] | None = None,

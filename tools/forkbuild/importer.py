@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from forkbuild.apply import apply_variant
+from forkbuild.combination import whole_series
 from forkbuild.config import Series, near_miss
 from forkbuild.context import Context
 from forkbuild.errors import ApplyError, ConfigError, ForkbuildError
@@ -153,7 +154,7 @@ def import_patches(*, context: Context, incoming: list[Incoming]) -> list[Import
     scratch = Path(tempfile.mkdtemp(prefix="forkbuild-import-"))
     dest = scratch / "tree"
     try:
-        tree = Git(apply_variant(context=context, variant=None, dest=dest).dest)
+        tree = Git(apply_variant(context=context, variant=whole_series(series), dest=dest).dest)
         with context.reporter.step(f"Committing {len(incoming)} incoming patch(es) on top of the series"):
             made = [(item, item.commit(tree)) for item in incoming]
         texts = {item.name: tree.format_patch(sha).encode("utf-8", errors="surrogateescape") for item, sha in made}

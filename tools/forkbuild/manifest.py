@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from forkbuild.combination import Combination, as_combination
+from forkbuild.combination import Combination
 from forkbuild.config import Guard, Series, WheelPin
 from forkbuild.errors import BuildError
 
@@ -91,11 +91,9 @@ def _guard_record(guard: Guard) -> GuardRecord:
     return GuardRecord(env=guard.env, feature=guard.feature, type=guard.type, default=guard.default)
 
 
-def build_manifest(*, series: Series, variant: Combination | str, version: str,
-                   pin: WheelPin | None) -> Manifest:
-    """The manifest of `variant` (a Combination or a variant's name) built as `version`
-    from `pin` (None: built from git)."""
-    chosen = as_combination(series, variant)
+def build_manifest(*, series: Series, variant: Combination, version: str, pin: WheelPin | None) -> Manifest:
+    """The manifest of `variant` built as `version` from `pin` (None: built from git)."""
+    chosen = variant
     upstream = series.upstream
     guard_envs = {guard.env for guard in series.all_guards()}
     # Settings are the variables an image sets that are not feature guards

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from forkbuild.apply import file_hashes, prepare_worktree, record_series_tree, scratch_tree
+from forkbuild.combination import whole_series
 from forkbuild.config import Series
 from forkbuild.context import Context
 from forkbuild.dep3 import Description, parse_dep3, split_patch, stripspace
@@ -175,7 +176,7 @@ def _series_head(context: Context, *, base: str) -> Iterator[str]:
     if not context.series.patches:
         yield base
         return
-    with scratch_tree(context=context, variant=None, strict=True) as applied:
+    with scratch_tree(context=context, variant=whole_series(context.series), strict=True) as applied:
         yield applied.head_commit
 
 

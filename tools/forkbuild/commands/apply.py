@@ -6,8 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from forkbuild.apply import apply_variant, resume_apply
+from forkbuild.combination import whole_series
 from forkbuild.commands import add_command
 from forkbuild.errors import ConfigError
+from forkbuild.layout import SERIES_TREE
 from forkbuild.matrix import arguments
 
 
@@ -39,15 +41,15 @@ def run(args, context) -> int:
     if (args.all or args.resume) and arguments.chosen(args):
         raise ConfigError(["--all and --continue/--skip/--abort take the whole series: --features/--with/--without "
                            "choose a combination"], source="command line")
-    combination = None if args.all or args.resume else arguments.from_args(args, context)
-    name = combination.name if combination else "series"
-    dest = (args.dir or context.work_dir / name).resolve()
+    whole = args.all or args.resume
+    combination = whole_series(context.series) if whole else arguments.from_args(args, context)
+    dest = (args.dir or (context.series_dir / SERIES_TREE if whole else context.work_dir / combination.name)).resolve()
     if args.resume:
         result = resume_apply(context=context, dest=dest, action=args.resume)
         if result is None:
             return 0
     else:
-        result = apply_variant(context=context, variant=combination, dest=dest, stop=combination is None)
+        result = apply_variant(context=context, variant=combination, dest=dest, stop=combination.whole)
     from rich.table import Table  # here, not at the top: rich loads beside the first git commands (console.py)
 
     table = Table("patch", "feature", "outcome", "detail", title=f"{result.variant or 'series'} -> {dest}")

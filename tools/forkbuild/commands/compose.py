@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from forkbuild.combination import of_variant
 from forkbuild.commands import add_command
 from forkbuild.fsutil import write_atomic
 from forkbuild.image import build, compose, process
@@ -40,7 +41,7 @@ def add_parser(subparsers) -> None:
 
 def run(args, context) -> int:
     series = context.series
-    variants = [series.variant(name).name for name in args.variant] or list(series.variants)
+    variants = [of_variant(series, name) for name in args.variant or series.variants]  # resolved once
     modes = args.mode or list(build.MODES)
     out = (args.out or context.build_dir / "compose.yaml").resolve()
     docker = Docker.connect(reporter=context.reporter) if (args.local_base or args.build) else None
@@ -50,8 +51,8 @@ def run(args, context) -> int:
         assert docker is not None  # connected above for --local-base
         stock = ensure_bases(context=context, docker=docker, stock=True)[-1]
         bases = {"wheel": stock, "delta": stock}
-    with context.reporter.step(f"build contexts for {', '.join(variants)}"):
-        contexts = [prepare_context(context, variant=name, python_tags=args.python_tag) for name in variants]
+    with context.reporter.step(f"build contexts for {', '.join(variant.name for variant in variants)}"):
+        contexts = [prepare_context(context, variant=variant, python_tags=args.python_tag) for variant in variants]
     header = HEADER.format(path=os.path.relpath(out, context.series_dir), version=series.upstream.version,
                            wheel_var=compose.BASE_VARIABLE["wheel"], delta_var=compose.BASE_VARIABLE["delta"])
     text = compose.render(compose.services(contexts, modes=modes, bases=bases, relative_to=out.parent), header=header)

@@ -7,6 +7,7 @@ from pathlib import Path
 from rich.table import Table
 
 from forkbuild.apply import apply_variant
+from forkbuild.combination import whole_series
 from forkbuild.commands import add_command
 from forkbuild.export import DEFAULT_TREE, export_series
 
@@ -38,7 +39,7 @@ def run(args, context) -> int:
         # A fresh clone (CI): check that patches/ is exactly what applying and
         # exporting it gives.
         context.reporter.info(f"{tree} does not exist: applying the whole series there first")
-        apply_variant(context=context, variant=None, dest=tree)
+        apply_variant(context=context, variant=whole_series(context.series), dest=tree)
     with context.reporter.step(f"{'Checking' if args.check else 'Exporting'} {tree} against patches/"):
         plan = export_series(context=context, tree=tree, check=args.check, refresh=args.refresh,
                              drops=tuple(args.drop), keeps=tuple(args.keep))

@@ -10,6 +10,7 @@ import threading
 import time
 from pathlib import Path
 
+from forkbuild.combination import Combination, of_variant
 from forkbuild.commands import add_command
 from forkbuild.errors import MutationError
 from forkbuild.mutate import check, moves, report
@@ -70,14 +71,14 @@ def run(args, context) -> int:
 def _run(args, context) -> int:
     series = context.series
     variant = args.variant or series.default_variant
-    series.variant(variant)  # an unknown variant stops here, with its near miss
+    combination = of_variant(series, variant)  # resolved once; an unknown one stops here, with its near miss
     entries = select(series, variant, args.patch)
     results = load_results(series.root)
     recorded = results["variants"].setdefault(variant, {"patches": {}})["patches"]
     # Moves a killed run recorded but did not apply: before this run records anew.
     _apply_moves(context, recorded)
     reasons = load_reasons(series.root)
-    site_packages = _prepare(context, variant, args.python)
+    site_packages = _prepare(context, combination, args.python)
     plans = plan(series, variant, entries, recorded=recorded, site_packages=site_packages, force=args.force)
     for cached in [item for item in plans if item.cached]:
         context.reporter.info(f"{cached.entry.file}: results current, not run (--force runs it again)")
@@ -126,7 +127,7 @@ def _check(context) -> int:
     return 0
 
 
-def _prepare(context, variant: str, python: Path) -> Path:
+def _prepare(context, variant: Combination, python: Path) -> Path:
     """Install the variant's wheel in the test venv (if not there); returns its site-packages."""
     from forkbuild.testpatch import behaviour
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from forkbuild.combination import Combination, as_combination
+from forkbuild.combination import Combination
 from forkbuild.context import Context
 from forkbuild.image import base
 from forkbuild.image import context as image_context
@@ -15,17 +15,16 @@ from forkbuild.image.docker import Docker
 from forkbuild.wheel.builder import WheelRequest, build_wheels
 
 
-def variant_wheels(context: Context, *, variant: Combination | str, python_tags: Sequence[str]) -> list[Path]:
+def variant_wheels(context: Context, *, variant: Combination, python_tags: Sequence[str]) -> list[Path]:
     """The variant's patched wheels in <series>/dist, built unless up to date."""
     request = WheelRequest(variant=variant, out_dir=context.dist_dir.resolve(),
                            python_tags=tuple(python_tags))
     return [built.path for built in build_wheels(context=context, request=request)]
 
 
-def prepare_context(context: Context, *, variant: Combination | str, wheels: Sequence[Path] = (),
+def prepare_context(context: Context, *, variant: Combination, wheels: Sequence[Path] = (),
                     python_tags: Sequence[str] = ()) -> image_context.ImageContext:
     """build/image/<variant>/ from the given wheels, or from freshly built ones."""
-    variant = as_combination(context.series, variant)
     chosen = list(wheels) or variant_wheels(context, variant=variant, python_tags=python_tags)
     cache = context.upstream
     upstream = context.series.upstream

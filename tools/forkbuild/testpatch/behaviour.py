@@ -54,7 +54,7 @@ def require_torch(python: Path) -> None:
                               "constraints/test-patch.txt (pip install -c constraints/test-patch.txt -r constraints/test-patch.in)")
 
 
-def install_variant_wheel(*, context: Context, variant: Combination | str, python: Path) -> Path:
+def install_variant_wheel(*, context: Context, variant: Combination, python: Path) -> Path:
     """Build (or reuse) the variant's wheel for `python` and install it there --no-deps,
     unless exactly that build is installed already."""
     request = WheelRequest(variant=variant, out_dir=context.dist_dir, python_tags=(python_tag(python),))

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from forkbuild.apply import scratch_tree
-from forkbuild.combination import Combination, as_combination
+from forkbuild.combination import Combination
 from forkbuild.context import Context
 from forkbuild.errors import BuildError
 from forkbuild.testpatch import behaviour, proof, records
@@ -20,7 +20,7 @@ from forkbuild.testpatch.structure import check_structure
 
 @dataclass(frozen=True, kw_only=True)
 class Options:
-    variant: Combination | str  # what to test: a Combination, or a variant's name
+    variant: Combination  # what to test, resolved once by the caller
     python: Path  # the interpreter the behaviour tests run with
     from_tree: bool = False  # PYTHONPATH the applied tree instead of installing the wheel
     structure_only: bool = False
@@ -42,7 +42,7 @@ class Outcome:
 
 def run_variant(*, context: Context, options: Options) -> Outcome:
     series = context.series
-    combination = as_combination(series, options.variant)
+    combination = options.variant
     if options.installed:
         return _run_installed(context=context, options=options, variant=combination.name)
     variant, features = combination.name, combination.features

@@ -21,7 +21,7 @@ import unidiff
 
 from forkbuild import naming
 from forkbuild.apply import ApplyResult, PatchRecord
-from forkbuild.combination import Combination, as_combination
+from forkbuild.combination import Combination
 from forkbuild.config import GUARD_PREFIX, Guard, Series
 from forkbuild.git import Git
 from forkbuild.guards_module import GeneratedEntry, module_path, read_module
@@ -31,10 +31,8 @@ ENVIRON = "srt/environ.py"  # inside the package: where sglang's envs registry l
 GUARD_READ = re.compile(r"\benvs\.(?P<env>[A-Z][A-Z0-9_]*)\b")
 
 
-def check_structure(*, series: Series, variant: Combination | str, result: ApplyResult) -> list[Record]:
-    """The structure records of `variant` (a Combination or a variant's name), applied
-    (failures included) in `result`."""
-    variant = as_combination(series, variant)
+def check_structure(*, series: Series, variant: Combination, result: ApplyResult) -> list[Record]:
+    """The structure records of `variant`, applied (failures included) in `result`."""
     tree = Git(result.dest)
     records = [_apply_record(record) for record in result.records]
     applied = [record for record in result.records if record.commit]

@@ -11,7 +11,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import BinaryIO
@@ -20,7 +20,7 @@ from forkbuild import manifest as manifest_module
 from forkbuild import naming
 from forkbuild.apply import scratch_tree
 from forkbuild.chaos import chaos_point
-from forkbuild.combination import Combination, as_combination
+from forkbuild.combination import Combination
 from forkbuild.config import Series, WheelPin
 from forkbuild.context import Context
 from forkbuild.errors import BuildError
@@ -38,7 +38,7 @@ MODES = ("overlay", "source")
 
 @dataclass(frozen=True, kw_only=True)
 class WheelRequest:
-    variant: Combination | str  # what to build: a Combination, or a variant's name
+    variant: Combination  # what to build, resolved once by the caller
     out_dir: Path
     python_tags: tuple[str, ...] = ()  # empty: every pinned tag (overlay), the running interpreter (source)
     mode: str = ""  # empty: overlay for a release-wheel upstream, source for a git upstream
@@ -64,16 +64,14 @@ def resolve_mode(series: Series, mode: str) -> str:
     return mode
 
 
-def variant_version(series: Series, variant: Combination | str) -> str:
+def variant_version(series: Series, combination: Combination) -> str:
     """`<upstream>+<variant>.<hash>`; a combination that is no named variant: `<upstream>+combo.<hash>`."""
-    combination = as_combination(series, variant)
     return naming.local_version(upstream_version=series.upstream.version, variant=combination.version_label(),
                                 content_hash=combination.content_hash(series))
 
 
 def build_wheels(*, context: Context, request: WheelRequest) -> tuple[BuiltWheel, ...]:
     series = context.series
-    request = replace(request, variant=as_combination(series, request.variant))
     version = variant_version(series, request.variant)
     if resolve_mode(series, request.mode) == "overlay":
         return _build_overlay(context=context, request=request, version=version)
@@ -148,7 +146,7 @@ def _build_overlay(*, context: Context, request: WheelRequest, version: str) -> 
         return tuple(BuiltWheel(path=target.path, version=version, rebuilt=False) for target in targets)
     cache = context.upstream
     sources = {target.pin.python_tag: _zip_source(cache.wheel(target.pin)) for target in stale}
-    patches = as_combination(series, request.variant).patches(series)
+    patches = request.variant.patches(series)
     layouts = {tag: WheelLayout(package_root=series.upstream.package_root, members=frozenset(source.by_name))
                for tag, source in sources.items()}
     for layout in layouts.values():
@@ -183,12 +181,12 @@ def _package(series: Series) -> str:
     return naming.distribution_part(series.upstream.name)
 
 
-def _patched_files(*, context: Context, variant: Combination | str, layout: WheelLayout, has_patches: bool) -> OverlayChanges:
+def _patched_files(*, context: Context, variant: Combination, layout: WheelLayout, has_patches: bool) -> OverlayChanges:
     if not has_patches:
         return OverlayChanges(changes={}, executable=frozenset(), outside=())
     # Without a work tree first (fast, and reused across combinations); the strict
     # work-tree apply when a patch does not apply there, to report why.
-    fast = patched_changes(context=context, combination=as_combination(context.series, variant), layout=layout)
+    fast = patched_changes(context=context, combination=variant, layout=layout)
     if fast is not None:
         return fast
     with scratch_tree(context=context, variant=variant, strict=True) as result:
