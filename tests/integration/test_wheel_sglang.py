@@ -137,7 +137,7 @@ print(json.dumps({"bad": bad, "package": (package / "_forkbuild_manifest.json").
     assert result["bad"] == []
     assert result["package"] == result["dist_info"]
     manifest = manifest_module.parse(result["package"], source="installed")
-    assert manifest.variant == VARIANT and manifest.series_hash == context.series.content_hash(VARIANT)
+    assert manifest.variant == VARIANT and manifest.series_hash == of_variant(context.series, VARIANT).content_hash(context.series)
 
 
 def test_second_build_is_skipped(context, built):

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from forkbuild.combination import of_variant
 from forkbuild.config import load_series
 from forkbuild.errors import ConfigError
 
@@ -92,9 +93,9 @@ def test_valid_series_loads_into_frozen_dataclasses(tmp_path):
 
 def test_content_hash_changes_with_patch_bytes_and_only_for_variants_holding_it(tmp_path):
     series = load_series(write_series(tmp_path))
-    before = {name: series.content_hash(name) for name in ("full", "calm")}
+    before = {name: of_variant(series, name).content_hash(series) for name in ("full", "calm")}
     (tmp_path / "patches" / "fast.patch").write_text("Subject: changed\n")
-    after = {name: series.content_hash(name) for name in ("full", "calm")}
+    after = {name: of_variant(series, name).content_hash(series) for name in ("full", "calm")}
     assert before["full"] != after["full"]
     assert before["calm"] == after["calm"]
 

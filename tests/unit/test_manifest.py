@@ -31,7 +31,7 @@ def test_manifest_describes_the_variant(series):
     assert list(built.to_json()) == list(manifest.KEYS)
     assert built.series == "demo-series" and built.variant == "full" and built.version == "1.0+full.x"
     assert built.base_variant == "full"  # a named variant carries its own defaults
-    assert built.series_hash == series.content_hash("full")
+    assert built.series_hash == of_variant(series, "full").content_hash(series)
     assert built.upstream == manifest.UpstreamRecord(name="demo", version="1.0", source="wheel", wheel=pin.filename,
                                                      sha256=pin.sha256)
     assert built.to_json()["upstream"] == {"name": "demo", "version": "1.0", "source": "wheel", "wheel": pin.filename,

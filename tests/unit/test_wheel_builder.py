@@ -43,7 +43,7 @@ def test_variant_wheel_carries_the_patches_and_the_manifest(fixture):
         assert "demo/extra.py" not in names
     manifest = manifest_module.read_wheel(wheel.path)
     assert manifest.version == version
-    assert manifest.series_hash == context.series.content_hash("full")
+    assert manifest.series_hash == of_variant(context.series, "full").content_hash(context.series)
     assert [patch.file for patch in manifest.patches] == ["base.patch", "fast.patch"]
 
 

@@ -171,11 +171,6 @@ class Series:
     def all_guards(self) -> tuple[Guard, ...]:
         return self.guards_for(self.features)
 
-    def content_hash(self, variant: str) -> str:
-        """sha256 of everything a variant's build contains: pin, features, env, patch bytes."""
-        chosen = self.variant(variant)
-        return self.build_hash(name=chosen.name, features=chosen.features, env=chosen.env)
-
     def build_hash(self, *, name: str, features: Iterable[str], env: Mapping[str, str],
                    extra: Mapping[str, str] | None = None) -> str:
         """sha256 of a build of `features` named `name` with runtime defaults `env`
