@@ -95,3 +95,19 @@ def test_installed_needs_a_variant_build_on_the_python(tmp_path, monkeypatch, ca
     assert code == 8
     assert "has no forkbuild manifest" in capsys.readouterr().err
     assert cli_main(["-C", str(root), "test-patch", "--installed", "--from-tree"]) == 8
+
+
+def test_installed_run_names_the_wheel_it_ran(tmp_path, monkeypatch):
+    """A GPU report is evidence of one build: the device record carries the installed wheel's version."""
+    from types import SimpleNamespace
+
+    from forkbuild.testpatch import behaviour, runner
+    root = _make(tmp_path)
+    _fake_torch(tmp_path, monkeypatch, cuda=True)
+    built = SimpleNamespace(variant="full", version="0.1.0+full.0123abcd", series_hash="0123abcd",
+                            features=("guards", "alpha", "beta"))
+    monkeypatch.setattr(behaviour, "installed_manifest", lambda python: built)
+    monkeypatch.setattr(runner, "_behaviour", lambda *args, **kwargs: [])
+    cli_main(["-C", str(root), "test-patch", "--variant", "full", "--installed", "--device", "cuda"])
+    device = _cells(root, "full-cuda")["", "device"]
+    assert (device["wheel_version"], device["series_hash"]) == ("0.1.0+full.0123abcd", "0123abcd")

@@ -95,8 +95,10 @@ def _run_installed(*, context: Context, options: Options, variant: str) -> Outco
                          f"not {variant!r}", hint=f"pass --variant {manifest.variant}")
     python = TestPython(executable=options.python, env={device_module.DEVICE_ENV: options.device})
     made = _behaviour(context, python, features=None, prove=False)
+    # the device record names the build that ran: a GPU report is evidence of that wheel only
+    ran = {**found.record(variant), "wheel_version": manifest.version, "series_hash": manifest.series_hash}
     return _summed(context, made, variant=variant, device=options.device, checks=(GUARD_OFF, GUARD_ON, ABSENT),
-                   extra=[found.record(variant)], built=set(manifest.features))
+                   extra=[ran], built=set(manifest.features))
 
 
 def _summed(context: Context, made: list[Record], *, variant: str, device: str, checks: tuple[str, ...],
