@@ -177,7 +177,7 @@ def test_failing_check_keeps_the_journal_for_continue_or_abort(git_series_fx: Se
     fx.cli("fetch")
     before = fingerprint(fx)
     verdicts = iter([{"ok": False, "detail": "lite: beta-limit.patch: does not apply"}, {"ok": True, "detail": "ok"}])
-    monkeypatch.setattr("forkbuild.rebase.engine.check_every_variant", lambda context, tree: next(verdicts))
+    monkeypatch.setattr("forkbuild.rebase.engine._check_every_variant", lambda context, tree: next(verdicts))
     assert fx.cli(*rebase_args(commit)) == RebaseStopped.return_code
     assert report_of(fx)["check"] == {"ok": False, "detail": "lite: beta-limit.patch: does not apply"}
     assert (fx.root / ".forkbuild-work" / "rebase-journal").exists()
@@ -193,7 +193,7 @@ def test_abort_after_a_failing_check_restores(git_series_fx: SeriesFixture, monk
     commit = release(fx, LADDER_CHANGES)
     fx.cli("fetch")
     before = fingerprint(fx)
-    monkeypatch.setattr("forkbuild.rebase.engine.check_every_variant", lambda context, tree: {"ok": False, "detail": "x"})
+    monkeypatch.setattr("forkbuild.rebase.engine._check_every_variant", lambda context, tree: {"ok": False, "detail": "x"})
     assert fx.cli(*rebase_args(commit)) == RebaseStopped.return_code
     assert fx.cli("rebase", "--abort") == 0
     assert fingerprint(fx) == before
@@ -258,7 +258,7 @@ def test_abort_saves_series_edits_made_while_stopped(git_series_fx: SeriesFixtur
     commit = release(fx, LADDER_CHANGES)
     fx.cli("fetch")
     before = fingerprint(fx)
-    monkeypatch.setattr("forkbuild.rebase.engine.check_every_variant", lambda context, tree: {"ok": False, "detail": "x"})
+    monkeypatch.setattr("forkbuild.rebase.engine._check_every_variant", lambda context, tree: {"ok": False, "detail": "x"})
     assert fx.cli(*rebase_args(commit)) == RebaseStopped.return_code  # written, then the check failed
     alpha = fx.patches_dir / "alpha-scale.patch"
     alpha.write_text(alpha.read_text() + "-- \nfixed by hand\n")

@@ -32,6 +32,7 @@ from typing import NoReturn
 from packaging.version import InvalidVersion, Version
 
 from forkbuild.apply import FULL_SERIES_REF, record_series_tree, series_hashes
+from forkbuild.check import check_series, consistency, describe
 from forkbuild.config import Upstream, parse_series
 from forkbuild.context import Context
 from forkbuild.errors import ApplyError, DirtyTreeError, ForkbuildError, LockBusy, RebaseStopped
@@ -39,7 +40,6 @@ from forkbuild.export import export_series
 from forkbuild.git import Git
 from forkbuild.layout import REBASE_TREE
 from forkbuild.rebase import refs, report
-from forkbuild.rebase.checking import check_every_variant
 from forkbuild.rebase.collision import upstream_collisions
 from forkbuild.rebase.journal import Journal, checkpoint
 from forkbuild.rebase.pin import moved_pin
@@ -370,7 +370,7 @@ class Rebase:
         cache_git = self.cache.git()
         known = set(cache_git.refs())
         started = time.monotonic()
-        check = check_every_variant(self._fresh_context(), self._check_tree(state))
+        check = _check_every_variant(self._fresh_context(), self._check_tree(state))
         state = state.timed("check", time.monotonic() - started)
         recorded = state.refs
         for ref, sha in cache_git.refs().items():
@@ -475,3 +475,18 @@ def _older(version: str, *, than: str) -> bool:
 
 def _evidence_text(patch: PatchState) -> list[str]:
     return [item.describe() for item in patch.evidence]
+
+
+def _check_every_variant(context: Context, tree: Path | None) -> dict:
+    """`forkbuild check` of the rebased series (series.toml's promises, the whole series, every
+    variant) in `tree`, as the report's {"ok", "detail"} instead of an error that ends the rebase."""
+    try:
+        errors, _ = consistency(context.series)
+        results = check_series(context=context, dest=tree)
+    except ForkbuildError as error:
+        return {"ok": False, "detail": error.message}
+    lines = [f"{result.label}: {'ok' if result.ok else 'FAILED'} "
+             f"({', '.join(f'{record.entry.file} {record.outcome}' for record in result.records) or 'no patches'})"
+             for result in results]
+    failures = "\n".join([describe(results), *(f"  - {error}" for error in errors)]).strip("\n")
+    return {"ok": not errors and all(result.ok for result in results), "detail": "\n".join(lines + ([failures] if failures else []))}

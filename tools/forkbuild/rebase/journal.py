@@ -27,7 +27,7 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from forkbuild import statefile
@@ -50,18 +50,12 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-@dataclass(frozen=True)
-class SeriesFiles:
-    """The files a rebase rewrites: series.toml and everything under patches/."""
-
-    root: Path
-
-    def relative_paths(self) -> list[str]:
-        found = [SERIES_FILE] if (self.root / SERIES_FILE).is_file() else []
-        patches = self.root / PATCHES_DIR
-        if patches.is_dir():
-            found += sorted(str(path.relative_to(self.root)) for path in patches.rglob("*") if path.is_file())
-        return found
+def series_files(root: Path) -> list[str]:
+    """The files a rebase rewrites, relative to `root`: series.toml and everything under patches/."""
+    found = [SERIES_FILE] if (root / SERIES_FILE).is_file() else []
+    if (root / PATCHES_DIR).is_dir():
+        found += sorted(str(path.relative_to(root)) for path in (root / PATCHES_DIR).rglob("*") if path.is_file())
+    return found
 
 
 class Journal:
@@ -107,7 +101,7 @@ class Journal:
         scratch = Path(tempfile.mkdtemp(dir=parent, prefix=f".{JOURNAL_DIR}."))
         backup = scratch / "backup"
         hashes = {}
-        for relative in SeriesFiles(self.series_dir).relative_paths():
+        for relative in series_files(self.series_dir):
             target = backup / relative
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(self.series_dir / relative, target)
@@ -130,7 +124,7 @@ class Journal:
     def series_hashes(self) -> dict[str, str]:
         """sha256 of series.toml and of every file under patches/, as they are now."""
         return {relative: _sha256(self.series_dir / relative)
-                for relative in SeriesFiles(self.series_dir).relative_paths()}
+                for relative in series_files(self.series_dir)}
 
     def foreign_edits(self, state: RebaseState) -> dict[str, str]:
         """Series files as neither the backup nor forkbuild's last write has them:
@@ -160,7 +154,7 @@ class Journal:
     def restore_series(self) -> None:
         """Put series.toml and patches/ back exactly as they were (bytes and file set)."""
         hashes = self.backed_up_hashes()
-        for relative in SeriesFiles(self.series_dir).relative_paths():
+        for relative in series_files(self.series_dir):
             if relative not in hashes:
                 (self.series_dir / relative).unlink()
         for relative, digest in hashes.items():

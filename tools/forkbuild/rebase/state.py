@@ -32,19 +32,18 @@ Timed = Literal["prepare", "import", "replay", "export", "check"]
 
 
 class Phase(StrEnum):
-    """Where the rebase is; the engine's docstring says what --continue does in each."""
+    """Where the rebase is: rebase/engine.py's docstring says what each means and what --continue does."""
 
-    PREPARE = "prepare"  # backup taken; nothing else is certain
-    REPLAY = "replay"  # patches[:cursor] are done, the work tree's HEAD is their top
-    APPLYING = "applying"  # patch `cursor` is being applied (a kill hit it mid-way)
-    CONFLICT = "conflict"  # stopped at patch `cursor`: conflict markers in the work tree
-    REPLAYED = "replayed"  # every patch replayed; the drops are not looked at yet
-    REVIEW = "review"  # stopped: drop proposals await a yes
-    FINALIZE = "finalize"  # writing the new series
-    CHECKED = "checked"  # written; `forkbuild check` not passed yet
-    CHECK_FAILED = "check-failed"  # written; `forkbuild check` failed (stopped)
-    # Not journaled: the journal is gone. What start/resume return.
-    DONE = "done"
+    PREPARE = "prepare"
+    REPLAY = "replay"
+    APPLYING = "applying"
+    CONFLICT = "conflict"
+    REPLAYED = "replayed"
+    REVIEW = "review"
+    FINALIZE = "finalize"
+    CHECKED = "checked"
+    CHECK_FAILED = "check-failed"
+    DONE = "done"  # not journaled (the journal is gone), as ABORTED: what start/resume return
     ABORTED = "aborted"
 
 
