@@ -32,8 +32,9 @@ def _serve_dry_run(tmp_path: Path, **settings: str) -> list[str]:
            if key not in ("SPEC_ALGO", "DSPARK_BLOCK_SIZE", "CHUNKED_PREFILL_SIZE", "MAX_TOTAL_TOKENS",
                           "SERVED_MODEL_NAME", "CUDA_GRAPH_MAX_BS_DECODE", "MEM_FRACTION_STATIC",
                           "HEAD_MEM_FRACTION_STATIC", "NODE_RANK", "MAX_RUNNING_REQUESTS", "EXTRA_SGLANG_ARGS")}
-    env.update(FORKBUILD_PYTHON=sys.executable, PYTHONPATH=str(tmp_path), MODEL_PATH="/models/DeepSeek-V4.1-Flash",
-               **settings)
+    # The in-image runtime beside whatever finds sglang here (the GPU run puts it on PYTHONPATH).
+    path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    env.update(FORKBUILD_PYTHON=sys.executable, PYTHONPATH=path, MODEL_PATH="/models/DeepSeek-V4.1-Flash", **settings)
     done = subprocess.run(["bash", str(REPO / "docker" / "entrypoint.sh"), "serve", "--dry-run"], env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
