@@ -21,8 +21,10 @@ from typing import TYPE_CHECKING
 from forkbuild.config import Upstream, WheelPin
 from forkbuild.console import Reporter
 from forkbuild.errors import LockTimeout, UpstreamError
+from forkbuild.fsutil import write_atomic
 from forkbuild.git import TREES_DIR, Git, GitFailed, _listing_record
 from forkbuild.patchfile import S_IFLNK, SYMLINKS_DIR
+from forkbuild.pypi import find_file
 
 if TYPE_CHECKING:
     from filelock import FileLock
@@ -223,8 +225,6 @@ class UpstreamCache:
         return True
 
     def _stamp(self, wheel: Path, identity: dict, pin: WheelPin) -> None:
-        from forkbuild.fsutil import write_atomic
-
         stamp = self._stamp_path(wheel)
         try:
             stamp.parent.mkdir(exist_ok=True)
@@ -260,8 +260,6 @@ class UpstreamCache:
                                      f"right {pin.filename} there") from None
 
     def _download_pinned(self, pin: WheelPin, target: Path) -> Path:
-        from forkbuild.pypi import find_file
-
         url = pin.url or find_file(pin.filename.split("-")[0], pin.filename).url
         handle, partial_name = tempfile.mkstemp(dir=self.wheels_dir, prefix=f".{pin.filename}.", suffix=".part")
         partial = Path(partial_name)

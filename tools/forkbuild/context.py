@@ -7,15 +7,13 @@ import os
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from forkbuild.cache import UpstreamCache
+from forkbuild.config import Series, load_series
 from forkbuild.console import Reporter
 from forkbuild.errors import ConfigError
-
-if TYPE_CHECKING:
-    from forkbuild.cache import UpstreamCache
-
 from forkbuild.layout import BUILD_DIR, DIST_DIR, DOCKER_DIR, SERIES_FILE, WORK_DIR
+from forkbuild.series_writer import recover_series
 
 
 def directory_argument(text: str) -> Path:
@@ -47,25 +45,19 @@ class Context:
             raise ConfigError([f"{root / SERIES_FILE} does not exist"], source=str(root))
         # A write of series.toml + patches/ that a killed forkbuild left is finished
         # (or undone) before anything reads the series.
-        from forkbuild.series_writer import recover_series
-
         if recover_series(root):
             reporter.warn(f"finished an interrupted write of {root / SERIES_FILE} and patches/ (a killed forkbuild)")
         cache = cache_dir or Path(os.environ.get("FORKBUILD_CACHE") or root / ".cache" / "forkbuild")
         return cls(series_dir=root, cache_dir=cache.resolve(), reporter=reporter)
 
     @cached_property
-    def series(self):
+    def series(self) -> Series:
         """series.toml, parsed and validated once."""
-        from forkbuild.config import load_series
-
         return load_series(self.series_dir / SERIES_FILE)
 
     @property
     def upstream(self) -> UpstreamCache:
         """The upstream cache (pinned commits and wheels) under cache_dir, reporting to this context's reporter."""
-        from forkbuild.cache import UpstreamCache
-
         return UpstreamCache(self.cache_dir, reporter=self.reporter)
 
     @property
