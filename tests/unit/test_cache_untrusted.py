@@ -133,3 +133,29 @@ def test_fetch_verify_names_and_removes_a_tampered_listing(series_fx: SeriesFixt
     assert series_fx.cli("fetch", "--verify") == UpstreamError.return_code
     assert kept[0].name in capsys.readouterr().err and not kept[0].exists()
     assert series_fx.cli("fetch", "--verify") == 0
+
+
+def test_a_wheel_changed_in_place_with_its_size_and_mtime_kept_is_hashed_again(tmp_path: Path) -> None:
+    """The verified stamp (what spares build-wheel the hash) cannot vouch for a file written
+    after it: the same size, mtime and inode, other bytes, is hashed and fetched again."""
+    import hashlib
+    import os
+    import zipfile
+
+    from forkbuild.cache import UpstreamCache
+    from forkbuild.config import WheelPin
+
+    source = tmp_path / "demo-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(source, "w") as archive:
+        archive.writestr("demo/__init__.py", "x = 1\n")
+    pin = WheelPin(python_tag="py3", filename=source.name, sha256=hashlib.sha256(source.read_bytes()).hexdigest(),
+                   url=source.as_uri())
+    cache = UpstreamCache(tmp_path / "cache")
+    cached = cache.wheel(pin)
+    before = cached.stat()
+    with cached.open("r+b") as handle:  # in place: the inode stays
+        handle.write(b"EVIL")
+    os.utime(cached, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert (cached.stat().st_size, cached.stat().st_mtime_ns, cached.stat().st_ino) == \
+        (before.st_size, before.st_mtime_ns, before.st_ino)
+    assert hashlib.sha256(cache.wheel(pin).read_bytes()).hexdigest() == pin.sha256

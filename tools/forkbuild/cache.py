@@ -204,7 +204,8 @@ class UpstreamCache:
     @staticmethod
     def _identity(wheel: Path) -> dict:
         stat = wheel.stat()
-        return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "inode": stat.st_ino}
+        # ctime: no one sets it (a stamp written elsewhere, e.g. in a restored CI cache, cannot match)
+        return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "ctime_ns": stat.st_ctime_ns, "inode": stat.st_ino}
 
     def _matches_pin(self, wheel: Path, pin: WheelPin, *, rehash: bool = False) -> bool:
         """Whether `wheel` has the pinned sha256; a file unchanged since it was last hashed is
