@@ -136,7 +136,7 @@ TEST_VENV_INPUTS = ("constraints/test-patch.txt", "constraints/test-patch.in", "
 def test_patch(session: nox.Session, variant: str) -> None:
     """Prove a variant: structure checks, then tests/patches against its wheel in the test venv (CPU)."""
     python = _test_venv(session)
-    session.run(str(python), "-m", "forkbuild", "test-patch", "--variant", variant, *session.posargs)
+    session.run(str(python), "-m", "forkbuild", "test-patch", "--variant", variant, *session.posargs, env=_uv_env())
 
 
 @nox.session(name="test-patch-matrix", python=False, default=False)
@@ -145,7 +145,8 @@ def test_patch_matrix(session: nox.Session) -> None:
     summary table and build/test-patch/matrix-<strategy>.json:
     `nox -s test-patch-matrix -- --strategy pairwise` (each, all, variants; --structure-only)."""
     python = _test_venv(session)
-    session.run(str(python), "-m", "forkbuild", "matrix", "--test-patch", *(session.posargs or ["--strategy", "pairwise"]))
+    session.run(str(python), "-m", "forkbuild", "matrix", "--test-patch", *(session.posargs or ["--strategy", "pairwise"]),
+                env=_uv_env())
 
 
 @nox.session(name="mutate", python=False, default=False)
@@ -153,7 +154,7 @@ def mutate(session: nox.Session) -> None:
     """Hunk-revert mutation testing of the default variant's patches in the test venv;
     re-runs only patches whose results are stale. `nox -s mutate -- --patch F --jobs N`."""
     python = _test_venv(session)
-    session.run(str(python), "-m", "forkbuild", "mutate", *session.posargs)
+    session.run(str(python), "-m", "forkbuild", "mutate", *session.posargs, env=_uv_env())
 
 
 def _test_venv(session: nox.Session) -> Path:
@@ -178,6 +179,12 @@ def _test_venv(session: nox.Session) -> Path:
         session.run(*install, *constraints, "-e", str(ROOT), external=True)
         stamp.write_text(digest)
     return python
+
+
+def _uv_env() -> dict[str, str]:
+    """UV for forkbuild in the test venv: it installs each variant's wheel with it (nox's own uv)."""
+    has_uv, uv, _ = find_uv()
+    return {"UV": str(shutil.which(uv) or uv)} if has_uv else {}
 
 
 # pip's configured sources and constraints (files, PIP_* variables) as uv's options: uv reads

@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import Executor
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
@@ -100,30 +101,30 @@ def declaring_features(series: Series) -> list[str]:
 
 # -- running -----------------------------------------------------------------
 
-def run_proof(*, context: Context, stock: TestPython) -> list[Record]:
+def run_proof(*, context: Context, stock: TestPython, pool: Executor) -> list[Record]:
     """The guard_on_unpatched and guard_off_unpatched records. `stock` runs the
-    tests against plain stock sglang (installed wheel or applied tree)."""
+    tests against plain stock sglang (installed wheel or applied tree); both
+    runs go to `pool`, beside each other and whatever else runs there."""
     series = context.series
     plain = declaring_features(series)
     added = {name: added_names(series, name) for name in series.features}
-    records: list[Record] = []
-    if plain:
-        with context.reporter.step(f"proof on stock sglang: guard_on tests of {', '.join(plain)} must fail"):
-            raw = behaviour.run_tests(context=context, python=stock, features=",".join(plain), markers="guard_on")
-        # The other features' tests skip here (not claimed): they are proven below.
-        records += proof_records([item for item in raw if item["feature"] in plain], added=added, on="stock sglang")
+    # The other features' tests skip on plain stock (not claimed): they are proven on the declarations.
+    on_stock = pool.submit(behaviour.run_tests, context=context, python=stock, features=",".join(plain),
+                           markers="guard_on") if plain else None
     try:
-        with declarations_tree(context=context) as declared, \
-                context.reporter.step("proof on stock sglang + guard declarations: guard_on must fail, guard_off pass"):
+        with declarations_tree(context=context) as declared:
             python = TestPython(executable=stock.executable, env={"PYTHONPATH": str(declared)})
-            raw = behaviour.run_tests(context=context, python=python, features=",".join(series.features),
-                                      markers="guard_on or guard_off")
+            raw = pool.submit(behaviour.run_tests, context=context, python=python, features=",".join(series.features),
+                              markers="guard_on or guard_off").result()
+        guarded = [item for item in raw if not (item["check"] == GUARD_ON and item["feature"] in plain)]
+        declared_records = proof_records(guarded, added=added, on="stock sglang + guard declarations")
     except ApplyError as error:
         reason = f"not run: {error.message.splitlines()[0]}"
-        return records + [Record(feature=name, check=check, outcome=FAIL, reason=reason)
-                          for name in series.features for check in (GUARD_OFF_UNPATCHED, GUARD_ON_UNPATCHED)]
-    guarded = [item for item in raw if not (item["check"] == GUARD_ON and item["feature"] in plain)]
-    return records + proof_records(guarded, added=added, on="stock sglang + guard declarations")
+        declared_records = [Record(feature=name, check=check, outcome=FAIL, reason=reason)
+                            for name in series.features for check in (GUARD_OFF_UNPATCHED, GUARD_ON_UNPATCHED)]
+    plain_records = proof_records([item for item in on_stock.result() if item["feature"] in plain], added=added,
+                                  on="stock sglang") if on_stock else []
+    return plain_records + declared_records
 
 
 # -- judging -----------------------------------------------------------------

@@ -4,6 +4,7 @@ summary."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,10 +119,11 @@ def _summed(context: Context, made: list[Record], *, variant: str, device: str, 
 
 def _behaviour(context: Context, python: TestPython, *, features, prove: bool) -> list[Record]:
     """`features` None: the installed manifest says what is built in; else the
-    variant's features (an applied tree has no manifest)."""
+    variant's features (an applied tree has no manifest). With `prove`, the stock
+    proof's two pytest runs go beside it: three processes that share nothing."""
     claimed = None if features is None else ",".join(features)
-    with context.reporter.step("behaviour: tests/patches"):
-        made = behaviour.behaviour_records(behaviour.run_tests(context=context, python=python, features=claimed))
-    if prove:
-        made += proof.run_proof(context=context, stock=python)
-    return made
+    title = "behaviour: tests/patches" + (", and the stock proof's two runs beside it" if prove else "")
+    with context.reporter.step(title), ThreadPoolExecutor(max_workers=3) as pool:
+        behave = pool.submit(behaviour.run_tests, context=context, python=python, features=claimed)
+        proven = proof.run_proof(context=context, stock=python, pool=pool) if prove else []
+        return behaviour.behaviour_records(behave.result()) + proven
