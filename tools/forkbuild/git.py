@@ -28,6 +28,7 @@ from forkbuild.process import Completed
 LOG = logging.getLogger("forkbuild.git")
 # Output shown per stream and command: `log -p` of a whole series would flood the terminal.
 LOGGED_LINES = 200
+ENGLISH = {"LANGUAGE": "C", "LC_ALL": "C"}  # git's messages, which forkbuild reads and shows
 IDENTITY = {"user.name": "forkbuild", "user.email": "forkbuild@localhost"}
 # Pinned so a user's config cannot change what forkbuild produces or let a
 # hook/signing prompt interrupt it.
@@ -234,7 +235,7 @@ class Git:
     def init(cls, path: Path, *, bare: bool = False) -> Git:
         path.mkdir(parents=True, exist_ok=True)
         command = ["git", "init", "--quiet", "--initial-branch=main", *(["--bare"] if bare else [])]
-        cls._result(command, process.run(command, cwd=path), check=True)
+        cls._result(command, process.run(command, cwd=path, env=ENGLISH), check=True)
         return cls(path)
 
     def run(self, *args: str, env: Mapping[str, str] | None = None, check: bool = True,
@@ -243,7 +244,7 @@ class Git:
         raise GitFailed unless check=False. In forkbuild's child group (childgroup.py),
         unless `interactive` (it may ask on the terminal: a fetch that wants a password)."""
         command = self._command(args)
-        done = process.run(command, cwd=self.path, env=env, input=input, group=not interactive)
+        done = process.run(command, cwd=self.path, env={**ENGLISH, **(env or {})}, input=input, group=not interactive)
         return self._result(command, done, check=check)
 
     def _command(self, args: Sequence[str]) -> list[str]:
@@ -347,7 +348,7 @@ class Git:
         """`status_porcelain`, started now and read when the caller asks (it runs beside the
         caller's own work); waited for on the way out in any case, so no git outlives it."""
         command = self._command(self.STATUS)
-        running = process.start(command, cwd=self.path)
+        running = process.start(command, cwd=self.path, env=ENGLISH)
         try:
             yield lambda: self._result(command, running.wait(), check=True).stdout.strip()
         finally:

@@ -3,7 +3,7 @@ python, pytest.
 
 Each child gets forkbuild's environment without the variables that point git at another
 repository, index, work tree or object store (a git hook or a shell rc may set them);
-messages in English; output captured and decoded as UTF-8 with surrogate escapes (the
+output captured and decoded as UTF-8 with surrogate escapes (the
 bytes come back with `.encode("utf-8", "surrogateescape")`). git joins forkbuild's child
 group (childgroup.py) so that a killed forkbuild leaves nothing writing behind it.
 """
@@ -30,12 +30,20 @@ GIT_LOCAL_ENV = frozenset({
 })
 
 
-def environment(env: Mapping[str, str] | None = None) -> dict[str, str]:
+Environment = Mapping[str, str | None]  # what a caller sets on top; None: unset it
+
+
+def environment(env: Environment | None = None) -> dict[str, str]:
     """A child's environment: forkbuild's, less GIT_LOCAL_ENV (and GIT_CONFIG_KEY_n/VALUE_n),
-    in the C locale, then `env` on top (forkbuild's own GIT_INDEX_FILE for a private index)."""
+    then `env` on top (forkbuild's own GIT_INDEX_FILE for a private index)."""
     clean = {key: value for key, value in os.environ.items()
              if key not in GIT_LOCAL_ENV and not key.startswith(("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_"))}
-    return {**clean, "LANGUAGE": "C", "LC_ALL": "C", **(env or {})}
+    for key, value in (env or {}).items():
+        if value is None:
+            clean.pop(key, None)
+        else:
+            clean[key] = value
+    return clean
 
 
 @dataclass(frozen=True)
@@ -51,7 +59,7 @@ def _decode(data: bytes | None) -> str:
     return (data or b"").decode("utf-8", "surrogateescape")
 
 
-def _popen(command: Sequence[str], *, cwd: Path | None, env: Mapping[str, str] | None, group: bool,
+def _popen(command: Sequence[str], *, cwd: Path | None, env: Environment | None, group: bool,
            **options: object) -> subprocess.Popen[bytes]:
     try:
         return subprocess.Popen(list(command), cwd=cwd, env=environment(env),
@@ -61,11 +69,11 @@ def _popen(command: Sequence[str], *, cwd: Path | None, env: Mapping[str, str] |
             raise
         raise ToolMissing(f"{command[0]} is not installed",
                           hint=f"install {command[0]} (apt-get install {command[0]})") from error
-    except PermissionError as error:
+    except OSError as error:  # not runnable: no permission, another architecture
         raise ToolMissing(f"cannot run {command[0]}: {error.strerror}") from error
 
 
-def run(command: Sequence[str], *, cwd: Path | None = None, env: Mapping[str, str] | None = None,
+def run(command: Sequence[str], *, cwd: Path | None = None, env: Environment | None = None,
         input: str | bytes | None = None, capture: bool = True, group: bool = False) -> Completed:
     """Run `command` (in `cwd`; `input`: text or bytes for its stdin) and return its status and
     output; capture=False: its output goes to the terminal. group: in forkbuild's child group
@@ -97,12 +105,12 @@ class Running:
         return self._done
 
 
-def start(command: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None) -> Running:
+def start(command: Sequence[str], *, cwd: Path, env: Environment | None = None) -> Running:
     """`run` (captured, in the child group) without waiting: the caller goes on meanwhile."""
     return Running(_popen(command, cwd=cwd, env=env, group=True, stdin=subprocess.DEVNULL,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE))
 
 
-def popen(command: Sequence[str], *, env: Mapping[str, str] | None = None, **options: object) -> subprocess.Popen:
+def popen(command: Sequence[str], *, env: Environment | None = None, **options: object) -> subprocess.Popen:
     """A long-lived child the caller talks to through pipes (the mutate worker)."""
     return _popen(command, cwd=None, env=env, group=False, **options)

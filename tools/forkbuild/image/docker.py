@@ -42,7 +42,7 @@ def find_client() -> str:
 
 def client_env(host: str | None) -> dict[str, str]:
     """The environment docker and docker-compose run with: BuildKit on, our daemon."""
-    env = dict(os.environ)
+    env = {}  # on top of forkbuild's own (process.py)
     env["DOCKER_BUILDKIT"] = "1"
     env["COMPOSE_DOCKER_CLI_BUILD"] = "1"
     host = host or os.environ.get("FORKBUILD_DOCKER_HOST")

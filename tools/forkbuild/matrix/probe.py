@@ -12,16 +12,16 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from forkbuild import process
 from forkbuild.combination import Combination, from_features
 from forkbuild.config import Guard, Series
 from forkbuild.context import Context
-from forkbuild.errors import BisectError
+from forkbuild.errors import BisectError, ToolMissing
 from forkbuild.guards import parse_switch
 from forkbuild.image import build
 from forkbuild.image.docker import Docker
@@ -87,13 +87,12 @@ def running_tag(series: Series) -> tuple[str, ...]:
 def run_command(command: Sequence[str], env: Mapping[str, str], *, reporter) -> tuple[int, str]:
     """One try of the user's command; (exit code, the tail of its output)."""
     try:
-        done = subprocess.run(list(command), env={**os.environ, **env}, capture_output=True, text=True,
-                              errors="replace")
-    except OSError as error:
-        raise BisectError(f"cannot run {command[0]}: {error.strerror}", hint="check the command after `--`") from error
+        done = process.run(list(command), env=env)
+    except ToolMissing as error:
+        raise BisectError(error.message, hint="check the command after `--`") from error
     output = done.stdout + done.stderr
     reporter.detail(output)
-    return done.returncode, output[-OUTPUT_TAIL:] if done.returncode else ""
+    return done.status, output[-OUTPUT_TAIL:] if done.status else ""
 
 
 @dataclass(kw_only=True)

@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from forkbuild import manifest as manifest_module
+from forkbuild import process
 from forkbuild.combination import Combination
 from forkbuild.context import Context
 from forkbuild.errors import BuildError
@@ -41,8 +41,8 @@ def python_tag(python: Path) -> str:
 
 
 def _probe(python: Path, code: str) -> str:
-    done = subprocess.run([str(python), "-c", code], capture_output=True, text=True)
-    if done.returncode != 0:
+    done = process.run([str(python), "-c", code])
+    if done.status != 0:
         raise BuildError(f"{python} failed to run: {done.stderr.strip()}")
     return done.stdout.strip()
 
@@ -73,9 +73,9 @@ def install_variant_wheel(*, context: Context, variant: Combination, python: Pat
     installer = [uv, "pip", "install", "--python", str(python), "--reinstall", "--compile-bytecode"] if uv else \
         [str(python), "-m", "pip", "install", "--force-reinstall", "--disable-pip-version-check"]
     with context.reporter.step(f"Installing {wheel.path.name} --no-deps ({'uv' if uv else 'pip'})"):
-        done = subprocess.run([*installer, "--no-deps", "--quiet", str(wheel.path)], capture_output=True, text=True)
+        done = process.run([*installer, "--no-deps", "--quiet", str(wheel.path)])
         context.reporter.detail(done.stdout + done.stderr)
-        if done.returncode != 0:
+        if done.status != 0:
             raise BuildError(f"could not install {wheel.path.name} into {python}:\n{done.stderr.strip()}")
     return wheel.path
 
@@ -99,10 +99,7 @@ def run_tests(*, context: Context, python: TestPython, features: str | None = No
               markers: str = "") -> list[dict]:
     """Run tests/patches; returns the conftest's records. `features` sets
     FORKBUILD_TEST_FEATURES (None: the installed manifest decides)."""
-    env = {**os.environ, **python.env}
-    env.pop(FEATURES_ENV, None)
-    if features is not None:
-        env[FEATURES_ENV] = features
+    env: dict[str, str | None] = {**python.env, FEATURES_ENV: features}
     with tempfile.TemporaryDirectory(prefix="forkbuild-pytest-") as scratch:
         results = Path(scratch) / "results.json"
         env[RESULTS_ENV] = str(results)
@@ -113,10 +110,10 @@ def run_tests(*, context: Context, python: TestPython, features: str | None = No
                    "--rootdir", str(context.series_dir), str(context.series_dir / TESTS_DIR)]
         if markers:
             command += ["-m", markers]
-        done = subprocess.run(command, cwd=context.series_dir, env=env, capture_output=not live, text=True)
-        if done.returncode not in PYTEST_RAN or not results.is_file():
+        done = process.run(command, cwd=context.series_dir, env=env, capture=not live)
+        if done.status not in PYTEST_RAN or not results.is_file():
             output = "its output is above" if live else (done.stdout + done.stderr)[-4000:]
-            raise BuildError(f"pytest did not run (exit {done.returncode}):\n{output}")
+            raise BuildError(f"pytest did not run (exit {done.status}):\n{output}")
         return json.loads(results.read_text())
 
 

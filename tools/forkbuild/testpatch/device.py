@@ -10,10 +10,10 @@ whose `__forkbuild_stub__` is true, e.g. an `sgl_kernel` that raises when called
 from __future__ import annotations
 
 import json
-import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from forkbuild import process
 from forkbuild.errors import BuildError
 
 DEVICE_ENV = "FORKBUILD_TEST_DEVICE"
@@ -67,8 +67,8 @@ def probe(python: Path, device: str) -> DeviceInfo:
     if device not in DEVICES:
         raise BuildError(f"unknown device {device!r}; choose one of {', '.join(DEVICES)}")
     code = f"STUBBABLE = {STUBBABLE!r}\n{_PROBE}"
-    done = subprocess.run([str(python), "-c", code], capture_output=True, text=True)
-    if done.returncode != 0:
+    done = process.run([str(python), "-c", code])
+    if done.status != 0:
         raise BuildError(f"{python} could not report its torch: {(done.stderr.strip().splitlines() or ['?'])[-1]}",
                          hint="the behaviour tests need the test venv: `nox -s test-patch`")
     found = json.loads(done.stdout.strip().splitlines()[-1])

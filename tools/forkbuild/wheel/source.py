@@ -8,11 +8,10 @@ manifest and a rewritten RECORD, so both modes yield the same kind of wheel.
 from __future__ import annotations
 
 import importlib.util
-import os
-import subprocess
 import sys
 from pathlib import Path
 
+from forkbuild import process
 from forkbuild.console import Reporter
 from forkbuild.errors import BuildError, ToolMissing
 
@@ -35,13 +34,13 @@ def build_from_checkout(*, project: Path, out_dir: Path, upstream_version: str, 
     # setuptools-scm reads the version from git metadata the work tree may not
     # have (a detached forkbuild tree): pin it to the upstream version; the
     # local label is added afterwards. SOURCE_DATE_EPOCH fixes zip timestamps.
-    env = {**os.environ, "SETUPTOOLS_SCM_PRETEND_VERSION": upstream_version, "SOURCE_DATE_EPOCH": str(epoch)}
+    env = {"SETUPTOOLS_SCM_PRETEND_VERSION": upstream_version, "SOURCE_DATE_EPOCH": str(epoch)}
     reporter.detail(" ".join(command))
-    completed = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    completed = process.run(command, env=env)
     reporter.detail(completed.stdout + completed.stderr)
-    if completed.returncode != 0:
+    if completed.status != 0:
         tail = "\n".join((completed.stdout + completed.stderr).strip().splitlines()[-20:])
-        raise BuildError(f"`python -m build` failed in {project} (exit {completed.returncode}):\n{tail}")
+        raise BuildError(f"`python -m build` failed in {project} (exit {completed.status}):\n{tail}")
     built = sorted(out_dir.glob("*.whl"))
     if len(built) != 1:
         raise BuildError(f"`python -m build` in {project} made {len(built)} wheels, expected one: {built}")
