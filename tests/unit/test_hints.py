@@ -105,3 +105,17 @@ def test_a_damaged_cached_wheel_offline_then_its_hint(series_fx: SeriesFixture, 
     moved.rename(fx.wheel)  # back online
     assert follow(fx, "forkbuild fetch --verify").returncode == 0
     assert cached.read_bytes() == good
+
+
+def test_a_hint_quotes_a_path_with_a_space_so_that_it_pastes_as_one_word(tmp_path: Path) -> None:
+    from fixtures import make_series
+
+    fx = make_series(tmp_path / "my projects")
+    tree = fx.root / "my trees" / "series tree"
+    tree.mkdir(parents=True)
+    refused = forkbuild(fx, "export", "--dir", str(tree))
+    assert refused.returncode != 0
+    [command] = backquoted(hint_of(refused))
+    assert shlex.split(command) == ["forkbuild", "apply", "--all", "--dir", str(tree)]
+    assert follow(fx, command).returncode == 0
+    assert forkbuild(fx, "export", "--dir", str(tree)).returncode == 0

@@ -10,7 +10,7 @@ from pathlib import Path
 from forkbuild.apply import record_dropped
 from forkbuild.config import Series, load_series, near_miss
 from forkbuild.context import Context
-from forkbuild.errors import ConfigError, DirtyTreeError
+from forkbuild.errors import ConfigError, DirtyTreeError, quoted
 from forkbuild.export import DEFAULT_TREE, normalized, save_aside
 from forkbuild.git import Git
 from forkbuild.patchfile import read_patch, read_text
@@ -80,4 +80,4 @@ def _refuse_amended(series: Series, tree: Path, names: list[str]) -> None:
                 f"{name}: its commit in {tree} ({sha[:12]}) was changed and not exported; dropping the patch "
                 "would lose that change (the next export would add it back as a new patch)",
                 hint=f"keep the change: `forkbuild export`, then drop; discard it: remove the commit "
-                     f"(git -C {tree} rebase --onto {sha[:12]}^ {sha[:12]}), then drop")
+                     f"(git -C {quoted(tree)} rebase --onto {sha[:12]}^ {sha[:12]}), then drop")

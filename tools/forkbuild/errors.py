@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import shlex
+
+
+def quoted(path: object) -> str:
+    """`path` as a hint writes it into a command: one shell word, safe to paste."""
+    return shlex.quote(str(path))
+
 
 class ForkbuildError(Exception):
     """Base of every error forkbuild reports. `hint` says what to do next."""

@@ -26,7 +26,7 @@ from forkbuild.apply import file_hashes, record_exported, refuse_unsaved_work, s
 from forkbuild.chaos import chaos_point
 from forkbuild.config import PatchEntry, Series, load_series, near_miss
 from forkbuild.context import Context
-from forkbuild.errors import ConfigError, DirtyTreeError, ExportDriftError, ForkbuildError
+from forkbuild.errors import ConfigError, DirtyTreeError, ExportDriftError, ForkbuildError, quoted
 from forkbuild.fsutil import write_atomic
 from forkbuild.git import Git
 from forkbuild.guards_module import generated_commit_problems, is_generated
@@ -115,7 +115,7 @@ def export_series(*, context: Context, tree: Path, check: bool = False, refresh:
                 raise ExportDriftError(
                     f"patches/ is not what `forkbuild export` would write from {tree}:\n"
                     + "\n".join(f"  - {line}" for line in changes),
-                    hint=f"run `forkbuild export --dir {tree}` and commit the result")
+                    hint=f"run `forkbuild export --dir {quoted(tree)}` and commit the result")
             return plan
         save_aside(context, plan.removed)
         transaction.write(SeriesChange(
@@ -134,7 +134,7 @@ def _refuse_killed_change(guard: TreeGuard) -> None:
         raise DirtyTreeError(
             f"{guard.dest}: {killed.describe()} was killed while it was building this tree; "
             "its commits are only part of the series",
-            hint=f"rebuild it: `forkbuild {killed.command} --all --dir {guard.dest}` (that run had checked the tree "
+            hint=f"rebuild it: `forkbuild {killed.command} --all --dir {quoted(guard.dest)}` (that run had checked the tree "
                  "held nothing unsaved before it started: it holds only what it made from patches/)")
 
 
@@ -143,7 +143,7 @@ def _refuse_killed_change(guard: TreeGuard) -> None:
 def open_export_tree(*, context: Context, tree: Path, drops: tuple[str, ...] = ()) -> tuple[Git, WorktreeState]:
     """The full-series work tree at `tree` and its state, refusing any state export could lose."""
     if not (tree / ".git").exists():
-        raise ForkbuildError(f"{tree} is not a work tree", hint=f"make it with `forkbuild apply --all --dir {tree}`")
+        raise ForkbuildError(f"{tree} is not a work tree", hint=f"make it with `forkbuild apply --all --dir {quoted(tree)}`")
     state = read_state(tree)
     if state is None:
         raise ForkbuildError(f"{tree} was not made by `forkbuild apply`", hint="make one with `forkbuild apply --all --dir <new dir>`")
@@ -193,7 +193,7 @@ def _refuse_stale_tree(context: Context, *, state: WorktreeState, worktree: Git,
                "older commits:\n" + "\n".join(f"  - {line}" for line in changes))
     head, applied = worktree.head(), state.head
     if head == applied:
-        raise DirtyTreeError(message, hint=f"re-apply the tree (forkbuild apply --all --dir {tree}): it holds no "
+        raise DirtyTreeError(message, hint=f"re-apply the tree (forkbuild apply --all --dir {quoted(tree)}): it holds no "
                                            "commits of yours; then make your change there and export")
     raise DirtyTreeError(message, hint=(
         f"{tree} holds commits that are not exported: apply the current series into a new tree "
@@ -278,10 +278,10 @@ def _refuse_implicit_drops(series: Series, *, missing: list[PatchEntry], decisio
     present = [name for name, how in decisions.items() if how == "drop" and name in exported]
     if present:
         commits = state.commits if state else {}
-        removals = "; ".join(f"git -C {tree} rebase --onto {commits[name][:12]}^ {commits[name][:12]}"
+        removals = "; ".join(f"git -C {quoted(tree)} rebase --onto {commits[name][:12]}^ {commits[name][:12]}"
                              for name in present if name in commits)
         raise DirtyTreeError(f"--drop {', '.join(present)}: still a commit in {tree}, export would write it",
-                             hint=f"remove its commit from the tree first ({removals or f'git -C {tree} rebase -i'}), "
+                             hint=f"remove its commit from the tree first ({removals or f'git -C {quoted(tree)} rebase -i'}), "
                                   "then export --drop again")
     undecided = [entry for entry in missing if entry.file not in decisions]
     if not undecided:

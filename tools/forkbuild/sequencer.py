@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from forkbuild import statefile
-from forkbuild.errors import DirtyTreeError
+from forkbuild.errors import DirtyTreeError, quoted
 from forkbuild.fsutil import write_atomic
 from forkbuild.git import Git
 from forkbuild.worktree.engine import Engine, PatchJob, PatchResult
@@ -78,7 +78,7 @@ def read_stop(worktree: Git) -> StopState | None:
         return StopState.from_dict(fields.data)
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise DirtyTreeError(f"{worktree.path}: its stopped-apply state {path} is unreadable ({error})",
-                             hint=f"save your work in {worktree.path} (git -C {worktree.path} status), "
+                             hint=f"save your work in {worktree.path} (git -C {quoted(worktree.path)} status), "
                                   f"then remove {path} and apply again") from error
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from forkbuild import statefile
-from forkbuild.errors import DirtyTreeError
+from forkbuild.errors import DirtyTreeError, quoted
 from forkbuild.fsutil import write_atomic
 from forkbuild.git import Git
 from forkbuild.worktree.engine import Outcome
@@ -79,12 +79,12 @@ def read_state(dest: Path) -> WorktreeState | None:
     except statefile.UnknownSchema as error:
         raise DirtyTreeError(f"{dest}: its forkbuild state {path} is of {error}: another forkbuild made it",
                              hint="use the forkbuild version that made this tree (a newer one), or save any commits "
-                                  f"of yours first (git -C {dest} log), then remove {dest} and apply again") from error
+                                  f"of yours first (git -C {quoted(dest)} log), then remove {dest} and apply again") from error
     except (OSError, ValueError) as error:
         # Without the state forkbuild cannot tell the series' commits from the user's:
         # refuse to touch the tree rather than guess.
         raise DirtyTreeError(f"{dest}: its forkbuild state {path} is unreadable ({error})",
-                             hint=f"save any commits of yours first (git -C {dest} log), then remove {dest} "
+                             hint=f"save any commits of yours first (git -C {quoted(dest)} log), then remove {dest} "
                                   "and apply again") from error
 
 
