@@ -42,18 +42,6 @@ def test_merge_commits_lists_only_merges(repo: Git) -> None:
     assert repo.merge_commits(base, "HEAD") == [repo.head()]
 
 
-def test_apply_index_stages_a_patch_or_raises_with_gits_reason(repo: Git, tmp_path: Path) -> None:
-    edit(repo.path, "python/pkg/core.py", "value * 2", "value * 4")
-    patch = tmp_path / "four.patch"
-    patch.write_text(repo.run("diff").stdout)
-    repo.run("checkout", "--", ".")
-    repo.apply_index(patch)
-    assert repo.status_porcelain() == "M  python/pkg/core.py"
-    with pytest.raises(GitFailed) as caught:
-        repo.apply_index(patch)  # applied already
-    assert "patch does not apply" in caught.value.stderr
-
-
 def test_fetch_brings_a_commit_from_another_repository(repo: Git, tmp_path: Path) -> None:
     bare = Git.init(tmp_path / "cache.git", bare=True)
     assert not bare.has_object(repo.head())

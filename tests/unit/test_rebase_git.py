@@ -47,17 +47,6 @@ def write_patch(path: Path, old: str, new: str) -> Path:
     return path
 
 
-def test_apply_check_answers_and_raises_on_a_broken_patch(repo: Git, tmp_path: Path) -> None:
-    forward = write_patch(tmp_path / "forward.patch", "a", "b")
-    assert repo.apply_check(forward) and not repo.apply_check(forward, reverse=True)
-    assert repo.apply_check(write_patch(tmp_path / "done.patch", "z", "a"), reverse=True)
-    assert not repo.apply_check(write_patch(tmp_path / "other.patch", "x", "y"))
-    # Not "does not apply" (which would send the ladder on to a 3-way merge): an error.
-    (tmp_path / "broken.patch").write_text("not a patch\n")
-    with pytest.raises(GitFailed, match="No valid patches"):
-        repo.apply_check(tmp_path / "broken.patch")
-
-
 def test_am_abort_raises_when_git_cannot_abort(repo: Git, tmp_path: Path) -> None:
     repo.am_abort()  # nothing in progress: nothing to do
     mail = tmp_path / "0001.patch"
