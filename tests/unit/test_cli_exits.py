@@ -4,6 +4,7 @@ stdout, never a traceback nor a disk error about the series' files."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -38,3 +39,13 @@ def test_a_command_that_writes_to_stderr_runs_with_stdout_closed(series_fx: Seri
     done = shell(series_fx, f"$FB {command} >&-")
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_ctrl_c_while_forkbuild_starts_is_130_without_a_traceback(series_fx: SeriesFixture) -> None:
+    """The Ctrl-C comes while cli.py is imported (the chaos point "start"): before main() is there."""
+    from forkbuild.chaos import CHAOS_ENV, SIGNAL_ENV
+
+    done = subprocess.run([sys.executable, "-m", "forkbuild", "-C", str(series_fx.root), "status"],
+                          env={**os.environ, CHAOS_ENV: "start", SIGNAL_ENV: "INT"}, capture_output=True, text=True,
+                          timeout=120)
+    assert (done.returncode, done.stdout, done.stderr) == (130, "", "")

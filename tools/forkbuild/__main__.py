@@ -1,14 +1,16 @@
-"""`python -m forkbuild` and the `forkbuild` console script."""
+"""The `forkbuild` process (the console script and `python -m forkbuild`): a Ctrl-C while it
+starts ends it with 130, as one later does (cli.main)."""
 
 import sys
 
 
 def main() -> None:
     try:
-        from forkbuild.cli import run  # most of start-up: a Ctrl-C here ends with 130, no traceback
+        from forkbuild.cli import run
+
+        run()
     except KeyboardInterrupt:
         sys.exit(130)
-    run()
 
 
 if __name__ == "__main__":

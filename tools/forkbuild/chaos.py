@@ -2,7 +2,7 @@
 step like kill -9 (no cleanup handlers, no flush), or, with FORKBUILD_CHAOS_SIGNAL=INT,
 get a Ctrl-C there, to prove a re-run recovers.
 
-Steps: series:* (series_writer), apply:*, import:*, wheel:*, and the rebase
+Steps: start (cli.py imported), series:* (series_writer), apply:*, import:*, wheel:*, and the rebase
 journal's steps ("rebase:" + a rebase/state.py Step's name, e.g. rebase:applying:a.patch)."""
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
 """The process group forkbuild's git children run in, so that nothing a killed forkbuild
-started can go on writing into a tree the next run is recovering.
+started goes on writing into a tree the next run is recovering (a SIGKILL does not reach
+children: a `git reset --hard` and its checkout workers would run on for seconds).
 
-A SIGKILL of forkbuild does not reach its children: a `git reset --hard` filling a new
-work tree (and git's checkout workers) runs on for seconds and writes files into the
-tree the re-run has just removed. So every git child joins one process group per
-forkbuild process, made before the first of them by a keeper (`cat` reading a pipe only
-forkbuild holds: it ends when forkbuild does, however that dies). The tree lock and the
-scratch-tree records carry the group's id (worktrees.Owner.group), and whoever recovers
-a dead owner's work stops what is left of its group first (`stop_orphans`).
-
-Children outside the terminal's foreground group get no Ctrl-C from the terminal: the
-SIGINT handler passes it on to the group, as the shell would (the keeper ignores it).
-A command that may ask the user something on the terminal (`git fetch` of a remote that
-wants a password) stays in forkbuild's own group: a background group cannot read the tty.
+The group is made by a keeper (`cat` reading a pipe only forkbuild holds: it ends when
+forkbuild does, however that dies). The tree lock and the scratch-tree records carry the
+group's id (worktrees.Owner.group); whoever recovers a dead owner's work stops what is
+left of its group first (`stop_orphans`). The terminal's Ctrl-C reaches only forkbuild's
+own group: the SIGINT handler passes it on (the keeper ignores it).
 """
 
 from __future__ import annotations
@@ -44,8 +38,7 @@ class ChildGroup:
         self._lock = threading.Lock()  # threads running git at once make one keeper
 
     def id(self) -> int:
-        """The group's id, to pass as Popen(process_group=...); 0 when none could be made
-        (the children then stay in forkbuild's own group, as before)."""
+        """The group's id for Popen(process_group=...); 0 when none could be made."""
         with self._lock:
             keeper = self._keeper
             if keeper is None or self._owner_pid != os.getpid() or keeper.poll() is not None:
@@ -86,12 +79,12 @@ def _forward_sigint(group: ChildGroup) -> None:
 # -- after a kill: what is left of a dead forkbuild's group ------------------------------
 
 class ProcStat(NamedTuple):
-    """What /proc/<pid>/stat says of a process that forkbuild needs."""
+    """What /proc/<pid>/stat says of a process."""
 
     comm: str  # its command name
-    state: str  # "Z": a zombie, gone but not reaped
+    state: str  # "Z": a zombie
     group: int  # its process group
-    started: int  # its start time, clock ticks since boot (with the pid it names one process)
+    started: int  # clock ticks since boot (with the pid it names one process)
 
 
 def proc_stat(pid: int) -> ProcStat | None:
@@ -128,10 +121,8 @@ def members(group: int) -> dict[int, ProcStat]:
 
 def stop_orphans(group: int, *, started: str) -> list[str]:
     """Kill what is still running of a dead forkbuild's child group `group` (its owner started
-    at `started`, clock ticks) and wait until it is gone; returns what was stopped.
-
-    Only a group that holds nothing but git, its helpers and the keeper, all started after
-    the owner, is ours: a reused id is left alone."""
+    at `started`, clock ticks) and wait until it is gone; returns what was stopped. Only a
+    group of git, its helpers and the keeper, all started after the owner, is ours."""
     if group <= 0 or not Path("/proc").is_dir():
         return []
     found = members(group)

@@ -11,9 +11,12 @@ import sys
 from pathlib import Path
 
 from forkbuild import __version__, commands
+from forkbuild.chaos import chaos_point
 from forkbuild.console import OutputError, Reporter, configure_logging, guard_standard_streams
 from forkbuild.context import Context, directory_argument
 from forkbuild.errors import ForkbuildError, disk_error
+
+chaos_point("start")  # the chaos test's Ctrl-C while forkbuild starts
 
 DESCRIPTION = """Keep a fork of sglang as a patch series (series.toml + patches/) against a pinned
 release; apply, check, export, build wheels and images per variant, test, rebase.
@@ -36,7 +39,6 @@ def _global_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup, *
 
 def exit_codes() -> list[tuple[int, str, str]]:
     """(code, name, meaning) of every exit status, from the error classes."""
-    importlib.import_module("forkbuild.git")  # GitFailed lives beside the git output it carries
     def subclasses(cls: type[ForkbuildError]) -> list[type[ForkbuildError]]:
         return [cls] + [sub for child in cls.__subclasses__() for sub in subclasses(child)]
 
@@ -52,8 +54,7 @@ def exit_codes() -> list[tuple[int, str, str]]:
 
 
 class _MainParser(argparse.ArgumentParser):
-    """The exit codes close `forkbuild --help`; made only when help is shown
-    (listing them imports forkbuild.git, which a command may not need)."""
+    """The exit codes close `forkbuild --help`."""
 
     def format_help(self) -> str:
         self.epilog = "exit codes:\n" + "\n".join(f"  {code:>3}  {name}: {meaning}"

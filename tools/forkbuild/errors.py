@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 
 
 def quoted(path: object) -> str:
@@ -102,6 +103,17 @@ class MutationError(ForkbuildError):
 
 class LockBusy(LockTimeout):
     """Another live forkbuild process is working in the same directory (a work tree, the series)."""
+
+
+class GitFailed(ForkbuildError):
+    """A git command failed; carries the command and its output."""
+
+    return_code = 12
+
+    def __init__(self, command: Sequence[str], status: int, stdout: str, stderr: str) -> None:
+        self.stdout = stdout.strip()
+        self.stderr = stderr.strip()
+        super().__init__(f"git failed ({status}): {' '.join(command)}\n{self.stderr or self.stdout}".rstrip())
 
 
 class DiskError(ForkbuildError):

@@ -11,30 +11,18 @@ NEW_FILE_MODE = 0o644
 
 
 def write_atomic(path: Path, data: str | bytes, *, durable: bool = True) -> None:
-    """Write `data` to `path` through a uniquely named temporary file in the same
-    directory, flushed to disk, then renamed over `path`.
+    """Write `data` to `path` through a uniquely named temporary file in the same directory,
+    flushed to disk, then renamed over `path`: a reader (or a crash) sees the old file or the
+    new one, whole, and of concurrent writers the last rename wins. An existing file keeps its
+    mode; a new one is 0644 (mkstemp's 0600 would hide it from images, CI, reviewers).
 
-    Concurrent writers each get their own temporary file, so the last rename wins
-    whole. An existing file keeps its mode; a new one is 0644 (mkstemp would make
-    it 0600, and these files are read by other users: images, CI, reviewers).
-
-    durable=False: not flushed to disk (no fsync), for the cache's records, which a
-    reader that finds one damaged or missing computes again, as git treats its own
-    index and loose objects. A killed process still leaves the old file or the new one
-    whole (the rename); only a crash of the machine can lose the record.
-    """
+    durable=False: no fsync, for the cache's records, which a reader that finds one damaged or
+    missing computes again (only a crash of the machine can lose one)."""
     path = Path(path)
-    payload = data.encode() if isinstance(data, str) else data
-    handle, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    temporary = Path(name)
+    temporary = _stage(path, data.encode() if isinstance(data, str) else data)
     try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(payload)
-            out.flush()
-            if durable:
-                os.fsync(out.fileno())
-        mode = path.stat().st_mode & 0o7777 if path.exists() else NEW_FILE_MODE
-        os.chmod(temporary, mode)
+        if durable:
+            _fsync_path(temporary)
         os.replace(temporary, path)
     except BaseException:
         temporary.unlink(missing_ok=True)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from forkbuild import process
-from forkbuild.errors import ForkbuildError
+from forkbuild.errors import ForkbuildError, GitFailed
 from forkbuild.process import Completed
 
 # Every git command and its output, at DEBUG: `forkbuild -v` shows them (cli configures it).
@@ -111,17 +111,6 @@ def _ident(name: str, email: str) -> str:
     return f"{clean[0]} <{clean[1]}>"
 
 
-class GitFailed(ForkbuildError):
-    """A git command failed; carries the command and its output."""
-
-    return_code = 12
-
-    def __init__(self, command: Sequence[str], status: int, stdout: str, stderr: str) -> None:
-        self.stdout = stdout.strip()
-        self.stderr = stderr.strip()
-        super().__init__(f"git failed ({status}): {' '.join(command)}\n{self.stderr or self.stdout}".rstrip())
-
-
 def _log_output(status: object, stdout: str, stderr: str) -> None:
     if not LOG.isEnabledFor(logging.DEBUG):
         return  # no joining of large outputs nobody will see
@@ -151,10 +140,8 @@ def _revision(value: str) -> str:
 
 
 def _find_git_dirs(path: Path) -> tuple[Path, Path]:
-    """(git dir, common dir) of the repository at `path` (a work tree or a bare repository;
-    its parents are not searched), found as git and gitpython find them: a `.git` directory,
-    a `.git` file naming the linked work tree's git dir, or `path` itself holding HEAD and
-    objects/. The common dir is the one a linked work tree's `commondir` names."""
+    """(git dir, common dir) of the work tree or bare repository at `path` (not its parents):
+    a `.git` directory, a `.git` file naming a linked tree's git dir, or HEAD and objects/."""
     dot_git = path / ".git"
     if dot_git.is_dir():
         git_dir = dot_git
@@ -189,9 +176,8 @@ class Git:
 
     def run(self, *args: str, env: Mapping[str, str] | None = None, check: bool = True,
             input: str | bytes | None = None, interactive: bool = False) -> Result:
-        """Run `git <args>` with the pinned config (`input`: what it reads on stdin);
-        raise GitFailed unless check=False. In forkbuild's child group (childgroup.py),
-        unless `interactive` (it may ask on the terminal: a fetch that wants a password)."""
+        """Run `git <args>` with the pinned config; GitFailed unless check=False. interactive: it
+        may ask on the terminal (a fetch that wants a password): not in the child group."""
         command = self._command(args)
         done = process.run(command, cwd=self.path, env={**ENGLISH, **(env or {})}, input=input, group=not interactive)
         return self._result(command, done, check=check)
@@ -242,10 +228,7 @@ class Git:
         return {line for line in listing.splitlines() if not line.endswith(" missing")}
 
     def commit_directory(self, directory: Path, *, message: str, date: str, parents: Iterable[str] = ()) -> str:
-        """Commit the content of `directory` (outside any work tree) and return the sha.
-
-        Uses a private index so the repository's own index and work tree are untouched.
-        """
+        """Commit the content of `directory` through a private index; returns the commit."""
         index = self.git_dir / f"forkbuild-import-{os.getpid()}.index"
         env = {"GIT_INDEX_FILE": str(index), "GIT_WORK_TREE": str(directory),
                "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date}
@@ -259,20 +242,15 @@ class Git:
 
     # -- work trees -------------------------------------------------------
     def add_worktree(self, path: Path, commit: str, *, checkout: bool = True, parallel: bool = False) -> Git:
-        """A detached work tree at `commit`. checkout=False: no files and no index yet (for a caller
-        that checks out another commit later: `reset_hard`). parallel: check the files out with one
-        git worker per core (checkout.workers=0): writing thousands of files is kernel time, which a
-        second core halves."""
+        """A detached work tree at `commit`. checkout=False: no files and no index yet (the caller
+        checks out later: `reset_hard`). parallel: one checkout worker per core."""
         self.run(*(["-c", "checkout.workers=0"] if parallel else []), "worktree", "add", "--force", "--detach",
                  *([] if checkout else ["--no-checkout"]), "--", str(path), _revision(commit))
         return Git(path)
 
     def remove_worktree(self, path: Path) -> None:
-        """Unregister and delete a work tree of this repository; a path git does not
-        (or no longer) know as one is left alone. Raises GitFailed when removal fails.
-
-        Forced twice: forkbuild removes only its own trees, and a `worktree add` killed
-        mid-checkout leaves its tree locked ("initializing"), which one --force refuses."""
+        """Unregister and delete a work tree of this repository (a path git does not know as one
+        is left alone). Forced twice: a `worktree add` killed mid-checkout leaves its tree locked."""
         self.prune_worktrees()  # forget trees whose directory is already gone
         if Path(path).resolve() in {tree.resolve() for tree in self.worktrees()}:
             self.run("worktree", "remove", "--force", "--force", "--", str(path))
@@ -288,14 +266,12 @@ class Git:
     STATUS = ("status", "--porcelain", "--untracked-files=normal")
 
     def status_porcelain(self) -> str:
-        """Uncommitted changes; an untracked directory is one line, not one per file
-        (enough to tell "dirty", and it spares a walk through every untracked file)."""
+        """Uncommitted changes (an untracked directory is one line)."""
         return self.out(*self.STATUS)
 
     @contextlib.contextmanager
     def status_in_background(self) -> Iterator[Callable[[], str]]:
-        """`status_porcelain`, started now and read when the caller asks (it runs beside the
-        caller's own work); waited for on the way out in any case, so no git outlives it."""
+        """`status_porcelain`, started now and read when the caller asks; waited for on the way out."""
         command = self._command(self.STATUS)
         running = process.start(command, cwd=self.path, env=ENGLISH)
         try:
@@ -329,8 +305,7 @@ class Git:
         return self.run(*args, "--", *[str(path) for path in patches], check=False)
 
     def am_abort(self) -> None:
-        """Stop a `git am` and go back to where it started; nothing to do when none is
-        in progress (a failed `am` that never started one). Raises GitFailed if the abort fails."""
+        """Stop a `git am` in progress and go back to where it started."""
         if self.am_in_progress():
             self.run("am", "--abort")
 
@@ -398,9 +373,7 @@ class Git:
         return self.out("range-diff", "--no-color", f"--creation-factor={creation_factor}", old, new)
 
     def apply_only(self, patch: Path, *, include: str) -> None:
-        """Apply to the work tree (no index, no commit) only the part of `patch`
-        that touches `include` (a path or glob, as in the diff); a patch that does
-        not touch it is a no-op. Raises GitFailed when that part does not apply."""
+        """Apply to the work tree only the part of `patch` that touches `include` (a path or glob)."""
         self.run("apply", f"--include={include}", "--", str(patch))
 
     def diff_tree_patch(self, commit: str) -> str:
@@ -449,8 +422,7 @@ class Git:
         return self.head()
 
     def format_patches(self, base: str, head: str) -> list[bytes]:
-        """Every commit of base..head as format_patch writes it, oldest first, from one
-        git process (files in a temporary directory: a stream could not be split safely)."""
+        """Every commit of base..head as format_patch writes it, oldest first, from one git."""
         with tempfile.TemporaryDirectory(prefix="forkbuild-format-") as scratch:
             self.run("format-patch", "--quiet", "-o", scratch, *FORMAT_PATCH_FLAGS, "--end-of-options", f"{base}..{head}")
             return [path.read_bytes() for path in sorted(Path(scratch).iterdir())]
@@ -465,23 +437,19 @@ class Git:
         self.run("read-tree", "--end-of-options", tree, env={"GIT_INDEX_FILE": str(index)})
 
     def apply_cached(self, patch: Path, *, index: Path) -> str | None:
-        """`git apply --cached --3way` of `patch` onto the private index; the resulting tree,
-        or None (index unchanged) when it does not apply."""
+        """`git apply --cached --3way` of `patch` onto the private index: the tree, or None."""
         if self.apply_to_index(patch, index=index, three_way=True).status != 0:
             return None
         return self.write_tree(index=index)
 
     def apply_cached_in_order(self, patches: Iterable[Path], *, index: Path) -> str | None:
-        """One `git apply --cached` of every patch into the private index: git applies the files
-        in order, each onto the index the ones before left, strictly (exact context, offsets;
-        no 3-way, no fuzz) and all or nothing. The resulting tree, or None (index unchanged)
-        when any of them does not apply."""
+        """One strict `git apply --cached` of every patch in order into the private index, all or
+        nothing: the tree, or None."""
         applied = self.apply_to_index(list(patches), index=index)
         return self.write_tree(index=index) if applied.status == 0 else None
 
     def changed_blobs(self, base: str, head: str) -> list[tuple[str, str, str, str]]:
-        """(status letter, path, new mode, new blob id) of every file that differs between two
-        trees or commits, from one `git diff-tree` (a deleted file has mode 000000)."""
+        """(status letter, path, new mode, new blob id) of every file that differs (deleted: mode 000000)."""
         raw = self.run("diff-tree", "-r", "-z", "--no-renames", "--end-of-options", base, head).stdout
         fields = raw.split("\0")
         changes = []
@@ -612,13 +580,11 @@ class Git:
         return raw.split("\n\n", 1)[1] if "\n\n" in raw else ""
 
     def merge_tree(self, ours: str, theirs: str) -> Result:
-        """`git merge-tree --write-tree --name-only` (merge-ort, no work tree): the merged
-        tree on stdout's first line; exit 1 when it holds conflicts. Not raised."""
+        """`git merge-tree --write-tree`: the tree on stdout's first line; exit 1: conflicts. Not raised."""
         return self.run("merge-tree", "--write-tree", "--name-only", "--messages", "--end-of-options", ours, theirs, check=False)
 
     def cherry_pick_no_commit(self, commit: str) -> Result:
-        """Merge `commit`'s change into the work tree and index (merge-ort); conflicts
-        stay as markers and unmerged entries. Not raised."""
+        """Merge `commit`'s change into the work tree and index (conflicts stay). Not raised."""
         return self.run("cherry-pick", "--no-commit", "--allow-empty", "--end-of-options", commit, check=False)
 
     def sequencer_quit(self) -> None:
@@ -628,8 +594,7 @@ class Git:
             (self.git_dir / "CHERRY_PICK_HEAD").unlink(missing_ok=True)
 
     def apply_worktree(self, patch: Path, *, three_way: bool = False, reject: bool = False) -> Result:
-        """`git apply --index` (or --3way: markers and unmerged entries; or --reject:
-        the hunks that apply, .rej files for the rest) in the work tree. Not raised."""
+        """`git apply --index` (or --3way, or --reject) in the work tree. Not raised."""
         mode = ["--3way"] if three_way else ["--index", "--reject"] if reject else ["--index"]
         return self.run("apply", "-v", *mode, "--", str(patch), check=False)
 
