@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
+from forkbuild import process
 from forkbuild.errors import MutationError
 from forkbuild.mutate.mutants import Mutant
 from forkbuild.mutate.results import KILLED, SURVIVED
@@ -51,9 +52,9 @@ class Worker:
     def __init__(self, python: Path, preload: Iterable[str], log: Path) -> None:
         self.log = log
         with open(log, "w") as output:  # the preload's warnings; the runs log on their own
-            self._process = subprocess.Popen([str(python), str(OVERLAY / "forkserver.py"), *preload],
-                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=output,
-                                             env={**os.environ, **ONE_THREAD}, text=True)
+            self._process = process.popen([str(python), str(OVERLAY / "forkserver.py"), *preload],
+                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=output,
+                                          env=ONE_THREAD, text=True)
         assert self._process.stdin and self._process.stdout  # both pipes
         self._stdin, self._stdout = self._process.stdin, self._process.stdout
         if not self._stdout.readline().strip():
