@@ -79,35 +79,32 @@ class Reporter:
             self._console = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
         return self._console
 
-    def _print(self, text: str, **options: Any) -> None:
-        self.console.print(text, **options)
-
     @contextmanager
     def step(self, title: str) -> Iterator[None]:
         """A named step; its duration is printed when it ends."""
         start = time.monotonic()
-        self._print(f"[bold]>[/bold] {title}")
+        self.console.print(f"[bold]>[/bold] {title}")
         yield
-        self._print(f"  [dim]{title}: {time.monotonic() - start:.2f}s[/dim]")
+        self.console.print(f"  [dim]{title}: {time.monotonic() - start:.2f}s[/dim]")
 
     def info(self, message: str) -> None:
-        self._print(f"  {message}", markup=False)
+        self.console.print(f"  {message}", markup=False)
 
     def detail(self, message: str) -> None:
         """Tool output and other noise: shown with -v only."""
         if self.verbose:
-            self._print(message, markup=False, style="dim")
+            self.console.print(message, markup=False, style="dim")
 
     def warn(self, message: str) -> None:
-        self._print(f"[yellow]warning:[/yellow] {message}")
+        self.console.print(f"[yellow]warning:[/yellow] {message}")
 
     def error(self, error: ForkbuildError) -> None:
         from rich.markup import escape  # messages quote TOML ("[[patches]]") that rich would read as markup
 
         color = "red" if error.label == "error" else "yellow"
-        self._print(f"[bold {color}]{error.label}:[/bold {color}] {escape(error.message)}", highlight=False)
+        self.console.print(f"[bold {color}]{error.label}:[/bold {color}] {escape(error.message)}", highlight=False)
         if error.hint:
-            self._print(f"[cyan]hint:[/cyan] {escape(error.hint)}")
+            self.console.print(f"[cyan]hint:[/cyan] {escape(error.hint)}")
 
     def download_progress(self) -> Progress:
         from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn

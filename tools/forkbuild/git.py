@@ -24,7 +24,7 @@ from forkbuild.process import Completed
 
 # Every git command and its output, at DEBUG: `forkbuild -v` shows them (cli configures it).
 LOG = logging.getLogger("forkbuild.git")
-# Output shown per stream and command: `log -p` of a whole series would flood the terminal.
+# Output lines shown per command: `log -p` of a whole series would flood the terminal.
 LOGGED_LINES = 200
 ENGLISH = {"LANGUAGE": "C", "LC_ALL": "C"}  # git's messages, which forkbuild reads and shows
 IDENTITY = {"user.name": "forkbuild", "user.email": "forkbuild@localhost"}
@@ -111,24 +111,13 @@ def _ident(name: str, email: str) -> str:
     return f"{clean[0]} <{clean[1]}>"
 
 
-def _log_output(status: object, stdout: str, stderr: str) -> None:
+def _log_output(done: Completed) -> None:
     if not LOG.isEnabledFor(logging.DEBUG):
         return  # no joining of large outputs nobody will see
-    parts = [_clip(stdout), _clip(stderr)]
-    output = "\n".join(part for part in parts if part)
-    if status != 0 or output:
-        LOG.debug("exit %s%s", status, "\n" + output if output else "")
-
-
-def _clip(text: str) -> str:
-    lines = text.rstrip("\n").splitlines()
-    if len(lines) <= LOGGED_LINES:
-        return "\n".join(lines)
-    return "\n".join(lines[:LOGGED_LINES] + [f"... ({len(lines) - LOGGED_LINES} more lines)"])
-
-
-# A finished git command: its exit status and decoded output (process.py's record).
-Result = Completed
+    lines = [line for text in (done.stdout, done.stderr) for line in text.rstrip("\n").splitlines()]
+    more = f"\n... ({len(lines) - LOGGED_LINES} more lines)" if len(lines) > LOGGED_LINES else ""
+    if done.status != 0 or lines:
+        LOG.debug("exit %s%s%s", done.status, "".join("\n" + line for line in lines[:LOGGED_LINES]), more)
 
 
 def _revision(value: str) -> str:
@@ -175,7 +164,7 @@ class Git:
         return cls(path)
 
     def run(self, *args: str, env: Mapping[str, str] | None = None, check: bool = True,
-            input: str | bytes | None = None, interactive: bool = False) -> Result:
+            input: str | bytes | None = None, interactive: bool = False) -> Completed:
         """Run `git <args>` with the pinned config; GitFailed unless check=False. interactive: it
         may ask on the terminal (a fetch that wants a password): not in the child group."""
         command = self._command(args)
@@ -189,8 +178,8 @@ class Git:
         return ["git", *pinned, *args]
 
     @staticmethod
-    def _result(command: Sequence[str], done: Completed, *, check: bool) -> Result:
-        _log_output(done.status, done.stdout, done.stderr)
+    def _result(command: Sequence[str], done: Completed, *, check: bool) -> Completed:
+        _log_output(done)
         if check and done.status != 0:
             raise GitFailed(command, done.status, done.stdout, done.stderr)
         return done
@@ -294,7 +283,7 @@ class Git:
         return listing.split() if listing else []
 
     # -- patches ----------------------------------------------------------
-    def am(self, patches: list[Path], *, three_way: bool, committer_date_is_author_date: bool = False) -> Result:
+    def am(self, patches: list[Path], *, three_way: bool, committer_date_is_author_date: bool = False) -> Completed:
         """`git am` a list of mbox patches; returns the result without raising on failure."""
         args = ["am", "--keep-non-patch", "--no-signoff"]
         if three_way:
@@ -467,7 +456,7 @@ class Git:
     # name (worktree/smallindex.py): no 5,771-entry index read and written per patch. The
     # commits of a whole run come from one fast-import.
     def apply_to_index(self, patch: Path | Sequence[Path], *, index: Path, three_way: bool = False,
-                       check: bool = False, reverse: bool = False, strip: int = 1, unidiff_zero: bool = False) -> Result:
+                       check: bool = False, reverse: bool = False, strip: int = 1, unidiff_zero: bool = False) -> Completed:
         """`git apply --cached -v` of `patch` into the private index `index` (no work tree), strictly
         (no fuzz; offsets are fine, as for GNU patch); the result, not raised: the engine reads offsets
         and failures from its output. strip/unidiff_zero: a quilt patch's -p level and `diff -U0` hunks.
@@ -579,11 +568,11 @@ class Git:
         raw = self.run("cat-file", "commit", "--end-of-options", commit).stdout
         return raw.split("\n\n", 1)[1] if "\n\n" in raw else ""
 
-    def merge_tree(self, ours: str, theirs: str) -> Result:
+    def merge_tree(self, ours: str, theirs: str) -> Completed:
         """`git merge-tree --write-tree`: the tree on stdout's first line; exit 1: conflicts. Not raised."""
         return self.run("merge-tree", "--write-tree", "--name-only", "--messages", "--end-of-options", ours, theirs, check=False)
 
-    def cherry_pick_no_commit(self, commit: str) -> Result:
+    def cherry_pick_no_commit(self, commit: str) -> Completed:
         """Merge `commit`'s change into the work tree and index (conflicts stay). Not raised."""
         return self.run("cherry-pick", "--no-commit", "--allow-empty", "--end-of-options", commit, check=False)
 
@@ -593,7 +582,7 @@ class Git:
             self.run("cherry-pick", "--quit", check=False)
             (self.git_dir / "CHERRY_PICK_HEAD").unlink(missing_ok=True)
 
-    def apply_worktree(self, patch: Path, *, three_way: bool = False, reject: bool = False) -> Result:
+    def apply_worktree(self, patch: Path, *, three_way: bool = False, reject: bool = False) -> Completed:
         """`git apply --index` (or --3way, or --reject) in the work tree. Not raised."""
         mode = ["--3way"] if three_way else ["--index", "--reject"] if reject else ["--index"]
         return self.run("apply", "-v", *mode, "--", str(patch), check=False)
