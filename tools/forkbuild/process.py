@@ -2,10 +2,10 @@
 python, pytest.
 
 Each child gets forkbuild's environment without the variables that point git at another
-repository, index, work tree or object store (a git hook or a shell rc may set them);
-output captured and decoded as UTF-8 with surrogate escapes (the
-bytes come back with `.encode("utf-8", "surrogateescape")`). git joins forkbuild's child
-group (childgroup.py) so that a killed forkbuild leaves nothing writing behind it.
+repository, index, work tree or object store (a git hook or a shell rc may set them). Output
+is decoded as UTF-8 with surrogate escapes (`.encode("utf-8", "surrogateescape")` gives the
+bytes back). git joins forkbuild's child group (childgroup.py): a killed forkbuild leaves
+nothing writing behind it.
 """
 
 from __future__ import annotations
