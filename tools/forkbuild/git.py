@@ -9,6 +9,7 @@ where it could be read as an option.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import re
@@ -20,6 +21,7 @@ from typing import NamedTuple
 
 from forkbuild import process
 from forkbuild.errors import ForkbuildError, GitFailed
+from forkbuild.fsutil import write_atomic
 from forkbuild.process import Completed
 
 # Every git command and its output, at DEBUG: `forkbuild -v` shows them (cli configures it).
@@ -93,6 +95,55 @@ class FileCommit(NamedTuple):
 # whole-tree fallback lists a new tree per patch; the engine reads the same few again and again.
 _TREES: dict[tuple[Path, str], Mapping[str, TreeEntry]] = {}
 TREES_KEPT = 32
+TREES_DIR = "forkbuild-trees"  # in a repository's common dir: listings Git.tree_entries keeps
+OBJECT_ID = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")  # SHA-1 or SHA-256: names one object forever
+
+
+class KeptListing(Mapping[str, TreeEntry]):
+    """A listing tree_entries kept, as its three arrays: an entry is made when it is asked
+    for. A re-apply looks up the few dozen files its patches name, not all 5,771 (making
+    every entry took 4-8 ms)."""
+
+    __slots__ = ("_paths", "_modes", "_blobs", "_width", "_at")
+
+    def __init__(self, paths: list[str], modes: list[int], blobs: str, width: int) -> None:
+        self._paths, self._modes, self._blobs, self._width = paths, modes, blobs, width
+        self._at = dict(zip(paths, range(len(paths)), strict=True))
+
+    def __getitem__(self, path: str) -> TreeEntry:
+        at = self._at[path]
+        return TreeEntry(self._modes[at], self._blobs[at * self._width:(at + 1) * self._width])
+
+    def __contains__(self, path: object) -> bool:
+        return path in self._at
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._paths)
+
+    def __len__(self) -> int:
+        return len(self._paths)
+
+
+def _read_listing(record: Path) -> KeptListing | None:
+    """A listing tree_entries kept, or None: not kept yet, or damaged (then listed again).
+    Three arrays, not an object per file: read in a third of the time."""
+    try:
+        stored = json.loads(record.read_bytes())
+        paths, modes, blobs = stored["paths"], stored["modes"], stored["blobs"]
+        width = len(blobs) // len(paths) if paths else 0
+        if len(modes) != len(paths) or width * len(paths) != len(blobs) or (paths and width not in (40, 64)):
+            return None
+        # The types of all 5,771 entries at C speed (a generator per entry took ~3 ms).
+        if not set(map(type, paths)) <= {str} or not set(map(type, modes)) <= {int} or not isinstance(blobs, str):
+            return None
+        return KeptListing(paths, modes, blobs, width)
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+
+
+def _listing_record(entries: Mapping[str, TreeEntry]) -> str:
+    return json.dumps({"paths": list(entries), "modes": [entry.mode for entry in entries.values()],
+                       "blobs": "".join(entry.blob for entry in entries.values())})
 
 
 def _fast_import_path(path: str) -> str:
@@ -470,21 +521,32 @@ class Git:
     def write_tree(self, *, index: Path | None = None) -> str:
         return self.out("write-tree", env={"GIT_INDEX_FILE": str(index)} if index else None)
 
-    def tree_entries(self, commit: str) -> Mapping[str, TreeEntry]:
+    def tree_entries(self, commit: str, *, keep: bool = False) -> Mapping[str, TreeEntry]:
         """path -> mode and blob id of every file of `commit`'s tree (or of a tree), from one
-        `ls-tree -r`; kept for the process (an id names one tree forever: the engine's fast rung
-        reads the same base for every patch). Shared: read it, do not change it."""
+        `ls-tree -r`; kept a while for the process (an id names one tree forever: the path check
+        and the engine's fast rung read the same base). Shared: read it, do not change it.
+        keep: `commit` is an id that later runs list again (an upstream base): the listing is
+        also kept in the repository (`forkbuild-trees/<id>`), which reads in a fifth of the time
+        ls-tree takes for sglang's 5,771 files."""
         key = (self.common_dir, commit)
         if key not in _TREES:
-            listed = {}
-            for item in self.run("ls-tree", "-r", "-z", "--full-tree", "--end-of-options", commit).stdout.split("\0"):
-                if item:
-                    meta, path = item.split("\t", 1)
-                    mode, _, blob = meta.split(" ")
-                    listed[path] = TreeEntry(int(mode, 8), blob)
+            record = self.common_dir / TREES_DIR / commit if keep and OBJECT_ID.fullmatch(commit) else None
+            entries: Mapping[str, TreeEntry] | None = _read_listing(record) if record else None
+            if entries is None:
+                listed = {}
+                for item in self.run("ls-tree", "-r", "-z", "--full-tree", "--end-of-options", commit).stdout.split("\0"):
+                    if item:
+                        meta, path = item.split("\t", 1)
+                        mode, _, blob = meta.split(" ")
+                        listed[path] = TreeEntry(int(mode, 8), blob)
+                if record:
+                    with contextlib.suppress(OSError):  # not kept (a read-only cache): listed again next time
+                        record.parent.mkdir(exist_ok=True)
+                        write_atomic(record, _listing_record(listed), durable=False)
+                entries = listed
             if len(_TREES) >= TREES_KEPT:
                 del _TREES[next(iter(_TREES))]  # the oldest
-            _TREES[key] = listed
+            _TREES[key] = entries
         return _TREES[key]
 
     def write_index(self, index: Path, entries: Mapping[str, TreeEntry]) -> None:

@@ -256,7 +256,7 @@ def symlinks_of(cache_git: Git, commit: str) -> frozenset[str]:
     except (OSError, ValueError, TypeError):
         pass  # not listed yet, or a damaged record: list it again
     # The engine's fast rung reads the same listing of the base: one ls-tree for both.
-    found = frozenset(path for path, entry in cache_git.tree_entries(commit).items() if entry.mode == S_IFLNK)
+    found = frozenset(path for path, entry in cache_git.tree_entries(commit, keep=True).items() if entry.mode == S_IFLNK)
     record.parent.mkdir(exist_ok=True)
     write_atomic(record, json.dumps(sorted(found)) + "\n", durable=False)
     return found

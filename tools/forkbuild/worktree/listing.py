@@ -18,7 +18,8 @@ from forkbuild.worktree.smallindex import parents
 
 class TreeListing:
     """`entries` (a base's listing, shared: Git.tree_entries) with the changes made on top,
-    which are kept apart: the base's entries are not copied."""
+    which are kept apart: the base's entries are not copied (a kept listing makes an entry
+    only when it is asked for, see git.KeptListing)."""
 
     def __init__(self, entries: Mapping[str, TreeEntry]) -> None:
         self._base = entries
