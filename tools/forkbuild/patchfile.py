@@ -4,13 +4,11 @@ and the path-safety rules every patch must pass before git sees it."""
 from __future__ import annotations
 
 import functools
-import json
 import re
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, NamedTuple
 
 from forkbuild.errors import UnsafePatchError
-from forkbuild.fsutil import write_atomic
 from forkbuild.git import Git
 
 if TYPE_CHECKING:
@@ -154,23 +152,6 @@ def strip_prefix(name: str) -> str:
     return name[2:] if name[:2] in ("a/", "b/") else name
 
 
-def hunk_offsets(patch_text: str, applied_diff: str) -> list[str]:
-    """Where the hunks of a patch file landed elsewhere than the file says, one line each
-    ("<path> hunk <n>: +3 lines"); `applied_diff` is the diff of the commit git made from it."""
-    import unidiff
-
-    _, payload = split_mail(patch_text)
-    expected = unidiff.PatchSet(payload[_diff_start(payload):])
-    # unidiff's .path is already without the a/ b/ prefix.
-    applied = {patched.path: [hunk.source_start for hunk in patched] for patched in unidiff.PatchSet(applied_diff)}
-    moved = []
-    for patched in expected:
-        for number, (hunk, actual) in enumerate(zip(patched, applied.get(patched.path, []), strict=False), start=1):
-            if hunk.source_start != actual:
-                moved.append(f"{patched.path} hunk {number}: {actual - hunk.source_start:+d} lines")
-    return moved
-
-
 def _file_change(patched: unidiff.PatchedFile) -> FileChange:
     status = "A" if patched.is_added_file else "D" if patched.is_removed_file else "M"
     path = strip_prefix(patched.target_file if status != "D" else patched.source_file)
@@ -243,23 +224,12 @@ def _names(text: str) -> list[tuple[str, bool]]:
     return [(name, prefixed) for name, prefixed in names if name.strip() != "/dev/null"]
 
 
-SYMLINKS_DIR = "forkbuild-symlinks"
-
-
 def symlinks_of(cache_git: Git, commit: str) -> frozenset[str]:
     """The paths that are symbolic links in `commit` of the cache repository (upstream's own;
     patches cannot add any), for the "goes through a symbolic link" check without a work tree.
-    Kept in the cache per commit (a commit's tree never changes): a re-apply lists no tree."""
-    record = cache_git.common_dir / SYMLINKS_DIR / commit
-    try:
-        return frozenset(json.loads(record.read_text()))
-    except (OSError, ValueError, TypeError):
-        pass  # not listed yet, or a damaged record: list it again
-    # The engine's fast rung reads the same listing of the base: one ls-tree for both.
-    found = frozenset(path for path, entry in cache_git.tree_entries(commit, keep=True).items() if entry.mode == S_IFLNK)
-    record.parent.mkdir(exist_ok=True)
-    write_atomic(record, json.dumps(sorted(found)) + "\n", durable=False)
-    return found
+    Listed by git every time: a security verdict is never read back from the cache."""
+    listing = cache_git.run("ls-tree", "-r", "-z", "--full-tree", "--end-of-options", commit).stdout
+    return frozenset(item.split("\t", 1)[1] for item in listing.split("\0") if item.startswith("120000 "))
 
 
 def safety_problems(text: str, *, tree: Path | None = None, symlinks: frozenset[str] = frozenset()) -> list[str]:
