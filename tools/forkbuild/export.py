@@ -1,17 +1,9 @@
-"""Export: regenerate patches/ (and series.toml's [[patches]], and the quilt
-`patches/series`) from the commits of the full-series work tree.
-
-Each commit becomes one `git format-patch` file (Git.format_patch: fixed flags).
-Commits are matched to series entries by subject, then by position; a new
-commit becomes a new entry named from its `Feature:` trailer and subject. A
-patch whose only difference from the file on disk is index/offset noise stays
-as it is unless `refresh` is asked.
-
-Never an implicit drop: an entry with no commit in the tree (it did not apply,
-was --skip'ped, or its commit was reset away) stops the export, each one named
-with how to get it back (the tree's state says which, and its commit), unless
-the caller says what to do with it: `keep` (file and entry stay as they are, in
-their place) or `drop` (removed, and saved aside first).
+"""Export: patches/, series.toml's [[patches]] and the quilt `patches/series` from the
+commits of the full-series work tree, one `git format-patch` file per commit (fixed flags).
+Commits match entries by subject, then by position; a new one becomes an entry named from
+its `Feature:` trailer and subject. Index/offset noise alone keeps a file as it is (unless
+`refresh`). Never an implicit drop: an entry without a commit stops the export, named with
+how to get it back, unless the caller says `keep` or `drop` (saved aside first).
 """
 
 from __future__ import annotations

@@ -1,25 +1,14 @@
-"""Work trees of the cache repository that survive a kill -9 of forkbuild.
+"""Work trees of the cache repository that survive a kill -9 of forkbuild; forkbuild only
+ever clears what its OWN dead process left.
 
-Two tools, one rule: forkbuild only ever clears what its OWN dead process left.
-
-- `tree_guard(dest, command)`: held while a command works in a work tree. An
-  flock on `<parent>/.<name>.forkbuild-lock` (the kernel drops it when the
-  process dies, so it is never stale) makes a second run on the same tree refuse
-  at once (LockBusy, naming the other process). The lock file holds the owner
-  (pid, host, process start time, command, phase, the process group of its git
-  children) while the command runs and is emptied when it ends; a file that still
-  names an owner when the lock is free was left by a killed forkbuild (or one that
-  ended on Ctrl-C or an unexpected error while it was changing the tree):
-  `guard.killed` says so and what it was doing, and its git children still running
-  are stopped before anything touches the tree (childgroup.py).
-- `temporary_worktree(cache)`: a scratch work tree (check, import, series blobs,
-  declarations), removed afterwards. Each one is recorded in the cache
-  (`upstream.git/forkbuild-owners/`) before git creates it; every later call
-  removes the trees, registrations and locks whose recorded owner is dead.
-
-A `git worktree add` killed mid-checkout leaves its registration locked
-("initializing") and an `index.lock`; `remove_dead_tree` clears both, and
-`clear_stale_index_lock` removes an `index.lock` only when no process has it open.
+- `tree_guard(dest, command)`: an flock on `<parent>/.<name>.forkbuild-lock` (dropped by the
+  kernel when the process dies) makes a second run on the tree refuse at once (LockBusy).
+  The file names the owner while it runs and is emptied at the end; one that still names an
+  owner when the lock is free was left by a killed forkbuild (`guard.killed`), whose git
+  children are stopped before anything touches the tree (childgroup.py).
+- `temporary_worktree(cache)`: a scratch work tree, recorded in the cache
+  (`upstream.git/forkbuild-owners/`) before git creates it; every later call removes those
+  whose owner is dead, with a registration or `index.lock` a killed `git worktree add` left.
 """
 
 from __future__ import annotations
@@ -46,14 +35,12 @@ OWNERS_DIR = "forkbuild-owners"
 
 
 def _process_start(pid: int) -> str:
-    """The start time of process `pid` (clock ticks since boot); with the pid it names one
-    process: a recycled pid has another start time. "" when it is gone."""
+    """The start time of process `pid` ("" when gone): with the pid it names one process."""
     stat = proc_stat(pid)
     return str(stat.started) if stat else ""
 
 
 def _host() -> str:
-    """This machine's name: what socket.gethostname() returns, without importing socket."""
     return os.uname().nodename
 
 
