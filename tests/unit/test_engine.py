@@ -462,3 +462,19 @@ def test_an_apply_removes_the_private_indexes_a_killed_engine_left_and_keeps_a_l
     finally:
         live.kill()
         live.wait()
+
+
+def test_a_memo_entry_this_machine_did_not_sign_is_never_trusted(series_fx, tmp_path) -> None:
+    """The cache is untrusted input (issue 38): a remembered result rewritten to another commit
+    (here upstream itself) would have put that commit's files in the tree."""
+    from forkbuild.worktree.state import read_state
+
+    fx = series_fx
+    assert fx.cli("apply", "--all") == 0
+    base = read_state(fx.root / ".forkbuild-work/series").base
+    memo_path = fx.cache / "upstream.git" / "forkbuild-apply-memo.json"
+    memo = json.loads(memo_path.read_text())
+    assert memo and all(entry.get("mac") for entry in memo.values())
+    memo_path.write_text(json.dumps({key: {**entry, "commit": base} for key, entry in memo.items()}))
+    assert fx.cli("apply", "--all", "--dir", str(tmp_path / "again")) == 0
+    assert "DSV41_ALPHA" in (tmp_path / "again/python/pkg/core.py").read_text()

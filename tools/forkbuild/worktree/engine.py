@@ -16,6 +16,7 @@ are remembered per (base and patches before, patch bytes, source) in the reposit
 from __future__ import annotations
 
 import hashlib
+import hmac
 import itertools
 import json
 import os
@@ -36,7 +37,7 @@ from forkbuild.worktree.smallindex import apply_small, disjoint_run
 
 MEMO_FILE = "forkbuild-apply-memo.json"
 # Bump when the engine would make other commits or outcomes from the same input.
-MEMO_VERSION = "2"  # 2: keyed by the chain of patches from the base, not the parent commit
+MEMO_VERSION = "3"  # 3: entries signed with a key kept outside the cache (memo_secret)
 MEMO_OUTCOMES = ("exact", "offset", "3-way")
 PATCH_PREFIX = re.compile(r"^(?:\[[^\]]*PATCH[^\]]*\]\s*)+", re.IGNORECASE)
 _ENGINES = itertools.count(1)  # numbers this process's engines (their small index files)
@@ -158,6 +159,7 @@ class Engine:
         self._small: tuple[TreeListing, set[str], dict[str, TreeEntry]] | None = None
         self._index_at: str | None = None
         self._memo: dict | None = None
+        self._secret = memo_secret()
         self._memo_present: set[str] | None = None  # the memo's commits the repository still has
         self._learnt: dict = {}
         self._learning: list[tuple[str, PatchResult]] = []  # results whose commit is not written yet
@@ -185,8 +187,10 @@ class Engine:
             except (OSError, ValueError):
                 self._memo = {}  # no memo, or a damaged one: compute everything again
         known = self._memo.get(key)
-        if not known or known.get("outcome") not in MEMO_OUTCOMES or not known.get("commit"):
+        if not isinstance(known, dict) or known.get("outcome") not in MEMO_OUTCOMES or not known.get("commit"):
             return None
+        if self._secret is None or not hmac.compare_digest(str(known.get("mac")), self._mac(key, known)):
+            return None  # not signed on this machine (a cache from elsewhere, or edited): computed again
         if self._memo_present is None:  # one question for all of them
             self._memo_present = self.worktree.present_objects(
                 entry["commit"] for entry in self._memo.values() if isinstance(entry, dict) and entry.get("commit"))
@@ -210,7 +214,12 @@ class Engine:
     def _save_memo(self) -> None:
         """Add what this run learnt (merged with what other runs wrote meanwhile)."""
         self.flush()
-        self._learnt.update({key: self.written(result).as_dict() for key, result in self._learning})
+        if self._secret is None:
+            self._learning = []
+            return
+        for key, result in self._learning:
+            entry = self.written(result).as_dict()
+            self._learnt[key] = {**entry, "mac": self._mac(key, entry)}
         self._learning = []
         if not self._learnt:
             return
@@ -220,6 +229,10 @@ class Engine:
             current = {}
         write_atomic(self._memo_path, json.dumps({**current, **self._learnt}, sort_keys=True) + "\n", durable=False)
         self._learnt = {}
+
+    def _mac(self, key: str, entry: dict) -> str:
+        fields = json.dumps({name: value for name, value in entry.items() if name not in ("mac", "name")}, sort_keys=True)
+        return hmac.new(self._secret or b"", f"{key}\0{fields}".encode(), hashlib.sha256).hexdigest()
 
     @property
     def _index(self) -> Path:
@@ -567,6 +580,34 @@ class Engine:
         self.worktree.clean_untracked()
         self.shown = self.head
         return PatchResult(name=job.name, outcome=Outcome.SKIPPED, detail="left out with --skip at a conflict")
+
+
+def memo_secret() -> bytes | None:
+    """The key that signs the memo's entries, kept outside the cache ($XDG_STATE_HOME/forkbuild):
+    the cache is untrusted input (a CI cache restored from another run), so an entry this
+    machine did not sign is computed again, never trusted. None: no key can be kept, no memo."""
+    home = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "forkbuild"
+    path = home / "memo.key"
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return None
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+        temporary = home / f".memo.key.{os.getpid()}"
+        temporary.write_bytes(os.urandom(32))
+        temporary.chmod(0o600)
+        try:
+            os.link(temporary, path)  # all or nothing: a reader never sees half a key
+        except FileExistsError:
+            pass  # another forkbuild made it at the same moment: take that one
+        finally:
+            temporary.unlink(missing_ok=True)
+        return path.read_bytes()
+    except OSError:
+        return None
 
 
 def _clear_dead_engines(git_dir: Path) -> None:
