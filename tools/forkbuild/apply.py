@@ -126,7 +126,7 @@ def apply_plan(*, context: Context, plan: ApplyPlan, dest: Path, stop: bool = Fa
                 unsaved_work_checked(worktree, guard, new=previous is None) as before_change:
             # What the tree shows: the HEAD prepare_worktree checked, or nothing (a new tree).
             engine = Engine(worktree, head=base, shown=previous.head if previous else base, checked_out=bool(previous),
-                            before_change=before_change, upstream_head=True)
+                            before_change=before_change)
             results = _run(engine, run, stop=stop, context=context, features=plan.features)
         return _result(context, plan, dest=dest, base=base, head=engine.head, results=results, report=report_offsets)
 
@@ -471,7 +471,7 @@ def apply_in_index(*, context: Context, plan: ApplyPlan) -> tuple[str, str] | No
 
 def _in_index(cache_git: Git, base: str, jobs: list[PatchJob],
               generated: tuple[Series, tuple[str, ...]] | None = None) -> tuple[str, list[PatchResult]]:
-    engine = Engine(cache_git, head=base, shown=base, upstream_head=True)
+    engine = Engine(cache_git, head=base, shown=base)
     try:
         failed = [result for result in engine.run(jobs, stop=False, write=False) if not result.outcome.applied]
         if generated and not failed:

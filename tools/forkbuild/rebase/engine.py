@@ -170,7 +170,7 @@ class Rebase:
         backup = self._backup_patches(state)
         with self.reporter.step(f"Applying the {len(backup)} patches on {old.version} (their commits feed the 3-way merges)"):
             # Plumbing in the cache: no checkout of the old version is needed.
-            old_series = Engine(cache_git, head=state.old_base, shown=state.old_base, upstream_head=True)
+            old_series = Engine(cache_git, head=state.old_base, shown=state.old_base)
             made = old_series.run([PatchJob(name=path.name, path=path) for path in backup], stop=False)
             old_series.close()
         failed = [result for result in made if not result.outcome.applied]

@@ -133,8 +133,7 @@ class Engine:
     commits wait in `_pending` until `flush()` writes them (one fast-import)."""
 
     def __init__(self, worktree: Git, *, detect_upstreamed: bool = False, head: str = "", shown: str = "",
-                 checked_out: bool = True, before_change: Callable[[], None] | None = None,
-                 upstream_head: bool = False) -> None:
+                 checked_out: bool = True, before_change: Callable[[], None] | None = None) -> None:
         self.worktree = worktree
         _clear_dead_engines(worktree.git_dir)
         # Called before the engine first touches the work tree (it may raise: nothing changed yet).
@@ -147,8 +146,6 @@ class Engine:
         # What the memo key of the next patch builds on: a commit from outside the run, or
         # the key of the step that made HEAD (its commit may not be written yet).
         self._anchor = self._head
-        # upstream_head: `head` is an upstream base, whose file listing later runs read again (kept on disk).
-        self._kept_listing = self._head if upstream_head else ""
         self._pending: list[tuple[str, FileCommit]] = []  # (token, commit), oldest first
         self._written: dict[str, str] = {}  # token -> commit id, once flushed
         self._listing: TreeListing | None = None  # of `_head`'s tree, for the fast rung
@@ -388,7 +385,7 @@ class Engine:
     def _tree_listing(self) -> TreeListing:
         if self._listing is None:
             self.flush()
-            self._listing = TreeListing(self.worktree.tree_entries(self._head, keep=self._head == self._kept_listing))
+            self._listing = TreeListing(self.worktree.tree_entries(self._head))
         return self._listing
 
     def commit_files(self, files: Mapping[str, bytes], *, message: str) -> None:
