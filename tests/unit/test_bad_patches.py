@@ -10,6 +10,7 @@ import pytest
 
 from fixtures import SeriesFixture, write_through_upstream_symlink
 from forkbuild.errors import UnsafePatchError
+from forkbuild.git import Git
 from forkbuild.patchfile import git_mode, safety_problems
 from forkbuild.series_edit import quilt_series_text
 
@@ -78,13 +79,11 @@ def test_a_tampered_cache_never_hides_upstreams_symlinks(git_series_fx: SeriesFi
     fx = git_series_fx
     write_through_upstream_symlink(fx)
     assert fx.cli("apply", "--all") == APPLY
-    for directory in ("forkbuild-symlinks", "forkbuild-trees"):
-        for record in (fx.cache / "upstream.git" / directory).glob("*"):
-            record.write_text("[]\n" if directory == "forkbuild-symlinks" else "")
-    (fx.cache / "upstream.git" / "forkbuild-symlinks").mkdir(exist_ok=True)
-    base = next((fx.cache / "upstream.git" / "forkbuild-trees").glob("*"), None)
-    if base is not None:
-        (fx.cache / "upstream.git" / "forkbuild-symlinks" / base.name).write_text("[]\n")
+    base = Git(fx.cache / "upstream.git").out("rev-list", "--max-parents=0", "--all").split()
+    for directory in ("forkbuild-symlinks", "forkbuild-trees"):  # what a forkbuild before 38 read from
+        (fx.cache / "upstream.git" / directory).mkdir(exist_ok=True)
+        for commit in base:
+            (fx.cache / "upstream.git" / directory / commit).write_text("[]\n")
     capsys.readouterr()
     assert fx.cli("apply", "--all") == APPLY
     assert "goes through the symbolic link python/linked" in output(capsys)

@@ -122,19 +122,6 @@ def test_an_empty_directory_option_is_refused_not_taken_as_the_current_directory
     assert not (series_fx.root / "upstream.git").exists()
 
 
-def test_fetch_verify_names_and_removes_a_tampered_listing(series_fx: SeriesFixture, capsys) -> None:
-    assert series_fx.cli("apply", "--all") == 0
-    repo = series_fx.cache / "upstream.git"
-    kept = sorted((repo / "forkbuild-symlinks").iterdir()) + sorted((repo / "forkbuild-trees").iterdir())
-    assert kept
-    assert series_fx.cli("fetch", "--verify") == 0
-    kept[0].write_text('["python/pkg/not-a-link"]\n')
-    capsys.readouterr()
-    assert series_fx.cli("fetch", "--verify") == UpstreamError.return_code
-    assert kept[0].name in capsys.readouterr().err and not kept[0].exists()
-    assert series_fx.cli("fetch", "--verify") == 0
-
-
 def test_a_wheel_changed_in_place_with_its_size_and_mtime_kept_is_hashed_again(tmp_path: Path) -> None:
     """The verified stamp (what spares build-wheel the hash) cannot vouch for a file written
     after it: the same size, mtime and inode, other bytes, is hashed and fetched again."""

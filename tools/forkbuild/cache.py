@@ -22,8 +22,7 @@ from forkbuild.config import Upstream, WheelPin
 from forkbuild.console import Reporter
 from forkbuild.errors import LockTimeout, UpstreamError
 from forkbuild.fsutil import write_atomic
-from forkbuild.git import TREES_DIR, Git, GitFailed, _listing_record
-from forkbuild.patchfile import S_IFLNK, SYMLINKS_DIR
+from forkbuild.git import Git, GitFailed
 from forkbuild.pypi import find_file
 
 if TYPE_CHECKING:
@@ -170,32 +169,7 @@ class UpstreamCache:
                 raise UpstreamError(f"{self.repo_path} is damaged (git fsck):\n{error.stderr or error.stdout}",
                                     hint=f"move {self.repo_path} aside and run `forkbuild fetch` to import it anew") from None
             checked.append(f"{self.repo_path}: git fsck clean")
-            checked += self._verify_listings()
         return checked
-
-    def _verify_listings(self) -> list[str]:
-        """The tree and symlink listings kept beside the repository, each listed again by git and
-        compared; one that differs is removed (listed again on next use) and named in an UpstreamError."""
-        repo = self.git()
-        wrong = []
-        for directory in (TREES_DIR, SYMLINKS_DIR):
-            for record in sorted((self.repo_path / directory).glob("*")):
-                entries = repo.tree_entries(record.name) if repo.has_object(record.name) else {}
-                expected = (_listing_record(entries) if directory == TREES_DIR else
-                            json.dumps(sorted(path for path, entry in entries.items() if entry.mode == S_IFLNK)))
-                try:
-                    kept = json.loads(record.read_bytes())
-                except ValueError:
-                    kept = None
-                if kept != json.loads(expected):
-                    wrong.append(f"{directory}/{record.name}")
-                    record.unlink()
-        if wrong:
-            raise UpstreamError(f"{self.repo_path}: {len(wrong)} kept listing(s) did not match the repository "
-                                f"(changed outside forkbuild): {', '.join(wrong)}; removed",
-                                hint="forkbuild lists them again on next use; a cache from elsewhere is "
-                                     "untrusted: move it aside and run `forkbuild fetch`")
-        return [f"{self.repo_path}: kept tree listings match the repository"]
 
     # -- the verified stamp ---------------------------------------------------
     def _stamp_path(self, wheel: Path) -> Path:
