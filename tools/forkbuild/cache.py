@@ -10,7 +10,6 @@ Earlier versions stay in the repository: the rebase needs their blobs for
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import tempfile
 from collections.abc import Iterator
@@ -21,7 +20,6 @@ from typing import TYPE_CHECKING
 from forkbuild.config import Upstream, WheelPin
 from forkbuild.console import Reporter
 from forkbuild.errors import LockTimeout, UpstreamError
-from forkbuild.fsutil import write_atomic
 from forkbuild.git import Git, GitFailed
 from forkbuild.pypi import find_file
 
@@ -144,12 +142,11 @@ class UpstreamCache:
                 self.git().tag(upstream.tag, commit)
             return commit
 
-    def wheel(self, pin: WheelPin, *, rehash: bool = False) -> Path:
-        """The wheel file for `pin`, checked against its sha256 on every use (a stamp keyed
-        by size, mtime and inode spares re-hashing an untouched file; rehash: ignore it);
-        downloaded when missing or when the cached file does not match."""
+    def wheel(self, pin: WheelPin) -> Path:
+        """The wheel file for `pin`, hashed against its sha256 on every use (nothing in the
+        cache vouches for it); downloaded when missing or when the cached file does not match."""
         cached = self.wheels_dir / pin.filename
-        if cached.is_file() and self._matches_pin(cached, pin, rehash=rehash):
+        if cached.is_file() and self._matches_pin(cached, pin):
             return cached
         with self.locked():
             return self._wheel_locked(pin)
@@ -160,7 +157,7 @@ class UpstreamCache:
         checked = []
         for pin in upstream.wheels:
             if (self.wheels_dir / pin.filename).exists():
-                self.wheel(pin, rehash=True)
+                self.wheel(pin)
                 checked.append(f"{pin.filename}: sha256 matches the pin")
         if (self.repo_path / "HEAD").exists():
             try:
@@ -171,41 +168,11 @@ class UpstreamCache:
             checked.append(f"{self.repo_path}: git fsck clean")
         return checked
 
-    # -- the verified stamp ---------------------------------------------------
-    def _stamp_path(self, wheel: Path) -> Path:
-        return self.wheels_dir / ".verified" / f"{wheel.name}.json"
-
-    @staticmethod
-    def _identity(wheel: Path) -> dict:
-        stat = wheel.stat()
-        # ctime: no one sets it (a stamp written elsewhere, e.g. in a restored CI cache, cannot match)
-        return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "ctime_ns": stat.st_ctime_ns, "inode": stat.st_ino}
-
-    def _matches_pin(self, wheel: Path, pin: WheelPin, *, rehash: bool = False) -> bool:
-        """Whether `wheel` has the pinned sha256; a file unchanged since it was last hashed is
-        not hashed again (any write changes its mtime or, replaced, its inode)."""
-        stamp = self._stamp_path(wheel)
-        identity = self._identity(wheel)
-        if not rehash:
-            try:
-                recorded = json.loads(stamp.read_text())
-            except (OSError, ValueError):
-                recorded = None
-            if recorded == {**identity, "sha256": pin.sha256}:
-                return True
-        if sha256_of(wheel) != pin.sha256:
-            self.reporter.warn(f"{wheel}: does not match its sha256 pin (changed or damaged): fetching it again")
-            return False
-        self._stamp(wheel, identity, pin)
-        return True
-
-    def _stamp(self, wheel: Path, identity: dict, pin: WheelPin) -> None:
-        stamp = self._stamp_path(wheel)
-        try:
-            stamp.parent.mkdir(exist_ok=True)
-            write_atomic(stamp, json.dumps({**identity, "sha256": pin.sha256}) + "\n")
-        except OSError:
-            pass  # a read-only cache still works: it is only hashed on every use
+    def _matches_pin(self, wheel: Path, pin: WheelPin) -> bool:
+        if sha256_of(wheel) == pin.sha256:
+            return True
+        self.reporter.warn(f"{wheel}: does not match its sha256 pin (changed or damaged): fetching it again")
+        return False
 
     # -- internals (called with the lock held) ------------------------------
     @staticmethod
@@ -251,7 +218,6 @@ class UpstreamCache:
             os.replace(partial, target)
         finally:
             partial.unlink(missing_ok=True)
-        self._stamp(target, self._identity(target), pin)
         return target
 
     def _download(self, url: str, out, *, label: str) -> None:

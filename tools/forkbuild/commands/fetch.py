@@ -12,7 +12,7 @@ def add_parser(subparsers) -> None:
         examples=['forkbuild fetch', 'forkbuild fetch --wheels'])
     parser.add_argument("--wheels", action="store_true", help="also download every pinned wheel (all Python tags)")
     parser.add_argument("--verify", action="store_true",
-                        help="re-hash every cached pinned wheel (ignoring the verified stamps; a mismatch is "
+                        help="re-hash every cached pinned wheel (a mismatch is "
                              "fetched again) and `git fsck` the cache repository")
     parser.set_defaults(run=run)
 
