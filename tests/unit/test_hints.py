@@ -119,3 +119,19 @@ def test_a_hint_quotes_a_path_with_a_space_so_that_it_pastes_as_one_word(tmp_pat
     assert shlex.split(command) == ["forkbuild", "apply", "--all", "--dir", str(tree)]
     assert follow(fx, command).returncode == 0
     assert forkbuild(fx, "export", "--dir", str(tree)).returncode == 0
+
+
+def test_apply_s_discard_hint_quotes_a_tree_with_a_space(tmp_path: Path) -> None:
+    """apply's hints put the tree's path into git commands: pasted, each is one word."""
+    from fixtures import edit, make_series
+
+    fx = make_series(tmp_path / "my projects")
+    tree = fx.root / "my trees" / "series tree"
+    assert forkbuild(fx, "apply", "--all", "--dir", str(tree)).returncode == 0
+    edit(tree, "python/pkg/core.py", "value + 1", "value + 5")
+    refused = forkbuild(fx, "apply", "--all", "--dir", str(tree))
+    assert refused.returncode != 0
+    discard = hint_of(refused).split("discard them: ", 1)[1]
+    subprocess.run(discard, shell=True, check=True, capture_output=True)  # as pasted into a shell
+    assert "value + 5" not in (tree / "python/pkg/core.py").read_text()
+    assert forkbuild(fx, "apply", "--all", "--dir", str(tree)).returncode == 0

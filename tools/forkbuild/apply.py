@@ -19,7 +19,7 @@ from forkbuild.combination import Combination, of_variant, whole_series
 from forkbuild.config import PatchEntry, Series
 from forkbuild.context import Context
 from forkbuild.emptydirs import recreate_empty_dirs
-from forkbuild.errors import ApplyError, DirtyTreeError
+from forkbuild.errors import ApplyError, DirtyTreeError, quoted
 from forkbuild.git import Git
 from forkbuild.guards_module import add_generated_commit
 from forkbuild.patchfile import PatchInfo, check_patches, read_patch, symlinks_of
@@ -217,7 +217,7 @@ def _stopped(worktree: Git, job: PatchJob, result: PatchResult, *, earlier: tupl
     stopped = ApplyError(
         f"{job.name} does not apply: {detail}\n  conflicted: {files}\n  work tree: {dest}",
         hint=f"resolve it in {dest} (edit the conflict markers or .rej hunks, `git add`), then "
-             f"`forkbuild apply --continue --dir {dest}` and `forkbuild export`; `--skip` leaves it out of the tree "
+             f"`forkbuild apply --continue --dir {quoted(dest)}` and `forkbuild export`; `--skip` leaves it out of the tree "
              f"(its file stays; export then stops until you repair or drop it); `--abort` puts the tree back")
     stopped.label = "stopped"
     return stopped
@@ -324,18 +324,18 @@ def refuse_unsaved_work(worktree: Git, *, status: Callable[[], str] | None = Non
     stopped = read_stop(worktree)
     if stopped is not None:
         raise DirtyTreeError(f"{dest}: `forkbuild apply` is stopped there at {stopped.stopped.name}",
-                             hint=f"resolve it and `forkbuild apply --continue --dir {dest}`; or `--skip` it; "
+                             hint=f"resolve it and `forkbuild apply --continue --dir {quoted(dest)}`; or `--skip` it; "
                                   f"or `--abort` (the tree goes back to before that apply)")
     if worktree.am_in_progress():
         raise DirtyTreeError(f"{dest}: a `git am` is in progress there",
-                             hint=f"finish it (git -C {dest} am --continue) and export, "
-                                  f"or discard it (git -C {dest} am --abort)")
+                             hint=f"finish it (git -C {quoted(dest)} am --continue) and export, "
+                                  f"or discard it (git -C {quoted(dest)} am --abort)")
     dirty = status() if status else worktree.status_porcelain()
     if dirty:
         raise DirtyTreeError(f"{dest} has uncommitted changes:\n{dirty}",
-                             hint=f"keep them: commit them (git -C {dest} commit, or --amend into the patch's commit), "
-                                  f"then `forkbuild export --dir {dest}`; "
-                                  f"discard them: git -C {dest} reset --hard && git -C {dest} clean -fd")
+                             hint=f"keep them: commit them (git -C {quoted(dest)} commit, or --amend into the patch's commit), "
+                                  f"then `forkbuild export --dir {quoted(dest)}`; "
+                                  f"discard them: git -C {quoted(dest)} reset --hard && git -C {quoted(dest)} clean -fd")
 
 
 def prepare_worktree(cache_git: Git, *, dest: Path, base: str, guard: TreeGuard | None = None,
@@ -362,8 +362,8 @@ def prepare_worktree(cache_git: Git, *, dest: Path, base: str, guard: TreeGuard 
     if head != state.head:
         extra = worktree.commits(state.head, head)
         raise DirtyTreeError(f"{dest} has {len(extra) or 'other'} commit(s) that are not in the series (HEAD {head[:12]})",
-                             hint=f"keep them: `forkbuild export --dir {dest}`; "
-                                  f"discard them: git -C {dest} reset --hard {state.head[:12]}")
+                             hint=f"keep them: `forkbuild export --dir {quoted(dest)}`; "
+                                  f"discard them: git -C {quoted(dest)} reset --hard {state.head[:12]}")
     # No checkout here: the engine builds the commits on `base` without the work tree and
     # checks the result out once, touching only the files that differ from what is there.
     if guard and check_unsaved:

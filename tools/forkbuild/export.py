@@ -294,7 +294,7 @@ def _why_missing(entry: PatchEntry, *, state: WorktreeState | None, tree: Path) 
     commit = state.commits.get(entry.file) if state else None
     if commit:
         return (f"its commit {commit[:12]} is gone from the tree (reset or rebased away); "
-                f"get it back: git -C {tree} cherry-pick {commit[:12]}, then export")
+                f"get it back: git -C {quoted(tree)} cherry-pick {commit[:12]}, then export")
     return "no commit of the tree matches it (by subject or by place and feature)"
 
 

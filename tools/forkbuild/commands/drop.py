@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from forkbuild.commands import add_command
 from forkbuild.drop import drop_patches
+from forkbuild.errors import quoted
 from forkbuild.export import DEFAULT_TREE
 
 
@@ -26,7 +27,7 @@ def run(args, context) -> int:
         if dropped.tree_commit:
             context.reporter.warn(
                 f"{tree} still holds its commit {dropped.tree_commit[:12]}: `forkbuild export` would add it back; "
-                f"remove it there: git -C {tree} rebase --onto {dropped.tree_commit[:12]}^ {dropped.tree_commit[:12]}")
+                f"remove it there: git -C {quoted(tree)} rebase --onto {dropped.tree_commit[:12]}^ {dropped.tree_commit[:12]}")
     for note in result.unported:
         context.reporter.warn(note)
     return 0

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from forkbuild.childgroup import process_exists
-from forkbuild.errors import ApplyError, ForkbuildError
+from forkbuild.errors import ApplyError, ForkbuildError, quoted
 from forkbuild.fsutil import write_atomic
 from forkbuild.git import IDENTITY, Author, FileCommit, Git, PathChange, TreeEntry
 from forkbuild.patchfile import PatchInfo, read_patch
@@ -543,12 +543,12 @@ class Engine:
         if leftovers:
             raise ApplyError(f"{job.name}: the work tree has changes that are not staged "
                                   f"(or .rej files): {', '.join(leftovers)}",
-                                  hint=f"`git -C {git.path} add` what belongs to the patch and remove the rest "
+                                  hint=f"`git -C {quoted(git.path)} add` what belongs to the patch and remove the rest "
                                        "(the .rej files too, once their hunks are in), then --continue")
         made = git.commits(self.head, git.head())
         if len(made) > 1:
             raise ApplyError(f"{job.name}: {len(made)} commits were made for one patch",
-                                  hint=f"squash them into one (git -C {git.path} reset --soft {self.head[:12]} "
+                                  hint=f"squash them into one (git -C {quoted(git.path)} reset --soft {self.head[:12]} "
                                        "&& git commit), then --continue")
         git.sequencer_quit()
         if made:
