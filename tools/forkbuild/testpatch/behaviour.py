@@ -9,6 +9,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,9 +97,22 @@ def installed_manifest(python: Path) -> manifest_module.Manifest | None:
 
 
 def run_tests(*, context: Context, python: TestPython, features: str | None = None,
-              markers: str = "") -> list[dict]:
+              markers: str = "", shards: int = 1) -> list[dict]:
     """Run tests/patches; returns the conftest's records. `features` sets
-    FORKBUILD_TEST_FEATURES (None: the installed manifest decides)."""
+    FORKBUILD_TEST_FEATURES (None: the installed manifest decides). `shards`:
+    that many pytest processes side by side, the test files dealt out between
+    them (each file is one feature's tests and shares nothing with another)."""
+    tests = context.series_dir / TESTS_DIR
+    files = sorted({*tests.glob("test_*.py"), *tests.glob("*_test.py")})  # pytest's default python_files
+    groups = [files[number::shards] for number in range(min(shards, len(files)))] if shards > 1 and files \
+        else [[tests]]
+    with ThreadPoolExecutor(max_workers=len(groups)) as pool:
+        runs = [pool.submit(_pytest, context, python, group, features=features, markers=markers) for group in groups]
+        return [record for run in runs for record in run.result()]
+
+
+def _pytest(context: Context, python: TestPython, paths: list[Path], *, features: str | None,
+            markers: str) -> list[dict]:
     env: dict[str, str | None] = {**python.env, FEATURES_ENV: features}
     with tempfile.TemporaryDirectory(prefix="forkbuild-pytest-") as scratch:
         results = Path(scratch) / "results.json"
@@ -107,7 +121,7 @@ def run_tests(*, context: Context, python: TestPython, features: str | None = No
         # (a GPU call's time limit kills forkbuild and all) shows how far it got.
         live = context.reporter.verbose
         command = [str(python.executable), "-m", "pytest", "-p", "no:cacheprovider", "-v" if live else "-q", "-rfE",
-                   "--rootdir", str(context.series_dir), str(context.series_dir / TESTS_DIR)]
+                   "--rootdir", str(context.series_dir), *(str(path) for path in paths)]
         if markers:
             command += ["-m", markers]
         done = process.run(command, cwd=context.series_dir, env=env, capture=not live)

@@ -4,6 +4,7 @@ summary."""
 
 from __future__ import annotations
 
+import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,7 +124,11 @@ def _behaviour(context: Context, python: TestPython, *, features, prove: bool) -
     proof's two pytest runs go beside it: three processes that share nothing."""
     claimed = None if features is None else ",".join(features)
     title = "behaviour: tests/patches" + (", and the stock proof's two runs beside it" if prove else "")
+    # On the CPU, and without the proof's runs beside it, the behaviour run alone uses every core;
+    # -v keeps one run, naming its tests in order as they end (how far a killed run got).
+    alone = not prove and not context.reporter.verbose and python.env.get(device_module.DEVICE_ENV) == "cpu"
+    shards = (os.cpu_count() or 1) if alone else 1
     with context.reporter.step(title), ThreadPoolExecutor(max_workers=3) as pool:
-        behave = pool.submit(behaviour.run_tests, context=context, python=python, features=claimed)
+        behave = pool.submit(behaviour.run_tests, context=context, python=python, features=claimed, shards=shards)
         proven = proof.run_proof(context=context, stock=python, pool=pool) if prove else []
         return behaviour.behaviour_records(behave.result()) + proven
