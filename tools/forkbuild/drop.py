@@ -67,17 +67,17 @@ def _refuse_amended(series: Series, tree: Path, names: list[str]) -> None:
     head = worktree.head()
     if head == state.head:
         return
-    by_subject = {}
+    by_subject: dict[str, str] = {}
     for sha in worktree.commits(state.base, head):
         by_subject.setdefault(worktree.subject(sha), sha)
     for name in names:
         recorded = state.commits.get(name, "")
         if recorded and worktree.is_ancestor(recorded, head):
             continue  # the commit apply made is still there, as it was
-        sha = by_subject.get(read_patch(series.patches_dir / name).subject)
-        if sha and normalized(worktree.format_patch(sha)) != normalized(read_text(series.patches_dir / name)):
+        found = by_subject.get(read_patch(series.patches_dir / name).subject)
+        if found and normalized(worktree.format_patch(found)) != normalized(read_text(series.patches_dir / name)):
             raise DirtyTreeError(
-                f"{name}: its commit in {tree} ({sha[:12]}) was changed and not exported; dropping the patch "
+                f"{name}: its commit in {tree} ({found[:12]}) was changed and not exported; dropping the patch "
                 "would lose that change (the next export would add it back as a new patch)",
                 hint=f"keep the change: `forkbuild export`, then drop; discard it: remove the commit "
                      f"(git -C {quoted(tree)} rebase --onto {sha[:12]}^ {sha[:12]}), then drop")

@@ -42,7 +42,7 @@ def run(args, context) -> int:
 
     from forkbuild.rebase import report
     from forkbuild.rebase.engine import Rebase, default_tree
-    from forkbuild.rebase.state import Phase
+    from forkbuild.rebase.state import Phase, RebaseState
     from forkbuild.rebase.target import resolve
 
     rebase = Rebase(context)
@@ -50,7 +50,7 @@ def run(args, context) -> int:
         if args.resume:
             if args.dir or args.target_version:
                 raise ForkbuildError(f"--{args.resume} takes no --dir/--version: the journal remembers them")
-            state = rebase.resume(args.resume)
+            state: RebaseState | None = rebase.resume(args.resume)
         else:
             target = resolve(context.series.upstream, onto=args.onto, version=args.target_version)
             tree = (args.dir or default_tree(context.series_dir)).resolve()

@@ -386,6 +386,8 @@ class Rebase:
         if not (tree / ".git").exists():
             return None
         head = self.cache.git().rev(refs.series_ref(state.id, NEW_SERIES))
+        if head is None:
+            return None
         with tree_guard(tree, "rebase") as guard:
             guard.recovered()  # an interrupted check's half-applied variant: reset below
             worktree = Git(tree)
