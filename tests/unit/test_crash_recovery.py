@@ -193,10 +193,12 @@ args = sys.argv[1:]
 if "reset" in args and "--hard" in args and not os.path.exists({mark!r}):
     writer = os.fork()  # the writing is git's own child, as checkout workers are
     if writer == 0:
-        # The mark from the writer itself: a Ctrl-C sent on seeing it reaches both (one that
-        # came before Python's after-fork reset in the child would be cleared, and it would write on).
-        open({mark!r}, "w").close()
+        # The first write, then the mark, from the writer itself: a Ctrl-C sent on seeing the
+        # mark reaches both (one that came before Python's after-fork reset in the child would
+        # be cleared, and it would write on), and finds the directory the test lists.
         late = os.path.join({tree!r}, "written-after-forkbuild-ended")
+        os.makedirs(late, exist_ok=True)
+        open({mark!r}, "w").close()
         end = time.monotonic() + {seconds!r}
         while time.monotonic() < end:
             try:
