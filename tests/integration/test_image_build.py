@@ -189,7 +189,11 @@ def test_serve_builds_the_launch_command_from_the_environment(images, docker):
     command = output.strip().splitlines()[-1]
     assert command.startswith("python3 -m sglang.launch_server --model-path ")
     for flag in ("--tp-size 3", "--context-length 262144", "--mem-fraction-static 0.95",
-                 "--max-running-requests 4", "--watchdog-timeout 1800 --enable-metrics"):
+                 "--max-running-requests 4", "--watchdog-timeout 1800 --enable-metrics",
+                 # the recipe's launch defaults (issue 35): DSpark on, as start.sh served
+                 "--speculative-algorithm DSPARK", "--speculative-dspark-block-size 3",
+                 "--chunked-prefill-size 2048", "--max-total-tokens 320000",
+                 "--served-model-name deepseek-v4.1-flash", "--cuda-graph-max-bs-decode 4"):
         assert flag in command
 
 
