@@ -1,11 +1,11 @@
 """The grouping both small-index users share (the apply engine's fast rung, import --quilt), and
-the listing of HEAD's tree the fast rung keeps up to date on top of a base's kept listing."""
+the listing of HEAD's tree the fast rung keeps up to date on top of a base's listing."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from forkbuild.git import KeptListing, PathChange, TreeEntry
+from forkbuild.git import PathChange, TreeEntry
 from forkbuild.worktree.listing import TreeListing
 from forkbuild.worktree.smallindex import disjoint_run, parents
 
@@ -53,24 +53,12 @@ def test_parents_are_the_directories_a_path_is_in() -> None:
 
 # -- the listing the fast rung keeps of HEAD's tree ------------------------------------
 
-def kept(entries: dict[str, TreeEntry]) -> KeptListing:
-    """A base listing as Git.tree_entries reads a kept one."""
-    return KeptListing(list(entries), [entry.mode for entry in entries.values()],
-                       "".join(entry.blob for entry in entries.values()), 40)
-
-
 BLOB = "1" * 40
 BASE = {"a.txt": TreeEntry(0o100644, BLOB), "d/x.py": TreeEntry(0o100755, "2" * 40), "f": TreeEntry(0o100644, "3" * 40)}
 
 
-def test_a_kept_listing_makes_an_entry_when_it_is_asked_for_and_holds_every_path() -> None:
-    listing = kept(BASE)
-    assert dict(listing) == BASE and len(listing) == 3 and list(listing) == list(BASE)
-    assert "d/x.py" in listing and "d" not in listing and listing.get("nope") is None
-
-
 def test_changes_go_on_top_of_the_base_which_is_not_changed() -> None:
-    base = kept(BASE)
+    base = dict(BASE)
     listing = TreeListing(base)
     listing.update([PathChange(path="a.txt", mode=0), PathChange(path="new/y.py", mode=0o100644, blob="4" * 40),
                     PathChange(path="f", mode=0o100755, blob="5" * 40)])

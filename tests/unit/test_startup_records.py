@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from fixtures import SeriesFixture
-from forkbuild.git import TREES_DIR, Git
+from forkbuild.git import Git
 
 PROBE = """
 import sys
@@ -56,7 +56,7 @@ def test_a_rerun_lists_the_upstream_tree_once_and_never_reads_a_listing_from_the
     base = Git(tmp_path / "tree").out("rev-list", "--max-parents=0", "HEAD")
     listing = {path: Git(tmp_path / "tree").out("rev-parse", f"{base}:{path}")
                for path in ("python/pkg/core.py", "python/pkg/util.py")}
-    kept = series_fx.cache / "upstream.git" / TREES_DIR / base
+    kept = series_fx.cache / "upstream.git" / "forkbuild-trees" / base  # where a listing was once kept
     kept.parent.mkdir(exist_ok=True)
     swapped = {"python/pkg/core.py": listing["python/pkg/util.py"], "python/pkg/util.py": listing["python/pkg/core.py"]}
     kept.write_text(json.dumps({"paths": list(swapped), "modes": [0o100644] * 2, "blobs": "".join(swapped.values())}))

@@ -316,10 +316,9 @@ def record_dropped(dest: Path, names: list[str]) -> dict[str, str]:
     return still
 
 
-def refuse_unsaved_work(worktree: Git, *, status: Callable[[], str] | None = None) -> None:
+def refuse_unsaved_work(worktree: Git) -> None:
     """Raise DirtyTreeError if the tree holds work no commit has: a stopped `git am`, or
-    uncommitted changes. apply would reset them away; export reads commits only.
-    status: the tree's `git status` output, already running (Git.status_in_background)."""
+    uncommitted changes. apply would reset them away; export reads commits only."""
     dest = worktree.path
     stopped = read_stop(worktree)
     if stopped is not None:
@@ -330,7 +329,7 @@ def refuse_unsaved_work(worktree: Git, *, status: Callable[[], str] | None = Non
         raise DirtyTreeError(f"{dest}: a `git am` is in progress there",
                              hint=f"finish it (git -C {quoted(dest)} am --continue) and export, "
                                   f"or discard it (git -C {quoted(dest)} am --abort)")
-    dirty = status() if status else worktree.status_porcelain()
+    dirty = worktree.status_porcelain()
     if dirty:
         raise DirtyTreeError(f"{dest} has uncommitted changes:\n{dirty}",
                              hint=f"keep them: commit them (git -C {quoted(dest)} commit, or --amend into the patch's commit), "
@@ -374,25 +373,23 @@ def prepare_worktree(cache_git: Git, *, dest: Path, base: str, guard: TreeGuard 
 @contextmanager
 def unsaved_work_checked(worktree: Git, guard: TreeGuard, *, new: bool) -> Iterator[Callable[[], None]]:
     """The engine's `before_change` for a tree `prepare_worktree(check_unsaved=False)` opened:
-    its `git status` runs beside the engine's plumbing (private indexes, fast-import: never
-    the work tree), and the engine calls this before it first touches the work tree (its
-    checkout, or a conflict left there): unsaved work is refused then, and only then is the
-    tree marked as changing (a kill before that leaves it to the user, as it was)."""
+    the engine calls it before it first touches the work tree (its checkout, or a conflict
+    left there): unsaved work is refused then, and only then is the tree marked as changing
+    (a kill before that leaves it to the user, as it was)."""
     if new:  # prepare_worktree marked it: a new tree holds nothing of the user's
         yield lambda: chaos_point("apply:changing")
         return
-    with worktree.status_in_background() as status:
-        checked = False
+    checked = False
 
-        def before_change() -> None:
-            nonlocal checked
-            if not checked:
-                refuse_unsaved_work(worktree, status=status)
-                guard.changing()
-                checked = True
-                chaos_point("apply:changing")
+    def before_change() -> None:
+        nonlocal checked
+        if not checked:
+            refuse_unsaved_work(worktree)
+            guard.changing()
+            checked = True
+            chaos_point("apply:changing")
 
-        yield before_change
+    yield before_change
 
 
 # -- applying ---------------------------------------------------------------

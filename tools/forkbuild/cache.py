@@ -94,8 +94,8 @@ class UpstreamCache:
         if not (self.repo_path / "HEAD").exists():
             return None
         repo = Git(self.repo_path)
-        commit = repo.tagged_commit(upstream.tag)
         tag = f"refs/tags/{upstream.tag}"
+        commit = repo.rev(tag)
         if commit is None and repo.run("show-ref", "--verify", "--quiet", "--end-of-options", tag, check=False).status == 0:
             raise self.damaged(f"its tag {upstream.tag} names a commit git cannot read")
         return commit

@@ -91,26 +91,6 @@ def run(command: Sequence[str], *, cwd: Path | None = None, env: Environment | N
     return Completed(process.returncode, _decode(stdout), _decode(stderr).removesuffix("\n"))
 
 
-class Running:
-    """A command `start` started: it runs beside the caller until `wait()`."""
-
-    def __init__(self, process: subprocess.Popen[bytes]) -> None:
-        self._process = process
-        self._done: Completed | None = None
-
-    def wait(self) -> Completed:
-        if self._done is None:
-            stdout, stderr = self._process.communicate()
-            self._done = Completed(self._process.returncode, _decode(stdout), _decode(stderr).removesuffix("\n"))
-        return self._done
-
-
-def start(command: Sequence[str], *, cwd: Path, env: Environment | None = None) -> Running:
-    """`run` (captured, in the child group) without waiting: the caller goes on meanwhile."""
-    return Running(_popen(command, cwd=cwd, env=env, group=True, stdin=subprocess.DEVNULL,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE))
-
-
 def popen(command: Sequence[str], *, env: Environment | None = None, **options: object) -> subprocess.Popen:
     """A long-lived child the caller talks to through pipes (the mutate worker)."""
     return _popen(command, cwd=None, env=env, group=False, **options)

@@ -18,8 +18,7 @@ from forkbuild.worktree.smallindex import parents
 
 class TreeListing:
     """`entries` (a base's listing, shared: Git.tree_entries) with the changes made on top,
-    which are kept apart: the base's entries are not copied (a kept listing makes an entry
-    only when it is asked for, see git.KeptListing)."""
+    kept apart: the base's entries are not copied."""
 
     def __init__(self, entries: Mapping[str, TreeEntry]) -> None:
         self._base = entries
