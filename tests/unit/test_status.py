@@ -11,26 +11,26 @@ from pathlib import Path
 import pytest
 
 from fixtures import SeriesFixture
+from forkbuild.commands.status import series_status
 from forkbuild.config import load_series
-from forkbuild.status import series_status
 
 
 def test_patches_and_variants(series_fx: SeriesFixture) -> None:
     status = series_status(series_fx.load())
-    patches = {patch.file: patch for patch in status.patches}
+    patches = {patch["file"]: patch for patch in status["patches"]}
     assert list(patches) == ["guards.patch", "alpha-scale.patch", "beta-limit.patch"]
     alpha = patches["alpha-scale.patch"]
-    assert alpha.feature == "alpha" and alpha.guards == ("DSV41_ALPHA",) and alpha.guard_trailers == ("DSV41_ALPHA",)
-    assert alpha.files == ("python/pkg/core.py", "python/pkg/environ.py")
-    assert (alpha.added, alpha.removed) == (3, 0)
-    assert alpha.variants == ("full",)
-    assert patches["beta-limit.patch"].variants == ("full", "lite")
-    assert patches["guards.patch"].guards == () and patches["guards.patch"].upstream == "local"
-    variants = {variant.name: variant for variant in status.variants}
-    assert variants["lite"].features == ("guards", "beta")
-    assert variants["lite"].patches == ("guards.patch", "beta-limit.patch")
-    assert variants["full"].env == {"DSV41_ALPHA": "1"}
-    assert variants["stock"].patches == ()
+    assert alpha["feature"] == "alpha" and alpha["guards"] == ["DSV41_ALPHA"] == alpha["guard_trailers"]
+    assert alpha["files"] == ["python/pkg/core.py", "python/pkg/environ.py"]
+    assert (alpha["added"], alpha["removed"]) == (3, 0)
+    assert alpha["variants"] == ["full"]
+    assert patches["beta-limit.patch"]["variants"] == ["full", "lite"]
+    assert patches["guards.patch"]["guards"] == [] and patches["guards.patch"]["upstream"] == "local"
+    variants = {variant["name"]: variant for variant in status["variants"]}
+    assert variants["lite"]["features"] == ["guards", "beta"]
+    assert variants["lite"]["patches"] == ["guards.patch", "beta-limit.patch"]
+    assert variants["full"]["env"] == {"DSV41_ALPHA": "1"}
+    assert variants["stock"]["patches"] == []
 
 
 def test_json_on_stdout(series_fx: SeriesFixture, capsys: pytest.CaptureFixture[str]) -> None:
@@ -80,10 +80,10 @@ def test_status_wide_shows_every_file_whole():
     out = _status_output("--wide", columns="80")
     series = load_series(REPO / "series.toml")
     root = series.upstream.package_root + "/"
-    for patch in series_status(series).patches:
-        for path in patch.files:
+    for patch in series_status(series)["patches"]:
+        for path in patch["files"]:
             assert path.removeprefix(root) in out
-        for guard in patch.guards:
+        for guard in patch["guards"]:
             assert guard in out
     for variant in series.variants.values():
         for key, value in variant.env.items():
