@@ -1,11 +1,6 @@
-"""The upstream cache: pinned wheels (checked against their sha256 on every use)
-and a git repository with one commit per imported upstream, tagged
-`upstream/<version>+<pin>` (the pin: git commit id or wheel sha256, 16 digits),
-so a pin moved without a new version name is imported anew.
-
-Earlier versions stay in the repository: the rebase needs their blobs for
-3-way merges. A file lock lets several forkbuild/nox processes share it.
-"""
+"""The upstream cache: pinned wheels (hashed on every use) and a git repository with one
+commit per imported upstream, tagged `upstream/<version>+<pin>`; earlier versions stay
+(the rebase's 3-way merges need their blobs). A file lock lets processes share it."""
 
 from __future__ import annotations
 
@@ -15,7 +10,6 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from forkbuild.config import Upstream, WheelPin
 from forkbuild.console import Reporter
@@ -23,28 +17,16 @@ from forkbuild.errors import LockTimeout, UpstreamError
 from forkbuild.git import Git, GitFailed
 from forkbuild.pypi import find_file
 
-if TYPE_CHECKING:
-    from filelock import FileLock
-
-# filelock, urllib and the index client are imported where they are used: the
-# usual path (upstream already cached) needs none of them, and every command
-# pays for its imports at startup.
-
 LOCK_TIMEOUT_SECONDS = 900
 # What git says when an object it needs cannot be read (truncated, corrupt, missing).
 DAMAGE_SIGNS = ("corrupt", "unable to unpack", "inflate", "bad object", "unable to read", "missing blob",
                 "missing tree", "invalid object", "packfile", "did not match")
-# Imports are committed with a fixed identity and date, so the same upstream
-# gives the same commit id on every machine.
-IMPORT_DATE = "946684800 +0000"
+IMPORT_DATE = "946684800 +0000"  # the same upstream gives the same commit id everywhere
 
 
 def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
     with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 class UpstreamCache:
@@ -60,18 +42,13 @@ class UpstreamCache:
     def wheels_dir(self) -> Path:
         return self.path / "wheels"
 
-    def lock(self) -> FileLock:
-        self.path.mkdir(parents=True, exist_ok=True)
-        from filelock import FileLock
-
-        return FileLock(str(self.path / "lock"), timeout=LOCK_TIMEOUT_SECONDS)
-
     @contextmanager
     def locked(self) -> Iterator[None]:
         """Hold the cache lock; waiting longer than LOCK_TIMEOUT_SECONDS raises LockTimeout."""
-        from filelock import Timeout
+        from filelock import FileLock, Timeout
 
-        lock = self.lock()
+        self.path.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(self.path / "lock"), timeout=LOCK_TIMEOUT_SECONDS)
         try:
             lock.acquire()
         except Timeout as error:
@@ -89,8 +66,7 @@ class UpstreamCache:
         return Git(self.repo_path)
 
     def imported(self, upstream: Upstream) -> str | None:
-        """The commit of an already imported version, without taking the lock; UpstreamError
-        when its tag is there but git cannot read the commit (a damaged cache)."""
+        """The commit of an already imported version (no lock); UpstreamError if git cannot read it."""
         if not (self.repo_path / "HEAD").exists():
             return None
         repo = Git(self.repo_path)
@@ -106,8 +82,7 @@ class UpstreamCache:
                                   "(export any work in .forkbuild-work first) and run `forkbuild fetch`")
 
     def explain(self, error: BaseException) -> UpstreamError | None:
-        """What a git failure or a missing file means when the cache is gone or damaged; None
-        when the cache is not the cause (the error stands as it is)."""
+        """What `error` means when the cache is gone or damaged; None when the cache is not the cause."""
         if isinstance(error, UpstreamError):
             return None
         if not self.repo_path.is_dir() and isinstance(error, GitFailed | FileNotFoundError):
@@ -119,7 +94,7 @@ class UpstreamCache:
         return None
 
     def check_readable(self, commit: str) -> None:
-        """`fetch`: every file of `commit` reads (a damaged cache is named here, not in a later command)."""
+        """`fetch`: every file of `commit` reads (damage is named here, not in a later command)."""
         try:
             self.git().run("archive", "--format=tar", f"--output={os.devnull}", "--end-of-options", commit)
         except GitFailed as error:
@@ -143,8 +118,7 @@ class UpstreamCache:
             return commit
 
     def wheel(self, pin: WheelPin) -> Path:
-        """The wheel file for `pin`, hashed against its sha256 on every use (nothing in the
-        cache vouches for it); downloaded when missing or when the cached file does not match."""
+        """The wheel file for `pin`, hashed on every use; downloaded when missing or not matching."""
         cached = self.wheels_dir / pin.filename
         if cached.is_file() and self._matches_pin(cached, pin):
             return cached
@@ -152,8 +126,8 @@ class UpstreamCache:
             return self._wheel_locked(pin)
 
     def verify(self, upstream: Upstream) -> list[str]:
-        """`fetch --verify`: re-hash every cached pinned wheel (a mismatch is re-downloaded)
-        and `git fsck` the repository; what was checked, one line each."""
+        """`fetch --verify`: re-hash the cached wheels (a mismatch is fetched again), `git fsck`
+        the repository; what was checked, one line each."""
         checked = []
         for pin in upstream.wheels:
             if (self.wheels_dir / pin.filename).exists():
@@ -174,14 +148,13 @@ class UpstreamCache:
         self.reporter.warn(f"{wheel}: does not match its sha256 pin (changed or damaged): fetching it again")
         return False
 
-    # -- internals (called with the lock held) ------------------------------
+    # -- with the lock held --
     @staticmethod
     def _pin(upstream: Upstream, python_tag: str | None) -> WheelPin:
         if python_tag:
             return upstream.wheel_for(python_tag)
         if not upstream.wheels:
             raise UpstreamError("upstream.wheels: no wheel pinned to import")
-        # The .py files are identical across Python tags; any pinned wheel lays out the same tree.
         return upstream.wheels[0]
 
     def _wheel_locked(self, pin: WheelPin) -> Path:
@@ -202,12 +175,23 @@ class UpstreamCache:
                                      f"right {pin.filename} there") from None
 
     def _download_pinned(self, pin: WheelPin, target: Path) -> Path:
+        import urllib.error
+        import urllib.request
+
         url = pin.url or find_file(pin.filename.split("-")[0], pin.filename).url
         handle, partial_name = tempfile.mkstemp(dir=self.wheels_dir, prefix=f".{pin.filename}.", suffix=".part")
         partial = Path(partial_name)
         try:
-            with os.fdopen(handle, "wb") as out:
-                self._download(url, out, label=pin.filename)
+            try:
+                with os.fdopen(handle, "wb") as out, urllib.request.urlopen(url, timeout=120) as response, \
+                        self.reporter.download_progress() as progress:
+                    size = int(response.headers.get("Content-Length") or 0) or None
+                    task = progress.add_task(pin.filename, total=size)
+                    for block in iter(lambda: response.read(1 << 20), b""):
+                        out.write(block)
+                        progress.advance(task, len(block))
+            except (urllib.error.URLError, OSError) as error:
+                raise UpstreamError(f"download of {url} failed: {error}") from error
             actual = sha256_of(partial)
             if actual != pin.sha256:
                 raise UpstreamError(
@@ -219,21 +203,6 @@ class UpstreamCache:
         finally:
             partial.unlink(missing_ok=True)
         return target
-
-    def _download(self, url: str, out, *, label: str) -> None:
-        import urllib.error
-        import urllib.request
-
-        try:
-            with urllib.request.urlopen(url, timeout=120) as response:
-                total = int(response.headers.get("Content-Length") or 0) or None
-                with self.reporter.download_progress() as progress:
-                    task = progress.add_task(label, total=total)
-                    for block in iter(lambda: response.read(1 << 20), b""):
-                        out.write(block)
-                        progress.advance(task, len(block))
-        except (urllib.error.URLError, OSError) as error:
-            raise UpstreamError(f"download of {url} failed: {error}") from error
 
     def _import_wheel(self, upstream: Upstream, wheel: Path) -> str:
         """Lay the wheel's packages out under <package_root>/ and commit them."""
