@@ -1,13 +1,7 @@
-"""The process group forkbuild's git children run in, so that nothing a killed forkbuild
-started goes on writing into a tree the next run is recovering (a SIGKILL does not reach
-children: a `git reset --hard` and its checkout workers would run on for seconds).
-
-The group is made by a keeper (`cat` reading a pipe only forkbuild holds: it ends when
-forkbuild does, however that dies). The tree lock and the scratch-tree records carry the
-group's id (worktrees.Owner.group); whoever recovers a dead owner's work stops what is
-left of its group first (`stop_orphans`). The terminal's Ctrl-C reaches only forkbuild's
-own group: the SIGINT handler passes it on (the keeper ignores it).
-"""
+"""The process group of forkbuild's git children: whoever recovers a killed forkbuild's
+work stops what is left of its group first (a SIGKILL does not reach children, and a
+`git reset --hard` would write on). A keeper (`cat` on a pipe only forkbuild holds) makes
+the group and ends with forkbuild; Ctrl-C is passed on to the group."""
 
 from __future__ import annotations
 
@@ -23,14 +17,13 @@ from typing import NamedTuple
 
 # `exec` keeps the ignored SIGINT: the keeper outlives a Ctrl-C that the group's git gets.
 KEEPER = ["sh", "-c", "trap '' INT; exec cat"]
-# What may be in a forkbuild child group: git, its helpers (git-remote-*, checkout
-# workers are git too), the keeper. Anything else means the id was reused: hands off.
+# Beside git and its helpers, all a child group holds; anything else: the id was reused, hands off.
 KEEPER_NAMES = ("cat", "sh")
 STOP_WAIT_S = 10.0
 
 
 class ChildGroup:
-    """This process's group for its git children (made on first use)."""
+    """This process's group for its git children, made on first use."""
 
     def __init__(self) -> None:
         self._keeper: subprocess.Popen[bytes] | None = None
@@ -76,15 +69,13 @@ def _forward_sigint(group: ChildGroup) -> None:
     signal.signal(signal.SIGINT, forward)
 
 
-# -- after a kill: what is left of a dead forkbuild's group ------------------------------
-
 class ProcStat(NamedTuple):
-    """What /proc/<pid>/stat says of a process."""
+    """/proc/<pid>/stat: command name, state ("Z": zombie), group, start (clock ticks since boot)."""
 
-    comm: str  # its command name
-    state: str  # "Z": a zombie
-    group: int  # its process group
-    started: int  # clock ticks since boot (with the pid it names one process)
+    comm: str
+    state: str
+    group: int
+    started: int
 
 
 def proc_stat(pid: int) -> ProcStat | None:
@@ -101,7 +92,7 @@ def proc_stat(pid: int) -> ProcStat | None:
 def process_exists(pid: int) -> bool:
     """Whether a process `pid` exists on this machine (any user's; a zombie counts)."""
     try:
-        os.kill(pid, 0)  # no signal: only the question
+        os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
@@ -120,9 +111,8 @@ def members(group: int) -> dict[int, ProcStat]:
 
 
 def stop_orphans(group: int, *, started: str) -> list[str]:
-    """Kill what is still running of a dead forkbuild's child group `group` (its owner started
-    at `started`, clock ticks) and wait until it is gone; returns what was stopped. Only a
-    group of git, its helpers and the keeper, all started after the owner, is ours."""
+    """Kill what is left of a dead forkbuild's child group (its owner started at `started`) and
+    wait until it is gone; what was stopped. Only git and the keeper, started after the owner."""
     if group <= 0 or not Path("/proc").is_dir():
         return []
     found = members(group)

@@ -27,8 +27,7 @@ release; apply, check, export, build wheels and images per variant, test, rebase
 
 
 def _global_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup, *, default: object = None) -> None:
-    """-C, --cache, -v. On a subcommand's parser their default is SUPPRESS, so one
-    given before the subcommand is not reset by the subcommand's parser."""
+    """-C, --cache, -v (a subcommand's default is SUPPRESS: it keeps one given before the command)."""
     parser.add_argument("-C", "--series-dir", type=directory_argument, default=default,
                         help="directory holding series.toml (default: search upward from the cwd)")
     parser.add_argument("--cache", type=directory_argument, default=default,
@@ -80,10 +79,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     _global_options(parser)
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                        parser_class=argparse.ArgumentParser)
-    # Each module in forkbuild.commands adds its own subcommand: adding a
-    # command never touches this file. Only the requested command's module is
-    # imported (the others pull in wheel, image and rebase code: ~0.3 s of
-    # startup); --help or an unknown command imports them all.
+    # Each module in forkbuild.commands adds its subcommand. Only the requested one is imported
+    # (the others pull in wheel, image and rebase code: ~0.3 s); --help imports them all.
     modules = sorted(path.stem for path in Path(commands.__file__).parent.glob("*.py") if path.stem != "__init__")
     requested = _requested_command(argv)
     if any(command_name(name) == requested for name in modules):
@@ -98,7 +95,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        args = build_parser(argv).parse_args(argv)  # imports every command: most of start-up
+        args = build_parser(argv).parse_args(argv)
     except KeyboardInterrupt:  # Ctrl-C before the command began: nothing to recover
         print("interrupted", file=sys.stderr)
         return 130
@@ -122,7 +119,6 @@ def main(argv: list[str] | None = None) -> int:
     except (OutputError, BrokenPipeError) as error:
         return _output_failed(error, reporter)
     except OSError as error:
-        # A full/read-only disk or a file in the way: one paragraph, no traceback.
         friendly = disk_error(error) or (context.upstream.explain(error) if context else None)
         if friendly is None:
             raise
@@ -131,8 +127,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _output_failed(error: OutputError | BrokenPipeError, reporter: Reporter) -> int:
-    """stdout took no more output: stdout goes to /dev/null (so that the interpreter's last
-    flush does not fail again); a reader that went away (`status | head`) is 141, silently."""
+    """stdout took no more output: it goes to /dev/null (the interpreter's last flush must not fail
+    again); a reader that went away (`status | head`) is 141, silently."""
     cause = error.error if isinstance(error, OutputError) else error
     with contextlib.suppress(OSError):
         os.dup2(os.open(os.devnull, os.O_WRONLY), 1)

@@ -1,6 +1,5 @@
-"""All terminal output: steps with durations, warnings, errors, tables (rich, on stderr).
-
-rich is imported when the first line is printed, not when forkbuild starts."""
+"""All terminal output: steps with durations, warnings, errors (rich, on stderr, imported
+when the first line is printed)."""
 
 from __future__ import annotations
 
@@ -20,8 +19,7 @@ if TYPE_CHECKING:
 
 
 class OutputError(Exception):
-    """stdout refused forkbuild's output (its reader gone, a full disk, closed): the command's
-    output is lost, nothing else (cli.main reports it; rich would turn a broken pipe into exit 1)."""
+    """stdout refused forkbuild's output (its reader gone, a full disk, closed); cli.main reports it."""
 
     def __init__(self, error: OSError) -> None:
         super().__init__(error.strerror or str(error))
@@ -29,7 +27,7 @@ class OutputError(Exception):
 
 
 class _Stdout:
-    """sys.stdout, whose write errors are OutputError (not taken for a file forkbuild writes)."""
+    """sys.stdout, whose write errors are OutputError (not taken for a file's)."""
 
     def __init__(self, stream: Any) -> None:
         self._stream = stream
@@ -51,9 +49,8 @@ class _Stdout:
 
 
 def guard_standard_streams() -> None:
-    """At the process's start: a closed stdin, stdout or stderr (`>&-`) is held by /dev/null
-    (stdout read-only: writing to it fails as it would closed) so that no file forkbuild opens
-    takes its number; stdout's write errors become OutputError."""
+    """A closed stdin, stdout or stderr (`>&-`) is held by /dev/null (stdout read-only: writes
+    fail as if closed) so that no file forkbuild opens takes its number."""
     for number, mode in ((0, os.O_RDONLY), (1, os.O_RDONLY), (2, os.O_WRONLY)):
         try:
             os.fstat(number)
@@ -114,7 +111,7 @@ class Reporter:
 
 
 class _ReporterHandler(logging.Handler):
-    """forkbuild's log records, through rich's handler on the reporter's console."""
+    """forkbuild's log records, through rich's handler (made on first use) on the reporter's console."""
 
     def __init__(self, reporter: Reporter) -> None:
         super().__init__()
@@ -132,8 +129,7 @@ class _ReporterHandler(logging.Handler):
 
 
 def configure_logging(reporter: Reporter) -> None:
-    """forkbuild's loggers (git's commands and output: "forkbuild.git") to the reporter's
-    console: everything with -v, warnings and errors otherwise."""
+    """forkbuild's loggers to the reporter's console: everything with -v, else warnings and errors."""
     logger = logging.getLogger("forkbuild")
     for handler in [handler for handler in logger.handlers if isinstance(handler, _ReporterHandler)]:
         logger.removeHandler(handler)  # main() may run more than once in a process (tests)

@@ -32,6 +32,7 @@ PINNED_CONFIG = {
     "apply.whitespace": "nowarn",
     "gc.auto": "0",
 }
+PINNED_ARGS = tuple(item for key, value in PINNED_CONFIG.items() for item in ("-c", f"{key}={value}"))
 
 # The flags of every patch forkbuild writes (export, import): churn-free output.
 FORMAT_PATCH_FLAGS = (
@@ -91,13 +92,17 @@ def _ident(name: str, email: str) -> str:
     return f"{clean[0]} <{clean[1]}>"
 
 
-def _log_output(done: Completed) -> None:
-    if not LOG.isEnabledFor(logging.DEBUG):
-        return
-    lines = [line for text in (done.stdout, done.stderr) for line in text.rstrip("\n").splitlines()]
-    more = f"\n... ({len(lines) - LOGGED_LINES} more lines)" if len(lines) > LOGGED_LINES else ""
-    if done.status != 0 or lines:
-        LOG.debug("exit %s%s%s", done.status, "".join("\n" + line for line in lines[:LOGGED_LINES]), more)
+def _run(command: list[str], *, cwd: Path, env: Mapping[str, str] | None = None, check: bool = True,
+         input: str | bytes | None = None, group: bool = True) -> Completed:
+    done = process.run(command, cwd=cwd, env={**ENGLISH, **(env or {})}, input=input, group=group)
+    if LOG.isEnabledFor(logging.DEBUG):
+        lines = [line for text in (done.stdout, done.stderr) for line in text.rstrip("\n").splitlines()]
+        more = f"\n... ({len(lines) - LOGGED_LINES} more lines)" if len(lines) > LOGGED_LINES else ""
+        if done.status != 0 or lines:
+            LOG.debug("exit %s%s%s", done.status, "".join("\n" + line for line in lines[:LOGGED_LINES]), more)
+    if check and done.status != 0:
+        raise GitFailed(command, done.status, done.stdout, done.stderr)
+    return done
 
 
 def _revision(value: str) -> str:
@@ -137,28 +142,15 @@ class Git:
     @classmethod
     def init(cls, path: Path, *, bare: bool = False) -> Git:
         path.mkdir(parents=True, exist_ok=True)
-        command = ["git", "init", "--quiet", "--initial-branch=main", *(["--bare"] if bare else [])]
-        cls._result(command, process.run(command, cwd=path, env=ENGLISH), check=True)
+        _run(["git", "init", "--quiet", "--initial-branch=main", *(["--bare"] if bare else [])], cwd=path)
         return cls(path)
 
     def run(self, *args: str, env: Mapping[str, str] | None = None, check: bool = True,
             input: str | bytes | None = None, interactive: bool = False) -> Completed:
         """`git <args>`; GitFailed unless check=False. interactive: may ask on the terminal (not grouped)."""
-        command = self._command(args)
-        done = process.run(command, cwd=self.path, env={**ENGLISH, **(env or {})}, input=input, group=not interactive)
-        return self._result(command, done, check=check)
-
-    def _command(self, args: Sequence[str]) -> list[str]:
-        pinned = [item for key, value in PINNED_CONFIG.items() for item in ("-c", f"{key}={value}")]
-        LOG.debug("$ git -C %s %s", self.path, shlex.join(args))
-        return ["git", *pinned, *args]
-
-    @staticmethod
-    def _result(command: Sequence[str], done: Completed, *, check: bool) -> Completed:
-        _log_output(done)
-        if check and done.status != 0:
-            raise GitFailed(command, done.status, done.stdout, done.stderr)
-        return done
+        LOG.debug("$ git -C %s %s", self.path, shlex.join(args))  # without the pinned config
+        return _run(["git", *PINNED_ARGS, *args], cwd=self.path, env=env, check=check, input=input,
+                    group=not interactive)
 
     def out(self, *args: str, env: Mapping[str, str] | None = None) -> str:
         return self.run(*args, env=env).stdout.strip()
@@ -338,13 +330,8 @@ class Git:
 
     def commit(self, message: str, *, env: Mapping[str, str] | None = None, amend: bool = False) -> str:
         """Commit the index with `message` verbatim (-m would re-wrap it); the new HEAD."""
-        message_file = self.git_dir / f"FORKBUILD_COMMIT_MSG-{os.getpid()}"
-        message_file.write_text(message)
-        try:
-            self.run("commit", "--quiet", *(["--amend"] if amend else []), "--cleanup=verbatim",
-                     "-F", str(message_file), env=env)
-        finally:
-            message_file.unlink(missing_ok=True)
+        self.run("commit", "--quiet", *(["--amend"] if amend else []), "--cleanup=verbatim", "-F", "-",
+                 env=env, input=message)
         return self.head()
 
     def format_patches(self, base: str, head: str) -> list[bytes]:
@@ -464,12 +451,7 @@ class Git:
         env = {"GIT_AUTHOR_NAME": author.name, "GIT_AUTHOR_EMAIL": author.email,
                "GIT_AUTHOR_DATE": author.date, "GIT_COMMITTER_DATE": author.date}
         parent_args = [arg for parent in parents for arg in ("-p", parent)]
-        message_file = self.git_dir / f"FORKBUILD_COMMIT_TREE_MSG-{os.getpid()}"
-        message_file.write_text(message, encoding="utf-8", errors="surrogateescape")
-        try:
-            return self.out("commit-tree", tree, *parent_args, "-F", str(message_file), env=env)
-        finally:
-            message_file.unlink(missing_ok=True)
+        return self.run("commit-tree", tree, *parent_args, "-F", "-", env=env, input=message).stdout.strip()
 
     def author_of(self, commit: str) -> Author:
         name, email, date = self.out("log", "-1", "--format=%an%x00%ae%x00%ad", "--date=raw", "--end-of-options", commit).split("\0")

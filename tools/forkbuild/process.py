@@ -1,12 +1,6 @@
-"""Every program forkbuild starts runs through here: git (git.py builds on it), docker,
-python, pytest.
-
-Each child gets forkbuild's environment without the variables that point git at another
-repository, index, work tree or object store (a git hook or a shell rc may set them). Output
-is decoded as UTF-8 with surrogate escapes (`.encode("utf-8", "surrogateescape")` gives the
-bytes back). git joins forkbuild's child group (childgroup.py): a killed forkbuild leaves
-nothing writing behind it.
-"""
+"""The one process runner: git (through git.py), docker, python, pytest. A child's
+environment lacks what points git at another repository (a hook or shell rc may set it);
+output is UTF-8 with surrogate escapes; git runs in forkbuild's child group (childgroup.py)."""
 
 from __future__ import annotations
 
@@ -19,14 +13,13 @@ from pathlib import Path
 from forkbuild.childgroup import GROUP
 from forkbuild.errors import ToolMissing
 
-# `git rev-parse --local-env-vars` (git 2.39): what points git at a repository's parts,
-# as git itself clears them for a command run in another repository.
+# `git rev-parse --local-env-vars` (git 2.39), and GIT_NAMESPACE (another view of the refs).
 GIT_LOCAL_ENV = frozenset({
     "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_CONFIG", "GIT_CONFIG_PARAMETERS", "GIT_CONFIG_COUNT",
     "GIT_OBJECT_DIRECTORY", "GIT_DIR", "GIT_WORK_TREE", "GIT_IMPLICIT_WORK_TREE", "GIT_GRAFT_FILE",
     "GIT_INDEX_FILE", "GIT_NO_REPLACE_OBJECTS", "GIT_REPLACE_REF_BASE", "GIT_PREFIX",
     "GIT_INTERNAL_SUPER_PREFIX", "GIT_SHALLOW_FILE", "GIT_COMMON_DIR",
-    "GIT_NAMESPACE",  # refs under another namespace: another repository's view of its refs
+    "GIT_NAMESPACE",
 })
 
 
@@ -34,8 +27,7 @@ Environment = Mapping[str, str | None]  # what a caller sets on top; None: unset
 
 
 def environment(env: Environment | None = None) -> dict[str, str]:
-    """A child's environment: forkbuild's, less GIT_LOCAL_ENV (and GIT_CONFIG_KEY_n/VALUE_n),
-    then `env` on top (forkbuild's own GIT_INDEX_FILE for a private index)."""
+    """forkbuild's environment less GIT_LOCAL_ENV (and GIT_CONFIG_KEY_n/VALUE_n), `env` on top."""
     clean = {key: value for key, value in os.environ.items()
              if key not in GIT_LOCAL_ENV and not key.startswith(("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_"))}
     for key, value in (env or {}).items():
@@ -48,7 +40,7 @@ def environment(env: Environment | None = None) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Completed:
-    """A finished command: its exit status and decoded output (empty when not captured)."""
+    """A finished command: its exit status and output (empty when not captured)."""
 
     status: int
     stdout: str
@@ -75,9 +67,8 @@ def _popen(command: Sequence[str], *, cwd: Path | None, env: Environment | None,
 
 def run(command: Sequence[str], *, cwd: Path | None = None, env: Environment | None = None,
         input: str | bytes | None = None, capture: bool = True, group: bool = False) -> Completed:
-    """Run `command` (in `cwd`; `input`: text or bytes for its stdin) and return its status and
-    output; capture=False: its output goes to the terminal. group: in forkbuild's child group
-    (git; not a command that may ask on the terminal: a background group cannot read it)."""
+    """Run `command`; capture=False: its output goes to the terminal. group: in the child group
+    (not for a command that may ask on the terminal: a background group cannot read it)."""
     pipe = subprocess.PIPE if capture else None
     process = _popen(command, cwd=cwd, env=env, group=group, stdout=pipe, stderr=pipe,
                      stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL)
