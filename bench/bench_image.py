@@ -24,9 +24,10 @@ from forkbuild.combination import of_variant
 from forkbuild.commands.compose import compose_build
 from forkbuild.console import Reporter
 from forkbuild.context import Context
-from forkbuild.image import build, compose
+from forkbuild.image import build
+from forkbuild.image.base import ensure_bases
+from forkbuild.image.context import prepare_context
 from forkbuild.image.docker import Docker
-from forkbuild.image.inputs import ensure_bases, prepare_context
 
 REPOSITORY = "forkbuild-bench/sglang"
 
@@ -72,13 +73,13 @@ def main() -> None:
         return
 
     out = context.build_dir / "compose-bench.yaml"
-    items = compose.services(contexts, modes=build.MODES, bases={"wheel": stock_base, "delta": stock_base},
-                             relative_to=out.parent, repository=REPOSITORY)
-    out.write_text(compose.render(items, header="bench/bench_image.py: every image, built in parallel"))
+    out.write_text(build.compose_file(contexts, modes=build.MODES, bases={"wheel": stock_base, "delta": stock_base},
+                                      relative_to=out.parent, repository=REPOSITORY,
+                                      header="bench/bench_image.py: every image, built in parallel"))
     start = time.monotonic()
     compose_build(docker=docker, compose_file=out, reporter=reporter, no_cache=True)
     parallel = time.monotonic() - start
-    print(f"all {len(items)} images in parallel (docker-compose build --parallel --no-cache): {parallel:.1f}s "
+    print(f"all {len(results)} images in parallel (docker-compose build --parallel --no-cache): {parallel:.1f}s "
           f"({sequential / parallel:.2f}x faster than one after another)")
 
 

@@ -22,9 +22,10 @@ from forkbuild.commands.compose import compose_build
 from forkbuild.console import Reporter
 from forkbuild.context import Context
 from forkbuild.errors import BuildError
-from forkbuild.image import build, compose, dockerfile
+from forkbuild.image import build
+from forkbuild.image.base import ensure_bases
+from forkbuild.image.context import labels, prepare_context
 from forkbuild.image.docker import Docker
-from forkbuild.image.inputs import ensure_bases, prepare_context
 from forkbuild.image.runtime import records
 
 REPO = Path(__file__).resolve().parents[2]
@@ -88,16 +89,17 @@ def images(contexts, docker, bases, tmp_path_factory):
     """Every (variant, mode) image, built in parallel from a generated compose file."""
     stock_base = bases[1]
     out = REPO / "build"
-    services = compose.services(list(contexts.values()), modes=build.MODES, relative_to=out, repository=REPOSITORY,
-                                bases={"wheel": stock_base, "delta": stock_base})
     compose_file = out / "compose-test.yaml"
-    compose_file.write_text(compose.render(services, header="forkbuild integration test"))
+    compose_file.write_text(build.compose_file(list(contexts.values()), modes=build.MODES, relative_to=out,
+                                               repository=REPOSITORY, bases={"wheel": stock_base, "delta": stock_base},
+                                               header="forkbuild integration test"))
     compose_build(docker=docker, compose_file=compose_file, reporter=Reporter())
     return {(variant, mode): build.default_tag(variant, mode, repository=REPOSITORY) for variant, mode in IMAGES}
 
 
 def run(docker: Docker, image: str, *command: str, env: dict[str, str] = {}, check: bool = True):
-    return docker.run_container(image, *command, env=env, check=check)
+    return docker.run("run", "--rm", "--network", "none", *(f"--env={key}={value}" for key, value in env.items()),
+                      image, *command, check=check)
 
 
 def wheel_rows(context_dir: Path) -> dict[str, str]:
@@ -110,7 +112,7 @@ def wheel_rows(context_dir: Path) -> dict[str, str]:
 
 @pytest.mark.parametrize(("variant", "mode"), IMAGES)
 def test_pip_show_gives_the_local_version(images, contexts, docker, variant, mode):
-    output = run(docker, images[variant, mode], "pip", "show", "sglang").stdout.decode()
+    output = run(docker, images[variant, mode], "pip", "show", "sglang").stdout
     assert f"Version: {contexts[variant].version}\n" in output
 
 
@@ -127,14 +129,14 @@ def test_every_installed_file_has_its_record_hash_and_is_the_wheels(images, cont
 def test_manifest_reads_back_and_labels_match(images, contexts, docker, variant, mode):
     read_back = json.loads(run(docker, images[variant, mode], "python3", "-c", MANIFEST_SCRIPT).stdout)
     assert read_back == contexts[variant].manifest.to_json()
-    labels = docker.inspect(images[variant, mode])["Config"]["Labels"]
-    assert dockerfile.labels(contexts[variant].manifest).items() <= labels.items()
-    assert labels["io.forkbuild.mode"] == mode
+    found = json.loads(docker.run("image", "inspect", images[variant, mode]).stdout)[0]["Config"]["Labels"]
+    assert labels(contexts[variant].manifest).items() <= found.items()
+    assert found["io.forkbuild.mode"] == mode
 
 
 @pytest.mark.parametrize(("variant", "mode"), IMAGES)
 def test_guard_defaults_are_in_the_environment(images, contexts, docker, variant, mode):
-    lines = run(docker, images[variant, mode], "env").stdout.decode().splitlines()
+    lines = run(docker, images[variant, mode], "env").stdout.splitlines()
     environment = dict(line.split("=", 1) for line in lines if "=" in line)
     defaults = contexts[variant].manifest.env_defaults
     assert defaults and {key: environment.get(key) for key in defaults} == defaults
@@ -147,17 +149,17 @@ def test_doctor_and_check_run(images, contexts, docker, variant, mode):
     # (doctor and check fail); with the backend left to sglang, doctor passes.
     b12x = built.env_defaults.get("DSV41_MXFP8_BACKEND") == "b12x"
     env = {"DSV41_MXFP8_BACKEND": ""} if b12x else {}
-    doctor = run(docker, images[variant, mode], "doctor", "--strict", env=env).stdout.decode()
+    doctor = run(docker, images[variant, mode], "doctor", "--strict", env=env).stdout
     assert f"variant:  {variant} " in doctor
     for guard in built.guards:
         assert f"  {guard.env}=" in doctor
-    check = run(docker, images[variant, mode], "check", "--env-defaults", "--test-base").stdout.decode()
+    check = run(docker, images[variant, mode], "check", "--env-defaults", "--test-base").stdout
     assert "files match their hashes" in check
     if b12x:
         failed = run(docker, images[variant, mode], "doctor", check=False)
-        assert failed.returncode == 1 and "package 'b12x' is not installed" in failed.stderr.decode()
+        assert failed.status == 1 and "package 'b12x' is not installed" in failed.stderr
         strict = run(docker, images[variant, mode], "check", "--env-defaults", check=False)
-        assert strict.returncode == 1 and "package 'b12x' is not installed" in strict.stderr.decode()
+        assert strict.status == 1 and "package 'b12x' is not installed" in strict.stderr
 
 
 def _left_out(built: manifest.Manifest) -> list[manifest.GuardRecord]:
@@ -171,9 +173,9 @@ def test_doctor_warns_about_a_guard_for_a_feature_not_built_in(images, contexts,
         pytest.skip("every variant builds in every feature")
     guard = _left_out(contexts[variant].manifest)[0]
     result = run(docker, images[variant, "delta"], "doctor", env={guard.env: guard.default or "1"})
-    assert f"feature '{guard.feature}' is NOT built into this image" in result.stderr.decode()
+    assert f"feature '{guard.feature}' is NOT built into this image" in result.stderr
     strict = run(docker, images[variant, "delta"], "doctor", "--strict", env={guard.env: "1"}, check=False)
-    assert strict.returncode == 1
+    assert strict.status == 1
 
 
 def test_serve_builds_the_launch_command_from_the_environment(images, docker):
@@ -183,9 +185,9 @@ def test_serve_builds_the_launch_command_from_the_environment(images, docker):
     # The test bases have no b12x: serve refuses the variant's default backend there,
     # naming it (the startup check), and builds the command once the backend is sglang's own.
     refused = run(docker, images[variant, "wheel"], "serve", "--dry-run", env=settings, check=False)
-    assert refused.returncode != 0 and b"b12x" in refused.stdout + refused.stderr
+    assert refused.status != 0 and "b12x" in refused.stdout + refused.stderr
     output = run(docker, images[variant, "wheel"], "serve", "--dry-run",
-                 env={**settings, "DSV41_MXFP8_BACKEND": ""}).stdout.decode()
+                 env={**settings, "DSV41_MXFP8_BACKEND": ""}).stdout
     command = output.strip().splitlines()[-1]
     assert command.startswith("python3 -m sglang.launch_server --model-path ")
     for flag in ("--tp-size 3", "--context-length 262144", "--mem-fraction-static 0.95",
@@ -205,12 +207,12 @@ def test_delta_layer_is_thin_and_pip_stays_consistent(images, bases, docker, con
     wheel_bytes = sum(layer.size for layer in wheel if "pip install" in layer.created_by)
     assert 0 < delta_bytes < 20e6 < 100e6 < wheel_bytes
     image = images[variant, "delta"]
-    checks = run(docker, image, "pip", "check", check=False).stdout.decode()
-    stock_checks = run(docker, bases[1], "pip", "check", check=False).stdout.decode()
+    checks = run(docker, image, "pip", "check", check=False).stdout
+    stock_checks = run(docker, bases[1], "pip", "check", check=False).stdout
     assert checks.replace(contexts[variant].version, contexts[variant].upstream_version) == stock_checks
     leftover = run(docker, image, "sh", "-c", "pip uninstall -y sglang >/dev/null && "
                    "find \"$(python3 -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])')\" "
-                   "-maxdepth 1 -name 'sglang*'").stdout.decode()
+                   "-maxdepth 1 -name 'sglang*'").stdout
     assert leftover == ""
 
 

@@ -47,7 +47,9 @@ def test_prepare_lays_out_everything_the_build_reads(tmp_path):
     assert (dest / "forkbuild_runtime" / "__main__.py").is_file()
     assert not list((dest / "forkbuild_runtime").rglob("__pycache__"))
     assert (dest / "entrypoint.sh").read_bytes() == (DOCKER_DIR / "entrypoint.sh").read_bytes()
-    assert "--variant tp4 --version 0.5.23+tp4.0123456789" in (dest / "Dockerfile").read_text()
+    dockerfile = (dest / "Dockerfile").read_text()
+    assert dockerfile.startswith((DOCKER_DIR / "Dockerfile").read_text().rstrip("\n") + "\n\n# -- variant tp4")
+    assert "--variant tp4 --version 0.5.23+tp4.0123456789" in dockerfile
     assert [p.name for p in dest.parent.iterdir()] == ["tp4"]  # no temporary directory left behind
 
 

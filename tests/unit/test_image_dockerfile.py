@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from forkbuild.errors import BuildError
-from forkbuild.image import build, compose, dockerfile
+from forkbuild.image import build
+from forkbuild.image import context as image_context
 from forkbuild.image.context import ImageContext
 from forkbuild.manifest import Manifest, parse
 
@@ -38,9 +39,7 @@ def typed(variant: str = "tp4", **overrides) -> Manifest:
 
 
 def test_variant_lines_carry_env_labels_and_the_check():
-    text = dockerfile.render(TEMPLATE, typed(), source="w.whl")
-    assert text.startswith(TEMPLATE.rstrip("\n"))
-    tail = text[len(TEMPLATE.rstrip("\n")):]
+    tail = image_context.variant_lines(typed(), source="w.whl")
     assert 'ENV MODEL_PATH="/models/M" \\\n    TP_SIZE="4" \\\n    DSV41_DRAFT_TAU="1"' in tail
     assert 'io.forkbuild.series-hash="' + "ab" * 32 + '"' in tail
     assert 'io.forkbuild.features="guards,draft_tau"' in tail
@@ -57,36 +56,35 @@ def test_template_has_both_modes_and_the_official_default_base():
 
 
 def test_stock_variant_without_env_writes_no_empty_env():
-    text = dockerfile.variant_lines(typed("stock", features=[], guards=[], env_defaults={}), source="w.whl")
+    text = image_context.variant_lines(typed("stock", features=[], guards=[], env_defaults={}), source="w.whl")
     assert "ENV" not in text and "LABEL" in text
 
 
 @pytest.mark.parametrize(("value", "quoted"), [("b12x", '"b12x"'), ('a"b', '"a\\"b"'), ("$HOME", '"\\$HOME"'),
                                                ("a\\b", '"a\\\\b"'), ("", '""')])
 def test_quote_escapes_what_dockerfiles_interpret(value, quoted):
-    assert dockerfile.quote(value, where="x") == quoted
+    assert image_context.quote(value, where="x") == quoted
 
 
 def test_line_break_in_a_value_is_an_error_naming_it():
     bad = typed(env_defaults={"EXTRA": "a\nb"})
     with pytest.raises(BuildError, match="w.whl: env_defaults EXTRA: a Dockerfile value cannot contain a line break"):
-        dockerfile.variant_lines(bad, source="w.whl")
+        image_context.variant_lines(bad, source="w.whl")
 
 
-def test_build_args_reject_unknown_modes(tmp_path):
+def test_build_args(tmp_path):
     context = ImageContext(path=tmp_path, manifest=typed())
     assert build.build_args(context, mode="delta", base="B") == {
         "BASE_IMAGE": "B", "MODE": "delta", "SGLANG_VERSION": "0.5.23+tp4.0123456789", "UPSTREAM_VERSION": "0.5.23"}
-    with pytest.raises(BuildError, match="unknown image mode 'layer'"):
-        build.build_args(context, mode="layer", base="B")
+    assert build.build_args(context, mode="wheel", base="forkbuild-base/sglang:x")["FORKBUILD_TEST_BASE"] == "1"
 
 
 def test_compose_has_one_service_per_variant_and_mode(tmp_path):
     contexts = [ImageContext(path=tmp_path / "build" / "image" / v, manifest=typed(v)) for v in ("tp4", "tp3")]
-    items = compose.services(contexts, modes=["wheel", "delta"], bases={"wheel": "W", "delta": "D"},
-                             relative_to=tmp_path / "build")
-    assert [s.name for s in items] == ["tp4-wheel", "tp4-delta", "tp3-wheel", "tp3-delta"]
-    text = compose.render(items, header="generated\n\nline")
+    text = build.compose_file(contexts, modes=["wheel", "delta"], bases={"wheel": "W", "delta": "D"},
+                              relative_to=tmp_path / "build", header="generated\n\nline")
+    assert [line for line in text.splitlines() if line.startswith("  \"")] == [
+        '  "tp4-wheel":', '  "tp4-delta":', '  "tp3-wheel":', '  "tp3-delta":']
     assert text.startswith("# generated\n#\n# line\nservices:\n")
     block = text.split('  "tp3-delta":\n', 1)[1]
     assert block.splitlines()[:10] == [

@@ -1,5 +1,5 @@
 """How the image code runs docker, docker-compose, debootstrap and tar
-(forkbuild.image.process): failures and missing programs become forkbuild
+(forkbuild.image.docker.run_program): failures and missing programs become forkbuild
 errors, also with -v (where the output goes straight to the terminal)."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import pytest
 from forkbuild.commands.compose import compose_build
 from forkbuild.console import Reporter
 from forkbuild.errors import BuildError, ToolMissing
-from forkbuild.image import base, build, process
+from forkbuild.image import base, build
 from forkbuild.image.context import ImageContext
-from forkbuild.image.docker import Docker, find_client
+from forkbuild.image.docker import Docker, find_client, run_program
 from test_image_dockerfile import typed
 
 # A docker client whose `build` fails and that has no image at all: what a
@@ -38,7 +38,7 @@ def _script(path: Path, text: str) -> Path:
 @pytest.mark.parametrize("verbose", [False, True])
 def test_a_failing_program_is_a_build_error(verbose):
     with pytest.raises(BuildError, match=r"exit 3") as caught:
-        process.run(["sh", "-c", "echo broken >&2; exit 3"], reporter=Reporter(verbose=verbose),
+        run_program(["sh", "-c", "echo broken >&2; exit 3"], reporter=Reporter(verbose=verbose),
                     missing_hint="-", stream=True)
     # Captured without -v: the message ends with the program's last lines; with
     # -v they went to the terminal.
@@ -46,18 +46,18 @@ def test_a_failing_program_is_a_build_error(verbose):
 
 
 def test_output_is_returned_and_check_false_keeps_the_exit_code():
-    result = process.run(["sh", "-c", "echo out; exit 2"], reporter=Reporter(), missing_hint="-", check=False)
-    assert (result.returncode, result.stdout) == (2, b"out\n")
+    result = run_program(["sh", "-c", "echo out; exit 2"], reporter=Reporter(), missing_hint="-", check=False)
+    assert (result.status, result.stdout) == (2, "out\n")
 
 
 def test_a_missing_program_is_tool_missing(tmp_path):
     with pytest.raises(ToolMissing, match="not installed") as caught:
-        process.run(["forkbuild-no-such-program"], reporter=Reporter(), missing_hint="install it")
+        run_program(["forkbuild-no-such-program"], reporter=Reporter(), missing_hint="install it")
     assert caught.value.hint == "install it"
     not_executable = tmp_path / "docker"
     not_executable.write_text("")
     with pytest.raises(ToolMissing, match="not an executable file"):
-        process.run([str(not_executable), "version"], reporter=Reporter(), missing_hint="-")
+        run_program([str(not_executable), "version"], reporter=Reporter(), missing_hint="-")
 
 
 @pytest.mark.parametrize("kind", ["missing", "not executable"])

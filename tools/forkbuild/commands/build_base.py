@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from forkbuild.commands import add_command
+from forkbuild.image.base import ensure_bases
 from forkbuild.image.docker import Docker
-from forkbuild.image.inputs import ensure_bases
 
 
 def add_parser(subparsers) -> None:

@@ -6,8 +6,9 @@ from pathlib import Path
 
 from forkbuild.commands import add_command
 from forkbuild.image import build
+from forkbuild.image.base import ensure_bases
+from forkbuild.image.context import prepare_context
 from forkbuild.image.docker import Docker
-from forkbuild.image.inputs import ensure_bases, prepare_context
 from forkbuild.matrix import arguments
 
 

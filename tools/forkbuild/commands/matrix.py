@@ -10,7 +10,7 @@ from pathlib import Path
 from forkbuild.commands import add_command
 from forkbuild.fsutil import write_atomic
 from forkbuild.image import build
-from forkbuild.image.inputs import prepare_context
+from forkbuild.image.context import prepare_context
 from forkbuild.matrix import formats, testing
 from forkbuild.matrix.strategies import ALL_LIMIT, STRATEGIES, build_matrix, build_order
 

@@ -1,24 +1,31 @@
-"""Build a variant's image from its prepared context, and measure it."""
+"""Build a variant's image from its prepared context and measure it; the compose file of
+every variant's image in both modes (`docker-compose build` here, `docker buildx bake`
+elsewhere), YAML whose scalars are JSON strings: every value quoted exactly.
+"""
 
 from __future__ import annotations
 
+import json
+import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from forkbuild.errors import BuildError
-from forkbuild.image.base import PYTHON_BASE_REPO, STOCK_BASE_REPO
 from forkbuild.image.context import ImageContext
 from forkbuild.image.docker import Docker
 
 MODES = ("wheel", "delta")
 TARGET = "image"
-OFFICIAL_BASE = "lmsysorg/sglang:v{version}-cu130"
 IMAGE_REPO = "forkbuild/sglang"
+# Users point compose at other bases without regenerating the file.
+BASE_VARIABLE = {"wheel": "FORKBUILD_BASE_IMAGE", "delta": "FORKBUILD_DELTA_BASE_IMAGE"}
 
 
 def official_base(upstream_version: str) -> str:
     """The real default base: the official image of the pinned sglang (CUDA 13)."""
-    return OFFICIAL_BASE.format(version=upstream_version)
+    return f"lmsysorg/sglang:v{upstream_version}-cu130"
 
 
 def default_tag(variant: str, mode: str, *, repository: str = IMAGE_REPO) -> str:
@@ -26,14 +33,11 @@ def default_tag(variant: str, mode: str, *, repository: str = IMAGE_REPO) -> str
 
 
 def build_args(context: ImageContext, *, mode: str, base: str) -> dict[str, str]:
-    if mode not in MODES:
-        raise BuildError(f"unknown image mode {mode!r}: choose one of {', '.join(MODES)}")
     args = {"BASE_IMAGE": base, "MODE": mode, "SGLANG_VERSION": context.version,
             "UPSTREAM_VERSION": context.upstream_version}
-    if any(f"{repository}:" in base for repository in (PYTHON_BASE_REPO, STOCK_BASE_REPO)):
-        # forkbuild's local bases (no torch, no GPU stack) make test images
-        # only: the build-time check reports a missing backend package there
-        # instead of failing on it. (A compose base "${VAR:-<tag>}" holds the tag.)
+    if "forkbuild-base/" in base:  # also inside a compose base "${VAR:-<tag>}"
+        # forkbuild's local bases (no torch, no GPU stack) make test images only: the
+        # build-time check reports a missing backend package there instead of failing.
         args["FORKBUILD_TEST_BASE"] = "1"
     return args
 
@@ -46,9 +50,7 @@ class Layer:
 
 @dataclass(frozen=True, kw_only=True)
 class BuiltImage:
-    tag: str
     mode: str
-    base: str
     seconds: float
     layers: tuple[Layer, ...]  # the layers above the base, oldest first
 
@@ -65,29 +67,41 @@ class BuiltImage:
 
 def build_image(*, docker: Docker, context: ImageContext, mode: str, base: str, tag: str,
                 no_cache: bool = False) -> BuiltImage:
-    args = build_args(context, mode=mode, base=base)
     start = time.monotonic()
     try:
-        docker.build(context=context.path, tag=tag, target=TARGET, build_args=args, stream=True, no_cache=no_cache)
+        docker.build(context=context.path, tag=tag, target=TARGET, build_args=build_args(context, mode=mode, base=base),
+                     stream=True, no_cache=no_cache)
     except BuildError as error:
         if docker.image_exists(base):
             raise
         raise BuildError(error.message, hint=f"the base {base} is not on this daemon and could not be pulled: "
                                              "pass --base IMAGE, or --local-base to make one here "
                                              "(`forkbuild build-base --stock`)") from error
-    seconds = time.monotonic() - start
-    return BuiltImage(tag=tag, mode=mode, base=base, seconds=seconds, layers=layers_above(docker, tag, base))
-
-
-def _history(docker: Docker, ref: str) -> list[Layer]:
-    output = docker.run("history", "--no-trunc", "--human=false", "--format", "{{.Size}}\t{{.CreatedBy}}", ref)
-    layers = []
-    for line in output.stdout.decode().splitlines():
-        size, _, created_by = line.partition("\t")
-        layers.append(Layer(size=int(size), created_by=created_by))
-    return layers[::-1]
+    return BuiltImage(mode=mode, seconds=time.monotonic() - start, layers=layers_above(docker, tag, base))
 
 
 def layers_above(docker: Docker, image: str, base: str) -> tuple[Layer, ...]:
-    below = len(_history(docker, base)) if docker.image_exists(base) else 0
-    return tuple(_history(docker, image)[below:])
+    def history(ref: str) -> list[Layer]:
+        output = docker.run("history", "--no-trunc", "--human=false", "--format", "{{.Size}}\t{{.CreatedBy}}", ref)
+        lines = [line.partition("\t") for line in output.stdout.splitlines()]
+        return [Layer(size=int(size), created_by=created_by) for size, _, created_by in reversed(lines)]
+
+    below = len(history(base)) if docker.image_exists(base) else 0
+    return tuple(history(image)[below:])
+
+
+def compose_file(contexts: Sequence[ImageContext], *, modes: Sequence[str], bases: dict[str, str], relative_to: Path,
+                 header: str, repository: str = IMAGE_REPO) -> str:
+    """One service per context and mode; `bases`: each mode's default base."""
+    q = json.dumps
+    lines = [f"# {line}" if line else "#" for line in header.splitlines()]
+    lines.append("services:")
+    for context in contexts:
+        for mode in modes:
+            args = build_args(context, mode=mode, base=f"${{{BASE_VARIABLE[mode]}:-{bases[mode]}}}")
+            lines += [f"  {q(f'{context.variant}-{mode}')}:",
+                      f"    image: {q(default_tag(context.variant, mode, repository=repository))}", "    build:",
+                      f"      context: {q(os.path.relpath(context.path, relative_to))}", f"      target: {q(TARGET)}",
+                      '      network: "none"', "      args:",
+                      *(f"        {q(key)}: {q(value)}" for key, value in args.items())]
+    return "\n".join(lines) + "\n"

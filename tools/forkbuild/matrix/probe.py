@@ -24,8 +24,9 @@ from forkbuild.context import Context
 from forkbuild.errors import BisectError, ToolMissing
 from forkbuild.guards import parse_switch
 from forkbuild.image import build
+from forkbuild.image.base import ensure_bases
+from forkbuild.image.context import prepare_context
 from forkbuild.image.docker import Docker
-from forkbuild.image.inputs import ensure_bases, prepare_context
 from forkbuild.wheel.builder import WheelRequest, build_wheels
 
 FEATURES_ENV = "FORKBUILD_FEATURES"
