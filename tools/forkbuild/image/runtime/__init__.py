@@ -1,7 +1,7 @@
-"""The part of forkbuild that runs inside an image, with the image's own Python.
+"""The part of forkbuild that runs inside an image, with the image's own Python: standard
+library and relative imports only. An image build copies it to /opt/forkbuild/forkbuild_runtime;
+docker/entrypoint.sh runs `python3 -m forkbuild_runtime {delta-plan,check,doctor}`."""
 
-Standard library only: images have no forkbuild installed. An image build
-copies this package to /opt/forkbuild/forkbuild_runtime and runs
-`python3 -m forkbuild_runtime {delta-plan,check,doctor}` (docker/entrypoint.sh).
-Relative imports only, so it works under either package name.
-"""
+
+class ImageError(Exception):
+    """The image is not what it should be; the message says what and how to fix it."""

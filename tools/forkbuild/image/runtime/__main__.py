@@ -6,18 +6,16 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import check, delta, doctor
-from .errors import ImageError
+from . import ImageError, check, delta, doctor
 
 
-def _parser() -> argparse.ArgumentParser:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="forkbuild_runtime")
     commands = parser.add_subparsers(dest="command", required=True)
     plan = commands.add_parser("delta-plan", help="plan the delta layer over this base's stock sglang")
-    plan.add_argument("--wheels", type=Path, required=True)
-    plan.add_argument("--upstream-records", type=Path, required=True)
+    for option in ("--wheels", "--upstream-records", "--out"):
+        plan.add_argument(option, type=Path, required=True)
     plan.add_argument("--upstream-version", required=True)
-    plan.add_argument("--out", type=Path, required=True)
     verify = commands.add_parser("check", help="verify the installed patched sglang")
     verify.add_argument("--variant")
     verify.add_argument("--version")
@@ -26,24 +24,20 @@ def _parser() -> argparse.ArgumentParser:
                         help="a test image: report a missing backend package instead of failing")
     diagnose = commands.add_parser("doctor", help="variant, features, guard values; warn about misconfiguration")
     diagnose.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = parser.parse_args(argv)
     try:
+        if args.command == "doctor":
+            return doctor.main(strict=args.strict)
         if args.command == "delta-plan":
             delta.main(wheels=args.wheels, upstream_records=args.upstream_records,
                        upstream_version=args.upstream_version, out=args.out)
-            return 0
-        if args.command == "check":
+        else:
             print("\n".join(check.run(variant=args.variant, version=args.version, env_defaults=args.env_defaults,
                                        test_base=args.test_base)))
-            return 0
-        return doctor.main(strict=args.strict)
     except ImageError as error:
         print(f"forkbuild: error: {error}", file=sys.stderr)
         return 1
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,25 +1,13 @@
-"""The image's build-time check (and `forkbuild-entrypoint check`): the patched
-sglang is the one installed and it is intact.
-
-- the installed version is the manifest's (and the expected one);
-- `import sglang` resolves to that installation, not a leftover source tree;
-- the manifest reads back, in the package and in the .dist-info, identical;
-- every file the installed RECORD lists has its listed hash (the patched files
-  are present, nothing else changed);
-- the guards of every feature whose patches are built in are declared, and no
-  guard of a feature left out is;
-- with --env-defaults: the variant's runtime defaults are in the environment, and
-  the package of the MXFP8 backend they name is installed (b12x is in no base
-  image forkbuild makes; --test-base reports it instead).
-Standard library only (runs inside images).
-"""
+"""The image's build-time check (and `forkbuild-entrypoint check`): the installed sglang is
+the manifest's, intact (every RECORD hash), declares exactly the guards of the features built
+in, and, with --env-defaults, runs with the variant's ENV defaults and their MXFP8 backend's
+package (reported, not failed, on a test base: b12x is in no base forkbuild makes)."""
 
 from __future__ import annotations
 
 import os
 
-from . import guards, migration
-from .errors import ImageError
+from . import ImageError, guards, migration
 from .installed import DIST_INFO_MANIFEST, MANIFEST, installed, package_dir, read_manifest, verify_record
 
 
@@ -42,12 +30,19 @@ def run(*, variant: str | None, version: str | None, env_defaults: bool, test_ba
         problems.append(f"{dist_manifest} is missing or differs from the package's manifest")
     checked, record_problems = verify_record(dist)
     problems += record_problems
-    problems += _guard_problems(manifest, package)
+    declared = guards.declared(package)
+    # A feature declares its guards once its patch is in the series (a variant may list one not yet patched).
+    patched = {entry["feature"] for entry in manifest.get("patches", [])}
+    built = {g["env"]: g for g in manifest.get("guards", []) if g["feature"] in patched}
+    problems += [f"guard {env} (feature {g['feature']}) is not declared on sglang.srt.environ.Envs (its generated "
+                 "guards module lacks it)" for env, g in built.items() if env not in declared]
+    problems += [f"guard {g['env']} is declared but feature {g['feature']} is not built into this variant"
+                 for g in manifest.get("series_guards", []) if g["env"] not in built and g["env"] in declared
+                 and g["feature"] not in manifest.get("features", [])]
+    notes = []
     if env_defaults:
         problems += [f"ENV {key}={os.environ.get(key)!r}, the variant's default is {value!r}"
                      for key, value in manifest.get("env_defaults", {}).items() if os.environ.get(key) != value]
-    notes = []
-    if env_defaults:
         missing = migration.missing_backend(os.environ, manifest.get("guards", []))
         if missing and test_base:
             notes.append(f"WARNING (test base, allowed): {missing}")
@@ -58,19 +53,4 @@ def run(*, variant: str | None, version: str | None, env_defaults: bool, test_ba
     return [*notes, f"sglang {dist.version} in {dist.site} (variant {manifest['variant']}, series {manifest['series']})",
             f"RECORD: {checked} files match their hashes",
             f"features: {', '.join(manifest['features']) or '(none)'}",
-            f"guards declared: {len(guards.declared(package))}"]
-
-
-def _guard_problems(manifest: dict, package) -> list[str]:
-    declared = guards.declared(package)
-    # A feature can only declare its guards once its patch is in the series;
-    # a variant listing a feature with no patch yet is a series.toml matter.
-    patched = {entry["feature"] for entry in manifest.get("patches", [])}
-    built = {g["env"]: g for g in manifest.get("guards", []) if g["feature"] in patched}
-    left_out = {g["env"]: g for g in manifest.get("series_guards", []) if g["env"] not in built
-                and g["feature"] not in manifest.get("features", [])}
-    problems = [f"guard {env} (feature {g['feature']}) is not declared on sglang.srt.environ.Envs (its generated guards module lacks it)"
-                for env, g in built.items() if env not in declared]
-    problems += [f"guard {env} is declared but feature {g['feature']} is not built into this variant"
-                 for env, g in left_out.items() if env in declared]
-    return problems
+            f"guards declared: {len(declared)}"]

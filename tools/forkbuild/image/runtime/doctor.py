@@ -1,11 +1,6 @@
-"""`doctor`: what this image is and how it is configured right now.
-
-Prints the variant, the features built in, the recipe's settings and every
-guard's current value (the recipe's `start.sh doctor` "decode:" line), and
-warns loudly about a guard set for a feature this image does not have, an
-unknown DSV41_* variable, or a value sglang would refuse at startup.
-Standard library only (runs inside images).
-"""
+"""`doctor`: the variant, the features built in, the recipe's settings and every guard's
+current value (the recipe's `start.sh doctor` "decode:" line); warns loudly about a guard
+of a feature this image lacks, an unknown DSV41_* variable, or a value sglang would refuse."""
 
 from __future__ import annotations
 
@@ -25,6 +20,7 @@ def report(environ: dict[str, str]) -> tuple[list[str], list[str], list[str]]:
         return environ.get(key, "-")
 
     built = manifest["guards"]
+    values = {g["env"]: environ.get(g["env"], f"(unset: {g['default']!r})") for g in built}
     lines = [
         f"variant:  {manifest['variant']}  (series {manifest['series']} {manifest['series_hash'][:12]})",
         f"sglang:   {dist.version}  (upstream {manifest['upstream']['version']}, {dist.site})",
@@ -34,38 +30,22 @@ def report(environ: dict[str, str]) -> tuple[list[str], list[str], list[str]]:
         f"util={get('MEM_FRACTION_STATIC')} (head {get('HEAD_MEM_FRACTION_STATIC')})  "
         f"max_running={get('MAX_RUNNING_REQUESTS')}",
         *(f"note:     {line}" for line in migration.setting_notes(environ)),
-        "decode:   " + ("  ".join(f"{_short(g['env'])}={_value(g, environ)}" for g in built) or "(no guards)"),
+        "decode:   " + ("  ".join(f"{env.removeprefix(guards.PREFIX).lower()}={value}" for env, value in values.items())
+                        or "(no guards)"),
         "guards:" if built else "guards:   (none built in)",
-        *(f"  {g['env']}={_value(g, environ)}  [{g['feature']}, {g['type']}, default {g['default']!r}]"
-          for g in built),
+        *(f"  {g['env']}={values[g['env']]}  [{g['feature']}, {g['type']}, default {g['default']!r}]" for g in built),
     ]
     found = migration.readings(built, environ)
     if found:
         lines += ["how this build reads them (and what changed from the runtime recipe):", *migration.lines(found)]
     warnings, errors = _problems(manifest, environ)
-    warnings += changed_meanings(found)
+    warnings += [f"{r.env}={r.value!r} meant {r.recipe} under the runtime recipe; this build: {r.now}"
+                 + (f"; {r.hint}" if r.hint else "") for r in found if r.changed]
     # Refusals beyond the type (MID/DROP without W8, an unknown backend name).
     errors += [f"{r.env}={r.value!r}: {r.now}" for r in found
                if r.refused and not any(line.startswith(f"{r.env}=") for line in errors)]
     missing = migration.missing_backend(environ, built)
-    if missing:
-        errors.append(missing)
-    return lines, warnings, errors
-
-
-def changed_meanings(found: list[migration.Reading]) -> list[str]:
-    """A warning per value the runtime recipe read otherwise, with the value that keeps its meaning."""
-    return [f"{r.env}={r.value!r} meant {r.recipe} under the runtime recipe; this build: {r.now}"
-            + (f"; {r.hint}" if r.hint else "") for r in found if r.changed]
-
-
-def _value(guard: dict, environ: dict[str, str]) -> str:
-    """The value sglang will read: the variable's, or (unset) and the guard's default."""
-    return environ[guard["env"]] if guard["env"] in environ else f"(unset: {guard['default']!r})"
-
-
-def _short(env: str) -> str:
-    return env[len(guards.PREFIX):].lower() if env.startswith(guards.PREFIX) else env
+    return lines, warnings, errors + ([missing] if missing else [])
 
 
 def _problems(manifest: dict, environ: dict[str, str]) -> tuple[list[str], list[str]]:
@@ -74,14 +54,13 @@ def _problems(manifest: dict, environ: dict[str, str]) -> tuple[list[str], list[
     settings = set(manifest.get("runtime_settings", [])) | set(manifest.get("env_defaults", {}))
     warnings, errors = [], []
     for env, value in sorted(environ.items()):
-        if env in built:
-            reason = guards.problem(built[env]["type"], value)
-            if reason:
-                errors.append(f"{env}={value!r} is {reason}: sglang will refuse to start")
-        elif env in known:
+        reason = guards.problem(built[env]["type"], value) if env in built else None
+        if reason:
+            errors.append(f"{env}={value!r} is {reason}: sglang will refuse to start")
+        elif env in known and env not in built:
             warnings.append(f"{env}={value!r} is set, but feature '{known[env]['feature']}' is NOT built into this "
                             f"image (variant {manifest['variant']}): it has no effect")
-        elif env.startswith(guards.PREFIX) and env not in settings:
+        elif env.startswith(guards.PREFIX) and env not in settings and env not in known:
             warnings.append(f"{env}={value!r} is not a guard of series {manifest['series']}: it has no effect")
     return warnings, errors
 
@@ -90,11 +69,6 @@ def main(*, strict: bool) -> int:
     lines, warnings, errors = report(dict(os.environ))
     print("\n".join(lines))
     if warnings or errors:
-        bar = "!" * 78
-        print(bar, file=sys.stderr)
-        for line in errors:
-            print(f"ERROR: {line}", file=sys.stderr)
-        for line in warnings:
-            print(f"WARNING: {line}", file=sys.stderr)
-        print(bar, file=sys.stderr)
+        print("!" * 78, *(f"ERROR: {line}" for line in errors), *(f"WARNING: {line}" for line in warnings), "!" * 78,
+              sep="\n", file=sys.stderr)
     return 1 if errors or (strict and warnings) else 0

@@ -1,13 +1,12 @@
 """Guard values as sglang's fork guards read them (docs/DESIGN.md: EnvSwitch,
-EnvStrictInt/Float/Str), and the guards an sglang tree declares.
-Standard library only (runs inside images)."""
+EnvStrictInt/Float/Str), and the guards an sglang tree declares."""
 
 from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
 
-from .errors import ImageError
+from . import ImageError
 
 SWITCH_ON = frozenset({"1", "on", "true", "yes", "y"})
 SWITCH_OFF = frozenset({"", "0", "off", "false", "no", "n"})
@@ -17,7 +16,8 @@ PREFIX = "DSV41_"
 def problem(kind: str, value: str) -> str | None:
     """Why `value` is invalid for a guard of type `kind` (sglang refuses to start); None if valid."""
     if kind == "switch":
-        return None if value.strip().lower() in SWITCH_ON | SWITCH_OFF else "not a switch (1/on/true/yes/y or 0/off/false/no/n/empty)"
+        valid = value.strip().lower() in SWITCH_ON | SWITCH_OFF
+        return None if valid else "not a switch (1/on/true/yes/y or 0/off/false/no/n/empty)"
     try:
         {"int": int, "float": float}.get(kind, str)(value)
     except ValueError:

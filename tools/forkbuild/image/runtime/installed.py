@@ -1,5 +1,4 @@
-"""What is installed in this image's Python: the distribution, its RECORD, the
-package's manifest. Standard library only (runs inside images)."""
+"""What is installed in this image's Python: the distribution, its RECORD, the package's manifest."""
 
 from __future__ import annotations
 
@@ -10,11 +9,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import records
-from .errors import ImageError
+from . import ImageError, records
 
-# forkbuild.manifest.PACKAGE_FILE / DIST_INFO_FILE: this package runs without
-# forkbuild installed, so it keeps its own copy (a unit test keeps them equal).
+# forkbuild.manifest.PACKAGE_FILE / DIST_INFO_FILE, copied: forkbuild is not installed in
+# images (a unit test keeps them equal).
 MANIFEST = "_forkbuild_manifest.json"
 DIST_INFO_MANIFEST = "forkbuild_manifest.json"
 
@@ -34,7 +32,7 @@ class Installed:
     @property
     def editable(self) -> bool:
         """An editable or source-tree install (the official image's /sgl-workspace/sglang)."""
-        if self.direct_url and self.direct_url.get("dir_info", {}).get("editable"):
+        if (self.direct_url or {}).get("dir_info", {}).get("editable"):
             return True
         return not any(row.path == f"{self.name}/__init__.py" for row in self.rows)
 
@@ -51,13 +49,9 @@ def installed(name: str = "sglang") -> Installed:
     dist_infos = {row.path.split("/", 1)[0] for row in rows if row.path.split("/", 1)[0].endswith(".dist-info")}
     if len(dist_infos) != 1:
         raise ImageError(f"{name}'s RECORD names {len(dist_infos)} .dist-info directories: {sorted(dist_infos)}")
-    direct_url = dist.read_text("direct_url.json")
-    try:
-        url = json.loads(direct_url) if direct_url else None
-    except ValueError as error:
-        raise ImageError(f"{name} {dist.version}: direct_url.json is not JSON: {error}") from None
+    url = dist.read_text("direct_url.json")
     return Installed(name=name, version=dist.version, site=Path(str(dist.locate_file(""))).resolve(),
-                     dist_info=dist_infos.pop(), rows=rows, direct_url=url)
+                     dist_info=dist_infos.pop(), rows=rows, direct_url=_json(url, f"{name}'s direct_url.json") if url else None)
 
 
 def package_dir(name: str = "sglang") -> Path:
@@ -72,21 +66,22 @@ def read_manifest(package: Path) -> dict:
     path = package / MANIFEST
     if not path.is_file():
         raise ImageError(f"{path} is missing: this sglang is not a forkbuild build")
+    return _json(path.read_text(), str(path))
+
+
+def _json(text: str, source: str):
     try:
-        return json.loads(path.read_bytes())
+        return json.loads(text)
     except ValueError as error:
-        raise ImageError(f"{path}: not JSON: {error}") from None
+        raise ImageError(f"{source}: not JSON: {error}") from None
 
 
 def verify_record(dist: Installed) -> tuple[int, list[str]]:
     """(files checked, problems): every RECORD row with a hash has that hash and size."""
     problems, checked = [], 0
-    for row in dist.rows:
-        if not row.hash:
-            continue
-        path = dist.site / row.path
+    for row in (row for row in dist.rows if row.hash):
         try:
-            data = path.read_bytes()
+            data = (dist.site / row.path).read_bytes()
         except OSError as error:
             problems.append(f"{row.path}: listed in RECORD but unreadable ({error.strerror})")
             continue

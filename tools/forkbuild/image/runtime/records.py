@@ -1,5 +1,4 @@
-"""RECORD rows (PEP 376 / the wheel spec): parse, render, hash, and the pyc a
-source compiles to. Standard library only (runs inside images)."""
+"""RECORD rows (PEP 376 / the wheel spec): parse, render, hash, and the pyc a source compiles to."""
 
 from __future__ import annotations
 
@@ -9,7 +8,7 @@ import hashlib
 import io
 from dataclasses import dataclass
 
-from .errors import ImageError
+from . import ImageError
 
 
 @dataclass(frozen=True)
@@ -39,15 +38,12 @@ def parse(text: str, *, source: str) -> list[Row]:
 
 def render(rows: list[Row]) -> bytes:
     buffer = io.StringIO()
-    writer = csv.writer(buffer, delimiter=",", quotechar='"', lineterminator="\n")
-    for row in rows:
-        writer.writerow((row.path, row.hash, row.size))
+    csv.writer(buffer, lineterminator="\n").writerows((row.path, row.hash, row.size) for row in rows)
     return buffer.getvalue().encode("utf-8")
 
 
 def hash_of(data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode("ascii").rstrip("=")
-    return f"sha256={digest}"
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode("ascii").rstrip("=")
 
 
 def row_for(path: str, data: bytes) -> Row:
@@ -66,5 +62,4 @@ def pyc_source(path: str) -> str | None:
     directory, _, name = path.rpartition("/")
     if not name.endswith(".pyc") or not (directory == "__pycache__" or directory.endswith("/__pycache__")):
         return None
-    parent = directory[: -len("__pycache__")]
-    return f"{parent}{name.split('.', 1)[0]}.py"
+    return f"{directory[: -len('__pycache__')]}{name.split('.', 1)[0]}.py"
