@@ -329,14 +329,14 @@ def test_a_reason_must_be_one_line(tmp_path):
 
 
 def test_results_file_round_trips(tmp_path):
-    from forkbuild.mutate.results import load_results, write_results
+    from forkbuild.mutate import results
 
     data = {"format": 1, "variants": {"v": {"patches": {}}}}
-    write_results(tmp_path, data)
-    assert load_results(tmp_path) == data
+    results.write(tmp_path, data)
+    assert results.load(tmp_path) == data
     (tmp_path / "mutation" / "results.json").write_text("{")
     with pytest.raises(MutationError, match="not valid JSON"):
-        load_results(tmp_path)
+        results.load(tmp_path)
     assert json.loads(json.dumps(data)) == data
 
 
@@ -389,9 +389,10 @@ def test_a_reason_follows_its_statement_to_the_id_an_edit_renumbered_it_to():
     moved = follow(chain, [_statement(3, "a = 1"), _statement(4, "b = 2")],
                    {"pkg/mod.py:h1.s2": "r2", "pkg/mod.py:h1.s3": "r3"})
     assert moved == {"pkg/mod.py:h1.s2": "pkg/mod.py:h1.s3", "pkg/mod.py:h1.s3": "pkg/mod.py:h1.s4"}
-    from forkbuild.mutate.moves import pending, recorded_form
+    from forkbuild.mutate.moves import pending
 
-    kept = recorded_form(moved, {"pkg/mod.py:h1.s2": "r2", "pkg/mod.py:h1.s3": "r3"})
+    kept = {"pkg/mod.py:h1.s2": {"id": "pkg/mod.py:h1.s3", "reason": "r2"},
+            "pkg/mod.py:h1.s3": {"id": "pkg/mod.py:h1.s4", "reason": "r3"}}
     assert pending(kept, {"pkg/mod.py:h1.s2": "r2", "pkg/mod.py:h1.s3": "r3"}) == moved  # both, at once
     # Applied ({s3: r2, s4: r3}), then s4's reason removed: s3 holds r2 now, not the
     # r3 that was to move, so nothing is pending.
@@ -409,10 +410,10 @@ def _moved_results(series) -> dict:
 def test_check_names_a_recorded_move_not_yet_in_reasons_toml_and_mutate_applies_it(tmp_path, capsys):
     # The state a kill between the write of results.json and of reasons.toml leaves.
     from forkbuild.cli import main
-    from forkbuild.mutate.results import write_results
+    from forkbuild.mutate import results
 
     series = _series(tmp_path)
-    write_results(tmp_path, _moved_results(series))
+    results.write(tmp_path, _moved_results(series))
     (tmp_path / "mutation" / "reasons.toml").write_text(
         '# kept\n["feat.patch"]\n"pkg/mod.py:h1.s65" = "CUDA only: the launch"\n"pkg/mod.py:h1.s7" = "other"\n')
     (problem,) = [line for line in check.problems(series, _moved_results(series), load_reasons(tmp_path))

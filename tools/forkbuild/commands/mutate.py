@@ -1,6 +1,5 @@
-"""`forkbuild mutate`: hunk-revert mutation testing of the patch series against
-the installed patched sglang in the test venv; `--check` proves the recorded
-results (mutation/results.json) are current without running a mutant."""
+"""`forkbuild mutate`: hunk-revert mutation testing of the series against the patched sglang of
+the test venv; `--check` proves mutation/results.json current without running a mutant."""
 
 from __future__ import annotations
 
@@ -10,21 +9,11 @@ import threading
 import time
 from pathlib import Path
 
-from forkbuild.combination import Combination, of_variant
+from forkbuild.combination import of_variant
 from forkbuild.commands import add_command
 from forkbuild.errors import MutationError
-from forkbuild.mutate import check, moves, report
+from forkbuild.mutate import check, moves, report, results
 from forkbuild.mutate.plan import PatchPlan, plan, select
-from forkbuild.mutate.results import (
-    KILLED,
-    REASONS_FILE,
-    RESULTS_FILE,
-    SURVIVED,
-    Reasons,
-    load_reasons,
-    load_results,
-    write_results,
-)
 from forkbuild.mutate.runner import FeatureTests, Outcome, run_all
 
 
@@ -36,7 +25,8 @@ def add_parser(subparsers) -> None:
                   'forkbuild mutate --check   (CI: recorded results current, every survivor has a reason)'],
         description="Each hunk of a patch that changes code (and each statement a hunk adds) is reverted in the "
                     "installed patched sglang of the test venv, and the feature's tests run against it. Results are "
-                    f"kept in {RESULTS_FILE} per (patch, tests, upstream pin); current ones are not run again.")
+                    f"kept in {results.RESULTS_FILE} per (patch, tests, upstream pin); current ones are not run "
+                    "again.")
     parser.add_argument("--variant", help="variant whose patches to mutate (default: series.default_variant)")
     parser.add_argument("--patch", action="append", default=[], metavar="FILE",
                         help="only this patch (repeatable; with or without .patch)")
@@ -45,8 +35,8 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--python", type=Path, default=Path(sys.executable),
                         help="interpreter of the test venv (default: the one running forkbuild, as in `nox -s mutate`)")
     parser.add_argument("--check", action="store_true",
-                        help=f"run nothing: fail when {RESULTS_FILE} is stale for a patch or a survivor has no "
-                             f"reason in {REASONS_FILE}")
+                        help=f"run nothing: fail when {results.RESULTS_FILE} is stale for a patch or a survivor has "
+                             f"no reason in {results.REASONS_FILE}")
     parser.set_defaults(run=run)
 
 
@@ -71,14 +61,17 @@ def run(args, context) -> int:
 def _run(args, context) -> int:
     series = context.series
     variant = args.variant or series.default_variant
-    combination = of_variant(series, variant)  # resolved once; an unknown one stops here, with its near miss
+    combination = of_variant(series, variant)  # an unknown one stops here, with its near miss
     entries = select(series, variant, args.patch)
-    results = load_results(series.root)
-    recorded = results["variants"].setdefault(variant, {"patches": {}})["patches"]
-    # Moves a killed run recorded but did not apply: before this run records anew.
-    _apply_moves(context, recorded)
-    reasons = load_reasons(series.root)
-    site_packages = _prepare(context, combination, args.python)
+    data = results.load(series.root)
+    recorded = data["variants"].setdefault(variant, {"patches": {}})["patches"]
+    _apply_moves(context, recorded)  # those a killed run recorded, before this run records anew
+    reasons = results.load_reasons(series.root)
+    from forkbuild.testpatch import behaviour
+
+    behaviour.require_torch(args.python)
+    behaviour.install_variant_wheel(context=context, variant=combination, python=args.python)
+    site_packages = behaviour.installed_package_dir(args.python, series.upstream.name).parent
     plans = plan(series, variant, entries, recorded=recorded, site_packages=site_packages, force=args.force)
     for cached in [item for item in plans if item.cached]:
         context.reporter.info(f"{cached.entry.file}: results current, not run (--force runs it again)")
@@ -88,11 +81,11 @@ def _run(args, context) -> int:
             del recorded[file]
     start = time.monotonic()
     _execute(context, [item for item in plans if not item.cached], python=args.python, jobs=args.jobs,
-             results=results, recorded=recorded, site_packages=site_packages, reasons=reasons)
+             data=data, recorded=recorded, site_packages=site_packages, reasons=reasons)
     seconds = time.monotonic() - start
-    write_results(series.root, results)
+    results.write(series.root, data)
     _apply_moves(context, recorded)
-    reasons = load_reasons(series.root)
+    reasons = results.load_reasons(series.root)
     rows = report.feature_rows(recorded, reasons)
     context.reporter.console.print(report.table(rows, variant=variant))
     for item in report.survivors(recorded, reasons):
@@ -100,55 +93,37 @@ def _run(args, context) -> int:
                               f"{item['reason'] or 'NO REASON RECORDED'}")
     for path in report.write(context.build_dir, variant=variant, patches=recorded, reasons=reasons, seconds=seconds):
         context.reporter.info(f"written: {path}")
-    context.reporter.info(f"mutants run in {seconds:.0f} s with {args.jobs} worker(s); results in {RESULTS_FILE}")
+    context.reporter.info(f"mutants run in {seconds:.0f} s with {args.jobs} worker(s); "
+                          f"results in {results.RESULTS_FILE}")
     return 0
 
 
 def _apply_moves(context, recorded: dict) -> None:
     for file, old, new in moves.apply(context.series.root, recorded):
-        context.reporter.info(f"{REASONS_FILE}: [\"{file}\"] the reason for {old} moved to {new}, "
+        context.reporter.info(f"{results.REASONS_FILE}: [\"{file}\"] the reason for {old} moved to {new}, "
                               f"the same statement renumbered by the patch's edit")
 
 
 def _check(context) -> int:
     series = context.series
-    found = check.problems(series, load_results(series.root), load_reasons(series.root))
+    data = results.load(series.root)
+    reasons = results.load_reasons(series.root)
+    found = check.problems(series, data, reasons)
     if found:
         raise MutationError(f"{len(found)} problem(s) with the mutation results:\n" +
                             "\n".join(f"  - {line}" for line in found),
                             hint="`nox -s mutate` re-runs what is stale (it needs the test venv of "
                                  "`nox -s \"test-patch(tp4)\"`)")
-    reasons = load_reasons(series.root)
     not_run = {file: table[check.NOT_RUN] for file, table in reasons.by_patch.items() if check.NOT_RUN in table}
     for file, why in sorted(not_run.items()):
         context.reporter.warn(f"patches/{file} has no mutation results: {why}")
-    context.reporter.info(f"{RESULTS_FILE} is current for every patch"
+    context.reporter.info(f"{results.RESULTS_FILE} is current for every patch"
                           f"{f' but the {len(not_run)} above' if not_run else ''}; every survivor has a reason")
     return 0
 
 
-def _prepare(context, variant: Combination, python: Path) -> Path:
-    """Install the variant's wheel in the test venv (if not there); returns its site-packages."""
-    from forkbuild.testpatch import behaviour
-
-    behaviour.require_torch(python)
-    behaviour.install_variant_wheel(context=context, variant=variant, python=python)
-    location = behaviour.installed_package_dir(python, context.series.upstream.name)
-    return location.parent
-
-
-def _modules(plans: list[PatchPlan], site_packages: Path) -> dict[str, tuple[tuple[str, str, str], ...]]:
-    """Per feature, each module its mutants touch, with its installed text."""
-    modules: dict[str, dict[str, tuple[str, str, str]]] = {}
-    for item in plans:
-        for mutant in item.mutants:
-            modules.setdefault(mutant.feature, {}).setdefault(mutant.module, (
-                mutant.module, mutant.path, (site_packages / mutant.path).read_text(encoding="utf-8")))
-    return {feature: tuple(items.values()) for feature, items in modules.items()}
-
-
-def _execute(context, plans: list[PatchPlan], *, python: Path, jobs: int, results: dict, recorded: dict,
-             site_packages: Path, reasons: Reasons) -> None:
+def _execute(context, plans: list[PatchPlan], *, python: Path, jobs: int, data: dict, recorded: dict,
+             site_packages: Path, reasons: results.Reasons) -> None:
     for item in plans:
         if not item.mutants:
             _record(recorded, item, {}, reasons)
@@ -156,46 +131,45 @@ def _execute(context, plans: list[PatchPlan], *, python: Path, jobs: int, result
     if not plans:
         return
     root = context.series.root
-    modules = _modules(plans, site_packages)
-    runs = {item.entry.feature: FeatureTests(root=root, tests=item.tests, modules=modules[item.entry.feature])
-            for item in plans}
     mutants = [mutant for item in plans for mutant in item.mutants]
+    modules: dict[str, dict[str, tuple[str, str, str]]] = {}  # per feature, each module its mutants touch
+    for mutant in mutants:
+        modules.setdefault(mutant.feature, {}).setdefault(mutant.module, (
+            mutant.module, mutant.path, (site_packages / mutant.path).read_text(encoding="utf-8")))
+    runs = {item.entry.feature: FeatureTests(root=root, tests=item.tests,
+                                             modules=tuple(modules[item.entry.feature].values())) for item in plans}
     # The modules the mutants touch pull in (nearly) every third-party import
     # the tests need: the fork servers load them once.
     preload = sorted({mutant.module for mutant in mutants if mutant.source is not None})
     lock = threading.Lock()
-    waiting = {item.entry.file: len(item.mutants) for item in plans}
-    outcomes: dict[str, dict[str, Outcome]] = {file: {} for file in waiting}
     by_file = {item.entry.file: item for item in plans}
-    finished = [0]
+    outcomes: dict[str, dict[str, Outcome]] = {file: {} for file in by_file}
 
     def done(mutant, outcome: Outcome) -> None:
         with lock:
-            finished[0] += 1
             outcomes[mutant.patch][mutant.id] = outcome
-            verdict = f"killed by {outcome.killed_by}" if outcome.status == KILLED else "SURVIVED"
-            context.reporter.info(f"[{finished[0]}/{len(mutants)}] {mutant.patch} {mutant.id}: {verdict} "
-                                  f"({outcome.seconds:.0f} s)")
-            waiting[mutant.patch] -= 1
-            if waiting[mutant.patch] == 0:
+            verdict = f"killed by {outcome.killed_by}" if outcome.status == results.KILLED else "SURVIVED"
+            context.reporter.info(f"[{sum(map(len, outcomes.values()))}/{len(mutants)}] {mutant.patch} {mutant.id}: "
+                                  f"{verdict} ({outcome.seconds:.0f} s)")
+            if len(outcomes[mutant.patch]) == len(by_file[mutant.patch].mutants):
                 # Each patch is written as soon as its mutants are done: a killed run keeps them.
                 _record(recorded, by_file[mutant.patch], outcomes[mutant.patch], reasons)
-                write_results(root, results)
+                results.write(root, data)
 
     with context.reporter.step(f"{len(mutants)} mutant(s) of {len(plans)} patch(es) on {jobs} worker(s), "
                                f"each feature's tests first unmutated"):
         baselines = run_all(runs, mutants, python=python, preload=preload, workers=jobs, done=done,
                             scratch=context.build_dir / "mutate" / "scratch")  # under run()'s lock
-    broken = {key: outcome for key, outcome in baselines.items() if outcome.status != SURVIVED}
+    broken = {key: outcome for key, outcome in baselines.items() if outcome.status != results.SURVIVED}
     if broken:
         raise MutationError("baselines failed, so the mutants of their features were not run:\n" +
                             "\n".join(f"  - {key}: {outcome.killed_by}" for key, outcome in sorted(broken.items())),
                             hint="a baseline is the feature's tests with the modules its mutants touch imported "
                                  "again from unchanged copies: fix failing tests first (`nox -s \"test-patch(tp4)\"`); "
-                                 f"results of the other patches are in {RESULTS_FILE}")
+                                 f"results of the other patches are in {results.RESULTS_FILE}")
 
 
-def _record(recorded: dict, item: PatchPlan, outcomes: dict[str, Outcome], reasons: Reasons) -> None:
+def _record(recorded: dict, item: PatchPlan, outcomes: dict[str, Outcome], reasons: results.Reasons) -> None:
     file = item.entry.file
     mutants = [{"id": mutant.id, "kind": mutant.kind, "path": mutant.path, "lines": list(mutant.lines),
                 "summary": mutant.summary, "status": outcomes[mutant.id].status,
@@ -207,7 +181,6 @@ def _record(recorded: dict, item: PatchPlan, outcomes: dict[str, Outcome], reaso
         "skipped": [{"id": skip.id, "summary": skip.summary, "why": skip.why} for skip in item.skipped],
     }
     table = reasons.by_patch.get(file, {})
-    moved = moves.follow(recorded.get(file, {}).get("mutants", []), mutants, table)
-    if moved:
-        record[moves.MOVED] = moves.recorded_form(moved, table)
+    if moved := moves.follow(recorded.get(file, {}).get("mutants", []), mutants, table):
+        record[moves.MOVED] = {old: {"id": new, "reason": table[old]} for old, new in moved.items()}
     recorded[file] = record

@@ -1,21 +1,9 @@
-"""Reasons that follow their statement when an edit of the patch renumbers it.
+"""Reasons that follow their statement when an edit of the patch renumbers it (h1.s65 -> h1.s90).
 
-A statement mutant's id counts the statements its hunk adds (``mod.py:h1.s65``),
-so code added above a survivor renumbers it (``h1.s90``): its reason in
-mutation/reasons.toml would name a statement it was not written for, and
-``--check`` would ask for the same reason twice over (remove it here, add it
-there). When a run records a patch's results, each reason whose id no longer
-names the survivor it was written for follows the survivor of the same path,
-kind and text, where those pair up one to one in order; nothing else moves.
-
-The moves are part of the patch's record in results.json ("reasons_moved": old
-id -> the new id and the reason's text) and are applied to reasons.toml after
-results.json is written: a kill between the two writes leaves them recorded,
-``--check`` names them, and the next ``forkbuild mutate`` applies them (it runs
-no mutant while results are current). A recorded move is pending only while
-its old id still holds that very text, so an applied one never runs again,
-whatever reasons.toml says later.
-"""
+A run records the moves with the patch's results ("reasons_moved": old id -> new id and the
+reason's text), then applies them to reasons.toml: a kill between the two writes leaves them
+recorded, --check names them, and the next run applies them. A recorded move is pending only
+while its old id still holds that very text, so an applied one never runs again."""
 
 from __future__ import annotations
 
@@ -31,45 +19,32 @@ def _identity(mutant: dict) -> tuple[str, str, str]:
     return mutant["path"], mutant["kind"], mutant["summary"]
 
 
+def _survivors(mutants: list[dict], keep) -> dict[tuple, list[str]]:
+    """The ids of the survivors `keep` accepts, by identity, in order."""
+    grouped: dict[tuple, list[str]] = {}
+    for mutant in mutants:
+        if mutant["status"] == SURVIVED and keep(mutant):
+            grouped.setdefault(_identity(mutant), []).append(mutant["id"])
+    return grouped
+
+
 def follow(previous: list[dict], current: list[dict], reasons: dict[str, str]) -> dict[str, str]:
-    """old id -> new id for each reason of `previous`'s survivors (reasons: one
-    patch's table) whose statement survives in `current` under another id."""
-    current_by_id = {mutant["id"]: mutant for mutant in current}
-
-    def still_fits(mutant: dict) -> bool:
-        now = current_by_id.get(mutant["id"])
-        return now is not None and now["status"] == SURVIVED and _identity(now) == _identity(mutant)
-
-    reasoned = [mutant for mutant in previous if mutant["status"] == SURVIVED and mutant["id"] in reasons]
-    leaving = [mutant for mutant in reasoned if not still_fits(mutant)]
-    leaving_ids = {mutant["id"] for mutant in leaving}
+    """old id -> new id for each reason (one patch's table) of `previous`'s survivors whose
+    statement (same path, kind and text) survives in `current` under another id."""
+    staying = {(mutant["id"], _identity(mutant)) for mutant in current if mutant["status"] == SURVIVED}
+    olds = _survivors(previous, lambda mutant: mutant["id"] in reasons
+                      and (mutant["id"], _identity(mutant)) not in staying)
+    leaving = {old for ids in olds.values() for old in ids}
     # A survivor is open to a moved reason when it has none, or its own is moving away.
-    open_now = [mutant for mutant in current
-                if mutant["status"] == SURVIVED and (mutant["id"] not in reasons or mutant["id"] in leaving_ids)]
-    olds: dict[tuple, list[str]] = {}
-    news: dict[tuple, list[str]] = {}
-    for mutant in leaving:
-        olds.setdefault(_identity(mutant), []).append(mutant["id"])
-    for mutant in open_now:
-        news.setdefault(_identity(mutant), []).append(mutant["id"])
-    moves: dict[str, str] = {}
-    for identity, old_ids in olds.items():
-        new_ids = news.get(identity, [])
-        # Only a one-to-one pairing is sure (three `try:` that became two: which went?).
-        if len(new_ids) == len(old_ids):
-            moves.update((old, new) for old, new in zip(old_ids, new_ids, strict=True) if old != new)
-    return moves
-
-
-def recorded_form(moved: dict[str, str], reasons: dict[str, str]) -> dict[str, dict[str, str]]:
-    """follow()'s moves as a results.json record keeps them: with each reason's text."""
-    return {old: {"id": new, "reason": reasons[old]} for old, new in moved.items()}
+    news = _survivors(current, lambda mutant: mutant["id"] not in reasons or mutant["id"] in leaving)
+    # Only a one-to-one pairing is sure (three `try:` that became two: which went?).
+    return {old: new for identity, old_ids in olds.items() if len(news.get(identity, [])) == len(old_ids)
+            for old, new in zip(old_ids, news[identity], strict=True) if old != new}
 
 
 def pending(recorded_moves: dict[str, dict[str, str]], table: dict[str, str]) -> dict[str, str]:
-    """old id -> new id of the recorded moves not yet applied to one patch's reasons
-    `table`: the old id still holds the reason moved, and the new id has none, or
-    only one that moves away itself."""
+    """old id -> new id of the recorded moves not yet applied to one patch's reasons `table`:
+    the old id still holds the reason moved, and the new id none, or one moving away itself."""
     result = {old: move["id"] for old, move in recorded_moves.items() if table.get(old) == move["reason"]}
     while blocked := {old for old, new in result.items() if new in table and new not in result}:
         for old in blocked:
@@ -78,9 +53,8 @@ def pending(recorded_moves: dict[str, dict[str, str]], table: dict[str, str]) ->
 
 
 def apply(root: Path, recorded: dict) -> list[tuple[str, str, str]]:
-    """Rename the reasons of every pending move of one variant's records in
-    mutation/reasons.toml (comments and the other lines kept), in one atomic
-    write; (patch, old id, new id) of each."""
+    """Apply the pending moves of one variant's records to reasons.toml (comments and other
+    lines kept) in one atomic write; (patch, old id, new id) of each."""
     import tomlkit
 
     path = root / REASONS_FILE

@@ -1,6 +1,5 @@
-"""What a mutate run does, decided before anything runs: the variant's patches
-(or the ones named), which of them have current results (same key), and the
-mutants of the others, each with its feature's tests."""
+"""What a mutate run does, decided before anything runs: the patches, which of them have
+current results, and the mutants of the others."""
 
 from __future__ import annotations
 
@@ -31,8 +30,7 @@ def select(series: Series, variant: str, names: list[str]) -> tuple[PatchEntry, 
     by_file = {entry.file: entry for entry in entries}
     chosen, problems = [], []
     for name in names:
-        file = name if name.endswith(".patch") else f"{name}.patch"
-        file = Path(file).name
+        file = Path(name if name.endswith(".patch") else f"{name}.patch").name
         if file in by_file:
             chosen.append(by_file[file])
         else:
@@ -43,25 +41,22 @@ def select(series: Series, variant: str, names: list[str]) -> tuple[PatchEntry, 
 
 
 def plan(series: Series, variant: str, entries: tuple[PatchEntry, ...], *, recorded: dict,
-         site_packages: Path | None, force: bool) -> list[PatchPlan]:
-    """`recorded`: results.json's patches of the variant. `site_packages`:
-    where the variant's sglang is installed (None: only keys, no mutants)."""
+         site_packages: Path, force: bool) -> list[PatchPlan]:
+    """`recorded`: results.json's patches of the variant."""
+
+    def installed(path: str) -> str | None:
+        return (site_packages / path).read_text(encoding="utf-8") if (site_packages / path).is_file() else None
+
     plans = []
     for entry in entries:
         key = patch_key(series, entry)
         tests = tuple(feature_tests(series.root, entry.feature))
-        cached = not force and recorded.get(entry.file, {}).get("key") == key
-        if cached or site_packages is None:
-            plans.append(PatchPlan(entry, key, tests, cached=cached))
+        if not force and recorded.get(entry.file, {}).get("key") == key:
+            plans.append(PatchPlan(entry, key, tests, cached=True))
             continue
-        mutants, skipped = mutants_of(entry, package_root=series.upstream.package_root,
-                                      installed=lambda path: _read(site_packages / path))
+        mutants, skipped = mutants_of(entry, package_root=series.upstream.package_root, installed=installed)
         if mutants and not tests:
             raise MutationError(f"patches/{entry.file}: feature {entry.feature} has no tests "
                                 f"(tests/patches/test_*.py with FEATURE = {entry.feature!r}): its mutants cannot die")
         plans.append(PatchPlan(entry, key, tests, cached=False, mutants=tuple(mutants), skipped=tuple(skipped)))
     return plans
-
-
-def _read(path: Path) -> str | None:
-    return path.read_text(encoding="utf-8") if path.is_file() else None

@@ -1,11 +1,6 @@
-"""The recorded results (mutation/results.json) and the reasons survivors may
-stay (mutation/reasons.toml), both kept in the repository and reviewed like code.
-
-A patch's results are current while its key is: the hash of the patch file,
-its feature's tests (tests/patches/test_*.py whose FEATURE is the feature,
-plus the shared conftest and helpers) and the upstream pin. Changing one patch
-re-runs only its mutants; changing the harness re-runs all.
-"""
+"""mutation/results.json and mutation/reasons.toml (why a survivor may stay), reviewed like code.
+A patch's results are current while its key holds: the hash of the patch, its feature's tests,
+the shared test files and the upstream pin."""
 
 from __future__ import annotations
 
@@ -29,8 +24,6 @@ KILLED = "killed"
 SURVIVED = "survived"
 
 
-# -- which tests belong to a feature ----------------------------------------------------
-
 def feature_of_test(path: Path) -> str | None:
     """The FEATURE = "..." constant of a test module, read without importing it."""
     try:
@@ -48,53 +41,40 @@ def feature_tests(root: Path, feature: str) -> list[Path]:
     return sorted(path for path in (root / TESTS_DIR).glob("test_*.py") if feature_of_test(path) == feature)
 
 
-def _shared_test_files(root: Path) -> list[Path]:
-    """What every feature's tests load: conftest.py and modules that are not test files."""
-    return sorted(path for path in (root / TESTS_DIR).glob("*.py") if not path.name.startswith("test_"))
-
-
-# -- keys ---------------------------------------------------------------------------------
-
 def patch_key(series: Series, entry: PatchEntry) -> str:
     root = series.root
     digest = hashlib.sha256()
     pin = [series.upstream.name, series.upstream.version, *(wheel.sha256 for wheel in series.upstream.wheels)]
     digest.update(("\0".join(pin) + "\n").encode())
-    for path in [entry.path, *feature_tests(root, entry.feature), *_shared_test_files(root)]:
+    # What every feature's tests load: conftest.py and the other modules that are not test files.
+    shared = sorted(path for path in (root / TESTS_DIR).glob("*.py") if not path.name.startswith("test_"))
+    for path in [entry.path, *feature_tests(root, entry.feature), *shared]:
         digest.update(f"{path.relative_to(root)}\n".encode())
         digest.update(hashlib.sha256(path.read_bytes()).digest())
     return digest.hexdigest()
 
 
-# -- results.json ------------------------------------------------------------------------
-
-def load_results(root: Path) -> dict:
+def load(root: Path) -> dict:
     path = root / RESULTS_FILE
     if not path.is_file():
         return {"format": FORMAT, "variants": {}}
+    hint = "restore it from git, or delete it and run `nox -s mutate`"
     try:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as error:
-        raise MutationError(f"{RESULTS_FILE}: not valid JSON: {error}",
-                            hint="restore it from git, or delete it and run `nox -s mutate`") from error
+        raise MutationError(f"{RESULTS_FILE}: not valid JSON: {error}", hint=hint) from error
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("variants"), dict):
-        raise MutationError(f"{RESULTS_FILE}: not a format-{FORMAT} results file",
-                            hint="restore it from git, or delete it and run `nox -s mutate`")
+        raise MutationError(f"{RESULTS_FILE}: not a format-{FORMAT} results file", hint=hint)
     return data
 
 
-def write_results(root: Path, data: dict) -> Path:
+def write(root: Path, data: dict) -> None:
     """Atomically: a killed run leaves the old file or the new one."""
-    path = root / RESULTS_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
-    return path
+    (root / RESULTS_FILE).parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(root / RESULTS_FILE, json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
-# -- reasons.toml --------------------------------------------------------------------------
-
-# The id under which reasons.toml says why a patch has no results at all (its
-# mutants cannot run yet); --check accepts the gap only with this line, and prints it.
+# The id of a reason why a patch has no results at all: --check accepts the gap only with it.
 NOT_RUN = "*"
 
 
