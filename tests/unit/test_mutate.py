@@ -357,7 +357,7 @@ def test_the_behavioural_kill_rate_leaves_out_only_survivors_whose_reason_says_e
     assert row["behavioural_rate"] == 75.0  # 3 of 4: the CUDA-only survivor still counts against it
     assert report.totals([row])["behavioural_rate"] == 75.0
     # Without reasons nothing is taken for equivalent.
-    assert report.feature_rows(patches)[0]["behavioural_rate"] == 60.0
+    assert report.feature_rows(patches, Reasons({}))[0]["behavioural_rate"] == 60.0
     assert "| 2 | 1 | 60.0 % | 75.0 % |" in report.markdown([row], [], patches, variant="tp4")
 
 

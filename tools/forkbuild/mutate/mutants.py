@@ -1,13 +1,7 @@
-"""The mutants of a patch: one per hunk that changes code, reverting that hunk
-in the installed (fully patched) module, and for a hunk that adds several
-statements one more per added statement, replacing it with `pass`.
-
-"Changes code" is decided on the syntax tree: a hunk whose revert leaves the
-module's AST (docstrings dropped) as it was only touches comments, docstrings
-or layout and yields no mutant. Hunks are read with unidiff from the patch
-files; their post-image is found in the installed file by content (later
-patches of the series may have moved it), nearest to where the hunk says.
-"""
+"""The mutants of a patch: per hunk that changes code (its revert changes the module's syntax
+tree, docstrings left out), that hunk reverted in the installed module, and for a hunk adding
+several statements one per statement, replaced with `pass`. A hunk's post-image is found in the
+installed file by content (later patches may have moved it), nearest to where the hunk says."""
 
 from __future__ import annotations
 
@@ -51,30 +45,24 @@ class Mutant:
 
 
 @dataclass(frozen=True)
-class Skipped:
-    """A hunk that yields no mutant, and why."""
-
+class Skipped:  # a hunk that yields no mutant, and why
     id: str
     patch: str
     summary: str
     why: str
 
 
-def read_hunks(entry: PatchEntry) -> unidiff.PatchSet:
-    _, payload = split_mail(entry.path.read_text(encoding="utf-8", errors="surrogateescape"))
-    try:
-        return unidiff.PatchSet(payload)
-    except unidiff.UnidiffParseError as error:
-        raise MutationError(f"patches/{entry.file}: unidiff cannot read it: {error}") from error
-
-
 def mutants_of(entry: PatchEntry, *, package_root: str,
                installed: Callable[[str], str | None]) -> tuple[list[Mutant], list[Skipped]]:
-    """Mutants of one patch. `installed(path)` returns the installed text of
-    site-packages/<path>, or None when the file is not installed."""
+    """`installed(path)`: the text of site-packages/<path>, None when it is not installed."""
+    _, payload = split_mail(entry.path.read_text(encoding="utf-8", errors="surrogateescape"))
+    try:
+        patch = unidiff.PatchSet(payload)
+    except unidiff.UnidiffParseError as error:
+        raise MutationError(f"patches/{entry.file}: unidiff cannot read it: {error}") from error
     mutants: list[Mutant] = []
     skipped: list[Skipped] = []
-    for patched in read_hunks(entry):
+    for patched in patch:
         path = str(PurePosixPath(patched.path).relative_to(package_root))
         for number, hunk in enumerate(patched, start=1):
             hunk_id = f"{path}:h{number}"
@@ -106,7 +94,10 @@ def _hunk_mutants(entry: PatchEntry, hunk: unidiff.Hunk, *, hunk_id: str, path: 
                             "is not found in the installed file",
                             hint="the installed sglang is not this series' build: re-run "
                                  "`nox -s \"test-patch(<variant>)\"`")
-    patched_tree = _parse(text, entry, path)
+    try:
+        patched_tree = ast.parse(text)
+    except SyntaxError as error:
+        raise MutationError(f"patches/{entry.file}: the installed {path} does not parse: {error}") from error
     code = _code_of(text)
     if found.reverted is None and code == _code_of(""):
         return  # a new module holding only comments and docstrings
@@ -123,8 +114,6 @@ def _hunk_mutants(entry: PatchEntry, hunk: unidiff.Hunk, *, hunk_id: str, path: 
                          (statement.lineno, statement.end_lineno or statement.lineno),
                          lines[statement.lineno - 1].strip()[:120], source)
 
-
-# -- reverting a hunk ------------------------------------------------------------
 
 @dataclass(frozen=True)
 class _Found:
@@ -166,10 +155,9 @@ def _revert(hunk: unidiff.Hunk, lines: list[str], *, new_file: bool) -> _Found |
 
 
 def _locate(hunk: unidiff.Hunk, lines: list[str]) -> list[tuple[unidiff.patch.Line, int | None]] | None:
-    """Each line of the hunk with its index in the installed file (None for a
-    removed line, or a context line a later patch changed). Later patches of
-    the series may have moved the hunk or added lines inside it (a section the
-    hunk opens that others fill): every added line must be found, in order."""
+    """Each line of the hunk with its index in the installed file (None for a removed line, or a
+    context line a later patch changed). Later patches may have moved the hunk or added lines
+    inside it (a section it opens that others fill): every added line must be found, in order."""
     post = [line for line in hunk if not line.is_removed]
     values = [line.value for line in post]
     exact = _nearest(lines, values, hunk.target_start - 1)
@@ -194,19 +182,10 @@ def _nearest(lines: list[str], block: list[str], expected: int) -> int | None:
     return min(hits, key=lambda index: abs(index - expected)) if hits else None
 
 
-# -- the syntax tree ------------------------------------------------------------------
-
-def _parse(text: str, entry: PatchEntry, path: str) -> ast.Module:
-    try:
-        return ast.parse(text)
-    except SyntaxError as error:
-        raise MutationError(f"patches/{entry.file}: the installed {path} does not parse: {error}") from error
-
-
 @functools.lru_cache(maxsize=64)
 def _code_of(text: str) -> str:
-    """The module's syntax tree without docstrings, as text: equal for two
-    sources that differ only in comments, docstrings and layout."""
+    """The syntax tree without docstrings, as text: equal for sources that differ only in
+    comments, docstrings and layout."""
     try:
         tree = ast.parse(text)
     except SyntaxError:
@@ -233,9 +212,8 @@ def _bodies(statement: ast.stmt) -> Iterator[list[ast.stmt]]:
 
 
 def _added_statements(body: list[ast.stmt], added: set[int]) -> Iterator[ast.stmt]:
-    """The outermost statements made of added lines only, in order. An added
-    def or class is not one statement but its body's: removing a whole new
-    function only proves that something calls it."""
+    """The outermost statements made of added lines only, in order. An added def or class gives
+    its body's: removing a whole new function only proves that something calls it."""
     for statement in body:
         if not set(range(statement.lineno, (statement.end_lineno or statement.lineno) + 1)) <= added:
             for inner in _bodies(statement):

@@ -1,5 +1,5 @@
-"""The mutation report: results.json's entry for one variant, joined with the
-recorded reasons, as a per-feature table (rich, markdown) and per-mutant lists."""
+"""The mutation report of one variant: results.json's records joined with the reasons, as a
+per-feature table (rich, markdown) and per-mutant lists."""
 
 from __future__ import annotations
 
@@ -13,24 +13,17 @@ from forkbuild.fsutil import write_atomic
 from forkbuild.mutate.mutants import HUNK
 from forkbuild.mutate.results import KILLED, SURVIVED, Reasons
 
-# A survivor whose recorded reason starts with this word is an *equivalent* mutant:
-# the reverted lines cannot change what the code does (a `from __future__` import, a
-# trailing `return None`, an import under TYPE_CHECKING). No test can kill one, so the
-# behavioural kill rate leaves them out: killed / (mutants - equivalent), the usual
-# mutation score. The raw rate beside it still counts them.
+# A survivor whose reason starts with this word cannot change what the code does: no test can
+# kill it, so the behavioural rate, killed / (mutants - equivalent), leaves it out.
 EQUIVALENT = "equivalent"
+COUNTS = ("hunks", "hunks_killed", "statements", "statements_killed", "survived", "equivalent", "skipped")
+COLUMNS = ("feature", "hunks killed", "statements killed", "survived", "of them equivalent", "kill rate",
+           "behavioural")
 
 
-def is_equivalent(reason: str) -> bool:
-    return reason.lower().startswith(EQUIVALENT)
-
-
-def feature_rows(patches: dict, reasons: Reasons | None = None) -> list[dict]:
-    """Per feature: hunk and statement mutants, killed, survived (and of those, equivalent),
-    the raw kill rate and the behavioural one (equivalent survivors left out)."""
-    counts: dict[str, dict] = defaultdict(lambda: {"hunks": 0, "hunks_killed": 0, "statements": 0,
-                                                   "statements_killed": 0, "survived": 0, "equivalent": 0,
-                                                   "skipped": 0})
+def feature_rows(patches: dict, reasons: Reasons) -> list[dict]:
+    """Per feature: the COUNTS, the raw kill rate and the behavioural one."""
+    counts: dict[str, dict] = defaultdict(lambda: dict.fromkeys(COUNTS, 0))
     for patch, entry in patches.items():
         row = counts[entry["feature"]]
         row["skipped"] += len(entry.get("skipped", []))
@@ -39,29 +32,21 @@ def feature_rows(patches: dict, reasons: Reasons | None = None) -> list[dict]:
             row[kind] += 1
             row[f"{kind}_killed"] += mutant["status"] == KILLED
             row["survived"] += mutant["status"] == SURVIVED
-            row["equivalent"] += mutant["status"] == SURVIVED and reasons is not None and \
-                is_equivalent(reasons.of(patch, mutant["id"]))
+            row["equivalent"] += mutant["status"] == SURVIVED and \
+                reasons.of(patch, mutant["id"]).lower().startswith(EQUIVALENT)
     return [_with_rates({"feature": feature, **row}) for feature, row in sorted(counts.items())]
 
 
 def totals(rows: list[dict]) -> dict:
-    keys = ("hunks", "hunks_killed", "statements", "statements_killed", "survived", "equivalent", "skipped")
-    return _with_rates({"feature": "all", **{key: sum(row[key] for row in rows) for key in keys}})
+    return _with_rates({"feature": "all", **{key: sum(row[key] for row in rows) for key in COUNTS}})
 
 
 def _with_rates(row: dict) -> dict:
     total = row["hunks"] + row["statements"]
     killed = row["hunks_killed"] + row["statements_killed"]
-    return {**row, "mutants": total, "killed": killed, "rate": _rate(killed, total),
-            "behavioural_rate": _rate(killed, total - row["equivalent"])}
-
-
-def _rate(killed: int, total: int) -> float | None:
-    return round(100.0 * killed / total, 1) if total else None
-
-
-def _percent(rate: float | None) -> str:
-    return "–" if rate is None else f"{rate:.1f} %"
+    behavioural = total - row["equivalent"]
+    return {**row, "mutants": total, "killed": killed, "rate": round(100.0 * killed / total, 1) if total else None,
+            "behavioural_rate": round(100.0 * killed / behavioural, 1) if behavioural else None}
 
 
 def survivors(patches: dict, reasons: Reasons) -> list[dict]:
@@ -70,13 +55,10 @@ def survivors(patches: dict, reasons: Reasons) -> list[dict]:
             if mutant["status"] == SURVIVED]
 
 
-COLUMNS = ("feature", "hunks killed", "statements killed", "survived", "of them equivalent", "kill rate",
-           "behavioural")
-
-
 def _cells(row: dict) -> list[str]:
+    rates = ["–" if rate is None else f"{rate:.1f} %" for rate in (row["rate"], row["behavioural_rate"])]
     return [row["feature"], f"{row['hunks_killed']}/{row['hunks']}", f"{row['statements_killed']}/{row['statements']}",
-            str(row["survived"]), str(row["equivalent"]), _percent(row["rate"]), _percent(row["behavioural_rate"])]
+            str(row["survived"]), str(row["equivalent"]), *rates]
 
 
 def table(rows: list[dict], *, variant: str) -> Table:
@@ -94,11 +76,8 @@ def markdown(rows: list[dict], lost: list[dict], patches: dict, *, variant: str)
              "in the installed patched sglang and runs the feature's tests; killed = some test failed.", "",
              "Behavioural: killed / (mutants - equivalent survivors), those whose reason says `equivalent`.", "",
              f"| {' | '.join(COLUMNS)} |", "|---|---:|---:|---:|---:|---:|---:|"]
-    for row in [*rows, totals(rows)]:
-        cells = _cells(row)
-        if row["feature"] == "all":
-            cells[0] = "**all**"
-        lines.append(f"| {' | '.join(cells)} |")
+    lines += [f"| {' | '.join(_cells(row))} |" for row in rows]
+    lines.append(f"| {' | '.join(['**all**', *_cells(totals(rows))[1:]])} |")
     lines += ["", "## Survivors", ""]
     lines += [f"- `{item['patch']}` `{item['id']}` (lines {item['lines'][0]}–{item['lines'][1]}) "
               f"`{item['summary']}`: {item['reason'] or '**no reason recorded**'}" for item in lost] or ["none"]

@@ -1,7 +1,5 @@
-"""Runs mutants: each one is its feature's tests under pytest in the test venv,
-with the overlay (mutate/overlay/sitecustomize.py) first on PYTHONPATH making
-the one mutated module load from the mutant's own file. Nothing is rebuilt and
-the installed sglang is never written, so workers run side by side."""
+"""Runs mutants: each is its feature's tests under pytest in the test venv, the overlay making
+the mutated module load from the mutant's own file (the installed sglang is never written)."""
 
 from __future__ import annotations
 
@@ -39,15 +37,13 @@ class Outcome:
 class FeatureTests:
     root: Path  # the series directory: pytest's rootdir
     tests: tuple[Path, ...]
-    # Every module the feature's mutants touch: (dotted name, site-packages path, installed text).
-    # The baseline re-imports them all from unchanged copies, as a mutant re-imports its one
-    # module: that must change nothing.
+    # Every module its mutants touch (dotted name, site-packages path, installed text): the
+    # baseline re-imports them from unchanged copies, as a mutant re-imports its one module.
     modules: tuple[tuple[str, str, str], ...] = ()
 
 
 class Worker:
-    """One fork server (overlay/forkserver.py) in the test venv: the heavy
-    third-party imports done once, a fresh sglang import per run."""
+    """One fork server (overlay/forkserver.py) in the test venv."""
 
     def __init__(self, python: Path, preload: Iterable[str], log: Path) -> None:
         self.log = log
@@ -76,19 +72,12 @@ class Worker:
             self._process.wait()
 
 
-def mutant_timeout(baseline_seconds: float) -> float:
-    """A mutant may make a test loop: it is killed at 4x the clean run (at least a minute)."""
-    return max(60.0, 4 * baseline_seconds)
-
-
 def run_all(runs: dict[str, FeatureTests], mutants: list[Mutant], *, python: Path, preload: list[str], workers: int,
             scratch: Path, done: Callable[[Mutant, Outcome], None]) -> dict[str, Outcome]:
-    """Per feature first its baseline (its tests, every module its mutants
-    touch re-imported from an unchanged copy), then each of its mutants, on
-    `workers` fork servers. `done` is called as each mutant finishes (from a
-    worker thread). Returns the baselines; a feature's mutants run only when
-    its baseline passed. `scratch`: a folder no other run uses (the caller
-    holds its lock); what a killed run left there goes first, the rest at the end."""
+    """Per feature its baseline, then (if it passed) each of its mutants, on `workers` fork
+    servers; `done` is called from a worker thread as each mutant finishes. Returns the
+    baselines. `scratch`: a folder no other run uses (the caller holds its lock); what a
+    killed run left there goes first, the rest at the end."""
     queue: list[tuple[str, Mutant | None]] = [(feature, None) for feature in runs]
     queue += [(mutant.feature, mutant) for mutant in mutants]
     baselines: dict[str, Outcome] = {}
@@ -113,8 +102,9 @@ def run_all(runs: dict[str, FeatureTests], mutants: list[Mutant], *, python: Pat
                     continue
                 ready[feature].wait()
                 if feature in baselines and baselines[feature].status == SURVIVED:
+                    # A mutant may make a test loop: killed at 4x the clean run (at least a minute).
                     done(mutant, run_mutant(mutant, run, scratch / f"m{index}", worker,
-                                            timeout=mutant_timeout(baselines[feature].seconds)))
+                                            timeout=max(60.0, 4 * baselines[feature].seconds)))
         finally:
             worker.close()
 
@@ -137,8 +127,7 @@ def _baseline(run: FeatureTests, scratch: Path, worker: Worker) -> Outcome:
 
 
 def _write(directory: Path, path: str, text: str) -> Path:
-    # The module's own file name: tracebacks and inspect.getsource (Triton
-    # reads kernels' source) see the file that was imported.
+    # The module's own file name: tracebacks and inspect.getsource see the file imported.
     target = directory / PurePosixPath(path).name
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(text, encoding="utf-8")
@@ -148,18 +137,12 @@ def _write(directory: Path, path: str, text: str) -> Path:
 def run_mutant(mutant: Mutant, run: FeatureTests, scratch: Path, worker: Worker, *, timeout: float) -> Outcome:
     scratch.mkdir(parents=True, exist_ok=True)
     source = "" if mutant.source is None else str(_write(scratch / "src", mutant.path, mutant.source))
-    return _pytest(naming_first(run, mutant.module), scratch, worker, sources={mutant.module: source},
-                   timeout=timeout)
-
-
-def naming_first(run: FeatureTests, module: str) -> FeatureTests:
-    """The feature's test files that name the mutated module (its last dotted
-    part) first, the rest in their order: with -x a mutant those tests kill
-    stops there instead of after every other file's tests. Which mutants die
-    does not change: a survivor still runs them all."""
-    name = module.rsplit(".", 1)[-1]
-    naming = [path for path in run.tests if re.search(rf"\b{re.escape(name)}\b", path.read_text(errors="replace"))]
-    return replace(run, tests=(*naming, *(path for path in run.tests if path not in naming)))
+    # The test files naming the module (its last dotted part) first: with -x a mutant their
+    # tests kill stops there. A survivor still runs them all, so no verdict changes.
+    name = re.escape(mutant.module.rsplit(".", 1)[-1])
+    naming = [path for path in run.tests if re.search(rf"\b{name}\b", path.read_text(errors="replace"))]
+    run = replace(run, tests=(*naming, *(path for path in run.tests if path not in naming)))
+    return _pytest(run, scratch, worker, sources={mutant.module: source}, timeout=timeout)
 
 
 def _pytest(run: FeatureTests, scratch: Path, worker: Worker, *, sources: dict[str, str], timeout: float) -> Outcome:
@@ -180,7 +163,6 @@ def _pytest(run: FeatureTests, scratch: Path, worker: Worker, *, sources: dict[s
     return Outcome(KILLED, f"collection: exit {reply['rc']}: {_tail(log)}", reply["seconds"])
 
 
-def _tail(log: Path) -> str:
-    """The last non-empty line of a log, shortened."""
+def _tail(log: Path) -> str:  # the last non-empty line of a log, shortened
     output = log.read_text(errors="replace") if log.is_file() else ""
     return next((line.strip() for line in reversed(output.splitlines()) if line.strip()), "")[:160]

@@ -1,15 +1,8 @@
-"""A mutate worker inside the test venv (stdlib only; `python forkserver.py MODULE...`).
-
-Importing torch, transformers and the rest under sglang takes ~90 % of a
-feature test run. So the server imports the named modules once and forks one
-child per request. The child forgets every sglang module (their third-party
-imports stay loaded), makes the mutated module load from the mutant's file
-(the overlay's finder; its environment carries the mutant to subprocesses
-through sitecustomize), and runs pytest on a fresh sglang import.
-
-Protocol: one JSON request per stdin line {"tests": [...], "rootdir", "env": {...},
-"log", "timeout"}; one JSON reply per line {"rc", "timeout", "seconds"}.
-"""
+"""A mutate worker in the test venv (stdlib only; `python forkserver.py MODULE...`): imports the
+modules once (torch and the rest are ~90 % of a test run) and forks a child per request, which
+forgets every sglang module, installs the overlay's finder and runs pytest.
+Protocol: a JSON request per stdin line {"tests", "rootdir", "env", "log", "timeout"}; a JSON
+reply per line {"rc", "timeout", "seconds"}."""
 
 import importlib
 import importlib.util
@@ -34,11 +27,8 @@ def _preload(modules):
 
 
 def _forget(modules):
-    """Drop every module of the preloaded packages when a run changes one of
-    them. Forgetting only the modules loaded after it is not enough: a module
-    that registers itself at import (sglang's MoE fused-func registry) would
-    meet its own old registration, and a kept registry would hand tests the
-    unmutated code. The third-party imports stay: they are most of the cost."""
+    """Drop every module of the preloaded packages when a run changes one of them: a module
+    registering itself at import (sglang's MoE registry) must not meet its old registration."""
     if not modules:
         return
     for name in [name for name in sys.modules if name.split(".")[0] in PACKAGES]:
@@ -59,8 +49,7 @@ def _child(request):
     import pytest
 
     os.chdir(request["rootdir"])
-    # Plugins are named, not found: scanning every installed distribution's
-    # entry points would cost each run a second or two.
+    # Plugins are named, not found: scanning every distribution's entry points costs a second.
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     plugins = [argument for plugin in PLUGINS for argument in ("-p", plugin)]
     return int(pytest.main(["-x", "-q", "-p", "no:cacheprovider", *plugins, "--rootdir", request["rootdir"],
@@ -71,8 +60,8 @@ def _serve(request):
     start = time.monotonic()
     pid = os.fork()
     if pid == 0:
-        # The child ends as `python -m pytest` would (SystemExit out of main: atexit, output
-        # flushed) and never goes back to serving, also when the run raised (70: EX_SOFTWARE).
+        # The child ends as `python -m pytest` would (SystemExit: atexit, output flushed) and
+        # never goes back to serving, also when the run raised (70: EX_SOFTWARE).
         try:
             code = _child(request)
         except BaseException:

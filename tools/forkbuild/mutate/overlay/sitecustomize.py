@@ -1,13 +1,6 @@
-"""Loaded by every Python of a mutant's test run (its directory is first on
-PYTHONPATH, so subprocesses the tests start get it too): makes one module of
-the installed sglang load from the mutant's file instead, or not at all.
-
-FORKBUILD_MUTANT: JSON {dotted module name: its file, or "" for "the module
-is gone"}; a mutant names one module, a baseline every module its feature's
-mutants touch (unchanged copies: the re-import itself must change nothing). Stdlib only: it runs inside
-the test venv, which need not have forkbuild. The installed site-packages is
-never written: each worker mutates only its own files.
-"""
+"""Loaded by every Python of a mutant's test run (first on PYTHONPATH, so the tests' subprocesses
+too; stdlib only): FORKBUILD_MUTANT, JSON {dotted module name: its file, or "" for "gone"}, makes
+those modules load from those files instead of the installed ones."""
 
 import importlib.abc
 import importlib.machinery
@@ -19,9 +12,8 @@ import sys
 
 
 class _MutantLoader(importlib.machinery.SourceFileLoader):
-    """Runs the mutant's code under the real module's file name: code that finds
-    files beside itself (environ.py loads the generated guards module from its own
-    directory) must see the installed package, not the mutant's directory."""
+    """Runs the mutant's code under the real file's name: code that finds files beside itself
+    (environ.py's guards module) must see the installed package."""
 
     def __init__(self, fullname, real_path, mutant_path):
         super().__init__(fullname, real_path)
@@ -31,10 +23,8 @@ class _MutantLoader(importlib.machinery.SourceFileLoader):
         # Never the real file's cached bytecode: always the mutant's source.
         with open(self.mutant_path, "rb") as handle:
             source = handle.read()
-        # Code that reads its own source reads it by the real file name through
-        # linecache (inspect.getsource; Triton's @jit compiles a kernel from it):
-        # it must get the mutant's lines. An entry without mtime is never
-        # refreshed from the file by linecache.checkcache.
+        # inspect.getsource (Triton's @jit) reads the real file name through linecache: give it
+        # the mutant's lines; an entry without mtime is never refreshed by checkcache.
         text = importlib.util.decode_source(source)
         linecache.cache[self.path] = (len(text), None, text.splitlines(True), self.path)
         return compile(source, self.path, "exec", dont_inherit=True)
@@ -67,7 +57,6 @@ class _MutantFinder(importlib.abc.MetaPathFinder):
 
 
 def install():
-    """Put the finder of the mutant the environment names first (once)."""
     sources = json.loads(os.environ.get("FORKBUILD_MUTANT") or "{}")
     if not sources or any(isinstance(finder, _MutantFinder) for finder in sys.meta_path):
         return
@@ -77,8 +66,7 @@ def install():
 
 
 def _chain_next_sitecustomize():
-    """This file shadows the interpreter's own sitecustomize (Debian's apport
-    hook, a venv's): run that one too, as it would have run."""
+    """This file shadows the interpreter's own sitecustomize (a venv's, Debian's): run that too."""
     here = os.path.dirname(os.path.abspath(__file__))
     for entry in sys.path:
         candidate = os.path.join(entry or os.getcwd(), "sitecustomize.py")
