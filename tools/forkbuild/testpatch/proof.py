@@ -101,10 +101,11 @@ def declaring_features(series: Series) -> list[str]:
 
 # -- running -----------------------------------------------------------------
 
-def run_proof(*, context: Context, stock: TestPython, pool: Executor) -> list[Record]:
+def run_proof(*, context: Context, stock: TestPython, pool: Executor, shards: int = 1) -> list[Record]:
     """The guard_on_unpatched and guard_off_unpatched records. `stock` runs the
     tests against plain stock sglang (installed wheel or applied tree); both
-    runs go to `pool`, beside each other and whatever else runs there."""
+    runs go to `pool`, beside each other and whatever else runs there; the run on
+    the declarations, the long one, as `shards` pytest processes."""
     series = context.series
     plain = declaring_features(series)
     added = {name: added_names(series, name) for name in series.features}
@@ -115,7 +116,7 @@ def run_proof(*, context: Context, stock: TestPython, pool: Executor) -> list[Re
         with declarations_tree(context=context) as declared:
             python = TestPython(executable=stock.executable, env={"PYTHONPATH": str(declared)})
             raw = pool.submit(behaviour.run_tests, context=context, python=python, features=",".join(series.features),
-                              markers="guard_on or guard_off").result()
+                              markers="guard_on or guard_off", shards=shards).result()
         guarded = [item for item in raw if not (item["check"] == GUARD_ON and item["feature"] in plain)]
         declared_records = proof_records(guarded, added=added, on="stock sglang + guard declarations")
     except ApplyError as error:

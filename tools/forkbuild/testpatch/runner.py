@@ -121,14 +121,16 @@ def _summed(context: Context, made: list[Record], *, variant: str, device: str, 
 def _behaviour(context: Context, python: TestPython, *, features, prove: bool) -> list[Record]:
     """`features` None: the installed manifest says what is built in; else the
     variant's features (an applied tree has no manifest). With `prove`, the stock
-    proof's two pytest runs go beside it: three processes that share nothing."""
+    proof's two pytest runs go beside it: processes that share nothing."""
     claimed = None if features is None else ",".join(features)
     title = "behaviour: tests/patches" + (", and the stock proof's two runs beside it" if prove else "")
-    # On the CPU, and without the proof's runs beside it, the behaviour run alone uses every core;
-    # -v keeps one run, naming its tests in order as they end (how far a killed run got).
-    alone = not prove and not context.reporter.verbose and python.env.get(device_module.DEVICE_ENV) == "cpu"
-    shards = (os.cpu_count() or 1) if alone else 1
+    # On the CPU the longest run (the behaviour run, or with `prove` the proof's run on the
+    # declarations) is dealt out over every core; -v keeps one run per purpose, naming its
+    # tests in order as they end (how far a killed run got).
+    cpu = not context.reporter.verbose and python.env.get(device_module.DEVICE_ENV) == "cpu"
+    shards = (os.cpu_count() or 1) if cpu else 1
     with context.reporter.step(title), ThreadPoolExecutor(max_workers=3) as pool:
-        behave = pool.submit(behaviour.run_tests, context=context, python=python, features=claimed, shards=shards)
-        proven = proof.run_proof(context=context, stock=python, pool=pool) if prove else []
+        behave = pool.submit(behaviour.run_tests, context=context, python=python, features=claimed,
+                             shards=1 if prove else shards)
+        proven = proof.run_proof(context=context, stock=python, pool=pool, shards=shards) if prove else []
         return behaviour.behaviour_records(behave.result()) + proven
