@@ -1,36 +1,37 @@
-"""The overlay build: a patched wheel made from the release wheel plus the files
-the series changes, without recompressing anything else.
+"""The overlay build: a patched wheel made from the release wheel plus the files the series
+changes, without recompressing anything else.
 
-Member order: the package members in upstream's order (changed ones rewritten
-in place, deleted ones left out), then added files, then the renamed
-.dist-info with RECORD last.
+Member order: the package members in upstream's order (changed ones rewritten in place,
+deleted ones left out), then added files, then the renamed .dist-info with RECORD last.
+Copied members keep the RECORD rows of the sha256-pinned upstream wheel; the finished
+wheel is validated afterwards.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import base64
+import csv
+import functools
+import hashlib
+import io
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
-from installer.records import RecordEntry
+from installer.records import InvalidRecordEntry, RecordEntry, parse_record_file
 
 from forkbuild import naming
 from forkbuild.errors import BuildError
 from forkbuild.manifest import DIST_INFO_FILE, PACKAGE_FILE
-from forkbuild.wheel.record import entry_for, parse_record, record_line, record_lines, renamed, render_record
 from forkbuild.wheel.zipraw import FILE_MODE, Member, ZipSource, ZipWriter
 
 EXECUTABLE_MODE = 0o100755 << 16
-VERSION_MODULE = "_version.py"
 
 
 @dataclass(frozen=True, kw_only=True)
 class Overlay:
-    """What to write over an upstream wheel.
-
-    `changes` maps wheel member paths to their new content, or None to delete
-    the member; `executable` lists added members that get mode 0755.
-    """
+    """What to write over an upstream wheel: `changes` maps members to new content (None
+    deletes); `executable` lists added members that get mode 0755."""
 
     name: str
     package: str
@@ -45,12 +46,12 @@ class Overlay:
 
     @property
     def version_member(self) -> str:
-        return f"{self.package}/{VERSION_MODULE}"
+        return f"{self.package}/_version.py"
 
 
 def find_dist_info(source: ZipSource) -> str:
-    tops = {member.name.split("/", 1)[0] for member in source.members}
-    found = sorted(top for top in tops if top.endswith(".dist-info"))
+    found = sorted({member.name.split("/", 1)[0] for member in source.members
+                    if member.name.split("/", 1)[0].endswith(".dist-info")})
     if len(found) != 1:
         raise BuildError(f"{source.path}: expected one .dist-info directory, found {found or 'none'}")
     return found[0]
@@ -70,73 +71,75 @@ def _check_changes(source: ZipSource, overlay: Overlay, dist_info: str) -> None:
         raise BuildError(f"{source.path.name}: the overlay cannot apply:\n" + "\n".join(f"  - {p}" for p in problems))
 
 
-class _Writer:
-    """ZipWriter plus the RECORD rows of what it wrote (record_line's)."""
+def _row(path: str, hash_: str = "", size: str = "") -> str:
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerow((path, hash_, size))
+    return buffer.getvalue()
 
-    def __init__(self, stream: BinaryIO, source: ZipSource, *, upstream_record: Mapping[str, RecordEntry],
-                 upstream_lines: Mapping[str, str]) -> None:
-        self.zip = ZipWriter(stream)
-        self.source = source
-        self.upstream_record = upstream_record
-        self.upstream_lines = upstream_lines
-        # Per source member: its RECORD row ("" for a directory, which has none; None: missing).
-        self.upstream_lines_by_index: list[str | None] = source.remember(("record-lines-by-index", id(upstream_lines)), lambda: [
-            "" if member.is_dir else upstream_lines.get(member.name) for member in source.members])
-        # RECORD's text in pieces: a copied range's rows are one piece (zipraw deflates a piece
-        # once per process: the ranges between changed files recur across a matrix); the rows
-        # written one by one gather in the next piece.
+
+@functools.lru_cache(maxsize=4)
+def _upstream_rows(source: ZipSource, record_path: str) -> dict[str, tuple[str, str, str]]:
+    """The upstream RECORD by path: hash, size and the row as this module writes it."""
+    try:
+        entries = [RecordEntry.from_elements(*row)
+                   for row in parse_record_file(source.read(record_path).decode("utf-8").splitlines())]
+    except InvalidRecordEntry as error:
+        raise BuildError(f"{source.path.name}: invalid RECORD: {'; '.join(error.issues)}") from error
+    rows = {}
+    for entry in entries:
+        hash_, size = str(entry.hash_ or ""), "" if entry.size is None else str(entry.size)
+        rows[entry.path] = (hash_, size, _row(entry.path, hash_, size))
+    return rows
+
+
+class _Record:
+    """RECORD's text in pieces (ZipWriter.add_pieces): the rows of each run of copied members
+    are one piece, deflated once per process (the runs recur across a matrix); rows written
+    one by one gather in the next piece."""
+
+    def __init__(self, upstream: Mapping[str, tuple[str, str, str]]) -> None:
+        self.upstream = upstream
         self.pieces: list[str] = []
         self.rows: list[str] = []
 
-    def copy(self, member: Member, *, name: str | None = None) -> None:
-        self.zip.copy(self.source, member, name=name)
-        if member.is_dir:
-            return
-        if name is None or name == member.name:
-            line = self.upstream_lines.get(member.name)
-            if line is None:
-                raise BuildError(f"the upstream RECORD has no row for {member.name}")
-            self.rows.append(line)
-        else:
-            self.rows.append(record_line(renamed(self.upstream_record, old=member.name, new=name)))
+    def _upstream(self, name: str) -> tuple[str, str, str]:
+        if name not in self.upstream:
+            raise BuildError(f"the upstream RECORD has no row for {name}")
+        return self.upstream[name]
 
-    def copy_range(self, first: int, stop: int) -> None:
-        """copy() of source.members[first:stop] under their own names (one call for thousands)."""
-        self.zip.copy_range(self.source, first, stop)
-        lines = self.upstream_lines_by_index[first:stop]
-        if None in lines:
-            missing = self.source.members[first + lines.index(None)].name
-            raise BuildError(f"the upstream RECORD has no row for {missing}")
-        if stop > first:
+    def add(self, name: str, content: bytes) -> None:
+        digest = base64.urlsafe_b64encode(hashlib.sha256(content).digest()).decode("ascii").rstrip("=")
+        self.rows.append(_row(name, f"sha256={digest}", str(len(content))))
+
+    def renamed(self, old: str, new: str) -> None:
+        hash_, size, _ = self._upstream(old)
+        self.rows.append(_row(new, hash_, size))
+
+    def copied(self, members: Sequence[Member]) -> None:
+        if members:
             self._end_piece()
-            self.pieces.append("".join(lines))  # type: ignore[arg-type]  # no None left
+            self.pieces.append("".join(self._upstream(member.name)[2] for member in members if not member.is_dir))
 
     def _end_piece(self) -> None:
         if self.rows:
             self.pieces.append("".join(self.rows))
             self.rows = []
 
-    def record(self, record_path: str) -> list[bytes]:
-        """RECORD's content (every row so far, then its own) in the pieces ZipWriter.add_pieces takes."""
+    def pieces_with(self, record_path: str) -> list[bytes]:
+        """Every row so far, then RECORD's own."""
         self._end_piece()
-        pieces = [piece.encode("utf-8") for piece in self.pieces]
-        return [*pieces[:-1], pieces[-1] + render_record([], record_path=record_path)] if pieces else \
-            [render_record([], record_path=record_path)]
-
-    def add(self, name: str, content: bytes, *, date_time, external_attr: int = FILE_MODE) -> None:
-        self.zip.add(name, content, date_time=date_time, external_attr=external_attr)
-        self.rows.append(record_line(entry_for(name, content)))
+        pieces = self.pieces or [""]
+        return [piece.encode("utf-8") for piece in [*pieces[:-1], pieces[-1] + _row(record_path)]]
 
 
 def _full_changes(source: ZipSource, overlay: Overlay) -> dict[str, bytes | None]:
     """The series' changes plus the version module carrying the new version."""
     changes = dict(overlay.changes)
-    current = changes.get(overlay.version_member)
-    if current is None and overlay.version_member in source.by_name and overlay.version_member not in changes:
-        current = source.read(overlay.version_member)
+    current = changes[overlay.version_member] if overlay.version_member in changes else \
+        source.read(overlay.version_member) if overlay.version_member in source.by_name else None
     if current is not None:
-        changes[overlay.version_member] = naming.set_version_module(
-            current, overlay.version, source=overlay.version_member)
+        changes[overlay.version_member] = naming.set_version_module(current, overlay.version,
+                                                                    source=overlay.version_member)
     return changes
 
 
@@ -145,46 +148,44 @@ def write_overlay(source: ZipSource, overlay: Overlay, stream: BinaryIO) -> None
     old_dist_info = find_dist_info(source)
     _check_changes(source, overlay, old_dist_info)
     new_dist_info = naming.dist_info_dir(overlay.name, overlay.version)
-    record_path = f"{old_dist_info}/RECORD"
-    metadata_path = f"{old_dist_info}/METADATA"
-    upstream_record = source.remember(("record", record_path), lambda: parse_record(
-        source.read(record_path).decode("utf-8"), source=source.path.name))
-    upstream_lines = source.remember(("record-lines", record_path), lambda: record_lines(upstream_record))
-    writer = _Writer(stream, source, upstream_record=upstream_record, upstream_lines=upstream_lines)
-    # New members carry the upstream METADATA's timestamp: fixed by the pinned
-    # wheel, never the clock, the time zone or SOURCE_DATE_EPOCH.
+    record_path, metadata_path = f"{old_dist_info}/RECORD", f"{old_dist_info}/METADATA"
+    record = _Record(_upstream_rows(source, record_path))
+    writer = ZipWriter(stream)
+    # New members carry the upstream METADATA's timestamp: never the clock, TZ or SOURCE_DATE_EPOCH.
     stamp = source.by_name[metadata_path].info.date_time
     changes = _full_changes(source, overlay)
-
-    dist_members, unchanged_from = [], 0  # members unchanged_from.. not written yet are unchanged
-    for index, member in enumerate(source.members):
-        if member.name.split("/", 1)[0] == old_dist_info or member.name in changes:
-            writer.copy_range(unchanged_from, index)
-            unchanged_from = index + 1
-            if member.name.split("/", 1)[0] == old_dist_info:
-                dist_members.append(member)
-            elif (content := changes[member.name]) is not None:
-                writer.add(member.name, content, date_time=member.info.date_time,
-                           external_attr=member.info.external_attr)
-    writer.copy_range(unchanged_from, len(source.members))
+    dist_members, unchanged_from = [], 0  # members from unchanged_from on are not written yet
+    for index, member in enumerate([*source.members, None]):
+        if member is not None and member.name.split("/", 1)[0] != old_dist_info and member.name not in changes:
+            continue
+        writer.copy_run(source, source.members[unchanged_from:index])
+        record.copied(source.members[unchanged_from:index])
+        unchanged_from = index + 1
+        if member is None:
+            break
+        if member.name.split("/", 1)[0] == old_dist_info:
+            dist_members.append(member)
+        elif (content := changes[member.name]) is not None:
+            writer.add(member.name, content, date_time=member.info.date_time, external_attr=member.info.external_attr)
+            record.add(member.name, content)
     added = sorted((name, content) for name, content in changes.items()
                    if content is not None and name not in source.by_name)
-    for name, content in added:
-        mode = EXECUTABLE_MODE if name in overlay.executable else FILE_MODE
-        writer.add(name, content, date_time=stamp, external_attr=mode)
-    writer.add(overlay.manifest_member, overlay.manifest, date_time=stamp)
-
+    for name, content in [*added, (overlay.manifest_member, overlay.manifest)]:
+        writer.add(name, content, date_time=stamp,
+                   external_attr=EXECUTABLE_MODE if name in overlay.executable else FILE_MODE)
+        record.add(name, content)
     for member in dist_members:
         new_name = new_dist_info + member.name[len(old_dist_info):]
-        if member.name == record_path:
-            continue
         if member.name == metadata_path:
             metadata = naming.set_metadata_version(source.read(metadata_path), overlay.version, source=metadata_path)
             writer.add(new_name, metadata, date_time=member.info.date_time, external_attr=member.info.external_attr)
-        else:
-            writer.copy(member, name=new_name)
+            record.add(new_name, metadata)
+        elif member.name != record_path:
+            writer.copy(source, member, name=new_name)
+            if not member.is_dir:
+                record.renamed(member.name, new_name)
     writer.add(f"{new_dist_info}/{DIST_INFO_FILE}", overlay.manifest, date_time=stamp)
+    record.add(f"{new_dist_info}/{DIST_INFO_FILE}", overlay.manifest)
     new_record = f"{new_dist_info}/RECORD"
-    writer.zip.add_pieces(new_record, writer.record(new_record),
-                   date_time=source.by_name[record_path].info.date_time)
-    writer.zip.close()
+    writer.add_pieces(new_record, record.pieces_with(new_record), date_time=source.by_name[record_path].info.date_time)
+    writer.close()
