@@ -1,7 +1,6 @@
-"""A combination's patched files for a wheel, without a work tree: the apply engine's
-index-only mode (apply.apply_in_index) commits the patches in the cache, and the changed
-files are read from its blobs. None when a patch does not apply: the builder then runs the
-work-tree apply, which says why."""
+"""A combination's patched files without a work tree: the apply engine's index-only mode
+commits the patches in the cache; the changed files are read from its blobs. None when a
+patch does not apply there (the builder's work-tree apply then says why)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""What an overlay build writes: decided before building, from the variant's
-patch files and the release wheel's member list; refused when a patch changes
-something the wheel only holds compiled.
-
-Paths: patches use upstream's git layout (`python/sglang/x.py`); the wheel
-holds `sglang/x.py`. `package_root` ("python") is the difference.
-"""
+"""What an overlay build writes, from the patches and the release wheel's member list;
+refused when a patch changes something the wheel only holds compiled. Patches use
+upstream's git layout (`python/sglang/x.py`), the wheel `sglang/x.py`: `package_root`."""
 
 from __future__ import annotations
 
@@ -19,9 +15,7 @@ from forkbuild.config import PatchEntry
 from forkbuild.errors import BuildError
 from forkbuild.patchfile import read_patch
 
-# Sources of compiled extensions (Rust, C, C++, CUDA, Cython) and the files
-# that drive their build. The release wheel holds only the built .so files;
-# overlaying a changed source would change nothing that runs.
+# Sources of compiled extensions and their build files: the wheel holds only the built .so.
 COMPILED_SUFFIXES = frozenset({".rs", ".c", ".cc", ".cpp", ".cxx", ".cu", ".cuh", ".h", ".hh", ".hpp",
                                ".hxx", ".pyx", ".pxd"})
 BUILD_FILES = frozenset({"Cargo.toml", "Cargo.lock", "build.rs", "CMakeLists.txt", "setup.py", "setup.cfg",
@@ -49,19 +43,15 @@ class WheelLayout:
         member = repo_path[len(prefix):]
         return member if member.split("/", 1)[0] in self.packages else None
 
-    def ships_sources_like(self, member: str) -> bool:
-        """Does the wheel ship files with this suffix from this directory (as data, e.g. JIT kernels)?"""
-        directory, suffix = posixpath.dirname(member), PurePosixPath(member).suffix
-        return any(posixpath.dirname(name) == directory and name.endswith(suffix) for name in self.members)
-
     def is_compiled(self, repo_path: str) -> bool:
         path = PurePosixPath(repo_path)
         member = self.member_for(repo_path)
         if member is None:
             return path.suffix in COMPILED_SUFFIXES or path.name in BUILD_FILES
-        if path.suffix not in COMPILED_SUFFIXES:
-            return False
-        return member not in self.members and not self.ships_sources_like(member)
+        # A source the wheel ships as data (JIT kernels), or one beside such files, is not compiled.
+        directory = posixpath.dirname(member)
+        return path.suffix in COMPILED_SUFFIXES and member not in self.members and not any(
+            posixpath.dirname(name) == directory and name.endswith(path.suffix) for name in self.members)
 
 
 def refuse_compiled(patches: Iterable[PatchEntry], layout: WheelLayout) -> None:
@@ -87,9 +77,8 @@ class OverlayChanges:
 
 def collect_changes(*, tree: Path | None = None, changed: Iterable[tuple[str, str]], layout: WheelLayout,
                     read: Callable[[str], tuple[bytes, bool]] | None = None) -> OverlayChanges:
-    """Read the changed files (git's (status, path) pairs) from the patched work tree `tree`,
-    or through `read` (path -> content, executable) when there is no work tree."""
-    read = read or _tree_reader(tree)
+    """The changed files (git's (status, path) pairs), read from the patched work tree `tree`,
+    or through `read` (path -> content, executable)."""
     changes: dict[str, bytes | None] = {}
     executable, outside = set(), []
     for status, repo_path in changed:
@@ -99,18 +88,13 @@ def collect_changes(*, tree: Path | None = None, changed: Iterable[tuple[str, st
         elif status == "D":
             changes[member] = None
         else:
-            changes[member], is_executable = read(repo_path)
+            if read is None:
+                assert tree is not None  # one of the two is given
+                file = tree / repo_path
+                changes[member] = file.read_bytes()
+                is_executable = bool(file.stat().st_mode & stat.S_IXUSR)
+            else:
+                changes[member], is_executable = read(repo_path)
             if is_executable:
                 executable.add(member)
     return OverlayChanges(changes=changes, executable=frozenset(executable), outside=tuple(sorted(outside)))
-
-
-def _tree_reader(tree: Path | None) -> Callable[[str], tuple[bytes, bool]]:
-    if tree is None:
-        raise ValueError("collect_changes needs a work tree or a reader")
-
-    def read(repo_path: str) -> tuple[bytes, bool]:
-        file = tree / repo_path
-        return file.read_bytes(), bool(file.stat().st_mode & stat.S_IXUSR)
-
-    return read

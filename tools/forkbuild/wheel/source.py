@@ -1,9 +1,5 @@
-"""Source mode: `python -m build --wheel` in the patched checkout of a git upstream.
-
-The backend builds the wheel with the upstream version; the same stamping as
-the overlay build (no file changes) then gives it the local version, the
-manifest and a rewritten RECORD, so both modes yield the same kind of wheel.
-"""
+"""Source mode: `python -m build --wheel` in the patched checkout of a git upstream; the
+overlay writer (no file changes) then stamps the local version, manifest and RECORD."""
 
 from __future__ import annotations
 
@@ -31,9 +27,7 @@ def build_from_checkout(*, project: Path, out_dir: Path, upstream_version: str, 
     command = [sys.executable, "-m", "build", "--wheel", "--outdir", str(out_dir), str(project)]
     if not isolation:
         command.insert(4, "--no-isolation")
-    # setuptools-scm reads the version from git metadata the work tree may not
-    # have (a detached forkbuild tree): pin it to the upstream version; the
-    # local label is added afterwards. SOURCE_DATE_EPOCH fixes zip timestamps.
+    # setuptools-scm cannot read the version in a forkbuild tree: pin it; the epoch fixes zip times.
     env = {"SETUPTOOLS_SCM_PRETEND_VERSION": upstream_version, "SOURCE_DATE_EPOCH": str(epoch)}
     reporter.detail(" ".join(command))
     completed = process.run(command, env=env)
