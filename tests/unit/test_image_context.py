@@ -11,7 +11,7 @@ import pytest
 from forkbuild.errors import BuildError
 from forkbuild.manifest import DIST_INFO_FILE
 from forkbuild.image import context as image_context
-from forkbuild.image.runtime import doctor, guards
+from forkbuild.image.runtime import doctor, migration
 from test_image_dockerfile import manifest
 
 DOCKER_DIR = Path(__file__).parents[2] / "docker"
@@ -108,4 +108,4 @@ def test_doctor_is_quiet_for_valid_built_in_guards():
     ("switch", "on", True), ("switch", "", True), ("switch", "N", True), ("switch", "2", False),
     ("int", "16", True), ("int", "1.5", False), ("float", "1e-3", True), ("float", "x", False), ("str", "b12x", True)])
 def test_guard_values_follow_the_guard_types(kind, value, valid):
-    assert (guards.problem(kind, value) is None) == valid
+    assert (migration.problem(kind, value) is None) == valid

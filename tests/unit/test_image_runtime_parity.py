@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from forkbuild import guards, manifest
-from forkbuild.image.runtime import guards as runtime_guards
+from forkbuild.image.runtime import migration
 from forkbuild.image.runtime import installed
 
 SWITCH_VALUES = ["0", "1", "off", "on", "false", "true", "", "garbage", "OFF", " On ", "yes", "n", "2", "enabled"]
@@ -22,8 +22,8 @@ def test_the_manifest_file_names_are_forkbuilds():
 
 
 def test_the_switch_sets_are_forkbuilds():
-    assert runtime_guards.SWITCH_ON == guards.SWITCH_ON
-    assert runtime_guards.SWITCH_OFF == guards.SWITCH_OFF
+    assert migration.SWITCH_ON == guards.SWITCH_ON
+    assert migration.SWITCH_OFF == guards.SWITCH_OFF
 
 
 def _forkbuild_accepts(kind: str, value: str) -> bool:
@@ -36,13 +36,13 @@ def _forkbuild_accepts(kind: str, value: str) -> bool:
 
 @pytest.mark.parametrize("value", SWITCH_VALUES, ids=repr)
 def test_switch_values_are_judged_alike(value):
-    assert (runtime_guards.problem("switch", value) is None) == _forkbuild_accepts("switch", value)
+    assert (migration.problem("switch", value) is None) == _forkbuild_accepts("switch", value)
 
 
 @pytest.mark.parametrize("kind", ["int", "float", "str"])
 @pytest.mark.parametrize("value", TYPED_VALUES, ids=repr)
 def test_typed_values_are_judged_alike(kind, value):
-    assert (runtime_guards.problem(kind, value) is None) == _forkbuild_accepts(kind, value)
+    assert (migration.problem(kind, value) is None) == _forkbuild_accepts(kind, value)
 
 
 def test_the_cases_cover_both_answers():

@@ -79,16 +79,11 @@ def quote(value: str, *, where: str) -> str:
 
 
 def labels(manifest: Manifest) -> dict[str, str]:
-    return {
-        "org.opencontainers.image.title": f"sglang ({manifest.series} {manifest.variant})",
-        "org.opencontainers.image.version": manifest.version,
-        "io.forkbuild.upstream.name": manifest.upstream.name,
-        "io.forkbuild.upstream.version": manifest.upstream.version,
-        "io.forkbuild.series": manifest.series,
-        "io.forkbuild.series-hash": manifest.series_hash,
-        "io.forkbuild.variant": manifest.variant,
-        "io.forkbuild.features": ",".join(manifest.features),
-    }
+    ours = {"upstream.name": manifest.upstream.name, "upstream.version": manifest.upstream.version,
+            "series": manifest.series, "series-hash": manifest.series_hash, "variant": manifest.variant,
+            "features": ",".join(manifest.features)}
+    return {"org.opencontainers.image.title": f"sglang ({manifest.series} {manifest.variant})",
+            "org.opencontainers.image.version": manifest.version, **{f"io.forkbuild.{k}": v for k, v in ours.items()}}
 
 
 def variant_lines(manifest: Manifest, *, source: str) -> str:

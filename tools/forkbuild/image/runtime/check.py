@@ -5,9 +5,11 @@ package (reported, not failed, on a test base: b12x is in no base forkbuild make
 
 from __future__ import annotations
 
+import importlib.util
 import os
+from pathlib import Path
 
-from . import ImageError, guards, migration
+from . import ImageError, migration
 from .installed import DIST_INFO_MANIFEST, MANIFEST, installed, package_dir, read_manifest, verify_record
 
 
@@ -30,7 +32,7 @@ def run(*, variant: str | None, version: str | None, env_defaults: bool, test_ba
         problems.append(f"{dist_manifest} is missing or differs from the package's manifest")
     checked, record_problems = verify_record(dist)
     problems += record_problems
-    declared = guards.declared(package)
+    declared = _declared(package)
     # A feature declares its guards once its patch is in the series (a variant may list one not yet patched).
     patched = {entry["feature"] for entry in manifest.get("patches", [])}
     built = {g["env"]: g for g in manifest.get("guards", []) if g["feature"] in patched}
@@ -54,3 +56,15 @@ def run(*, variant: str | None, version: str | None, env_defaults: bool, test_ba
             f"RECORD: {checked} files match their hashes",
             f"features: {', '.join(manifest['features']) or '(none)'}",
             f"guards declared: {len(declared)}"]
+
+
+def _declared(package: Path) -> set[str]:
+    """DSV41_* guards declared on sglang.srt.environ.Envs, loading environ.py by
+    path: it is stdlib-only, while `import sglang` would need torch."""
+    path = package / "srt" / "environ.py"
+    spec = importlib.util.spec_from_file_location("_forkbuild_environ", path)
+    if spec is None or spec.loader is None:
+        raise ImageError(f"{path}: cannot be loaded as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return {name for name in vars(module.Envs) if name.startswith(migration.PREFIX)}

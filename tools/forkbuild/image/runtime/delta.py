@@ -66,8 +66,10 @@ def check_base(base: Installed, *, upstream_rows: list[records.Row], upstream_ve
     if base.version != upstream_version:
         raise ImageError(f"the base has {base.name} {base.version} installed; this delta layer is made for the "
                          f"pinned stock {upstream_version} wheel: {hint}")
-    if base.editable:
-        where = (base.direct_url or {}).get("url", "a source tree")
+    # An editable or source-tree install (the official image's /sgl-workspace/sglang).
+    direct_url = base.direct_url or {}
+    if direct_url.get("dir_info", {}).get("editable") or f"{base.name}/__init__.py" not in {r.path for r in base.rows}:
+        where = direct_url.get("url", "a source tree")
         raise ImageError(f"the base's {base.name} {base.version} is an editable/source install ({where}), not the "
                          f"pinned wheel in site-packages (the official lmsysorg/sglang images are like this): {hint}")
     upstream_dist_info = next(row.path.split("/", 1)[0] for row in upstream_rows if ".dist-info/" in row.path)
@@ -88,7 +90,7 @@ def plan(base: Installed, wheel: Wheel, *, cache_tag: str) -> Delta:
     files.update((path, wheel.read(path)) for path in sorted(wheel.rows)
                  if path.startswith(f"{new}/") and path != f"{new}/RECORD")
     present = {row.path for row in base.rows}
-    files.update((f"{new}/{name}", base.read(f"{base.dist_info}/{name}")) for name in INSTALLER_FILES
+    files.update((f"{new}/{name}", (base.site / base.dist_info / name).read_bytes()) for name in INSTALLER_FILES
                  if f"{base.dist_info}/{name}" in present)
     files[f"{new}/RECORD"] = records.render(_record_rows(base, files=files, removed=removed, new_dist_info=new,
                                                          cache_tag=cache_tag))

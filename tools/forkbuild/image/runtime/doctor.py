@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import sys
 
-from . import guards, migration
+from . import migration
 from .installed import installed, package_dir, read_manifest
 
 
@@ -30,7 +30,7 @@ def report(environ: dict[str, str]) -> tuple[list[str], list[str], list[str]]:
         f"util={get('MEM_FRACTION_STATIC')} (head {get('HEAD_MEM_FRACTION_STATIC')})  "
         f"max_running={get('MAX_RUNNING_REQUESTS')}",
         *(f"note:     {line}" for line in migration.setting_notes(environ)),
-        "decode:   " + ("  ".join(f"{env.removeprefix(guards.PREFIX).lower()}={value}" for env, value in values.items())
+        "decode:   " + ("  ".join(f"{env.removeprefix(migration.PREFIX).lower()}={value}" for env, value in values.items())
                         or "(no guards)"),
         "guards:" if built else "guards:   (none built in)",
         *(f"  {g['env']}={values[g['env']]}  [{g['feature']}, {g['type']}, default {g['default']!r}]" for g in built),
@@ -54,13 +54,13 @@ def _problems(manifest: dict, environ: dict[str, str]) -> tuple[list[str], list[
     settings = set(manifest.get("runtime_settings", [])) | set(manifest.get("env_defaults", {}))
     warnings, errors = [], []
     for env, value in sorted(environ.items()):
-        reason = guards.problem(built[env]["type"], value) if env in built else None
+        reason = migration.problem(built[env]["type"], value) if env in built else None
         if reason:
             errors.append(f"{env}={value!r} is {reason}: sglang will refuse to start")
         elif env in known and env not in built:
             warnings.append(f"{env}={value!r} is set, but feature '{known[env]['feature']}' is NOT built into this "
                             f"image (variant {manifest['variant']}): it has no effect")
-        elif env.startswith(guards.PREFIX) and env not in settings and env not in known:
+        elif env.startswith(migration.PREFIX) and env not in settings and env not in known:
             warnings.append(f"{env}={value!r} is not a guard of series {manifest['series']}: it has no effect")
     return warnings, errors
 

@@ -26,16 +26,6 @@ class Installed:
     rows: tuple[records.Row, ...]
     direct_url: dict | None
 
-    def read(self, relative: str) -> bytes:
-        return (self.site / relative).read_bytes()
-
-    @property
-    def editable(self) -> bool:
-        """An editable or source-tree install (the official image's /sgl-workspace/sglang)."""
-        if (self.direct_url or {}).get("dir_info", {}).get("editable"):
-            return True
-        return not any(row.path == f"{self.name}/__init__.py" for row in self.rows)
-
 
 def installed(name: str = "sglang") -> Installed:
     try:
@@ -51,7 +41,8 @@ def installed(name: str = "sglang") -> Installed:
         raise ImageError(f"{name}'s RECORD names {len(dist_infos)} .dist-info directories: {sorted(dist_infos)}")
     url = dist.read_text("direct_url.json")
     return Installed(name=name, version=dist.version, site=Path(str(dist.locate_file(""))).resolve(),
-                     dist_info=dist_infos.pop(), rows=rows, direct_url=_json(url, f"{name}'s direct_url.json") if url else None)
+                     dist_info=dist_infos.pop(), rows=rows,
+                     direct_url=_json(url, f"{name}'s direct_url.json") if url else None)
 
 
 def package_dir(name: str = "sglang") -> Path:

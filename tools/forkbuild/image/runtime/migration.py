@@ -1,6 +1,7 @@
-"""How this build reads each DSV41_* variable beside how the runtime recipe's sitecustomize.py
-and adapters read it, and the value that keeps a changed meaning (docs/images.md, "Moving
-from the runtime recipe"). Standard library only (`forkbuild doctor --env` uses it too).
+"""How this build reads each DSV41_* variable (as sglang's fork guards do, docs/DESIGN.md:
+EnvSwitch, EnvStrictInt/Float/Str) beside how the runtime recipe's sitecustomize.py and
+adapters read it, and the value that keeps a changed meaning (docs/images.md, "Moving from
+the runtime recipe"). `forkbuild doctor --env` uses it too.
 """
 
 from __future__ import annotations
@@ -9,8 +10,9 @@ import importlib.util
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from .guards import SWITCH_OFF, SWITCH_ON
-
+PREFIX = "DSV41_"
+SWITCH_ON = frozenset({"1", "on", "true", "yes", "y"})
+SWITCH_OFF = frozenset({"", "0", "off", "false", "no", "n"})
 # The recipe's switch rule: on unless the stripped value is one of these, case-sensitively
 # (`no`, `Off`, `2` were on); its source shows the rule for these switches, assumed for the rest.
 RECIPE_OFF = ("0", "off", "false", "")
@@ -55,6 +57,18 @@ class Reading:
         """What to write: never the value already set."""
         parts = [f"write {self.env}={self.instead}"] if self.instead not in (None, self.value) else []
         return ", ".join(parts + [self.advice] if self.advice else parts)
+
+
+def problem(kind: str, value: str) -> str | None:
+    """Why `value` is invalid for a guard of type `kind` (sglang refuses to start); None if valid."""
+    if kind == "switch":
+        valid = value.strip().lower() in SWITCH_ON | SWITCH_OFF
+        return None if valid else "not a switch (1/on/true/yes/y or 0/off/false/no/n/empty)"
+    try:
+        {"int": int, "float": float}.get(kind, str)(value)
+    except ValueError:
+        return f"not a valid {kind}"
+    return None
 
 
 def _switch_now(value: str) -> bool | None:
@@ -110,9 +124,7 @@ def read_guard(guard: Mapping[str, str], environ: Mapping[str, str]) -> Reading:
         return Reading(env, value, "REFUSED: not 0/off, N or conf:T (0 < T <= 1), startup stops",
                        "its adapter loaded (not 0/off)" if value.strip() not in ("", "0", "off") else "off", True,
                        refused=True, advice=f"write {VERIFY_CAP}=0 (off), N (at most N drafts) or conf:T")
-    try:
-        {"int": int, "float": float}.get(guard["type"], str)(value)
-    except ValueError:
+    if problem(guard["type"], value):
         return Reading(env, value, f"REFUSED: not a valid {guard['type']}, startup stops", refused=True)
     return Reading(env, value, value)
 
