@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from forkbuild.errors import BuildError
-from forkbuild.manifest import DIST_INFO_FILE
 from forkbuild.image import context as image_context
 from forkbuild.image.runtime import doctor, migration
+from forkbuild.manifest import DIST_INFO_FILE
 from test_image_dockerfile import manifest
 
 DOCKER_DIR = Path(__file__).parents[2] / "docker"

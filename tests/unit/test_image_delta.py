@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from forkbuild.image.runtime import ImageError, delta, installed, records
+from forkbuild.image.runtime import ImageError, delta, records
 from forkbuild.image.runtime import __main__ as runtime_main
 
 CACHE_TAG = sys.implementation.cache_tag
@@ -71,13 +71,13 @@ def install_stock(site: Path) -> None:
     (site / dist_info / "RECORD").write_bytes(records.render(rows))
 
 
-def base_of(site: Path) -> installed.Installed:
+def base_of(site: Path) -> records.Installed:
     dists = list(importlib.metadata.distributions(path=[str(site)]))
     assert len(dists) == 1, [d.metadata["Version"] for d in dists]
     rows = tuple(records.parse(dists[0].read_text("RECORD"), source="site RECORD"))
     dist_info = next(r.path.split("/", 1)[0] for r in rows if ".dist-info/" in r.path)
     direct = dists[0].read_text("direct_url.json")
-    return installed.Installed(name="pkg", version=dists[0].version, site=site, dist_info=dist_info, rows=rows,
+    return records.Installed(name="pkg", version=dists[0].version, site=site, dist_info=dist_info, rows=rows,
                                direct_url={"url": "x"} if direct else None)
 
 
@@ -92,7 +92,7 @@ def site(tmp_path: Path) -> Path:
 def patched(tmp_path: Path):
     path = make_wheel(tmp_path / "pkg-1.0+v.abc-py3-none-any.whl", version="1.0+v.abc", files=PATCHED_FILES)
     with zipfile.ZipFile(path) as archive:
-        yield delta.open_wheel(archive)
+        yield archive
 
 
 def stock_rows(tmp_path: Path) -> list[records.Row]:
@@ -141,8 +141,8 @@ def test_applied_delta_is_a_consistent_installation(site, patched, tmp_path):
     _apply(delta.plan(base_of(site), patched, cache_tag=CACHE_TAG), site=site, out=tmp_path / "out")
     after = base_of(site)
     assert after.version == "1.0+v.abc"
-    (checked, problems) = installed.verify_record(
-        installed.Installed(**{**after.__dict__, "rows": tuple(r for r in after.rows if not r.path.startswith("../"))}))
+    (checked, problems) = records.verify_record(
+        records.Installed(**{**after.__dict__, "rows": tuple(r for r in after.rows if not r.path.startswith("../"))}))
     assert problems == [] and checked == len(PATCHED_FILES) + 5  # + METADATA WHEEL top_level.txt INSTALLER REQUESTED
     assert (site / "pkg/changed.py").read_bytes() == PATCHED_FILES["pkg/changed.py"]
     assert not (site / "pkg/gone.py").exists() and not (site / "pkg-1.0.dist-info").exists()
@@ -170,7 +170,7 @@ def test_check_base_refuses_modified_files(site, tmp_path):
 
 def test_check_base_refuses_an_editable_install(site, tmp_path):
     base = base_of(site)
-    editable = installed.Installed(**{**base.__dict__, "direct_url": {"url": "file:///sgl-workspace/sglang/python",
+    editable = records.Installed(**{**base.__dict__, "direct_url": {"url": "file:///sgl-workspace/sglang/python",
                                                                       "dir_info": {"editable": True}}})
     with pytest.raises(ImageError, match="editable/source install .*/sgl-workspace/sglang.*--mode wheel"):
         delta.check_base(editable, upstream_rows=stock_rows(tmp_path), upstream_version="1.0")

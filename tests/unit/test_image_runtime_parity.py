@@ -9,16 +9,15 @@ from __future__ import annotations
 import pytest
 
 from forkbuild import guards, manifest
-from forkbuild.image.runtime import migration
-from forkbuild.image.runtime import installed
+from forkbuild.image.runtime import migration, records
 
 SWITCH_VALUES = ["0", "1", "off", "on", "false", "true", "", "garbage", "OFF", " On ", "yes", "n", "2", "enabled"]
 TYPED_VALUES = ["0", "16", "-3", " 7 ", "1.5", "1e-3", "-0.25", "nan", "inf", "", "garbage", "b12x", "0x10", "1_000"]
 
 
 def test_the_manifest_file_names_are_forkbuilds():
-    assert installed.MANIFEST == manifest.PACKAGE_FILE
-    assert installed.DIST_INFO_MANIFEST == manifest.DIST_INFO_FILE
+    assert records.MANIFEST == manifest.PACKAGE_FILE
+    assert records.DIST_INFO_MANIFEST == manifest.DIST_INFO_FILE
 
 
 def test_the_switch_sets_are_forkbuilds():

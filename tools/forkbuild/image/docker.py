@@ -1,9 +1,7 @@
 """The docker client, and how the image code runs its programs (docker, docker-compose,
 debootstrap, tar): echoed with -v, a missing one a ToolMissing, a failure a BuildError.
-
-Debian's /usr/bin/docker (20.10) is preferred: its daemon has BuildKit built in, while
-/usr/local/bin/docker (28.x) here has no buildx plugin. FORKBUILD_DOCKER overrides the
-client, FORKBUILD_DOCKER_HOST (or DOCKER_HOST) the daemon.
+Debian's /usr/bin/docker (20.10) is preferred: BuildKit is built in, unlike /usr/local/bin/docker
+(28.x, no buildx). FORKBUILD_DOCKER names another client, FORKBUILD_DOCKER_HOST (or DOCKER_HOST) the daemon.
 """
 
 from __future__ import annotations
@@ -34,8 +32,7 @@ def require(program: str, *, hint: str) -> str:
 
 def run_program(command: Sequence[str], *, reporter: Reporter, missing_hint: str,
                 env: Mapping[str, str] | None = None, stream: bool = False, check: bool = True) -> process.Completed:
-    """`command`'s result. stream: with -v its output goes to the terminal (long builds show
-    their progress). check: a non-zero exit is a BuildError ending with the last output lines."""
+    """`command`'s result; stream: with -v its output goes to the terminal (long builds' progress)."""
     argv = [require(command[0], hint=missing_hint), *command[1:]]
     reporter.detail("$ " + shlex.join(argv))
     live = stream and reporter.verbose

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 from . import ImageError, migration
-from .installed import DIST_INFO_MANIFEST, MANIFEST, installed, package_dir, read_manifest, verify_record
+from .records import DIST_INFO_MANIFEST, MANIFEST, installed, package_dir, read_manifest, verify_record
 
 
 def run(*, variant: str | None, version: str | None, env_defaults: bool, test_base: bool = False) -> list[str]:
@@ -63,8 +63,7 @@ def _declared(package: Path) -> set[str]:
     path: it is stdlib-only, while `import sglang` would need torch."""
     path = package / "srt" / "environ.py"
     spec = importlib.util.spec_from_file_location("_forkbuild_environ", path)
-    if spec is None or spec.loader is None:
-        raise ImageError(f"{path}: cannot be loaded as a Python module")
+    assert spec and spec.loader  # a .py path always has a source loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return {name for name in vars(module.Envs) if name.startswith(migration.PREFIX)}

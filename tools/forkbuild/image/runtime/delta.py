@@ -10,23 +10,14 @@ from __future__ import annotations
 
 import sys
 import zipfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import ImageError, records
-from .installed import Installed, installed
 
 # Files pip writes into a .dist-info that the wheel does not carry: kept. direct_url.json is
 # left out: it names the stock wheel file (pip installing from --find-links writes none).
 INSTALLER_FILES = ("INSTALLER", "REQUESTED")
-
-
-@dataclass(frozen=True)
-class Wheel:
-    dist_info: str
-    rows: dict[str, records.Row]
-    read: Callable[[str], bytes]
 
 
 @dataclass(frozen=True)
@@ -36,7 +27,8 @@ class Delta:
     compile: tuple[str, ...]
 
 
-def open_wheel(archive: zipfile.ZipFile) -> Wheel:
+def open_wheel(archive: zipfile.ZipFile) -> tuple[str, list[records.Row]]:
+    """The wheel's .dist-info and RECORD rows; refused where a delta layer cannot place it."""
     tops = {name.split("/", 1)[0] for name in archive.namelist()}
     dist_infos = sorted(top for top in tops if top.endswith(".dist-info"))
     if len(dist_infos) != 1:
@@ -50,8 +42,7 @@ def open_wheel(archive: zipfile.ZipFile) -> Wheel:
         raise ImageError(f"{archive.filename} has no {record}: not a valid wheel") from None
     except UnicodeDecodeError as error:
         raise ImageError(f"{archive.filename}: {record} is not UTF-8: {error}") from None
-    rows = records.parse(text, source=f"{archive.filename}: {record}")
-    return Wheel(dist_info=dist_infos[0], rows={row.path: row for row in rows}, read=archive.read)
+    return dist_infos[0], records.parse(text, source=f"{archive.filename}: {record}")
 
 
 def _content(rows, dist_info: str) -> dict[str, str]:
@@ -60,7 +51,7 @@ def _content(rows, dist_info: str) -> dict[str, str]:
             if row.hash and not row.path.startswith((f"{dist_info}/", "../"))}
 
 
-def check_base(base: Installed, *, upstream_rows: list[records.Row], upstream_version: str) -> None:
+def check_base(base: records.Installed, *, upstream_rows: list[records.Row], upstream_version: str) -> None:
     """Refuse a base whose installed sglang is not exactly the pinned stock wheel."""
     hint = "build it on the stock base (`forkbuild build-base --stock`) or use --mode wheel"
     if base.version != upstream_version:
@@ -80,15 +71,15 @@ def check_base(base: Installed, *, upstream_rows: list[records.Row], upstream_ve
                          f"differ from its RECORD, e.g. {', '.join(differ[:5])}: {hint}")
 
 
-def plan(base: Installed, wheel: Wheel, *, cache_tag: str) -> Delta:
-    """The delta that turns the installed stock wheel into the patched wheel."""
-    stock, patched = _content(base.rows, base.dist_info), _content(wheel.rows.values(), wheel.dist_info)
+def plan(base: records.Installed, wheel: zipfile.ZipFile, *, cache_tag: str) -> Delta:
+    """The delta that turns the installed stock wheel into the patched `wheel`."""
+    new, rows = open_wheel(wheel)
+    stock, patched = _content(base.rows, base.dist_info), _content(rows, new)
     changed = sorted(path for path, digest in patched.items() if stock.get(path) != digest)
     removed = set(stock) - set(patched)
-    new = wheel.dist_info
     files = {path: wheel.read(path) for path in changed}
-    files.update((path, wheel.read(path)) for path in sorted(wheel.rows)
-                 if path.startswith(f"{new}/") and path != f"{new}/RECORD")
+    files.update((row.path, wheel.read(row.path)) for row in sorted(rows, key=lambda row: row.path)
+                 if row.path.startswith(f"{new}/") and row.path != f"{new}/RECORD")
     present = {row.path for row in base.rows}
     files.update((f"{new}/{name}", (base.site / base.dist_info / name).read_bytes()) for name in INSTALLER_FILES
                  if f"{base.dist_info}/{name}" in present)
@@ -99,7 +90,7 @@ def plan(base: Installed, wheel: Wheel, *, cache_tag: str) -> Delta:
                  compile=tuple(path for path in changed if path.endswith(".py")))
 
 
-def _record_rows(base: Installed, *, files: dict[str, bytes], removed: set[str], new_dist_info: str,
+def _record_rows(base: records.Installed, *, files: dict[str, bytes], removed: set[str], new_dist_info: str,
                  cache_tag: str) -> list[records.Row]:
     """The installed RECORD after the delta: the base's rows in order, changed files rehashed,
     removed ones (and their .pyc) dropped, the old .dist-info's rows replaced by the new one's;
@@ -140,7 +131,7 @@ def write(delta: Delta, *, site: Path, out: Path) -> None:
 
 def main(*, wheels: Path, upstream_records: Path, upstream_version: str, out: Path) -> None:
     python_tag = f"cp{sys.version_info[0]}{sys.version_info[1]}"
-    base = installed("sglang")
+    base = records.installed("sglang")
     upstream_record = upstream_records / f"{python_tag}.RECORD"
     if not upstream_record.is_file():
         raise ImageError(f"no pinned {python_tag} wheel RECORD in the build context ({upstream_record})")
@@ -148,7 +139,7 @@ def main(*, wheels: Path, upstream_records: Path, upstream_version: str, out: Pa
                upstream_version=upstream_version)
     wheel_path = pick_wheel(wheels, python_tag=python_tag)
     with zipfile.ZipFile(wheel_path) as archive:
-        delta = plan(base, open_wheel(archive), cache_tag=sys.implementation.cache_tag)
+        delta = plan(base, archive, cache_tag=sys.implementation.cache_tag)
     write(delta, site=base.site, out=out)
     print(f"delta for {wheel_path.name} over {base.name} {base.version} in {base.site}: "
           f"{len(delta.compile)} module(s) to compile, {len(delta.files)} file(s), {len(delta.remove)} removal(s)")

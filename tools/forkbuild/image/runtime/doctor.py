@@ -8,7 +8,7 @@ import os
 import sys
 
 from . import migration
-from .installed import installed, package_dir, read_manifest
+from .records import installed, package_dir, read_manifest
 
 
 def report(environ: dict[str, str]) -> tuple[list[str], list[str], list[str]]:
