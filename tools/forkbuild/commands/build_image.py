@@ -35,16 +35,15 @@ def add_parser(subparsers) -> None:
 
 def run(args, context) -> int:
     combination = arguments.from_args(args, context)
-    variant = combination.name
     docker = Docker.connect(reporter=context.reporter)
-    with context.reporter.step(f"build context for {variant}"):
+    with context.reporter.step(f"build context for {combination.name}"):
         image_context = prepare_context(context, variant=combination, wheels=[p.resolve() for p in args.wheel],
                                         python_tags=args.python_tag)
     if args.local_base:
         base = ensure_bases(context=context, docker=docker, stock=True)[-1]
     else:
         base = args.base or build.official_base(image_context.upstream_version)
-    tag = args.tag or build.default_tag(variant, args.mode)
+    tag = args.tag or build.default_tag(combination.name, args.mode)
     with context.reporter.step(f"image {tag} ({args.mode} on {base})"):
         built = build.build_image(docker=docker, context=image_context, mode=args.mode, base=base, tag=tag)
     filled = sum(1 for layer in built.layers if layer.size)

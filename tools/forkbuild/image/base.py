@@ -23,12 +23,8 @@ from forkbuild.errors import ToolMissing
 from forkbuild.image.context import link_or_copy
 from forkbuild.image.docker import Docker, require, run_program
 
-ROOTFS_RECIPE: dict[str, Any] = {
-    "suite": "bookworm",
-    "variant": "minbase",
-    "include": ["python3", "python3-pip", "python3-venv"],
-    "mirror": "http://deb.debian.org/debian",
-}
+ROOTFS_RECIPE: dict[str, Any] = {"suite": "bookworm", "variant": "minbase", "mirror": "http://deb.debian.org/debian",
+                                 "include": ["python3", "python3-pip", "python3-venv"]}
 # apt's package lists and downloaded .debs are not needed at run time (~100 MB).
 ROOTFS_EXCLUDE = ("var/lib/apt/lists/*", "var/cache/apt/archives/*", "var/cache/apt/*.bin", "var/log/*")
 

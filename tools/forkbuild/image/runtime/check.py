@@ -59,8 +59,7 @@ def run(*, variant: str | None, version: str | None, env_defaults: bool, test_ba
 
 
 def _declared(package: Path) -> set[str]:
-    """DSV41_* guards declared on sglang.srt.environ.Envs, loading environ.py by
-    path: it is stdlib-only, while `import sglang` would need torch."""
+    """DSV41_* guards on sglang.srt.environ.Envs; environ.py loaded by path (`import sglang` needs torch)."""
     path = package / "srt" / "environ.py"
     spec = importlib.util.spec_from_file_location("_forkbuild_environ", path)
     assert spec and spec.loader  # a .py path always has a source loader
