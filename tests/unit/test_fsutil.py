@@ -142,7 +142,7 @@ def test_a_cache_record_is_renamed_into_place_without_a_flush_to_disk(tmp_path: 
     assert len(synced) == 2  # the file, then the directory holding the new name
 
 
-def test_an_apply_flushes_the_trees_state_to_disk_and_none_of_the_caches_records(
+def test_an_apply_flushes_the_trees_state_to_disk(
         series_fx, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     synced: list[str] = []
     real = os.fsync
@@ -151,7 +151,4 @@ def test_an_apply_flushes_the_trees_state_to_disk_and_none_of_the_caches_records
     from forkbuild.apply import apply_variant
 
     apply_variant(context=series_fx.context(), variant=of_variant(series_fx.load(), "full"), dest=tmp_path / "w")
-    cache = str(series_fx.cache.resolve())
-    records = ("forkbuild-apply-memo",)
-    assert [path for path in synced if path.startswith(cache) and any(name in path for name in records)] == []
     assert any("/.forkbuild-worktree.json." in path for path in synced)  # its temporary, before the rename

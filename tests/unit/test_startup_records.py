@@ -37,11 +37,6 @@ def apply_all(fx: SeriesFixture, dest: Path, **options) -> subprocess.CompletedP
     return done
 
 
-def forget_results(fx: SeriesFixture) -> None:
-    """Drop the apply engine's remembered results: the next apply computes every patch."""
-    (fx.cache / "upstream.git" / "forkbuild-apply-memo.json").unlink(missing_ok=True)
-
-
 def traced_commands(trace: Path) -> list[str]:
     return [line.split("trace: built-in: ", 1)[1] for line in trace.read_text().splitlines() if "trace: built-in: " in line]
 
@@ -60,7 +55,6 @@ def test_a_rerun_lists_the_upstream_tree_once_and_never_reads_a_listing_from_the
     kept.parent.mkdir(exist_ok=True)
     swapped = {"python/pkg/core.py": listing["python/pkg/util.py"], "python/pkg/util.py": listing["python/pkg/core.py"]}
     kept.write_text(json.dumps({"paths": list(swapped), "modes": [0o100644] * 2, "blobs": "".join(swapped.values())}))
-    forget_results(series_fx)
     trace = tmp_path / "trace"
     apply_all(series_fx, tmp_path / "tree", trace=trace)
     assert len([command for command in traced_commands(trace) if command.startswith("git ls-tree -r")]) == 1

@@ -12,7 +12,6 @@ import zipfile
 
 import pytest
 
-from fixtures import DEFAULT_PATCHES, FEATURES_TOML, PatchSpec, make_series
 from forkbuild.apply import scratch_tree
 from forkbuild.combination import from_features, of_variant
 from forkbuild.console import Reporter
@@ -107,15 +106,6 @@ def test_a_combination_is_patched_by_the_engine_in_the_cache_without_a_work_tree
     monkeypatch.setattr(Git, "add_worktree", lambda *args, **kwargs: pytest.fail("a work tree was made"))
     for features in (["alpha", "beta"], ["guards", "beta"]):  # lite: beta merges its commit of the whole series
         assert patched_changes(context=context, combination=from_features(context.series, features), layout=layout)
-
-
-def test_the_same_combination_again_runs_no_git_apply(series_fx, monkeypatch):
-    context = series_fx.context()
-    layout = WheelLayout(package_root="python", members=frozenset({"pkg/core.py", "pkg/util.py", "pkg/environ.py"}))
-    every = from_features(context.series, list(context.series.features))
-    first = patched_changes(context=context, combination=every, layout=layout)
-    monkeypatch.setattr(Git, "apply_to_index", lambda *args, **kwargs: pytest.fail("git apply ran again"))
-    assert patched_changes(context=context, combination=every, layout=layout) == first  # the engine's memo
 
 
 def test_a_matrix_in_one_process_builds_each_combination_as_its_own_build_wheel_does(tmp_path):

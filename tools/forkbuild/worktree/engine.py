@@ -8,37 +8,27 @@ on a base through it and get one typed outcome per patch. git applies every hunk
                `git apply --3way` by its index lines
 4. conflict    recorded (stop=False), or redone in the work tree with markers (stop=True)
 
-No work tree is touched until `finish` checks the result out once (or a stop). Results
-are remembered per (base and patches before, patch bytes, source) in the repository
-(`forkbuild-apply-memo.json`): the same input gives the same commit.
+No work tree is touched until `finish` checks the result out once (or a stop).
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import itertools
-import json
 import os
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from enum import StrEnum
 from pathlib import Path
 from typing import NamedTuple
 
 from forkbuild.childgroup import process_exists
 from forkbuild.errors import ApplyError, ForkbuildError, quoted
-from forkbuild.fsutil import write_atomic
 from forkbuild.git import IDENTITY, Author, FileCommit, Git, PathChange, TreeEntry
 from forkbuild.patchfile import PatchInfo, read_patch
 from forkbuild.worktree.gitoutput import merge_tree_result, read_report
 from forkbuild.worktree.listing import TreeListing
 from forkbuild.worktree.smallindex import apply_small, disjoint_run
 
-MEMO_FILE = "forkbuild-apply-memo.json"
-# Bump when the engine would make other commits or outcomes from the same input.
-MEMO_VERSION = "3"  # 3: entries signed with a key kept outside the cache (memo_secret)
-MEMO_OUTCOMES = ("exact", "offset", "3-way")
 PATCH_PREFIX = re.compile(r"^(?:\[[^\]]*PATCH[^\]]*\]\s*)+", re.IGNORECASE)
 _ENGINES = itertools.count(1)  # numbers this process's engines (their small index files)
 # An engine's private index files (and git's lock beside one): forkbuild-engine[-small]-<pid>[-<n>].index
@@ -107,10 +97,9 @@ class PatchResult(NamedTuple):
 
 
 class _Planned(NamedTuple):
-    """A job the fast rung takes: its memo key, commit author and message, the files it names."""
+    """A job the fast rung takes: its commit author and message, the files it names."""
 
     job: PatchJob
-    key: str
     author: Author
     message: str
     paths: frozenset[str]
@@ -143,9 +132,6 @@ class Engine:
         current = "" if head and shown else worktree.head()
         self._head = head or current  # a commit id, or the token of a pending commit
         self.shown = shown or current
-        # What the memo key of the next patch builds on: a commit from outside the run, or
-        # the key of the step that made HEAD (its commit may not be written yet).
-        self._anchor = self._head
         self._pending: list[tuple[str, FileCommit]] = []  # (token, commit), oldest first
         self._written: dict[str, str] = {}  # token -> commit id, once flushed
         self._listing: TreeListing | None = None  # of `_head`'s tree, for the fast rung
@@ -155,81 +141,11 @@ class Engine:
         # writing the index again (one update-index a run).
         self._small: tuple[TreeListing, set[str], dict[str, TreeEntry]] | None = None
         self._index_at: str | None = None
-        self._memo: dict | None = None
-        self._secret = memo_secret()
-        self._memo_present: set[str] | None = None  # the memo's commits the repository still has
-        self._learnt: dict = {}
-        self._learning: list[tuple[str, PatchResult]] = []  # results whose commit is not written yet
 
     @property
     def head(self) -> str:
         self.flush()
         return self._head
-
-    # -- remembered results ------------------------------------------------------
-    @property
-    def _memo_path(self) -> Path:
-        return self.worktree.common_dir / MEMO_FILE
-
-    def _memo_key(self, job: PatchJob, anchor: str | None = None) -> str:
-        digest = hashlib.sha256(f"{MEMO_VERSION}\0{self.detect_upstreamed}\0{anchor or self._anchor}\0{job.source}\0".encode())
-        digest.update(job.path.read_bytes())
-        return digest.hexdigest()
-
-    def _known(self, key: str) -> dict | None:
-        """The remembered result of `key`, if its commit is still in the repository."""
-        if self._memo is None:
-            try:
-                self._memo = json.loads(self._memo_path.read_text())
-            except (OSError, ValueError):
-                self._memo = {}  # no memo, or a damaged one: compute everything again
-        known = self._memo.get(key)
-        if not isinstance(known, dict) or known.get("outcome") not in MEMO_OUTCOMES or not known.get("commit"):
-            return None
-        if self._secret is None or not hmac.compare_digest(str(known.get("mac")), self._mac(key, known)):
-            return None  # not signed on this machine (a cache from elsewhere, or edited): computed again
-        if self._memo_present is None:  # one question for all of them
-            self._memo_present = self.worktree.present_objects(
-                entry["commit"] for entry in self._memo.values() if isinstance(entry, dict) and entry.get("commit"))
-        if known["commit"] not in self._memo_present:
-            return None  # pruned by a `git gc` of the cache: made again
-        return known
-
-    def _recall(self, key: str, name: str) -> PatchResult | None:
-        known = self._known(key)
-        if known is None:
-            return None
-        result = PatchResult.from_dict({**known, "name": name})
-        self._head = result.commit
-        self._listing = None
-        return result
-
-    def _learn(self, key: str, result: PatchResult) -> None:
-        if result.outcome.value in MEMO_OUTCOMES:
-            self._learning.append((key, result))
-
-    def _save_memo(self) -> None:
-        """Add what this run learnt (merged with what other runs wrote meanwhile)."""
-        self.flush()
-        if self._secret is None:
-            self._learning = []
-            return
-        for key, result in self._learning:
-            entry = self.written(result).as_dict()
-            self._learnt[key] = {**entry, "mac": self._mac(key, entry)}
-        self._learning = []
-        if not self._learnt:
-            return
-        try:
-            current = json.loads(self._memo_path.read_text())
-        except (OSError, ValueError):
-            current = {}
-        write_atomic(self._memo_path, json.dumps({**current, **self._learnt}, sort_keys=True) + "\n", durable=False)
-        self._learnt = {}
-
-    def _mac(self, key: str, entry: dict) -> str:
-        fields = json.dumps({name: value for name, value in entry.items() if name not in ("mac", "name")}, sort_keys=True)
-        return hmac.new(self._secret or b"", f"{key}\0{fields}".encode(), hashlib.sha256).hexdigest()
 
     @property
     def _index(self) -> Path:
@@ -271,19 +187,12 @@ class Engine:
         return self.run([job], stop=stop)[0]
 
     def _step(self, job: PatchJob, *, stop: bool, upcoming: Sequence[PatchJob] = ()) -> PatchResult:
-        key = self._memo_key(job)
-        result = self._recall(key, job.name)
-        if result is None:
-            planned = self._plan(job, key)
-            done = self._fast([planned], upcoming=upcoming) if planned else []
-            result = done[0] if done else None
-        if result is None:
-            self.flush()  # the slower rungs work on real commits
-            result = self._compute(job, stop=stop)
-            self._learn(key, result)
-        if result.outcome.applied:
-            self._anchor = key
-        return result
+        planned = self._plan(job)
+        done = self._fast([planned], upcoming=upcoming) if planned else []
+        if done:
+            return done[0]
+        self.flush()  # the slower rungs work on real commits
+        return self._compute(job, stop=stop)
 
     def written(self, result: PatchResult) -> PatchResult:
         """`result` with the id of its commit once `flush` wrote it."""
@@ -298,7 +207,7 @@ class Engine:
         self._pending = []
         self._head = self._written.get(self._head, self._head)
 
-    def _plan(self, job: PatchJob, key: str) -> _Planned | None:
+    def _plan(self, job: PatchJob) -> _Planned | None:
         """What the fast rung needs of `job`; None when it must not take it."""
         if self.detect_upstreamed:
             return None  # the reverse check needs the whole index: a file the patch deletes must be absent
@@ -307,22 +216,13 @@ class Engine:
         paths = frozenset(change.path for change in info.files)
         if not author.date or not author.name or not paths:
             return None  # commit-tree dates it now or refuses it, or nothing to name: the full rung decides
-        return _Planned(job=job, key=key, author=author, message=message, paths=paths)
+        return _Planned(job=job, author=author, message=message, paths=paths)
 
     def _group(self, jobs: list[PatchJob]) -> list[_Planned]:
         """The first jobs that one `git apply` can take together: each names files none of the
-        others does (so each one's result is its own), none is remembered."""
-        def planned() -> Iterator[_Planned]:
-            anchor = self._anchor
-            for job in jobs:
-                key = self._memo_key(job, anchor)
-                plan = None if self._known(key) else self._plan(job, key)
-                if plan is None:
-                    return
-                yield plan
-                anchor = key  # what the next key builds on once this one applied
-
-        return disjoint_run(planned(), lambda plan: plan.paths)
+        others does (so each one's result is its own)."""
+        planned = itertools.takewhile(lambda plan: plan is not None, map(self._plan, jobs))
+        return disjoint_run(planned, lambda plan: plan.paths)  # type: ignore[arg-type,union-attr]
 
     def _fast(self, group: list[_Planned], *, upcoming: Sequence[PatchJob] = ()) -> list[PatchResult]:
         """exact / offset for every patch of `group` from one `git apply --cached -v` into a private
@@ -361,8 +261,6 @@ class Engine:
             moved = tuple(offset for offset in offsets if owner[_offset_path(offset)] is planned)
             result = PatchResult(name=planned.job.name, outcome=Outcome.OFFSET if moved else Outcome.EXACT,
                                  commit=token, offsets=moved, detail="; ".join(moved))
-            self._learn(planned.key, result)
-            self._anchor = planned.key
             results.append(result)
         self._small = (listing, named, applied.after)
         return results
@@ -391,22 +289,14 @@ class Engine:
     def commit_files(self, files: Mapping[str, bytes], *, message: str) -> None:
         """Commit `files` (path -> content) on `head` as forkbuild, at HEAD's date (the same
         input, the same commit): the generated guards module, the run's last commit."""
-        digest = hashlib.sha256(f"{MEMO_VERSION}\0files\0{self._anchor}\0{message}\0".encode())
-        for path, content in sorted(files.items()):
-            digest.update(f"{len(path)}:{path}{len(content)}:".encode("utf-8", "surrogateescape") + content)
-        key = digest.hexdigest()
-        known = self._recall(key, "")
-        if known is None:
-            date = self._pending[-1][1].author.date if self._head in self._pending_tokens else \
-                self.worktree.out("log", "-1", "--format=%cd", "--date=raw", self._head)
-            modes = self._listing.entries_for(files) if self._listing else {}
-            changes = tuple(PathChange(path=path, mode=modes[path].mode if path in modes else 0o100644, content=content)
-                            for path, content in files.items())
-            author = Author(name=IDENTITY["user.name"], email=IDENTITY["user.email"], date=date)
-            token = self._add_pending(FileCommit(parent=self._parent(), author=author, message=message, changes=changes))
-            self._listing = None  # the new blobs' ids are git's to tell
-            self._learn(key, PatchResult(name="", outcome=Outcome.EXACT, commit=token))
-        self._anchor = key
+        date = self._pending[-1][1].author.date if self._head in self._pending_tokens else \
+            self.worktree.out("log", "-1", "--format=%cd", "--date=raw", self._head)
+        modes = self._listing.entries_for(files) if self._listing else {}
+        changes = tuple(PathChange(path=path, mode=modes[path].mode if path in modes else 0o100644, content=content)
+                        for path, content in files.items())
+        author = Author(name=IDENTITY["user.name"], email=IDENTITY["user.email"], date=date)
+        self._add_pending(FileCommit(parent=self._parent(), author=author, message=message, changes=changes))
+        self._listing = None  # the new blobs' ids are git's to tell
 
     def _parent(self) -> str:
         """HEAD as the parent of a pending commit: "" for the pending commit before it."""
@@ -433,7 +323,6 @@ class Engine:
                                detail="; ".join(report.offsets))
         merged = self._merge_source(job) if job.source else self._merge_by_index_lines(job)
         if merged.detail == ALREADY_APPLIED and stop:
-            self._save_memo()
             self.materialize()  # nothing to resolve: the tree shows HEAD, for --skip (or drop)
         if merged.outcome is not Outcome.CONFLICT or not stop or merged.detail == ALREADY_APPLIED:
             return merged
@@ -491,7 +380,6 @@ class Engine:
 
     def _stop_in_worktree(self, job: PatchJob, merged: PatchResult) -> PatchResult:
         """Redo the failed merge in the work tree so a person can resolve it."""
-        self._save_memo()
         self.materialize()
         git = self.worktree
         if job.source:
@@ -523,7 +411,7 @@ class Engine:
 
     def close(self) -> None:
         """Drop the private index (a bare repository's engine ends here: nothing to check out)."""
-        self._save_memo()
+        self.flush()
         self._index.unlink(missing_ok=True)
         self._small_index.unlink(missing_ok=True)
         self._small = None
@@ -561,7 +449,7 @@ class Engine:
             git.reset_hard(self.head)
             return PatchResult(name=job.name, outcome=Outcome.EMPTIED,
                                detail="the resolution kept the base's side: nothing of the patch is left")
-        self._head = self.shown = self._anchor = commit
+        self._head = self.shown = commit
         self._listing = None
         return PatchResult(name=job.name, outcome=Outcome.RESOLVED, commit=commit, detail="conflict resolved by hand")
 
@@ -579,34 +467,6 @@ class Engine:
         return PatchResult(name=job.name, outcome=Outcome.SKIPPED, detail="left out with --skip at a conflict")
 
 
-def memo_secret() -> bytes | None:
-    """The key that signs the memo's entries, kept outside the cache ($XDG_STATE_HOME/forkbuild):
-    the cache is untrusted input (a CI cache restored from another run), so an entry this
-    machine did not sign is computed again, never trusted. None: no key can be kept, no memo."""
-    home = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "forkbuild"
-    path = home / "memo.key"
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        pass
-    except OSError:
-        return None
-    try:
-        home.mkdir(parents=True, exist_ok=True)
-        temporary = home / f".memo.key.{os.getpid()}"
-        temporary.write_bytes(os.urandom(32))
-        temporary.chmod(0o600)
-        try:
-            os.link(temporary, path)  # all or nothing: a reader never sees half a key
-        except FileExistsError:
-            pass  # another forkbuild made it at the same moment: take that one
-        finally:
-            temporary.unlink(missing_ok=True)
-        return path.read_bytes()
-    except OSError:
-        return None
-
-
 def _clear_dead_engines(git_dir: Path) -> None:
     """Remove the private index files of engines whose process is gone: close() removes an
     engine's own, and a killed one leaves them behind."""
@@ -618,7 +478,6 @@ def _clear_dead_engines(git_dir: Path) -> None:
         match = ENGINE_FILE.fullmatch(path.name)
         if match and int(match["pid"]) != os.getpid() and not process_exists(int(match["pid"])):
             path.unlink(missing_ok=True)
-
 
 
 def patch_author_message(info: PatchInfo) -> tuple[Author, str]:
