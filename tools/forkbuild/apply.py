@@ -1,8 +1,6 @@
-"""Apply a variant: plan (which patches, path safety), then a work tree of upstream plus
-one commit per patch, by the apply engine. `apply --all` (the tree export reads) stops AT
-a patch that does not apply, with conflict markers, until --continue/--skip/--abort; a
-variant tree and `check` record each failure, with the left-out patches it probably needs.
-"""
+"""Apply a variant: plan (which patches, path safety), then a work tree of upstream plus one
+commit per patch, by the apply engine. `apply --all` stops AT a patch that does not apply until
+--continue/--skip/--abort; a variant tree and `check` record each failure."""
 
 from __future__ import annotations
 
@@ -22,7 +20,7 @@ from forkbuild.emptydirs import recreate_empty_dirs
 from forkbuild.errors import ApplyError, DirtyTreeError, quoted
 from forkbuild.git import Git
 from forkbuild.guards_module import add_generated_commit
-from forkbuild.patchfile import PatchInfo, check_patches, read_patch, symlinks_of
+from forkbuild.patchfile import check_patches, read_patch, symlinks_of
 from forkbuild.sequencer import StopState, clear_stop, read_stop, resume, write_stop
 from forkbuild.worktree.engine import ALREADY_APPLIED, Engine, Outcome, PatchJob, PatchResult
 from forkbuild.worktree.state import WorktreeState, read_state, state_path, write_state
@@ -51,7 +49,6 @@ class ApplyPlan(NamedTuple):
 
     variant: str  # a variant name, or "" for the whole series
     entries: tuple[PatchEntry, ...]
-    infos: tuple[PatchInfo, ...]
     left_out: tuple[PatchEntry, ...]
     features: tuple[str, ...] = ()  # what the build holds: its guards module declares their guards
 
@@ -71,23 +68,18 @@ class ApplyResult(NamedTuple):
 
 
 def plan_variant(series: Series, combination: Combination) -> ApplyPlan:
-    """Which patches a combination (a variant, any set of features, or the whole series)
-    applies, each read and checked for path safety."""
+    """Which patches a combination applies, each read and checked for path safety."""
     entries = series.patches if combination.whole else combination.patches(series)
     check_patches([entry.path for entry in entries])  # every problem of every patch at once
     chosen = set(entries)
-    # The tree's state names the variant; "" is the whole series (the tree export reads).
     return ApplyPlan(variant="" if combination.whole else combination.name, entries=entries,
-                     infos=tuple(read_patch(entry.path) for entry in entries),
                      left_out=tuple(entry for entry in series.patches if entry not in chosen),
                      features=combination.features)
 
 
 def apply_variant(*, context: Context, variant: Combination, dest: Path, stop: bool = False) -> ApplyResult:
-    """Apply `variant` (a Combination: whole_series() for the whole series) into the work tree `dest` and raise on any failure.
-
-    stop: wait AT the first patch that does not apply, conflict markers in `dest`
-    (an ApplyError labelled "stopped"; `resume_apply` goes on); otherwise every failure is collected first."""
+    """Apply `variant` into the work tree `dest`; raise on any failure (with stop: AT the first
+    one, conflict markers in `dest`, until `resume_apply`)."""
     result = apply_plan(context=context, plan=plan_variant(context.series, variant), dest=dest, stop=stop)
     if result.failures:
         raise ApplyError(describe_failures(result), hint="fix the patch, or run `forkbuild check` to see every variant")
@@ -100,15 +92,12 @@ def apply_plan(*, context: Context, plan: ApplyPlan, dest: Path, stop: bool = Fa
     cache = context.upstream
     base = cache.ensure(series.upstream)
     cache_git = cache.git()
-    # The check `check` and `import` run: no patch may write through one of upstream's symlinks
-    # (plan_variant checked everything else already: without symlinks, this is the same check).
+    # No patch may write through one of upstream's symlinks (plan_variant checked the rest).
     symlinks = symlinks_of(cache_git, base)
     if symlinks:
         check_patches([entry.path for entry in plan.entries], symlinks=symlinks)
     sources: dict[str, str] = {}
-    if plan.left_out and plan.entries:  # nothing applied (stock): no merges, no series commits needed
-        # Patches after a left-out one were written on top of it: the 3-way rung
-        # merges each one's commit from the whole series, applied once in the cache.
+    if plan.left_out and plan.entries:  # the 3-way rung merges each patch's commit of the whole series
         sources = ensure_series_blobs(context=context, cache=cache, base=base)
     with tree_guard(dest, "apply") as guard:  # a second run on this tree refuses; a killed one is cleared
         if recover_killed_change(guard, cache_git):
@@ -132,11 +121,8 @@ def apply_plan(*, context: Context, plan: ApplyPlan, dest: Path, stop: bool = Fa
 
 
 def resume_apply(*, context: Context, dest: Path, action: str) -> ApplyResult | None:
-    """--continue / --skip / --abort a stopped `apply --all` in `dest` (None after --abort).
-
-    Under the tree's lock, as apply itself: a second run in the same tree (another --continue,
-    an apply, an export) refuses with LockBusy instead of committing or resetting under this one.
-    The tree is not marked as changing: it holds the person's resolution, which no recovery may remove."""
+    """--continue / --skip / --abort a stopped `apply --all` in `dest` (None after --abort), under
+    the tree's lock; never marked as changing: it holds the person's resolution."""
     if not (dest / ".git").exists():
         raise ApplyError(f"no apply is stopped in {dest}: it is not a work tree", hint="`forkbuild apply --all` starts one")
     with tree_guard(dest, f"apply --{action}"):
@@ -169,9 +155,8 @@ def _resume(*, context: Context, dest: Path, action: str) -> ApplyResult | None:
 
 
 def _run(engine: Engine, state: StopState, *, stop: bool, context: Context, features: tuple[str, ...]) -> list[PatchResult]:
-    """Apply state.jobs[state.cursor:] after state.results; on a conflict with stop, save the state and raise.
-    Then the guards of `features` (the build's), generated from series.toml, as the last commit;
-    the work tree is checked out once, at the end."""
+    """Apply state.jobs[state.cursor:]; on a conflict with stop, save the state and raise. Then the
+    generated guards commit of `features`, and one checkout."""
     results = list(state.results)
     for result in engine.run(state.jobs[state.cursor:], stop=stop, write=False):
         if result.outcome is Outcome.CONFLICT and stop:  # the commits before it are written
@@ -196,8 +181,7 @@ def _save_stop(engine: Engine, state: StopState) -> None:
 
 
 def _record_applied(worktree: Git, state: StopState, results: list[PatchResult], *, head: str) -> None:
-    """The tree's state: what export compares the tree with (which patch has which commit,
-    which did not apply), and the patch files it was made from."""
+    """The tree's state: what export compares it with."""
     applied = [result for result in results if result.outcome.applied]
     write_state(worktree, WorktreeState(
         variant=state.variant, base=state.base, head=head, patches=tuple(result.name for result in applied),
@@ -239,7 +223,7 @@ def _result(context: Context, plan: ApplyPlan, *, dest: Path, base: str, head: s
 
 
 def _report_offsets(context: Context, records: list[PatchRecord]) -> None:
-    """One line for offsets (hunks that landed elsewhere than the file says), the hunks with -v."""
+    """One line for offsets, the hunks with -v."""
     moved = [record for record in records if record.offsets]
     if moved:
         hunks = sum(len(record.offsets) for record in moved)
@@ -254,11 +238,7 @@ def _report_offsets(context: Context, records: list[PatchRecord]) -> None:
 
 @contextmanager
 def scratch_tree(*, context: Context, variant: Combination, strict: bool) -> Iterator[ApplyResult]:
-    """The variant applied in a temporary work tree, removed afterwards.
-
-    strict: raise ApplyError on a failing patch (as apply_variant does); otherwise
-    the failures are in the result's records, for callers that report them.
-    """
+    """The variant applied in a temporary work tree; strict: raise on a failing patch."""
     cache = context.upstream
     with temporary_worktree(cache, purpose="scratch") as dest:
         if strict:
@@ -273,8 +253,6 @@ def describe_failures(result: ApplyResult) -> str:
     return "\n".join(lines)
 
 
-# -- the work tree ------------------------------------------------------------
-
 def series_hashes(series: Series) -> dict[str, str]:
     """sha256 of each patch file of the series, by file name."""
     return file_hashes(series.patches_dir, [entry.file for entry in series.patches])
@@ -284,41 +262,16 @@ def file_hashes(directory: Path, names: Iterable[str]) -> dict[str, str]:
     return {name: hashlib.sha256((directory / name).read_bytes()).hexdigest() for name in names}
 
 
-def record_exported(worktree: Git, state: WorktreeState, *, head: str, patches: list[str],
-                    hashes: Mapping[str, str]) -> None:
-    """After `export` of the tree whose state was `state`: the tree's commits are the series now
-    (`hashes`: its patch files as written), so apply may refresh the tree again and export may write from it."""
-    write_state(worktree, replace(state, head=head, patches=tuple(patches), sha256=dict(hashes)))
-
-
 def record_series_tree(worktree: Git, *, base: str, head: str, patches: list[str],
                        hashes: Mapping[str, str] | None = None) -> None:
-    """Mark a tree built outside apply (the rebase's) as a full-series work tree `export` reads.
-
-    `hashes` (series_hashes of the series the tree replaces) lets export check that
-    patches/ did not change meanwhile; without it export warns that it cannot."""
+    """Mark a tree built outside apply as a full-series work tree; `hashes` lets export check
+    that patches/ did not change meanwhile."""
     write_state(worktree, WorktreeState(variant="", base=base, head=head, patches=tuple(patches),
                                         sha256=None if hashes is None else dict(hashes)))
 
 
-def record_dropped(dest: Path, names: list[str]) -> dict[str, str]:
-    """Note in the tree's state that these patches left the series on purpose (`forkbuild
-    drop`), so export does not call the tree stale; returns the tree's commits of them
-    that are still in it (export would bring those back as new patches)."""
-    state = read_state(dest) if (dest / ".git").exists() else None
-    if state is None:
-        return {}
-    worktree = Git(dest)
-    head = worktree.head()
-    still = {name: commit for name, commit in state.commits.items()
-             if name in names and worktree.is_ancestor(commit, head)}
-    write_state(worktree, replace(state, dropped=tuple(sorted({*state.dropped, *names}))))
-    return still
-
-
 def refuse_unsaved_work(worktree: Git) -> None:
-    """Raise DirtyTreeError if the tree holds work no commit has: a stopped `git am`, or
-    uncommitted changes. apply would reset them away; export reads commits only."""
+    """Raise DirtyTreeError if the tree holds work no commit has (apply would reset it away)."""
     dest = worktree.path
     stopped = read_stop(worktree)
     if stopped is not None:
@@ -339,11 +292,9 @@ def refuse_unsaved_work(worktree: Git) -> None:
 
 def prepare_worktree(cache_git: Git, *, dest: Path, base: str, guard: TreeGuard | None = None,
                      checkout: bool = True, check_unsaved: bool = True) -> Git:
-    """A clean work tree at `base`: new, or one forkbuild made that holds nothing else.
-    `guard` is told when the checks passed and the tree starts to change. checkout=False:
-    a new tree gets no files yet (the engine checks its result out once, at the end).
-    check_unsaved=False: an existing tree's unsaved work is the caller's to refuse, and
-    telling `guard` too (`unsaved_work_checked`)."""
+    """A clean work tree at `base`: new, or one forkbuild made that holds nothing else; `guard`
+    is told when it starts to change. checkout=False: a new tree gets no files yet.
+    check_unsaved=False: unsaved work is the caller's to refuse (`unsaved_work_checked`)."""
     if dest.exists() and not dest.is_dir():
         raise DirtyTreeError(f"{dest} exists and is not a directory", hint="choose another --dir")
     if not dest.exists() or not any(dest.iterdir()):
@@ -363,8 +314,6 @@ def prepare_worktree(cache_git: Git, *, dest: Path, base: str, guard: TreeGuard 
         raise DirtyTreeError(f"{dest} has {len(extra) or 'other'} commit(s) that are not in the series (HEAD {head[:12]})",
                              hint=f"keep them: `forkbuild export --dir {quoted(dest)}`; "
                                   f"discard them: git -C {quoted(dest)} reset --hard {state.head[:12]}")
-    # No checkout here: the engine builds the commits on `base` without the work tree and
-    # checks the result out once, touching only the files that differ from what is there.
     if guard and check_unsaved:
         guard.changing()
     return worktree
@@ -372,10 +321,8 @@ def prepare_worktree(cache_git: Git, *, dest: Path, base: str, guard: TreeGuard 
 
 @contextmanager
 def unsaved_work_checked(worktree: Git, guard: TreeGuard, *, new: bool) -> Iterator[Callable[[], None]]:
-    """The engine's `before_change` for a tree `prepare_worktree(check_unsaved=False)` opened:
-    the engine calls it before it first touches the work tree (its checkout, or a conflict
-    left there): unsaved work is refused then, and only then is the tree marked as changing
-    (a kill before that leaves it to the user, as it was)."""
+    """The engine's `before_change`: unsaved work is refused before the engine first touches the
+    tree, and only then is it marked as changing (a kill before that leaves it to the user)."""
     if new:  # prepare_worktree marked it: a new tree holds nothing of the user's
         yield lambda: chaos_point("apply:changing")
         return
@@ -392,11 +339,8 @@ def unsaved_work_checked(worktree: Git, guard: TreeGuard, *, new: bool) -> Itera
     yield before_change
 
 
-# -- applying ---------------------------------------------------------------
-
 def _fuzz_detail(worktree: Git, patch: Path) -> str:
-    """For a patch that fails only because its context lines moved: say it needs fuzz (git's
-    own words, "sha1 information is lacking", would hide that)."""
+    """Name the fuzz a patch needs (git's own words would hide it)."""
     fuzz = worktree.fuzz_needed(patch)
     return (f"applies only with fuzz {fuzz} (its context lines differ from the tree's); forkbuild never "
             "fuzzes: refresh the patch") if fuzz else ""
@@ -422,8 +366,6 @@ def _failure_detail(entry: PatchEntry, plan: ApplyPlan, reason: str) -> str:
     return reason
 
 
-# -- the whole series' blobs ------------------------------------------------
-
 def _series_key(series: Series, base: str) -> str:
     digest = hashlib.sha256(base.encode())
     for entry in series.patches:
@@ -432,8 +374,7 @@ def _series_key(series: Series, base: str) -> str:
 
 
 def ensure_series_blobs(*, context: Context, cache: UpstreamCache, base: str) -> dict[str, str]:
-    """The whole series applied once (per content) in the cache, its commits kept under a
-    ref: patch file -> its commit there (the 3-way rung of a variant merges those)."""
+    """The whole series applied once per content in the cache, under a ref: patch file -> commit."""
     series = context.series
     ref = f"{FULL_SERIES_REF}/{_series_key(series, base)}"
     cache_git = cache.git()
@@ -452,9 +393,8 @@ def ensure_series_blobs(*, context: Context, cache: UpstreamCache, base: str) ->
 
 
 def apply_in_index(*, context: Context, plan: ApplyPlan) -> tuple[str, str] | None:
-    """The engine's index-only mode: `plan` applied in the cache's bare repository (private
-    indexes, no work tree), with the build's generated guards commit, as apply_plan would
-    commit it; (base, head), or None when a patch does not apply (apply_plan says why)."""
+    """The engine's index-only mode: `plan` and its guards commit applied in the bare cache, as
+    apply_plan commits it; (base, head), or None when a patch does not apply."""
     series = context.series
     cache = context.upstream
     base = cache.ensure(series.upstream)

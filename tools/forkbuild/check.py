@@ -1,5 +1,4 @@
-"""`check`: every variant (and the whole series) applied strictly, every failing
-patch of every variant found in one pass; path safety of every patch."""
+"""`check`: every variant and the whole series applied strictly, every failure in one pass."""
 
 from __future__ import annotations
 
@@ -40,9 +39,7 @@ class VariantCheck:
 
 
 def consistency(series: Series) -> tuple[list[str], list[str]]:
-    """(errors, warnings) of what series.toml promises: a variant holding a feature that no
-    patch implements would build without it while claiming it; a feature no variant holds
-    is never built nor tested."""
+    """(errors, warnings): a variant holding a feature no patch implements; a feature in no variant."""
     implemented = {entry.feature for entry in series.patches}
     errors = [f"variants.{name}: holds feature {feature!r}, but no patch of series.toml implements it"
               for name, variant in series.variants.items() for feature in variant.features
@@ -54,8 +51,7 @@ def consistency(series: Series) -> tuple[list[str], list[str]]:
 
 
 def check_consistency(context: Context) -> None:
-    """`forkbuild check`'s first step: warn about each feature no variant holds, fail on a
-    variant holding a feature without a patch (ConfigError, every one listed)."""
+    """Warn about each feature no variant holds; ConfigError for each variant's feature without a patch."""
     errors, warnings = consistency(context.series)
     for warning in warnings:
         context.reporter.warn(warning)
@@ -64,8 +60,7 @@ def check_consistency(context: Context) -> None:
 
 
 def check_series(*, context: Context, dest: Path | None = None) -> list[VariantCheck]:
-    """Apply the whole series, then each variant, into one scratch work tree (removed after),
-    or into `dest`, a forkbuild work tree of the caller's (rebase: its tree, already checked out)."""
+    """Apply the whole series, then each variant, into one scratch work tree or `dest` (rebase's)."""
     series = context.series
     cache = context.upstream
     # Every parse and path problem of every patch at once; the same check apply and import run.
@@ -78,12 +73,9 @@ def check_series(*, context: Context, dest: Path | None = None) -> list[VariantC
 def _try(context: Context, variant: Combination, dest: Path) -> VariantCheck:
     """One variant's apply, the failures recorded rather than raised."""
     try:
-        # The work tree is reused: apply resets it to upstream (it only holds our own commits).
-        # Offsets are counted in check's table, not printed per variant.
         result = apply_plan(context=context, plan=plan_variant(context.series, variant), dest=dest,
                             report_offsets=False)
-    except ApplyError as error:
-        # A variant that leaves patches out needs the whole series to apply first.
+    except ApplyError as error:  # a variant leaving patches out needs the whole series to apply
         return VariantCheck(variant=variant, error=error.message)
     return VariantCheck(variant=variant, records=result.records)
 

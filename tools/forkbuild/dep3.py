@@ -1,18 +1,7 @@
-"""The description of a quilt patch: DEP-3 fields, or the mail headers of a
-`git format-patch` file, plus free text — read from bytes, turned into a commit
-message that survives `git format-patch` → `git am` unchanged.
-
-Descriptions are bytes of unknown encoding: a mail's declared charset is used,
-else UTF-8, else Latin-1 (which decodes any byte; the report says so). What
-git am would read differently from what the file says is normalised here, and
-each change is named in `Description.notes`:
-
-- a subject prefix git am strips (`[PATCH]`, `[PATCH v2 3/7]`, `Re:`);
-- a line of the description that git would take for a mail boundary
-  (`From <sha> Mon Sep 17 00:00:00 2001`) or the start of the diff (`---`),
-  or for an in-body header at its start, is indented by one space;
-- blank-line runs and trailing blanks are collapsed as git am's stripspace does.
-"""
+"""The description of a quilt patch (DEP-3 fields or mail headers, plus free text) as a
+commit message that survives `git format-patch` -> `git am` byte for byte. Bytes are decoded
+by the declared charset, else UTF-8, else Latin-1; whatever git am would read differently is
+normalised, and each change named in `Description.notes`."""
 
 from __future__ import annotations
 
@@ -83,8 +72,7 @@ def parse_dep3(text: str | bytes, *, fallback_subject: str) -> Description:
 
 
 def _is_mail(header: bytes) -> bool:
-    """Mail headers (format-patch, `git send-email`, quilt mail): a first paragraph with
-    a Subject: and no DEP-3 Description:, every line a header or a folded continuation."""
+    """A first paragraph of mail headers with a Subject: and no DEP-3 Description:."""
     first = header.lstrip(b"\n").split(b"\n\n", 1)[0].decode("latin-1")
     keys = [found["key"].lower() for line in first.splitlines() if (found := FIELD.match(line))]
     return "subject" in keys and "description" not in keys and set(keys) <= set(MAIL_HEADERS) | {"x-mailer"} | {
@@ -92,8 +80,7 @@ def _is_mail(header: bytes) -> bool:
 
 
 def _from_mail(header: bytes, notes: list[str], *, fallback_subject: str) -> Description:
-    # Headers through the email package (folding, RFC 2047 words); the body stays bytes
-    # until its charset is known.
+    # The body stays bytes until its charset is known.
     head, _, raw_body = header.lstrip(b"\n").partition(b"\n\n")
     message = email.message_from_bytes(head + b"\n\n", policy=email.policy.compat32)
     if (message.get("Content-Transfer-Encoding") or "").lower() == "quoted-printable":
@@ -207,10 +194,8 @@ def git_am_subject(subject: str) -> str:
 
 
 def mail_safe_body(body: str) -> tuple[str, list[str]]:
-    """`body` as git am will read it back from a format-patch mail, and what changed.
-
-    Lines git would cut at (a mbox `From ` line, a diff start) and an in-body
-    header at the very start are indented by one space; then git's stripspace."""
+    """`body` as git am reads it back, and what changed: lines git would cut at (a mbox `From `
+    line, a diff start) or an in-body header at the start indented by one space; stripspace."""
     notes = []
     lines = body.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     for number, line in enumerate(lines):
@@ -223,8 +208,7 @@ def mail_safe_body(body: str) -> tuple[str, list[str]]:
 
 
 def stripspace(text: str) -> str:
-    """git's stripspace (without comments): trailing blanks off every line, runs of
-    blank lines made one, none at either end; "" or text ending in one newline."""
+    """git's stripspace (without comments)."""
     out: list[str] = []
     for line in text.split("\n"):
         line = line.rstrip(" \t\r\f\v")

@@ -1,13 +1,11 @@
-"""`forkbuild drop NAME`: remove patches from the series on purpose (copied aside first),
-as one series transaction. A feature left without a patch leaves the variants and stays
-declared, marked `ported = false` (series_edit.unported), so `check` accepts the result."""
+"""`forkbuild drop NAME`: remove patches from the series on purpose (copied aside first), as one
+series transaction; a feature left without a patch is marked `ported = false` (series_edit.unported)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from forkbuild.apply import record_dropped
 from forkbuild.config import Series, load_series, near_miss
 from forkbuild.context import Context
 from forkbuild.errors import ConfigError, DirtyTreeError, quoted
@@ -16,7 +14,7 @@ from forkbuild.git import Git
 from forkbuild.patchfile import read_patch, read_text
 from forkbuild.series_edit import EntrySpec, quilt_series_text, unported, updated_series_toml
 from forkbuild.series_writer import SeriesChange, series_transaction
-from forkbuild.worktree.state import read_state
+from forkbuild.worktree.state import read_state, write_state
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,13 +27,8 @@ class Dropped:
     tree_commit: str  # the series work tree's commit of it ("" if none): export would bring it back
 
 
-@dataclass(frozen=True, kw_only=True)
-class DropResult:
-    dropped: tuple[Dropped, ...]
-    unported: tuple[str, ...]  # what changed of the features left without a patch (series_edit.unported)
-
-
-def drop_patches(context: Context, names: list[str]) -> DropResult:
+def drop_patches(context: Context, names: list[str]) -> tuple[list[Dropped], tuple[str, ...]]:
+    """The patches dropped, and what changed of the features left without a patch."""
     with series_transaction(context.series_dir) as transaction:
         context.series = series = load_series(context.series_file)  # read under the lock
         known = {entry.file: entry for entry in series.patches}
@@ -51,10 +44,16 @@ def drop_patches(context: Context, names: list[str]) -> DropResult:
         saved = save_aside(context, tuple(names))
         transaction.write(SeriesChange(series_toml=text, quilt_series=quilt_series_text(spec.file for spec in specs),
                                        removed=tuple(names)))
-    commits = record_dropped(tree, names)
-    return DropResult(unported=left, dropped=tuple(
-        Dropped(file=name, feature=known[name].feature, added=infos[name].added, removed=infos[name].removed,
-                saved=saved, tree_commit=commits.get(name, "")) for name in names))
+    commits = {}
+    state = read_state(tree) if (tree / ".git").exists() else None
+    if state is not None:  # so export does not call the tree stale
+        worktree = Git(tree)
+        head = worktree.head()
+        commits = {name: commit for name, commit in state.commits.items()
+                   if name in names and worktree.is_ancestor(commit, head)}
+        write_state(worktree, replace(state, dropped=tuple(sorted({*state.dropped, *names}))))
+    return [Dropped(file=name, feature=known[name].feature, added=infos[name].added, removed=infos[name].removed,
+                    saved=saved, tree_commit=commits.get(name, "")) for name in names], left
 
 
 def _refuse_amended(series: Series, tree: Path, names: list[str]) -> None:
@@ -80,4 +79,4 @@ def _refuse_amended(series: Series, tree: Path, names: list[str]) -> None:
                 f"{name}: its commit in {tree} ({found[:12]}) was changed and not exported; dropping the patch "
                 "would lose that change (the next export would add it back as a new patch)",
                 hint=f"keep the change: `forkbuild export`, then drop; discard it: remove the commit "
-                     f"(git -C {quoted(tree)} rebase --onto {sha[:12]}^ {sha[:12]}), then drop")
+                     f"(git -C {quoted(tree)} rebase --onto {found[:12]}^ {found[:12]}), then drop")

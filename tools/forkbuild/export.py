@@ -1,9 +1,6 @@
-"""Export: patches/, series.toml's [[patches]] and the quilt `patches/series` from the
-commits of the full-series work tree, one `git format-patch` file per commit (fixed flags).
-Commits match entries by subject, then by position; a new one becomes an entry named from
-its `Feature:` trailer and subject. Index/offset noise alone keeps a file as it is (unless
-`refresh`). Never an implicit drop: an entry without a commit stops the export, named with
-how to get it back, unless the caller says `keep` or `drop` (saved aside first).
+"""Export: patches/, series.toml's [[patches]] and `patches/series` from the commits of the
+full-series work tree, one `git format-patch` file per commit. Index/offset noise alone keeps
+a file (unless `refresh`); an entry without a commit stops the export unless kept or dropped.
 """
 
 from __future__ import annotations
@@ -11,10 +8,10 @@ from __future__ import annotations
 import re
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from forkbuild.apply import file_hashes, record_exported, refuse_unsaved_work, series_hashes
+from forkbuild.apply import file_hashes, refuse_unsaved_work, series_hashes
 from forkbuild.chaos import chaos_point
 from forkbuild.config import PatchEntry, Series, load_series, near_miss
 from forkbuild.context import Context
@@ -27,8 +24,8 @@ from forkbuild.new_feature import PATCH_NAME, PATCH_TRAILER
 from forkbuild.patchfile import PatchInfo, parse_patch, read_patch, read_text
 from forkbuild.series_edit import EntrySpec, quilt_series_text, unported, updated_series_toml
 from forkbuild.series_writer import SeriesChange, SeriesTransaction, series_transaction
-from forkbuild.worktree.state import WorktreeState, read_state
-from forkbuild.worktrees import TreeGuard, tree_guard
+from forkbuild.worktree.state import WorktreeState, read_state, write_state
+from forkbuild.worktrees import tree_guard
 
 DEFAULT_TREE = SERIES_TREE
 # What changes in a patch when only its position moved: the blob ids of the
@@ -46,19 +43,13 @@ class ExportedPatch:
     feature: str
     upstream: str
     commit: str
-    subject: str
     text: str  # fresh `git format-patch` output
     action: str  # "unchanged" | "noise" (kept: index/offset changes only) | "changed" | "new"
-
-
-def _crlf_note(path: Path) -> str:
-    return ": CRLF line endings" if path.is_file() and b"\r\n" in path.read_bytes() else ""
 
 
 @dataclass(frozen=True, kw_only=True)
 class ExportPlan:
     patches_dir: Path
-    tree: Path
     head: str
     patches: tuple[ExportedPatch, ...]
     removed: tuple[str, ...]
@@ -69,7 +60,9 @@ class ExportPlan:
 
     def changes(self) -> list[str]:
         """What writing the plan would change, one line per file."""
-        lines = [f"patches/{p.file} ({p.action}{_crlf_note(self.patches_dir / p.file)})"
+        crlf = {p.file for p in self.patches if (self.patches_dir / p.file).is_file()
+                and b"\r\n" in (self.patches_dir / p.file).read_bytes()}
+        lines = [f"patches/{p.file} ({p.action}{': CRLF line endings' if p.file in crlf else ''})"
                  for p in self.patches if p.action in ("new", "changed")]
         lines += [f"patches/{name} (removed)" for name in self.removed]
         if self.series_toml is not None:
@@ -82,11 +75,8 @@ class ExportPlan:
 def export_series(*, context: Context, tree: Path, check: bool = False, refresh: bool = False,
                   drops: tuple[str, ...] = (), keeps: tuple[str, ...] = (),
                   series_toml: str | None = None, transaction: SeriesTransaction | None = None) -> ExportPlan:
-    """Plan the export of `tree`; with check, raise ExportDriftError on any change, else write it.
-
-    One series transaction from the staleness check to the write (`transaction`: the caller's,
-    already open; else one of its own). drops / keeps: what to do with entries that have no
-    commit in the tree (see above). series_toml: the series.toml text to write the entries into
+    """Plan the export of `tree`; with check, raise ExportDriftError on any change, else write it,
+    in `transaction` (else one of its own). series_toml: the text to write the entries into
     instead of the file's (the rebase's moved pin: `context.series` is parsed from it)."""
     with ExitStack() as stack:
         if transaction is None:
@@ -95,8 +85,14 @@ def export_series(*, context: Context, tree: Path, check: bool = False, refresh:
             context.series = load_series(context.series_file)
         series = context.series
         guard = stack.enter_context(tree_guard(tree, "export"))  # never beside an apply of this tree
-        _refuse_killed_change(guard)
-        worktree, state = open_export_tree(context=context, tree=tree, drops=drops)
+        killed = guard.killed
+        if killed is not None and killed.phase == "changing":  # the tree holds part of the series
+            raise DirtyTreeError(
+                f"{tree}: {killed.describe()} was killed while it was building this tree; "
+                "its commits are only part of the series",
+                hint=f"rebuild it: `forkbuild {killed.command} --all --dir {quoted(tree)}` (that run had checked the "
+                     "tree held nothing unsaved before it started: it holds only what it made from patches/)")
+        worktree, state = _open_tree(context=context, tree=tree, drops=drops)
         chaos_point("export:checked")
         plan = plan_export(series, worktree=worktree, base=state.base, refresh=refresh,
                            decisions=_decisions(series, drops=drops, keeps=keeps), state=state,
@@ -113,26 +109,14 @@ def export_series(*, context: Context, tree: Path, check: bool = False, refresh:
         transaction.write(SeriesChange(
             series_toml=plan.series_toml, quilt_series=plan.quilt_series, removed=plan.removed,
             patches={patch.file: patch.text for patch in plan.patches if patch.action in ("new", "changed")}))
+        # The tree's commits are the series now: apply may refresh it, export write from it.
         files = [patch.file for patch in plan.patches]
-        record_exported(worktree, state, head=plan.head, patches=files,
-                        hashes=file_hashes(series.patches_dir, files))
+        write_state(worktree, replace(state, head=plan.head, patches=tuple(files),
+                                      sha256=file_hashes(series.patches_dir, files)))
     return plan
 
 
-def _refuse_killed_change(guard: TreeGuard) -> None:
-    """A tree a killed apply was rebuilding holds part of the series: exporting it would lose the rest."""
-    killed = guard.killed
-    if killed is not None and killed.phase == "changing":
-        raise DirtyTreeError(
-            f"{guard.dest}: {killed.describe()} was killed while it was building this tree; "
-            "its commits are only part of the series",
-            hint=f"rebuild it: `forkbuild {killed.command} --all --dir {quoted(guard.dest)}` (that run had checked the tree "
-                 "held nothing unsaved before it started: it holds only what it made from patches/)")
-
-
-# -- the work tree -------------------------------------------------------------
-
-def open_export_tree(*, context: Context, tree: Path, drops: tuple[str, ...] = ()) -> tuple[Git, WorktreeState]:
+def _open_tree(*, context: Context, tree: Path, drops: tuple[str, ...]) -> tuple[Git, WorktreeState]:
     """The full-series work tree at `tree` and its state, refusing any state export could lose."""
     if not (tree / ".git").exists():
         raise ForkbuildError(f"{tree} is not a work tree", hint=f"make it with `forkbuild apply --all --dir {quoted(tree)}`")
@@ -159,8 +143,7 @@ def open_export_tree(*, context: Context, tree: Path, drops: tuple[str, ...] = (
 
 
 def _refuse_stale_tree(context: Context, *, state: WorktreeState, worktree: Git, dropped: set[str]) -> None:
-    """Refuse a tree made from other patch files than patches/ holds now (a pull, a
-    checkout, another tree's export): its older commits would overwrite them."""
+    """Refuse a tree made from other patch files than patches/ holds: its commits would overwrite them."""
     tree, recorded = worktree.path, state.sha256
     if recorded is None:
         context.reporter.warn(f"{tree} records no patch hashes (made by an older forkbuild): export cannot tell "
@@ -177,10 +160,11 @@ def _refuse_stale_tree(context: Context, *, state: WorktreeState, worktree: Git,
         changes.append("series.toml (the order of [[patches]]: export would put the tree's order back)")
     if not changes:
         return
-    if _already_exported(context, state=state, worktree=worktree):
-        # An export killed after writing patches/ but before recording it in the tree:
-        # patches/ is what this tree exports, so nothing can be overwritten.
-        return
+    try:  # an export killed before it recorded its write in the tree: nothing to overwrite
+        if not plan_export(context.series, worktree=worktree, base=state.base, refresh=False).changes():
+            return
+    except ForkbuildError:
+        pass
     message = (f"patches/ changed since {tree} was applied; exporting it would overwrite that with the tree's "
                "older commits:\n" + "\n".join(f"  - {line}" for line in changes))
     head, applied = worktree.head(), state.head
@@ -193,16 +177,6 @@ def _refuse_stale_tree(context: Context, *, state: WorktreeState, worktree: Git,
         f"{applied[:12]}..{head[:12]}; amended ones: redo the change), export from there "
         f"(forkbuild export --dir NEW), then re-apply {tree}"))
 
-
-def _already_exported(context: Context, *, state: WorktreeState, worktree: Git) -> bool:
-    try:
-        plan = plan_export(context.series, worktree=worktree, base=state.base, refresh=False)
-    except ForkbuildError:
-        return False
-    return not plan.changes()
-
-
-# -- planning ------------------------------------------------------------------
 
 @dataclass(frozen=True, kw_only=True)
 class _Commit:
@@ -230,7 +204,7 @@ def plan_export(series: Series, *, worktree: Git, base: str, refresh: bool,
         action = _action(series.patches_dir / file, commit.text, refresh=refresh)
         patches.append(ExportedPatch(file=file, feature=commit.info.trailer("Feature")[0],
                                      upstream=entry.upstream_status if entry else "local",
-                                     commit=commit.sha, subject=commit.info.subject, text=commit.text, action=action))
+                                     commit=commit.sha, text=commit.text, action=action))
     exported = {entry.file for entry in matches if entry}
     missing = [entry for entry in series.patches if entry.file not in exported]
     decisions = decisions or {}
@@ -246,7 +220,7 @@ def plan_export(series: Series, *, worktree: Git, base: str, refresh: bool,
     quilt_path = series.patches_dir / "series"
     quilt = quilt_series_text(spec.file for spec in specs)
     old_quilt = quilt_path.read_text() if quilt_path.is_file() else None
-    return ExportPlan(patches_dir=series.patches_dir, tree=worktree.path, head=head, patches=tuple(patches),
+    return ExportPlan(patches_dir=series.patches_dir, head=head, patches=tuple(patches),
                       removed=removed, kept=kept, unported=left,
                       series_toml=None if new_toml == current_toml else new_toml,
                       quilt_series=None if quilt == old_quilt else quilt)

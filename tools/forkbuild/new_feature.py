@@ -1,12 +1,6 @@
-"""`forkbuild new`: a feature's [features.X] table and variant membership in
-series.toml (tomlkit: comments and layout survive), and a commit template with
-the Feature:/Guard:/Patch: trailers filled in, for the series work tree.
-
-Plan first (parse the arguments, build the new series.toml text, validate the
-whole result with the ordinary series validator), then write: series.toml in
-one atomic write, then the template. Re-running the same command after a kill
-finds the feature already there as asked, changes nothing and rewrites the
-template.
+"""`forkbuild new`: a feature's [features.X] table and variant membership in series.toml
+(tomlkit keeps comments and layout), validated whole before it is written, and a commit
+template with its trailers. A re-run finds the feature as asked and only rewrites the template.
 """
 
 from __future__ import annotations
@@ -106,10 +100,7 @@ def plan_new_feature(series: Series, *, name: str, description: str, guards: lis
         new_text = _with_feature_table(text, feature)
     added_to = tuple(variant for variant in chosen if name not in series.variants[variant].features)
     new_text = _with_variant_membership(new_text, name, added_to)
-    # The whole result through the ordinary validator: a --requires the variant
-    # lacks, a guard another feature declares ... are reported like any other
-    # series.toml problem, and nothing is written.
-    parse_series(new_text, path=series.path)
+    parse_series(new_text, path=series.path)  # every problem reported as for any series.toml
     template_path = series.root / WORK_DIR / f"{name}.commit"
     return NewFeaturePlan(feature=feature, series_toml=None if new_text == text else new_text,
                           template_path=template_path, template=commit_template(feature), added_to=added_to)
@@ -158,8 +149,7 @@ def _require_same(series: Series, feature: NewFeature) -> None:
 
 
 def _feature_table(feature: NewFeature) -> Table:
-    # Written as text and parsed, so the table has the file's own style
-    # (`{ env = ..., type = ... }` inline tables, one key a line).
+    # Written as text and parsed: the file's own style (inline guard tables, one key a line).
     def quoted(value: str) -> str:
         return tomlkit.string(value).as_string()
 
@@ -174,8 +164,7 @@ def _feature_table(feature: NewFeature) -> Table:
 
 
 def _with_feature_table(text: str, feature: NewFeature) -> str:
-    """`text` with [features.NAME] after the last feature table, before the
-    comments that head the next section."""
+    """`text` with [features.NAME] after the last feature table, before the next section's comments."""
     document = tomlkit.parse(text)
     table = _feature_table(feature)
     features = document.get("features")
@@ -209,8 +198,7 @@ def _with_variant_membership(text: str, name: str, variants: tuple[str, ...]) ->
 
 
 def commit_template(feature: NewFeature) -> str:
-    """The message git opens with `git commit -t`: git aborts while the first
-    line is still the placeholder, and drops the '#' lines."""
+    """The message for `git commit -t`: git aborts while the first line is the placeholder."""
     trailers = [f"Feature: {feature.name}", *(f"Guard: {guard.env}" for guard in feature.guards),
                 f"{PATCH_TRAILER}: {feature.patch}"]
     guards = ", ".join(f"envs.{guard.env}" for guard in feature.guards) or "no guard (series.toml: unguarded = \"why\")"

@@ -3,18 +3,19 @@ and the path-safety rules every patch must pass before git sees it."""
 
 from __future__ import annotations
 
+import email
+import email.header
+import email.message
+import email.utils
 import functools
 import re
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
+
+import unidiff
 
 from forkbuild.errors import UnsafePatchError
 from forkbuild.git import Git
-
-if TYPE_CHECKING:
-    import email.message
-
-    import unidiff
 
 TRAILER = re.compile(r"^(?P<key>[A-Za-z][A-Za-z0-9-]*):\s*(?P<value>.+?)\s*$")
 # A line of the diffstat `git format-patch` writes between the `---` line and the diff.
@@ -59,18 +60,13 @@ class PatchInfo(NamedTuple):
 
 def split_mail(text: str) -> tuple[email.message.Message, str]:
     """The mail headers of a format-patch file and everything after them."""
-    # Drop the mbox "From <sha> <date>" separator; email.parser wants headers first.
-    body = text.split("\n", 1)[1] if text.startswith("From ") else text
-    # Only the headers go through email: get_payload() raises on a diff that holds both
-    # non-ASCII text and bytes that are not UTF-8 (surrogates), as real files do.
+    body = text.split("\n", 1)[1] if text.startswith("From ") else text  # less the mbox separator
+    # Only the headers go through email: get_payload() raises on non-UTF-8 bytes in a diff.
     lines = body.split("\n")
     end = 0  # where the headers stop, as email's parser decides: a blank line or a non-header line
     while end < len(lines) and (MAIL_HEADER.match(lines[end]) or (end and lines[end][:1] in (" ", "\t"))):
         end += 1
     payload_start = end + 1 if end < len(lines) and lines[end] == "" else end
-    import email
-
-    # The default policy, compat32 (email.policy would load every header class: ~5 ms a start).
     message = email.message_from_string("\n".join(lines[:end]) + "\n\n")
     return message, "\n".join(lines[payload_start:])
 
@@ -94,8 +90,6 @@ def _decode_header(value: str | None) -> str:
         return ""
     # Unfold (RFC 5322): a line break followed by whitespace is just the whitespace.
     unfolded = re.sub(r"\r?\n(?=[ \t])", "", value)
-    import email.header
-
     return str(email.header.make_header(email.header.decode_header(unfolded))).strip()
 
 
@@ -105,8 +99,7 @@ def _diff_start(payload: str) -> int:
 
 
 def _message(before_diff: str) -> str:
-    """The commit message: all before the diff, less a `---` line and the diffstat after it
-    (git format-patch --no-stat writes neither, so a `---` line of the message itself stays)."""
+    """All before the diff, less a `---` line and the diffstat after it (a `---` of the message stays)."""
     head, separator, tail = ("\n" + before_diff).rpartition("\n---\n")
     if separator and all(DIFFSTAT.match(line) for line in tail.splitlines()):
         before_diff = head
@@ -120,17 +113,12 @@ def read_patch(path: Path) -> PatchInfo:
 
 @functools.lru_cache(maxsize=128)
 def _parsed(text: str, path: Path) -> PatchInfo:
-    """parse_patch, once per content and path: a matrix or bisect reads the same patches
-    for every combination (PatchInfo is immutable, so sharing it is safe)."""
+    """parse_patch once per content and path (a matrix reads the same patches per combination)."""
     return parse_patch(text, path=path)
 
 
 def parse_patch(text: str, *, path: Path) -> PatchInfo:
     """A patch's text (e.g. fresh `git format-patch` output); `path` names it in errors."""
-    import email.utils
-
-    import unidiff
-
     headers, payload = split_mail(text)
     start = _diff_start(payload)
     message_body = _message(payload[:start])
@@ -173,9 +161,7 @@ C_ESCAPES = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 34
 
 
 def git_mode(value: str) -> int | None:
-    """A mode as git reads it: strtoul(value, 8) (leading blanks and zeros allowed), followed
-    by the end or a blank; then canon_mode: regular, symlink, directory, or else a gitlink.
-    None: git rejects the line ("invalid mode")."""
+    """A mode as git reads it (strtoul, then canon_mode); None: git rejects the line."""
     match = re.match(r"[ \t]*[+]?([0-7]+)(?:[ \t\r].*)?$", value)
     if not match:
         return None
@@ -210,8 +196,7 @@ def c_unquote(name: str) -> str:
 
 
 def _names(text: str) -> list[tuple[str, bool]]:
-    """Every path a patch's headers name, unquoted, with whether it carries git's a/ b/
-    prefix (which `git am -p1` strips); /dev/null left out."""
+    """Every path the headers name, unquoted, and whether it has git's a/ b/ prefix."""
     names = []
     for match in PATH_LINE.finditer(text):
         raw = match["name"]
@@ -225,17 +210,13 @@ def _names(text: str) -> list[tuple[str, bool]]:
 
 
 def symlinks_of(cache_git: Git, commit: str) -> frozenset[str]:
-    """The paths that are symbolic links in `commit` of the cache repository (upstream's own;
-    patches cannot add any), for the "goes through a symbolic link" check without a work tree.
-    From git's listing in this process (which the engine's fast rung reads too), never from a
-    record in the cache: a security verdict is computed."""
+    """The symbolic links of upstream's `commit`, from git (a security verdict: never a cache record)."""
     return frozenset(path for path, entry in cache_git.tree_entries(commit).items() if entry.mode == S_IFLNK)
 
 
 def safety_problems(text: str, *, tree: Path | None = None, symlinks: frozenset[str] = frozenset()) -> list[str]:
-    """Every reason a patch is unsafe: a path outside the tree, absolute or into .git/; a mode git
-    reads as a symlink, directory or gitlink (any spelling: 0120000, "120000 "); a path through a
-    symbolic link of `tree` or one of `symlinks` (upstream's)."""
+    """Every reason a patch is unsafe: a path outside the tree, absolute or into .git/; a symlink,
+    directory or gitlink mode (as git reads it); a path through a symbolic link."""
     problems = []
     for match in [*MODE_LINE.finditer(text), *INDEX_MODE.finditer(text)]:
         mode = git_mode(match["mode"])
@@ -253,8 +234,6 @@ def safety_problems(text: str, *, tree: Path | None = None, symlinks: frozenset[
 
 
 def check_safe(path: Path, *, tree: Path | None = None, symlinks: frozenset[str] = frozenset()) -> None:
-    """Refuse a patch that writes outside the tree, uses absolute paths, touches .git/,
-    creates a symlink or gitlink, or goes through a symlink in `tree` / `symlinks`."""
     problems = safety_problems(read_text(path), tree=tree, symlinks=symlinks)
     if problems:
         raise UnsafePatchError(f"patches/{path.name} is unsafe:\n" + "\n".join(f"  - {problem}" for problem in problems),
@@ -267,8 +246,7 @@ def read_text(path: Path) -> str:
 
 
 def patch_problems(path: Path, *, symlinks: frozenset[str] = frozenset()) -> list[str]:
-    """Everything wrong with one patch file before git sees it: unreadable, empty, no diff,
-    a truncated or broken hunk, no author, unsafe paths or modes. One line each, naming the file."""
+    """Everything wrong with one patch file before git sees it, one line each."""
     label = f"patches/{path.name}"
     try:
         text = read_text(path)
@@ -279,8 +257,7 @@ def patch_problems(path: Path, *, symlinks: frozenset[str] = frozenset()) -> lis
 
 @functools.lru_cache(maxsize=128)
 def _text_problems(text: str, path: Path, symlinks: frozenset[str]) -> tuple[str, ...]:
-    """patch_problems of a patch's text, computed once per content in a process (a matrix
-    checks the same patches for every combination); never read from the cache."""
+    """Once per content in a process (a matrix checks the same patches per combination)."""
     label = f"patches/{path.name}"
     if not text.strip():
         return (f"{label}: is empty",)

@@ -1,10 +1,6 @@
-"""The one resumable sequencer's stop and resume: patches run in order by the apply
-engine stop AT one that does not apply (conflict markers in the work tree) until a person
-says --continue (their resolution becomes the patch's commit) or --skip (the patch is left
-out); `resume` is that step for `apply --all` and `rebase` alike. Each records where it
-stopped as JSON replaced atomically on every step: a stopped `apply --all` the `StopState`
-below, in the work tree's git dir; a rebase its journal (rebase/journal.py), which holds
-the whole rebase's state (phases before and after the replay, a backup of the series)."""
+"""Stop and resume: patches stop AT one that does not apply until --continue (the person's
+resolution becomes its commit) or --skip; `resume` is that step for `apply --all` and rebase.
+A stopped `apply --all` is a `StopState` in the tree's git dir; a rebase's is its journal."""
 
 from __future__ import annotations
 
@@ -19,14 +15,11 @@ from forkbuild.worktree.engine import Engine, PatchJob, PatchResult
 from forkbuild.worktree.state import WorktreeState
 
 STOP_FILE = "forkbuild-stop.json"
-# 1 throughout: previous_state is the tree's state in its own JSON form (worktree/state.py),
-# which reads the older form without a "schema" key as well.
 SCHEMA = 1
 
 
 @dataclass(frozen=True, kw_only=True)
 class StopState:
-    """A stopped `apply --all`: where it stopped and what it did before."""
 
     variant: str
     base: str
@@ -50,18 +43,12 @@ class StopState:
 
     @classmethod
     def from_dict(cls, data: dict) -> StopState:
+        previous = data["previous_state"]
         return cls(variant=data["variant"], base=data["base"], started_from=data["started_from"],
-                   previous_state=_previous_state(data["previous_state"]),
+                   previous_state=None if previous is None else WorktreeState.from_dict(previous),
                    jobs=tuple(PatchJob.from_dict(j) for j in data["jobs"]),
                    cursor=data["cursor"], results=tuple(PatchResult.from_dict(r) for r in data["results"]),
                    hashes=data["hashes"])
-
-
-def _previous_state(data: object) -> WorktreeState | None:
-    try:
-        return None if data is None else WorktreeState.from_dict(data)
-    except ValueError as error:
-        raise ValueError(f"previous_state: {error}") from error
 
 
 def stop_path(worktree: Git) -> Path:
@@ -91,8 +78,7 @@ def clear_stop(worktree: Git) -> None:
 
 
 def resume(engine: Engine, job: PatchJob, action: str) -> PatchResult:
-    """--continue (the person's resolution of the stopped `job` is committed; ApplyError while
-    it is not resolved) or --skip (the work tree goes back to before it) at a stop."""
+    """--continue (ApplyError while `job` is not resolved) or --skip at a stop."""
     if action == "continue":
         return engine.settle(job)
     if action == "skip":

@@ -34,13 +34,8 @@ def quilt_series_text(files: Iterable[str]) -> str:
 
 
 def updated_series_toml(text: str, entries: Sequence[EntrySpec]) -> str:
-    """series.toml `text` with its [[patches]] list replaced by `entries`, in that order.
-
-    Tables of entries that stay are reused (their comments and extra keys such as
-    `unguarded` survive); new ones are appended in the same style. A comment block
-    standing before an entry travels with that entry; the block after the last
-    entry (the next section's heading) stays after the last one.
-    """
+    """series.toml `text` with its [[patches]] replaced by `entries`: kept tables keep their
+    comments and extra keys; a comment block travels with the entry after it."""
     document = tomlkit.parse(text)
     existing = list(document.get("patches", []))
     by_file = {str(table.get("file")): table for table in existing}
@@ -108,12 +103,9 @@ def with_empty_dirs(text: str, directories: Iterable[str]) -> str:
 
 
 def unported(text: str, series: Series, entries: Sequence[EntrySpec]) -> tuple[str, tuple[str, ...]]:
-    """series.toml `text` (its patch list `entries`) where each feature that had a patch in
-    `series` and has none in `entries` leaves every variant (and the variants' env values of
-    its guards go) and stays declared, guards and all, with `ported = false`, so a later rebase
-    or import may bring it back (a feature with a patch again loses the marker); and what
-    changed, one line each. ConfigError when a feature
-    that stays in a variant requires one of them."""
+    """`text` where each feature left without a patch by `entries` leaves the variants (with
+    its guards' env values) and is marked `ported = false` (a feature with a patch again loses
+    the marker), and what changed; ConfigError when a feature staying in a variant requires it."""
     left = sorted({entry.feature for entry in series.patches} - {entry.feature for entry in entries})
     back = sorted({entry.feature for entry in entries if not series.features[entry.feature].ported})
     if not left and not back:

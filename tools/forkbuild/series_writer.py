@@ -1,18 +1,8 @@
-"""The one writer of series.toml and patches/: every series-changing command
-(export, drop, new, import, rebase) runs as one transaction under the series lock,
-held from its first read to its last write:
-
-    with series_transaction(series_dir) as series:   # lock, recover, snapshot
-        ... read series.toml and patches/, check, plan ...
-        series.write(SeriesChange(...))              # refused if a file changed since the snapshot
-
-`write_series(series_dir, change)` is the same for a caller that read nothing first.
-A write is crash-safe: the new bytes and the old files' hashes go into a scratch
-journal, which is renamed into place (the commit point) before any file changes;
-`recover_series` (every command, on opening the series) rolls a committed journal
-forward and deletes an uncommitted one. Rolling forward refuses to overwrite a file
-that is neither as the journal found it nor as it writes it.
-"""
+"""The one writer of series.toml and patches/: each series-changing command is one
+transaction under the series lock, from its first read (`series_transaction`) to its
+write, refused if a file changed since the read. Crash-safe: a journal is renamed into
+place before any file changes; `recover_series` rolls it forward (never over a file
+changed since) or deletes an uncommitted one."""
 
 from __future__ import annotations
 
@@ -42,19 +32,13 @@ LOCK_WAIT_S = 120
 _HELD: set[Path] = set()  # the series directories whose lock this process holds
 QUILT_SERIES = "patches/series"
 STEPS = ("series:prepared", "series:committed", "series:applied-one", "series:applied", "series:done")
-# What fsutil.write_atomic names its temporary files: `.<name>.<8 random>.tmp`.
-# A rollback's temporary link: `.<name>.rollback`.
+# fsutil.write_atomic's temporary files (`.<name>.<8 random>.tmp`) and a rollback's link.
 ATOMIC_LEFTOVER = re.compile(r"^\..+\.(?:[A-Za-z0-9_]{8}\.tmp|rollback)$")
 
 
 @dataclass(frozen=True, kw_only=True)
 class SeriesChange:
-    """What one transaction does to the series; paths are file names in patches/.
-
-    series_toml / quilt_series: the new text of series.toml / patches/series, None to leave it.
-    patches: patch files to add or replace (name -> bytes or text).
-    removed: patch files to delete (explicit removals only: the writer never infers one).
-    """
+    """New texts (None: unchanged), patch files to write (name -> data) and to delete."""
 
     series_toml: str | None = None
     quilt_series: str | None = None
@@ -62,19 +46,12 @@ class SeriesChange:
     removed: tuple[str, ...] = ()
 
     def writes(self) -> dict[str, bytes]:
-        """relative path -> new bytes."""
         out = {f"{PATCHES}/{name}": _bytes(data) for name, data in self.patches.items()}
         if self.series_toml is not None:
             out[SERIES_TOML] = _bytes(self.series_toml)
         if self.quilt_series is not None:
             out[QUILT_SERIES] = _bytes(self.quilt_series)
         return out
-
-    def removals(self) -> list[str]:
-        return [f"{PATCHES}/{name}" for name in self.removed]
-
-    def is_empty(self) -> bool:
-        return not (self.writes() or self.removed)
 
 
 def _bytes(data: bytes | str) -> bytes:
@@ -95,18 +72,16 @@ def _check_name(relative: str) -> None:
 
 
 class SeriesTransaction:
-    """An open transaction (see the module doc): `write` checks that series.toml and every
-    file of patches/ are as they were when the lock was taken (or as this transaction last
-    wrote them), so a command never overwrites what it did not read."""
+    """`write` refuses when series.toml or a patch file changed since the lock was taken."""
 
     def __init__(self, series_dir: Path) -> None:
         self.series_dir = Path(series_dir)
         self._seen = _snapshot(self.series_dir)
 
     def write(self, change: SeriesChange) -> None:
-        if change.is_empty():
+        writes, removals = change.writes(), [f"{PATCHES}/{name}" for name in change.removed]
+        if not writes and not removals:
             return
-        writes, removals = change.writes(), change.removals()
         for relative in [*writes, *removals]:
             _check_name(relative)
         now = _snapshot(self.series_dir)
@@ -119,9 +94,7 @@ class SeriesTransaction:
         journal = _prepare(self.series_dir, writes, removals)
         try:
             _apply(self.series_dir, journal)
-        except OSError:
-            # A full or read-only disk mid-way: put the old files back (links to the
-            # backups: no new space needed), so the error leaves the series as it was.
+        except OSError:  # a full or read-only disk: the old files back (links: no new space)
             _roll_back(self.series_dir, journal)
             raise
         _finish(journal)
@@ -172,8 +145,7 @@ def _snapshot(series_dir: Path) -> dict[str, str | None]:
 
 @contextmanager
 def series_lock(series_dir: Path) -> Iterator[None]:
-    """One writer at a time. An flock: the kernel releases it when its process dies,
-    so a killed writer never leaves a lock behind."""
+    """One writer at a time; an flock, so a killed writer leaves no lock behind."""
     from filelock import FileLock, Timeout
 
     work = Path(series_dir) / WORK_DIR
@@ -193,8 +165,6 @@ def series_lock(series_dir: Path) -> Iterator[None]:
     finally:
         lock.release()
 
-
-# -- the steps -------------------------------------------------------------------
 
 def _prepare(series_dir: Path, writes: dict[str, bytes], removals: list[str]) -> Path:
     work = series_dir / WORK_DIR
@@ -270,8 +240,7 @@ def _roll_back(series_dir: Path, journal: Path) -> None:
 
 
 def _keep_copy(source: Path, target: Path) -> None:
-    """`target` with the bytes of `source`: a hard link (no space, and write_atomic replaces
-    files by rename, so the link keeps the old bytes), or a copy where links are refused."""
+    """A hard link (write_atomic renames, so it keeps the old bytes), else a copy."""
     try:
         os.link(source, target)
     except OSError:
@@ -291,8 +260,7 @@ def _finish(journal: Path) -> None:
 def _recover_locked(series_dir: Path) -> bool:
     work = series_dir / WORK_DIR
     found = False
-    for scratch in work.glob(f".{JOURNAL}.*"):
-        # Not committed (or already applied and being deleted): nothing to redo.
+    for scratch in work.glob(f".{JOURNAL}.*"):  # uncommitted, or finished: nothing to redo
         shutil.rmtree(scratch, ignore_errors=True)
         found = True
     journal = work / JOURNAL
@@ -309,7 +277,6 @@ def _recover_locked(series_dir: Path) -> bool:
 
 
 def _remove_atomic_leftovers(series_dir: Path) -> None:
-    """Temporary files of write_atomic calls a kill interrupted (`.<name>.XXXXXXXX.tmp`)."""
     for directory in (series_dir, series_dir / PATCHES):
         if directory.is_dir():
             for path in directory.iterdir():

@@ -1,14 +1,7 @@
-"""Work trees of the cache repository that survive a kill -9 of forkbuild; forkbuild only
-ever clears what its OWN dead process left.
-
-- `tree_guard(dest, command)`: an flock on `<parent>/.<name>.forkbuild-lock` (dropped by the
-  kernel when the process dies) makes a second run on the tree refuse at once (LockBusy).
-  The file names the owner while it runs and is emptied at the end; one that still names an
-  owner when the lock is free was left by a killed forkbuild (`guard.killed`), whose git
-  children are stopped before anything touches the tree (childgroup.py).
-- `temporary_worktree(cache)`: a scratch work tree, recorded in the cache
-  (`upstream.git/forkbuild-owners/`) before git creates it; every later call removes those
-  whose owner is dead, with a registration or `index.lock` a killed `git worktree add` left.
+"""Work trees that survive a kill -9; forkbuild only clears what its own dead process left.
+`tree_guard`: an flock beside the tree (a second run refuses) whose file names the owner; one
+still named when the lock is free was killed (`guard.killed`). `temporary_worktree`: a scratch
+tree recorded in the cache before git makes it, removed by a later call once its owner is dead.
 """
 
 from __future__ import annotations
@@ -55,11 +48,9 @@ class Owner(NamedTuple):
     group: int = 0  # the process group its git children run in (childgroup.py); 0: none recorded
 
     @classmethod
-    def me(cls, command: str, phase: str = "started", *, children: bool = True) -> Owner:
-        """This process. children=False: for an owner that starts no git, so no group is
-        made (a keeper process) only to be recorded."""
+    def me(cls, command: str, phase: str = "started") -> Owner:
         return cls(pid=os.getpid(), host=_host(), started=_process_start(os.getpid()),
-                   command=command, phase=phase, group=GROUP.id() if children else 0)
+                   command=command, phase=phase, group=GROUP.id())
 
     @classmethod
     def parse(cls, text: str) -> Owner | None:
@@ -90,8 +81,6 @@ class Owner(NamedTuple):
         return f"forkbuild {self.command} (pid {self.pid} on {self.host})"
 
 
-# -- a command working in a work tree ---------------------------------------------
-
 class TreeGuard:
     def __init__(self, dest: Path, command: str) -> None:
         self.dest = Path(dest)
@@ -117,24 +106,19 @@ class TreeGuard:
             raise
         self._fd = fd
         self.killed = Owner.parse(os.pread(fd, 4096, 0).decode(errors="replace"))
-        if self.killed is not None:
-            # Before anything reads or clears the tree: git that the killed run started
-            # would otherwise go on writing into it.
+        if self.killed is not None:  # its git children would go on writing into the tree
             self.killed.stop_orphans()
         self._record(Owner.me(self.command))
 
-    def changing(self, phase: str = "changing") -> None:
-        """From here on the tree holds this command's half-done work: if it is killed, the
-        next run may clear the tree (everything in it came from the series)."""
-        self._record(Owner.me(self.command, phase))
+    def changing(self) -> None:
+        """From here the tree holds this command's half-done work: after a kill, the next run clears it."""
+        self._record(Owner.me(self.command, "changing"))
 
     def recovered(self) -> None:
-        """The killed owner's leftovers are dealt with: forget it."""
         self.killed = None
 
     def release(self, *, interrupted: bool = False) -> None:
-        """interrupted: the command is ending on Ctrl-C or an unexpected error; a tree it was
-        changing stays marked, so the next run recovers it as it would after a kill."""
+        """interrupted (Ctrl-C, an unexpected error): a tree being changed stays marked, as after a kill."""
         if self._fd is None:
             return
         if interrupted and self._phase == "changing":
@@ -169,8 +153,6 @@ def tree_guard(dest: Path, command: str) -> Iterator[TreeGuard]:
         raise
     guard.release()
 
-
-# -- stale locks and registrations ---------------------------------------------------
 
 def _held_open(path: Path) -> bool:
     """Whether any process has `path` open (git keeps index.lock open while it writes it)."""
@@ -208,8 +190,7 @@ def clear_stale_index_lock(tree: Path) -> bool:
 
 
 def remove_dead_tree(cache_git: Git, tree: Path) -> None:
-    """Remove a work tree whose owner is dead: its directory, its registration (even one a
-    killed `git worktree add` left locked), its index.lock."""
+    """Remove a dead owner's work tree: directory, registration (even a locked one), index.lock."""
     tree = Path(tree)
     clear_stale_index_lock(tree)
     admin = _admin_dir(cache_git, tree)
@@ -237,8 +218,7 @@ def _admin_dir(cache_git: Git, tree: Path) -> Path | None:
 
 
 def recover_killed_change(guard: TreeGuard, cache_git: Git) -> bool:
-    """A tree a killed forkbuild was changing (guard.killed, phase "changing") holds only
-    its half-done work, nothing of the user's: remove it, so the command can make it anew."""
+    """Remove a tree a killed forkbuild was changing (only its half-done work is there)."""
     killed = guard.killed
     if killed is None:
         return False
@@ -247,8 +227,6 @@ def recover_killed_change(guard: TreeGuard, cache_git: Git) -> bool:
     guard.recovered()
     return killed.phase == "changing"
 
-
-# -- scratch work trees ------------------------------------------------------------
 
 def _owners(cache_git: Git) -> Path:
     return cache_git.git_dir / OWNERS_DIR
@@ -280,8 +258,7 @@ def clear_dead_scratch_trees(cache_git: Git) -> int:
 
 @contextmanager
 def temporary_worktree(cache: UpstreamCache, *, purpose: str) -> Iterator[Path]:
-    """A path for a scratch work tree of the cache repository (the caller lets git create it
-    there), removed afterwards; a kill -9 leaves a record that the next call clears up."""
+    """A path for a scratch work tree of the cache (git creates it there), removed afterwards."""
     cache_git = cache.git()
     clear_dead_scratch_trees(cache_git)
     scratch = Path(tempfile.mkdtemp(prefix=f"forkbuild-{purpose}-"))

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rich.table import Table
+
 from forkbuild.apply import apply_variant, resume_apply
 from forkbuild.combination import whole_series
 from forkbuild.commands import add_command
@@ -50,8 +52,6 @@ def run(args, context) -> int:
             return 0
     else:
         result = apply_variant(context=context, variant=combination, dest=dest, stop=combination.whole)
-    from rich.table import Table  # here, not at the top: rich loads beside the first git commands (console.py)
-
     table = Table("patch", "feature", "outcome", "detail", title=f"{result.variant or 'series'} -> {dest}")
     for record in result.records:
         table.add_row(record.entry.file, record.entry.feature, str(record.outcome), record.detail)

@@ -20,14 +20,14 @@ def add_parser(subparsers) -> None:
 
 def run(args, context) -> int:
     tree = context.series_dir / DEFAULT_TREE
-    result = drop_patches(context, args.names)
-    for dropped in result.dropped:
+    dropped_patches, unported = drop_patches(context, args.names)
+    for dropped in dropped_patches:
         context.reporter.info(f"dropped patches/{dropped.file} (feature {dropped.feature}, +{dropped.added}/"
                               f"-{dropped.removed} lines) and its series.toml entry; a copy is in {dropped.saved}")
         if dropped.tree_commit:
             context.reporter.warn(
                 f"{tree} still holds its commit {dropped.tree_commit[:12]}: `forkbuild export` would add it back; "
                 f"remove it there: git -C {quoted(tree)} rebase --onto {dropped.tree_commit[:12]}^ {dropped.tree_commit[:12]}")
-    for note in result.unported:
+    for note in unported:
         context.reporter.warn(note)
     return 0

@@ -1,5 +1,4 @@
-"""The one apply engine: apply, check, the wheel's index-only mode and rebase put patches
-on a base through it and get one typed outcome per patch. git applies every hunk; per patch:
+"""The one apply engine (apply, check, wheels, rebase): one typed outcome per patch; per patch:
 
 1. upstreamed  `git apply --cached --check --reverse` (rebase only)
 2. exact/offset `git apply --cached` into a private index of the files the patch names
@@ -60,8 +59,7 @@ class Outcome(StrEnum):
 
 
 class PatchJob(NamedTuple):
-    """One patch of a plan. `source`: this patch's commit in a series built on another
-    base (the 3-way rung merges it); "" when there is none."""
+    """One patch of a plan; `source`: its commit in a series on another base (the 3-way rung)."""
 
     name: str
     path: Path
@@ -106,13 +104,11 @@ class _Planned(NamedTuple):
 
 
 def already_applied(job: PatchJob) -> PatchResult:
-    """A patch whose change the tree already holds (an earlier patch made it): a failure, never
-    an empty commit."""
+    """A patch whose change the tree already holds: a failure, never an empty commit."""
     return PatchResult(name=job.name, outcome=Outcome.CONFLICT, detail=ALREADY_APPLIED)
 
 
 def _offset_path(offset: str) -> str:
-    """The file of one of read_report's offsets ("<path> hunk <n>: +3 lines")."""
     return offset.rsplit(" hunk ", 1)[0]
 
 
@@ -125,7 +121,6 @@ class Engine:
                  checked_out: bool = True, before_change: Callable[[], None] | None = None) -> None:
         self.worktree = worktree
         _clear_dead_engines(worktree.git_dir)
-        # Called before the engine first touches the work tree (it may raise: nothing changed yet).
         self._before_change = before_change
         self._checked_out = checked_out  # False: a new work tree without files (`git worktree add --no-checkout`)
         self.detect_upstreamed = detect_upstreamed
@@ -136,9 +131,7 @@ class Engine:
         self._written: dict[str, str] = {}  # token -> commit id, once flushed
         self._listing: TreeListing | None = None  # of `_head`'s tree, for the fast rung
         self._serial = next(_ENGINES)
-        # The small index as it is now: the listing it agrees with, the files it was written
-        # for, what it holds. The next group of the same listing applies on top, without
-        # writing the index again (one update-index a run).
+        # The small index now: its listing, the files it was written for, what it holds.
         self._small: tuple[TreeListing, set[str], dict[str, TreeEntry]] | None = None
         self._index_at: str | None = None
 
@@ -154,16 +147,13 @@ class Engine:
 
     @property
     def _small_index(self) -> Path:
-        # Per engine, not only per process: an engine applies its next group on top of what its
-        # last one left there, so no other engine may write it in between.
+        # Per engine: its next group applies on top of what its last one left there.
         return self.worktree.git_dir / f"forkbuild-engine-small-{os.getpid()}-{self._serial}.index"
 
     # -- patches -------------------------------------------------------------
     def run(self, jobs: Iterable[PatchJob], *, stop: bool, write: bool = True) -> list[PatchResult]:
-        """Apply `jobs` in order on `head`; with stop, up to and including the first conflict
-        (left in the work tree with markers). Every result's commit is written; write=False
-        leaves the last ones pending for a caller that commits more on top (`commit_files`)
-        and passes the results through `written()` after `finish()`."""
+        """Apply `jobs` in order on `head`; with stop, up to the first conflict (left in the work
+        tree). write=False leaves commits pending (pass the results through `written()` later)."""
         jobs = list(jobs)
         results: list[PatchResult] = []
         alone = 0  # how many jobs go one by one: a group of them did not apply in one git run
@@ -182,8 +172,6 @@ class Engine:
         return [self.written(result) for result in results]
 
     def step(self, job: PatchJob, *, stop: bool) -> PatchResult:
-        """Apply `job` on `head`. A conflict is recorded (stop=False) or left in the
-        work tree with markers (stop=True; `head` stays where it was)."""
         return self.run([job], stop=stop)[0]
 
     def _step(self, job: PatchJob, *, stop: bool, upcoming: Sequence[PatchJob] = ()) -> PatchResult:
@@ -225,13 +213,8 @@ class Engine:
         return disjoint_run(planned, lambda plan: plan.paths)  # type: ignore[arg-type,union-attr]
 
     def _fast(self, group: list[_Planned], *, upcoming: Sequence[PatchJob] = ()) -> list[PatchResult]:
-        """exact / offset for every patch of `group` from one `git apply --cached -v` into a private
-        index of only the files they name, their commits left pending; [] when this rung cannot
-        tell (one does not apply there, or git would have refused it on the full index, or a
-        change cannot be told to one patch): the caller goes one by one, up the full rungs.
-
-        The index is written once for the files `upcoming` (the jobs from `group` on) name too,
-        and each later group of the same listing applies on top of what the one before made."""
+        """exact / offset for `group` from one `git apply --cached -v` into a private index of the
+        files they (and `upcoming`) name, commits left pending; [] when this rung cannot tell."""
         listing = self._tree_listing()
         paths = {path for planned in group for path in planned.paths}
         if self._small is not None and self._small[0] is listing and paths <= self._small[1]:
@@ -267,7 +250,7 @@ class Engine:
 
     @staticmethod
     def _paths_of(jobs: Iterable[PatchJob]) -> set[str]:
-        """The files `jobs` name (those whose patch reads; any other is the full rungs' to judge)."""
+        """The files `jobs` name (a patch that does not read is the full rungs' to judge)."""
         named: set[str] = set()
         for job in jobs:
             try:
@@ -287,8 +270,7 @@ class Engine:
         return self._listing
 
     def commit_files(self, files: Mapping[str, bytes], *, message: str) -> None:
-        """Commit `files` (path -> content) on `head` as forkbuild, at HEAD's date (the same
-        input, the same commit): the generated guards module, the run's last commit."""
+        """Commit `files` (path -> content) on `head` as forkbuild, at HEAD's date (the guards module)."""
         date = self._pending[-1][1].author.date if self._head in self._pending_tokens else \
             self.worktree.out("log", "-1", "--format=%cd", "--date=raw", self._head)
         modes = self._listing.entries_for(files) if self._listing else {}
@@ -341,9 +323,8 @@ class Engine:
         return commit
 
     def _merge_source(self, job: PatchJob) -> PatchResult:
-        """Cherry-pick `job.source` onto `head` without a work tree: merge-tree merges a
-        commit of head's tree whose parent is the source's parent, so the merge base is
-        the source's parent (git 2.39's merge-tree has no --merge-base)."""
+        """Cherry-pick `job.source` onto `head` by merge-tree, head's tree given the source's parent
+        as its parent (git 2.39's merge-tree has no --merge-base)."""
         git = self.worktree
         ours = git.commit_tree(git.tree_of(self.head), parents=[f"{job.source}^"], message="forkbuild merge base\n",
                                author=MERGE_AUTHOR)
@@ -419,8 +400,7 @@ class Engine:
 
     # -- after a stop ------------------------------------------------------------
     def settle(self, job: PatchJob) -> PatchResult:
-        """The person's resolution of the stopped `job` becomes its commit (RESOLVED),
-        or nothing is left of the patch (EMPTIED)."""
+        """The person's resolution of the stopped `job` becomes its commit (or EMPTIED)."""
         git = self.worktree
         unmerged = git.unmerged_paths()
         if unmerged:
@@ -468,8 +448,7 @@ class Engine:
 
 
 def _clear_dead_engines(git_dir: Path) -> None:
-    """Remove the private index files of engines whose process is gone: close() removes an
-    engine's own, and a killed one leaves them behind."""
+    """Remove the private index files a killed engine left."""
     try:
         found = list(git_dir.glob("forkbuild-engine-*.index*"))
     except OSError:

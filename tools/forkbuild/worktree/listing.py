@@ -1,11 +1,6 @@
-"""What the apply engine's fast rung knows of HEAD's tree without asking git per
-patch: every file with its mode and blob, kept up to date with the changes each
-patch made (the commits themselves are written later, in one fast-import).
-
-git applies the patch (`git apply --cached` into a private index holding only
-the files the patch names); this module only says which entries to put there
-and whether what git did there is what it would have done on the full index.
-"""
+"""HEAD's tree as the engine's fast rung knows it without asking git per patch: every file's
+mode and blob, updated with each patch's changes; and whether what git did in a small index
+is what it would have done on the full one."""
 
 from __future__ import annotations
 
@@ -17,8 +12,7 @@ from forkbuild.worktree.smallindex import parents
 
 
 class TreeListing:
-    """`entries` (a base's listing, shared: Git.tree_entries) with the changes made on top,
-    kept apart: the base's entries are not copied."""
+    """`entries` (a base's listing, shared, not copied) with the changes made on top."""
 
     def __init__(self, entries: Mapping[str, TreeEntry]) -> None:
         self._base = entries
@@ -36,10 +30,8 @@ class TreeListing:
         return {path: entry for path, entry in found.items() if entry is not None}
 
     def changes(self, before: Mapping[str, TreeEntry], after: Mapping[str, TreeEntry]) -> tuple[PathChange, ...] | None:
-        """What git changed in the small index (`before` -> `after`), or None when git would
-        have refused it on the full index: it created a file the small index did not hold
-        but the tree does, or one where the tree has a directory, or below a file the patch
-        left in place ("already exists", "appears as both a file and as a directory")."""
+        """What git changed in the small index, or None when git would have refused it on the full
+        index (a file created where the tree has one, a directory, or below a file kept)."""
         deleted = {path for path in before if path not in after}
         for path in after.keys() - before.keys():
             if self._get(path) is not None or self._is_dir(path):

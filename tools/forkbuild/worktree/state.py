@@ -1,10 +1,5 @@
-"""A forkbuild work tree's state: what apply built it from and what export compares
-it with, in `<git dir>/forkbuild-worktree.json`, replaced atomically on each write.
-
-Schema 1 is the first to carry a "schema" key; a file without one was written by
-an older forkbuild and is read the same way (its keys are the same, and a tree
-made before the patch hashes or the commits were recorded simply lacks them).
-"""
+"""A forkbuild work tree's state: what apply built it from and what export compares it
+with, in `<git dir>/forkbuild-worktree.json` (a file without a "schema" key reads as 1)."""
 
 from __future__ import annotations
 
@@ -26,7 +21,6 @@ READS = (None, SCHEMA)  # None: the file of a forkbuild from before the schema n
 
 @dataclass(frozen=True, kw_only=True)
 class WorktreeState:
-    """What apply recorded of a work tree it built."""
 
     variant: str  # "" for the whole series (the tree export reads)
     base: str  # the upstream commit the series is applied on
@@ -34,8 +28,7 @@ class WorktreeState:
     patches: tuple[str, ...]  # the patch files that have a commit in the tree, in order
     commits: Mapping[str, str] = field(default_factory=dict)  # patch file -> its commit
     missing: Mapping[str, Outcome] = field(default_factory=dict)  # patch file -> why it has no commit
-    # sha256 of the patch files the tree was made from; None: not recorded (an older forkbuild,
-    # or a tree built outside apply without them), so export cannot tell whether patches/ changed.
+    # sha256 of the patch files the tree was made from; None: not recorded.
     sha256: Mapping[str, str] | None = None
     dropped: tuple[str, ...] = ()  # removed from the series on purpose (`forkbuild drop`)
 
@@ -81,8 +74,7 @@ def read_state(dest: Path) -> WorktreeState | None:
                              hint="use the forkbuild version that made this tree (a newer one), or save any commits "
                                   f"of yours first (git -C {quoted(dest)} log), then remove {dest} and apply again") from error
     except (OSError, ValueError) as error:
-        # Without the state forkbuild cannot tell the series' commits from the user's:
-        # refuse to touch the tree rather than guess.
+        # Without it the series' commits cannot be told from the user's: refuse, never guess.
         raise DirtyTreeError(f"{dest}: its forkbuild state {path} is unreadable ({error})",
                              hint=f"save any commits of yours first (git -C {quoted(dest)} log), then remove {dest} "
                                   "and apply again") from error
