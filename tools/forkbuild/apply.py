@@ -103,7 +103,7 @@ def apply_plan(*, context: Context, plan: ApplyPlan, dest: Path, stop: bool = Fa
         if recover_killed_change(guard, cache_git):
             context.reporter.warn(f"{dest}: removed what an interrupted or killed forkbuild apply left half-built there")
         previous = read_state(dest) if (dest / ".git").exists() else None
-        worktree = prepare_worktree(cache_git, dest=dest, base=base, guard=guard, checkout=False, check_unsaved=False)
+        worktree = prepare_worktree(cache_git, dest=dest, base=base, guard=guard, checkout=False)
         chaos_point("apply:prepared")
         jobs = tuple(PatchJob(name=entry.file, path=entry.path, source=sources.get(entry.file, "")) for entry in plan.entries)
         run = StopState(variant=plan.variant, base=base, started_from=previous.head if previous else base,
@@ -291,10 +291,10 @@ def refuse_unsaved_work(worktree: Git) -> None:
 
 
 def prepare_worktree(cache_git: Git, *, dest: Path, base: str, guard: TreeGuard | None = None,
-                     checkout: bool = True, check_unsaved: bool = True) -> Git:
-    """A clean work tree at `base`: new, or one forkbuild made that holds nothing else; `guard`
-    is told when it starts to change. checkout=False: a new tree gets no files yet.
-    check_unsaved=False: unsaved work is the caller's to refuse (`unsaved_work_checked`)."""
+                     checkout: bool = True) -> Git:
+    """A clean work tree at `base`: new, or one forkbuild made that holds nothing else. With the
+    caller's `guard`, unsaved work is the caller's to refuse (`unsaved_work_checked`).
+    checkout=False: a new tree gets no files yet."""
     if dest.exists() and not dest.is_dir():
         raise DirtyTreeError(f"{dest} exists and is not a directory", hint="choose another --dir")
     if not dest.exists() or not any(dest.iterdir()):
@@ -306,7 +306,7 @@ def prepare_worktree(cache_git: Git, *, dest: Path, base: str, guard: TreeGuard 
         raise DirtyTreeError(f"{dest} exists and is not a forkbuild work tree",
                              hint="choose another --dir, or remove that directory yourself")
     worktree = Git(dest)
-    if check_unsaved:
+    if guard is None:
         refuse_unsaved_work(worktree)
     head = worktree.head()
     if head != state.head:
@@ -314,8 +314,6 @@ def prepare_worktree(cache_git: Git, *, dest: Path, base: str, guard: TreeGuard 
         raise DirtyTreeError(f"{dest} has {len(extra) or 'other'} commit(s) that are not in the series (HEAD {head[:12]})",
                              hint=f"keep them: `forkbuild export --dir {quoted(dest)}`; "
                                   f"discard them: git -C {quoted(dest)} reset --hard {state.head[:12]}")
-    if guard and check_unsaved:
-        guard.changing()
     return worktree
 
 

@@ -11,7 +11,7 @@ from forkbuild import statefile
 from forkbuild.errors import DirtyTreeError, quoted
 from forkbuild.fsutil import write_atomic
 from forkbuild.git import Git
-from forkbuild.worktree.engine import Engine, PatchJob, PatchResult
+from forkbuild.worktree.engine import Engine, Outcome, PatchJob, PatchResult
 from forkbuild.worktree.state import WorktreeState
 
 STOP_FILE = "forkbuild-stop.json"
@@ -37,8 +37,8 @@ class StopState:
     def as_dict(self) -> dict:
         previous = self.previous_state.as_dict() if self.previous_state else None
         return {"schema": SCHEMA, "variant": self.variant, "base": self.base, "started_from": self.started_from,
-                "previous_state": previous, "jobs": [job.as_dict() for job in self.jobs],
-                "cursor": self.cursor, "results": [result.as_dict() for result in self.results],
+                "previous_state": previous, "jobs": [{**job._asdict(), "path": str(job.path)} for job in self.jobs],
+                "cursor": self.cursor, "results": [result._asdict() for result in self.results],
                 "hashes": self.hashes}
 
     @classmethod
@@ -46,8 +46,10 @@ class StopState:
         previous = data["previous_state"]
         return cls(variant=data["variant"], base=data["base"], started_from=data["started_from"],
                    previous_state=None if previous is None else WorktreeState.from_dict(previous),
-                   jobs=tuple(PatchJob.from_dict(j) for j in data["jobs"]),
-                   cursor=data["cursor"], results=tuple(PatchResult.from_dict(r) for r in data["results"]),
+                   jobs=tuple(PatchJob(**{**job, "path": Path(job["path"])}) for job in data["jobs"]),
+                   cursor=data["cursor"], results=tuple(PatchResult(**{
+                       **result, "outcome": Outcome(result["outcome"]), "conflicts": tuple(result["conflicts"]),
+                       "offsets": tuple(result["offsets"])}) for result in data["results"]),
                    hashes=data["hashes"])
 
 

@@ -65,13 +65,6 @@ class PatchJob(NamedTuple):
     path: Path
     source: str = ""
 
-    def as_dict(self) -> dict:
-        return {"name": self.name, "path": str(self.path), "source": self.source}
-
-    @classmethod
-    def from_dict(cls, data: dict) -> PatchJob:
-        return cls(name=data["name"], path=Path(data["path"]), source=data.get("source", ""))
-
 
 class PatchResult(NamedTuple):
     """What applying one patch came to: its outcome, commit and what git said."""
@@ -82,16 +75,6 @@ class PatchResult(NamedTuple):
     detail: str = ""
     conflicts: tuple[str, ...] = ()
     offsets: tuple[str, ...] = ()
-
-    def as_dict(self) -> dict:
-        return {**self._asdict(), "outcome": self.outcome.value, "conflicts": list(self.conflicts),
-                "offsets": list(self.offsets)}
-
-    @classmethod
-    def from_dict(cls, data: dict) -> PatchResult:
-        return cls(name=data["name"], outcome=Outcome(data["outcome"]), commit=data.get("commit", ""),
-                   detail=data.get("detail", ""), conflicts=tuple(data.get("conflicts", ())),
-                   offsets=tuple(data.get("offsets", ())))
 
 
 class _Planned(NamedTuple):
