@@ -82,7 +82,9 @@ def apply_variant(*, context: Context, variant: Combination, dest: Path, stop: b
     one, conflict markers in `dest`, until `resume_apply`)."""
     result = apply_plan(context=context, plan=plan_variant(context.series, variant), dest=dest, stop=stop)
     if result.failures:
-        raise ApplyError(describe_failures(result), hint="fix the patch, or run `forkbuild check` to see every variant")
+        lines = [f"{len(result.failures)} patch(es) of {result.variant or 'the series'} do not apply:"]
+        lines += [f"  - {record.entry.file}: {record.detail}" for record in result.failures]
+        raise ApplyError("\n".join(lines), hint="fix the patch, or run `forkbuild check` to see every variant")
     return result
 
 
@@ -126,32 +128,28 @@ def resume_apply(*, context: Context, dest: Path, action: str) -> ApplyResult | 
     if not (dest / ".git").exists():
         raise ApplyError(f"no apply is stopped in {dest}: it is not a work tree", hint="`forkbuild apply --all` starts one")
     with tree_guard(dest, f"apply --{action}"):
-        return _resume(context=context, dest=dest, action=action)
-
-
-def _resume(*, context: Context, dest: Path, action: str) -> ApplyResult | None:
-    worktree = Git(dest)
-    state = read_stop(worktree)
-    if state is None:
-        raise ApplyError(f"no apply is stopped in {dest}", hint="`forkbuild apply --all` starts one")
-    engine = Engine(worktree)
-    if action == "abort":
-        engine.skip(state.stopped)
-        worktree.reset_hard(state.started_from)
-        if state.previous_state is None:
-            state_path(worktree).unlink(missing_ok=True)
-        else:
-            write_state(worktree, state.previous_state)
-        clear_stop(worktree)
-        context.reporter.info(f"apply aborted: {dest} is back at {state.started_from[:12]}")
-        return None
-    settled = resume(engine, state.stopped, action)
-    context.reporter.info(f"{settled.name}: {settled.outcome} {settled.detail}".rstrip())
-    resumed = replace(state, cursor=state.cursor + 1, results=(*state.results, settled))
-    series = context.series
-    plan = plan_variant(series, of_variant(series, state.variant) if state.variant else whole_series(series))
-    results = _run(engine, resumed, stop=True, context=context, features=plan.features)
-    return _result(context, plan, dest=dest, base=state.base, head=engine.head, results=results)
+        worktree = Git(dest)
+        state = read_stop(worktree)
+        if state is None:
+            raise ApplyError(f"no apply is stopped in {dest}", hint="`forkbuild apply --all` starts one")
+        engine = Engine(worktree)
+        if action == "abort":
+            engine.skip(state.stopped)
+            worktree.reset_hard(state.started_from)
+            if state.previous_state is None:
+                state_path(worktree).unlink(missing_ok=True)
+            else:
+                write_state(worktree, state.previous_state)
+            clear_stop(worktree)
+            context.reporter.info(f"apply aborted: {dest} is back at {state.started_from[:12]}")
+            return None
+        settled = resume(engine, state.stopped, action)
+        context.reporter.info(f"{settled.name}: {settled.outcome} {settled.detail}".rstrip())
+        resumed = replace(state, cursor=state.cursor + 1, results=(*state.results, settled))
+        series = context.series
+        plan = plan_variant(series, of_variant(series, state.variant) if state.variant else whole_series(series))
+        results = _run(engine, resumed, stop=True, context=context, features=plan.features)
+        return _result(context, plan, dest=dest, base=state.base, head=engine.head, results=results)
 
 
 def _run(engine: Engine, state: StopState, *, stop: bool, context: Context, features: tuple[str, ...]) -> list[PatchResult]:
@@ -161,7 +159,9 @@ def _run(engine: Engine, state: StopState, *, stop: bool, context: Context, feat
     for result in engine.run(state.jobs[state.cursor:], stop=stop, write=False):
         if result.outcome is Outcome.CONFLICT and stop:  # the commits before it are written
             cursor = state.cursor + len(results) - len(state.results)
-            _save_stop(engine, replace(state, cursor=cursor, results=tuple(results)))
+            stopped = replace(state, cursor=cursor, results=tuple(results))
+            write_stop(engine.worktree, stopped)
+            _record_applied(engine.worktree, stopped, results, head=engine.head)
             raise _stopped(engine.worktree, state.jobs[cursor], result, earlier=state.jobs[:cursor])
         results.append(result)
     if state.jobs:  # a build of no patches is upstream as it is
@@ -173,11 +173,6 @@ def _run(engine: Engine, state: StopState, *, stop: bool, context: Context, feat
     _record_applied(engine.worktree, state, results, head=engine.head)
     clear_stop(engine.worktree)
     return results
-
-
-def _save_stop(engine: Engine, state: StopState) -> None:
-    write_stop(engine.worktree, state)
-    _record_applied(engine.worktree, state, list(state.results), head=engine.head)
 
 
 def _record_applied(worktree: Git, state: StopState, results: list[PatchResult], *, head: str) -> None:
@@ -217,23 +212,16 @@ def _result(context: Context, plan: ApplyPlan, *, dest: Path, base: str, head: s
             result = result._replace(detail=(result.detail != ALREADY_APPLIED and _fuzz_detail(Git(dest), entry.path))
                                      or _failure_detail(entry, plan, result.detail))
         records.append(PatchRecord(entry, *result[1:]))
-    if report:
-        _report_offsets(context, records)
-    return ApplyResult(dest=dest, variant=plan.variant, base_commit=base, head_commit=head, records=tuple(records))
-
-
-def _report_offsets(context: Context, records: list[PatchRecord]) -> None:
-    """One line for offsets, the hunks with -v."""
     moved = [record for record in records if record.offsets]
-    if moved:
-        hunks = sum(len(record.offsets) for record in moved)
-        context.reporter.info(f"{len(moved)} patch(es) applied at an offset ({hunks} hunk(s) moved; "
-                              "`forkbuild export --refresh` rewrites them; -v lists them)")
-    for record in moved:
-        context.reporter.detail(f"  {record.entry.file}: " + "; ".join(record.offsets))
+    if report and moved:
+        context.reporter.info(f"{len(moved)} patch(es) applied at an offset ({sum(len(r.offsets) for r in moved)} "
+                              "hunk(s) moved; `forkbuild export --refresh` rewrites them; -v lists them)")
+        for record in moved:
+            context.reporter.detail(f"  {record.entry.file}: " + "; ".join(record.offsets))
     for record in records:
-        if record.outcome is Outcome.THREE_WAY:
+        if report and record.outcome is Outcome.THREE_WAY:
             context.reporter.info(f"{record.entry.file}: 3-way ({record.detail})")
+    return ApplyResult(dest=dest, variant=plan.variant, base_commit=base, head_commit=head, records=tuple(records))
 
 
 @contextmanager
@@ -245,12 +233,6 @@ def scratch_tree(*, context: Context, variant: Combination, strict: bool) -> Ite
             yield apply_variant(context=context, variant=variant, dest=dest)
         else:
             yield apply_plan(context=context, plan=plan_variant(context.series, variant), dest=dest)
-
-
-def describe_failures(result: ApplyResult) -> str:
-    lines = [f"{len(result.failures)} patch(es) of {result.variant or 'the series'} do not apply:"]
-    lines += [f"  - {record.entry.file}: {record.detail}" for record in result.failures]
-    return "\n".join(lines)
 
 
 def series_hashes(series: Series) -> dict[str, str]:
@@ -364,17 +346,13 @@ def _failure_detail(entry: PatchEntry, plan: ApplyPlan, reason: str) -> str:
     return reason
 
 
-def _series_key(series: Series, base: str) -> str:
-    digest = hashlib.sha256(base.encode())
-    for entry in series.patches:
-        digest.update(entry.file.encode() + b"\0" + entry.path.read_bytes())
-    return digest.hexdigest()[:20]
-
-
 def ensure_series_blobs(*, context: Context, cache: UpstreamCache, base: str) -> dict[str, str]:
     """The whole series applied once per content in the cache, under a ref: patch file -> commit."""
     series = context.series
-    ref = f"{FULL_SERIES_REF}/{_series_key(series, base)}"
+    digest = hashlib.sha256(base.encode())
+    for entry in series.patches:
+        digest.update(entry.file.encode() + b"\0" + entry.path.read_bytes())
+    ref = f"{FULL_SERIES_REF}/{digest.hexdigest()[:20]}"
     cache_git = cache.git()
     if not cache_git.rev(ref):
         with cache.locked():

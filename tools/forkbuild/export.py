@@ -193,8 +193,7 @@ def plan_export(series: Series, *, worktree: Git, base: str, refresh: bool,
                 decisions: dict[str, str] | None = None, state: WorktreeState | None = None,
                 series_toml: str | None = None) -> ExportPlan:
     head = worktree.head()
-    commits = _patch_commits(series, [_read_commit(worktree, sha) for sha in worktree.commits(base, head)],
-                             where=worktree.path)
+    commits = _patch_commits(series, worktree, base, head)
     matches = match_commits(commits, series.patches)
     _check_trailers(series, commits, matches, where=worktree.path)
     names = _new_names(series, commits, matches)
@@ -298,17 +297,16 @@ def save_aside(context: Context, names: tuple[str, ...]) -> Path:
     return target
 
 
-def _read_commit(worktree: Git, sha: str) -> _Commit:
-    text = worktree.format_patch(sha)
-    return _Commit(sha=sha, text=text, info=parse_patch(text, path=Path(f"{sha[:12]}.patch")))
-
-
-def _patch_commits(series: Series, commits: list[_Commit], *, where: Path) -> list[_Commit]:
+def _patch_commits(series: Series, worktree: Git, base: str, head: str) -> list[_Commit]:
     """The commits that are patches: forkbuild's generated guards commit is not one."""
+    commits = []
+    for sha in worktree.commits(base, head):
+        text = worktree.format_patch(sha)
+        commits.append(_Commit(sha=sha, text=text, info=parse_patch(text, path=Path(f"{sha[:12]}.patch"))))
     problems = [problem for commit in commits
                 for problem in generated_commit_problems(series, commit.info, label=commit.label)]
     if problems:
-        raise ConfigError(problems, source=f"commits of {where}")
+        raise ConfigError(problems, source=f"commits of {worktree.path}")
     return [commit for commit in commits if not is_generated(commit.info)]
 
 
@@ -384,8 +382,11 @@ def _new_names(series: Series, commits: list[_Commit], matches: list[PatchEntry 
             # `forkbuild new --name` writes a Patch: trailer; without one the name comes from the subject.
             asked = commit.info.trailer(PATCH_TRAILER)
             name = asked[0] if asked else patch_name(commit.info.trailer("Feature")[0], commit.info.subject)
-            names[commit.sha] = unique_name(name, taken)
-            taken.add(names[commit.sha])
+            stem, number = name.removesuffix(".patch"), 2
+            while name in taken:
+                name, number = f"{stem}-{number}.patch", number + 1
+            names[commit.sha] = name
+            taken.add(name)
     return names
 
 
@@ -397,13 +398,6 @@ def patch_name(feature: str, subject: str) -> str:
     if slug.startswith(prefix + "-") or slug == prefix:
         return f"{slug}.patch"
     return f"{prefix}-{slug}.patch"
-
-
-def unique_name(name: str, taken: set[str]) -> str:
-    stem, number = name.removesuffix(".patch"), 2
-    while name in taken:
-        name, number = f"{stem}-{number}.patch", number + 1
-    return name
 
 
 def normalized(text: str) -> str:

@@ -6,13 +6,13 @@ template with its trailers. A re-run finds the feature as asked and only rewrite
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import tomlkit
 from tomlkit.items import Table
 
-from forkbuild.config import FEATURE_NAME, GUARD_NAME, GUARD_PREFIX, Series, load_series, near_miss, parse_series
+from forkbuild.config import FEATURE_NAME, GUARD_NAME, GUARD_PREFIX, Guard, Series, load_series, near_miss, parse_series
 from forkbuild.context import Context
 from forkbuild.errors import ConfigError, ForkbuildError
 from forkbuild.fsutil import write_atomic
@@ -25,32 +25,18 @@ PATCH_TRAILER = "Patch"  # export names a new patch file after it
 
 
 @dataclass(frozen=True, kw_only=True)
-class GuardSpec:
-    env: str
-    type: str
-    default: str
-
-
-@dataclass(frozen=True, kw_only=True)
 class NewFeature:
     name: str
     description: str
-    guards: tuple[GuardSpec, ...]
+    guards: tuple[Guard, ...]
     variants: tuple[str, ...]
     requires: tuple[str, ...]
     patch: str  # the patch file export will write
+    series_toml: str | None = None  # the new text; None when series.toml already holds it all
+    added_to: tuple[str, ...] = ()  # variants that gain the feature
 
 
-@dataclass(frozen=True, kw_only=True)
-class NewFeaturePlan:
-    feature: NewFeature
-    series_toml: str | None  # the new text; None when series.toml already holds it all
-    template_path: Path
-    template: str
-    added_to: tuple[str, ...]  # variants that gain the feature
-
-
-def parse_guard(spec: str) -> GuardSpec:
+def parse_guard(spec: str, *, feature: str = "") -> Guard:
     """ENV:TYPE:DEFAULT (the default may itself hold colons, or be empty)."""
     parts = spec.split(":", 2)
     if len(parts) != 3:
@@ -66,27 +52,30 @@ def parse_guard(spec: str) -> GuardSpec:
         check_value(guard_type, default)
     except ValueError as error:
         raise ForkbuildError(f"--guard {spec!r}: default {default!r} does not fit type {guard_type}: {error}") from error
-    return GuardSpec(env=env, type=guard_type, default=default)
-
-
-def patch_file_name(name: str) -> str:
-    file = name if name.endswith(".patch") else f"{name}.patch"
-    if not PATCH_NAME.fullmatch(file):
-        raise ForkbuildError(f"--name {name!r}: a patch name is a plain file name of letters, digits, '.', '_', '-'")
-    return file
+    return Guard(env=env, type=guard_type, default=default, feature=feature)
 
 
 def plan_new_feature(series: Series, *, name: str, description: str, guards: list[str], variants: list[str],
-                     requires: list[str], patch: str | None) -> NewFeaturePlan:
+                     requires: list[str], patch: str | None) -> NewFeature:
     if not FEATURE_NAME.fullmatch(name):
         raise ForkbuildError(f"feature name {name!r}: lower-case letters, digits and _, starting with a letter")
     chosen = tuple(dict.fromkeys(variants or [series.default_variant]))
     for variant in chosen:
         series.variant(variant)  # unknown: ConfigError with "perhaps you meant"
-    feature = NewFeature(name=name, description=description, guards=tuple(parse_guard(spec) for spec in guards),
-                         variants=chosen, requires=tuple(dict.fromkeys(requires)),
-                         patch=patch_file_name(patch or name.replace("_", "-")))
-    _refuse_taken_patch_name(series, feature)
+    guard_specs = tuple(parse_guard(spec, feature=name) for spec in guards)
+    asked = patch or name.replace("_", "-")
+    file = asked if asked.endswith(".patch") else f"{asked}.patch"
+    if not PATCH_NAME.fullmatch(file):
+        raise ForkbuildError(f"--name {asked!r}: a patch name is a plain file name of letters, digits, '.', '_', '-'")
+    owner = next((entry for entry in series.patches if entry.file == file), None)
+    if owner is not None:
+        raise ForkbuildError(f"patches/{file} is already the patch of feature {owner.feature!r}",
+                             hint="name the new patch with --name NAME")
+    if (series.patches_dir / file).exists():
+        raise ForkbuildError(f"patches/{file} exists (not listed in series.toml)",
+                             hint="name the new patch with --name NAME, or move that file away")
+    feature = NewFeature(name=name, description=description, guards=guard_specs,
+                         variants=chosen, requires=tuple(dict.fromkeys(requires)), patch=file)
     owners = {guard.env: other.name for other in series.features.values() for guard in other.guards if other.name != name}
     taken = [f"--guard {guard.env}: already a guard of feature {owners[guard.env]!r} (a guard belongs to one feature)"
              for guard in feature.guards if guard.env in owners]
@@ -101,30 +90,19 @@ def plan_new_feature(series: Series, *, name: str, description: str, guards: lis
     added_to = tuple(variant for variant in chosen if name not in series.variants[variant].features)
     new_text = _with_variant_membership(new_text, name, added_to)
     parse_series(new_text, path=series.path)  # every problem reported as for any series.toml
-    template_path = series.root / WORK_DIR / f"{name}.commit"
-    return NewFeaturePlan(feature=feature, series_toml=None if new_text == text else new_text,
-                          template_path=template_path, template=commit_template(feature), added_to=added_to)
+    return replace(feature, series_toml=None if new_text == text else new_text, added_to=added_to)
 
 
-def new_feature(context: Context, **asked) -> NewFeaturePlan:
-    """Plan (plan_new_feature's arguments) and write, in one series transaction."""
+def new_feature(context: Context, **asked) -> tuple[NewFeature, Path]:
+    """Plan (plan_new_feature's arguments) and write, in one series transaction; the template's path."""
     with series_transaction(context.series_dir) as transaction:
         context.series = series = load_series(context.series_file)  # read under the lock
-        plan = plan_new_feature(series, **asked)
-        transaction.write(SeriesChange(series_toml=plan.series_toml))
-    plan.template_path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(plan.template_path, plan.template)
-    return plan
-
-
-def _refuse_taken_patch_name(series: Series, feature: NewFeature) -> None:
-    owner = next((entry for entry in series.patches if entry.file == feature.patch), None)
-    if owner is not None:
-        raise ForkbuildError(f"patches/{feature.patch} is already the patch of feature {owner.feature!r}",
-                             hint="name the new patch with --name NAME")
-    if (series.patches_dir / feature.patch).exists():
-        raise ForkbuildError(f"patches/{feature.patch} exists (not listed in series.toml)",
-                             hint="name the new patch with --name NAME, or move that file away")
+        feature = plan_new_feature(series, **asked)
+        transaction.write(SeriesChange(series_toml=feature.series_toml))
+    template = series.root / WORK_DIR / f"{feature.name}.commit"
+    template.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(template, commit_template(feature))
+    return feature, template
 
 
 def _require_same(series: Series, feature: NewFeature) -> None:

@@ -93,11 +93,6 @@ def _decode_header(value: str | None) -> str:
     return str(email.header.make_header(email.header.decode_header(unfolded))).strip()
 
 
-def _diff_start(payload: str) -> int:
-    match = re.search(r"^diff --git ", payload, flags=re.MULTILINE)
-    return match.start() if match else len(payload)
-
-
 def _message(before_diff: str) -> str:
     """All before the diff, less a `---` line and the diffstat after it (a `---` of the message stays)."""
     head, separator, tail = ("\n" + before_diff).rpartition("\n---\n")
@@ -120,7 +115,8 @@ def _parsed(text: str, path: Path) -> PatchInfo:
 def parse_patch(text: str, *, path: Path) -> PatchInfo:
     """A patch's text (e.g. fresh `git format-patch` output); `path` names it in errors."""
     headers, payload = split_mail(text)
-    start = _diff_start(payload)
+    match = re.search(r"^diff --git ", payload, flags=re.MULTILINE)
+    start = match.start() if match else len(payload)
     message_body = _message(payload[:start])
     subject = _decode_header(headers.get("Subject"))
     try:

@@ -65,12 +65,6 @@ def _sha256(path: Path) -> str | None:
         return None
 
 
-def _check_name(relative: str) -> None:
-    parts = Path(relative).parts
-    if relative.startswith("/") or ".." in parts or len(parts) != (1 if relative == SERIES_TOML else 2):
-        raise ForkbuildError(f"refusing to write {relative!r}: not series.toml or a file directly in patches/")
-
-
 class SeriesTransaction:
     """`write` refuses when series.toml or a patch file changed since the lock was taken."""
 
@@ -83,7 +77,9 @@ class SeriesTransaction:
         if not writes and not removals:
             return
         for relative in [*writes, *removals]:
-            _check_name(relative)
+            parts = Path(relative).parts
+            if relative.startswith("/") or ".." in parts or len(parts) != (1 if relative == SERIES_TOML else 2):
+                raise ForkbuildError(f"refusing to write {relative!r}: not series.toml or a file directly in patches/")
         now = _snapshot(self.series_dir)
         changed = sorted(path for path in {*now, *self._seen} if now.get(path) != self._seen.get(path))
         if changed:
@@ -126,14 +122,10 @@ def write_series(series_dir: Path, change: SeriesChange) -> None:
 def recover_series(series_dir: Path) -> bool:
     """Finish or undo a transaction a killed process left; True when there was one."""
     work = Path(series_dir) / WORK_DIR
-    if not work.is_dir() or not _leftovers(work):
+    if not work.is_dir() or not ((work / JOURNAL).exists() or any(work.glob(f".{JOURNAL}.*"))):
         return False
     with series_lock(series_dir):
         return _recover_locked(series_dir)
-
-
-def _leftovers(work: Path) -> bool:
-    return (work / JOURNAL).exists() or any(work.glob(f".{JOURNAL}.*"))
 
 
 def _snapshot(series_dir: Path) -> dict[str, str | None]:

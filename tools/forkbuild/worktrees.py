@@ -53,9 +53,10 @@ class Owner(NamedTuple):
                    command=command, phase=phase, group=GROUP.id())
 
     @classmethod
-    def parse(cls, text: str) -> Owner | None:
+    def parse(cls, data: str | dict) -> Owner | None:
+        """An owner from its JSON text or data; None when it is not one."""
         try:
-            data = json.loads(text)
+            data = json.loads(data) if isinstance(data, str) else data
             return cls(pid=int(data["pid"]), host=str(data["host"]), started=str(data["started"]),
                        command=str(data["command"]), phase=str(data.get("phase", "started")),
                        group=int(data.get("group", 0)))
@@ -193,28 +194,10 @@ def remove_dead_tree(cache_git: Git, tree: Path) -> None:
     """Remove a dead owner's work tree: directory, registration (even a locked one), index.lock."""
     tree = Path(tree)
     clear_stale_index_lock(tree)
-    admin = _admin_dir(cache_git, tree)
-    if admin is not None:
-        (admin / "locked").unlink(missing_ok=True)
+    cache_git.run("worktree", "unlock", str(tree.resolve()), check=False)  # a killed `worktree add` locks it
     if tree.exists():
         shutil.rmtree(tree, ignore_errors=True)
     cache_git.prune_worktrees()
-
-
-def _admin_dir(cache_git: Git, tree: Path) -> Path | None:
-    """`<repo>/worktrees/<id>` of the work tree at `tree`, if git has one registered."""
-    admin_root = cache_git.git_dir / "worktrees"
-    if not admin_root.is_dir():
-        return None
-    wanted = str(Path(tree).resolve())
-    for admin in admin_root.iterdir():
-        try:
-            gitdir = (admin / "gitdir").read_text().strip()
-        except OSError:
-            continue
-        if str(Path(gitdir).parent.resolve()) == wanted:
-            return admin
-    return None
 
 
 def recover_killed_change(guard: TreeGuard, cache_git: Git) -> bool:
@@ -228,20 +211,16 @@ def recover_killed_change(guard: TreeGuard, cache_git: Git) -> bool:
     return killed.phase == "changing"
 
 
-def _owners(cache_git: Git) -> Path:
-    return cache_git.git_dir / OWNERS_DIR
-
-
 def clear_dead_scratch_trees(cache_git: Git) -> int:
     """Remove every scratch work tree whose recorded owner process is dead; returns how many."""
-    owners = _owners(cache_git)
+    owners = cache_git.git_dir / OWNERS_DIR
     if not owners.is_dir():
         return 0
     cleared = 0
     for record in owners.glob("*.json"):
         try:
             data = json.loads(record.read_text())
-            owner = Owner.parse(json.dumps(data["owner"]))
+            owner = Owner.parse(data["owner"])
             tree = Path(data["tree"])
         except (OSError, ValueError, KeyError):
             record.unlink(missing_ok=True)
@@ -263,7 +242,7 @@ def temporary_worktree(cache: UpstreamCache, *, purpose: str) -> Iterator[Path]:
     clear_dead_scratch_trees(cache_git)
     scratch = Path(tempfile.mkdtemp(prefix=f"forkbuild-{purpose}-"))
     dest = scratch / "tree"
-    owners = _owners(cache_git)
+    owners = cache_git.git_dir / OWNERS_DIR
     owners.mkdir(exist_ok=True)
     record = owners / f"{hashlib.sha1(str(dest).encode()).hexdigest()}.json"
     record.write_text(json.dumps({"tree": str(dest), "owner": Owner.me(purpose)._asdict()}))

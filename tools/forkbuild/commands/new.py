@@ -34,17 +34,17 @@ def add_parser(subparsers) -> None:
 
 
 def run(args, context) -> int:
-    plan = new_feature(context, name=args.feature, description=args.description, guards=args.guard,
-                       variants=args.variant, requires=args.requires, patch=args.name)
+    feature, template_path = new_feature(context, name=args.feature, description=args.description,
+                                         guards=args.guard, variants=args.variant, requires=args.requires,
+                                         patch=args.name)
     reporter = context.reporter
-    feature = plan.feature
-    if plan.series_toml is None:
+    if feature.series_toml is None:
         reporter.info(f"series.toml already holds feature {feature.name} in {', '.join(feature.variants)}: unchanged")
     else:
         reporter.info(f"series.toml: [features.{feature.name}]"
-                      + (f", added to {', '.join(plan.added_to)}" if plan.added_to else ""))
-    template = os.path.relpath(plan.template_path, context.series_dir / SERIES_TREE)
-    reporter.info(f"commit template: {plan.template_path}")
+                      + (f", added to {', '.join(feature.added_to)}" if feature.added_to else ""))
+    template = os.path.relpath(template_path, context.series_dir / SERIES_TREE)
+    reporter.info(f"commit template: {template_path}")
     reporter.info(f"next: forkbuild apply --all; cd .forkbuild-work/series; change sglang; "
                   f"git commit -a -t {template}; cd -; forkbuild export  (writes patches/{feature.patch})")
     return 0

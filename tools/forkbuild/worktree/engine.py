@@ -198,7 +198,10 @@ class Engine:
     def _fast(self, group: list[_Planned], *, upcoming: Sequence[PatchJob] = ()) -> list[PatchResult]:
         """exact / offset for `group` from one `git apply --cached -v` into a private index of the
         files they (and `upcoming`) name, commits left pending; [] when this rung cannot tell."""
-        listing = self._tree_listing()
+        if self._listing is None:
+            self.flush()
+            self._listing = TreeListing(self.worktree.tree_entries(self._head))
+        listing = self._listing
         paths = {path for planned in group for path in planned.paths}
         if self._small is not None and self._small[0] is listing and paths <= self._small[1]:
             _, named, before = self._small
@@ -246,12 +249,6 @@ class Engine:
     def _pending_tokens(self) -> set[str]:
         return {token for token, _ in self._pending}
 
-    def _tree_listing(self) -> TreeListing:
-        if self._listing is None:
-            self.flush()
-            self._listing = TreeListing(self.worktree.tree_entries(self._head))
-        return self._listing
-
     def commit_files(self, files: Mapping[str, bytes], *, message: str) -> None:
         """Commit `files` (path -> content) on `head` as forkbuild, at HEAD's date (the guards module)."""
         date = self._pending[-1][1].author.date if self._head in self._pending_tokens else \
@@ -274,7 +271,9 @@ class Engine:
         return token
 
     def _compute(self, job: PatchJob, *, stop: bool) -> PatchResult:
-        self._sync_index()
+        if self._index_at != self.head:
+            self.worktree.read_tree(self.head, index=self._index)
+            self._index_at = self.head
         if self.detect_upstreamed and self.worktree.apply_to_index(job.path, index=self._index, check=True,
                                                                  reverse=True).status == 0:
             return PatchResult(name=job.name, outcome=Outcome.UPSTREAMED,
@@ -292,11 +291,6 @@ class Engine:
         if merged.outcome is not Outcome.CONFLICT or not stop or merged.detail == ALREADY_APPLIED:
             return merged
         return self._stop_in_worktree(job, merged)
-
-    def _sync_index(self) -> None:
-        if self._index_at != self.head:
-            self.worktree.read_tree(self.head, index=self._index)
-            self._index_at = self.head
 
     def _commit(self, tree: str, meta: tuple[Author, str]) -> str:
         author, message = meta
@@ -390,7 +384,9 @@ class Engine:
             raise ApplyError(f"{job.name}: still unmerged: {', '.join(unmerged)}",
                                   hint=f"resolve the conflict markers in {git.path}, `git add` the files, "
                                        "then --continue")
-        leftovers = _rejected(git) + _unstaged(git)
+        # Untracked files count: they would stay behind in the tree, outside every patch.
+        leftovers = _rejected(git) + tuple(line[3:] for line in git.status_porcelain().splitlines()
+                                           if line[1:2] not in (" ", "") and not line.endswith(".rej"))
         if leftovers:
             raise ApplyError(f"{job.name}: the work tree has changes that are not staged "
                                   f"(or .rej files): {', '.join(leftovers)}",
@@ -453,9 +449,3 @@ def patch_author_message(info: PatchInfo) -> tuple[Author, str]:
 
 def _rejected(git: Git) -> tuple[str, ...]:
     return tuple(git.untracked("*.rej"))
-
-
-def _unstaged(git: Git) -> tuple[str, ...]:
-    # Untracked files count: they would stay behind in the tree, outside every patch.
-    return tuple(line[3:] for line in git.status_porcelain().splitlines()
-                 if line[1:2] not in (" ", "") and not line.endswith(".rej"))

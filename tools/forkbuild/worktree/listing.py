@@ -34,7 +34,8 @@ class TreeListing:
         index (a file created where the tree has one, a directory, or below a file kept)."""
         deleted = {path for path in before if path not in after}
         for path in after.keys() - before.keys():
-            if self._get(path) is not None or self._is_dir(path):
+            at = bisect_left(self._sorted, path + "/")  # a directory of the tree is there
+            if self._get(path) is not None or (at < len(self._sorted) and self._sorted[at].startswith(path + "/")):
                 return None
             if any(self._get(parent) is not None and parent not in deleted for parent in parents(path)):
                 return None
@@ -55,8 +56,3 @@ class TreeListing:
                 if not held:
                     insort(self._sorted, change.path)
                 self._changed[change.path] = TreeEntry(change.mode, change.blob)
-
-    def _is_dir(self, path: str) -> bool:
-        prefix = path + "/"
-        at = bisect_left(self._sorted, prefix)
-        return at < len(self._sorted) and self._sorted[at].startswith(prefix)
