@@ -18,6 +18,7 @@ from forkbuild.errors import ConfigError, ForkbuildError
 from forkbuild.fsutil import write_atomic
 from forkbuild.guards import GUARD_TYPES, check_value
 from forkbuild.layout import WORK_DIR
+from forkbuild.series_edit import split_tail
 from forkbuild.series_writer import SeriesChange, series_transaction
 
 PATCH_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\.patch")
@@ -152,10 +153,8 @@ def _with_feature_table(text: str, feature: NewFeature) -> str:
         return tomlkit.dumps(document)
     last = features[list(features.keys())[-1]]
     if isinstance(last, Table):
-        body = last.value.body
-        end = max((index for index, (key, _) in enumerate(body) if key is not None), default=-1)
-        tail = body[end + 1:]
-        del body[end + 1:]
+        head, tail = split_tail(last)
+        del last.value.body[len(head):]
         last.add(tomlkit.nl())
         for _, item in tail:
             table.add(item)  # type: ignore[call-overload]  # tomlkit's stub lacks Item; comments and blank lines

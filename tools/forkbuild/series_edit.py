@@ -39,14 +39,14 @@ def updated_series_toml(text: str, entries: Sequence[EntrySpec]) -> str:
     document = tomlkit.parse(text)
     existing = list(document.get("patches", []))
     by_file = {str(table.get("file")): table for table in existing}
-    parts = [_split_tail(table) for table in existing]
+    parts = [split_tail(table) for table in existing]
     heads = {id(existing[index]): parts[index - 1][1] for index in range(1, len(existing))}
     final_tail = parts[-1][1] if parts else [(None, tomlkit.nl())]
-    chosen = [by_file.get(spec.file) or _new_table(spec) for spec in entries]
+    chosen = [by_file.get(spec.file) or tomlkit.table().add("file", spec.file) for spec in entries]
     tables = []
     for position, (spec, original) in enumerate(zip(entries, chosen, strict=True)):
         table = tomlkit.table()
-        for key, item in _split_tail(original)[0]:
+        for key, item in split_tail(original)[0]:
             table.add(item) if key is None else table.add(key, item)
         _set_fields(table, spec)
         nxt = chosen[position + 1] if position + 1 < len(chosen) else None
@@ -62,18 +62,11 @@ def updated_series_toml(text: str, entries: Sequence[EntrySpec]) -> str:
     return tomlkit.dumps(document)
 
 
-def _split_tail(table: Table) -> tuple[list, list]:
+def split_tail(table: Table) -> tuple[list, list]:
     """A table's body: its own lines, and the comments/blank lines after its last key."""
     body = table.value.body
     last = max((index for index, (key, _) in enumerate(body) if key is not None), default=-1)
     return list(body[: last + 1]), list(body[last + 1:])
-
-
-def _new_table(spec: EntrySpec) -> Table:
-    table = tomlkit.table()
-    table.add("file", spec.file)
-    table.add("feature", spec.feature)
-    return table
 
 
 def _set_fields(table: Table, spec: EntrySpec) -> None:
