@@ -107,10 +107,8 @@ def _header(value: str | email.header.Header | None, notes: list[str]) -> str:
         return ""
     # compat32 gives a Header object (not str) for a value with raw 8-bit bytes.
     unfolded = re.sub(r"\r?\n(?=[ \t])", "", value) if isinstance(value, str) else value
-    parts = []
-    for chunk, charset in email.header.decode_header(unfolded):
-        parts.append(_decode(chunk, charset, notes) if isinstance(chunk, bytes) else chunk)
-    return "".join(parts).strip()
+    return "".join(_decode(chunk, charset, notes) if isinstance(chunk, bytes) else chunk
+                   for chunk, charset in email.header.decode_header(unfolded)).strip()
 
 
 def _decode(data: bytes, charset: str | None, notes: list[str]) -> str:

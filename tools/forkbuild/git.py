@@ -172,14 +172,6 @@ class Git:
     def has_object(self, sha: str) -> bool:
         return self.run("cat-file", "-e", "--end-of-options", sha, check=False).status == 0
 
-    def present_objects(self, shas: Iterable[str]) -> set[str]:
-        """Those of `shas` the repository has."""
-        asked = sorted(set(shas))
-        if not asked:
-            return set()
-        listing = self.run("cat-file", "--batch-check=%(objectname)", input="".join(f"{sha}\n" for sha in asked)).stdout
-        return {line for line in listing.splitlines() if not line.endswith(" missing")}
-
     def commit_directory(self, directory: Path, *, message: str, date: str, parents: Iterable[str] = ()) -> str:
         """Commit the content of `directory` through a private index; returns the commit."""
         index = self.git_dir / f"forkbuild-import-{os.getpid()}.index"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from forkbuild.chaos import chaos_point
 from forkbuild.errors import DirtyTreeError, ForkbuildError, LockTimeout
-from forkbuild.fsutil import fsync_directory, write_atomic_many
+from forkbuild.fsutil import fsync_directory, sync_files, write_atomic_many
 from forkbuild.layout import PATCHES_DIR as PATCHES
 from forkbuild.layout import SERIES_FILE as SERIES_TOML
 from forkbuild.layout import WORK_DIR
@@ -172,14 +172,14 @@ def _prepare(series_dir: Path, writes: dict[str, bytes], removals: list[str]) ->
             entries.append({"path": relative, "before": _sha256(series_dir / relative), "after": None})
         new_data = scratch / NEW_DATA
         new_data.write_bytes(b"".join(data for _, data in sorted(writes.items())))
-        _fsync_file(new_data)
+        sync_files([new_data])
         for number, entry in enumerate(entries):
             if entry["before"] is not None:
                 entry["backup"] = backup = f"{number}.old"
                 _keep_copy(series_dir / str(entry["path"]), scratch / backup)
         manifest = scratch / MANIFEST
         manifest.write_text(json.dumps({"entries": entries}, indent=1) + "\n")
-        _fsync_file(manifest)
+        sync_files([manifest])
         fsync_directory(scratch)
         chaos_point("series:prepared")
         journal = work / JOURNAL
@@ -237,7 +237,7 @@ def _keep_copy(source: Path, target: Path) -> None:
         os.link(source, target)
     except OSError:
         shutil.copy2(source, target)
-        _fsync_file(target)
+        sync_files([target])
 
 
 def _finish(journal: Path) -> None:
@@ -274,8 +274,3 @@ def _remove_atomic_leftovers(series_dir: Path) -> None:
             for path in directory.iterdir():
                 if ATOMIC_LEFTOVER.match(path.name) and path.is_file():
                     path.unlink(missing_ok=True)
-
-
-def _fsync_file(path: Path) -> None:
-    with path.open("rb") as handle:
-        os.fsync(handle.fileno())

@@ -228,9 +228,8 @@ class Engine:
                                                  message=planned.message, changes=mine))
             listing.update(mine)
             moved = tuple(offset for offset in offsets if owner[_offset_path(offset)] is planned)
-            result = PatchResult(name=planned.job.name, outcome=Outcome.OFFSET if moved else Outcome.EXACT,
-                                 commit=token, offsets=moved, detail="; ".join(moved))
-            results.append(result)
+            results.append(PatchResult(name=planned.job.name, outcome=Outcome.OFFSET if moved else Outcome.EXACT,
+                                       commit=token, offsets=moved, detail="; ".join(moved)))
         self._small = (listing, named, applied.after)
         return results
 

@@ -34,30 +34,17 @@ class GitReport(NamedTuple):
 def read_report(output: str) -> GitReport:
     """Parse git apply -v / merge-tree / cherry-pick output (stdout and stderr together)."""
     lines = [line.rstrip() for line in output.splitlines()]
-    return GitReport(offsets=tuple(_offsets(lines)), reason=_reason(lines),
+    offsets, current = [], ""
+    for line in lines:
+        if checking := CHECKING.match(line):
+            current = checking["path"]
+        elif moved := OFFSET.match(line):
+            offsets.append(f"{current} hunk {moved['hunk']}: {int(moved['delta']):+d} lines")
+    reason = next((line.removeprefix("error: ").strip() for pattern in REASONS for line in lines
+                   if pattern.match(line)), "")
+    return GitReport(offsets=tuple(offsets), reason=reason,
                      conflicts=tuple(dict.fromkeys(m["path"] for m in map(CONFLICT.match, lines) if m)),
                      no_preimage=any(marker in line for line in lines for marker in MISSING_BLOB))
-
-
-def _offsets(lines: list[str]) -> list[str]:
-    found, current = [], ""
-    for line in lines:
-        checking = CHECKING.match(line)
-        if checking:
-            current = checking["path"]
-            continue
-        moved = OFFSET.match(line)
-        if moved:
-            found.append(f"{current} hunk {moved['hunk']}: {int(moved['delta']):+d} lines")
-    return found
-
-
-def _reason(lines: list[str]) -> str:
-    for pattern in REASONS:
-        for line in lines:
-            if pattern.match(line):
-                return line.removeprefix("error: ").strip()
-    return ""
 
 
 def merge_tree_result(stdout: str) -> tuple[str, tuple[str, ...], str]:
