@@ -15,8 +15,7 @@ from forkbuild.errors import ApplyError, DirtyTreeError
 from forkbuild.git import Git
 from forkbuild.series_edit import quilt_series_text
 from forkbuild.worktree.engine import Outcome
-from forkbuild.worktree.state import STATE_FILE, WorktreeState, read_state
-from forkbuild.sequencer import STOP_FILE
+from forkbuild.worktree.state import STATE_FILE, STOP_FILE, WorktreeState, read_state
 from rebase_fixtures import CONFLICT_CHANGES, release
 from test_engine import move_pin, work
 

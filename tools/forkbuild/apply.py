@@ -21,9 +21,17 @@ from forkbuild.errors import ApplyError, DirtyTreeError, quoted
 from forkbuild.git import Git
 from forkbuild.guards_module import add_generated_commit
 from forkbuild.patchfile import check_patches, read_patch, symlinks_of
-from forkbuild.sequencer import StopState, clear_stop, read_stop, resume, write_stop
 from forkbuild.worktree.engine import ALREADY_APPLIED, Engine, Outcome, PatchJob, PatchResult
-from forkbuild.worktree.state import WorktreeState, read_state, state_path, write_state
+from forkbuild.worktree.state import (
+    StopState,
+    WorktreeState,
+    clear_stop,
+    read_state,
+    read_stop,
+    state_path,
+    write_state,
+    write_stop,
+)
 from forkbuild.worktrees import TreeGuard, recover_killed_change, temporary_worktree, tree_guard
 
 FULL_SERIES_REF = "refs/forkbuild/series"
@@ -143,7 +151,7 @@ def resume_apply(*, context: Context, dest: Path, action: str) -> ApplyResult | 
             clear_stop(worktree)
             context.reporter.info(f"apply aborted: {dest} is back at {state.started_from[:12]}")
             return None
-        settled = resume(engine, state.stopped, action)
+        settled = engine.resume(state.stopped, action)
         context.reporter.info(f"{settled.name}: {settled.outcome} {settled.detail}".rstrip())
         resumed = replace(state, cursor=state.cursor + 1, results=(*state.results, settled))
         series = context.series

@@ -45,7 +45,6 @@ from forkbuild.rebase.journal import Journal, checkpoint
 from forkbuild.rebase.pin import moved_pin
 from forkbuild.rebase.state import PatchState, Phase, RebaseState, Step
 from forkbuild.rebase.upstreamed import HunkEvidence, evidence
-from forkbuild.sequencer import resume
 from forkbuild.worktree.engine import Engine, Outcome, PatchJob, PatchResult
 from forkbuild.worktrees import TreeGuard, clear_stale_index_lock, tree_guard
 
@@ -291,7 +290,7 @@ class Rebase:
         patch, job = state.patches[state.cursor], self._job(state, state.cursor)
         engine = Engine(Git(state.worktree), head=state.head_before)
         try:
-            result = resume(engine, job, action)
+            result = engine.resume(job, action)
         except ApplyError as error:  # not resolved yet: the rebase stays stopped
             raise RebaseStopped(error.message, hint=(error.hint or "").replace(
                 "--continue", "`forkbuild rebase --continue`")) from error

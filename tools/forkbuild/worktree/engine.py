@@ -416,6 +416,10 @@ class Engine:
             return self.worktree.author_of(job.source), self.worktree.raw_message(job.source)
         return patch_author_message(read_patch(job.path))
 
+    def resume(self, job: PatchJob, action: str) -> PatchResult:
+        """--continue (ApplyError while the stopped `job` is not resolved) or --skip."""
+        return self.settle(job) if action == "continue" else self.skip(job)
+
     def skip(self, job: PatchJob) -> PatchResult:
         """Leave the stopped patch out: the work tree goes back to `head`."""
         self.worktree.sequencer_quit()
