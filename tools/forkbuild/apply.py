@@ -118,7 +118,6 @@ def apply_plan(*, context: Context, plan: ApplyPlan, dest: Path, stop: bool = Fa
         jobs = tuple(PatchJob(name=entry.file, path=entry.path, source=sources.get(entry.file, "")) for entry in plan.entries)
         run = StopState(variant=plan.variant, base=base, started_from=previous.head if previous else base,
                         previous_state=previous, jobs=jobs, cursor=0, results=(),
-                        # Recorded in the tree's state: export refuses a tree made from other patches than patches/ holds now.
                         hashes=series_hashes(series))
         label = plan.variant or "the whole series"
         with context.reporter.step(f"Applying {len(plan.entries)} patches of {label} into {dest}"), \

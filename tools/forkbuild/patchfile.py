@@ -143,8 +143,6 @@ def _file_change(patched: unidiff.PatchedFile) -> FileChange:
                       hunk_starts=tuple(hunk.source_start for hunk in patched))
 
 
-# -- path safety, read the way git reads a patch ---------------------------------
-
 # Header lines whose value git parses as a mode (apply.c: parse_mode_line, gitdiff_index).
 MODE_LINE = re.compile(r"^(?:old mode|new mode|deleted file mode|new file mode) (?P<mode>.*)$", re.MULTILINE)
 INDEX_MODE = re.compile(r"^index [0-9a-fA-F]+\.\.[0-9a-fA-F]+ (?P<mode>.*)$", re.MULTILINE)

@@ -19,8 +19,7 @@ def add_parser(subparsers) -> None:
 
 def run(args, context) -> int:
     with context.reporter.step("Checking series.toml, path safety and every variant"):
-        # Here, not in check_series: a rebase that drops a feature's only patch finishes, and
-        # this check (CI's `nox -s check`) then names the variants still holding that feature.
+        # Here, not in check_series: a finished rebase may leave a variant a feature without a patch.
         check_consistency(context)
         results = check_series(context=context)
     counted = (Outcome.EXACT, Outcome.OFFSET, Outcome.THREE_WAY)

@@ -36,8 +36,7 @@ def add_parser(subparsers) -> None:
 def run(args, context) -> int:
     tree = (args.dir or context.series_dir / DEFAULT_TREE).resolve()
     if args.check and not tree.exists():
-        # A fresh clone (CI): check that patches/ is exactly what applying and
-        # exporting it gives.
+        # A fresh clone (CI): patches/ must be exactly what applying and exporting it gives.
         context.reporter.info(f"{tree} does not exist: applying the whole series there first")
         apply_variant(context=context, variant=whole_series(context.series), dest=tree)
     with context.reporter.step(f"{'Checking' if args.check else 'Exporting'} {tree} against patches/"):

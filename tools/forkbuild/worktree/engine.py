@@ -133,7 +133,6 @@ class Engine:
         # Per engine: its next group applies on top of what its last one left there.
         return self.worktree.git_dir / f"forkbuild-engine-small-{os.getpid()}-{self._serial}.index"
 
-    # -- patches -------------------------------------------------------------
     def run(self, jobs: Iterable[PatchJob], *, stop: bool, write: bool = True) -> list[PatchResult]:
         """Apply `jobs` in order on `head`; with stop, up to the first conflict (left in the work
         tree). write=False leaves commits pending (pass the results through `written()` later)."""
@@ -349,7 +348,6 @@ class Engine:
         conflicts = tuple(git.unmerged_paths()) or merged.conflicts or _rejected(git)
         return PatchResult(name=job.name, outcome=Outcome.CONFLICT, detail=merged.detail, conflicts=conflicts)
 
-    # -- the work tree ---------------------------------------------------------
     def materialize(self) -> None:
         """Check `head` out in the work tree (only the files that differ change)."""
         if self._before_change is not None:
@@ -374,7 +372,6 @@ class Engine:
         self._small = None
         self._index_at = None
 
-    # -- after a stop ------------------------------------------------------------
     def settle(self, job: PatchJob) -> PatchResult:
         """The person's resolution of the stopped `job` becomes its commit (or EMPTIED)."""
         git = self.worktree
