@@ -239,19 +239,9 @@ def read_text(path: Path) -> str:
     return path.read_bytes().decode("utf-8", errors="surrogateescape")
 
 
-def patch_problems(path: Path, *, symlinks: frozenset[str] = frozenset()) -> list[str]:
-    """Everything wrong with one patch file before git sees it, one line each."""
-    label = f"patches/{path.name}"
-    try:
-        text = read_text(path)
-    except OSError as error:
-        return [f"{label}: cannot be read: {error.strerror or error}"]
-    return list(_text_problems(text, path, symlinks))
-
-
 @functools.lru_cache(maxsize=128)
 def _text_problems(text: str, path: Path, symlinks: frozenset[str]) -> tuple[str, ...]:
-    """Once per content in a process (a matrix checks the same patches per combination)."""
+    """Everything wrong with a patch before git sees it; once per content (a matrix repeats them)."""
     label = f"patches/{path.name}"
     if not text.strip():
         return (f"{label}: is empty",)
@@ -275,7 +265,12 @@ def _text_problems(text: str, path: Path, symlinks: frozenset[str]) -> tuple[str
 
 def check_patches(paths, *, symlinks: frozenset[str] = frozenset()) -> None:
     """Raise one UnsafePatchError naming every problem of every patch (not just the first)."""
-    problems = [problem for path in paths for problem in patch_problems(path, symlinks=symlinks)]
+    problems: list[str] = []
+    for path in paths:
+        try:
+            problems += _text_problems(read_text(path), path, symlinks)
+        except OSError as error:
+            problems.append(f"patches/{path.name}: cannot be read: {error.strerror or error}")
     if problems:
         raise UnsafePatchError(f"{len(problems)} problem(s) in the series' patches:\n"
                                + "\n".join(f"  - {problem}" for problem in problems),
