@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from forkbuild.childgroup import process_exists
+from forkbuild.dep3 import git_am_subject
 from forkbuild.errors import ApplyError, ForkbuildError, quoted
 from forkbuild.git import IDENTITY, Author, FileCommit, Git, PathChange, TreeEntry
 from forkbuild.patchfile import PatchInfo, read_patch
@@ -28,7 +29,6 @@ from forkbuild.worktree.gitoutput import merge_tree_result, read_report
 from forkbuild.worktree.listing import TreeListing
 from forkbuild.worktree.smallindex import apply_small, disjoint_run
 
-PATCH_PREFIX = re.compile(r"^(?:\[[^\]]*PATCH[^\]]*\]\s*)+", re.IGNORECASE)
 _ENGINES = itertools.count(1)  # numbers this process's engines (their small index files)
 # An engine's private index files (and git's lock beside one): forkbuild-engine[-small]-<pid>[-<n>].index
 ENGINE_FILE = re.compile(r"forkbuild-engine-(?:small-)?(?P<pid>\d+)(?:-\d+)?\.index(?:\.lock)?")
@@ -441,7 +441,7 @@ def _clear_dead_engines(git_dir: Path) -> None:
 def patch_author_message(info: PatchInfo) -> tuple[Author, str]:
     """The author and commit message `git am --keep-non-patch` takes from a patch mail."""
     name, address = info.author_name, info.author_email
-    subject = PATCH_PREFIX.sub("", info.subject).strip()
+    subject = git_am_subject(info.subject)
     body = info.message.strip("\n")
     message = f"{subject}\n\n{body}\n" if body else f"{subject}\n"
     return Author(name=name or address, email=address, date=info.date), message
