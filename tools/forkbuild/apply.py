@@ -96,11 +96,10 @@ def apply_variant(*, context: Context, variant: Combination, dest: Path, stop: b
     return result
 
 
-def apply_plan(*, context: Context, plan: ApplyPlan, dest: Path, stop: bool = False,
-               report_offsets: bool = True) -> ApplyResult:
-    series = context.series
+def _jobs(context: Context, plan: ApplyPlan) -> tuple[str, Git, tuple[PatchJob, ...]]:
+    """The pinned upstream commit, the cache's git and the plan's jobs."""
     cache = context.upstream
-    base = cache.ensure(series.upstream)
+    base = cache.ensure(context.series.upstream)
     cache_git = cache.git()
     # No patch may write through one of upstream's symlinks (plan_variant checked the rest).
     symlinks = symlinks_of(cache_git, base)
@@ -109,16 +108,22 @@ def apply_plan(*, context: Context, plan: ApplyPlan, dest: Path, stop: bool = Fa
     sources: dict[str, str] = {}
     if plan.left_out and plan.entries:  # the 3-way rung merges each patch's commit of the whole series
         sources = ensure_series_blobs(context=context, cache=cache, base=base)
+    return base, cache_git, tuple(PatchJob(name=entry.file, path=entry.path, source=sources.get(entry.file, ""))
+                                  for entry in plan.entries)
+
+
+def apply_plan(*, context: Context, plan: ApplyPlan, dest: Path, stop: bool = False,
+               report_offsets: bool = True) -> ApplyResult:
+    base, cache_git, jobs = _jobs(context, plan)
     with tree_guard(dest, "apply") as guard:  # a second run on this tree refuses; a killed one is cleared
         if recover_killed_change(guard, cache_git):
             context.reporter.warn(f"{dest}: removed what an interrupted or killed forkbuild apply left half-built there")
         previous = read_state(dest) if (dest / ".git").exists() else None
         worktree = prepare_worktree(cache_git, dest=dest, base=base, guard=guard, checkout=False)
         chaos_point("apply:prepared")
-        jobs = tuple(PatchJob(name=entry.file, path=entry.path, source=sources.get(entry.file, "")) for entry in plan.entries)
         run = StopState(variant=plan.variant, base=base, started_from=previous.head if previous else base,
                         previous_state=previous, jobs=jobs, cursor=0, results=(),
-                        hashes=series_hashes(series))
+                        hashes=series_hashes(context.series))
         label = plan.variant or "the whole series"
         with context.reporter.step(f"Applying {len(plan.entries)} patches of {label} into {dest}"), \
                 unsaved_work_checked(worktree, guard, new=previous is None) as before_change:
@@ -378,14 +383,8 @@ def ensure_series_blobs(*, context: Context, cache: UpstreamCache, base: str) ->
 def apply_in_index(*, context: Context, plan: ApplyPlan) -> tuple[str, str] | None:
     """The engine's index-only mode: `plan` and its guards commit applied in the bare cache, as
     apply_plan commits it; (base, head), or None when a patch does not apply."""
-    series = context.series
-    cache = context.upstream
-    base = cache.ensure(series.upstream)
-    cache_git = cache.git()
-    check_patches([entry.path for entry in plan.entries], symlinks=symlinks_of(cache_git, base))
-    sources = ensure_series_blobs(context=context, cache=cache, base=base) if plan.left_out and plan.entries else {}
-    jobs = [PatchJob(name=entry.file, path=entry.path, source=sources.get(entry.file, "")) for entry in plan.entries]
-    head, failed = _in_index(cache_git, base, jobs, generated=(series, plan.features) if jobs else None)
+    base, cache_git, jobs = _jobs(context, plan)
+    head, failed = _in_index(cache_git, base, list(jobs), generated=(context.series, plan.features) if jobs else None)
     return None if failed else (base, head)
 
 
