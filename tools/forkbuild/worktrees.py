@@ -176,14 +176,9 @@ def _held_open(path: Path) -> bool:
 
 def clear_stale_index_lock(tree: Path) -> bool:
     """Remove the work tree's `index.lock` when no process holds it; True if one was removed."""
-    dot_git = tree / ".git"
-    if dot_git.is_file():
-        git_dir = Path(dot_git.read_text().split("gitdir:", 1)[1].strip())
-    elif dot_git.is_dir():
-        git_dir = dot_git
-    else:
+    if not (tree / ".git").exists():
         return False
-    lock = git_dir / "index.lock"
+    lock = Git(tree).git_dir / "index.lock"
     if lock.exists() and not _held_open(lock):
         lock.unlink(missing_ok=True)
         return True
