@@ -16,9 +16,8 @@ import pytest
 from forkbuild.config import PatchEntry
 from forkbuild.errors import MutationError
 from forkbuild.mutate import check
-from forkbuild.mutate.mutants import HUNK, NO_CODE, STATEMENT, mutants_of
+from forkbuild.mutate.mutants import HUNK, NO_CODE, STATEMENT, Mutant, mutants_of
 from forkbuild.mutate.results import Reasons, feature_of_test, load_reasons, patch_key
-from forkbuild.mutate.mutants import Mutant
 from forkbuild.mutate.runner import OVERLAY, FeatureTests, run_all
 
 ORIGINAL = textwrap.dedent("""\
@@ -221,6 +220,25 @@ def test_a_mutant_runs_the_test_files_naming_its_module_first(tmp_path, monkeypa
     run_all(runs, [mutant], python=Path(sys.executable), preload=["pkg.mod"], workers=1, scratch=tmp_path / "scratch",
             done=lambda item, outcome: outcomes.__setitem__(item.id, outcome))
     assert outcomes["pkg/mod.py:h1"].killed_by == "tests/test_b_naming.py::test_value"
+
+
+def test_a_mutant_runs_the_test_that_killed_it_last_time_first(tmp_path, monkeypatch):
+    # Both tests fail for the mutant; the second in the file killed it in the recorded
+    # results, so it runs first and is the one that kills it again (-x).
+    site, root = _test_repo(tmp_path)
+    (root / "tests" / "test_mod.py").write_text(
+        "def test_first():\n    import pkg.mod\n    assert pkg.mod.VALUE == 'installed'\n\n"
+        "def test_second():\n    import pkg.mod\n    assert pkg.mod.VALUE == 'installed'\n")
+    (site / "pkg" / "mod.py").write_text("VALUE = 'installed'\n")
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    mutant = Mutant("pkg/mod.py:h1", "feat.patch", "feat", "pkg/mod.py", HUNK, (1, 1), "", "VALUE = 'x'\n")
+    runs = {"feat": FeatureTests(root=root, tests=(root / "tests" / "test_mod.py",),
+                                 modules=(("pkg.mod", "pkg/mod.py", "VALUE = 'installed'\n"),))}
+    outcomes = {}
+    run_all(runs, [mutant], python=Path(sys.executable), preload=["pkg.mod"], workers=1, scratch=tmp_path / "scratch",
+            done=lambda item, outcome: outcomes.__setitem__(item.id, outcome),
+            killers={("feat.patch", "pkg/mod.py:h1"): "tests/test_mod.py::test_second"})
+    assert outcomes["pkg/mod.py:h1"].killed_by == "tests/test_mod.py::test_second"
 
 
 # -- results: key and check ----------------------------------------------------------------

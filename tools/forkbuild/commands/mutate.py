@@ -156,10 +156,14 @@ def _execute(context, plans: list[PatchPlan], *, python: Path, jobs: int, data: 
                 _record(recorded, by_file[mutant.patch], outcomes[mutant.patch], reasons)
                 results.write(root, data)
 
+    # The test that killed a mutant of the same id last time runs first: a hint for speed only.
+    killers = {(file, record["id"]): record["killed_by"] for file in by_file
+               for record in recorded.get(file, {}).get("mutants", [])
+               if record.get("status") == results.KILLED and "::" in record.get("killed_by", "")}
     with context.reporter.step(f"{len(mutants)} mutant(s) of {len(plans)} patch(es) on {jobs} worker(s), "
                                f"each feature's tests first unmutated"):
         baselines = run_all(runs, mutants, python=python, preload=preload, workers=jobs, done=done,
-                            scratch=context.build_dir / "mutate" / "scratch")  # under run()'s lock
+                            scratch=context.build_dir / "mutate" / "scratch", killers=killers)  # under run()'s lock
     broken = {key: outcome for key, outcome in baselines.items() if outcome.status != results.SURVIVED}
     if broken:
         raise MutationError("baselines failed, so the mutants of their features were not run:\n" +

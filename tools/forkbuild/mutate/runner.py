@@ -73,11 +73,13 @@ class Worker:
 
 
 def run_all(runs: dict[str, FeatureTests], mutants: list[Mutant], *, python: Path, preload: list[str], workers: int,
-            scratch: Path, done: Callable[[Mutant, Outcome], None]) -> dict[str, Outcome]:
+            scratch: Path, done: Callable[[Mutant, Outcome], None],
+            killers: dict[tuple[str, str], str] | None = None) -> dict[str, Outcome]:
     """Per feature its baseline, then (if it passed) each of its mutants, on `workers` fork
     servers; `done` is called from a worker thread as each mutant finishes. Returns the
     baselines. `scratch`: a folder no other run uses (the caller holds its lock); what a
-    killed run left there goes first, the rest at the end."""
+    killed run left there goes first, the rest at the end. `killers`: (patch, mutant id) ->
+    the test that killed that mutant in the recorded results, which its run takes first."""
     queue: list[tuple[str, Mutant | None]] = [(feature, None) for feature in runs]
     queue += [(mutant.feature, mutant) for mutant in mutants]
     baselines: dict[str, Outcome] = {}
@@ -104,7 +106,8 @@ def run_all(runs: dict[str, FeatureTests], mutants: list[Mutant], *, python: Pat
                 if feature in baselines and baselines[feature].status == SURVIVED:
                     # A mutant may make a test loop: killed at 4x the clean run (at least a minute).
                     done(mutant, run_mutant(mutant, run, scratch / f"m{index}", worker,
-                                            timeout=max(60.0, 4 * baselines[feature].seconds)))
+                                            timeout=max(60.0, 4 * baselines[feature].seconds),
+                                            first=(killers or {}).get((mutant.patch, mutant.id))))
         finally:
             worker.close()
 
@@ -134,24 +137,28 @@ def _write(directory: Path, path: str, text: str) -> Path:
     return target
 
 
-def run_mutant(mutant: Mutant, run: FeatureTests, scratch: Path, worker: Worker, *, timeout: float) -> Outcome:
+def run_mutant(mutant: Mutant, run: FeatureTests, scratch: Path, worker: Worker, *, timeout: float,
+               first: str | None = None) -> Outcome:
     scratch.mkdir(parents=True, exist_ok=True)
     source = "" if mutant.source is None else str(_write(scratch / "src", mutant.path, mutant.source))
     # The test files naming the module (its last dotted part) first: with -x a mutant their
-    # tests kill stops there. A survivor still runs them all, so no verdict changes.
+    # tests kill stops there; before them, `first`, the test that killed this mutant last time
+    # (the slow tests of a file need not run again before it). A survivor still runs them all,
+    # so no verdict changes.
     name = re.escape(mutant.module.rsplit(".", 1)[-1])
     naming = [path for path in run.tests if re.search(rf"\b{name}\b", path.read_text(errors="replace"))]
     run = replace(run, tests=(*naming, *(path for path in run.tests if path not in naming)))
-    return _pytest(run, scratch, worker, sources={mutant.module: source}, timeout=timeout)
+    return _pytest(run, scratch, worker, sources={mutant.module: source}, timeout=timeout, first=first)
 
 
-def _pytest(run: FeatureTests, scratch: Path, worker: Worker, *, sources: dict[str, str], timeout: float) -> Outcome:
+def _pytest(run: FeatureTests, scratch: Path, worker: Worker, *, sources: dict[str, str], timeout: float,
+            first: str | None = None) -> Outcome:
     scratch.mkdir(parents=True, exist_ok=True)
     results, log = scratch / "results.json", scratch / "pytest.log"
     env = {**ONE_THREAD, RESULTS_ENV: str(results), "FORKBUILD_MUTANT": json.dumps(sources),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(OVERLAY), os.environ.get("PYTHONPATH", "")]))}
     reply = worker.run({"tests": [str(path) for path in run.tests], "rootdir": str(run.root), "env": env,
-                        "log": str(log), "timeout": timeout})
+                        "log": str(log), "timeout": timeout, "first": [first] if first else []})
     if reply["timeout"]:
         return Outcome(KILLED, f"timeout after {timeout:.0f}s", reply["seconds"])
     records = json.loads(results.read_text()) if results.is_file() else []

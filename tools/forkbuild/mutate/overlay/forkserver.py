@@ -53,7 +53,17 @@ def _child(request):
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     plugins = [argument for plugin in PLUGINS for argument in ("-p", plugin)]
     return int(pytest.main(["-x", "-q", "-p", "no:cacheprovider", *plugins, "--rootdir", request["rootdir"],
-                            *request["tests"]]))
+                            *request["tests"]], plugins=[_First(request.get("first") or [])]))
+
+
+class _First:
+    """The tests named first (node ids) run before the rest, each part in its order."""
+
+    def __init__(self, first):
+        self.first = set(first)
+
+    def pytest_collection_modifyitems(self, items):
+        items.sort(key=lambda item: item.nodeid not in self.first)  # stable
 
 
 def _serve(request):
