@@ -15,12 +15,11 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
-from wheelkit import DEMO_FILES, VERSION_MODULE, layout, make_patch, make_wheel
 
 from forkbuild import cli
+from wheelkit import DEMO_FILES, VERSION_MODULE, layout, make_patch, make_wheel
 
 FEATURES = ("a", "b", "c", "d")
 

@@ -1,20 +1,28 @@
-"""`forkbuild matrix`: the feature combinations a strategy picks, as a table,
-JSON, a GitHub Actions matrix or a docker-bake.json; with --test-patch, test
-every one of them in one test venv."""
+"""`forkbuild matrix`: the feature combinations a strategy picks, as a table, JSON, a GitHub
+Actions matrix or a docker-bake.json; with --test-patch, each one tested in one test venv."""
 
 from __future__ import annotations
 
+import json
+import os
 import sys
+from collections import Counter
 from pathlib import Path
 
+from rich.table import Table
+
 from forkbuild.commands import add_command
+from forkbuild.errors import ForkbuildError
 from forkbuild.fsutil import write_atomic
 from forkbuild.image import build
 from forkbuild.image.context import prepare_context
-from forkbuild.matrix import formats, testing
-from forkbuild.matrix.strategies import ALL_LIMIT, STRATEGIES, build_matrix, build_order
+from forkbuild.matrix.strategies import ALL_LIMIT, STRATEGIES, Matrix, build_matrix, build_order
+from forkbuild.testpatch.records import FAIL, PASS, SKIP
+from forkbuild.testpatch.runner import Options, run_variant
 
-BAKE_COMMAND = "docker buildx bake -f {path}"
+FORMATS = ("table", "json", "github", "bake")
+BASE_VARIABLE = "FORKBUILD_BASE_IMAGE"  # bake variable: point every target at another base without regenerating
+ERROR = "error"  # --test-patch: the combination could not be tested at all (a build or install failed)
 
 
 def add_parser(subparsers) -> None:
@@ -29,7 +37,7 @@ def add_parser(subparsers) -> None:
                         help="variants: the named ones; each: stock + every feature alone; pairwise: every two "
                              "features in all their in/out states (a greedy covering array); all: every valid "
                              "subset (default: pairwise)")
-    parser.add_argument("--format", choices=formats.FORMATS, default="table", dest="output_format")
+    parser.add_argument("--format", choices=FORMATS, default="table", dest="output_format")
     parser.add_argument("--variant", default="", help="runtime defaults of the combinations come from this variant "
                                                       "(default: none, every guard at its default)")
     parser.add_argument("--limit", type=int, default=ALL_LIMIT,
@@ -40,7 +48,7 @@ def add_parser(subparsers) -> None:
                                              "built or reused) under build/image/")
     bake.add_argument("--mode", choices=build.MODES, default="wheel", help="image mode of every target (default: wheel)")
     bake.add_argument("--base", help="default base image (default: the official image; "
-                                     f"override at bake time with ${formats.BASE_VARIABLE})")
+                                     f"override at bake time with ${BASE_VARIABLE})")
     bake.add_argument("--python-tag", action="append", default=[], metavar="TAG",
                       help="wheels only for these pinned tags (default: every pinned tag)")
     tests = parser.add_argument_group("test-patch", "run test-patch on every combination (`nox -s test-patch-matrix`)")
@@ -58,20 +66,30 @@ def run(args, context) -> int:
     series = context.series
     base = series.variant(args.variant).name if args.variant else ""
     matrix = build_matrix(series, args.strategy, base=base, force=args.force, limit=args.limit)
-    context.reporter.info(formats.summary_line(matrix))
+    summary = f"{matrix.count} combinations ({matrix.strategy}; lower bound {matrix.lower_bound})"
+    summary += f"; {matrix.note}" if matrix.note else ""
+    context.reporter.info(summary)
     if args.test_patch:
         return _test_patch(args, context, matrix)
     if args.output_format == "table":
-        context.reporter.console.print(formats.table(matrix))
-        return 0
-    if args.output_format == "bake":
-        return _bake(args, context, matrix)
-    data = formats.as_json(matrix) if args.output_format == "json" else formats.as_github(matrix)
-    _emit(formats.dumps(data), args.out)
+        grid = Table("#", "name", "n", "features", "runtime defaults",
+                     title=f"forkbuild matrix --strategy {matrix.strategy}", caption=summary)
+        for number, combination in enumerate(matrix.combinations, start=1):
+            grid.add_row(str(number), combination.name, str(len(combination.features)),
+                         ", ".join(combination.features) or "-", combination.base or "guard defaults")
+        context.reporter.console.print(grid)
+    elif args.output_format == "bake":
+        _bake(args, context, matrix)
+    elif args.output_format == "json":
+        _emit([{"name": item.name, "features": list(item.features)} for item in matrix.combinations], args.out)
+    else:  # github: a job's `strategy.matrix`; `${{ matrix.features }}` is ready for --features
+        _emit({"include": [{"name": item.name, "features": ",".join(item.features)}
+                           for item in matrix.combinations]}, args.out)
     return 0
 
 
-def _emit(text: str, out: Path | None) -> None:
+def _emit(data: object, out: Path | None) -> None:
+    text = json.dumps(data, indent=2) + "\n"
     if out is None:
         sys.stdout.write(text)
         return
@@ -80,26 +98,61 @@ def _emit(text: str, out: Path | None) -> None:
     print(out)
 
 
-def _bake(args, context, matrix) -> int:
+def _bake(args, context, matrix: Matrix) -> None:
+    """docker-bake.json (the Bake file reference's JSON form): one target per combination, its
+    build context prepared, all in group `default`."""
     out = (args.out or context.build_dir / "docker-bake.json").resolve()
     contexts = {}
     for combination in build_order(context.series, matrix.combinations):
         with context.reporter.step(f"build context for {combination.name} ({combination.label})"):
             contexts[combination.name] = prepare_context(context, variant=combination, python_tags=args.python_tag)
-    items = [(combination, contexts[combination.name]) for combination in matrix.combinations]
-    data = formats.as_bake(items, mode=args.mode, base=args.base or build.official_base(context.series.upstream.version),
-                           relative_to=out.parent)
-    _emit(formats.dumps(data), out)
-    context.reporter.info(f"build them all in parallel: {BAKE_COMMAND.format(path=out)}")
-    return 0
+    targets = {}
+    for combination in matrix.combinations:
+        image_context = contexts[combination.name]
+        targets[combination.name] = {
+            "context": os.path.relpath(image_context.path, out.parent), "dockerfile": "Dockerfile",
+            "target": build.TARGET, "args": build.build_args(image_context, mode=args.mode, base=f"${{{BASE_VARIABLE}}}"),
+            "tags": [build.default_tag(combination.name, args.mode)], "network": "none"}
+    base = args.base or build.official_base(context.series.upstream.version)
+    _emit({"variable": {BASE_VARIABLE: {"default": base}}, "group": {"default": {"targets": list(targets)}},
+           "target": targets}, out)
+    context.reporter.info(f"build them all in parallel: docker buildx bake -f {out}")
 
 
-def _test_patch(args, context, matrix) -> int:
-    run_ = testing.run_matrix(context=context, matrix=matrix, python=args.python, structure_only=args.structure_only,
-                              from_tree=args.from_tree)
-    context.reporter.console.print(testing.table(run_, strategy=matrix.strategy))
-    context.reporter.info(f"written: {run_.report}")
-    if run_.failed:
-        context.reporter.warn(f"{len(run_.failed)} of {len(run_.rows)} combination(s) failed; details in {run_.report}")
+def _test_patch(args, context, matrix: Matrix) -> int:
+    """test-patch on each combination (its wheel installed --no-deps in the one test venv): one
+    table, combination x outcome, and build/test-patch/matrix-<strategy>.json."""
+    rows: list[dict] = []
+    for number, combination in enumerate(matrix.combinations, start=1):
+        context.reporter.info(f"[{number}/{matrix.count}] {combination.name}: {combination.label}")
+        row: dict = {"name": combination.name, "features": list(combination.features), "base": combination.base}
+        options = Options(variant=combination, python=args.python, structure_only=args.structure_only,
+                          from_tree=args.from_tree)
+        try:
+            outcome = run_variant(context=context, options=options)
+        except ForkbuildError as error:
+            rows.append({**row, "outcome": ERROR, "counts": {}, "failing": [], "reason": error.message, "report": ""})
+            continue
+        counts = Counter(cell["outcome"] for cell in outcome.rows)
+        failing = sorted({f"{cell['feature'] or '-'}:{cell['check']}" for cell in outcome.failed})
+        rows.append({**row, "outcome": FAIL if failing else PASS,
+                     "counts": {key: counts.get(key, 0) for key in (PASS, FAIL, SKIP)},
+                     "failing": failing, "reason": "", "report": str(outcome.report)})
+    report = context.build_dir / "test-patch" / f"matrix-{matrix.strategy}.json"
+    report.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(report, json.dumps({"strategy": matrix.strategy, "count": matrix.count,
+                                     "lower_bound": matrix.lower_bound, "combinations": rows}, indent=2) + "\n")
+    grid = Table("combination", "features", "outcome", "pass", "fail", "skip", "failing checks",
+                 title=f"test-patch over the {matrix.strategy} matrix")
+    for row in rows:
+        color = "green" if row["outcome"] == PASS else "red"
+        grid.add_row(row["name"], ", ".join(row["features"]) or "-", f"[{color}]{row['outcome']}[/]",
+                     *(str(row["counts"].get(key, "")) for key in (PASS, FAIL, SKIP)),
+                     "\n".join(row["failing"]) or row["reason"][:200])
+    context.reporter.console.print(grid)
+    context.reporter.info(f"written: {report}")
+    failed = [row for row in rows if row["outcome"] != PASS]
+    if failed:
+        context.reporter.warn(f"{len(failed)} of {len(rows)} combination(s) failed; details in {report}")
         return 1
     return 0

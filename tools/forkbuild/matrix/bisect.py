@@ -1,18 +1,7 @@
-"""Delta debugging (ddmin) over a combination's features to a minimal set for
-which a command fails while stock passes.
-
-The search is picire's ddmin (picire.DD: Zeller's subsets-then-complements
-reduction, 1-minimal result). What forkbuild adds around it:
-- preconditions checked first (stock passes, the full set fails), as errors
-  instead of picire's `assert`;
-- a probe log (one JSON file, rewritten atomically after every probe, with the
-  result at the end): a re-run answers every probe already made from it (ddmin
-  is deterministic: it asks the same questions again in the same order), so a
-  finished bisect run again prints the same result, and a killed one resumes
-  where it stopped with --continue; --restart starts over;
-- retries: a probe fails only if the command fails on every try.
-How a probe runs (build a wheel/image, or toggle guards) is probe.py's job.
-"""
+"""Delta debugging (picire's ddmin) of a combination's features to a 1-minimal set for which a
+command fails while stock passes: both checked first; a probe log (rewritten atomically after
+each probe, the result at its end) answers a re-run's probes, ddmin asking the same questions in
+the same order, so a finished bisect prints its result again and a killed one resumes."""
 
 from __future__ import annotations
 
@@ -31,23 +20,17 @@ from forkbuild.fsutil import write_atomic
 
 
 def _import_picire() -> types.ModuleType:
-    """picire 21.8 (the newest) reads its own version through `pkg_resources` at import,
-    which setuptools 81 removed (a fresh venv has no pkg_resources). A stand-in answering
-    only that question is in sys.modules for the import alone, so no other code sees it.
-    Called by bisect() (picire's import takes 0.1 s: not at every command's start)."""
+    """picire 21.8 reads its version through pkg_resources, which setuptools 81 removed: a
+    stand-in answering that is in sys.modules for the import alone (0.1 s: only bisect pays it)."""
+    stand_in = types.ModuleType("pkg_resources")
+    stand_in.get_distribution = lambda name: types.SimpleNamespace(  # type: ignore[attr-defined]
+        version=importlib.metadata.version(name))
+    own = sys.modules.setdefault("pkg_resources", stand_in) is stand_in
     try:
-        import pkg_resources  # noqa: F401  (present: picire imports as it is)
-    except ModuleNotFoundError:
-        stand_in = types.ModuleType("pkg_resources")
-        stand_in.get_distribution = lambda name: types.SimpleNamespace(  # type: ignore[attr-defined]
-            version=importlib.metadata.version(name))
-        sys.modules["pkg_resources"] = stand_in
-        try:
-            import picire
-        finally:
-            sys.modules.pop("pkg_resources", None)
-        return picire
-    import picire
+        import picire
+    finally:
+        if own:
+            del sys.modules["pkg_resources"]
     return picire
 
 
@@ -71,20 +54,13 @@ class BisectResult:
     replayed: int  # answered from the probe log
 
     def as_json(self) -> dict[str, Any]:
-        return {"minimal": list(self.minimal), "probes": [_probe_json(probe) for probe in self.probes],
+        return {"minimal": list(self.minimal), "probes": [asdict(probe) for probe in self.probes],
                 "replayed": self.replayed}
 
 
-def _probe_json(probe: Probe) -> dict[str, Any]:
-    data = asdict(probe)
-    data["features"], data["exit_codes"] = list(probe.features), list(probe.exit_codes)
-    return data
-
-
 class ProbeLog:
-    """The probes made so far for one bisect (identified by `key`), in a JSON file, and its
-    result once it finished. A finished bisect run again is answered from it (the same
-    result, no probe run); a stopped one goes on with `resume`; `restart` starts over."""
+    """The probes of one bisect (identified by `key`) in a JSON file, and its result once it
+    finished; a stopped one goes on only with `resume`, `restart` starts over."""
 
     def __init__(self, path: Path, *, key: dict[str, Any], resume: bool, restart: bool = False) -> None:
         self.path, self.key = path, key
@@ -92,29 +68,24 @@ class ProbeLog:
         self.minimal: list[str] | None = None  # the result of a finished bisect
         if restart:
             path.unlink(missing_ok=True)
-        elif path.exists():
-            self._load()
-            if self.minimal is None and not resume:
-                raise BisectError(f"{path}: this bisect stopped before it finished",
-                                  hint="resume it with --continue, or start over with --restart")
-
-    def _load(self) -> None:
+        if not path.exists():
+            return
         try:
-            data = json.loads(self.path.read_text())
-            if data.get("schema") != LOG_SCHEMA or data.get("key") != self.key:
-                raise BisectError(f"{self.path}: a probe log of another bisect (command, features or mode differ)",
+            data = json.loads(path.read_text())
+            if data.get("schema") != LOG_SCHEMA or data.get("key") != key:
+                raise BisectError(f"{path}: a probe log of another bisect (command, features or mode differ)",
                                   hint="start this one over with --restart (the log is replaced)")
             for item in data["probes"]:
-                probe = Probe(features=tuple(item["features"]), outcome=item["outcome"],
-                              exit_codes=tuple(item["exit_codes"]), seconds=item["seconds"], detail=item["detail"])
-                self.probes[probe.features] = probe
+                self.probes[tuple(item["features"])] = Probe(
+                    features=tuple(item["features"]), outcome=item["outcome"], exit_codes=tuple(item["exit_codes"]),
+                    seconds=item["seconds"], detail=item["detail"])
             self.minimal = data.get("minimal")
         except (OSError, ValueError, KeyError, TypeError) as error:
-            raise BisectError(f"{self.path}: unreadable probe log ({error})",
+            raise BisectError(f"{path}: unreadable probe log ({error})",
                               hint="start over with --restart (the log is replaced)") from error
-
-    def lookup(self, features: tuple[str, ...]) -> Probe | None:
-        return self.probes.get(features)
+        if self.minimal is None and not resume:
+            raise BisectError(f"{path}: this bisect stopped before it finished",
+                              hint="resume it with --continue, or start over with --restart")
 
     def record(self, probe: Probe | None = None, *, minimal: Sequence[str] | None = None) -> None:
         """Add `probe`, or the bisect's result, and rewrite the log."""
@@ -123,7 +94,7 @@ class ProbeLog:
         if minimal is not None:
             self.minimal = list(minimal)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        data = {"schema": LOG_SCHEMA, "key": self.key, "probes": [_probe_json(item) for item in self.probes.values()]}
+        data = {"schema": LOG_SCHEMA, "key": self.key, "probes": [asdict(item) for item in self.probes.values()]}
         write_atomic(self.path, json.dumps(data if self.minimal is None else {**data, "minimal": self.minimal},
                                            indent=2) + "\n")
 
@@ -134,7 +105,7 @@ RunProbe = Callable[[tuple[str, ...]], tuple[int, str]]  # features -> (exit cod
 def probe(features: tuple[str, ...], *, run: RunProbe, tries: int) -> Probe:
     """Run the command up to `tries` times: it passes as soon as one try passes."""
     started, codes, detail = time.monotonic(), [], ""
-    for _ in range(max(tries, 1)):
+    for _ in range(tries):
         code, detail = run(features)
         codes.append(code)
         if code == 0:
@@ -156,7 +127,7 @@ def bisect(candidates: Sequence[str], *, run: RunProbe, log: ProbeLog, tries: in
         key = tuple(sorted(features, key=order.__getitem__))
         known = next((item for item in asked if item.features == key), None)
         if known is None:
-            known = log.lookup(key)
+            known = log.probes.get(key)
             if known is not None:
                 replayed += 1
                 report(known, True)
@@ -181,5 +152,4 @@ def bisect(candidates: Sequence[str], *, run: RunProbe, log: ProbeLog, tries: in
 
     minimal = tuple(sorted(picire.DD(test)(list(candidates)), key=order.__getitem__))
     log.record(minimal=minimal)
-    return BisectResult(minimal=minimal, probes=tuple(asked),
-                        replayed=replayed)
+    return BisectResult(minimal=minimal, probes=tuple(asked), replayed=replayed)

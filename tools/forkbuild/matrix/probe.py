@@ -1,13 +1,7 @@
-"""How one bisect probe runs the user's command.
-
-- Build mode: the probe's features are built (a wheel per probe, cached by
-  content hash, so a repeated or resumed probe builds nothing; with --image also
-  its image) and the command gets FORKBUILD_FEATURES, FORKBUILD_WHEELS and
-  FORKBUILD_IMAGE.
-- Runtime mode: the target combination is built once; each probe turns guards on
-  or off through the environment, as an operator would on a node, and the command
-  gets FORKBUILD_FEATURES and every candidate's DSV41_* variables.
-"""
+"""How one bisect probe runs the user's command. Build mode: the probe's features are built (a
+wheel cached by content hash, with --image its image) and the command gets FORKBUILD_FEATURES,
+FORKBUILD_WHEELS and FORKBUILD_IMAGE. Runtime mode: the target is built once and each probe sets
+every candidate's DSV41_* guards on or off, as an operator would on a node."""
 
 from __future__ import annotations
 
@@ -39,7 +33,6 @@ OUTPUT_TAIL = 600  # characters of the command's output kept in the probe log fo
 class ImageOptions:
     base: str = ""  # "" with local: the local stock base
     local_base: bool = False
-    mode: str = "wheel"
 
 
 @dataclass(kw_only=True)
@@ -50,7 +43,7 @@ class Builder:
     python_tags: tuple[str, ...]
     out_dir: Path
     image: ImageOptions | None = None
-    _docker: object = field(default=None, init=False)
+    _docker: Docker | None = field(default=None, init=False)
 
     def build(self, combination: Combination) -> dict[str, str]:
         """The probe environment of a build of `combination`: its wheels and image."""
@@ -58,25 +51,19 @@ class Builder:
         with self.context.reporter.step(f"wheel of {combination.name} ({combination.label})"):
             wheels = [built.path for built in build_wheels(context=self.context, request=request)]
         env = {WHEELS_ENV: os.pathsep.join(str(path) for path in wheels)}
-        if self.image is not None:
-            env[IMAGE_ENV] = self._build_image(combination, wheels)
-        return env
-
-    def _build_image(self, combination: Combination, wheels: Sequence[Path]) -> str:
-        assert self.image is not None  # called only when an image was asked for
+        if self.image is None:
+            return env
         if self._docker is None:
             self._docker = Docker.connect(reporter=self.context.reporter)
-        docker = self._docker
-        assert isinstance(docker, Docker)
         image_context = prepare_context(self.context, variant=combination, wheels=wheels)
         base = self.image.base
         if self.image.local_base:
-            base = ensure_bases(context=self.context, docker=docker, stock=True)[-1]
+            base = ensure_bases(context=self.context, docker=self._docker, stock=True)[-1]
         base = base or build.official_base(image_context.upstream_version)
-        tag = build.default_tag(combination.name, self.image.mode)
+        tag = build.default_tag(combination.name, "wheel")
         with self.context.reporter.step(f"image {tag}"):
-            build.build_image(docker=docker, context=image_context, mode=self.image.mode, base=base, tag=tag)
-        return tag
+            build.build_image(docker=self._docker, context=image_context, mode="wheel", base=base, tag=tag)
+        return {**env, IMAGE_ENV: tag}
 
 
 def running_tag(series: Series) -> tuple[str, ...]:
@@ -98,8 +85,6 @@ def run_command(command: Sequence[str], env: Mapping[str, str], *, reporter) -> 
 
 @dataclass(kw_only=True)
 class Probes:
-    """What every probe runner has: the combination bisected, the command, how to build."""
-
     context: Context
     target: Combination
     command: tuple[str, ...]
@@ -123,10 +108,9 @@ class BuildProbes(Probes):
 
 
 def on_values(series: Series, target: Combination, environ: Mapping[str, str]) -> dict[str, dict[str, str]]:
-    """Per feature of `target`, the guard values that turn it on at run time: the value set in
-    `environ` (the operator's), else the target's runtime default when it is not the guard's
-    default, else "1" for the feature's first switch. Features none of whose guards then
-    differ from their defaults cannot be toggled at run time and are left out."""
+    """Per feature of `target`, the guard values that turn it on: the operator's (`environ`),
+    else the target's runtime default, else "1" for its first switch. A feature none of whose
+    guards then differ from their defaults cannot be toggled at run time: left out."""
     result = {}
     for name in target.features:
         guards = series.features[name].guards
@@ -150,11 +134,10 @@ def _is_default(guard: Guard, value: str) -> bool:
 class RuntimeProbes(Probes):
     """Runtime mode: one build of the target; each probe sets the candidates' guards on or off."""
 
-    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     _built: dict[str, str] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
-        self.on = on_values(self.context.series, self.target, self.environ)
+        self.on = on_values(self.context.series, self.target, os.environ)
 
     @property
     def candidates(self) -> tuple[str, ...]:
@@ -165,20 +148,14 @@ class RuntimeProbes(Probes):
         """Features of the build no guard can turn off (e.g. `guards` itself)."""
         return tuple(name for name in self.target.features if name not in self.on)
 
-    def guard_env(self, features: tuple[str, ...]) -> dict[str, str]:
-        series = self.context.series
-        env = {}
-        for name, values in self.on.items():
-            for guard in series.features[name].guards:
-                env[guard.env] = values[guard.env] if name in features else guard.default
-        return env
-
     def __call__(self, features: tuple[str, ...]) -> tuple[int, str]:
         if self._built is None:
             self._built = self.builder.build(self.target)
-        guards = self.guard_env(features)
+        series = self.context.series
+        guards = {guard.env: values[guard.env] if name in features else guard.default
+                  for name, values in self.on.items() for guard in series.features[name].guards}
         env = {**self._built, FEATURES_ENV: ",".join(features), **guards}
         code, tail = run_command(self.command, env, reporter=self.context.reporter)
-        on = " ".join(f"{key}={value}" for key, value in guards.items() if key in
-                      {g.env for name in features for g in self.context.series.features[name].guards})
+        on = " ".join(f"{key}={value}" for key, value in guards.items()
+                      if key in {guard.env for name in features for guard in series.features[name].guards})
         return code, f"{self.target.name} with {on or 'every guard off'}; exit {code}" + (f"\n{tail}" if tail else "")

@@ -1,28 +1,8 @@
-"""Which combinations a matrix holds, per strategy:
-
-- variants: the named variants of series.toml;
-- each:     stock, then every feature alone (with what it requires);
-- pairwise: a covering array of strength 2 over "feature in / out": for every two
-            features a, b, every one of (a in, b in), (a in, b out), (a out, b in),
-            (a out, b out) that requires/conflicts allow appears in some
-            combination. So every pair that may coexist is built together, and
-            every pair also with one of them missing (a fault that needs a feature
-            to be *absent* shows too). Built greedily (AETG: each row starts from an
-            uncovered pair and takes, feature by feature, the state covering the
-            most uncovered pairs, among several candidate rows);
-- all:      every valid subset (refused above a limit unless forced).
-
-Why not allpairspy (evaluated, bench/bench_matrix.py measures both): it covers
-pairs of *values* of a fixed list of parameters and handles constraints with a
-filter over partial rows. requires/conflicts are not expressible as "this row
-is invalid" early enough: a row with a feature in and the feature it requires
-out is rejected only once both are placed, and allpairspy then gives up on the
-pair (it reports pairs it could not place nowhere), so it has no way to tell
-"infeasible" from "missed". Here feasibility is exact: a partial assignment is
-feasible iff the requires-closure of its "in" features contains none of its
-"out" features and no conflict - and the rows it produces are the closures, so
-every row is buildable as it stands.
-"""
+"""Which combinations a matrix holds, per strategy: the named variants; stock then each feature
+alone; pairwise, a covering array of strength 2 over "feature in / out" (for every two features
+each in/out state requires/conflicts allow appears somewhere), built greedily as AETG does; all
+valid subsets. Not allpairspy (bench/bench_matrix.py): its constraint filter cannot tell an
+infeasible pair from a missed one; here feasibility is exact and every row is a closure."""
 
 from __future__ import annotations
 
@@ -59,31 +39,25 @@ class Matrix:
 
 def build_matrix(series: Series, strategy: str, *, base: str = "", force: bool = False,
                  limit: int = ALL_LIMIT, seed: int = 0) -> Matrix:
+    """`strategy`: one of STRATEGIES."""
     if strategy == "variants":
         combos = tuple(of_variant(series, name) for name in series.variants)
         return Matrix(strategy=strategy, combinations=combos, lower_bound=len(combos))
-    if strategy == "each":
-        return _each(series, base=base)
     if strategy == "pairwise":
-        # The greedy construction depends on its random tie-breaks: keep the smallest of a few (deterministic) runs.
+        # The greedy rows depend on random tie-breaks: the smallest of a few (seeded) runs.
         rows = min((pairwise_rows(series, seed=seed + attempt) for attempt in range(ATTEMPTS)), key=len)
-        combos = _combinations(series, rows, base=base)
-        return Matrix(strategy=strategy, combinations=combos, lower_bound=pairwise_lower_bound(series),
+        return Matrix(strategy=strategy, combinations=_combinations(series, rows, base=base),
+                      lower_bound=pairwise_lower_bound(series),
                       note=f"{len(feasible_pairs(series))} feasible (feature, in/out) pairs covered")
-    if strategy == "all":
-        subsets = valid_subsets(series)
-        if len(subsets) > limit and not force:
-            raise ConfigError([f"--strategy all: {len(subsets)} valid combinations, more than the limit of {limit}"],
+    if strategy == "each":
+        rows = [frozenset(), *(closure(series, [name]) for name in series.features)]
+    else:
+        rows = valid_subsets(series)
+        if len(rows) > limit and not force:
+            raise ConfigError([f"--strategy all: {len(rows)} valid combinations, more than the limit of {limit}"],
                               source="command line")
-        combos = _combinations(series, subsets, base=base)
-        return Matrix(strategy=strategy, combinations=combos, lower_bound=len(combos))
-    raise ConfigError([f"unknown strategy {strategy!r}: choose one of {', '.join(STRATEGIES)}"], source="command line")
-
-
-def _each(series: Series, *, base: str) -> Matrix:
-    rows: list[frozenset[str]] = [frozenset()] + [closure(series, [name]) for name in series.features]
     combos = _combinations(series, rows, base=base)
-    return Matrix(strategy="each", combinations=combos, lower_bound=len(combos))
+    return Matrix(strategy=strategy, combinations=combos, lower_bound=len(combos))
 
 
 def build_order(series: Series, combinations: Iterable[Combination]) -> list[Combination]:
@@ -101,13 +75,9 @@ def _combinations(series: Series, rows: Iterable[frozenset[str]], *, base: str) 
     return tuple(combos.values())
 
 
-# -- feasibility ---------------------------------------------------------------
-
 def feasible(series: Series, inside: Iterable[str], outside: Iterable[str]) -> bool:
-    """Whether some valid combination holds every `inside` feature and none of `outside`.
-
-    requires only ever add features, so the smallest completion is the closure of
-    `inside`: feasible iff it avoids `outside` and has no conflict."""
+    """Whether some valid combination holds every `inside` feature and none of `outside`: the
+    smallest one is the closure of `inside` (requires only add features)."""
     held = closure(series, inside)
     return not (held & set(outside)) and coexist(series, held)
 
@@ -127,8 +97,6 @@ def feasible_pairs(series: Series) -> set[Pair]:
 def _row_pairs(names: list[str], row: frozenset[str]) -> set[Pair]:
     return {((a, a in row), (b, b in row)) for a, b in itertools.combinations(names, 2)}
 
-
-# -- pairwise ------------------------------------------------------------------
 
 def pairwise_rows(series: Series, *, seed: int = 0, candidates: int = CANDIDATES) -> list[frozenset[str]]:
     """A greedy covering array (strength 2, binary: feature in or out), valid rows only."""
@@ -188,12 +156,10 @@ def _ordered_pair(names: list[str], one: tuple[str, bool], two: tuple[str, bool]
 
 
 def pairwise_lower_bound(series: Series) -> int:
-    """No strength-2 covering array of this series is smaller than this.
-
-    Two bounds, the larger wins: (1) a pair of features with k feasible states needs
-    k rows; (2) a set of features every two of which take all four in/out states
-    holds, restricted to them, an unconstrained binary covering array, whose
-    minimum size is the smallest N with C(N-1, ceil(N/2)) >= n (Kleitman-Spencer)."""
+    """No strength-2 covering array of this series is smaller: the larger of (1) a pair with k
+    feasible states needs k rows; (2) n features every two of which take all four states need an
+    unconstrained binary covering array, at least the smallest N with C(N-1, ceil(N/2)) >= n
+    (Kleitman-Spencer)."""
     pairs = feasible_pairs(series)
     states: dict[tuple[str, str], int] = {}
     for (a, _), (b, _) in pairs:
@@ -221,8 +187,6 @@ def _binary_covering_minimum(factors: int) -> int:
         rows += 1
     return rows
 
-
-# -- all -----------------------------------------------------------------------
 
 def valid_subsets(series: Series) -> list[frozenset[str]]:
     """Every subset of the features closed under requires and free of conflicts."""
