@@ -1,2 +1,1 @@
-"""Feature combinations: covering matrices of Combinations (forkbuild.combination;
-strategies.py, formats.py) and delta debugging to the smallest failing set (bisect.py)."""
+"""Feature combinations: the matrix strategies, and bisect (delta debugging over features)."""

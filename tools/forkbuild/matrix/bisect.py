@@ -102,41 +102,34 @@ class ProbeLog:
 RunProbe = Callable[[tuple[str, ...]], tuple[int, str]]  # features -> (exit code, detail) of one try
 
 
-def probe(features: tuple[str, ...], *, run: RunProbe, tries: int) -> Probe:
-    """Run the command up to `tries` times: it passes as soon as one try passes."""
-    started, codes, detail = time.monotonic(), [], ""
-    for _ in range(tries):
-        code, detail = run(features)
-        codes.append(code)
-        if code == 0:
-            break
-    outcome = PASS if codes[-1] == 0 else FAIL
-    return Probe(features=features, outcome=outcome, exit_codes=tuple(codes),
-                 seconds=round(time.monotonic() - started, 3), detail=detail)
-
-
-def bisect(candidates: Sequence[str], *, run: RunProbe, log: ProbeLog, tries: int = 1,
-           report: Callable[[Probe, bool], None] = lambda probe, replayed: None) -> BisectResult:
-    """The 1-minimal subset of `candidates` (kept in their order) for which the command fails."""
+def bisect(candidates: Sequence[str], *, run: RunProbe, log: ProbeLog, tries: int,
+           report: Callable[[Probe, bool], None]) -> BisectResult:
+    """The 1-minimal subset of `candidates` (kept in their order) for which the command fails;
+    a probe fails only if all `tries` fail."""
     order = {name: index for index, name in enumerate(candidates)}
-    asked: list[Probe] = []
+    asked: dict[tuple[str, ...], Probe] = {}  # in the order ddmin asked them
     replayed = 0
 
     def outcome_of(features: Sequence[str]) -> str:
         nonlocal replayed
         key = tuple(sorted(features, key=order.__getitem__))
-        known = next((item for item in asked if item.features == key), None)
-        if known is None:
-            known = log.probes.get(key)
-            if known is not None:
-                replayed += 1
-                report(known, True)
-            else:
-                known = probe(key, run=run, tries=tries)
-                log.record(known)
-                report(known, False)
-            asked.append(known)
-        return known.outcome
+        if key in asked:
+            return asked[key].outcome
+        if key in log.probes:
+            replayed += 1
+            report(log.probes[key], True)
+        else:
+            started, codes, detail = time.monotonic(), [], ""
+            for _ in range(tries):
+                code, detail = run(key)
+                codes.append(code)
+                if code == 0:
+                    break
+            log.record(Probe(features=key, outcome=FAIL if codes[-1] else PASS, exit_codes=tuple(codes),
+                             seconds=round(time.monotonic() - started, 3), detail=detail))
+            report(log.probes[key], False)
+        asked[key] = log.probes[key]
+        return asked[key].outcome
 
     if outcome_of(()) != PASS:
         raise BisectError("the command fails on stock (no feature): the features are not what breaks it",
@@ -144,7 +137,6 @@ def bisect(candidates: Sequence[str], *, run: RunProbe, log: ProbeLog, tries: in
     if outcome_of(tuple(candidates)) != FAIL:
         raise BisectError(f"the command passes with every feature ({len(candidates)}): nothing to bisect",
                           hint="check that the command fails where you expect it to (--retries for a flaky one)")
-
     picire = _import_picire()
 
     def test(config: list[str], config_id: tuple) -> Any:  # a picire.Outcome
@@ -152,4 +144,4 @@ def bisect(candidates: Sequence[str], *, run: RunProbe, log: ProbeLog, tries: in
 
     minimal = tuple(sorted(picire.DD(test)(list(candidates)), key=order.__getitem__))
     log.record(minimal=minimal)
-    return BisectResult(minimal=minimal, probes=tuple(asked), replayed=replayed)
+    return BisectResult(minimal=minimal, probes=tuple(asked.values()), replayed=replayed)

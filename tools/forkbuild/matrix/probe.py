@@ -72,15 +72,16 @@ def running_tag(series: Series) -> tuple[str, ...]:
     return (tag,) if any(pin.python_tag == tag for pin in series.upstream.wheels) else ()
 
 
-def run_command(command: Sequence[str], env: Mapping[str, str], *, reporter) -> tuple[int, str]:
-    """One try of the user's command; (exit code, the tail of its output)."""
+def run_command(command: Sequence[str], env: Mapping[str, str], *, reporter, label: str) -> tuple[int, str]:
+    """One try of the user's command: its exit code, and `label` with it (and the output's tail)."""
     try:
         done = process.run(list(command), env=env)
     except ToolMissing as error:
         raise BisectError(error.message, hint="check the command after `--`") from error
     output = done.stdout + done.stderr
     reporter.detail(output)
-    return done.status, output[-OUTPUT_TAIL:] if done.status else ""
+    tail = output[-OUTPUT_TAIL:] if done.status else ""
+    return done.status, f"{label}; exit {done.status}" + (f"\n{tail}" if tail else "")
 
 
 @dataclass(kw_only=True)
@@ -103,8 +104,8 @@ class BuildProbes(Probes):
         series = self.context.series
         combination = from_features(series, features, base=self.target.base)
         env = {FEATURES_ENV: ",".join(combination.features), **self.builder.build(combination)}
-        code, tail = run_command(self.command, env, reporter=self.context.reporter)
-        return code, f"built {combination.name} ({combination.label}); exit {code}" + (f"\n{tail}" if tail else "")
+        return run_command(self.command, env, reporter=self.context.reporter,
+                           label=f"built {combination.name} ({combination.label})")
 
 
 def on_values(series: Series, target: Combination, environ: Mapping[str, str]) -> dict[str, dict[str, str]]:
@@ -155,7 +156,7 @@ class RuntimeProbes(Probes):
         guards = {guard.env: values[guard.env] if name in features else guard.default
                   for name, values in self.on.items() for guard in series.features[name].guards}
         env = {**self._built, FEATURES_ENV: ",".join(features), **guards}
-        code, tail = run_command(self.command, env, reporter=self.context.reporter)
         on = " ".join(f"{key}={value}" for key, value in guards.items()
                       if key in {guard.env for name in features for guard in series.features[name].guards})
-        return code, f"{self.target.name} with {on or 'every guard off'}; exit {code}" + (f"\n{tail}" if tail else "")
+        return run_command(self.command, env, reporter=self.context.reporter,
+                           label=f"{self.target.name} with {on or 'every guard off'}")

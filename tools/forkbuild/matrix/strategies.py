@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -104,14 +105,9 @@ def pairwise_rows(series: Series, *, seed: int = 0, candidates: int = CANDIDATES
     uncovered = feasible_pairs(series)
     rows: list[frozenset[str]] = []
     rng = random.Random(seed)
-    while uncovered:
-        best, best_gain = None, -1
-        for _ in range(candidates):
-            row = _candidate_row(series, names, uncovered, rng)
-            gain = len(_row_pairs(names, row) & uncovered)
-            if gain > best_gain:
-                best, best_gain = row, gain
-        assert best is not None and best_gain > 0  # a row starting from an uncovered feasible pair covers it
+    while uncovered:  # each candidate row starts from an uncovered pair: the best covers one at least
+        best = max((_candidate_row(series, names, uncovered, rng) for _ in range(candidates)),
+                   key=lambda row: len(_row_pairs(names, row) & uncovered))
         rows.append(best)
         uncovered -= _row_pairs(names, best)
     return _drop_redundant(names, rows)
@@ -129,10 +125,7 @@ def _drop_redundant(names: list[str], rows: list[frozenset[str]]) -> list[frozen
 
 def _candidate_row(series: Series, names: list[str], uncovered: set[Pair], rng: random.Random) -> frozenset[str]:
     # Start from an uncovered pair whose features occur in the most uncovered pairs (AETG's first choice).
-    weight: dict[tuple[str, bool], int] = {}
-    for first, second in uncovered:
-        weight[first] = weight.get(first, 0) + 1
-        weight[second] = weight.get(second, 0) + 1
+    weight = Counter(side for pair in uncovered for side in pair)
     top = max(weight[a] + weight[b] for a, b in uncovered)
     (a, state_a), (b, state_b) = rng.choice(sorted(pair for pair in uncovered if weight[pair[0]] + weight[pair[1]] == top))
     fixed = {a: state_a, b: state_b}
@@ -160,10 +153,7 @@ def pairwise_lower_bound(series: Series) -> int:
     feasible states needs k rows; (2) n features every two of which take all four states need an
     unconstrained binary covering array, at least the smallest N with C(N-1, ceil(N/2)) >= n
     (Kleitman-Spencer)."""
-    pairs = feasible_pairs(series)
-    states: dict[tuple[str, str], int] = {}
-    for (a, _), (b, _) in pairs:
-        states[(a, b)] = states.get((a, b), 0) + 1
+    states = Counter((a, b) for (a, _), (b, _) in feasible_pairs(series))
     by_pair = max(states.values(), default=1 if series.features else 0)
     # Features nobody requires, then drop those in a constrained pair until none is left.
     required = {needed for feature in series.features.values() for needed in feature.requires}
@@ -172,9 +162,7 @@ def pairwise_lower_bound(series: Series) -> int:
         short = [(a, b) for a, b in itertools.combinations(free, 2) if states.get((a, b), 0) < 4]
         if not short:
             break
-        counts: dict[str, int] = {}
-        for a, b in short:
-            counts[a], counts[b] = counts.get(a, 0) + 1, counts.get(b, 0) + 1
+        counts = Counter(name for pair in short for name in pair)
         free.remove(max(counts, key=lambda name: counts[name]))
     return max(by_pair, _binary_covering_minimum(len(free)))
 
@@ -194,9 +182,6 @@ def valid_subsets(series: Series) -> list[frozenset[str]]:
     if len(names) > ENUMERATION_LIMIT:
         raise ConfigError([f"--strategy all: {len(names)} features is 2^{len(names)} subsets to enumerate "
                            f"(limit: {ENUMERATION_LIMIT} features); use pairwise"], source="command line")
-    subsets = []
-    for mask in range(1 << len(names)):
-        chosen = frozenset(name for index, name in enumerate(names) if mask >> index & 1)
-        if closure(series, chosen) == chosen and coexist(series, chosen):
-            subsets.append(chosen)
-    return subsets
+    subsets = (frozenset(name for index, name in enumerate(names) if mask >> index & 1)
+               for mask in range(1 << len(names)))
+    return [chosen for chosen in subsets if closure(series, chosen) == chosen and coexist(series, chosen)]
