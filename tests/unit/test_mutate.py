@@ -474,8 +474,7 @@ def test_check_names_a_recorded_move_not_yet_in_reasons_toml_and_mutate_applies_
 
 def test_a_run_records_the_moves_of_the_patch_it_records(tmp_path):
     # _record, where every run writes a patch's results: the moves go with them.
-    from forkbuild.commands.mutate import _record
-    from forkbuild.mutate.plan import PatchPlan
+    from forkbuild.commands.mutate import PatchPlan, _record
     from forkbuild.mutate.runner import Outcome
 
     series = _series(tmp_path)

@@ -7,13 +7,15 @@ import os
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from forkbuild.combination import of_variant
 from forkbuild.commands import add_command
+from forkbuild.config import PatchEntry, Series, near_miss
 from forkbuild.errors import MutationError
 from forkbuild.mutate import check, moves, report, results
-from forkbuild.mutate.plan import PatchPlan, plan, select
+from forkbuild.mutate.mutants import Mutant, Skipped, mutants_of
 from forkbuild.mutate.runner import FeatureTests, Outcome, run_all
 
 
@@ -24,9 +26,8 @@ def add_parser(subparsers) -> None:
                   'forkbuild mutate --variant tp4 --patch loop-abort --jobs 2',
                   'forkbuild mutate --check   (CI: recorded results current, every survivor has a reason)'],
         description="Each hunk of a patch that changes code (and each statement a hunk adds) is reverted in the "
-                    "installed patched sglang of the test venv, and the feature's tests run against it. Results are "
-                    f"kept in {results.RESULTS_FILE} per (patch, tests, upstream pin); current ones are not run "
-                    "again.")
+                    "patched sglang of the test venv, and the feature's tests run against it. Results are kept in "
+                    f"{results.RESULTS_FILE} per (patch, tests, upstream pin); current ones are not run again.")
     parser.add_argument("--variant", help="variant whose patches to mutate (default: series.default_variant)")
     parser.add_argument("--patch", action="append", default=[], metavar="FILE",
                         help="only this patch (repeatable; with or without .patch)")
@@ -98,6 +99,56 @@ def _run(args, context) -> int:
     return 0
 
 
+@dataclass(frozen=True)
+class PatchPlan:
+    entry: PatchEntry
+    key: str
+    tests: tuple[Path, ...]
+    cached: bool
+    mutants: tuple[Mutant, ...] = ()
+    skipped: tuple[Skipped, ...] = ()
+
+
+def select(series: Series, variant: str, names: list[str]) -> tuple[PatchEntry, ...]:
+    """The variant's patches, or those of them named by file (with or without .patch)."""
+    entries = series.patches_for(variant)
+    if not names:
+        return entries
+    by_file = {entry.file: entry for entry in entries}
+    chosen, problems = [], []
+    for name in names:
+        file = Path(name if name.endswith(".patch") else f"{name}.patch").name
+        if file in by_file:
+            chosen.append(by_file[file])
+        else:
+            problems.append(f"--patch {name}: not a patch of variant {variant}{near_miss(file, by_file)}")
+    if problems:
+        raise MutationError("; ".join(problems))
+    return tuple(chosen)
+
+
+def plan(series: Series, variant: str, entries: tuple[PatchEntry, ...], *, recorded: dict,
+         site_packages: Path, force: bool) -> list[PatchPlan]:
+    """`recorded`: results.json's patches of the variant."""
+
+    def installed(path: str) -> str | None:
+        return (site_packages / path).read_text(encoding="utf-8") if (site_packages / path).is_file() else None
+
+    plans = []
+    for entry in entries:
+        key = results.patch_key(series, entry)
+        tests = tuple(results.feature_tests(series.root, entry.feature))
+        if not force and recorded.get(entry.file, {}).get("key") == key:
+            plans.append(PatchPlan(entry, key, tests, cached=True))
+            continue
+        mutants, skipped = mutants_of(entry, package_root=series.upstream.package_root, installed=installed)
+        if mutants and not tests:
+            raise MutationError(f"patches/{entry.file}: feature {entry.feature} has no tests "
+                                f"(tests/patches/test_*.py with FEATURE = {entry.feature!r}): its mutants cannot die")
+        plans.append(PatchPlan(entry, key, tests, cached=False, mutants=tuple(mutants), skipped=tuple(skipped)))
+    return plans
+
+
 def _apply_moves(context, recorded: dict) -> None:
     for file, old, new in moves.apply(context.series.root, recorded):
         context.reporter.info(f"{results.REASONS_FILE}: [\"{file}\"] the reason for {old} moved to {new}, "
@@ -138,8 +189,7 @@ def _execute(context, plans: list[PatchPlan], *, python: Path, jobs: int, data: 
             mutant.module, mutant.path, (site_packages / mutant.path).read_text(encoding="utf-8")))
     runs = {item.entry.feature: FeatureTests(root=root, tests=item.tests,
                                              modules=tuple(modules[item.entry.feature].values())) for item in plans}
-    # The modules the mutants touch pull in (nearly) every third-party import
-    # the tests need: the fork servers load them once.
+    # The mutated modules pull in (nearly) every third-party import the tests need: preloaded once.
     preload = sorted({mutant.module for mutant in mutants if mutant.source is not None})
     lock = threading.Lock()
     by_file = {item.entry.file: item for item in plans}
@@ -178,12 +228,8 @@ def _record(recorded: dict, item: PatchPlan, outcomes: dict[str, Outcome], reaso
     mutants = [{"id": mutant.id, "kind": mutant.kind, "path": mutant.path, "lines": list(mutant.lines),
                 "summary": mutant.summary, "status": outcomes[mutant.id].status,
                 "killed_by": outcomes[mutant.id].killed_by} for mutant in item.mutants]
-    record: dict[str, object] = {
-        "feature": item.entry.feature,
-        "key": item.key,
-        "mutants": mutants,
-        "skipped": [{"id": skip.id, "summary": skip.summary, "why": skip.why} for skip in item.skipped],
-    }
+    record: dict[str, object] = {"feature": item.entry.feature, "key": item.key, "mutants": mutants, "skipped": [
+        {"id": skip.id, "summary": skip.summary, "why": skip.why} for skip in item.skipped]}
     table = reasons.by_patch.get(file, {})
     if moved := moves.follow(recorded.get(file, {}).get("mutants", []), mutants, table):
         record[moves.MOVED] = {old: {"id": new, "reason": table[old]} for old, new in moved.items()}
