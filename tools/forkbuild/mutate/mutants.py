@@ -98,34 +98,33 @@ def _hunk_mutants(entry: PatchEntry, hunk: unidiff.Hunk, *, hunk_id: str, path: 
         patched_tree = ast.parse(text)
     except SyntaxError as error:
         raise MutationError(f"patches/{entry.file}: the installed {path} does not parse: {error}") from error
+    added, span, reverted = found
     code = _code_of(text)
-    if found.reverted is None and code == _code_of(""):
+    if reverted is None and code == _code_of(""):
         return  # a new module holding only comments and docstrings
-    if found.reverted is not None and _code_of(found.reverted) == code:
+    if reverted is not None and _code_of(reverted) == code:
         return
-    yield Mutant(hunk_id, entry.file, entry.feature, path, HUNK, found.span, _first_change(hunk), found.reverted)
-    statements = list(_added_statements(patched_tree.body, set(found.added)))
+    yield Mutant(hunk_id, entry.file, entry.feature, path, HUNK, span, _first_change(hunk), reverted)
+    statements = list(_added_statements(patched_tree.body, set(added)))
     if len(statements) < 2:
         return
     for number, statement in enumerate(statements, start=1):
-        source = _replace_with_pass(lines, statement)
-        if source != found.reverted:
-            yield Mutant(f"{hunk_id}.s{number}", entry.file, entry.feature, path, STATEMENT,
-                         (statement.lineno, statement.end_lineno or statement.lineno),
-                         lines[statement.lineno - 1].strip()[:120], source)
+        first, last = statement.lineno - 1, (statement.end_lineno or statement.lineno) - 1
+        head = lines[first][:statement.col_offset]
+        tail = lines[last][statement.end_col_offset:] if statement.end_col_offset is not None else "\n"
+        source = "".join(lines[:first] + [f"{head}pass{tail}"] + lines[last + 1:])  # the statement replaced
+        if source != reverted:
+            yield Mutant(f"{hunk_id}.s{number}", entry.file, entry.feature, path, STATEMENT, (first + 1, last + 1),
+                         lines[first].strip()[:120], source)
 
 
-@dataclass(frozen=True)
-class _Found:
-    added: frozenset[int]  # 1-based installed line numbers of the hunk's added lines
-    span: tuple[int, int]  # first and last installed line the hunk covers
-    reverted: str | None  # the installed text with the hunk reverted; None: the module removed
-
-
-def _revert(hunk: unidiff.Hunk, lines: list[str], *, new_file: bool) -> _Found | None:
-    """The hunk undone in the installed file; None when it cannot be found there."""
+def _revert(hunk: unidiff.Hunk, lines: list[str], *,
+            new_file: bool) -> tuple[frozenset[int], tuple[int, int], str | None] | None:
+    """The hunk undone in the installed file: the installed line numbers of its added lines, the
+    first and last line it covers, the text reverted (None: the module removed); None when the
+    hunk cannot be found there."""
     if new_file:
-        return _Found(frozenset(range(1, len(lines) + 1)), (1, max(len(lines), 1)), None)
+        return frozenset(range(1, len(lines) + 1)), (1, max(len(lines), 1)), None
     where = _locate(hunk, lines)
     if where is None:
         return None
@@ -150,8 +149,8 @@ def _revert(hunk: unidiff.Hunk, lines: list[str], *, new_file: bool) -> _Found |
         if index < len(lines) and index not in deleted:
             out.append(lines[index])
     located = [index for _, index in where if index is not None]
-    return _Found(frozenset(index + 1 for line, index in where if line.is_added and index is not None),
-                  (min(located) + 1, max(located) + 1), "".join(out))
+    return (frozenset(index + 1 for line, index in where if line.is_added and index is not None),
+            (min(located) + 1, max(located) + 1), "".join(out))
 
 
 def _locate(hunk: unidiff.Hunk, lines: list[str]) -> list[tuple[unidiff.patch.Line, int | None]] | None:
@@ -160,8 +159,9 @@ def _locate(hunk: unidiff.Hunk, lines: list[str]) -> list[tuple[unidiff.patch.Li
     inside it (a section it opens that others fill): every added line must be found, in order."""
     post = [line for line in hunk if not line.is_removed]
     values = [line.value for line in post]
-    exact = _nearest(lines, values, hunk.target_start - 1)
-    if exact is not None:
+    hits = [index for index in range(len(lines) - len(values) + 1) if lines[index:index + len(values)] == values]
+    if hits:
+        exact = min(hits, key=lambda index: abs(index - (hunk.target_start - 1)))  # nearest to where it says
         mapping = {position: exact + position for position in range(len(post))}
     else:
         matcher = difflib.SequenceMatcher(None, values, lines, autojunk=False)
@@ -174,12 +174,6 @@ def _locate(hunk: unidiff.Hunk, lines: list[str]) -> list[tuple[unidiff.patch.Li
             return None
     positions = iter(range(len(post)))
     return [(line, None if line.is_removed else mapping.get(next(positions))) for line in hunk]
-
-
-def _nearest(lines: list[str], block: list[str], expected: int) -> int | None:
-    size = len(block)
-    hits = [index for index in range(len(lines) - size + 1) if lines[index:index + size] == block]
-    return min(hits, key=lambda index: abs(index - expected)) if hits else None
 
 
 @functools.lru_cache(maxsize=64)
@@ -222,13 +216,6 @@ def _added_statements(body: list[ast.stmt], added: set[int]) -> Iterator[ast.stm
             yield from _added_statements(statement.body[_is_docstring(statement.body[0]):], added)
         elif not _is_docstring(statement) and not isinstance(statement, ast.Pass):
             yield statement
-
-
-def _replace_with_pass(lines: list[str], statement: ast.stmt) -> str:
-    first, last = statement.lineno - 1, (statement.end_lineno or statement.lineno) - 1
-    head = lines[first][:statement.col_offset]
-    tail = lines[last][statement.end_col_offset:] if statement.end_col_offset is not None else "\n"
-    return "".join(lines[:first] + [f"{head}pass{tail}"] + lines[last + 1:])
 
 
 def _first_change(hunk: unidiff.Hunk) -> str:

@@ -96,9 +96,12 @@ def run_all(runs: dict[str, FeatureTests], mutants: list[Mutant], *, python: Pat
                     feature, mutant = queue.pop(0)
                     index = len(queue)
                 run = runs[feature]
-                if mutant is None:
+                if mutant is None:  # the feature's modules re-imported from unchanged copies
                     try:
-                        baselines[feature] = _baseline(run, scratch / f"b{index}", worker)
+                        sources = {module: _write(scratch / f"b{index}" / "src" / str(number), path, text)
+                                   for number, (module, path, text) in enumerate(run.modules)}
+                        baselines[feature] = _pytest(run, scratch / f"b{index}", worker, sources=sources,
+                                                     timeout=BASELINE_TIMEOUT)
                     finally:
                         ready[feature].set()
                     continue
@@ -123,24 +126,18 @@ def run_all(runs: dict[str, FeatureTests], mutants: list[Mutant], *, python: Pat
     return baselines
 
 
-def _baseline(run: FeatureTests, scratch: Path, worker: Worker) -> Outcome:
-    sources = {module: str(_write(scratch / "src" / str(number), path, text))
-               for number, (module, path, text) in enumerate(run.modules)}
-    return _pytest(run, scratch, worker, sources=sources, timeout=BASELINE_TIMEOUT)
-
-
-def _write(directory: Path, path: str, text: str) -> Path:
+def _write(directory: Path, path: str, text: str) -> str:
     # The module's own file name: tracebacks and inspect.getsource see the file imported.
     target = directory / PurePosixPath(path).name
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(text, encoding="utf-8")
-    return target
+    return str(target)
 
 
 def run_mutant(mutant: Mutant, run: FeatureTests, scratch: Path, worker: Worker, *, timeout: float,
                first: str | None = None) -> Outcome:
     scratch.mkdir(parents=True, exist_ok=True)
-    source = "" if mutant.source is None else str(_write(scratch / "src", mutant.path, mutant.source))
+    source = "" if mutant.source is None else _write(scratch / "src", mutant.path, mutant.source)
     # The test files naming the module (its last dotted part) first: with -x a mutant their
     # tests kill stops there; before them, `first`, the test that killed this mutant last time
     # (the slow tests of a file need not run again before it). A survivor still runs them all,

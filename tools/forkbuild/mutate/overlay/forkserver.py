@@ -4,7 +4,9 @@ forgets every sglang module, installs the overlay's finder and runs pytest.
 Protocol: a JSON request per stdin line {"tests", "rootdir", "env", "log", "timeout"}; a JSON
 reply per line {"rc", "timeout", "seconds"}."""
 
+import contextlib
 import importlib
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -14,26 +16,9 @@ import time
 import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+PARENT = os.getppid()  # the forkbuild process; when it dies, the worker stops
 PACKAGES: set[str] = set()  # the top-level packages of the preloaded modules (sglang): what a child forgets
-
-
-def _preload(modules):
-    PACKAGES.update(name.split(".")[0] for name in modules)
-    for name in modules:
-        try:
-            importlib.import_module(name)
-        except Exception:  # the child imports it again and reports what breaks
-            pass
-
-
-def _forget(modules):
-    """Drop every module of the preloaded packages when a run changes one of them: a module
-    registering itself at import (sglang's MoE registry) must not meet its old registration."""
-    if not modules:
-        return
-    for name in [name for name in sys.modules if name.split(".")[0] in PACKAGES]:
-        del sys.modules[name]
-    importlib.invalidate_caches()
+PLUGINS: list[str] = []  # the pytest11 entry points of the venv, as pytest would load them
 
 
 def _child(request):
@@ -42,7 +27,12 @@ def _child(request):
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.environ.update(request["env"])
-    _forget(set(json.loads(request["env"].get("FORKBUILD_MUTANT") or "{}")))
+    if json.loads(request["env"].get("FORKBUILD_MUTANT") or "{}"):
+        # Every module of the preloaded packages goes: a module registering itself at import
+        # (sglang's MoE registry) must not meet its old registration.
+        for name in [name for name in sys.modules if name.split(".")[0] in PACKAGES]:
+            del sys.modules[name]
+        importlib.invalidate_caches()
     spec = importlib.util.spec_from_file_location("_forkbuild_overlay", os.path.join(HERE, "sitecustomize.py"))
     spec.loader.exec_module(importlib.util.module_from_spec(spec))  # installs the mutant's finder
 
@@ -78,16 +68,13 @@ def _serve(request):
             traceback.print_exc()
             code = 70
         sys.exit(code)
-    deadline = start + request["timeout"]
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             return {"rc": os.waitstatus_to_exitcode(status), "timeout": False, "seconds": time.monotonic() - start}
-        if time.monotonic() > deadline or os.getppid() != PARENT:
-            try:
+        if time.monotonic() > start + request["timeout"] or os.getppid() != PARENT:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             os.waitpid(pid, 0)
             if os.getppid() != PARENT:
                 sys.exit(1)  # forkbuild is gone (killed): so is this worker, and its run
@@ -95,20 +82,17 @@ def _serve(request):
         time.sleep(0.05)
 
 
-PARENT = os.getppid()  # the forkbuild process; when it dies, the worker stops
-PLUGINS: list[str] = []  # the pytest11 entry points of the venv, as pytest would load them
-
-
 def main():
-    _preload(sys.argv[1:])
-    import importlib.metadata
+    PACKAGES.update(name.split(".")[0] for name in sys.argv[1:])
+    for name in sys.argv[1:]:
+        with contextlib.suppress(Exception):  # the child imports it again and reports what breaks
+            importlib.import_module(name)
 
     import pytest  # noqa: F401  (loaded once, for every child)
 
     for entry in importlib.metadata.entry_points(group="pytest11"):
         importlib.import_module(entry.value.split(":")[0])
         PLUGINS.append(entry.value.split(":")[0])
-
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
         if line.strip():
