@@ -1,5 +1,5 @@
 """forkbuild mutate: mutants from patch hunks, the overlay that loads them, the
-results key and the CI check. Fixtures are tiny modules and hand-made patches."""
+results key, the reasons' moves and the CI check. Fixtures are tiny modules and hand-made patches."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 
 from forkbuild.config import PatchEntry
 from forkbuild.errors import MutationError
-from forkbuild.mutate import check
+from forkbuild.mutate import results
 from forkbuild.mutate.mutants import HUNK, NO_CODE, STATEMENT, Mutant, mutants_of
 from forkbuild.mutate.results import Reasons, feature_of_test, load_reasons, patch_key
 from forkbuild.mutate.runner import OVERLAY, FeatureTests, run_all
@@ -308,16 +308,16 @@ def _results(series, status="survived"):
 
 def test_check_fails_on_a_survivor_without_reason_and_passes_with_one(tmp_path):
     series = _series(tmp_path)
-    (problem,) = check.problems(series, _results(series), Reasons({}))
+    (problem,) = results.problems(series, _results(series), Reasons({}))
     assert "pkg/mod.py:h1" in problem and "survived" in problem
-    assert check.problems(series, _results(series), Reasons({"feat.patch": {"pkg/mod.py:h1": "why"}})) == []
+    assert results.problems(series, _results(series), Reasons({"feat.patch": {"pkg/mod.py:h1": "why"}})) == []
 
 
 def test_check_fails_on_stale_results_and_on_reasons_for_nothing(tmp_path):
     series = _series(tmp_path)
-    results = _results(series, status="killed")
+    data = _results(series, status="killed")
     (tmp_path / "tests" / "patches" / "test_feat.py").write_text('FEATURE = "feat"\n# more\n')
-    found = check.problems(series, results, Reasons({"feat.patch": {"pkg/mod.py:h1": "why", "pkg/mod.py:h9": "old"}}))
+    found = results.problems(series, data, Reasons({"feat.patch": {"pkg/mod.py:h1": "why", "pkg/mod.py:h9": "old"}}))
     assert any("stale" in line and "--patch feat.patch" in line for line in found)
     assert any("h9: no such mutant" in line for line in found)
     assert any("h1: is killed now" in line for line in found)
@@ -326,17 +326,17 @@ def test_check_fails_on_stale_results_and_on_reasons_for_nothing(tmp_path):
 def test_a_patch_without_results_passes_only_with_a_recorded_not_run_reason(tmp_path):
     series = _series(tmp_path)
     empty = {"format": 1, "variants": {"v": {"patches": {}}}}
-    (missing,) = check.problems(series, empty, Reasons({}))
+    (missing,) = results.problems(series, empty, Reasons({}))
     assert "feat.patch has no mutation results" in missing
-    assert check.problems(series, empty, Reasons({"feat.patch": {check.NOT_RUN: "baseline fails: why"}})) == []
+    assert results.problems(series, empty, Reasons({"feat.patch": {results.NOT_RUN: "baseline fails: why"}})) == []
     # Once the patch has results, a left-over not-run reason is a problem of its own.
-    found = check.problems(series, _results(series, status="killed"), Reasons({"feat.patch": {check.NOT_RUN: "old"}}))
+    found = results.problems(series, _results(series, status="killed"), Reasons({"feat.patch": {results.NOT_RUN: "old"}}))
     assert any("has results now" in line for line in found)
 
 
 def test_check_wants_the_default_variant_recorded(tmp_path):
     series = _series(tmp_path)
-    assert any("default variant v" in line for line in check.problems(series, {"format": 1, "variants": {}}, Reasons({})))
+    assert any("default variant v" in line for line in results.problems(series, {"format": 1, "variants": {}}, Reasons({})))
 
 
 def test_a_reason_must_be_one_line(tmp_path):
@@ -347,8 +347,6 @@ def test_a_reason_must_be_one_line(tmp_path):
 
 
 def test_results_file_round_trips(tmp_path):
-    from forkbuild.mutate import results
-
     data = {"format": 1, "variants": {"v": {"patches": {}}}}
     results.write(tmp_path, data)
     assert results.load(tmp_path) == data
@@ -387,7 +385,7 @@ def _statement(number: int, summary: str, status: str = "survived") -> dict:
 
 
 def test_a_reason_follows_its_statement_to_the_id_an_edit_renumbered_it_to():
-    from forkbuild.mutate.moves import follow
+    from forkbuild.mutate.results import follow
 
     before = [_statement(1, "from x import y"), _statement(65, "if o.is_cuda:"), _statement(66, "try:"),
               _statement(67, "n = 1", "killed")]
@@ -407,7 +405,7 @@ def test_a_reason_follows_its_statement_to_the_id_an_edit_renumbered_it_to():
     moved = follow(chain, [_statement(3, "a = 1"), _statement(4, "b = 2")],
                    {"pkg/mod.py:h1.s2": "r2", "pkg/mod.py:h1.s3": "r3"})
     assert moved == {"pkg/mod.py:h1.s2": "pkg/mod.py:h1.s3", "pkg/mod.py:h1.s3": "pkg/mod.py:h1.s4"}
-    from forkbuild.mutate.moves import pending
+    from forkbuild.mutate.results import pending
 
     kept = {"pkg/mod.py:h1.s2": {"id": "pkg/mod.py:h1.s3", "reason": "r2"},
             "pkg/mod.py:h1.s3": {"id": "pkg/mod.py:h1.s4", "reason": "r3"}}
@@ -418,23 +416,21 @@ def test_a_reason_follows_its_statement_to_the_id_an_edit_renumbered_it_to():
 
 
 def _moved_results(series) -> dict:
-    results = _results(series)
-    record = results["variants"]["v"]["patches"]["feat.patch"]
+    data = _results(series)
+    record = data["variants"]["v"]["patches"]["feat.patch"]
     record["mutants"] = [_statement(90, "if o.is_cuda:")]
     record["reasons_moved"] = {"pkg/mod.py:h1.s65": {"id": "pkg/mod.py:h1.s90", "reason": "CUDA only: the launch"}}
-    return results
+    return data
 
 
 def test_check_names_a_recorded_move_not_yet_in_reasons_toml_and_mutate_applies_it(tmp_path, capsys):
     # The state a kill between the write of results.json and of reasons.toml leaves.
     from forkbuild.cli import main
-    from forkbuild.mutate import results
-
     series = _series(tmp_path)
     results.write(tmp_path, _moved_results(series))
     (tmp_path / "mutation" / "reasons.toml").write_text(
         '# kept\n["feat.patch"]\n"pkg/mod.py:h1.s65" = "CUDA only: the launch"\n"pkg/mod.py:h1.s7" = "other"\n')
-    (problem,) = [line for line in check.problems(series, _moved_results(series), load_reasons(tmp_path))
+    (problem,) = [line for line in results.problems(series, _moved_results(series), load_reasons(tmp_path))
                   if "h1.s65" in line or "h1.s90" in line]
     assert "(if o.is_cuda:) is mutant pkg/mod.py:h1.s90 now" in problem
     assert "nox -s mutate -- --variant v --patch feat.patch" in problem
@@ -450,25 +446,23 @@ def test_check_names_a_recorded_move_not_yet_in_reasons_toml_and_mutate_applies_
     assert text.startswith("# kept\n") and '"pkg/mod.py:h1.s7" = "other"' in text
     assert load_reasons(tmp_path).by_patch["feat.patch"] == {"pkg/mod.py:h1.s90": "CUDA only: the launch",
                                                              "pkg/mod.py:h1.s7": "other"}
-    assert not [line for line in check.problems(series, _moved_results(series), load_reasons(tmp_path))
+    assert not [line for line in results.problems(series, _moved_results(series), load_reasons(tmp_path))
                 if "h1.s65" in line or "h1.s90" in line]
     # Applied once: a second run finds nothing to move, and a reason at the new id
     # is never overwritten by one moving onto it.
-    from forkbuild.mutate import moves
-
-    assert moves.apply(tmp_path, _moved_results(series)["variants"]["v"]["patches"]) == []
+    assert results.apply_moves(tmp_path, _moved_results(series)["variants"]["v"]["patches"]) == []
     (tmp_path / "mutation" / "reasons.toml").write_text(
         '["feat.patch"]\n"pkg/mod.py:h1.s65" = "CUDA only: the launch"\n"pkg/mod.py:h1.s90" = "its own"\n')
-    assert moves.apply(tmp_path, _moved_results(series)["variants"]["v"]["patches"]) == []
+    assert results.apply_moves(tmp_path, _moved_results(series)["variants"]["v"]["patches"]) == []
     assert load_reasons(tmp_path).by_patch["feat.patch"]["pkg/mod.py:h1.s90"] == "its own"
     # Once applied, a move never runs again: a later reason at the old id (another
     # statement's, another text) stays where it was written, the new id free or not.
     (tmp_path / "mutation" / "reasons.toml").write_text('["feat.patch"]\n"pkg/mod.py:h1.s65" = "written later"\n')
-    assert moves.apply(tmp_path, _moved_results(series)["variants"]["v"]["patches"]) == []
+    assert results.apply_moves(tmp_path, _moved_results(series)["variants"]["v"]["patches"]) == []
     # A broken reasons.toml is named, as --check names it, and left as it is.
     (tmp_path / "mutation" / "reasons.toml").write_text('["feat.patch"]\n"pkg/mod.py:h1.s65" = ""\n')
     with pytest.raises(MutationError, match="reasons.toml.*one non-empty line"):
-        moves.apply(tmp_path, _moved_results(series)["variants"]["v"]["patches"])
+        results.apply_moves(tmp_path, _moved_results(series)["variants"]["v"]["patches"])
     assert (tmp_path / "mutation" / "reasons.toml").read_text() == '["feat.patch"]\n"pkg/mod.py:h1.s65" = ""\n'
 
 

@@ -14,7 +14,7 @@ from forkbuild.combination import of_variant
 from forkbuild.commands import add_command
 from forkbuild.config import PatchEntry, Series, near_miss
 from forkbuild.errors import MutationError
-from forkbuild.mutate import check, moves, report, results
+from forkbuild.mutate import report, results
 from forkbuild.mutate.mutants import Mutant, Skipped, mutants_of
 from forkbuild.mutate.runner import FeatureTests, Outcome, run_all
 
@@ -150,7 +150,7 @@ def plan(series: Series, variant: str, entries: tuple[PatchEntry, ...], *, recor
 
 
 def _apply_moves(context, recorded: dict) -> None:
-    for file, old, new in moves.apply(context.series.root, recorded):
+    for file, old, new in results.apply_moves(context.series.root, recorded):
         context.reporter.info(f"{results.REASONS_FILE}: [\"{file}\"] the reason for {old} moved to {new}, "
                               f"the same statement renumbered by the patch's edit")
 
@@ -159,13 +159,13 @@ def _check(context) -> int:
     series = context.series
     data = results.load(series.root)
     reasons = results.load_reasons(series.root)
-    found = check.problems(series, data, reasons)
+    found = results.problems(series, data, reasons)
     if found:
         raise MutationError(f"{len(found)} problem(s) with the mutation results:\n" +
                             "\n".join(f"  - {line}" for line in found),
                             hint="`nox -s mutate` re-runs what is stale (it needs the test venv of "
                                  "`nox -s \"test-patch(tp4)\"`)")
-    not_run = {file: table[check.NOT_RUN] for file, table in reasons.by_patch.items() if check.NOT_RUN in table}
+    not_run = {file: table[results.NOT_RUN] for file, table in reasons.by_patch.items() if results.NOT_RUN in table}
     for file, why in sorted(not_run.items()):
         context.reporter.warn(f"patches/{file} has no mutation results: {why}")
     context.reporter.info(f"{results.RESULTS_FILE} is current for every patch"
@@ -231,6 +231,6 @@ def _record(recorded: dict, item: PatchPlan, outcomes: dict[str, Outcome], reaso
     record: dict[str, object] = {"feature": item.entry.feature, "key": item.key, "mutants": mutants, "skipped": [
         {"id": skip.id, "summary": skip.summary, "why": skip.why} for skip in item.skipped]}
     table = reasons.by_patch.get(file, {})
-    if moved := moves.follow(recorded.get(file, {}).get("mutants", []), mutants, table):
-        record[moves.MOVED] = {old: {"id": new, "reason": table[old]} for old, new in moved.items()}
+    if moved := results.follow(recorded.get(file, {}).get("mutants", []), mutants, table):
+        record[results.MOVED] = {old: {"id": new, "reason": table[old]} for old, new in moved.items()}
     recorded[file] = record

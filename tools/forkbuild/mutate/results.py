@@ -1,6 +1,12 @@
 """mutation/results.json and mutation/reasons.toml (why a survivor may stay), reviewed like code.
 A patch's results are current while its key holds: the hash of the patch, its feature's tests,
-the shared test files and the upstream pin."""
+the shared test files and the upstream pin. `--check` proves both current (problems()).
+
+A reason follows its statement when an edit of the patch renumbers it (h1.s65 -> h1.s90): a run
+records the moves with the patch's results ("reasons_moved": old id -> new id and the reason's
+text), then applies them to reasons.toml; a kill between the two writes leaves them recorded,
+--check names them and the next run applies them. A recorded move is pending only while its old
+id still holds that very text, so an applied one never runs again."""
 
 from __future__ import annotations
 
@@ -109,3 +115,127 @@ def load_reasons(root: Path) -> Reasons:
     if problems:
         raise MutationError(f"{REASONS_FILE}: " + "; ".join(problems))
     return Reasons(by_patch)
+
+
+MOVED = "reasons_moved"
+
+
+def _identity(mutant: dict) -> tuple[str, str, str]:
+    return mutant["path"], mutant["kind"], mutant["summary"]
+
+
+def _survivors(mutants: list[dict], keep) -> dict[tuple, list[str]]:
+    """The ids of the survivors `keep` accepts, by identity, in order."""
+    grouped: dict[tuple, list[str]] = {}
+    for mutant in mutants:
+        if mutant["status"] == SURVIVED and keep(mutant):
+            grouped.setdefault(_identity(mutant), []).append(mutant["id"])
+    return grouped
+
+
+def follow(previous: list[dict], current: list[dict], reasons: dict[str, str]) -> dict[str, str]:
+    """old id -> new id for each reason (one patch's table) of `previous`'s survivors whose
+    statement (same path, kind and text) survives in `current` under another id."""
+    staying = {(mutant["id"], _identity(mutant)) for mutant in current if mutant["status"] == SURVIVED}
+    olds = _survivors(previous, lambda mutant: mutant["id"] in reasons
+                      and (mutant["id"], _identity(mutant)) not in staying)
+    leaving = {old for ids in olds.values() for old in ids}
+    # A survivor is open to a moved reason when it has none, or its own is moving away.
+    news = _survivors(current, lambda mutant: mutant["id"] not in reasons or mutant["id"] in leaving)
+    # Only a one-to-one pairing is sure (three `try:` that became two: which went?).
+    return {old: new for identity, old_ids in olds.items() if len(news.get(identity, [])) == len(old_ids)
+            for old, new in zip(old_ids, news[identity], strict=True) if old != new}
+
+
+def pending(recorded_moves: dict[str, dict[str, str]], table: dict[str, str]) -> dict[str, str]:
+    """old id -> new id of the recorded moves not yet applied to one patch's reasons `table`:
+    the old id still holds the reason moved, and the new id none, or one moving away itself."""
+    result = {old: move["id"] for old, move in recorded_moves.items() if table.get(old) == move["reason"]}
+    while blocked := {old for old, new in result.items() if new in table and new not in result}:
+        for old in blocked:
+            del result[old]
+    return result
+
+
+def apply_moves(root: Path, recorded: dict) -> list[tuple[str, str, str]]:
+    """Apply the pending moves of one variant's records to reasons.toml (comments and other
+    lines kept) in one atomic write; (patch, old id, new id) of each."""
+    import tomlkit
+
+    path = root / REASONS_FILE
+    if not path.is_file():
+        return []
+    # Read as --check reads it first: a broken file stops here, named, before any edit.
+    by_patch = load_reasons(root).by_patch
+    found = {file: moves for file, record in recorded.items()
+             if (moves := pending(record.get(MOVED, {}), by_patch.get(file, {})))}
+    if not found:
+        return []
+    document = tomlkit.parse(path.read_text(encoding="utf-8"))
+    applied = []
+    for file, moves in found.items():
+        table = document[file]
+        texts = {old: table.pop(old) for old in moves}
+        for old, new in moves.items():
+            table[new] = texts[old]
+            applied.append((file, old, new))
+    write_atomic(path, tomlkit.dumps(document))
+    return applied
+
+
+def problems(series: Series, results: dict, reasons: Reasons) -> list[str]:
+    found: list[str] = []
+    variants = results["variants"]
+    if series.default_variant not in variants:
+        found.append(f"{RESULTS_FILE}: no results for the default variant {series.default_variant}: "
+                     f"run `nox -s mutate`")
+    known_ids: dict[str, set[str]] = {}
+    survived_ids: dict[str, set[str]] = {}
+    moving: dict[str, dict[str, str]] = {}  # per patch: reasons a run moved but did not write yet
+    for variant, recorded in sorted(variants.items()):
+        if variant not in series.variants:
+            found.append(f"{RESULTS_FILE}: variant {variant} is not in series.toml")
+            continue
+        patches = recorded.get("patches", {})
+        entries = {entry.file: entry for entry in series.patches_for(variant)}
+        for file in sorted(set(patches) - set(entries)):
+            found.append(f"{RESULTS_FILE}: {variant}: {file} is not a patch of the variant any more: "
+                         f"run `nox -s mutate -- --variant {variant}` to drop it")
+        for file, entry in entries.items():
+            rerun = f"`nox -s mutate -- --variant {variant} --patch {file}`"
+            if file not in patches:
+                if not reasons.of(file, NOT_RUN):  # a recorded reason why it has none (the report prints it)
+                    found.append(f"{variant}: patches/{file} has no mutation results: run {rerun}")
+                continue
+            record = patches[file]
+            moved = pending(record.get(MOVED, {}), reasons.by_patch.get(file, {}))
+            moving.setdefault(file, {}).update(moved)
+            summaries = {mutant["id"]: mutant["summary"] for mutant in record.get("mutants", [])}
+            for old, new in sorted(moved.items()):
+                found.append(f"{REASONS_FILE}: [\"{file}\"] {old}: its statement ({summaries.get(new, '?')}) is "
+                             f"mutant {new} now: {rerun} moves the reason (no mutant runs while the results are "
+                             f"current)")
+            if record.get("key") != patch_key(series, entry):
+                found.append(f"{variant}: patches/{file}: results are stale (the patch, its feature's tests or "
+                             f"the upstream pin changed): run {rerun}")
+            for mutant in record.get("mutants", []):
+                known_ids.setdefault(file, set()).add(mutant["id"])
+                if mutant["status"] != SURVIVED:
+                    continue
+                survived_ids.setdefault(file, set()).add(mutant["id"])
+                if not reasons.of(file, mutant["id"]) and mutant["id"] not in moving[file].values():
+                    found.append(f"{variant}: patches/{file}: mutant {mutant['id']} ({mutant['summary']}) survived "
+                                 f"and {REASONS_FILE} records no reason: kill it with a test through the real "
+                                 f"call site, or add [\"{file}\"] \"{mutant['id']}\" = \"why\"")
+    recorded_files = {file for variant in variants.values() for file in variant.get("patches", {})}
+    for file, table in sorted(reasons.by_patch.items()):
+        if file not in recorded_files:
+            continue  # no results yet: reported above; its reasons are judged once it has them
+        for mutant_id in sorted(set(table) - set(moving.get(file, {}))):  # a move is named above
+            if mutant_id == NOT_RUN:
+                found.append(f"{REASONS_FILE}: [\"{file}\"] \"{NOT_RUN}\": the patch has results now; remove it")
+            elif mutant_id not in known_ids.get(file, set()):
+                found.append(f"{REASONS_FILE}: [\"{file}\"] {mutant_id}: no such mutant in {RESULTS_FILE}")
+            elif mutant_id not in survived_ids.get(file, set()):
+                found.append(f"{REASONS_FILE}: [\"{file}\"] {mutant_id}: is killed now; remove its reason")
+    return found
