@@ -1,11 +1,9 @@
-"""series.toml, parsed once into frozen dataclasses and validated as a whole.
-
-Validation collects every problem it can find before raising, and names the
-key (and its line) of each, with a "perhaps you meant" for near misses.
-"""
+"""series.toml, parsed once into frozen dataclasses and validated as a whole: every problem
+at once, each naming its key and line, with a "perhaps you meant" for near misses."""
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import re
@@ -22,8 +20,7 @@ from forkbuild.guards import GUARD_TYPES, check_value
 UPSTREAM_SOURCES = ("wheel", "git")
 UPSTREAM_STATUSES = ("local", "submitted", "upstreamed")
 GUARD_PREFIX = "DSV41_"
-# The one rule for names that reach generated source, commit messages and command lines
-# (forkbuild new uses the same): checked whenever series.toml is parsed.
+# The one rule for names that reach generated source, commit messages and command lines.
 FEATURE_NAME = re.compile(r"[a-z][a-z0-9_]*")
 GUARD_NAME = re.compile(re.escape(GUARD_PREFIX) + r"[A-Z0-9]+(?:_[A-Z0-9]+)*")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # a variable an image's ENV sets
@@ -33,8 +30,6 @@ GIT_SCHEMES = ("https", "http", "ssh", "git", "file")
 
 @dataclass(frozen=True, kw_only=True)
 class GitPin:
-    """An upstream pinned as a git remote at a commit (`[upstream.git]`)."""
-
     url: str
     ref: str = ""
     commit: str = ""
@@ -42,8 +37,6 @@ class GitPin:
 
 @dataclass(frozen=True, kw_only=True)
 class WheelPin:
-    """One pinned release wheel of upstream: its Python tag, file name and sha256 (`[[upstream.wheels]]`)."""
-
     python_tag: str
     filename: str
     sha256: str
@@ -52,28 +45,24 @@ class WheelPin:
 
 @dataclass(frozen=True, kw_only=True)
 class Upstream:
-    """The pinned upstream the series applies to (`[upstream]`)."""
-
     name: str
     version: str
     package_root: str
     source: str
     git: GitPin | None
     wheels: tuple[WheelPin, ...]
-    # Directories upstream ships empty: git cannot track them, apply recreates them.
-    empty_dirs: tuple[str, ...] = ()
+    empty_dirs: tuple[str, ...] = ()  # directories upstream ships empty: apply recreates them
 
     @property
     def pin(self) -> str:
-        """What names this upstream's content: the git commit id, or the sha256 of the wheel it is imported from."""
+        """The git commit id, or the sha256 of the wheel upstream is imported from."""
         if self.source == "git":
             return self.git.commit if self.git else ""
         return self.wheels[0].sha256 if self.wheels else ""
 
     @property
     def tag(self) -> str:
-        """The cache repository's tag for this upstream: keyed by its pin as well as its
-        version name, so moving the pin without renaming the version imports it anew."""
+        """The cache's tag: keyed by the pin too, so a moved pin is imported anew."""
         return f"upstream/{self.version}+{self.pin[:16]}" if self.pin else f"upstream/{self.version}"
 
     def wheel_for(self, python_tag: str) -> WheelPin:
@@ -86,8 +75,6 @@ class Upstream:
 
 @dataclass(frozen=True, kw_only=True)
 class Guard:
-    """A feature's runtime guard: its `DSV41_*` variable, type and default."""
-
     env: str
     type: str
     default: str
@@ -97,20 +84,16 @@ class Guard:
 
 @dataclass(frozen=True, kw_only=True)
 class Feature:
-    """A feature of the series: its guards and its build-time relations."""
-
     name: str
     description: str
     requires: tuple[str, ...] = ()
     conflicts: tuple[str, ...] = ()
     guards: tuple[Guard, ...] = ()
-    ported: bool = True  # false: it lost its last patch (drop, export --drop, rebase); in no variant until it has one
+    ported: bool = True  # false: it lost its last patch; in no variant until it has one
 
 
 @dataclass(frozen=True, kw_only=True)
 class PatchEntry:
-    """One patch of the series, in series.toml's order."""
-
     file: str
     feature: str
     path: Path
@@ -120,8 +103,6 @@ class PatchEntry:
 
 @dataclass(frozen=True, kw_only=True)
 class Variant:
-    """A named build: the features it holds and its runtime defaults."""
-
     name: str
     description: str
     features: tuple[str, ...]
@@ -130,8 +111,6 @@ class Variant:
 
 @dataclass(frozen=True, kw_only=True)
 class Series:
-    """series.toml, parsed and checked once."""
-
     path: Path
     name: str
     default_variant: str
@@ -140,9 +119,7 @@ class Series:
     patches: tuple[PatchEntry, ...]
     variants: Mapping[str, Variant]
     runtime_env: Mapping[str, str] = field(default_factory=dict)
-    # The dotted module forkbuild generates the build's guard declarations into
-    # (forkbuild.guards_module); "" when the series declares its guards in patches.
-    guards_module: str = ""
+    guards_module: str = ""  # the dotted module forkbuild generates guards into; "": none
 
     @property
     def root(self) -> Path:
@@ -154,14 +131,13 @@ class Series:
 
     def variant(self, name: str) -> Variant:
         if name not in self.variants:
-            raise ConfigError([f"unknown variant {name!r}{near_miss(name, self.variants)}"], source=str(self.path))
+            raise ConfigError([_unknown(name, self.variants, "variant")], source=str(self.path))
         return self.variants[name]
 
     def patches_for(self, variant: str) -> tuple[PatchEntry, ...]:
         return self.patches_of(self.variant(variant).features)
 
     def patches_of(self, features: Iterable[str]) -> tuple[PatchEntry, ...]:
-        """The patches of these features, in series order."""
         chosen = set(features)
         return tuple(entry for entry in self.patches if entry.feature in chosen)
 
@@ -173,8 +149,7 @@ class Series:
 
     def build_hash(self, *, name: str, features: Iterable[str], env: Mapping[str, str],
                    extra: Mapping[str, str] | None = None) -> str:
-        """sha256 of a build of `features` named `name` with runtime defaults `env`
-        (a variant, or any combination: forkbuild.combination)."""
+        """sha256 of a build of `features` named `name` with runtime defaults `env`."""
         features = tuple(features)
         identity = {
             "upstream": {
@@ -190,22 +165,21 @@ class Series:
             "guards": [[g.env, g.type, g.default] for g in self.guards_for(features)],
             "env": dict(sorted(env.items())),
             "runtime_env": dict(sorted(self.runtime_env.items())),
-            "patches": [[p.file, p.feature, _sha256(p.path)] for p in self.patches_of(features)],
+            "patches": [[p.file, p.feature, hashlib.sha256(p.path.read_bytes()).hexdigest()]
+                        for p in self.patches_of(features)],
             **(extra or {}),
         }
         return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def near_miss(name: str, known: Iterable[str]) -> str:
     """' (perhaps you meant 'x'?)' for the closest of `known`, or ''."""
-    import difflib  # only for a misspelt name
-
     matches = difflib.get_close_matches(name, list(known), n=1)
     return f" (perhaps you meant {matches[0]!r}?)" if matches else ""
+
+
+def _header(name: str) -> re.Pattern[str]:
+    return re.compile(r"^\s*\[\[?\s*" + re.escape(name) + r"\s*\]\]?\s*(#.*)?$")
 
 
 class _Problems:
@@ -217,36 +191,30 @@ class _Problems:
         self.keys: set[str] = set()
 
     def _table_start(self, key: str) -> int:
-        """Index of the line after the header of the innermost table `key` lies in."""
+        """Index of the header line of the innermost table `key` lies in."""
         item = re.match(r"^([\w.-]+)\[(\d+)\]", key)
         if item:  # an array of tables: the n-th [[header]]
-            header = re.compile(r"^\s*\[\[\s*" + re.escape(item[1]) + r"\s*\]\]\s*(#.*)?$")
-            starts = [number for number, line in enumerate(self.lines) if header.search(line)]
+            starts = [number for number, line in enumerate(self.lines) if _header(item[1]).search(line)]
             if int(item[2]) < len(starts):
                 return starts[int(item[2])]
         parts = re.sub(r"\[\d+\]", "", key).split(".")
         for end in range(len(parts), 0, -1):
-            header = re.compile(r"^\s*\[\[?\s*" + re.escape(".".join(parts[:end])) + r"\s*\]\]?\s*(#.*)?$")
+            header = _header(".".join(parts[:end]))
             for number, line in enumerate(self.lines):
                 if header.search(line):
                     return number
         return 0
 
     def line_of(self, needle: str, *, key: str = "") -> int | None:
-        # tomllib keeps no positions: find the quoted value or the `key =` line by
-        # text, searching from the header of the table the key lies in.
+        # tomllib keeps no positions: the header, quoted value or `key =` by text, every
+        # pattern from the key's own table first (a variant's `DSV41_X = "2"` before the
+        # guard's `env = "DSV41_X"` earlier in the file).
         start = self._table_start(key) if key else 0
         candidates = [needle] + ([needle.rsplit(".", 1)[-1]] if "." in needle and "[" not in needle else [])
         for candidate in candidates:
             escaped = re.escape(candidate)
-            patterns = (
-                re.compile(r"^\s*\[\[?\s*" + escaped + r"\s*\]\]?\s*(#.*)?$"),
-                re.compile(r"[\"']" + escaped + r"[\"']"),
-                re.compile(r"(^|[{,])\s*\"?" + escaped + r"\"?\s*="),
-            )
-            # Every pattern from the key's own table first: a variant's
-            # `DSV41_X = "2"` is found there before the guard's `env = "DSV41_X"`
-            # earlier in the file.
+            patterns = (_header(candidate), re.compile(r"[\"']" + escaped + r"[\"']"),
+                        re.compile(r"(^|[{,])\s*\"?" + escaped + r"\"?\s*="))
             for offset in (start, 0):
                 for pattern in patterns:
                     for number, line in enumerate(self.lines[offset:], start=offset + 1):
@@ -323,13 +291,6 @@ def _check_keys(problems: _Problems, table: Mapping[str, Any], kind: str, where:
     for key in table:
         if key not in allowed:
             problems.add(f"{where}.{key}".lstrip("."), f"unknown key{near_miss(key, allowed)}", near=key)
-
-
-def _boolean(problems: _Problems, value: Any, where: str) -> bool:
-    if not isinstance(value, bool):
-        problems.add(where, f"must be true or false, not {_toml_type(value)}")
-        return True
-    return value
 
 
 def _string_list(problems: _Problems, value: Any, where: str) -> tuple[str, ...]:
@@ -485,8 +446,10 @@ def _parse_features(problems: _Problems, value: Any) -> dict[str, Feature]:
             requires=_string_list(problems, table.get("requires", []), f"{where}.requires"),
             conflicts=_string_list(problems, table.get("conflicts", []), f"{where}.conflicts"),
             guards=tuple(guard for guard in guards if guard),
-            ported=_boolean(problems, table.get("ported", True), f"{where}.ported"),
+            ported=ported if isinstance(ported := table.get("ported", True), bool) else True,
         )
+        if not isinstance(ported, bool):
+            problems.add(f"{where}.ported", f"must be true or false, not {_toml_type(ported)}")
     return features
 
 
@@ -523,23 +486,25 @@ def _parse_variants(problems: _Problems, value: Any) -> dict[str, Variant]:
     return variants
 
 
+def _unknown(name: str, known: Iterable[str], kind: str = "feature") -> str:
+    return f"unknown {kind} {name!r}{near_miss(name, known)}"
+
+
 def _check_references(problems: _Problems, series: Series) -> None:
     features = series.features
     for name, feature in features.items():
         for relation in ("requires", "conflicts"):
             for other in getattr(feature, relation):
                 if other not in features:
-                    problems.add(f"features.{name}.{relation}", f"unknown feature {other!r}{near_miss(other, features)}", near=other)
+                    problems.add(f"features.{name}.{relation}", _unknown(other, features), near=other)
     for index, entry in enumerate(series.patches):
         if entry.feature not in features and not problems.has(f"patches[{index}].feature"):
-            problems.add(f"patches[{index}].feature", f"unknown feature {entry.feature!r}{near_miss(entry.feature, features)}",
-                         near=entry.file)
+            problems.add(f"patches[{index}].feature", _unknown(entry.feature, features), near=entry.file)
         elif entry.feature in features and not features[entry.feature].ported:
             problems.add(f"patches[{index}].feature", f"feature {entry.feature!r} is marked `ported = false`: "
                          "remove the marker now that a patch implements it", near=entry.file)
     if series.default_variant not in series.variants and not problems.has("series.default_variant"):
-        problems.add("series.default_variant",
-                     f"unknown variant {series.default_variant!r}{near_miss(series.default_variant, series.variants)}")
+        problems.add("series.default_variant", _unknown(series.default_variant, series.variants, "variant"))
 
 
 def _check_patch_files(problems: _Problems, series: Series) -> None:
@@ -562,7 +527,8 @@ def _check_patch_files(problems: _Problems, series: Series) -> None:
 
 
 def _requires_cycles(features: Mapping[str, Feature]) -> list[list[str]]:
-    cycles, state = [], {}
+    cycles: list[list[str]] = []
+    state: dict[str, str] = {}
 
     def visit(name: str, stack: list[str]) -> None:
         state[name] = "open"
@@ -582,7 +548,6 @@ def _requires_cycles(features: Mapping[str, Feature]) -> list[list[str]]:
 
 
 def _check_guard_owners(problems: _Problems, series: Series) -> None:
-    """A guard belongs to one feature, once."""
     owner: dict[str, str] = {}
     for guard in series.all_guards():
         if guard.env in owner:
@@ -599,7 +564,7 @@ def _check_variants(problems: _Problems, series: Series) -> None:
         for feature_name in variant.features:
             feature = series.features.get(feature_name)
             if feature is None:
-                problems.add(f"variants.{name}.features", f"unknown feature {feature_name!r}{near_miss(feature_name, series.features)}",
+                problems.add(f"variants.{name}.features", _unknown(feature_name, series.features),
                              near=f"variants.{name}")
                 continue
             if not feature.ported:

@@ -1,21 +1,12 @@
-"""The generated guards module: series.toml's guard declarations for exactly
-the features a build holds.
-
-Feature patches used to declare their guards in one shared place of upstream's
-code (sglang's envs registry); patches that all add lines to one region share
-diff context, so skipping or conflicting one broke the next. Now series.toml is
-the only place a guard is declared: forkbuild writes the guards of the build's
-features as plain data into the module `[series] guards_module` names, and the
-series' own hook (a patch) registers them. The module is the tree's last
-commit, marked with GENERATED_TRAILER, which export never turns into a patch.
-
-`add_generated_commit` is the one call every code path that applies patches
-makes after the last patch (apply, check, scratch trees for wheels and
-test-patch).
+"""The generated guards module: series.toml's guard declarations for exactly the features a
+build holds, written as data into the module `[series] guards_module` names (the series'
+hook registers them). It is the tree's last commit, marked with GENERATED_TRAILER, which
+export never turns into a patch; every path that applies patches adds it.
 """
 
 from __future__ import annotations
 
+import ast
 import textwrap
 from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
@@ -33,8 +24,6 @@ DATA_NAME = "GUARDS"  # the module's one assignment: a tuple of (env, type, defa
 
 
 class GeneratedEntry(NamedTuple):
-    """One guard as the generated guards module declares it."""
-
     env: str
     type: str
     default: str
@@ -77,15 +66,13 @@ def _entry(guard: Guard) -> str:
 
 
 def generated_files(series: Series, features: Iterable[str]) -> dict[str, bytes]:
-    """{path in the upstream tree: content} of what a build of `features` gets generated
-    (for callers that build without a work tree); empty when the series configures no module."""
+    """{path in the upstream tree: content} of the module; empty when the series configures none."""
     path = module_path(series)
     return {} if path is None else {path: render(series, features).encode("utf-8")}
 
 
 def write_module(tree: Path, *, series: Series, features: Iterable[str]) -> str | None:
-    """Write the guards module of a build of `features` into the upstream tree `tree`;
-    returns its path in the tree, or None when the series configures no module."""
+    """Write the module into the upstream tree `tree`; its path there, or None."""
     files = generated_files(series, features)
     for path, content in files.items():
         target = tree / path
@@ -102,11 +89,8 @@ def commit_message(features: Iterable[str]) -> str:
 
 
 def add_generated_commit(engine: Engine, *, series: Series, features: Iterable[str]) -> None:
-    """Commit the guards module of a build of `features` on the engine's HEAD, before the
-    work tree is checked out (nothing when the series configures no module).
-
-    The commit is forkbuild's at HEAD's date, so the same series gives the same commit
-    (a re-apply of an unchanged series leaves the tree as it is; a reproducible wheel)."""
+    """Commit the module on the engine's HEAD, before the work tree is checked out; at HEAD's
+    date, so the same series gives the same commit (a reproducible wheel)."""
     features = [name for name in series.features if name in set(features)]
     files = generated_files(series, features)
     if files:
@@ -114,7 +98,6 @@ def add_generated_commit(engine: Engine, *, series: Series, features: Iterable[s
 
 
 def is_generated(info: PatchInfo) -> bool:
-    """Whether a commit (read as a patch) is forkbuild's generated guards commit."""
     return GENERATED_VALUE in info.trailer(GENERATED_TRAILER)
 
 
@@ -137,8 +120,6 @@ def generated_commit_problems(series: Series, info: PatchInfo, *, label: str) ->
 
 def read_module(path: Path) -> tuple[GeneratedEntry, ...]:
     """The entries of a generated module on disk; ValueError when it is not one."""
-    import ast  # only where a generated module is read back
-
     tree = ast.parse(path.read_bytes(), filename=str(path))
     for node in tree.body:
         if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == [DATA_NAME]:
@@ -146,12 +127,9 @@ def read_module(path: Path) -> tuple[GeneratedEntry, ...]:
                 raw = ast.literal_eval(node.value)
             except ValueError as error:
                 raise ValueError(f"{path.name}: {DATA_NAME} is not a literal") from error
-            return tuple(_read_entry(path, item) for item in raw)
+            for item in raw:
+                if not (isinstance(item, tuple) and len(item) == 4 and all(isinstance(part, str) for part in item)):
+                    raise ValueError(f"{path.name}: {item!r} is not a (variable, type, default, feature) tuple "
+                                     "of strings")
+            return tuple(GeneratedEntry(*item) for item in raw)
     raise ValueError(f"{path.name}: no {DATA_NAME} = (...) assignment")
-
-
-def _read_entry(path: Path, item: object) -> GeneratedEntry:
-    if not (isinstance(item, tuple) and len(item) == 4 and all(isinstance(part, str) for part in item)):
-        raise ValueError(f"{path.name}: {item!r} is not a (variable, type, default, feature) tuple of strings")
-    env, kind, default, feature = item
-    return GeneratedEntry(env=env, type=kind, default=default, feature=feature)
