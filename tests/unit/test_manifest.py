@@ -109,17 +109,6 @@ def test_read_wheel(tmp_path, series):
         manifest.read_wheel(tmp_path / "broken.whl")
 
 
-def test_read_installed(tmp_path, monkeypatch, series):
-    package = tmp_path / "site" / "demo_installed"
-    package.mkdir(parents=True)
-    (package / "__init__.py").write_text("")
-    monkeypatch.syspath_prepend(str(tmp_path / "site"))
-    assert manifest.read_installed("demo_installed") is None
-    built = manifest.build_manifest(series=series, variant=of_variant(series, "full"), version="1.0+full.x", pin=None)
-    (package / manifest.PACKAGE_FILE).write_bytes(manifest.dumps(built))
-    assert manifest.read_installed("demo_installed") == built
-
-
 def test_test_patch_reads_the_installed_manifest_typed(tmp_path, monkeypatch, series):
     """What `test-patch --installed` and the reinstall check read: the manifest of the sglang a Python
     imports, typed; None without one; an unreadable one is an error naming that Python."""

@@ -1,16 +1,9 @@
-"""The runtime manifest every built wheel carries (docs/DESIGN.md, "Runtime
-manifest"): what a build contains, readable from the installed package.
-
-Built from the parsed series, the variant and the upstream pin; serialised
-with a fixed key order so the same inputs give the same bytes. Typed here
-(Manifest and its frozen records); the in-image runtime code, stdlib only,
-reads the same JSON as plain objects.
-"""
+"""The runtime manifest every built wheel carries (docs/DESIGN.md, "Runtime manifest"): what a
+build contains, as JSON in a fixed key order; the in-image code reads it as plain objects."""
 
 from __future__ import annotations
 
 import hashlib
-import importlib.resources
 import json
 import zipfile
 from collections.abc import Mapping
@@ -25,14 +18,10 @@ from forkbuild.errors import BuildError
 SCHEMA = 1
 PACKAGE_FILE = "_forkbuild_manifest.json"
 DIST_INFO_FILE = "forkbuild_manifest.json"
-# Keys manifests written before feature combinations lack: such a manifest still reads.
-OPTIONAL_KEYS = ("base_variant",)
 
 
 @dataclass(frozen=True, kw_only=True)
 class UpstreamRecord:
-    """The upstream a wheel was built from: a pinned release wheel or a git commit."""
-
     name: str
     version: str
     source: str  # "wheel" or "git"
@@ -76,15 +65,15 @@ class Manifest:
     patches: tuple[PatchRecord, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        """The manifest as its JSON object, keys in KEYS order (records as objects, tuples as lists)."""
         return {key: list(value) if isinstance(value, tuple) else value for key, value in asdict(self).items()}
 
     def without_upstream(self) -> dict[str, Any]:
-        """Everything but the upstream record: what the wheels of one build for several Pythons share."""
+        """What the wheels of one build for several Pythons share."""
         return {key: value for key, value in self.to_json().items() if key != "upstream"}
 
 
 KEYS = tuple(item.name for item in fields(Manifest))
+_RECORDS = {"upstream": UpstreamRecord, "guards": GuardRecord, "series_guards": GuardRecord, "patches": PatchRecord}
 
 
 def _guard_record(guard: Guard) -> GuardRecord:
@@ -93,19 +82,16 @@ def _guard_record(guard: Guard) -> GuardRecord:
 
 def build_manifest(*, series: Series, variant: Combination, version: str, pin: WheelPin | None) -> Manifest:
     """The manifest of `variant` built as `version` from `pin` (None: built from git)."""
-    chosen = variant
     upstream = series.upstream
     guard_envs = {guard.env for guard in series.all_guards()}
-    # Settings are the variables an image sets that are not feature guards
-    # (MODEL_PATH, TP_SIZE ...): the series' runtime env, then the variant's
-    # (a combination's come from its base variant).
-    settings = tuple(dict.fromkeys([*series.runtime_env, *(key for key in chosen.env if key not in guard_envs)]))
+    # Settings: what an image sets that is no guard (MODEL_PATH, TP_SIZE ...).
+    settings = tuple(dict.fromkeys([*series.runtime_env, *(key for key in variant.env if key not in guard_envs)]))
     return Manifest(
         series=series.name,
-        variant=chosen.name,
-        base_variant=chosen.base,
+        variant=variant.name,
+        base_variant=variant.base,
         version=version,
-        series_hash=chosen.content_hash(series),
+        series_hash=variant.content_hash(series),
         upstream=UpstreamRecord(
             name=upstream.name,
             version=upstream.version,
@@ -115,24 +101,22 @@ def build_manifest(*, series: Series, variant: Combination, version: str, pin: W
             git_url=upstream.git.url if upstream.git else "",
             commit=upstream.git.commit if upstream.git else "",
         ),
-        features=tuple(chosen.features),
-        guards=tuple(_guard_record(guard) for guard in series.guards_for(chosen.features)),
+        features=tuple(variant.features),
+        guards=tuple(_guard_record(guard) for guard in series.guards_for(variant.features)),
         series_guards=tuple(_guard_record(guard) for guard in series.all_guards()),
         runtime_settings=settings,
-        env_defaults={**series.runtime_env, **chosen.env},
+        env_defaults={**series.runtime_env, **variant.env},
         patches=tuple(PatchRecord(file=entry.file, feature=entry.feature,
                                   sha256=hashlib.sha256(entry.path.read_bytes()).hexdigest())
-                      for entry in chosen.patches(series)),
+                      for entry in variant.patches(series)),
     )
 
 
 def dumps(manifest: Manifest) -> bytes:
-    """The manifest file's bytes: keys in KEYS order, UTF-8, one trailing newline."""
     return (json.dumps(manifest.to_json(), indent=2, ensure_ascii=False) + "\n").encode("utf-8")
 
 
 def _records(cls: type, items: Any, *, key: str, source: str) -> tuple:
-    """A list of JSON objects as `cls` records; BuildError naming `source` and `key` when it is not one."""
     names = {item.name for item in fields(cls)}
     if not isinstance(items, list):
         raise BuildError(f"{source}: manifest key {key!r} is not a list")
@@ -148,12 +132,6 @@ def _records(cls: type, items: Any, *, key: str, source: str) -> tuple:
     return tuple(records)
 
 
-def _strings(value: Any, *, key: str, source: str) -> tuple[str, ...]:
-    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise BuildError(f"{source}: manifest key {key!r} is not a list of strings")
-    return tuple(value)
-
-
 def parse(data: bytes | str, *, source: str) -> Manifest:
     """A manifest read back; BuildError naming `source` (and the key) when it is not one."""
     try:
@@ -162,38 +140,24 @@ def parse(data: bytes | str, *, source: str) -> Manifest:
         raise BuildError(f"{source}: not a JSON manifest: {error}") from error
     if not isinstance(raw, dict) or raw.get("schema") != SCHEMA:
         raise BuildError(f"{source}: not a forkbuild manifest of schema {SCHEMA}")
-    missing = [key for key in KEYS if key not in raw and key not in OPTIONAL_KEYS]
+    missing = [key for key in KEYS if key not in raw and key != "base_variant"]  # older manifests lack it
     if missing:
         raise BuildError(f"{source}: manifest lacks {', '.join(missing)}")
-    for key in ("series", "variant", "base_variant", "version", "series_hash"):
-        if not isinstance(raw.get(key, ""), str):
+    values = {key: raw.get(key, "") for key in KEYS[1:]}
+    for key, value in values.items():
+        if key in _RECORDS:
+            records = _records(_RECORDS[key], [value] if key == "upstream" else value, key=key, source=source)
+            values[key] = records[0] if key == "upstream" else records
+        elif key == "env_defaults":
+            if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+                raise BuildError(f"{source}: manifest key 'env_defaults' is not an object of strings")
+        elif key in ("features", "runtime_settings"):
+            if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+                raise BuildError(f"{source}: manifest key {key!r} is not a list of strings")
+            values[key] = tuple(value)
+        elif not isinstance(value, str):
             raise BuildError(f"{source}: manifest key {key!r} is not a string")
-    env_defaults = raw["env_defaults"]
-    if not isinstance(env_defaults, dict) or not all(isinstance(v, str) for v in env_defaults.values()):
-        raise BuildError(f"{source}: manifest key 'env_defaults' is not an object of strings")
-    (upstream,) = _records(UpstreamRecord, [raw["upstream"]], key="upstream", source=source)
-    return Manifest(
-        series=raw["series"],
-        variant=raw["variant"],
-        base_variant=raw.get("base_variant", ""),
-        version=raw["version"],
-        series_hash=raw["series_hash"],
-        upstream=upstream,
-        features=_strings(raw["features"], key="features", source=source),
-        guards=_records(GuardRecord, raw["guards"], key="guards", source=source),
-        series_guards=_records(GuardRecord, raw["series_guards"], key="series_guards", source=source),
-        runtime_settings=_strings(raw["runtime_settings"], key="runtime_settings", source=source),
-        env_defaults=env_defaults,
-        patches=_records(PatchRecord, raw["patches"], key="patches", source=source),
-    )
-
-
-def read_installed(package: str = "sglang") -> Manifest | None:
-    """The manifest of the installed `package`; None when it has none (a stock install)."""
-    resource = importlib.resources.files(package) / PACKAGE_FILE
-    if not resource.is_file():
-        return None
-    return parse(resource.read_bytes(), source=f"{package}/{PACKAGE_FILE}")
+    return Manifest(**values)
 
 
 def read_wheel(path: Path) -> Manifest | None:
