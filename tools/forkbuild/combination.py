@@ -1,18 +1,7 @@
-"""A Combination: the one description of *what a build holds*, whether it is a
-named variant of series.toml or any other set of features.
-
-Resolved once (from the command line, a matrix strategy or a bisect probe) and
-then passed to apply, build-wheel, build-image and test-patch, which ask it for
-its patches, guards, runtime defaults and content hash instead of looking a
-variant name up again.
-
-Rules (series.toml's requires/conflicts):
-- a feature another one requires is added, and the addition is noted;
-- two conflicting features are an error naming both;
-- runtime defaults (ENV an image carries) come from the base variant: its
-  settings (TP_SIZE ...) and its values of the guards the combination holds;
-  without a base, every guard keeps its default (off: stock behaviour).
-"""
+"""A Combination: what a build holds, a named variant or any set of features the series
+allows, resolved once at the edge and passed on. A feature another requires is added (and
+noted); two conflicting features are an error; runtime defaults come from the base variant
+(without one, every guard keeps its default)."""
 
 from __future__ import annotations
 
@@ -25,31 +14,25 @@ from types import MappingProxyType
 from forkbuild.config import Guard, PatchEntry, Series, near_miss
 from forkbuild.errors import ConfigError
 
-# The local-version label of a combination that is not a named variant: the
-# wheel is named by its content hash, `<upstream>+combo.<hash>`.
-COMBO_LABEL = "combo"
+COMBO_LABEL = "combo"  # the local-version label of a combination that is no named variant
 WHOLE_SERIES = "the whole series"  # the whole series' name in messages (never looked up as a variant)
 
 
 @dataclass(frozen=True, kw_only=True)
 class Combination:
-    """A set of features to build: a variant, or any other combination the series allows."""
-
     name: str  # the variant's name, or combo-<id> for any other set of features
     features: tuple[str, ...]  # in series.toml's feature order
     base: str = ""  # the variant whose runtime defaults it carries; "" = none (guards at their defaults)
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     notes: tuple[str, ...] = ()  # what resolution did on its own (a required feature added ...)
-    whole: bool = False  # every patch of the series: the tree `export` reads (whole_series())
+    whole: bool = False  # every patch of the series: the tree `export` reads
 
     @property
     def is_variant(self) -> bool:
-        """A named variant of series.toml, exactly (features and runtime defaults)."""
         return self.name == self.base and not self.whole
 
     @property
     def label(self) -> str:
-        """Short human name: the features, joined, or 'stock'."""
         return "+".join(self.features) or "stock"
 
     def patches(self, series: Series) -> tuple[PatchEntry, ...]:
@@ -59,12 +42,10 @@ class Combination:
         return series.guards_for(self.features)
 
     def content_hash(self, series: Series) -> str:
-        """sha256 of everything the build contains (pin, features, env, patch bytes)."""
         return series.build_hash(name=self.name, features=self.features, env=self.env,
                                  extra={} if self.is_variant else {"base": self.base})
 
     def version_label(self) -> str:
-        """The first part of the wheel's local version: the variant's name, or `combo`."""
         return self.name if self.is_variant else COMBO_LABEL
 
 
@@ -75,19 +56,15 @@ def of_variant(series: Series, name: str) -> Combination:
 
 
 def whole_series(series: Series) -> Combination:
-    """Every feature and patch of the series, in its order (apply --all, check, import, export):
-    a tree to edit and export, no named build (no runtime defaults)."""
+    """Every feature and patch of the series: a tree to edit and export, no named build."""
     return Combination(name=WHOLE_SERIES, features=tuple(series.features), whole=True)
 
 
 def resolve(series: Series, *, variant: str | None = None, features: Iterable[str] | None = None,
             with_features: Iterable[str] = (), without_features: Iterable[str] = ()) -> Combination:
-    """The combination the command line names.
-
-    - neither `features` nor with/without: the variant (default: series.default_variant);
-    - `features`: exactly those (+ what they require); runtime defaults from `variant` if given;
-    - with/without: the variant's features plus/minus these.
-    """
+    """The combination the command line names: the variant (default: the series'), exactly
+    `features` (+ what they require; defaults from `variant` if given), or the variant's
+    features with/without these."""
     with_features, without_features = tuple(with_features), tuple(without_features)
     if features is not None and (with_features or without_features):
         raise ConfigError(["--features names the whole set: use it, or --with/--without relative to a variant"],
@@ -110,10 +87,8 @@ def resolve(series: Series, *, variant: str | None = None, features: Iterable[st
 
 def from_features(series: Series, features: Iterable[str], *, base: str = "", notes: Iterable[str] = (),
                   refused: Iterable[str] = ()) -> Combination:
-    """A combination of `features` closed under `requires`, checked against `conflicts`.
-
-    `refused`: features the user left out explicitly; one of them being required is an
-    error (adding it back silently would build what was asked not to be built)."""
+    """`features` closed under `requires`, checked against `conflicts`; a `refused` feature
+    (left out explicitly) that is required is an error, never added back silently."""
     wanted = list(dict.fromkeys(features))
     _require_known(series, wanted, option="--features")
     chosen, added = _close_requires(series, wanted)
@@ -146,10 +121,8 @@ def _close_requires(series: Series, wanted: list[str]) -> tuple[set[str], dict[s
             if needed not in chosen:
                 chosen.add(needed)
                 queue.append(needed)
-            if needed not in wanted:
-                added.setdefault(needed, [])
-                if name not in added[needed]:
-                    added[needed].append(name)
+            if needed not in wanted and name not in (by := added.setdefault(needed, [])):
+                by.append(name)
     return chosen, added
 
 
@@ -199,8 +172,7 @@ def _canonical(series: Series, features: tuple[str, ...], *, base: str, notes: t
 
 
 def combination_id(features: Iterable[str], *, base: str, env: Mapping[str, str]) -> str:
-    """combo-<10 hex>: stable for a feature set and its defaults (not the patch bytes, which the
-    wheel's version hashes), so matrix names stay the same while patches are edited."""
+    """combo-<10 hex> of the features and defaults (not the patch bytes): stable while patches are edited."""
     identity = json.dumps({"features": sorted(features), "base": base, "env": dict(sorted(env.items()))},
                           sort_keys=True)
     return f"{COMBO_LABEL}-{hashlib.sha256(identity.encode()).hexdigest()[:10]}"

@@ -1,7 +1,5 @@
-"""Versions and names of a patched wheel: the local version label, the wheel file
-name, the .dist-info directory, and the two places that spell the version out
-(METADATA's `Version:` line and the package's `_version.py`).
-"""
+"""Versions and names of a patched wheel: local version, file name, .dist-info, and the two
+places that spell the version out (METADATA's `Version:` line and `_version.py`)."""
 
 from __future__ import annotations
 
@@ -16,11 +14,7 @@ HASH_DIGITS = 10
 
 
 def local_version(*, upstream_version: str, variant: str, content_hash: str) -> str:
-    """`<upstream>+<variant>.<hash>`: the variant's name and its series content.
-
-    Returned in PEP 440 normal form (what installers report), so the file name,
-    METADATA and `_version.py` all spell it the same way.
-    """
+    """`<upstream>+<variant>.<hash>` in PEP 440 normal form, as installers report it."""
     try:
         base = Version(upstream_version)
         version = Version(f"{upstream_version}+{variant}.{content_hash[:HASH_DIGITS]}")
@@ -33,7 +27,6 @@ def local_version(*, upstream_version: str, variant: str, content_hash: str) -> 
 
 
 def distribution_part(name: str) -> str:
-    """The name as wheel file names and .dist-info directories spell it."""
     return canonicalize_name(name).replace("-", "_")
 
 
@@ -55,11 +48,7 @@ def wheel_filename(*, name: str, version: str, tags: str) -> str:
 
 
 def set_metadata_version(metadata: bytes, version: str, *, source: str) -> bytes:
-    """METADATA with only its `Version:` header line changed.
-
-    Parsing and re-serialising METADATA (email.message) would fold long
-    fields; editing the one line leaves every other byte as upstream wrote it.
-    """
+    """METADATA with only its `Version:` line changed (email.message would refold long fields)."""
     header_end = metadata.find(b"\n\n")
     header = metadata if header_end < 0 else metadata[:header_end + 1]
     matches = list(re.finditer(rb"^Version:[ \t]*([^\r\n]*)", header, flags=re.MULTILINE))
@@ -73,14 +62,6 @@ _VERSION_LINE = re.compile(r"^(__version__ = version = )(['\"])([^'\"]*)\2[ \t]*
 _TUPLE_LINE = re.compile(r"^(__version_tuple__ = version_tuple = )\(.*\)[ \t]*$", re.MULTILINE)
 
 
-def version_tuple_literal(version: str) -> str:
-    parsed = Version(version)
-    parts = [str(number) for number in parsed.release]
-    if parsed.local is not None:
-        parts.append(repr(parsed.local))
-    return f"({', '.join(parts)})"
-
-
 def set_version_module(content: bytes, version: str, *, source: str) -> bytes:
     """`_version.py` (as setuptools-scm/vcs-versioning write it) with the new version."""
     text = content.decode("utf-8")
@@ -89,5 +70,7 @@ def set_version_module(content: bytes, version: str, *, source: str) -> bytes:
             raise BuildError(f"{source}: expected exactly one line like {pattern.pattern!r}",
                              hint="the version module changed shape upstream; update forkbuild.naming")
     text = _VERSION_LINE.sub(lambda m: f"{m.group(1)}{m.group(2)}{version}{m.group(2)}", text)
-    text = _TUPLE_LINE.sub(lambda m: f"{m.group(1)}{version_tuple_literal(version)}", text)
+    parsed = Version(version)
+    parts = [*map(str, parsed.release), *([repr(parsed.local)] if parsed.local is not None else [])]
+    text = _TUPLE_LINE.sub(lambda m: f"{m.group(1)}({', '.join(parts)})", text)
     return text.encode("utf-8")
