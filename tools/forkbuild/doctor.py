@@ -1,7 +1,6 @@
-"""`forkbuild doctor --env FILE`: what a deployed `.env` means to a variant of
-this build, next to what it meant under the runtime recipe. The readings are
-the image's own (forkbuild.image.runtime.migration), so `docker run IMAGE
-doctor` and this command say the same about the same values."""
+"""`forkbuild doctor --env FILE`: what a deployed `.env` means to a variant of this build,
+next to what it meant under the runtime recipe; the image's own readings (`docker run IMAGE
+doctor` says the same)."""
 
 from __future__ import annotations
 

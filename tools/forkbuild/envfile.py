@@ -1,6 +1,5 @@
-"""Reading a deployed `.env` file (the runtime recipe's format: what `set -a; .
-.env` and docker-compose read): KEY=VALUE lines, `export ` allowed, '#'
-comments, values in single or double quotes. Each value keeps its line."""
+"""A deployed `.env` file as `set -a; . .env` and docker-compose read it: KEY=VALUE lines,
+`export ` allowed, '#' comments, values in single or double quotes; each keeps its line."""
 
 from __future__ import annotations
 
@@ -54,8 +53,7 @@ def _unquote(value: str) -> str | None:
 
 
 def read_env_file(path: Path) -> dict[str, EnvValue]:
-    """A regular UTF-8 text file of at most MAX_BYTES: a FIFO, a device or a binary
-    file is refused with a message naming it, never read (or waited on)."""
+    """A regular UTF-8 text file of at most MAX_BYTES; a FIFO, device or binary file is refused."""
     try:
         # O_NONBLOCK: opening a FIFO with no writer returns at once instead of waiting.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)

@@ -1,15 +1,9 @@
-"""`forkbuild launch`: a variant, a deployed .env and the node list (head first) become
-one compose file per node, what the runtime recipe's start.sh started on each box.
-
-Every node gets the same environment: the .env's values, then every guard of the
-variant with the value the container would read (the .env's, else the variant's
-default: start.sh passed each DSV41_* knob to head and workers alike), then
-NNODES, NODE_RANK, DIST_INIT_ADDR and TP_SIZE. Head-only settings go to rank 0
-only. The command is the image's `serve`, which turns that environment into
-sglang's flags (docker/entrypoint.sh). The .env is read by doctor first: a value
-this build refuses, or one whose meaning changed from the recipe, stops the
-launch before anything is written. The files are JSON, which is YAML (the
-compose spec's format) with every value quoted exactly.
+"""`forkbuild launch`: a variant, a deployed .env and the node list (head first) become one
+compose file per node, what the runtime recipe's start.sh started on each box: the same
+environment everywhere (the .env's values, every guard of the variant as the container
+would read it, NNODES, NODE_RANK, DIST_INIT_ADDR, TP_SIZE), head-only settings on rank 0,
+and the image's `serve`. A .env doctor refuses stops it before anything is written. The
+files are JSON, which is YAML with every value quoted exactly.
 """
 
 from __future__ import annotations
@@ -38,16 +32,14 @@ class NodeFile:
     name: str  # file name in the output directory
     compose: dict
 
-
-@dataclass(frozen=True, kw_only=True)
-class Launch:
-    report: EnvReport
-    nodes: tuple[NodeFile, ...]
+    def render(self) -> str:
+        return (f"# forkbuild launch: node rank {self.rank} ({self.host}). On that box:\n"
+                f"#   docker-compose -f {self.name} up -d\n" + json.dumps(self.compose, indent=2) + "\n")
 
 
-def plan(series: Series, *, variant: str, env_file: Path, hosts: list[str], image: str | None = None) -> Launch:
-    """Every node's compose file; ConfigError (naming the input) for a bad node list or
-    a .env doctor stops on, before anything is written."""
+def plan(series: Series, *, variant: str, env_file: Path, hosts: list[str],
+         image: str | None = None) -> tuple[EnvReport, list[NodeFile]]:
+    """Every node's compose file; ConfigError for a bad node list or a .env doctor stops on."""
     chosen = series.variant(variant)
     report = doctor_env(series, variant=variant, env_file=env_file)
     if report.refused or report.changed:
@@ -83,10 +75,4 @@ def plan(series: Series, *, variant: str, env_file: Path, hosts: list[str], imag
             service["volumes"] = [f"{model}:{model}:ro"]
         nodes.append(NodeFile(rank=rank, host=host, name=f"node{rank}-{host}.compose.yaml",
                               compose={"services": {SERVICE: service}}))
-    return Launch(report=report, nodes=tuple(nodes))
-
-
-def render(node: NodeFile) -> str:
-    header = (f"# forkbuild launch: node rank {node.rank} ({node.host}). On that box:\n"
-              f"#   docker-compose -f {node.name} up -d\n")
-    return header + json.dumps(node.compose, indent=2) + "\n"
+    return report, nodes

@@ -32,10 +32,10 @@ def add_parser(subparsers) -> None:
 def run(args, context) -> int:
     variant = args.variant or context.series.default_variant
     hosts = [host.strip() for host in args.nodes.split(",")]
-    planned = launch.plan(context.series, variant=variant, env_file=args.env, hosts=hosts, image=args.image)
-    for line in planned.report.unused + planned.report.notes:
+    report, nodes = launch.plan(context.series, variant=variant, env_file=args.env, hosts=hosts, image=args.image)
+    for line in report.unused + report.notes:
         context.reporter.warn(line)
-    files = {node.name: launch.render(node) for node in planned.nodes}
+    files = {node.name: node.render() for node in nodes}
     if args.dry_run:
         for name, text in files.items():
             print(f"--- {name}\n{text}", end="")
@@ -46,6 +46,6 @@ def run(args, context) -> int:
     for stale in sorted(set(out.glob("node*-*.compose.yaml")) - {out / name for name in files}):
         stale.unlink()  # a node of an earlier run that is not in this cluster
         context.reporter.info(f"removed {stale.name} (not a node of this cluster)")
-    for node in planned.nodes:
+    for node in nodes:
         context.reporter.info(f"rank {node.rank} {node.host}: {out / node.name}")
     return 0
