@@ -19,8 +19,7 @@ from forkbuild.context import Context
 from forkbuild.errors import ApplyError, BuildError
 from forkbuild.git import Git
 from forkbuild.wheel.builder import WheelRequest, build_wheels
-from forkbuild.wheel.patched import patched_changes
-from forkbuild.wheel.plan import WheelLayout, collect_changes
+from forkbuild.wheel.plan import WheelLayout, collect_changes, patched_changes
 from forkbuild.wheel.validate import validate_wheel
 from wheelkit import wheel_series
 

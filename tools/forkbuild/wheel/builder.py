@@ -1,11 +1,13 @@
 """Build a variant's wheels: keep what is up to date, refuse what the overlay cannot do, apply
 the patches once, and write each wheel to a temporary file that is validated before it is
-moved into the output directory.
+moved into the output directory. A git upstream builds by `python -m build` in the patched
+checkout (source mode); the overlay writer then stamps version, manifest and RECORD.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 import shutil
 import sys
@@ -17,19 +19,18 @@ from pathlib import Path
 from typing import BinaryIO
 
 from forkbuild import manifest as manifest_module
-from forkbuild import naming
+from forkbuild import naming, process
 from forkbuild.apply import scratch_tree
 from forkbuild.chaos import chaos_point
 from forkbuild.combination import Combination
 from forkbuild.config import Series
+from forkbuild.console import Reporter
 from forkbuild.context import Context
-from forkbuild.errors import BuildError
+from forkbuild.errors import BuildError, ToolMissing
 from forkbuild.git import Git
 from forkbuild.manifest import Manifest
 from forkbuild.wheel.overlay import Overlay, write_overlay
-from forkbuild.wheel.patched import patched_changes
-from forkbuild.wheel.plan import OverlayChanges, WheelLayout, collect_changes, refuse_compiled
-from forkbuild.wheel.source import build_from_checkout
+from forkbuild.wheel.plan import OverlayChanges, WheelLayout, collect_changes, patched_changes, refuse_compiled
 from forkbuild.wheel.validate import validate_wheel
 from forkbuild.wheel.zipraw import ZipSource
 
@@ -191,3 +192,30 @@ def _build_source(*, context: Context, request: WheelRequest, version: str) -> t
         with reporter.step(f"Stamping {target.name}"):
             install_validated(target, partial(write_overlay, ZipSource(built), overlay))
     return (BuiltWheel(path=target, rebuilt=True),)
+
+
+def build_from_checkout(*, project: Path, out_dir: Path, upstream_version: str, epoch: int,
+                        isolation: bool, reporter: Reporter) -> Path:
+    """Build one wheel of the project in `project` into `out_dir` and return it."""
+    if not any((project / name).is_file() for name in ("pyproject.toml", "setup.py")):
+        raise BuildError(f"{project} has no pyproject.toml or setup.py: nothing to build from source",
+                         hint="source mode needs a git upstream ([upstream] source = \"git\"); "
+                              "a release-wheel upstream builds by overlay")
+    if importlib.util.find_spec("build") is None:
+        raise ToolMissing("source mode needs the `build` package in forkbuild's environment",
+                          hint=f"{sys.executable} -m pip install build")
+    command = [sys.executable, "-m", "build", "--wheel", "--outdir", str(out_dir), str(project)]
+    if not isolation:
+        command.insert(4, "--no-isolation")
+    # setuptools-scm cannot read the version in a forkbuild tree: pin it; the epoch fixes zip times.
+    env = {"SETUPTOOLS_SCM_PRETEND_VERSION": upstream_version, "SOURCE_DATE_EPOCH": str(epoch)}
+    reporter.detail(" ".join(command))
+    completed = process.run(command, env=env)
+    reporter.detail(completed.stdout + completed.stderr)
+    if completed.status != 0:
+        tail = "\n".join((completed.stdout + completed.stderr).strip().splitlines()[-20:])
+        raise BuildError(f"`python -m build` failed in {project} (exit {completed.status}):\n{tail}")
+    built = sorted(out_dir.glob("*.whl"))
+    if len(built) != 1:
+        raise BuildError(f"`python -m build` in {project} made {len(built)} wheels, expected one: {built}")
+    return built[0]

@@ -1,6 +1,8 @@
 """What an overlay build writes, from the patches and the release wheel's member list;
 refused when a patch changes something the wheel only holds compiled. Patches use
-upstream's git layout (`python/sglang/x.py`), the wheel `sglang/x.py`: `package_root`."""
+upstream's git layout (`python/sglang/x.py`), the wheel `sglang/x.py`: `package_root`.
+The patched files are read without a work tree where the apply engine's index-only mode
+applies the patches in the cache (patched_changes)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from forkbuild.apply import apply_in_index, plan_variant
+from forkbuild.combination import Combination
 from forkbuild.config import PatchEntry
+from forkbuild.context import Context
 from forkbuild.errors import BuildError
 from forkbuild.patchfile import read_patch
 
@@ -98,3 +103,15 @@ def collect_changes(*, tree: Path | None = None, changed: Iterable[tuple[str, st
             if is_executable:
                 executable.add(member)
     return OverlayChanges(changes=changes, executable=frozenset(executable), outside=tuple(sorted(outside)))
+
+
+def patched_changes(*, context: Context, combination: Combination, layout: WheelLayout) -> OverlayChanges | None:
+    """The changes from the cache's blobs; None when a patch does not apply without a work tree."""
+    applied = apply_in_index(context=context, plan=plan_variant(context.series, combination))
+    if applied is None:
+        return None
+    git = context.upstream.git()
+    changed = git.changed_blobs(*applied)
+    blobs = {path: (blob, mode == "100755") for _, path, mode, blob in changed}
+    return collect_changes(changed=[(status, path) for status, path, _, _ in changed], layout=layout,
+                           read=lambda path: (git.blob_content(blobs[path][0]), blobs[path][1]))
