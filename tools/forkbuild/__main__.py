@@ -1,5 +1,4 @@
-"""The `forkbuild` process (the console script and `python -m forkbuild`): a Ctrl-C while it
-starts ends it with 130, as one later does (cli.main)."""
+"""`forkbuild` and `python -m forkbuild`: a Ctrl-C while it starts exits 130 too."""
 
 import sys
 

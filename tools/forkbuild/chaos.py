@@ -1,9 +1,6 @@
-"""The chaos test's hook: `FORKBUILD_CHAOS_KILL_AT=<step>` makes forkbuild die at that
-step like kill -9 (no cleanup handlers, no flush), or, with FORKBUILD_CHAOS_SIGNAL=INT,
-get a Ctrl-C there, to prove a re-run recovers.
-
-Steps: start (cli.py imported), series:* (series_writer), apply:*, import:*, wheel:*, and the rebase
-journal's steps ("rebase:" + a rebase/state.py Step's name, e.g. rebase:applying:a.patch)."""
+"""The chaos test's hook: `FORKBUILD_CHAOS_KILL_AT=<step>` kills forkbuild at that step like
+kill -9 (FORKBUILD_CHAOS_SIGNAL=INT: a Ctrl-C), to prove a re-run recovers. Steps: start,
+series:*, apply:*, import:*, wheel:*, rebase:<a rebase/state.py Step's name>."""
 
 from __future__ import annotations
 

@@ -43,9 +43,7 @@ class Context:
         root = (series_dir or find_series_dir(Path.cwd())).resolve()
         if not (root / SERIES_FILE).is_file():
             raise ConfigError([f"{root / SERIES_FILE} does not exist"], source=str(root))
-        # A write of series.toml + patches/ that a killed forkbuild left is finished
-        # (or undone) before anything reads the series.
-        if recover_series(root):
+        if recover_series(root):  # a write a killed forkbuild left, finished before the series is read
             reporter.warn(f"finished an interrupted write of {root / SERIES_FILE} and patches/ (a killed forkbuild)")
         cache = cache_dir or Path(os.environ.get("FORKBUILD_CACHE") or root / ".cache" / "forkbuild")
         return cls(series_dir=root, cache_dir=cache.resolve(), reporter=reporter)
@@ -57,7 +55,7 @@ class Context:
 
     @property
     def upstream(self) -> UpstreamCache:
-        """The upstream cache (pinned commits and wheels) under cache_dir, reporting to this context's reporter."""
+        """The upstream cache under cache_dir."""
         return UpstreamCache(self.cache_dir, reporter=self.reporter)
 
     @property

@@ -155,7 +155,6 @@ class Git:
     def out(self, *args: str, env: Mapping[str, str] | None = None) -> str:
         return self.run(*args, env=env).stdout.strip()
 
-    # -- refs and objects -------------------------------------------------
     def rev(self, ref: str) -> str | None:
         result = self.run("rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}", check=False)
         return result.stdout.strip() if result.status == 0 else None
@@ -185,7 +184,6 @@ class Git:
         parent_args = [arg for parent in parents for arg in ("-p", parent)]
         return self.out("commit-tree", tree, *parent_args, "-m", message, env=env)
 
-    # -- work trees -------------------------------------------------------
     def add_worktree(self, path: Path, commit: str, *, checkout: bool = True, parallel: bool = False) -> Git:
         """A detached work tree at `commit` (checkout=False: no files or index yet)."""
         self.run(*(["-c", "checkout.workers=0"] if parallel else []), "worktree", "add", "--force", "--detach",
@@ -222,10 +220,8 @@ class Git:
 
     def commits(self, base: str, head: str) -> list[str]:
         """Commits in base..head, oldest first."""
-        listing = self.out("rev-list", "--reverse", "--end-of-options", f"{base}..{head}")
-        return listing.split() if listing else []
+        return self.out("rev-list", "--reverse", "--end-of-options", f"{base}..{head}").split()
 
-    # -- patches ----------------------------------------------------------
     def am(self, patches: list[Path], *, three_way: bool, committer_date_is_author_date: bool = False) -> Completed:
         """`git am` of mbox patches; the result, not raised."""
         args = ["am", "--keep-non-patch", "--no-signoff", *(["--3way"] if three_way else []),
@@ -268,15 +264,14 @@ class Git:
 
     def unmerged_paths(self) -> list[str]:
         """Paths with conflicting stages in the index."""
-        listing = self.out("diff", "--name-only", "--diff-filter=U")
-        return listing.splitlines() if listing else []
+        return self.out("diff", "--name-only", "--diff-filter=U").splitlines()
 
     def clean_untracked(self) -> None:
         self.run("clean", "-fdq")
 
     def refs(self) -> dict[str, str]:
         listing = self.out("for-each-ref", "--format=%(refname) %(objectname)")
-        return dict(line.split(" ", 1) for line in listing.splitlines() if line)
+        return dict(line.split(" ", 1) for line in listing.splitlines())
 
     def has_file(self, commit: str, path: str) -> bool:
         return bool(self.out("ls-tree", "--name-only", "--end-of-options", commit, "--", path))
@@ -308,8 +303,7 @@ class Git:
         return list(zip(fields[0::2], fields[1::2], strict=True))
 
     def merge_commits(self, base: str, head: str) -> list[str]:
-        listing = self.out("rev-list", "--merges", "--end-of-options", f"{base}..{head}")
-        return listing.split() if listing else []
+        return self.out("rev-list", "--merges", "--end-of-options", f"{base}..{head}").split()
 
     def commit_message(self, commit: str = "HEAD") -> str:
         return self.out("log", "-1", "--format=%B", "--end-of-options", commit)
@@ -479,8 +473,7 @@ class Git:
 
     def untracked(self, pattern: str) -> list[str]:
         """Untracked (not ignored) files matching the pathspec `pattern`."""
-        listing = self.out("ls-files", "--others", "--exclude-standard", "--", pattern)
-        return listing.splitlines() if listing else []
+        return self.out("ls-files", "--others", "--exclude-standard", "--", pattern).splitlines()
 
     def diff_between(self, old: str, new: str, paths: Iterable[str]) -> str:
         return self.run("diff", "--no-color", "--no-renames", "--end-of-options", old, new, "--", *paths).stdout

@@ -1,7 +1,4 @@
-"""The names of the files and folders forkbuild keeps in a series directory.
-
-One home for them, so that a rename is one edit; the Context turns them into paths.
-"""
+"""The names of the files and folders forkbuild keeps in a series directory."""
 
 from __future__ import annotations
 

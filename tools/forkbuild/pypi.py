@@ -1,5 +1,4 @@
-"""The package index, through the PEP 691 JSON simple API (the one API every
-PyPI mirror serves; the legacy /pypi/<name>/json API is not always there)."""
+"""The package index, through the PEP 691 JSON simple API (which every PyPI mirror serves)."""
 
 from __future__ import annotations
 
@@ -25,7 +24,7 @@ class IndexFile:
 
 
 def index_url() -> str:
-    """$FORKBUILD_INDEX_URL (read on every call, so a test or a caller can set it late) or PyPI."""
+    """$FORKBUILD_INDEX_URL (read on every call) or PyPI."""
     return (os.environ.get("FORKBUILD_INDEX_URL") or DEFAULT_INDEX_URL).rstrip("/")
 
 

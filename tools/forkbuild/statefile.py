@@ -1,12 +1,6 @@
-"""The JSON form of forkbuild's state files (a work tree's state, a stopped apply's,
-the rebase journal's): how each is read into its frozen dataclass.
-
-Every key is read through `Fields`, which checks its type (and says which key of
-which object is wrong), so a damaged, hand-edited or foreign file becomes one
-error naming the file, never a KeyError or a wrongly typed value deep inside a
-command. A file of a schema the reader does not know is `UnknownSchema`, so
-that the caller can say "made by another forkbuild" instead of "damaged".
-"""
+"""Reading forkbuild's JSON state files: every key through `Fields`, which checks its type and
+names the key, so a damaged or foreign file is one clear error, never a KeyError deep inside.
+An unknown schema is `UnknownSchema` ("made by another forkbuild", not "damaged")."""
 
 from __future__ import annotations
 
@@ -19,7 +13,7 @@ _REQUIRED: Any = object()
 
 
 class UnknownSchema(ValueError):
-    """A state file of a schema this forkbuild does not read (never escapes its reader)."""
+    """A state file of a schema this forkbuild does not read."""
 
     def __init__(self, schema: object, known: Collection[int | None]) -> None:
         readable = ", ".join("none" if number is None else str(number) for number in known)
@@ -28,7 +22,7 @@ class UnknownSchema(ValueError):
 
 
 class Fields:
-    """A JSON object's keys read with their types checked; `where` names the object in errors ("patches[2]")."""
+    """A JSON object's keys, type-checked; `where` names the object in errors ("patches[2]")."""
 
     def __init__(self, data: object, where: str = "") -> None:
         if not isinstance(data, dict):
@@ -50,7 +44,7 @@ class Fields:
         return value
 
     def schema(self, known: Collection[int | None]) -> int | None:
-        """The file's schema number (None: written before it carried one); UnknownSchema if not in `known`."""
+        """The file's schema number (None: from before schemas); UnknownSchema if not in `known`."""
         schema = self.data.get("schema")
         if schema not in known or isinstance(schema, bool):
             raise UnknownSchema(schema, known)
@@ -60,7 +54,7 @@ class Fields:
         return self._value(key, str, default, "a string")
 
     def text_or_empty(self, key: str) -> str:
-        """A string that older files write as null (or leave out) until it is known: "" then."""
+        """A string that older files write as null or leave out: "" then."""
         return self._value(key, (str, type(None)), None, "a string or null") or ""
 
     def flag(self, key: str, default: bool = _REQUIRED) -> bool:
@@ -109,5 +103,5 @@ def load(path: Path) -> Fields:
 
 
 def dump(data: Mapping[str, Any]) -> str:
-    """The text a state file is written as (stable key order: diffable, and the same bytes for the same state)."""
+    """A state file's text (sorted keys: the same state, the same bytes)."""
     return json.dumps(data, indent=2, sort_keys=True) + "\n"

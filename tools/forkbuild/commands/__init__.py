@@ -1,6 +1,5 @@
-"""One module per subcommand. Each defines add_parser(subparsers), which sets
-`run=<function(args, context) -> int | None>` as the parser's default, and
-adds its parser with add_command: a description and examples for its --help."""
+"""One module per subcommand: add_parser(subparsers) adds its parser (add_command) with
+`run=<function(args, context) -> int | None>` as its default."""
 
 from __future__ import annotations
 
@@ -10,8 +9,7 @@ import textwrap
 
 def add_command(subparsers, name: str, *, help: str, description: str,
                 examples: list[str]) -> argparse.ArgumentParser:
-    """The subcommand's parser; --help shows `description` and the `examples`."""
+    """The subcommand's parser; --help shows `description` (wrapped here) and the `examples`."""
     epilog = "examples:\n" + "\n".join(f"  {example}" for example in examples)
-    # Raw formatting keeps the examples' lines; the description is wrapped here.
     return subparsers.add_parser(name, help=help, description=textwrap.fill(description, width=78), epilog=epilog,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
