@@ -32,15 +32,9 @@ def sha256_of(path: Path) -> str:
 class UpstreamCache:
     def __init__(self, path: Path, *, reporter: Reporter | None = None) -> None:
         self.path = Path(path)
+        self.repo_path = self.path / "upstream.git"
+        self.wheels_dir = self.path / "wheels"
         self.reporter = reporter or Reporter()
-
-    @property
-    def repo_path(self) -> Path:
-        return self.path / "upstream.git"
-
-    @property
-    def wheels_dir(self) -> Path:
-        return self.path / "wheels"
 
     @contextmanager
     def locked(self) -> Iterator[None]:

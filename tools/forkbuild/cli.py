@@ -41,24 +41,14 @@ def exit_codes() -> list[tuple[int, str, str]]:
     def subclasses(cls: type[ForkbuildError]) -> list[type[ForkbuildError]]:
         return [cls] + [sub for child in cls.__subclasses__() for sub in subclasses(child)]
 
-    codes = [(0, "ok", "done")]
-    codes += [(cls.return_code, cls.__name__, (cls.__doc__ or "").strip().split(". ")[0].rstrip("."))
+    errors = [(cls.return_code, cls.__name__, (cls.__doc__ or "").strip().split(". ")[0].rstrip("."))
               for cls in subclasses(ForkbuildError)[1:]]
-    codes.append((ForkbuildError.return_code, "error", "any other failure (the message says what, the hint what "
-                                                       "to do); test-patch: a check failed"))
-    codes.append((2, "usage", "the command line itself is wrong (argparse)"))
-    codes.append((130, "interrupted", "Ctrl-C"))
-    codes.append((141, "broken pipe", "whatever read stdout stopped reading (e.g. piped into `head`)"))
-    return sorted(codes, key=lambda code: code[0])
-
-
-class _MainParser(argparse.ArgumentParser):
-    """The exit codes close `forkbuild --help`."""
-
-    def format_help(self) -> str:
-        self.epilog = "exit codes:\n" + "\n".join(f"  {code:>3}  {name}: {meaning}"
-                                                   for code, name, meaning in exit_codes())
-        return super().format_help()
+    return sorted([(0, "ok", "done"), *errors,
+                   (ForkbuildError.return_code, "error", "any other failure (the message says what, the hint what "
+                                                         "to do); test-patch: a check failed"),
+                   (2, "usage", "the command line itself is wrong (argparse)"), (130, "interrupted", "Ctrl-C"),
+                   (141, "broken pipe", "whatever read stdout stopped reading (e.g. piped into `head`)")],
+                  key=lambda code: code[0])
 
 
 def command_name(module_name: str) -> str:
@@ -74,7 +64,9 @@ def _requested_command(argv: list[str] | None) -> str | None:
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
-    parser = _MainParser(prog="forkbuild", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    epilog = "exit codes:\n" + "\n".join(f"  {code:>3}  {name}: {meaning}" for code, name, meaning in exit_codes())
+    parser = argparse.ArgumentParser(prog="forkbuild", description=DESCRIPTION, epilog=epilog,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"forkbuild {__version__}")
     _global_options(parser)
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
