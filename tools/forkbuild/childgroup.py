@@ -35,18 +35,14 @@ class ChildGroup:
         with self._lock:
             keeper = self._keeper
             if keeper is None or self._owner_pid != os.getpid() or keeper.poll() is not None:
-                keeper = self._start()
-            return keeper.pid if keeper else 0
-
-    def _start(self) -> subprocess.Popen[bytes] | None:
-        try:
-            keeper = subprocess.Popen(KEEPER, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.DEVNULL, process_group=0)
-        except OSError:
-            return None
-        self._keeper, self._owner_pid = keeper, os.getpid()
-        _forward_sigint(self)
-        return keeper
+                try:
+                    keeper = subprocess.Popen(KEEPER, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                              stderr=subprocess.DEVNULL, process_group=0)
+                except OSError:
+                    return 0
+                self._keeper, self._owner_pid = keeper, os.getpid()
+                _forward_sigint(self)
+            return keeper.pid
 
 
 GROUP = ChildGroup()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import shlex
 from collections.abc import Sequence
 
@@ -122,7 +123,6 @@ class DiskError(ForkbuildError):
     return_code = 13
 
 
-# What each errno means to a user, and what to do about it.
 _DISK_ERRORS = {
     "ENOSPC": ("the disk is full", "free some space and run the command again"),
     "EDQUOT": ("the disk quota is used up", "free some space and run the command again"),
@@ -137,8 +137,6 @@ _DISK_ERRORS = {
 
 def disk_error(error: OSError) -> ForkbuildError | None:
     """The user-facing error for a file-system failure, or None for an OSError that is a bug."""
-    import errno
-
     name = errno.errorcode.get(error.errno or -1, "")
     if name not in _DISK_ERRORS:
         return None
