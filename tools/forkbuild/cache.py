@@ -96,12 +96,10 @@ class UpstreamCache:
 
     def ensure(self, upstream: Upstream, *, python_tag: str | None = None) -> str:
         """The cache commit of `upstream`, importing it first if needed."""
-        commit = self.imported(upstream)
-        if commit:
+        if commit := self.imported(upstream):
             return commit
         with self.locked():
-            commit = self.imported(upstream)  # another process may have imported it meanwhile
-            if commit:
+            if commit := self.imported(upstream):  # another process imported it meanwhile
                 return commit
             with self.reporter.step(f"Importing {upstream.name} {upstream.version} ({upstream.source})"):
                 if upstream.source == "git":

@@ -445,8 +445,7 @@ class Git:
 
     def raw_message(self, commit: str) -> str:
         """The message of `commit` byte for byte."""
-        raw = self.run("cat-file", "commit", "--end-of-options", commit).stdout
-        return raw.split("\n\n", 1)[1] if "\n\n" in raw else ""
+        return self.run("cat-file", "commit", "--end-of-options", commit).stdout.partition("\n\n")[2]
 
     def merge_tree(self, ours: str, theirs: str) -> Completed:
         """The tree on stdout's first line; exit 1: conflicts. Not raised."""
