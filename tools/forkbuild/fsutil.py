@@ -14,17 +14,7 @@ def write_atomic(path: Path, data: str | bytes, *, durable: bool = True) -> None
     """Write `data` to `path` through a temporary file beside it, flushed, then renamed over it:
     a reader (or a crash) sees the old file or the new one, whole. An existing file keeps its
     mode; a new one is 0644 (mkstemp's 0600 would hide it). durable=False: no fsync."""
-    path = Path(path)
-    temporary = _stage(path, data.encode() if isinstance(data, str) else data)
-    try:
-        if durable:
-            _fsync_path(temporary)
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
-    if durable:
-        fsync_directory(path.parent)
+    write_atomic_many({Path(path): data.encode() if isinstance(data, str) else data}, durable=durable)
 
 
 def fsync_directory(directory: Path) -> None:
@@ -35,14 +25,16 @@ def fsync_directory(directory: Path) -> None:
 SYNC_THREADS = 32  # fsyncs at once: ext4 commits concurrent fsyncs in one journal commit
 
 
-def write_atomic_many(files: Mapping[Path, bytes], *, after_first: Callable[[], None] | None = None) -> None:
+def write_atomic_many(files: Mapping[Path, bytes], *, after_first: Callable[[], None] | None = None,
+                      durable: bool = True) -> None:
     """write_atomic of every file, flushed together before the first rename: a crash leaves each
     path whole, old or new; an error leaves no temporary file. `after_first`: a crash-test hook."""
     staged: list[tuple[Path, Path]] = []
     try:
         for path, data in files.items():
             staged.append((Path(path), _stage(Path(path), data)))
-        sync_files([temporary for _, temporary in staged])
+        if durable:
+            sync_files([temporary for _, temporary in staged])
         for number, (path, temporary) in enumerate(staged):
             os.replace(temporary, path)
             if number == 0 and after_first:
@@ -51,7 +43,7 @@ def write_atomic_many(files: Mapping[Path, bytes], *, after_first: Callable[[], 
         for _, temporary in staged:
             temporary.unlink(missing_ok=True)  # those not renamed yet
         raise
-    for directory in sorted({path.parent for path, _ in staged}):
+    for directory in sorted({path.parent for path, _ in staged} if durable else ()):
         fsync_directory(directory)
 
 

@@ -185,7 +185,7 @@ class Git:
         return self.out("commit-tree", tree, *parent_args, "-m", message, env=env)
 
     def add_worktree(self, path: Path, commit: str, *, checkout: bool = True, parallel: bool = False) -> Git:
-        """A detached work tree at `commit` (checkout=False: no files or index yet)."""
+        """A detached work tree at `commit` (checkout=False: no files or index yet; parallel: a worker per core)."""
         self.run(*(["-c", "checkout.workers=0"] if parallel else []), "worktree", "add", "--force", "--detach",
                  *([] if checkout else ["--no-checkout"]), "--", str(path), _revision(commit))
         return Git(path)
@@ -242,13 +242,13 @@ class Git:
             raise GitFailed(["git", *args], result.status, result.stdout, result.stderr)
         return result.status == 0
 
-    def fuzz_needed(self, patch: Path, *, on: str = "HEAD") -> int | None:
-        """The context lines (patch(1)'s fuzz) `patch` must ignore to apply on `on`, or None.
+    def fuzz_needed(self, patch: Path) -> int | None:
+        """The context lines (patch(1)'s fuzz) `patch` must ignore to apply on HEAD, or None.
         Checked in a private index: the work tree may hold conflict markers."""
         index = self.git_dir / f"forkbuild-fuzz-{os.getpid()}.index"
         env = {"GIT_INDEX_FILE": str(index)}
         try:
-            self.run("read-tree", "--end-of-options", on, env=env)
+            self.run("read-tree", "HEAD", env=env)
             for context in (2, 1, 0):
                 if self.run("apply", "--cached", "--check", f"-C{context}", "--", str(patch), env=env, check=False).status == 0:
                     return 3 - context
