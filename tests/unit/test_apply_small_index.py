@@ -6,8 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from forkbuild.git import PathChange, TreeEntry
-from forkbuild.worktree.listing import TreeListing
-from forkbuild.worktree.smallindex import disjoint_run, parents
+from forkbuild.worktree.smallindex import TreeListing, disjoint_run, parents
 
 
 def named(*paths: str) -> frozenset[str]:

@@ -12,7 +12,6 @@ from forkbuild.config import Series
 from forkbuild.context import Context
 from forkbuild.errors import ApplyError, ConfigError
 from forkbuild.patchfile import check_patches, symlinks_of
-from forkbuild.worktree.engine import Outcome
 from forkbuild.worktrees import temporary_worktree
 
 
@@ -33,9 +32,6 @@ class VariantCheck:
     @property
     def ok(self) -> bool:
         return not self.error and not self.failures
-
-    def count(self, outcome: Outcome) -> int:
-        return sum(1 for record in self.records if record.outcome is outcome)
 
 
 def consistency(series: Series) -> tuple[list[str], list[str]]:

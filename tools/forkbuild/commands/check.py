@@ -26,7 +26,8 @@ def run(args, context) -> int:
     summary = Table("variant", "patches", *map(str, counted), "failed", title="forkbuild check")
     for result in results:
         failed = str(len(result.failures)) if not result.error else "not tried"
-        summary.add_row(result.label, str(len(result.records)), *(str(result.count(outcome)) for outcome in counted),
+        counts = (sum(record.outcome is outcome for record in result.records) for outcome in counted)
+        summary.add_row(result.label, str(len(result.records)), *map(str, counts),
                         f"[red]{failed}[/]" if not result.ok else failed)
     context.reporter.console.print(summary)
     failures = Table("variant", "patch", "feature", "why", title="failing patches")

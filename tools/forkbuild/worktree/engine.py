@@ -26,8 +26,7 @@ from forkbuild.errors import ApplyError, ForkbuildError, quoted
 from forkbuild.git import IDENTITY, Author, FileCommit, Git, PathChange, TreeEntry
 from forkbuild.patchfile import PatchInfo, read_patch
 from forkbuild.worktree.gitoutput import merge_tree_result, read_report
-from forkbuild.worktree.listing import TreeListing
-from forkbuild.worktree.smallindex import apply_small, disjoint_run
+from forkbuild.worktree.smallindex import TreeListing, apply_small, disjoint_run
 
 _ENGINES = itertools.count(1)  # numbers this process's engines (their small index files)
 # An engine's private index files (and git's lock beside one): forkbuild-engine[-small]-<pid>[-<n>].index
