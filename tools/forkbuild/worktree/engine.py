@@ -25,7 +25,6 @@ from forkbuild.dep3 import git_am_subject
 from forkbuild.errors import ApplyError, ForkbuildError, quoted
 from forkbuild.git import IDENTITY, Author, FileCommit, Git, PathChange, TreeEntry
 from forkbuild.patchfile import PatchInfo, read_patch
-from forkbuild.worktree.gitoutput import merge_tree_result, read_report
 from forkbuild.worktree.smallindex import TreeListing, apply_small, disjoint_run
 
 _ENGINES = itertools.count(1)  # numbers this process's engines (their small index files)
@@ -34,6 +33,20 @@ ENGINE_FILE = re.compile(r"forkbuild-engine-(?:small-)?(?P<pid>\d+)(?:-\d+)?\.in
 ALREADY_APPLIED = "its change is already in the tree: applying it changes nothing"
 # A fixed identity for the throw-away commit that gives merge-tree its merge base.
 MERGE_AUTHOR = Author(name="forkbuild", email="forkbuild@localhost", date="946684800 +0000")
+# What git prints while applying or merging: where hunks landed, why it failed, what conflicts.
+CHECKING = re.compile(r"^Checking patch (?P<path>.+)\.\.\.$")
+OFFSET_LINE = re.compile(r"^Hunk #(?P<hunk>\d+) succeeded at (?P<line>\d+) \(offset (?P<delta>-?\d+) lines?\)\.$")
+CONFLICT_LINE = re.compile(r"^CONFLICT \([^)]*\): .*?(?:in|of) (?P<path>\S+)")
+# git's own reasons, most telling first: the first one found names the failure.
+REASONS = (
+    re.compile(r"^error: patch failed: .*$"),
+    re.compile(r"^error: .*: (?:patch does not apply|does not exist in index|already exists in index)$"),
+    re.compile(r"^error: repository lacks the necessary blob.*$"),
+    re.compile(r"^error: sha1 information is lacking or useless.*$"),
+    re.compile(r"^CONFLICT .*$"),
+    re.compile(r"^(?:error|fatal): .*$"),
+)
+MISSING_BLOB = ("lacks the necessary blob", "lacks necessary blobs", "sha1 information is lacking", "invalid object")
 
 
 class Outcome(StrEnum):
@@ -92,6 +105,38 @@ def already_applied(job: PatchJob) -> PatchResult:
 
 def _offset_path(offset: str) -> str:
     return offset.rsplit(" hunk ", 1)[0]
+
+
+class GitReport(NamedTuple):
+    """What one git apply / merge run said."""
+
+    offsets: tuple[str, ...] = ()  # "<path> hunk <n>: +3 lines"
+    reason: str = ""  # the line saying why it failed ("" when it did not)
+    conflicts: tuple[str, ...] = ()  # paths git reported as conflicting
+    no_preimage: bool = False  # a 3-way merge by index lines was impossible: blobs missing
+
+
+def read_report(output: str) -> GitReport:
+    """Parse git apply -v / merge-tree / cherry-pick output (stdout and stderr together)."""
+    lines = [line.rstrip() for line in output.splitlines()]
+    offsets, current = [], ""
+    for line in lines:
+        if checking := CHECKING.match(line):
+            current = checking["path"]
+        elif moved := OFFSET_LINE.match(line):
+            offsets.append(f"{current} hunk {moved['hunk']}: {int(moved['delta']):+d} lines")
+    reason = next((line.removeprefix("error: ").strip() for pattern in REASONS for line in lines
+                   if pattern.match(line)), "")
+    return GitReport(offsets=tuple(offsets), reason=reason,
+                     conflicts=tuple(dict.fromkeys(m["path"] for m in map(CONFLICT_LINE.match, lines) if m)),
+                     no_preimage=any(marker in line for line in lines for marker in MISSING_BLOB))
+
+
+def merge_tree_result(stdout: str) -> tuple[str, tuple[str, ...], str]:
+    """`git merge-tree --write-tree --name-only --messages`: (tree, conflicted paths, messages)."""
+    head, _, messages = stdout.partition("\n\n")
+    lines = head.splitlines()
+    return (lines[0].strip() if lines else ""), tuple(line for line in lines[1:] if line), messages
 
 
 class Engine:
