@@ -125,11 +125,10 @@ def apply_plan(*, context: Context, plan: ApplyPlan, dest: Path, stop: bool = Fa
                         previous_state=previous, jobs=jobs, cursor=0, results=(),
                         hashes=series_hashes(context.series))
         label = plan.variant or "the whole series"
-        with context.reporter.step(f"Applying {len(plan.entries)} patches of {label} into {dest}"), \
-                unsaved_work_checked(worktree, guard, new=previous is None) as before_change:
+        with context.reporter.step(f"Applying {len(plan.entries)} patches of {label} into {dest}"):
             # What the tree shows: the HEAD prepare_worktree checked, or nothing (a new tree).
             engine = Engine(worktree, head=base, shown=previous.head if previous else base, checked_out=bool(previous),
-                            before_change=before_change)
+                            before_change=_before_change(worktree, guard, new=previous is None))
             results = _run(engine, run, stop=stop, context=context, features=plan.features)
         return _result(context, plan, dest=dest, base=base, head=engine.head, results=results, report=report_offsets)
 
@@ -287,7 +286,7 @@ def refuse_unsaved_work(worktree: Git) -> None:
 def prepare_worktree(cache_git: Git, *, dest: Path, base: str, guard: TreeGuard | None = None,
                      checkout: bool = True) -> Git:
     """A clean work tree at `base`: new, or one forkbuild made that holds nothing else. With the
-    caller's `guard`, unsaved work is the caller's to refuse (`unsaved_work_checked`).
+    caller's `guard`, unsaved work is the caller's to refuse (`_before_change`).
     checkout=False: a new tree gets no files yet."""
     if dest.exists() and not dest.is_dir():
         raise DirtyTreeError(f"{dest} exists and is not a directory", hint="choose another --dir")
@@ -311,13 +310,11 @@ def prepare_worktree(cache_git: Git, *, dest: Path, base: str, guard: TreeGuard 
     return worktree
 
 
-@contextmanager
-def unsaved_work_checked(worktree: Git, guard: TreeGuard, *, new: bool) -> Iterator[Callable[[], None]]:
+def _before_change(worktree: Git, guard: TreeGuard, *, new: bool) -> Callable[[], None]:
     """The engine's `before_change`: unsaved work is refused before the engine first touches the
     tree, and only then is it marked as changing (a kill before that leaves it to the user)."""
     if new:  # prepare_worktree marked it: a new tree holds nothing of the user's
-        yield lambda: chaos_point("apply:changing")
-        return
+        return lambda: chaos_point("apply:changing")
     checked = False
 
     def before_change() -> None:
@@ -328,7 +325,7 @@ def unsaved_work_checked(worktree: Git, guard: TreeGuard, *, new: bool) -> Itera
             checked = True
             chaos_point("apply:changing")
 
-    yield before_change
+    return before_change
 
 
 def _fuzz_detail(worktree: Git, patch: Path) -> str:
