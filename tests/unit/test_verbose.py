@@ -50,9 +50,10 @@ def test_cli_verbose_shows_git_apply_output_on_stderr_and_quiet_does_not(series_
     assert "$ git -C" in err and " apply --cached -v" in err
     assert "Applied patch python/pkg/core.py cleanly." in err  # git apply's own output
     assert logging.getLogger("forkbuild").level == logging.DEBUG
+    assert len(logging.getLogger("forkbuild").handlers) == 1
 
     assert series_fx.cli("apply", "--all") == 0
     err = capsys.readouterr().err
     assert "$ git" not in err and "Applied patch" not in err
     assert logging.getLogger("forkbuild").level == logging.WARNING
-    assert len(logging.getLogger("forkbuild").handlers) == 1  # replaced, not piled up
+    assert not logging.getLogger("forkbuild").handlers  # the -v handler removed, not piled up

@@ -109,26 +109,21 @@ def main(argv: list[str] | None = None) -> int:
         reporter.console.print("[red]interrupted[/red]")
         return 130
     except (OutputError, BrokenPipeError) as error:
-        return _output_failed(error, reporter)
+        # stdout to /dev/null: the interpreter's last flush must not fail again.
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+        cause = error.error if isinstance(error, OutputError) else error
+        if isinstance(cause, BrokenPipeError):
+            return 141  # a reader that went away (`status | head`): silently
+        reporter.error(ForkbuildError(f"cannot write the output to stdout: {cause.strerror or cause}",
+                                      hint="give stdout somewhere to go (a file, a pipe, /dev/null)"))
+        return ForkbuildError.return_code
     except OSError as error:
         friendly = disk_error(error) or (context.upstream.explain(error) if context else None)
         if friendly is None:
             raise
         reporter.error(friendly)
         return friendly.return_code
-
-
-def _output_failed(error: OutputError | BrokenPipeError, reporter: Reporter) -> int:
-    """stdout took no more output: it goes to /dev/null (the interpreter's last flush must not fail
-    again); a reader that went away (`status | head`) is 141, silently."""
-    cause = error.error if isinstance(error, OutputError) else error
-    with contextlib.suppress(OSError):
-        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
-    if isinstance(cause, BrokenPipeError):
-        return 141
-    reporter.error(ForkbuildError(f"cannot write the output to stdout: {cause.strerror or cause}",
-                                  hint="give stdout somewhere to go (a file, a pipe, /dev/null)"))
-    return ForkbuildError.return_code
 
 
 def run() -> None:

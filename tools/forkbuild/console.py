@@ -110,28 +110,17 @@ class Reporter:
                         TransferSpeedColumn(), console=self.console, transient=True)
 
 
-class _ReporterHandler(logging.Handler):
-    """forkbuild's log records, through rich's handler (made on first use) on the reporter's console."""
-
-    def __init__(self, reporter: Reporter) -> None:
-        super().__init__()
-        self.reporter = reporter
-        self._rich: logging.Handler | None = None
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if self._rich is None:
-            from rich.logging import RichHandler
-
-            self._rich = RichHandler(console=self.reporter.console, show_time=False, show_path=False, markup=False,
-                                     highlighter=None, rich_tracebacks=False)
-            self._rich.setFormatter(logging.Formatter("%(message)s"))
-        self._rich.emit(record)
-
-
 def configure_logging(reporter: Reporter) -> None:
-    """forkbuild's loggers to the reporter's console: everything with -v, else warnings and errors."""
+    """-v: forkbuild's debug log (git's commands and output) through rich on the reporter's console."""
     logger = logging.getLogger("forkbuild")
-    for handler in [handler for handler in logger.handlers if isinstance(handler, _ReporterHandler)]:
+    for handler in [handler for handler in logger.handlers if handler.name == "forkbuild"]:
         logger.removeHandler(handler)  # main() may run more than once in a process (tests)
-    logger.addHandler(_ReporterHandler(reporter))
     logger.setLevel(logging.DEBUG if reporter.verbose else logging.WARNING)
+    if reporter.verbose:
+        from rich.logging import RichHandler
+
+        handler = RichHandler(console=reporter.console, show_time=False, show_path=False, markup=False,
+                              highlighter=None, rich_tracebacks=False)
+        handler.name = "forkbuild"
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)

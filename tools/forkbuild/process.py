@@ -47,10 +47,6 @@ class Completed:
     stderr: str
 
 
-def _decode(data: bytes | None) -> str:
-    return (data or b"").decode("utf-8", "surrogateescape")
-
-
 def _popen(command: Sequence[str], *, cwd: Path | None, env: Environment | None, group: bool,
            **options: object) -> subprocess.Popen[bytes]:
     try:
@@ -79,7 +75,8 @@ def run(command: Sequence[str], *, cwd: Path | None = None, env: Environment | N
         except BaseException:
             process.kill()
             raise
-    return Completed(process.returncode, _decode(stdout), _decode(stderr).removesuffix("\n"))
+    out, err = ((data or b"").decode("utf-8", "surrogateescape") for data in (stdout, stderr))
+    return Completed(process.returncode, out, err.removesuffix("\n"))
 
 
 def popen(command: Sequence[str], *, env: Environment | None = None, **options: object) -> subprocess.Popen:
