@@ -105,7 +105,10 @@ class UpstreamCache:
                 if upstream.source == "git":
                     commit = self._import_git(upstream)
                 else:
-                    commit = self._import_wheel(upstream, self._wheel_locked(self._pin(upstream, python_tag)))
+                    pin = upstream.wheel_for(python_tag) if python_tag else next(iter(upstream.wheels), None)
+                    if pin is None:
+                        raise UpstreamError("upstream.wheels: no wheel pinned to import")
+                    commit = self._import_wheel(upstream, self._wheel_locked(pin))
                 self.git().tag(upstream.tag, commit)
             return commit
 
@@ -141,14 +144,6 @@ class UpstreamCache:
         return False
 
     # -- with the lock held --
-    @staticmethod
-    def _pin(upstream: Upstream, python_tag: str | None) -> WheelPin:
-        if python_tag:
-            return upstream.wheel_for(python_tag)
-        if not upstream.wheels:
-            raise UpstreamError("upstream.wheels: no wheel pinned to import")
-        return upstream.wheels[0]
-
     def _wheel_locked(self, pin: WheelPin) -> Path:
         target = self.wheels_dir / pin.filename
         mismatch = target.is_file() and not self._matches_pin(target, pin)
