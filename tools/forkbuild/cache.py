@@ -94,7 +94,7 @@ class UpstreamCache:
         except GitFailed as error:
             raise self.explain(error) or self.damaged(error.stderr) from None
 
-    def ensure(self, upstream: Upstream, *, python_tag: str | None = None) -> str:
+    def ensure(self, upstream: Upstream) -> str:
         """The cache commit of `upstream`, importing it first if needed."""
         if commit := self.imported(upstream):
             return commit
@@ -104,11 +104,10 @@ class UpstreamCache:
             with self.reporter.step(f"Importing {upstream.name} {upstream.version} ({upstream.source})"):
                 if upstream.source == "git":
                     commit = self._import_git(upstream)
-                else:
-                    pin = upstream.wheel_for(python_tag) if python_tag else next(iter(upstream.wheels), None)
-                    if pin is None:
-                        raise UpstreamError("upstream.wheels: no wheel pinned to import")
-                    commit = self._import_wheel(upstream, self._wheel_locked(pin))
+                elif not upstream.wheels:
+                    raise UpstreamError("upstream.wheels: no wheel pinned to import")
+                else:  # the .py files are the same in every Python tag's wheel
+                    commit = self._import_wheel(upstream, self._wheel_locked(upstream.wheels[0]))
                 self.git().tag(upstream.tag, commit)
             return commit
 
