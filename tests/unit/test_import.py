@@ -205,7 +205,7 @@ def test_a_bad_dep3_date_is_a_config_error_naming_each_patch(series_fx: SeriesFi
     directory = quilt_dir(tmp_path, {"one.patch": bad, "two.patch": bad.replace("tuesday", "friday")},
                           "one.patch\ntwo.patch\n")
     with pytest.raises(ConfigError) as caught:
-        read_quilt_dir(series_fx.load(), directory, feature="beta")
+        read_quilt_dir(directory, feature="beta")
     assert caught.value.problems == (
         f"{directory / 'one.patch'}: Date: 'last tuesday' is not a mail (RFC 2822) date, e.g. 'Wed, 01 May 2024 10:00:00 +0000'",
         f"{directory / 'two.patch'}: Date: 'last friday' is not a mail (RFC 2822) date, e.g. 'Wed, 01 May 2024 10:00:00 +0000'")

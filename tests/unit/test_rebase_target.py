@@ -10,8 +10,7 @@ import pytest
 from forkbuild import pypi
 from forkbuild.config import GitPin, Upstream, WheelPin
 from forkbuild.errors import UpstreamError
-from forkbuild.rebase.pin import moved_pin
-from forkbuild.rebase.target import looks_like_commit, resolve
+from forkbuild.rebase.target import looks_like_commit, moved_pin, resolve
 
 SHA_A, SHA_B = "a" * 64, "b" * 64
 CURRENT = Upstream(

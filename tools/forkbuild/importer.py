@@ -1,12 +1,6 @@
-"""`import`: patches from a quilt series directory (DEP-3 headers kept) or a git
-commit range become new entries at the end of the series.
-
-Each incoming patch is committed on top of the whole series (quilt: see
-quiltimport.py, plumbing on a private index; git: `git am` in a scratch work
-tree), the commit carries the `Feature:`/`Guard:` trailers, and the file written
-to patches/ is that commit's `git format-patch` output — the same bytes `export`
-would write.
-"""
+"""`import`: patches from a git commit range (`git am` in a scratch tree) or a quilt
+series (quiltimport.py) become new entries at the end of the series, each written as
+its commit's `git format-patch` output with `Feature:`/`Guard:` trailers."""
 
 from __future__ import annotations
 
@@ -64,8 +58,6 @@ def guard_trailers(series: Series, feature: str, diff: str) -> list[tuple[str, s
     added = "\n".join(line for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++"))
     return [("Guard", guard.env) for guard in series.features[feature].guards if re.search(rf"\b{guard.env}\b", added)]
 
-
-# -- sources -----------------------------------------------------------------------
 
 def author_ident(author: str) -> tuple[str, str]:
     """(name, email) for a commit by `author` ("Name <email>"); forkbuild's own where it names none."""
@@ -126,11 +118,8 @@ def _am_committer(series: Series, text: str, *, source: str, feature: str, has_f
     return commit
 
 
-# -- the import ----------------------------------------------------------------------
-
 def check_incoming(series: Series, incoming: list) -> None:
-    """Known features; no name that exists already or twice — before anything is touched.
-    `incoming`: objects with .name, .source, .feature (Incoming, QuiltPatch)."""
+    """Known features, no name that exists already or twice (Incoming or QuiltPatch items)."""
     problems = []
     taken = {entry.file for entry in series.patches} | {path.name for path in series.patches_dir.glob("*")}
     seen: set[str] = set()
@@ -163,15 +152,13 @@ def import_patches(*, context: Context, incoming: list[Incoming]) -> list[Import
         if dest.exists():
             context.upstream.git().remove_worktree(dest)
         shutil.rmtree(scratch, ignore_errors=True)
-    _write(series, incoming, texts)
+    write_imported(series, incoming, texts)
     return [Imported(file=item.name, feature=item.feature, subject=subjects[item.name], source=item.source)
             for item in incoming]
 
 
-def _write(series: Series, incoming: list, texts: dict[str, bytes], *, empty_dirs: tuple[str, ...] = ()) -> None:
-    """The patch files, series.toml listing them and patches/series: one transaction
-    (series_writer), so a kill or a full disk leaves the series as it was or fully imported.
-    `incoming`: objects with .name, .feature, .upstream."""
+def write_imported(series: Series, incoming: list, texts: dict[str, bytes], *, empty_dirs: tuple[str, ...] = ()) -> None:
+    """The patch files, series.toml and patches/series, as one series_writer transaction."""
     entries = [EntrySpec(file=entry.file, feature=entry.feature, upstream=entry.upstream_status) for entry in series.patches]
     entries += [EntrySpec(file=item.name, feature=item.feature, upstream=item.upstream) for item in incoming]
     for item in incoming:

@@ -1,43 +1,26 @@
-"""What each patch of a quilt series does to the tree, found by git with as few
-processes as it takes (`import --quilt` commits the results with one fast-import).
-
-A tree has thousands of files and `git apply --cached` reads and writes the whole
-index each time; a patch names a handful. So each patch is applied to a private
-index that holds only the files it names (worktree/smallindex.py, as the apply
-engine's fast rung does), and consecutive patches that name
-disjoint files (no file, and no file where another's directory is) share one
-`git apply` process: git applies them one after the other, all or none, and each
-file's entry afterwards is what its one patch made of it.
-
-Where that could differ from applying the patch to the whole tree, the patch is
-applied to the whole tree instead (a full index: read-tree, apply, write-tree):
-its names are not known (unidiff could not read it), it names a file where the
-tree has a directory or the other way round, or git touched a file it does not
-name (a name spelt another way). A group that fails is applied patch by patch,
-and a patch that fails alone is tried on the whole tree, which names the failure.
-
-A file a patch leaves empty is removed, as GNU patch -E does (dpkg-source and quilt
-apply with -E): git keeps an empty file unless the diff says "deleted file", and a
-diff that removes every line, or a git diff of a new empty file, says no such thing.
+"""What each patch of a quilt series does to the tree, found with few `git apply`
+processes: a patch is applied to a private index of just the files it names
+(worktree/smallindex.py), and consecutive patches of disjoint files share one process.
+Where that could differ from applying to the whole tree (names unknown, a file/directory
+clash, git touching a name the diff spells otherwise) the patch goes to a full index.
+A file a patch leaves empty is removed, as GNU patch -E (dpkg-source, quilt) does.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from forkbuild.errors import ApplyError
 from forkbuild.git import Git, TreeEntry
+from forkbuild.quiltdiff import EMPTY_BLOB
 from forkbuild.worktree.smallindex import apply_small, disjoint_run, parents
 
-LOG = logging.getLogger("forkbuild.quiltcommit")
 # Patches per `git apply` process: a group that fails is redone one by one, so not unbounded.
 GROUP_MAX = 24
 
 Changes = dict[str, TreeEntry | None]  # path -> its new entry; None: deleted
-EMPTY_BLOB = "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"
 REGULAR_MODES = (0o100644, 0o100755)
 
 
@@ -73,8 +56,7 @@ class _Applier:
         self.small_index, self.full_index = scratch / "small.index", scratch / "full.index"
         self.base = dict(items)
         self.state = dict(self.base)  # the tree after the patches so far
-        self.directories = _directories(self.state)
-        self.processes = 0
+        self.directories = {parent for path in self.state for parent in parents(path)}
 
     def run(self, patches: Sequence[Applicable]) -> list[Applied]:
         out: list[Applied] = []
@@ -86,7 +68,6 @@ class _Applier:
                 found = [self._apply_one(patch) for patch in (group or patches[at:at + 1])]
             out += found
             at += max(len(group), 1)
-        LOG.debug("%d patch(es) applied by %d git apply process(es)", len(patches), self.processes)
         return out
 
     def _group(self, patches: Sequence[Applicable], at: int) -> list[Applicable]:
@@ -120,7 +101,6 @@ class _Applier:
         """Each patch's changes, from one `git apply` on an index of just the files they
         name; None when that does not settle it (the caller goes patch by patch)."""
         named = frozenset().union(*(patch.paths or () for patch in group))
-        self.processes += 1
         applied = apply_small(self.git, [patch.patch for patch in group], index=self.small_index,
                               entries={path: self.state[path] for path in named if path in self.state},
                               strip=group[0].strip, unidiff_zero=group[0].unidiff_zero)
@@ -129,8 +109,7 @@ class _Applier:
         after = applied.after
         if not after.keys() <= named:
             return None  # git patched a file by a name the diff spells otherwise
-        found = [self._record({path: after.get(path) for path in sorted(patch.paths or ())}) for patch in group]
-        return found
+        return [self._record({path: after.get(path) for path in sorted(patch.paths or ())}) for patch in group]
 
     def _apply_whole(self, patch: Applicable) -> Applied:
         self.git.read_tree(self.start, index=self.full_index)
@@ -138,7 +117,6 @@ class _Applier:
                   if self.base.get(path) != self.state.get(path)}
         if so_far:
             self.git.update_index(self.full_index, so_far)
-        self.processes += 1
         applied = self.git.apply_to_index(patch.patch, index=self.full_index, strip=patch.strip,
                                           unidiff_zero=patch.unidiff_zero)
         if applied.status != 0:
@@ -164,7 +142,3 @@ class _Applier:
                 self.state[path] = item
                 self.directories.update(parents(path))  # a deleted file's directories stay: at worst a whole-tree apply
         return Applied(changes=changes, emptied=emptied)
-
-
-def _directories(items: dict[str, TreeEntry]) -> set[str]:
-    return {parent for path in items for parent in parents(path)}

@@ -1,21 +1,9 @@
-"""The diff of a real-world quilt patch, made into one `git apply` takes and
-applies to the tree GNU patch (quilt, dpkg-source) would make of it.
-
-unidiff reads the files and hunks; each file section is written back as it
-was, except where git and GNU patch part ways:
-
-- binary sections (`Binary files a/x and b/x differ`, `GIT binary patch`):
-  GNU patch skips them with a warning, git refuses the whole patch. Left out,
-  named in the notes.
-- hunks without context lines (`diff -U0`): applied with `--unidiff-zero`,
-  at the line the hunk names, as GNU patch does.
-- file names that disagree (`diff --git a/x.c b/x.c` over `--- a/x` /
-  `+++ b/x.c`; rename headers over ---/+++ lines that name one file): GNU
-  patch follows the ---/+++ lines and, when they differ, the one that exists;
-  git refuses. The section is rewritten as a plain diff of that file.
-
-Bytes in, bytes out: the diff is read as Latin-1, which maps every byte to one
-character and back, so no content byte (CR included) changes.
+"""The diff of a real-world quilt patch made into one `git apply` takes and applies as
+GNU patch (quilt, dpkg-source) would: binary sections are left out (GNU patch skips
+them, git refuses the whole patch); hunks without context get --unidiff-zero; where
+the git header or rename lines and the ---/+++ names disagree, the section becomes a
+plain diff of the file GNU patch would patch. Read as Latin-1: no byte (CR included)
+changes on the way.
 """
 
 from __future__ import annotations

@@ -1,22 +1,14 @@
-"""`import --quilt`: a real-world quilt series (a Debian `debian/patches`, a
-`patches/` of quilt) becomes new entries at the end of the series.
-
-Plan first: every patch is read (dep3.py: its description; quiltdiff.py: its
-diff made into one git applies the way GNU patch would) and checked before
-anything is touched. Then each is committed with plumbing — `git apply
---cached` into private indexes (quiltcommit.py), one `fast-import` for the
-trees and commits — on top of the series, with no work tree; one
-`format-patch` writes them all, and the series' work tree is checked out once
-at the end. What was normalised or skipped is reported per patch.
+"""`import --quilt`: a real-world quilt series (Debian `debian/patches`, quilt's
+`patches/`) becomes new entries at the end of the series. Every patch is read and
+checked before anything is touched; then each is committed with plumbing on top of
+the series (quiltcommit.py, one fast-import), one `format-patch` writes them all, and
+the series' work tree is checked out once. What was normalised or skipped is reported.
 """
 
 from __future__ import annotations
 
-import shutil
 import tempfile
-import threading
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +22,7 @@ from forkbuild.emptydirs import find_empty_dirs, recreate_empty_dirs
 from forkbuild.errors import ConfigError, DirtyTreeError, ForkbuildError
 from forkbuild.export import DEFAULT_TREE
 from forkbuild.git import Author, FileCommit, Git, GitFailed, PathChange
-from forkbuild.importer import _write, author_ident, check_incoming, guard_trailers, with_trailers
+from forkbuild.importer import author_ident, check_incoming, guard_trailers, with_trailers, write_imported
 from forkbuild.patchfile import check_safe
 from forkbuild.quiltcommit import Applicable, Applied, apply_series
 from forkbuild.quiltdiff import GitReadyDiff, git_ready
@@ -70,9 +62,7 @@ class QuiltImport:
     tree_note: str  # why it was left alone
 
 
-# -- reading (nothing is touched) ---------------------------------------------------
-
-def read_quilt_dir(series: Series, directory: Path, *, feature: str) -> list[QuiltPatch]:
+def read_quilt_dir(directory: Path, *, feature: str) -> list[QuiltPatch]:
     """Every patch its `series` file lists, parsed; all problems at once as one ConfigError."""
     series_file = directory / "series"
     if not series_file.is_file():
@@ -138,11 +128,9 @@ def source_tree_of(directory: Path) -> Path | None:
     return None
 
 
-# -- committing ---------------------------------------------------------------------
-
 def import_quilt(*, context: Context, directory: Path, feature: str, source_tree: Path | None = None) -> QuiltImport:
     series = context.series
-    patches = read_quilt_dir(series, directory, feature=feature)
+    patches = read_quilt_dir(directory, feature=feature)
     check_incoming(series, patches)
     source_tree = source_tree or source_tree_of(directory)
     cache = context.upstream
@@ -155,18 +143,16 @@ def import_quilt(*, context: Context, directory: Path, feature: str, source_tree
         recover_killed_change(guard, cache_git)
         if not dest.exists():
             guard.changing()
-        with _series_head(context, base=base) as start, _fresh_series_tree(cache_git, dest, start) as fresh:
+        with _series_head(context, base=base) as start:
             with context.reporter.step(f"Committing {len(patches)} quilt patch(es) on top of the series"):
                 outcomes, head = _commit_all(cache_git, series, patches, start=start)
             imported = [patch for patch, outcome in zip(patches, outcomes, strict=True) if outcome.file]
-            if fresh is not None:  # the files the patches change are checked out while format-patch runs
-                fresh = _after(fresh, lambda worktree: worktree.checkout_detached(head) or worktree)
             texts = dict(zip((patch.name for patch in imported), cache_git.format_patches(start, head), strict=True))
             empty_dirs = _empty_dirs(source_tree, directory, known=series.upstream.empty_dirs)
-            _write(series, imported, texts, empty_dirs=empty_dirs)
+            write_imported(series, imported, texts, empty_dirs=empty_dirs)
             all_files = [entry.file for entry in series.patches] + [patch.name for patch in imported]
             tree, note = _check_out_series(context, cache_git, base=base, head=head, files=all_files,
-                                           empty_dirs=(*series.upstream.empty_dirs, *empty_dirs), fresh=fresh)
+                                           empty_dirs=(*series.upstream.empty_dirs, *empty_dirs))
     return QuiltImport(patches=tuple(outcomes), empty_dirs=empty_dirs, tree=tree, tree_note=note)
 
 
@@ -181,20 +167,18 @@ def _series_head(context: Context, *, base: str) -> Iterator[str]:
 
 
 def _commit_all(git: Git, series: Series, patches: list[QuiltPatch], *, start: str) -> tuple[list[PatchOutcome], str]:
-    """Make each patch git-ready (quiltdiff), find what it changes with `git apply --cached`
-    on private indexes (quiltcommit: few processes), then make every commit with one
-    `git fast-import`."""
-    readies: list[GitReadyDiff] = []
+    """Each patch made git-ready (quiltdiff), what it changes found (quiltcommit), every
+    commit made with one `git fast-import`."""
     items = git.tree_entries(start)
     existing = set(items)
-    for patch in patches:
-        ready = git_ready(patch.diff, strip=patch.strip, existing=existing)
-        existing = (existing - ready.removed) | ready.added  # only the names a diff adds or removes decide the next one's
-        readies.append(ready)
+    readies: list[GitReadyDiff] = []
+    applicable = []
     with tempfile.TemporaryDirectory(prefix="forkbuild-quilt-") as scratch_name:
         scratch = Path(scratch_name)
-        applicable = []
-        for number, (patch, ready) in enumerate(zip(patches, readies, strict=True)):
+        for number, patch in enumerate(patches):
+            ready = git_ready(patch.diff, strip=patch.strip, existing=existing)
+            existing = (existing - ready.removed) | ready.added  # only names a diff adds or removes decide the next's
+            readies.append(ready)
             if not ready.empty:
                 (scratch / f"{number}.patch").write_bytes(ready.data)
                 applicable.append(Applicable(source=patch.path, patch=scratch / f"{number}.patch", strip=patch.strip,
@@ -235,8 +219,6 @@ def _mtime(path: Path) -> str:
     return f"{int(path.stat().st_mtime)} +0000"
 
 
-# -- after the write ------------------------------------------------------------------
-
 def _empty_dirs(source_tree: Path | None, directory: Path, *, known: tuple[str, ...]) -> tuple[str, ...]:
     if source_tree is None:
         return ()
@@ -246,50 +228,13 @@ def _empty_dirs(source_tree: Path | None, directory: Path, *, known: tuple[str, 
     return tuple(name for name in found if name not in known)
 
 
-@contextmanager
-def _fresh_series_tree(cache_git: Git, dest: Path, start: str) -> Iterator[Future[Git] | None]:
-    """A series work tree that does not exist yet is checked out at `start` on a second
-    thread while the patches are committed; only the files the patches change are
-    checked out again at the end. Removed again when the import fails (it was not there)."""
-    if dest.exists():
-        yield None
-        return
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        future = pool.submit(cache_git.add_worktree, dest, start, parallel=True)
-        try:
-            yield future
-        except BaseException:
-            future.exception()  # let it finish before removing what it made
-            if dest.exists():
-                cache_git.remove_worktree(dest)
-                shutil.rmtree(dest, ignore_errors=True)
-            raise
-
-
-def _after(future: Future[Git], then) -> Future[Git]:
-    """`then(result)` on a thread of its own once `future` is done."""
-    chained: Future[Git] = Future()
-
-    def run() -> None:
-        try:
-            chained.set_result(then(future.result()))
-        except BaseException as error:
-            chained.set_exception(error)
-
-    threading.Thread(target=run, daemon=True).start()
-    return chained
-
-
 def _check_out_series(context: Context, cache_git: Git, *, base: str, head: str, files: list[str],
-                      empty_dirs: tuple[str, ...], fresh: Future[Git] | None) -> tuple[Path | None, str]:
+                      empty_dirs: tuple[str, ...]) -> tuple[Path | None, str]:
     """Check the series work tree out at `head`, unless it holds work of its own."""
     dest = context.series_dir / DEFAULT_TREE
     try:
-        if fresh is not None:
-            worktree = fresh.result()  # at `head` already
-        else:
-            worktree = prepare_worktree(cache_git, dest=dest, base=head)  # refuses a tree with work of its own
-            worktree.checkout_detached(head)  # only the files the imported patches change
+        worktree = prepare_worktree(cache_git, dest=dest, base=head)  # refuses a tree with work of its own
+        worktree.checkout_detached(head)  # an existing tree: only the files the imported patches change
     except DirtyTreeError as error:
         return None, f"{dest} was left as it is: {error}"
     except GitFailed as error:

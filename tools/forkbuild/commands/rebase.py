@@ -41,7 +41,7 @@ def run(args, context) -> int:
     from rich.table import Table
 
     from forkbuild.rebase import report
-    from forkbuild.rebase.engine import Rebase, default_tree
+    from forkbuild.rebase.engine import Rebase
     from forkbuild.rebase.state import Phase, RebaseState
     from forkbuild.rebase.target import resolve
 
@@ -53,8 +53,7 @@ def run(args, context) -> int:
             state: RebaseState | None = rebase.resume(args.resume)
         else:
             target = resolve(context.series.upstream, onto=args.onto, version=args.target_version)
-            tree = (args.dir or default_tree(context.series_dir)).resolve()
-            state = rebase.start(target=target, tree=tree, accept_drops=args.accept_drops)
+            state = rebase.start(target=target, tree=args.dir, accept_drops=args.accept_drops)
     except KeyboardInterrupt:
         if rebase.journal.exists():  # every step is journaled: the next command goes on from the last one
             context.reporter.warn("rebase interrupted: `forkbuild rebase --continue` goes on, `--abort` puts "

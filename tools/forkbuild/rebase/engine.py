@@ -1,4 +1,4 @@
-"""The rebase as a journaled state machine (its state and phases: rebase/state.py).
+"""The rebase as a journaled state machine (its state: rebase/state.py).
 
 phase         what the journal means                          on --continue
 prepare       backup taken; nothing else is certain           import + old series + work tree, again
@@ -10,12 +10,9 @@ review        drop proposals await a yes                       accept the drops,
 finalize      writing the new series                           restore the backup, write it all again
 checked       written; not checked yet                         check, finish
 check-failed  written; `forkbuild check` failed                check again, finish
-(done and aborted: the journal is gone; what start and resume return)
 
-Every step is redone safely from its journal entry, so a kill at any point
-loses nothing; --abort puts series.toml and patches/ back from the journal's
-backup and undoes the cache refs the rebase created or moved (rebase/refs.py).
-A state is never changed in place: each step journals a new one.
+Each step journals a new state and is redone safely from it, so a kill anywhere loses
+nothing; --abort restores the backup and the cache refs the rebase moved (rebase/refs.py).
 """
 
 from __future__ import annotations
@@ -25,7 +22,7 @@ import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import NoReturn
 
@@ -40,11 +37,10 @@ from forkbuild.export import export_series
 from forkbuild.git import Git
 from forkbuild.layout import REBASE_TREE
 from forkbuild.rebase import refs, report
-from forkbuild.rebase.collision import upstream_collisions
 from forkbuild.rebase.journal import Journal, checkpoint
-from forkbuild.rebase.pin import moved_pin
 from forkbuild.rebase.state import PatchState, Phase, RebaseState, Step
-from forkbuild.rebase.upstreamed import HunkEvidence, evidence
+from forkbuild.rebase.target import moved_pin
+from forkbuild.rebase.upstreamed import HunkEvidence, evidence, upstream_collisions
 from forkbuild.worktree.engine import Engine, Outcome, PatchJob, PatchResult
 from forkbuild.worktrees import TreeGuard, clear_stale_index_lock, tree_guard
 
@@ -54,10 +50,6 @@ STOP_DIFF_LINES = 40  # of the upstream change a stopped patch collided with, in
 DROP_OUTCOMES = (Outcome.UPSTREAMED, Outcome.EMPTIED)
 
 
-def default_tree(series_dir: Path) -> Path:
-    return series_dir / REBASE_TREE
-
-
 class Rebase:
     def __init__(self, context: Context) -> None:
         self.context = context
@@ -65,10 +57,9 @@ class Rebase:
         self.journal = Journal(context.series_dir)
         self.cache = context.upstream
 
-    # -- entry points -------------------------------------------------------------
     @contextmanager
     def one_at_a_time(self) -> Iterator[None]:
-        """Hold the series' rebase lock (a flock: a killed holder leaves none) for one command."""
+        """Hold the series' rebase lock (a flock: a killed holder leaves none)."""
         guard = TreeGuard(self.journal.path, "rebase")
         try:
             guard.acquire()
@@ -81,45 +72,39 @@ class Rebase:
         finally:
             guard.release()
 
-    def start(self, *, target: Upstream, tree: Path, accept_drops: bool) -> RebaseState | None:
+    def start(self, *, target: Upstream, tree: Path | None, accept_drops: bool) -> RebaseState | None:
         """Start a rebase onto `target` and run it; None when the series is on `target` already."""
+        series, tree = self.context.series, tree or self.context.series_dir / REBASE_TREE
         with self.one_at_a_time():
-            return self._start(target=target, tree=tree, accept_drops=accept_drops)
-
-    def _start(self, *, target: Upstream, tree: Path, accept_drops: bool) -> RebaseState | None:
-        series = self.context.series
-        if self.journal.exists():
-            raise ForkbuildError("a rebase is already in progress",
-                                 hint="`forkbuild rebase --continue`, `--skip` or `--abort` it first")
-        if target.version == series.upstream.version:
-            self.reporter.info(f"the series is already on {series.upstream.name} {target.version}: nothing to do")
-            return None
-        if _older(target.version, than=series.upstream.version):
-            self.reporter.warn(f"{target.version} is older than the pinned {series.upstream.version}: "
-                               "this rebase is a downgrade")
-        if tree.exists() and any(tree.iterdir()):
-            raise ForkbuildError(f"{tree} exists and is not empty", hint="remove it, or pass another --dir")
-        self.journal.create(RebaseState(
-            id=secrets.token_hex(6), phase=Phase.PREPARE, step=Step.BEGUN, worktree=tree, accept_drops=accept_drops,
-            old=series.upstream, target=target,
-            patches=tuple(PatchState(file=entry.file, feature=entry.feature) for entry in series.patches)))
-        return self.run(self.journal.load())
+            if self.journal.exists():
+                raise ForkbuildError("a rebase is already in progress",
+                                     hint="`forkbuild rebase --continue`, `--skip` or `--abort` it first")
+            if target.version == series.upstream.version:
+                self.reporter.info(f"the series is already on {series.upstream.name} {target.version}: nothing to do")
+                return None
+            if _older(target.version, than=series.upstream.version):
+                self.reporter.warn(f"{target.version} is older than the pinned {series.upstream.version}: "
+                                   "this rebase is a downgrade")
+            if tree.exists() and any(tree.iterdir()):
+                raise ForkbuildError(f"{tree} exists and is not empty", hint="remove it, or pass another --dir")
+            self.journal.create(RebaseState(
+                id=secrets.token_hex(6), phase=Phase.PREPARE, step=Step.BEGUN, worktree=tree.resolve(),
+                accept_drops=accept_drops, old=series.upstream, target=target,
+                patches=tuple(PatchState(file=entry.file, feature=entry.feature) for entry in series.patches)))
+            return self.run(self.journal.load())
 
     def resume(self, action: str) -> RebaseState:
         with self.one_at_a_time():
-            return self._resume(action)
-
-    def _resume(self, action: str) -> RebaseState:
-        state = self.journal.load()
-        if action == "abort":
-            return self.abort(state)
-        if action == "skip":
-            if state.phase is not Phase.CONFLICT:
-                raise ForkbuildError(f"--skip: the rebase is not stopped at a conflict (phase {state.phase})",
-                                     hint="--continue goes on, --abort puts everything back")
-            state = self._go_on(state, "skip")
-        # --continue while the drops are proposed is the user's yes to them.
-        return self.run(state, resumed_at=state.phase)
+            state = self.journal.load()
+            if action == "abort":
+                return self.abort(state)
+            if action == "skip":
+                if state.phase is not Phase.CONFLICT:
+                    raise ForkbuildError(f"--skip: the rebase is not stopped at a conflict (phase {state.phase})",
+                                         hint="--continue goes on, --abort puts everything back")
+                state = self._go_on(state, "skip")
+            # --continue while the drops are proposed is the user's yes to them.
+            return self.run(state, resumed_at=state.phase)
 
     def run(self, state: RebaseState, *, resumed_at: Phase | None = None) -> RebaseState:
         if state.phase is Phase.PREPARE:
@@ -155,7 +140,6 @@ class Rebase:
             state = self._check_and_finish(state)
         return state
 
-    # -- prepare --------------------------------------------------------------------
     def _prepare(self, state: RebaseState) -> RebaseState:
         old, target = state.old, state.target
         with self.reporter.step(f"Importing {old.name} {old.version} and {target.version} into the cache"):
@@ -166,7 +150,7 @@ class Rebase:
         state = self.journal.save(state, Step.IMPORTED)
         cache_git = self.cache.git()
         self._drop_tree(cache_git, state.worktree)
-        backup = self._backup_patches(state)
+        backup = [self._backup(patch) for patch in state.patches]
         with self.reporter.step(f"Applying the {len(backup)} patches on {old.version} (their commits feed the 3-way merges)"):
             # Plumbing in the cache: no checkout of the old version is needed.
             old_series = Engine(cache_git, head=state.old_base, shown=state.old_base)
@@ -204,9 +188,9 @@ class Rebase:
         cache_git.update_ref(ref, commit)
         return state
 
-    def _backup_patches(self, state: RebaseState) -> list[Path]:
-        # The journal's copies: patches/ itself may be half rewritten by a killed finalize.
-        return [self.journal.backup / "patches" / patch.file for patch in state.patches]
+    def _backup(self, patch: PatchState) -> Path:
+        # The journal's copy: patches/ itself may be half rewritten by a killed finalize.
+        return self.journal.backup / "patches" / patch.file
 
     @staticmethod
     def _drop_tree(cache_git: Git, tree: Path) -> None:
@@ -216,11 +200,9 @@ class Rebase:
             shutil.rmtree(tree, ignore_errors=True)
         cache_git.prune_worktrees()
 
-    # -- replay ---------------------------------------------------------------------
-    def _job(self, state: RebaseState, index: int) -> PatchJob:
-        patch = state.patches[index]
-        # The patch's commit in the old series: the 3-way rung merges it, never the file's index lines.
-        return PatchJob(name=patch.file, path=self._backup_patches(state)[index], source=patch.old_commit)
+    def _job(self, patch: PatchState) -> PatchJob:
+        # Its commit in the old series: the 3-way rung merges it, never the file's index lines.
+        return PatchJob(name=patch.file, path=self._backup(patch), source=patch.old_commit)
 
     def _replay(self, state: RebaseState) -> RebaseState:
         worktree = Git(state.worktree)
@@ -234,10 +216,10 @@ class Rebase:
             worktree.reset_hard(state.tip)
         engine = Engine(worktree, detect_upstreamed=True)
         while state.cursor < len(state.patches):
-            patch, job = state.patches[state.cursor], self._job(state, state.cursor)
+            patch = state.patches[state.cursor]
             state = self.journal.save(replace(state, phase=Phase.APPLYING, head_before=engine.head),
                                       Step.APPLYING, at=patch.file)
-            result = engine.step(job, stop=True)
+            result = engine.step(self._job(patch), stop=True)
             patch = self._record(state, patch, result)
             state = state.with_patch(state.cursor, patch)
             if result.outcome is Outcome.CONFLICT:
@@ -255,15 +237,14 @@ class Rebase:
         if result.outcome in (Outcome.UPSTREAMED, Outcome.EMPTIED):
             # Evidence points into the new release (not HEAD, whose lines the earlier fork patches shift);
             # for an emptied patch it says which hunks upstream lacks.
-            path = self._backup_patches(state)[state.cursor]
             found = tuple(evidence(self.cache.git(), commit=state.new_base,
-                                   patch_text=path.read_text(errors="surrogateescape")))
+                                   patch_text=self._backup(patch).read_text(errors="surrogateescape")))
         # A patch settled after a stop keeps what it collided with: the report shows why it needed a person.
         collided, conflicts = patch.collided, patch.conflicts
         if result.outcome is Outcome.CONFLICT:
             conflicts = tuple(result.conflicts)
             collided = upstream_collisions(self.cache.git(), old_base=state.old_base, new_base=state.new_base,
-                                           patch=self._backup_patches(state)[state.cursor], files=result.conflicts)
+                                           patch=self._backup(patch), files=result.conflicts)
         elif result.outcome.automatic or result.outcome is Outcome.UPSTREAMED:
             collided, conflicts = "", ()
         return replace(patch, outcome=result.outcome, commit=result.commit, detail=result.detail, evidence=found,
@@ -287,10 +268,10 @@ class Rebase:
 
     def _go_on(self, state: RebaseState, action: str) -> RebaseState:
         """--continue (the person's resolution committed) or --skip (the patch left out) at a stop."""
-        patch, job = state.patches[state.cursor], self._job(state, state.cursor)
+        patch = state.patches[state.cursor]
         engine = Engine(Git(state.worktree), head=state.head_before)
         try:
-            result = engine.resume(job, action)
+            result = engine.resume(self._job(patch), action)
         except ApplyError as error:  # not resolved yet: the rebase stays stopped
             raise RebaseStopped(error.message, hint=(error.hint or "").replace(
                 "--continue", "`forkbuild rebase --continue`")) from error
@@ -300,7 +281,6 @@ class Rebase:
                           tip=engine.head)
         return self.journal.save(went_on, Step.SETTLED if action == "continue" else Step.SKIPPED, at=patch.file)
 
-    # -- review -----------------------------------------------------------------------
     @staticmethod
     def _proposals(state: RebaseState) -> list[PatchState]:
         return [patch for patch in state.patches if patch.outcome in DROP_OUTCOMES]
@@ -310,13 +290,12 @@ class Rebase:
         draft = self._report(state, check=None, final=False)
         report.write(draft, md_path=md_path, json_path=self.journal.path / "report.json")
         lines = [f"  - {p.file}: {report.label(p.outcome)}: {p.detail}; evidence: "
-                 + "; ".join(_evidence_text(p)) for p in self._proposals(state)]
+                 + "; ".join(item.describe() for item in p.evidence) for p in self._proposals(state)]
         raise RebaseStopped("every patch is replayed; proposed for dropping:\n" + "\n".join(lines)
                             + f"\n  draft report: {md_path}",
                             hint="`forkbuild rebase --continue` drops them and writes the series; "
                                  "`--abort` puts everything back")
 
-    # -- finalize ---------------------------------------------------------------------
     def _finalize(self, state: RebaseState) -> RebaseState:
         self._refuse_foreign_edits(state)
         state = self.journal.save(replace(state, writing=True), Step.FINALIZE_WRITING)
@@ -325,9 +304,7 @@ class Rebase:
         checkpoint(Step.FINALIZE_RESTORED)
         state = self._move_ref(state, refs.series_ref(state.id, NEW_SERIES), worktree.head())
         series_toml = self.context.series_file
-        # The moved pin is not written on its own: export writes it with the patches, in one
-        # series_writer transaction (a kill leaves the old series or the new one, never a new
-        # pin over the old patches). Export reads the series as it will be: pinned to the target.
+        # Export writes the moved pin with the patches in one transaction, never a new pin over old patches.
         pinned = moved_pin(series_toml.read_text(), state.target)
         context = self._fresh_context()
         context.series = parse_series(pinned, path=series_toml.resolve())
@@ -336,11 +313,8 @@ class Rebase:
         record_series_tree(worktree, base=state.new_base, head=worktree.head(), patches=kept,
                            hashes=series_hashes(context.series))
         with self.reporter.step("Exporting the rebased patches"):
-            # refresh: on a new upstream every patch is rewritten against it (index
-            # lines, hunk positions), so the series applies exactly on the new pin
-            # and its 3-way blobs are the new version's; the range-diff shows the change.
-            # The patches left out (--skip, accepted drop proposals) are dropped by name: export drops nothing by itself.
-            # A feature left without a patch leaves the variants, marked `ported = false` (series_edit.unported).
+            # refresh: every patch rewritten against the new pin; those left out are dropped by name, and
+            # a feature left without a patch is marked `ported = false` (series_edit.unported).
             plan = export_series(context=context, tree=worktree.path, refresh=True, series_toml=pinned,
                           drops=tuple(patch.file for patch in state.patches if not patch.commit))
         checkpoint(Step.FINALIZE_EXPORTED)
@@ -350,41 +324,24 @@ class Rebase:
 
     def _refuse_foreign_edits(self, state: RebaseState) -> None:
         edits = self.journal.foreign_edits(state)
-        if not edits:
-            return
         listing = "\n".join(f"  {relative} ({how})" for relative, how in edits.items())
-        raise DirtyTreeError(
-            f"series.toml/patches/ were edited while the rebase was stopped; writing the rebased series "
-            f"would overwrite:\n{listing}",
-            hint="to keep these edits, save them elsewhere (commit them on another branch, or copy them out), put "
-                 "the files back as they were (`git checkout -- <files>`, remove new ones), run `forkbuild rebase "
-                 "--continue`, then redo them on the rebased series; or `forkbuild rebase --abort`, which restores "
-                 "the series from before the rebase and saves the edited files under .forkbuild-work/")
+        if edits:
+            raise DirtyTreeError(
+                f"series.toml/patches/ were edited while the rebase was stopped; writing the rebased series "
+                f"would overwrite:\n{listing}",
+                hint="to keep these edits, save them elsewhere (commit them on another branch, or copy them out), "
+                     "put the files back as they were (`git checkout -- <files>`, remove new ones), run `forkbuild "
+                     "rebase --continue`, then redo them on the rebased series; or `forkbuild rebase --abort`, which "
+                     "restores the series from before the rebase and saves the edited files under .forkbuild-work/")
 
     def _fresh_context(self) -> Context:
         return Context(series_dir=self.context.series_dir, cache_dir=self.context.cache_dir, reporter=self.reporter)
 
-    def _check(self, state: RebaseState) -> tuple[RebaseState, dict]:
-        """`forkbuild check` of the new series; the series-blob refs it adds to the cache are the rebase's."""
-        cache_git = self.cache.git()
-        known = set(cache_git.refs())
-        started = time.monotonic()
-        check = _check_every_variant(self._fresh_context(), self._check_tree(state))
-        state = state.timed("check", time.monotonic() - started)
-        recorded = state.refs
-        for ref, sha in cache_git.refs().items():
-            if ref.startswith(f"{FULL_SERIES_REF}/") and ref not in known:
-                recorded = refs.record(recorded, ref, before=None, after=sha)
-        return replace(state, refs=recorded), check
-
     def _check_tree(self, state: RebaseState) -> Path | None:
-        """The rebase tree at the rebased series, where the check applies each variant (only the
-        files that differ change): a known start, also after a check that was interrupted or
-        killed. None where the tree is gone (the check makes a scratch tree)."""
+        """The rebase tree reset to the rebased series for the check to apply each variant in (also
+        after an interrupted check); None where it is gone (the check makes a scratch tree)."""
         tree = state.worktree
-        if not (tree / ".git").exists():
-            return None
-        head = self.cache.git().rev(refs.series_ref(state.id, NEW_SERIES))
+        head = self.cache.git().rev(refs.series_ref(state.id, NEW_SERIES)) if (tree / ".git").exists() else None
         if head is None:
             return None
         with tree_guard(tree, "rebase") as guard:
@@ -397,7 +354,15 @@ class Rebase:
         return tree
 
     def _check_and_finish(self, state: RebaseState) -> RebaseState:
-        state, check = self._check(state)
+        cache_git = self.cache.git()
+        known = set(cache_git.refs())
+        started = time.monotonic()
+        check = _check_every_variant(self._fresh_context(), self._check_tree(state))
+        recorded = state.refs
+        for ref, sha in cache_git.refs().items():  # the series-blob refs the check adds are the rebase's
+            if ref.startswith(f"{FULL_SERIES_REF}/") and ref not in known:
+                recorded = refs.record(recorded, ref, before=None, after=sha)
+        state = replace(state, refs=recorded).timed("check", time.monotonic() - started)
         final = self._report(state, check=check, final=True)
         md_path, json_path = report.paths(self.context.build_dir, old=state.old.version, new=state.target.version)
         report.write(final, md_path=md_path, json_path=json_path)
@@ -408,10 +373,6 @@ class Rebase:
                                 hint="fix series.toml/patches/ by hand and `forkbuild rebase --continue` to check again; "
                                      "`--abort` puts the old series back")
         state = self.journal.save(state, Step.CHECK_PASSED)  # the refs the check made, for an abort after a kill
-        return self._finish(state)
-
-    def _finish(self, state: RebaseState) -> RebaseState:
-        cache_git = self.cache.git()
         self._drop_tree(cache_git, state.worktree)
         for ref in (refs.series_ref(state.id, OLD_SERIES), refs.series_ref(state.id, NEW_SERIES)):
             if cache_git.rev(ref):
@@ -424,26 +385,17 @@ class Rebase:
         cache_git = self.cache.git()
         patches = []
         for patch in state.patches:
-            commit = patch.commit
+            entry = asdict(patch)
             # Proposed while the review waits; dropped once the user said yes (the final report).
-            proposal = ("dropped" if final else "drop") if patch.outcome in DROP_OUTCOMES else None
-            patches.append({
-                "file": patch.file, "feature": patch.feature,
-                "outcome": None if patch.outcome is None else patch.outcome.value,
-                "detail": patch.detail, "old_commit": patch.old_commit, "new_commit": commit,
-                "files": report.files_of(cache_git, commit or patch.old_commit),
-                "evidence": [item.as_dict() for item in patch.evidence], "evidence_text": _evidence_text(patch),
-                "proposal": proposal,
-                "range_diff": report.range_diff(cache_git, old_commit=patch.old_commit, new_commit=commit),
-                "conflicts": list(patch.conflicts), "collided": patch.collided,
-            })
+            entry.update(new_commit=entry.pop("commit"), evidence_text=[item.describe() for item in patch.evidence],
+                         proposal=("dropped" if final else "drop") if patch.outcome in DROP_OUTCOMES else None,
+                         files=report.files_of(cache_git, patch.commit or patch.old_commit),
+                         range_diff=report.range_diff(cache_git, old_commit=patch.old_commit, new_commit=patch.commit))
+            patches.append(entry)
         return report.document(state, patches=patches, check=check, final=final)
 
-    # -- abort --------------------------------------------------------------------------
     def abort(self, state: RebaseState) -> RebaseState:
-        """Everything as before the rebase: work tree gone, series files restored, the
-        cache refs the rebase created or moved put back (every other ref left alone).
-        Series files edited while the rebase was stopped are saved aside first."""
+        """Everything as before the rebase; series files edited meanwhile are saved aside first."""
         edits = self.journal.foreign_edits(state)
         if edits:
             saved = self.journal.save_aside(edits)
@@ -472,10 +424,6 @@ def _older(version: str, *, than: str) -> bool:
         return Version(version) < Version(than)
     except InvalidVersion:
         return False  # a name that is not a version (a git upstream's label): no order to warn about
-
-
-def _evidence_text(patch: PatchState) -> list[str]:
-    return [item.describe() for item in patch.evidence]
 
 
 def _check_every_variant(context: Context, tree: Path | None) -> dict:

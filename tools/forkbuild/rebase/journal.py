@@ -1,28 +1,12 @@
-"""The rebase journal: what a rebase has done so far, on disk, so that a killed
-process loses nothing.
-
-Layout (`<series>/.forkbuild-work/rebase-journal/`):
-- `state.json`: the rebase's state (rebase/state.py: its types and JSON form);
-  replaced atomically (temp file, fsync, rename, fsync of the directory) on every step.
-- `backup/series.toml`, `backup/patches/...`: the series exactly as it was
-  before the rebase changed anything; `backup/hashes.json`: sha256 of each
-  backed-up file. (The cache refs the rebase creates are recorded in the state
-  as it goes: rebase/refs.py.)
-
-The state's `written` holds the sha256 of each series file as forkbuild last
-left it (the backup's at first, the rebased series' after the finalize), and
-`writing` is set while the finalize rewrites them. A file matching neither the
-backup nor `written` was edited by someone else while the rebase was stopped:
-finishing refuses to overwrite it, and --abort saves it aside before restoring.
-
-The journal directory is built under a temporary name and renamed into place
-only once the backup is complete, so either there is no journal (nothing was
-changed yet) or there is a full backup to go back to.
+"""The rebase journal (`.forkbuild-work/rebase-journal/`): `state.json`, replaced
+atomically on every step, and `backup/`, the series files as they were before the
+rebase (with their sha256 in `backup/hashes.json`). A series file matching neither
+the backup nor the state's `written` was edited by someone else while the rebase was
+stopped: finishing refuses to overwrite it, --abort saves it aside first.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -31,9 +15,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from forkbuild import statefile
+from forkbuild.apply import file_hashes
 from forkbuild.chaos import chaos_point
 from forkbuild.errors import ForkbuildError
-from forkbuild.fsutil import fsync_directory, write_atomic
+from forkbuild.fsutil import fsync_directory, sync_files, write_atomic
 from forkbuild.layout import PATCHES_DIR, SERIES_FILE, WORK_DIR
 from forkbuild.rebase.state import RebaseState, Step
 
@@ -44,10 +29,6 @@ STATE_FILE = "state.json"
 def checkpoint(step: str) -> None:
     """The chaos test's hook (chaos.py): die here, like kill -9, at "rebase:" + the step's name."""
     chaos_point(f"rebase:{step}")
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def series_files(root: Path) -> list[str]:
@@ -67,7 +48,6 @@ class Journal:
     def exists(self) -> bool:
         return (self.path / STATE_FILE).is_file()
 
-    # -- state ----------------------------------------------------------------
     def load(self) -> RebaseState:
         path = self.path / STATE_FILE
         try:
@@ -91,8 +71,8 @@ class Journal:
         checkpoint(state.step)
         return state
 
-    # -- creation: the backup first, then the journal appears at once -----------
     def create(self, state: RebaseState) -> None:
+        """The backup first, in a scratch directory renamed into place: no journal, or a full backup."""
         parent = self.path.parent
         parent.mkdir(parents=True, exist_ok=True)
         for stale in parent.glob(f".{JOURNAL_DIR}.*"):
@@ -100,31 +80,25 @@ class Journal:
                 shutil.rmtree(stale, ignore_errors=True)
         scratch = Path(tempfile.mkdtemp(dir=parent, prefix=f".{JOURNAL_DIR}."))
         backup = scratch / "backup"
-        hashes = {}
-        for relative in series_files(self.series_dir):
-            target = backup / relative
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(self.series_dir / relative, target)
-            hashes[relative] = _sha256(target)
+        files = series_files(self.series_dir)
+        for relative in files:
+            (backup / relative).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(self.series_dir / relative, backup / relative)
+        hashes = file_hashes(backup, files)
         (backup / "hashes.json").write_text(statefile.dump(hashes))
         state = replace(state, step=Step.BEGUN.value, written=hashes, writing=False)
         (scratch / STATE_FILE).write_text(statefile.dump(state.as_dict()))
-        for path in [*backup.rglob("*"), scratch / STATE_FILE]:
-            if path.is_file():
-                with path.open("rb") as handle:
-                    os.fsync(handle.fileno())
+        sync_files([path for path in [*backup.rglob("*"), scratch / STATE_FILE] if path.is_file()])
         os.rename(scratch, self.path)
         fsync_directory(parent)
         checkpoint(Step.BEGUN)
 
-    # -- going back -------------------------------------------------------------
     def backed_up_hashes(self) -> dict[str, str]:
         return json.loads((self.backup / "hashes.json").read_text())
 
     def series_hashes(self) -> dict[str, str]:
         """sha256 of series.toml and of every file under patches/, as they are now."""
-        return {relative: _sha256(self.series_dir / relative)
-                for relative in series_files(self.series_dir)}
+        return file_hashes(self.series_dir, series_files(self.series_dir))
 
     def foreign_edits(self, state: RebaseState) -> dict[str, str]:
         """Series files as neither the backup nor forkbuild's last write has them:
@@ -154,16 +128,15 @@ class Journal:
     def restore_series(self) -> None:
         """Put series.toml and patches/ back exactly as they were (bytes and file set)."""
         hashes = self.backed_up_hashes()
-        for relative in series_files(self.series_dir):
-            if relative not in hashes:
-                (self.series_dir / relative).unlink()
-        for relative, digest in hashes.items():
+        damaged = [relative for relative, digest in file_hashes(self.backup, hashes).items() if digest != hashes[relative]]
+        if damaged:
+            raise ForkbuildError(f"the journal's backup of {', '.join(damaged)} is damaged (sha256 mismatch)",
+                                 hint=f"recover it by hand from {self.backup} or from git")
+        current = self.series_hashes()
+        for relative in current.keys() - hashes.keys():
+            (self.series_dir / relative).unlink()
+        for relative in (relative for relative, digest in hashes.items() if current.get(relative) != digest):
             source, target = self.backup / relative, self.series_dir / relative
-            if _sha256(source) != digest:
-                raise ForkbuildError(f"the journal's backup of {relative} is damaged (sha256 mismatch)",
-                                     hint=f"recover it by hand from {source} or from git")
-            if target.is_file() and _sha256(target) == digest:
-                continue
             target.parent.mkdir(parents=True, exist_ok=True)
             write_atomic(target, source.read_bytes())
             shutil.copystat(source, target)

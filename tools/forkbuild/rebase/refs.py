@@ -1,12 +1,5 @@
-"""The cache refs a rebase creates or moves, recorded in its journal state before
-each change, so that --abort undoes exactly those. The cache is shared: other
-forkbuild runs add tags and refs while a rebase waits at a conflict, and an
-abort must leave them alone.
-
-The state's `refs` maps a ref to its RefMove: `before` (object id, or None:
-absent) and `after` (the object id the rebase set, or None while an import has
-not said yet).
-"""
+"""The cache refs a rebase creates or moves, journaled before each change so that
+--abort undoes exactly those (the cache is shared: other runs' refs stay alone)."""
 
 from __future__ import annotations
 
@@ -29,11 +22,8 @@ def record(recorded: Mapping[str, RefMove], ref: str, *, before: str | None,
 
 
 def restore(repo: Git, recorded: Mapping[str, RefMove]) -> list[str]:
-    """Put each recorded ref back to its `before` (call with the cache lock held).
-
-    A ref that is no longer where the rebase put it was changed by someone else
-    since (or the rebase was killed before it learnt the value): it stays as it
-    is. Returns those refs."""
+    """Put each recorded ref back to its `before` (with the cache lock held); returns the refs
+    left alone: changed by someone else since, or set by a rebase killed before it knew the value."""
     current = repo.refs()
     left = []
     for ref, move in sorted(recorded.items()):

@@ -14,13 +14,13 @@ from forkbuild.git import Git
 from forkbuild.rebase.state import RebaseState
 from forkbuild.worktree.engine import Outcome
 
+LABELS: dict[str | None, str] = {None: "not replayed", Outcome.RESOLVED: "resolved by hand",
+                                 Outcome.EMPTIED: "emptied by resolution"}
+
 
 def label(outcome: str | None) -> str:
     """How the report names an outcome (the engine's words: forkbuild.worktree.engine.Outcome)."""
-    if outcome is None:
-        return "not replayed"
-    return "resolved by hand" if outcome == Outcome.RESOLVED.value else \
-        "emptied by resolution" if outcome == Outcome.EMPTIED.value else str(outcome)
+    return LABELS.get(outcome, str(outcome))
 
 
 PROPOSAL_NOTES = {"drop": " (proposed drop)", "dropped": " (dropped from the series)"}

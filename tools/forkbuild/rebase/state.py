@@ -1,13 +1,6 @@
-"""A rebase's state as its journal records it (rebase/journal.py): frozen dataclasses,
-the phases and the steps as enums, and their JSON form (`state.json`).
-
-Every change makes a new state (`dataclasses.replace`) that the engine journals
-with the step it reached; nothing edits a state in place. The JSON form is the
-journal's schema 2, key for key as the forkbuild before these types wrote it:
-a rebase stopped by that version goes on with this one, and one stopped by this
-version can still be finished or aborted by that one. Keys the earlier schema-2
-writers did not write yet (tip, the patches' conflicts and collided, written and
-writing, the upstreams' empty_dirs, timings, report) read as their defaults.
+"""A rebase's state as its journal records it: frozen dataclasses, phases and steps as
+enums, and the JSON form (`state.json`, schema 2). Keys that early schema-2 writers
+did not write read as their defaults, so a rebase stopped by them goes on with this one.
 """
 
 from __future__ import annotations
@@ -32,7 +25,7 @@ Timed = Literal["prepare", "import", "replay", "export", "check"]
 
 
 class Phase(StrEnum):
-    """Where the rebase is: rebase/engine.py's docstring says what each means and what --continue does."""
+    """Where the rebase is (rebase/engine.py's docstring says what each means)."""
 
     PREPARE = "prepare"
     REPLAY = "replay"
@@ -48,8 +41,7 @@ class Phase(StrEnum):
 
 
 class Step(StrEnum):
-    """The steps the journal records (`Journal.save`, its name "STEP" or "STEP:SUBJECT",
-    e.g. "applying:a.patch") and the kill hook may stop at (journal.checkpoint)."""
+    """The steps the journal records ("STEP" or "STEP:SUBJECT") and the kill hook stops at."""
 
     BEGUN = "begun"  # the journal appeared: the backup is complete
     IMPORTING = "importing"  # :VERSION, before an import that creates a cache tag
@@ -129,19 +121,11 @@ class RebaseState:
         """The state with `seconds` more spent in `what` (journaled with the next step, reported)."""
         return replace(self, timings={**self.timings, what: round(self.timings.get(what, 0.0) + seconds, 3)})
 
-    # -- the JSON form ---------------------------------------------------------------
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "schema": SCHEMA, "id": self.id, "phase": self.phase.value, "step": self.step,
-            "worktree": str(self.worktree), "accept_drops": self.accept_drops,
-            "old": dataclasses.asdict(self.old), "target": dataclasses.asdict(self.target),
-            "old_base": self.old_base or None, "new_base": self.new_base or None,
-            "patches": [_patch_dict(patch) for patch in self.patches],
-            "cursor": self.cursor, "head_before": self.head_before or None, "tip": self.tip or None,
-            "refs": {ref: {"before": move.before, "after": move.after} for ref, move in self.refs.items()},
-            "written": dict(self.written), "writing": self.writing, "timings": dict(self.timings),
-            "report": None if self.report is None else str(self.report), "unported": list(self.unported),
-        }
+        data = dataclasses.asdict(self)  # enums are str: they dump as their values
+        data.update({key: data[key] or None for key in ("old_base", "new_base", "head_before", "tip")},
+                    schema=SCHEMA, worktree=str(self.worktree), report=self.report and str(self.report))
+        return data
 
     @classmethod
     def from_dict(cls, data: object) -> RebaseState:
@@ -162,13 +146,6 @@ class RebaseState:
             written=fields.text_map("written", {}), writing=fields.flag("writing", False),
             timings=fields.number_map("timings", {}), report=Path(report) if report else None,
             unported=fields.texts("unported", ()))
-
-
-def _patch_dict(patch: PatchState) -> dict[str, Any]:
-    return {"file": patch.file, "feature": patch.feature, "old_commit": patch.old_commit,
-            "outcome": None if patch.outcome is None else patch.outcome.value, "commit": patch.commit,
-            "detail": patch.detail, "evidence": [item.as_dict() for item in patch.evidence],
-            "conflicts": list(patch.conflicts), "collided": patch.collided}
 
 
 def _patch(fields: Fields) -> PatchState:

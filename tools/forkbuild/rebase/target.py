@@ -1,18 +1,20 @@
 """Where a rebase goes: the new upstream pin, from `--onto VERSION` (the release's
 wheels on the package index, one per Python tag the series pins now, each with
-the index's sha256) or `--onto COMMIT` (a commit of the upstream git URL)."""
+the index's sha256) or `--onto COMMIT` (a commit of the upstream git URL); and
+series.toml's [upstream] moved to it with tomlkit (comments and layout survive)."""
 
 from __future__ import annotations
 
 import dataclasses
 import re
 
+import tomlkit
 from packaging.utils import parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from forkbuild import pypi
 from forkbuild.config import GitPin, Upstream, WheelPin
-from forkbuild.errors import UpstreamError
+from forkbuild.errors import ConfigError, UpstreamError
 
 COMMIT = re.compile(r"[0-9a-f]{7,40}")
 VERSION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
@@ -99,3 +101,38 @@ def _follow(pin: WheelPin, files: list[pypi.IndexFile], *, version: str) -> Whee
         raise UpstreamError(f"{chosen.filename}: the index gives no sha256 digest; refusing to pin it unverified")
     # The url is kept for the import; series.toml gets it only where the old pin had one.
     return WheelPin(python_tag=pin.python_tag, filename=chosen.filename, sha256=chosen.sha256, url=chosen.url)
+
+
+def moved_pin(text: str, target: Upstream) -> str:
+    """series.toml `text` with [upstream] version, git ref/commit and wheel pins of `target`."""
+    document = tomlkit.parse(text)
+    upstream = document.get("upstream")
+    if upstream is None:
+        raise ConfigError(["upstream: the [upstream] table is missing"])
+    upstream["version"] = target.version
+    if target.git and "git" in upstream:
+        for key in ("ref", "commit"):
+            value = getattr(target.git, key)
+            if value or key in upstream["git"]:
+                upstream["git"][key] = value
+    if "wheels" in upstream:
+        if not target.wheels:
+            # The old version's wheels (a git-source rebase): pins of another version would lie.
+            del upstream["wheels"]
+        else:
+            _move_wheels(upstream["wheels"], target)
+    return tomlkit.dumps(document)
+
+
+def _move_wheels(tables, target: Upstream) -> None:
+    by_tag = {pin.python_tag: pin for pin in target.wheels}
+    for index, table in enumerate(tables):
+        pin = by_tag.get(str(table.get("python_tag")))
+        if pin is None:
+            raise ConfigError([f"upstream.wheels[{index}]: no {target.version} wheel for python_tag "
+                               f"{table.get('python_tag')!r}"])
+        table["filename"] = pin.filename
+        table["sha256"] = pin.sha256
+        if "url" in table:
+            # Only where the old pin spelled out its url: otherwise the index is asked by name.
+            table["url"] = pin.url

@@ -1,13 +1,18 @@
-"""Evidence for "upstream already has this change": where the new upstream tree
-carries each hunk's result (file and lines), or which hunks it does not carry."""
+"""What upstream's new release says about a patch: where its tree already carries each
+hunk's result (the evidence for a drop), and upstream's own hunks that collided with
+a patch that stopped."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+from pathlib import Path
 
 import unidiff
 
 from forkbuild.git import Git
+
+# Lines around a patch hunk that still count as its region: earlier fork patches shift lines a little.
+MARGIN = 10
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -26,18 +31,11 @@ class HunkEvidence:
             return f"{self.file}:{self.start}-{self.end} (hunk {self.hunk}, {self.how})"
         return f"{self.file} ({self.how})"
 
-    def as_dict(self) -> dict:
-        return asdict(self)
-
 
 def _find(haystack: list[str], needle: list[str]) -> int:
     """Index of the first occurrence of `needle` as consecutive lines, or -1."""
-    if not needle:
-        return -1
-    for index in range(len(haystack) - len(needle) + 1):
-        if haystack[index:index + len(needle)] == needle:
-            return index
-    return -1
+    return next((index for index in range(len(haystack) - len(needle) + 1)
+                 if haystack[index:index + len(needle)] == needle), -1) if needle else -1
 
 
 def _hunk_evidence(path: str, number: int, hunk: unidiff.Hunk, lines: list[str]) -> HunkEvidence:
@@ -62,11 +60,9 @@ def evidence(repo: Git, *, commit: str, patch_text: str) -> list[HunkEvidence]:
     for patched in unidiff.PatchSet(patch_text):
         path = patched.path
         present = repo.has_file(commit, path)
-        if patched.is_removed_file:
-            found.append(HunkEvidence(file=path, hunk=0, found=not present, how="file absent"))
-            continue
-        if not present:
-            found.append(HunkEvidence(file=path, hunk=0, found=False, how="not found"))
+        if patched.is_removed_file or not present:
+            found.append(HunkEvidence(file=path, hunk=0, found=patched.is_removed_file and not present,
+                                      how="file absent" if patched.is_removed_file else "not found"))
             continue
         lines = repo.show_file(commit, path).splitlines(keepends=True)
         if patched.is_added_file:
@@ -75,3 +71,20 @@ def evidence(repo: Git, *, commit: str, patch_text: str) -> list[HunkEvidence]:
             continue
         found += [_hunk_evidence(path, number, hunk, lines) for number, hunk in enumerate(patched, start=1)]
     return found
+
+
+def upstream_collisions(repo: Git, *, old_base: str, new_base: str, patch: Path, files: tuple[str, ...]) -> str:
+    """Upstream's hunks (old_base -> new_base) near the patch's hunks in `files`, as diff text ("" if none)."""
+    if not files:
+        return ""
+    ours = {patched.path: [(hunk.source_start, hunk.source_start + hunk.source_length) for hunk in patched]
+            for patched in unidiff.PatchSet(patch.read_text(encoding="utf-8", errors="surrogateescape"))}
+    shown = []
+    for patched in unidiff.PatchSet(repo.diff_between(old_base, new_base, files)):
+        near = [hunk for hunk in patched if any(hunk.source_start <= end + MARGIN
+                                                and start <= hunk.source_start + hunk.source_length + MARGIN
+                                                for start, end in ours.get(patched.path, []))]
+        if near:
+            shown.append(f"{patched.path}:")
+            shown += [str(hunk).rstrip("\n") for hunk in near]
+    return "\n".join(shown)
