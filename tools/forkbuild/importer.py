@@ -6,13 +6,10 @@ from __future__ import annotations
 
 import email.utils
 import re
-import shutil
-import tempfile
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from forkbuild.apply import apply_variant
+from forkbuild.apply import scratch_tree
 from forkbuild.combination import whole_series
 from forkbuild.config import Series, near_miss
 from forkbuild.context import Context
@@ -26,21 +23,14 @@ from forkbuild.series_writer import SeriesChange, write_series
 
 @dataclass(frozen=True, kw_only=True)
 class Incoming:
-    """One patch to import: its target name and how to commit it in the scratch tree."""
+    """One commit of a git range to import, as `git format-patch` wrote it."""
 
-    name: str
+    name: str  # in patches/
     source: str  # names the origin in messages
     feature: str
+    text: str
+    has_feature: bool  # its message has a Feature: trailer already
     upstream: str = "local"
-    commit: Callable[[Git], str] = field(repr=False)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Imported:
-    file: str
-    feature: str
-    subject: str
-    source: str
 
 
 def with_trailers(message: str, trailers: list[tuple[str, str]]) -> str:
@@ -88,34 +78,31 @@ def git_range_incoming(series: Series, repo: Path, revisions: str, *, feature: s
         if not chosen:
             raise ConfigError([f"commit {sha[:12]} of {repo} has no `Feature:` trailer; pass --feature NAME"],
                               source="import")
-        subject = source.subject(sha)
-        incoming.append(Incoming(name=patch_name(chosen, subject), source=f"{repo}@{sha[:12]}", feature=chosen,
-                                 commit=_am_committer(series, text, source=f"{repo}@{sha[:12]}", feature=chosen,
-                                                      has_feature=bool(own))))
+        incoming.append(Incoming(name=patch_name(chosen, source.subject(sha)), source=f"{repo}@{sha[:12]}",
+                                 feature=chosen, text=text, has_feature=bool(own)))
     return incoming
 
 
-def _am_committer(series: Series, text: str, *, source: str, feature: str, has_feature: bool):
-    def commit(tree: Git) -> str:
-        patch = tree.git_dir / "FORKBUILD_IMPORT.patch"
-        patch.write_text(text)
-        try:
-            result = tree.am([patch], three_way=False, committer_date_is_author_date=True)
-        finally:
-            patch.unlink(missing_ok=True)
-        if result.status != 0:
-            tree.am_abort()
-            output = (result.stderr + result.stdout).strip().splitlines()
-            raise ApplyError(f"{source} does not apply on top of the series: {output[0] if output else 'git am failed'}")
-        message = tree.commit_message()
-        present = {value for key, value in parse_trailers(message) if key.lower() == "guard"}
-        extra = [] if has_feature else [("Feature", feature)]
-        extra += [item for item in guard_trailers(series, feature, text) if item[1] not in present]
-        if extra:
-            # Same committer date as am gave it: re-importing gives the same commit ids.
-            return tree.commit(with_trailers(message, extra), env={"GIT_COMMITTER_DATE": tree.author_date()}, amend=True)
-        return tree.head()
-    return commit
+def _am(tree: Git, series: Series, item: Incoming) -> str:
+    """`item` committed in `tree` with `git am`, its Feature:/Guard: trailers added."""
+    patch = tree.git_dir / "FORKBUILD_IMPORT.patch"
+    patch.write_text(item.text)
+    try:
+        result = tree.am([patch], three_way=False, committer_date_is_author_date=True)
+    finally:
+        patch.unlink(missing_ok=True)
+    if result.status != 0:
+        tree.am_abort()
+        output = (result.stderr + result.stdout).strip().splitlines()
+        raise ApplyError(f"{item.source} does not apply on top of the series: {output[0] if output else 'git am failed'}")
+    message = tree.commit_message()
+    present = {value for key, value in parse_trailers(message) if key.lower() == "guard"}
+    extra = [] if item.has_feature else [("Feature", item.feature)]
+    extra += [trailer for trailer in guard_trailers(series, item.feature, item.text) if trailer[1] not in present]
+    if extra:
+        # Same committer date as am gave it: re-importing gives the same commit ids.
+        return tree.commit(with_trailers(message, extra), env={"GIT_COMMITTER_DATE": tree.author_date()}, amend=True)
+    return tree.head()
 
 
 def check_incoming(series: Series, incoming: list) -> None:
@@ -136,25 +123,19 @@ def check_incoming(series: Series, incoming: list) -> None:
         raise ConfigError(problems, source="import")
 
 
-def import_patches(*, context: Context, incoming: list[Incoming]) -> list[Imported]:
-    """Commit every incoming patch on top of the series, then write them all (or nothing)."""
+def import_patches(*, context: Context, incoming: list[Incoming]) -> list[tuple[Incoming, str]]:
+    """Commit every incoming patch on top of the series, then write them all (or nothing);
+    each with the subject of its commit."""
     series = context.series
     check_incoming(series, incoming)
-    scratch = Path(tempfile.mkdtemp(prefix="forkbuild-import-"))
-    dest = scratch / "tree"
-    try:
-        tree = Git(apply_variant(context=context, variant=whole_series(series), dest=dest).dest)
+    with scratch_tree(context=context, variant=whole_series(series), strict=True) as applied:
+        tree = Git(applied.dest)
         with context.reporter.step(f"Committing {len(incoming)} incoming patch(es) on top of the series"):
-            made = [(item, item.commit(tree)) for item in incoming]
+            made = [(item, _am(tree, series, item)) for item in incoming]
         texts = {item.name: tree.format_patch(sha).encode("utf-8", errors="surrogateescape") for item, sha in made}
-        subjects = {item.name: tree.subject(sha) for item, sha in made}
-    finally:
-        if dest.exists():
-            context.upstream.git().remove_worktree(dest)
-        shutil.rmtree(scratch, ignore_errors=True)
+        subjects = [(item, tree.subject(sha)) for item, sha in made]
     write_imported(series, incoming, texts)
-    return [Imported(file=item.name, feature=item.feature, subject=subjects[item.name], source=item.source)
-            for item in incoming]
+    return subjects
 
 
 def write_imported(series: Series, incoming: list, texts: dict[str, bytes], *, empty_dirs: tuple[str, ...] = ()) -> None:

@@ -191,41 +191,32 @@ def _commit_all(git: Git, series: Series, patches: list[QuiltPatch], *, start: s
         changes = applied.changes
         notes = (*patch.description.notes, *ready.notes,
                  *(f"leaves {path} empty: removed, as GNU patch -E does for dpkg-source -x" for path in applied.emptied))
+        # format-patch of an empty commit is a patch git am refuses: nothing to keep.
+        outcomes.append(PatchOutcome(source=patch.source, file=patch.name if changes else "",
+                                     subject=patch.description.subject,
+                                     notes=notes if changes else (*notes, "changes nothing: not imported")))
         if not changes:
-            # format-patch of an empty commit is a patch git am refuses: nothing to keep.
-            outcomes.append(PatchOutcome(source=patch.source, file="", subject=patch.description.subject,
-                                         notes=(*notes, "changes nothing: not imported")))
             continue
-        name, address = author_ident(patch.description.author)
-        author = Author(name=name, email=address, date=patch.description.date or _mtime(patch.path))
-        commits.append(FileCommit(parent=start if not commits else "", author=author, message=_message(series, patch),
+        header = patch.description
+        name, address = author_ident(header.author)
+        author = Author(name=name, email=address, date=header.date or f"{int(patch.path.stat().st_mtime)} +0000")
+        trailers = [*header.trailers, ("Feature", patch.feature),
+                    *guard_trailers(series, patch.feature, patch.diff.decode("latin-1"))]
+        message = stripspace(with_trailers(f"{header.subject}\n\n{header.body}" if header.body else header.subject,
+                                           trailers))
+        commits.append(FileCommit(parent=start if not commits else "", author=author, message=message,
                                   changes=tuple(PathChange(path=path, mode=entry.mode, blob=entry.blob) if entry
                                                 else PathChange(path=path, mode=0) for path, entry in changes.items())))
-        outcomes.append(PatchOutcome(source=patch.source, file=patch.name, subject=patch.description.subject,
-                                     notes=notes))
-    made = git.commit_changes(commits, date_format="raw")  # dep3 and _mtime give raw dates
+    made = git.commit_changes(commits, date_format="raw")  # dep3 and the file's mtime give raw dates
     return outcomes, made[-1] if made else start
 
 
-def _message(series: Series, patch: QuiltPatch) -> str:
-    header = patch.description
-    trailers = [*header.trailers, ("Feature", patch.feature),
-                *guard_trailers(series, patch.feature, patch.diff.decode("latin-1"))]
-    text = with_trailers(f"{header.subject}\n\n{header.body}" if header.body else header.subject, trailers)
-    return stripspace(text)
-
-
-def _mtime(path: Path) -> str:
-    return f"{int(path.stat().st_mtime)} +0000"
-
-
 def _empty_dirs(source_tree: Path | None, directory: Path, *, known: tuple[str, ...]) -> tuple[str, ...]:
+    """The unpatched tree's empty directories (not the patches' own) not recorded yet."""
     if source_tree is None:
         return ()
-    patches_dir = directory.resolve()
-    found = [name for name in find_empty_dirs(source_tree)
-             if not (source_tree / name).resolve().is_relative_to(patches_dir)]
-    return tuple(name for name in found if name not in known)
+    return tuple(name for name in find_empty_dirs(source_tree) if name not in known
+                 and not (source_tree / name).resolve().is_relative_to(directory.resolve()))
 
 
 def _check_out_series(context: Context, cache_git: Git, *, base: str, head: str, files: list[str],

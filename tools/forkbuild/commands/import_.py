@@ -45,8 +45,8 @@ def run(args, context) -> int:
     incoming = git_range_incoming(series, Path(repo).resolve(), revisions, feature=args.feature)
     imported = import_patches(context=context, incoming=incoming)
     table = Table("patch", "feature", "subject", "from", title=f"imported into {series.patches_dir}")
-    for item in imported:
-        table.add_row(item.file, item.feature, item.subject, item.source)
+    for item, subject in imported:
+        table.add_row(item.name, item.feature, subject, item.source)
     context.reporter.console.print(table)
     context.reporter.info("series.toml and patches/series updated; review, then `forkbuild check`")
     return 0

@@ -18,11 +18,10 @@ nothing; --abort restores the backup and the cache refs the rebase moved (rebase
 from __future__ import annotations
 
 import secrets
-import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import NoReturn
 
@@ -42,12 +41,11 @@ from forkbuild.rebase.state import PatchState, Phase, RebaseState, Step
 from forkbuild.rebase.target import moved_pin
 from forkbuild.rebase.upstreamed import HunkEvidence, evidence, upstream_collisions
 from forkbuild.worktree.engine import Engine, Outcome, PatchJob, PatchResult
-from forkbuild.worktrees import TreeGuard, clear_stale_index_lock, tree_guard
+from forkbuild.worktrees import TreeGuard, remove_dead_tree, tree_guard
 
 OLD_SERIES = "old-series"  # the series applied on the old pin (its blobs feed the 3-way merges)
 NEW_SERIES = "new-series"  # the replayed series (the report's range-diffs read it)
 STOP_DIFF_LINES = 40  # of the upstream change a stopped patch collided with, in the message
-DROP_OUTCOMES = (Outcome.UPSTREAMED, Outcome.EMPTIED)
 
 
 class Rebase:
@@ -149,7 +147,7 @@ class Rebase:
             state = replace(state, old_base=old_base, new_base=new_base).timed("import", time.monotonic() - started)
         state = self.journal.save(state, Step.IMPORTED)
         cache_git = self.cache.git()
-        self._drop_tree(cache_git, state.worktree)
+        remove_dead_tree(cache_git, state.worktree)  # a killed prepare's: the journal owns the tree
         backup = [self._backup(patch) for patch in state.patches]
         with self.reporter.step(f"Applying the {len(backup)} patches on {old.version} (their commits feed the 3-way merges)"):
             # Plumbing in the cache: no checkout of the old version is needed.
@@ -191,14 +189,6 @@ class Rebase:
     def _backup(self, patch: PatchState) -> Path:
         # The journal's copy: patches/ itself may be half rewritten by a killed finalize.
         return self.journal.backup / "patches" / patch.file
-
-    @staticmethod
-    def _drop_tree(cache_git: Git, tree: Path) -> None:
-        """Remove the rebase work tree (ours: the journal owns it) and its registration."""
-        if tree.exists():
-            cache_git.remove_worktree(tree)
-            shutil.rmtree(tree, ignore_errors=True)
-        cache_git.prune_worktrees()
 
     def _job(self, patch: PatchState) -> PatchJob:
         # Its commit in the old series: the 3-way rung merges it, never the file's index lines.
@@ -283,12 +273,11 @@ class Rebase:
 
     @staticmethod
     def _proposals(state: RebaseState) -> list[PatchState]:
-        return [patch for patch in state.patches if patch.outcome in DROP_OUTCOMES]
+        return [patch for patch in state.patches if patch.outcome in report.DROP_OUTCOMES]
 
     def _stop_for_review(self, state: RebaseState) -> NoReturn:
         md_path = self.journal.path / "report.md"
-        draft = self._report(state, check=None, final=False)
-        report.write(draft, md_path=md_path, json_path=self.journal.path / "report.json")
+        report.write(self.cache.git(), state, md_path, check=None, final=False)
         lines = [f"  - {p.file}: {report.label(p.outcome)}: {p.detail}; evidence: "
                  + "; ".join(item.describe() for item in p.evidence) for p in self._proposals(state)]
         raise RebaseStopped("every patch is replayed; proposed for dropping:\n" + "\n".join(lines)
@@ -363,9 +352,8 @@ class Rebase:
             if ref.startswith(f"{FULL_SERIES_REF}/") and ref not in known:
                 recorded = refs.record(recorded, ref, before=None, after=sha)
         state = replace(state, refs=recorded).timed("check", time.monotonic() - started)
-        final = self._report(state, check=check, final=True)
-        md_path, json_path = report.paths(self.context.build_dir, old=state.old.version, new=state.target.version)
-        report.write(final, md_path=md_path, json_path=json_path)
+        md_path = self.context.build_dir / "rebase" / f"{state.old.version}-to-{state.target.version}.md"
+        report.write(cache_git, state, md_path, check=check, final=True)
         state = replace(state, report=md_path)
         if not check["ok"]:
             self.journal.save(replace(state, phase=Phase.CHECK_FAILED), Step.CHECK_FAILED)
@@ -373,26 +361,13 @@ class Rebase:
                                 hint="fix series.toml/patches/ by hand and `forkbuild rebase --continue` to check again; "
                                      "`--abort` puts the old series back")
         state = self.journal.save(state, Step.CHECK_PASSED)  # the refs the check made, for an abort after a kill
-        self._drop_tree(cache_git, state.worktree)
+        remove_dead_tree(cache_git, state.worktree)
         for ref in (refs.series_ref(state.id, OLD_SERIES), refs.series_ref(state.id, NEW_SERIES)):
             if cache_git.rev(ref):
                 cache_git.delete_ref(ref)
         checkpoint(Step.FINISH_CLEANED)
         self.journal.remove()
         return replace(state, phase=Phase.DONE)
-
-    def _report(self, state: RebaseState, *, check: dict | None, final: bool) -> dict:
-        cache_git = self.cache.git()
-        patches = []
-        for patch in state.patches:
-            entry = asdict(patch)
-            # Proposed while the review waits; dropped once the user said yes (the final report).
-            entry.update(new_commit=entry.pop("commit"), evidence_text=[item.describe() for item in patch.evidence],
-                         proposal=("dropped" if final else "drop") if patch.outcome in DROP_OUTCOMES else None,
-                         files=report.files_of(cache_git, patch.commit or patch.old_commit),
-                         range_diff=report.range_diff(cache_git, old_commit=patch.old_commit, new_commit=patch.commit))
-            patches.append(entry)
-        return report.document(state, patches=patches, check=check, final=final)
 
     def abort(self, state: RebaseState) -> RebaseState:
         """Everything as before the rebase; series files edited meanwhile are saved aside first."""
@@ -402,11 +377,7 @@ class Rebase:
             self.reporter.warn(f"edited during the rebase, saved to {saved} before restoring: "
                                + ", ".join(f"{relative} ({how})" for relative, how in edits.items()))
         cache_git = self.cache.git()
-        tree = state.worktree
-        if (tree / ".git").exists():
-            clear_stale_index_lock(tree)  # a kill mid-merge leaves it; no live process holds it now
-            Git(tree).sequencer_quit()
-        self._drop_tree(cache_git, tree)
+        remove_dead_tree(cache_git, state.worktree)  # with a stopped merge's state and a killed git's index.lock
         checkpoint(Step.ABORT_TREE)
         self.journal.restore_series()
         checkpoint(Step.ABORT_SERIES)

@@ -24,27 +24,22 @@ def label(outcome: str | None) -> str:
 
 
 PROPOSAL_NOTES = {"drop": " (proposed drop)", "dropped": " (dropped from the series)"}
+DROP_OUTCOMES = (Outcome.UPSTREAMED, Outcome.EMPTIED)
 
 
-def range_diff(repo: Git, *, old_commit: str, new_commit: str) -> str:
-    """Old vs new version of one patch. A creation factor of 100 makes git pair
-    the two commits however much they differ: they are the same patch by identity."""
-    if not old_commit or not new_commit:
-        return ""
-    return repo.range_diff(f"{old_commit}^..{old_commit}", f"{new_commit}^..{new_commit}", creation_factor=100)
-
-
-def files_of(repo: Git, commit: str) -> list[str]:
-    return [path for _, path in repo.changed_files(f"{commit}^", commit)] if commit else []
-
-
-def paths(build_dir: Path, *, old: str, new: str) -> tuple[Path, Path]:
-    # Not with_suffix: versions hold dots ("0.5.22-to-0.5.23").
-    directory = build_dir / "rebase"
-    return directory / f"{old}-to-{new}.md", directory / f"{old}-to-{new}.json"
-
-
-def document(state: RebaseState, *, patches: list[dict], check: dict | None, final: bool) -> dict:
+def document(repo: Git, state: RebaseState, *, check: dict | None, final: bool) -> dict:
+    patches = []
+    for patch in state.patches:
+        old, new = patch.old_commit, patch.commit
+        entry = dataclasses.asdict(patch)
+        entry.update(
+            new_commit=entry.pop("commit"), evidence_text=[item.describe() for item in patch.evidence],
+            # Proposed while the review waits; dropped once the user said yes (the final report).
+            proposal=("dropped" if final else "drop") if patch.outcome in DROP_OUTCOMES else None,
+            files=[path for _, path in repo.changed_files(f"{new or old}^", new or old)] if new or old else [],
+            # A creation factor of 100 pairs the two commits however much they differ: they are one patch.
+            range_diff=repo.range_diff(f"{old}^..{old}", f"{new}^..{new}", creation_factor=100) if old and new else "")
+        patches.append(entry)
     counts = Counter(patch["outcome"] for patch in patches)
     target = dataclasses.asdict(state.target)
     return {
@@ -105,7 +100,9 @@ def markdown(report: dict) -> str:
     return "\n".join(lines)
 
 
-def write(report: dict, *, md_path: Path, json_path: Path) -> None:
+def write(repo: Git, state: RebaseState, md_path: Path, *, check: dict | None, final: bool) -> None:
+    """The report as markdown at `md_path` and as JSON beside it."""
+    report = document(repo, state, check=check, final=final)
     md_path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(json_path, json.dumps(report, indent=2, sort_keys=True) + "\n")
+    write_atomic(md_path.with_suffix(".json"), json.dumps(report, indent=2, sort_keys=True) + "\n")
     write_atomic(md_path, markdown(report) + "\n")
