@@ -10,7 +10,8 @@ import pytest
 
 import forkbuild
 from forkbuild.git import Git, GitFailed
-from forkbuild.rebase import refs
+from forkbuild.rebase.engine import restore_refs
+from forkbuild.rebase.state import RefMove
 
 PACKAGE = Path(forkbuild.__file__).parent
 # Modules whose git calls the review found as raw command strings.
@@ -86,14 +87,14 @@ def test_restore_puts_back_only_refs_still_where_the_rebase_put_them(repo: Git) 
     (repo.path / "f").write_text("b\n")
     repo.run("commit", "--quiet", "-am", "two")
     second = repo.head()
-    recorded: dict = {}
+    recorded = {}
     made, moved, taken = "refs/tags/made", "refs/heads/moved", "refs/tags/taken-over"
     for ref, before in ((made, None), (moved, first), (taken, None)):
-        recorded = refs.record(recorded, ref, before=before, after=second)
+        recorded[ref] = RefMove(before=before, after=second)
         repo.update_ref(ref, second)
     repo.update_ref(taken, first)  # someone else re-pointed it after the rebase made it
     repo.update_ref("refs/tags/theirs", first)  # someone else's, never recorded
-    assert refs.restore(repo, recorded) == [taken]
+    assert restore_refs(repo, recorded) == [taken]
     current = repo.refs()
     assert made not in current and current[moved] == first
     assert current[taken] == first and current["refs/tags/theirs"] == first

@@ -43,14 +43,10 @@ class Applicable:
     paths: frozenset[str] | None  # every path it names; None: not known
 
 
-def apply_series(git: Git, patches: Sequence[Applicable], *, start: str, items: Mapping[str, TreeEntry],
-                 scratch: Path) -> list[Applied]:
-    """What each patch changes, applied in order on the commit `start`;
-    `items`: its files (Git.tree_entries). Raises ApplyError for the first patch that does not apply."""
-    return _Applier(git, start=start, items=items, scratch=scratch).run(patches)
+class Applier:
+    """What each patch changes, applied in order on the commit `start` (`items`: its files,
+    Git.tree_entries); ApplyError for the first patch that does not apply."""
 
-
-class _Applier:
     def __init__(self, git: Git, *, start: str, items: Mapping[str, TreeEntry], scratch: Path) -> None:
         self.git, self.start = git, start
         self.small_index, self.full_index = scratch / "small.index", scratch / "full.index"

@@ -44,9 +44,8 @@ def git_ready(diff: bytes, *, strip: int, existing: set[str] | frozenset[str]) -
     notes: list[str] = []
     # Names first, on the lines: unidiff takes a git header's names and ignores ---/+++.
     # Lines end at "\n" only: str.splitlines() would also cut at a lone "\r" (or \x85) inside one.
-    lines = [line + "\n" for line in diff.decode("latin-1").split("\n")]
-    lines[-1] = lines[-1][:-1]
-    text = "".join(_follow_minus_plus([line for line in lines if line], strip=strip, existing=existing, notes=notes))
+    lines = [line for line in re.split(r"(?<=\n)", diff.decode("latin-1")) if line]
+    text = "".join(_follow_minus_plus(lines, strip=strip, existing=existing, notes=notes))
     try:
         files = unidiff.PatchSet(text)
     except UnidiffParseError as error:
@@ -94,12 +93,10 @@ def _follow_minus_plus(lines: list[str], *, strip: int, existing: set[str] | fro
     out: list[str] = []
     at = 0
     while at < len(lines):
-        header = GIT_HEADER.match(lines[at].rstrip("\r\n")) if lines[at].startswith("diff --git ") else None
-        extended_end = at + 1
-        if header:
-            while extended_end < len(lines) and GIT_EXTENDED.match(lines[extended_end]):
-                extended_end += 1
-        minus = extended_end if header else at
+        header = GIT_HEADER.match(lines[at])
+        minus = at + 1 if header else at
+        while header and minus < len(lines) and GIT_EXTENDED.match(lines[minus]):
+            minus += 1
         # (A git header may end the diff: a new empty file has no ---/+++ lines.)
         if not (minus + 1 < len(lines) and lines[minus].startswith("--- ") and lines[minus + 1].startswith("+++ ")):
             out.append(lines[at])
@@ -143,9 +140,7 @@ def _no_content(blob: str) -> bool:
 
 
 def _choose(old: str, new: str, existing: set[str] | frozenset[str]) -> str | None:
-    if old == new:
-        return old
-    return next((name for name in (old, new) if name in existing), None)
+    return old if old == new else next((name for name in (old, new) if name in existing), None)
 
 
 def _name(raw: str, strip: int) -> str:
@@ -167,10 +162,8 @@ def _lead(raw: str, strip: int) -> str:
 def _renamed(line: str, lead: str, old: str, new: str) -> str:
     """A `rename|copy from|to NAME` line naming `old` (from) or `new` (to) instead, if it names another path."""
     match = RENAME.match(line)
-    if match is None:
-        return line
-    wanted = old if match["end"] == "from" else new
-    if _name(match["name"], strip=lead.count("/")) == wanted:
+    wanted = match and (old if match["end"] == "from" else new)
+    if match is None or _name(match["name"], strip=lead.count("/")) == wanted:
         return line
     return f"{match['kind']} {match['end']} {lead}{wanted}{line[len(line.rstrip(chr(13) + chr(10))):]}"
 

@@ -24,7 +24,7 @@ from forkbuild.export import DEFAULT_TREE
 from forkbuild.git import Author, FileCommit, Git, GitFailed, PathChange
 from forkbuild.importer import author_ident, check_incoming, guard_trailers, with_trailers, write_imported
 from forkbuild.patchfile import check_safe
-from forkbuild.quiltcommit import Applicable, Applied, apply_series
+from forkbuild.quiltcommit import Applicable, Applied, Applier
 from forkbuild.quiltdiff import GitReadyDiff, git_ready
 from forkbuild.worktrees import recover_killed_change, tree_guard
 
@@ -40,17 +40,13 @@ class QuiltPatch:
     feature: str
     description: Description
     diff: bytes
-
-    @property
-    def upstream(self) -> str:
-        return self.description.upstream
+    upstream: str  # its upstream status in series.toml, from the description
 
 
 @dataclass(frozen=True, kw_only=True)
 class PatchOutcome:
     source: str  # as the quilt series names it
     file: str  # in patches/; "" when nothing was imported
-    subject: str
     notes: tuple[str, ...]  # normalised or skipped, in words
 
 
@@ -83,7 +79,7 @@ def read_quilt_dir(directory: Path, *, feature: str) -> list[QuiltPatch]:
             problems.append(f"{path}: {error}")
             continue
         patches.append(QuiltPatch(name=file_name, source=name, path=path, strip=strip, feature=feature,
-                                  description=description, diff=split_patch(data)[1]))
+                                  description=description, diff=split_patch(data)[1], upstream=description.upstream))
     if problems:
         raise ConfigError(problems, source=f"import from {directory}")
     return patches
@@ -183,7 +179,7 @@ def _commit_all(git: Git, series: Series, patches: list[QuiltPatch], *, start: s
                 (scratch / f"{number}.patch").write_bytes(ready.data)
                 applicable.append(Applicable(source=patch.path, patch=scratch / f"{number}.patch", strip=patch.strip,
                                              unidiff_zero=ready.unidiff_zero, paths=ready.paths))
-        found = iter(apply_series(git, applicable, start=start, items=items, scratch=scratch))
+        found = iter(Applier(git, start=start, items=items, scratch=scratch).run(applicable))
     outcomes: list[PatchOutcome] = []
     commits: list[FileCommit] = []
     for patch, ready in zip(patches, readies, strict=True):
@@ -193,7 +189,6 @@ def _commit_all(git: Git, series: Series, patches: list[QuiltPatch], *, start: s
                  *(f"leaves {path} empty: removed, as GNU patch -E does for dpkg-source -x" for path in applied.emptied))
         # format-patch of an empty commit is a patch git am refuses: nothing to keep.
         outcomes.append(PatchOutcome(source=patch.source, file=patch.name if changes else "",
-                                     subject=patch.description.subject,
                                      notes=notes if changes else (*notes, "changes nothing: not imported")))
         if not changes:
             continue

@@ -12,14 +12,14 @@ checked       written; not checked yet                         check, finish
 check-failed  written; `forkbuild check` failed                check again, finish
 
 Each step journals a new state and is redone safely from it, so a kill anywhere loses
-nothing; --abort restores the backup and the cache refs the rebase moved (rebase/refs.py).
+nothing; --abort restores the backup and the cache refs the rebase moved (restore_refs).
 """
 
 from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -35,9 +35,9 @@ from forkbuild.errors import ApplyError, DirtyTreeError, ForkbuildError, LockBus
 from forkbuild.export import export_series
 from forkbuild.git import Git
 from forkbuild.layout import REBASE_TREE
-from forkbuild.rebase import refs, report
+from forkbuild.rebase import report
 from forkbuild.rebase.journal import Journal, checkpoint
-from forkbuild.rebase.state import PatchState, Phase, RebaseState, Step
+from forkbuild.rebase.state import PatchState, Phase, RebaseState, RefMove
 from forkbuild.rebase.target import moved_pin
 from forkbuild.rebase.upstreamed import HunkEvidence, evidence, upstream_collisions
 from forkbuild.worktree.engine import Engine, Outcome, PatchJob, PatchResult
@@ -86,7 +86,7 @@ class Rebase:
             if tree.exists() and any(tree.iterdir()):
                 raise ForkbuildError(f"{tree} exists and is not empty", hint="remove it, or pass another --dir")
             self.journal.create(RebaseState(
-                id=secrets.token_hex(6), phase=Phase.PREPARE, step=Step.BEGUN, worktree=tree.resolve(),
+                id=secrets.token_hex(6), phase=Phase.PREPARE, step="begun", worktree=tree.resolve(),
                 accept_drops=accept_drops, old=series.upstream, target=target,
                 patches=tuple(PatchState(file=entry.file, feature=entry.feature) for entry in series.patches)))
             return self.run(self.journal.load())
@@ -123,14 +123,12 @@ class Rebase:
             started = time.monotonic()
             state = self._replay(state).timed("replay", time.monotonic() - started)
         if state.phase is Phase.REPLAYED:
-            if self._proposals(state) and not state.accept_drops:
-                state = self.journal.save(replace(state, phase=Phase.REVIEW), Step.REVIEW)
-            else:
-                state = self.journal.save(replace(state, phase=Phase.FINALIZE), Step.FINALIZE)
+            phase = Phase.REVIEW if self._proposals(state) and not state.accept_drops else Phase.FINALIZE
+            state = self.journal.save(replace(state, phase=phase), phase.value)
         if state.phase is Phase.REVIEW:
             if resumed_at is not Phase.REVIEW:
                 self._stop_for_review(state)
-            state = self.journal.save(replace(state, accept_drops=True, phase=Phase.FINALIZE), Step.FINALIZE)
+            state = self.journal.save(replace(state, accept_drops=True, phase=Phase.FINALIZE), "finalize")
         if state.phase is Phase.FINALIZE:
             started = time.monotonic()
             state = self._finalize(state).timed("export", time.monotonic() - started)
@@ -145,7 +143,7 @@ class Rebase:
             state, old_base = self._import(state, old)
             state, new_base = self._import(state, target)
             state = replace(state, old_base=old_base, new_base=new_base).timed("import", time.monotonic() - started)
-        state = self.journal.save(state, Step.IMPORTED)
+        state = self.journal.save(state, "imported")
         cache_git = self.cache.git()
         remove_dead_tree(cache_git, state.worktree)  # a killed prepare's: the journal owns the tree
         backup = [self._backup(patch) for patch in state.patches]
@@ -159,30 +157,29 @@ class Rebase:
             raise ForkbuildError(f"the series does not apply on its own pin {old.version}:\n"
                                  + "\n".join(f"  - {result.name}: {result.detail}" for result in failed),
                                  hint="fix the series first: `forkbuild check`")
-        state = self._move_ref(state, refs.series_ref(state.id, OLD_SERIES), old_series.head)
+        state = self._move_ref(state, state.own_ref(OLD_SERIES), old_series.head)
         state = replace(state, patches=tuple(replace(patch, old_commit=result.commit)
                                              for patch, result in zip(state.patches, made, strict=True)))
         cache_git.add_worktree(state.worktree, state.new_base)
-        checkpoint(Step.WORKTREE)
-        return self.journal.save(replace(state, phase=Phase.REPLAY, cursor=0), Step.PREPARED)
+        checkpoint("worktree")
+        return self.journal.save(replace(state, phase=Phase.REPLAY, cursor=0), "prepared")
 
     def _import(self, state: RebaseState, upstream: Upstream) -> tuple[RebaseState, str]:
         """The cache commit of `upstream`; a tag the import creates is recorded for --abort."""
         ref = f"refs/tags/{upstream.tag}"
         if ref not in state.refs and self.cache.imported(upstream) is None:
             # Journaled before the import: a kill mid-import must not leave a tag abort does not know of.
-            state = self.journal.save(replace(state, refs=refs.record(state.refs, ref, before=None, after=None)),
-                                      Step.IMPORTING, at=upstream.version)
+            state = self.journal.save(state.with_ref(ref, before=None, after=None), "importing", at=upstream.version)
         commit = self.cache.ensure(upstream)
         if ref in state.refs:
-            state = replace(state, refs=refs.record(state.refs, ref, before=None, after=commit))
+            state = state.with_ref(ref, before=None, after=commit)
         return state, commit
 
     def _move_ref(self, state: RebaseState, ref: str, commit: str) -> RebaseState:
         """Point a cache ref at `commit`, journaling where it was first so that --abort can put it back."""
         cache_git = self.cache.git()
-        moved = refs.record(state.refs, ref, before=cache_git.refs().get(ref), after=commit)
-        state = self.journal.save(replace(state, refs=moved), Step.REF, at=ref.rsplit("/", 1)[-1])
+        state = self.journal.save(state.with_ref(ref, before=cache_git.refs().get(ref), after=commit), "ref",
+                                  at=ref.rsplit("/", 1)[-1])
         cache_git.update_ref(ref, commit)
         return state
 
@@ -208,18 +205,18 @@ class Rebase:
         while state.cursor < len(state.patches):
             patch = state.patches[state.cursor]
             state = self.journal.save(replace(state, phase=Phase.APPLYING, head_before=engine.head),
-                                      Step.APPLYING, at=patch.file)
+                                      "applying", at=patch.file)
             result = engine.step(self._job(patch), stop=True)
             patch = self._record(state, patch, result)
             state = state.with_patch(state.cursor, patch)
             if result.outcome is Outcome.CONFLICT:
-                state = self.journal.save(replace(state, phase=Phase.CONFLICT), Step.CONFLICT)
+                state = self.journal.save(replace(state, phase=Phase.CONFLICT), "conflict")
                 self._stop_at_conflict(state, patch)
             self.reporter.info(f"{patch.file}: {report.label(patch.outcome)} {patch.detail}".rstrip())
             state = self.journal.save(replace(state, phase=Phase.REPLAY, cursor=state.cursor + 1, tip=engine.head),
-                                      Step.APPLIED, at=patch.file)
+                                      "applied", at=patch.file)
         engine.finish()
-        return self.journal.save(replace(state, phase=Phase.REPLAYED), Step.REPLAYED)
+        return self.journal.save(replace(state, phase=Phase.REPLAYED), "replayed")
 
     def _record(self, state: RebaseState, patch: PatchState, result: PatchResult) -> PatchState:
         """`patch` (patches[cursor]) with the engine's `result` for it."""
@@ -242,17 +239,15 @@ class Rebase:
 
     def _stop_at_conflict(self, state: RebaseState, patch: PatchState) -> NoReturn:
         tree = state.worktree
-        files = ", ".join(patch.conflicts) or "see `git status`"
-        collided = patch.collided or "(no upstream change near its hunks in those files)"
-        lines = collided.splitlines()
+        lines = (patch.collided or "(no upstream change near its hunks in those files)").splitlines()
         if len(lines) > STOP_DIFF_LINES:  # the whole of it goes into the report
-            collided = "\n".join(lines[:STOP_DIFF_LINES] + [f"... ({len(lines) - STOP_DIFF_LINES} more lines: "
-                                                             "`forkbuild rebase` writes them all in its report)"])
+            lines = lines[:STOP_DIFF_LINES] + [f"... ({len(lines) - STOP_DIFF_LINES} more lines: "
+                                               "`forkbuild rebase` writes them all in its report)"]
         raise RebaseStopped(
             f"{patch.file} does not apply to {state.target.version}: {patch.detail}\n"
-            f"  conflicted: {files}\n  work tree: {tree}\n"
+            f"  conflicted: {', '.join(patch.conflicts) or 'see `git status`'}\n  work tree: {tree}\n"
             f"  the upstream change it collided with ({state.old.version} -> {state.target.version}):\n"
-            + "\n".join(f"    {line}" for line in collided.splitlines()),
+            + "\n".join(f"    {line}" for line in lines),
             hint=f"resolve in {tree} (edit, `git add`), then `forkbuild rebase --continue`; "
                  "`--skip` leaves this patch out; `--abort` puts everything back")
 
@@ -269,7 +264,7 @@ class Rebase:
         self.reporter.info(f"{patch.file}: {report.label(patch.outcome)}")
         went_on = replace(state.with_patch(state.cursor, patch), phase=Phase.REPLAY, cursor=state.cursor + 1,
                           tip=engine.head)
-        return self.journal.save(went_on, Step.SETTLED if action == "continue" else Step.SKIPPED, at=patch.file)
+        return self.journal.save(went_on, "settled" if action == "continue" else "skipped", at=patch.file)
 
     @staticmethod
     def _proposals(state: RebaseState) -> list[PatchState]:
@@ -286,12 +281,21 @@ class Rebase:
                                  "`--abort` puts everything back")
 
     def _finalize(self, state: RebaseState) -> RebaseState:
-        self._refuse_foreign_edits(state)
-        state = self.journal.save(replace(state, writing=True), Step.FINALIZE_WRITING)
+        edits = self.journal.foreign_edits(state)
+        listing = "\n".join(f"  {relative} ({how})" for relative, how in edits.items())
+        if edits:
+            raise DirtyTreeError(
+                f"series.toml/patches/ were edited while the rebase was stopped; writing the rebased series "
+                f"would overwrite:\n{listing}",
+                hint="to keep these edits, save them elsewhere (commit them on another branch, or copy them out), "
+                     "put the files back as they were (`git checkout -- <files>`, remove new ones), run `forkbuild "
+                     "rebase --continue`, then redo them on the rebased series; or `forkbuild rebase --abort`, which "
+                     "restores the series from before the rebase and saves the edited files under .forkbuild-work/")
+        state = self.journal.save(replace(state, writing=True), "finalize:writing")
         worktree = Git(state.worktree)
         self.journal.restore_series()  # a known start: redoing this phase writes the same result
-        checkpoint(Step.FINALIZE_RESTORED)
-        state = self._move_ref(state, refs.series_ref(state.id, NEW_SERIES), worktree.head())
+        checkpoint("finalize:restored")
+        state = self._move_ref(state, state.own_ref(NEW_SERIES), worktree.head())
         series_toml = self.context.series_file
         # Export writes the moved pin with the patches in one transaction, never a new pin over old patches.
         pinned = moved_pin(series_toml.read_text(), state.target)
@@ -306,22 +310,10 @@ class Rebase:
             # a feature left without a patch is marked `ported = false` (series_edit.unported).
             plan = export_series(context=context, tree=worktree.path, refresh=True, series_toml=pinned,
                           drops=tuple(patch.file for patch in state.patches if not patch.commit))
-        checkpoint(Step.FINALIZE_EXPORTED)
+        checkpoint("finalize:exported")
         exported = replace(state, written=self.journal.series_hashes(), writing=False, phase=Phase.CHECKED,
                            unported=plan.unported)
-        return self.journal.save(exported, Step.EXPORTED)
-
-    def _refuse_foreign_edits(self, state: RebaseState) -> None:
-        edits = self.journal.foreign_edits(state)
-        listing = "\n".join(f"  {relative} ({how})" for relative, how in edits.items())
-        if edits:
-            raise DirtyTreeError(
-                f"series.toml/patches/ were edited while the rebase was stopped; writing the rebased series "
-                f"would overwrite:\n{listing}",
-                hint="to keep these edits, save them elsewhere (commit them on another branch, or copy them out), "
-                     "put the files back as they were (`git checkout -- <files>`, remove new ones), run `forkbuild "
-                     "rebase --continue`, then redo them on the rebased series; or `forkbuild rebase --abort`, which "
-                     "restores the series from before the rebase and saves the edited files under .forkbuild-work/")
+        return self.journal.save(exported, "exported")
 
     def _fresh_context(self) -> Context:
         return Context(series_dir=self.context.series_dir, cache_dir=self.context.cache_dir, reporter=self.reporter)
@@ -330,7 +322,7 @@ class Rebase:
         """The rebase tree reset to the rebased series for the check to apply each variant in (also
         after an interrupted check); None where it is gone (the check makes a scratch tree)."""
         tree = state.worktree
-        head = self.cache.git().rev(refs.series_ref(state.id, NEW_SERIES)) if (tree / ".git").exists() else None
+        head = self.cache.git().rev(state.own_ref(NEW_SERIES)) if (tree / ".git").exists() else None
         if head is None:
             return None
         with tree_guard(tree, "rebase") as guard:
@@ -347,25 +339,24 @@ class Rebase:
         known = set(cache_git.refs())
         started = time.monotonic()
         check = _check_every_variant(self._fresh_context(), self._check_tree(state))
-        recorded = state.refs
         for ref, sha in cache_git.refs().items():  # the series-blob refs the check adds are the rebase's
             if ref.startswith(f"{FULL_SERIES_REF}/") and ref not in known:
-                recorded = refs.record(recorded, ref, before=None, after=sha)
-        state = replace(state, refs=recorded).timed("check", time.monotonic() - started)
+                state = state.with_ref(ref, before=None, after=sha)
+        state = state.timed("check", time.monotonic() - started)
         md_path = self.context.build_dir / "rebase" / f"{state.old.version}-to-{state.target.version}.md"
         report.write(cache_git, state, md_path, check=check, final=True)
         state = replace(state, report=md_path)
         if not check["ok"]:
-            self.journal.save(replace(state, phase=Phase.CHECK_FAILED), Step.CHECK_FAILED)
+            self.journal.save(replace(state, phase=Phase.CHECK_FAILED), "check-failed")
             raise RebaseStopped(f"the rebased series fails `forkbuild check`:\n{check['detail']}\n  report: {md_path}",
                                 hint="fix series.toml/patches/ by hand and `forkbuild rebase --continue` to check again; "
                                      "`--abort` puts the old series back")
-        state = self.journal.save(state, Step.CHECK_PASSED)  # the refs the check made, for an abort after a kill
+        state = self.journal.save(state, "check-passed")  # the refs the check made, for an abort after a kill
         remove_dead_tree(cache_git, state.worktree)
-        for ref in (refs.series_ref(state.id, OLD_SERIES), refs.series_ref(state.id, NEW_SERIES)):
+        for ref in (state.own_ref(OLD_SERIES), state.own_ref(NEW_SERIES)):
             if cache_git.rev(ref):
                 cache_git.delete_ref(ref)
-        checkpoint(Step.FINISH_CLEANED)
+        checkpoint("finish:cleaned")
         self.journal.remove()
         return replace(state, phase=Phase.DONE)
 
@@ -378,14 +369,14 @@ class Rebase:
                                + ", ".join(f"{relative} ({how})" for relative, how in edits.items()))
         cache_git = self.cache.git()
         remove_dead_tree(cache_git, state.worktree)  # with a stopped merge's state and a killed git's index.lock
-        checkpoint(Step.ABORT_TREE)
+        checkpoint("abort:tree")
         self.journal.restore_series()
-        checkpoint(Step.ABORT_SERIES)
+        checkpoint("abort:series")
         with self.cache.locked():
-            left = refs.restore(cache_git, state.refs)
+            left = restore_refs(cache_git, state.refs)
         for ref in left:
             self.reporter.warn(f"{ref}: left as it is: it changed after the rebase set it")
-        checkpoint(Step.ABORT_REFS)
+        checkpoint("abort:refs")
         self.journal.remove()
         return replace(state, phase=Phase.ABORTED)
 
@@ -395,6 +386,24 @@ def _older(version: str, *, than: str) -> bool:
         return Version(version) < Version(than)
     except InvalidVersion:
         return False  # a name that is not a version (a git upstream's label): no order to warn about
+
+
+def restore_refs(repo: Git, recorded: Mapping[str, RefMove]) -> list[str]:
+    """Put each recorded ref back to its `before` (with the cache lock held); returns the refs
+    left alone: changed by someone else since, or set by a rebase killed before it knew the value."""
+    current = repo.refs()
+    left = []
+    for ref, move in sorted(recorded.items()):
+        now = current.get(ref)
+        if now == move.before:
+            continue
+        if move.after is None or now != move.after:
+            left.append(ref)
+        elif move.before is None:
+            repo.delete_ref(ref)
+        else:
+            repo.update_ref(ref, move.before)
+    return left
 
 
 def _check_every_variant(context: Context, tree: Path | None) -> dict:

@@ -20,7 +20,7 @@ from forkbuild.chaos import chaos_point
 from forkbuild.errors import ForkbuildError
 from forkbuild.fsutil import fsync_directory, sync_files, write_atomic
 from forkbuild.layout import PATCHES_DIR, SERIES_FILE, WORK_DIR
-from forkbuild.rebase.state import RebaseState, Step
+from forkbuild.rebase.state import RebaseState
 
 JOURNAL_DIR = "rebase-journal"
 STATE_FILE = "state.json"
@@ -64,9 +64,9 @@ class Journal:
                                       f"were before it are in {self.backup}; put them back by hand, then remove "
                                       f"{self.path} (and the work tree it made)") from error
 
-    def save(self, state: RebaseState, step: Step, *, at: str = "") -> RebaseState:
+    def save(self, state: RebaseState, step: str, *, at: str = "") -> RebaseState:
         """Record `state` at `step` durably, then honour the kill hook for it; returns the state recorded."""
-        state = replace(state, step=f"{step}:{at}" if at else step.value)
+        state = replace(state, step=f"{step}:{at}" if at else step)
         write_atomic(self.path / STATE_FILE, statefile.dump(state.as_dict()))
         checkpoint(state.step)
         return state
@@ -86,12 +86,12 @@ class Journal:
             shutil.copy2(self.series_dir / relative, backup / relative)
         hashes = file_hashes(backup, files)
         (backup / "hashes.json").write_text(statefile.dump(hashes))
-        state = replace(state, step=Step.BEGUN.value, written=hashes, writing=False)
+        state = replace(state, step="begun", written=hashes, writing=False)
         (scratch / STATE_FILE).write_text(statefile.dump(state.as_dict()))
         sync_files([path for path in [*backup.rglob("*"), scratch / STATE_FILE] if path.is_file()])
         os.rename(scratch, self.path)
         fsync_directory(parent)
-        checkpoint(Step.BEGUN)
+        checkpoint("begun")
 
     def backed_up_hashes(self) -> dict[str, str]:
         return json.loads((self.backup / "hashes.json").read_text())
@@ -107,14 +107,9 @@ class Journal:
             # Killed while the finalize rewrote them: the differences are forkbuild's own half-done writes.
             return {}
         backup, written, current = self.backed_up_hashes(), state.written, self.series_hashes()
-        found = {}
-        for relative in sorted(set(backup) | set(written) | set(current)):
-            now = current.get(relative)
-            if now in (backup.get(relative), written.get(relative)):
-                continue
-            known = relative in backup or relative in written
-            found[relative] = "deleted" if now is None else "changed" if known else "new"
-        return found
+        return {relative: "deleted" if now is None else "changed" if relative in backup or relative in written else "new"
+                for relative in sorted({*backup, *written, *current})
+                if (now := current.get(relative)) not in (backup.get(relative), written.get(relative))}
 
     def save_aside(self, edits: dict[str, str]) -> Path:
         """Copy the edited files that exist to a new directory beside the journal; returns it."""

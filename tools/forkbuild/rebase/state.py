@@ -1,6 +1,6 @@
-"""A rebase's state as its journal records it: frozen dataclasses, phases and steps as
-enums, and the JSON form (`state.json`, schema 2). Keys that early schema-2 writers
-did not write read as their defaults, so a rebase stopped by them goes on with this one.
+"""A rebase's state as its journal records it: frozen dataclasses, its phases, and the
+JSON form (`state.json`, schema 2). Keys that early schema-2 writers did not write read
+as their defaults, so a rebase stopped by them goes on with this one.
 """
 
 from __future__ import annotations
@@ -40,38 +40,9 @@ class Phase(StrEnum):
     ABORTED = "aborted"
 
 
-class Step(StrEnum):
-    """The steps the journal records ("STEP" or "STEP:SUBJECT") and the kill hook stops at."""
-
-    BEGUN = "begun"  # the journal appeared: the backup is complete
-    IMPORTING = "importing"  # :VERSION, before an import that creates a cache tag
-    IMPORTED = "imported"
-    REF = "ref"  # :NAME, before the rebase moves a cache ref of its own
-    WORKTREE = "worktree"  # the rebase work tree was made (kill hook only)
-    PREPARED = "prepared"
-    APPLYING = "applying"  # :FILE, before a patch is applied
-    CONFLICT = "conflict"
-    APPLIED = "applied"  # :FILE
-    SETTLED = "settled"  # :FILE, a person's resolution committed
-    SKIPPED = "skipped"  # :FILE, --skip
-    REPLAYED = "replayed"
-    REVIEW = "review"
-    FINALIZE = "finalize"
-    FINALIZE_WRITING = "finalize:writing"
-    FINALIZE_RESTORED = "finalize:restored"  # the backup restored before the rewrite (kill hook only)
-    FINALIZE_EXPORTED = "finalize:exported"  # the new series written (kill hook only)
-    EXPORTED = "exported"
-    CHECK_FAILED = "check-failed"
-    CHECK_PASSED = "check-passed"
-    FINISH_CLEANED = "finish:cleaned"  # work tree and own refs removed, journal not yet (kill hook only)
-    ABORT_TREE = "abort:tree"  # (kill hook only, as are the two below)
-    ABORT_SERIES = "abort:series"
-    ABORT_REFS = "abort:refs"
-
-
 @dataclass(frozen=True, kw_only=True)
 class RefMove:
-    """A cache ref the rebase created or moved (rebase/refs.py)."""
+    """A cache ref the rebase created or moved: --abort puts back exactly those."""
 
     before: str | None  # its object id before the rebase touched it; None: it did not exist
     after: str | None  # the object id the rebase set; None while an import has not said yet
@@ -96,7 +67,7 @@ class PatchState:
 class RebaseState:
     id: str  # names the rebase's own cache refs: two checkouts may rebase against one cache at once
     phase: Phase
-    step: str  # the last step journaled, with its subject ("applying:a.patch")
+    step: str  # the last step journaled, the kill hook's name for it: "applying:a.patch"
     worktree: Path  # where patches are replayed and conflicts resolved
     accept_drops: bool
     old: Upstream
@@ -113,6 +84,15 @@ class RebaseState:
     timings: Mapping[str, float] = field(default_factory=dict)
     report: Path | None = None  # the final report, once written
     unported: tuple[str, ...] = ()  # what the finalize did to features left without a patch, in words
+
+    def own_ref(self, name: str) -> str:
+        """A cache ref of this rebase alone: two checkouts may rebase against one cache at once."""
+        return f"refs/forkbuild/rebase/{self.id}/{name}"
+
+    def with_ref(self, ref: str, *, before: str | None, after: str | None) -> RebaseState:
+        """The rebase moves cache `ref` to `after` (journaled first, for --abort); the first `before` stays."""
+        first = self.refs[ref].before if ref in self.refs else before
+        return replace(self, refs={**self.refs, ref: RefMove(before=first, after=after)})
 
     def with_patch(self, index: int, patch: PatchState) -> RebaseState:
         return replace(self, patches=(*self.patches[:index], patch, *self.patches[index + 1:]))
@@ -153,13 +133,10 @@ def _patch(fields: Fields) -> PatchState:
     return PatchState(
         file=fields.text("file"), feature=fields.text("feature"), old_commit=fields.text("old_commit", ""),
         outcome=_enum(Outcome, fields, "outcome") if outcome else None, commit=fields.text("commit", ""),
-        detail=fields.text("detail", ""), evidence=tuple(_evidence(item) for item in fields.objects("evidence", ())),
-        conflicts=fields.texts("conflicts", ()), collided=fields.text("collided", ""))
-
-
-def _evidence(fields: Fields) -> HunkEvidence:
-    return HunkEvidence(file=fields.text("file"), hunk=fields.integer("hunk"), found=fields.flag("found"),
-                        start=fields.integer("start", 0), end=fields.integer("end", 0), how=fields.text("how", ""))
+        detail=fields.text("detail", ""), conflicts=fields.texts("conflicts", ()), collided=fields.text("collided", ""),
+        evidence=tuple(HunkEvidence(file=item.text("file"), hunk=item.integer("hunk"), found=item.flag("found"),
+                                    start=item.integer("start", 0), end=item.integer("end", 0), how=item.text("how", ""))
+                       for item in fields.objects("evidence", ())))
 
 
 def _upstream(fields: Fields) -> Upstream:

@@ -73,25 +73,18 @@ def _moved_ref(current: Upstream, version: str) -> str:
     return ref.replace(current.version, version) if current.version and current.version in ref else ref
 
 
-def _wheel_tags(filename: str) -> set[tuple[str, str, str]]:
-    _, _, _, tags = parse_wheel_filename(filename)
-    return {(tag.interpreter, tag.abi, tag.platform) for tag in tags}
-
-
-def _arch(platform: str) -> str:
-    # manylinux_2_34_x86_64 -> x86_64: the glibc floor may move between releases.
-    match = re.match(r"(?:many|musl)linux_\d+_\d+_(.+)|linux_(.+)", platform)
-    return next((group for group in match.groups() if group), platform) if match else platform
+def _wheel_tags(filename: str, *, arch: bool = False) -> set[tuple[str, str, str]]:
+    """(interpreter, abi, platform) of a wheel; arch: the platform's architecture alone
+    (manylinux_2_34_x86_64 -> x86_64: the glibc floor may move between releases)."""
+    return {(tag.interpreter, tag.abi, re.sub(r"^(?:(?:many|musl)linux_\d+_\d+|linux)_", "", tag.platform)
+             if arch else tag.platform) for tag in parse_wheel_filename(filename)[3]}
 
 
 def _follow(pin: WheelPin, files: list[pypi.IndexFile], *, version: str) -> WheelPin:
     """The new release's wheel for the same interpreter/ABI and architecture as `pin`."""
-    old = _wheel_tags(pin.filename)
-    same = [entry for entry in files if _wheel_tags(entry.filename) & old]
+    same = [entry for entry in files if _wheel_tags(entry.filename) & _wheel_tags(pin.filename)]
     if not same:
-        wanted = {(i, a, _arch(p)) for i, a, p in old}
-        same = [entry for entry in files
-                if {(i, a, _arch(p)) for i, a, p in _wheel_tags(entry.filename)} & wanted]
+        same = [entry for entry in files if _wheel_tags(entry.filename, arch=True) & _wheel_tags(pin.filename, arch=True)]
     if len(same) != 1:
         listed = ", ".join(entry.filename for entry in same or files)
         raise UpstreamError(f"{version}: {'no' if not same else 'more than one'} wheel matches the {pin.python_tag} "
@@ -106,27 +99,18 @@ def _follow(pin: WheelPin, files: list[pypi.IndexFile], *, version: str) -> Whee
 def moved_pin(text: str, target: Upstream) -> str:
     """series.toml `text` with [upstream] version, git ref/commit and wheel pins of `target`."""
     document = tomlkit.parse(text)
-    upstream = document.get("upstream")
-    if upstream is None:
-        raise ConfigError(["upstream: the [upstream] table is missing"])
+    upstream = document["upstream"]  # the series was parsed, and checked unedited since: it has one
     upstream["version"] = target.version
     if target.git and "git" in upstream:
         for key in ("ref", "commit"):
             value = getattr(target.git, key)
             if value or key in upstream["git"]:
                 upstream["git"][key] = value
-    if "wheels" in upstream:
-        if not target.wheels:
-            # The old version's wheels (a git-source rebase): pins of another version would lie.
-            del upstream["wheels"]
-        else:
-            _move_wheels(upstream["wheels"], target)
-    return tomlkit.dumps(document)
-
-
-def _move_wheels(tables, target: Upstream) -> None:
+    if "wheels" in upstream and not target.wheels:
+        # The old version's wheels (a git-source rebase): pins of another version would lie.
+        del upstream["wheels"]
     by_tag = {pin.python_tag: pin for pin in target.wheels}
-    for index, table in enumerate(tables):
+    for index, table in enumerate(upstream.get("wheels", [])):
         pin = by_tag.get(str(table.get("python_tag")))
         if pin is None:
             raise ConfigError([f"upstream.wheels[{index}]: no {target.version} wheel for python_tag "
@@ -136,3 +120,4 @@ def _move_wheels(tables, target: Upstream) -> None:
         if "url" in table:
             # Only where the old pin spelled out its url: otherwise the index is asked by name.
             table["url"] = pin.url
+    return tomlkit.dumps(document)
