@@ -104,7 +104,7 @@ def _follow_minus_plus(lines: list[str], *, strip: int, existing: set[str] | fro
             continue
         old, new = _name(lines[minus][4:], strip), _name(lines[minus + 1][4:], strip)
         named = (_name(header["old"], strip), _name(header["new"], strip)) if header else (old, new)
-        chosen = _choose(old, new, existing)
+        chosen = old if old == new else next((name for name in (old, new) if name in existing), None)
         if DEV_NULL in (old, new) or (named == (old, new) and (header or old == new)) or chosen is None:
             # Consistent (a git rename included): git and GNU patch agree, but for rename/copy lines
             # naming other paths (written inside a subproject): GNU patch goes by the names above.
@@ -137,10 +137,6 @@ def _content_without_data(patched: unidiff.PatchedFile) -> bool:
 def _no_content(blob: str) -> bool:
     """An (abbreviated) id of no blob or of the empty one: nothing between two such needs data."""
     return set(blob) == {"0"} or EMPTY_BLOB.startswith(blob)
-
-
-def _choose(old: str, new: str, existing: set[str] | frozenset[str]) -> str | None:
-    return old if old == new else next((name for name in (old, new) if name in existing), None)
 
 
 def _name(raw: str, strip: int) -> str:

@@ -8,8 +8,7 @@ the series' work tree is checked out once. What was normalised or skipped is rep
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,9 +63,11 @@ def read_quilt_dir(directory: Path, *, feature: str) -> list[QuiltPatch]:
     if not series_file.is_file():
         raise ForkbuildError(f"{directory} has no quilt `series` file", hint="point --quilt at the directory holding `series`")
     listed, problems = read_quilt_series(series_file)
-    names = _file_names([name for name, _ in listed])
+    stems = [Path(name).stem for name, _ in listed]
     patches = []
-    for (name, strip), file_name in zip(listed, names, strict=True):
+    for (name, strip), stem in zip(listed, stems, strict=True):
+        # patches/ names: the stem; where stems collide (a/x, b/x), the directories join the name.
+        file_name = (stem if stems.count(stem) == 1 else Path(name).with_suffix("").as_posix().replace("/", "-"))
         path = directory / name
         if not path.is_file():
             problems.append(f"{series_file}: lists {name}, which does not exist")
@@ -78,7 +79,7 @@ def read_quilt_dir(directory: Path, *, feature: str) -> list[QuiltPatch]:
         except ValueError as error:
             problems.append(f"{path}: {error}")
             continue
-        patches.append(QuiltPatch(name=file_name, source=name, path=path, strip=strip, feature=feature,
+        patches.append(QuiltPatch(name=f"{file_name}.patch", source=name, path=path, strip=strip, feature=feature,
                                   description=description, diff=split_patch(data)[1], upstream=description.upstream))
     if problems:
         raise ConfigError(problems, source=f"import from {directory}")
@@ -107,14 +108,6 @@ def read_quilt_series(path: Path) -> tuple[list[tuple[str, int]], list[str]]:
     return entries, problems
 
 
-def _file_names(listed: list[str]) -> list[str]:
-    """patches/ names: the file's stem + .patch; where stems collide (debian/patches/a/x,
-    b/x), the directories join the name."""
-    stems = [Path(name).stem for name in listed]
-    return [(stem if stems.count(stem) == 1 else Path(name).with_suffix("").as_posix().replace("/", "-")) + ".patch"
-            for name, stem in zip(listed, stems, strict=True)]
-
-
 def source_tree_of(directory: Path) -> Path | None:
     """The tree a Debian `debian/patches` series applies to (its empty directories are
     upstream's); None for another layout, where the tree is not known."""
@@ -139,7 +132,10 @@ def import_quilt(*, context: Context, directory: Path, feature: str, source_tree
         recover_killed_change(guard, cache_git)
         if not dest.exists():
             guard.changing()
-        with _series_head(context, base=base) as start:
+        # The commit the import builds on: upstream, or the whole series applied (in a scratch tree).
+        whole = scratch_tree(context=context, variant=whole_series(series), strict=True)
+        with whole if series.patches else nullcontext(None) as applied:
+            start = applied.head_commit if applied else base
             with context.reporter.step(f"Committing {len(patches)} quilt patch(es) on top of the series"):
                 outcomes, head = _commit_all(cache_git, series, patches, start=start)
             imported = [patch for patch, outcome in zip(patches, outcomes, strict=True) if outcome.file]
@@ -150,16 +146,6 @@ def import_quilt(*, context: Context, directory: Path, feature: str, source_tree
             tree, note = _check_out_series(context, cache_git, base=base, head=head, files=all_files,
                                            empty_dirs=(*series.upstream.empty_dirs, *empty_dirs))
     return QuiltImport(patches=tuple(outcomes), empty_dirs=empty_dirs, tree=tree, tree_note=note)
-
-
-@contextmanager
-def _series_head(context: Context, *, base: str) -> Iterator[str]:
-    """The commit the import builds on: upstream, or the whole series applied (in a scratch tree)."""
-    if not context.series.patches:
-        yield base
-        return
-    with scratch_tree(context=context, variant=whole_series(context.series), strict=True) as applied:
-        yield applied.head_commit
 
 
 def _commit_all(git: Git, series: Series, patches: list[QuiltPatch], *, start: str) -> tuple[list[PatchOutcome], str]:

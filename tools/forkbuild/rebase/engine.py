@@ -80,7 +80,11 @@ class Rebase:
             if target.version == series.upstream.version:
                 self.reporter.info(f"the series is already on {series.upstream.name} {target.version}: nothing to do")
                 return None
-            if _older(target.version, than=series.upstream.version):
+            try:
+                older = Version(target.version) < Version(series.upstream.version)
+            except InvalidVersion:  # a git upstream's label, not a version: no order to warn about
+                older = False
+            if older:
                 self.reporter.warn(f"{target.version} is older than the pinned {series.upstream.version}: "
                                    "this rebase is a downgrade")
             if tree.exists() and any(tree.iterdir()):
@@ -379,13 +383,6 @@ class Rebase:
         checkpoint("abort:refs")
         self.journal.remove()
         return replace(state, phase=Phase.ABORTED)
-
-
-def _older(version: str, *, than: str) -> bool:
-    try:
-        return Version(version) < Version(than)
-    except InvalidVersion:
-        return False  # a name that is not a version (a git upstream's label): no order to warn about
 
 
 def restore_refs(repo: Git, recorded: Mapping[str, RefMove]) -> list[str]:
