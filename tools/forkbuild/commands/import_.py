@@ -55,10 +55,8 @@ def run(args, context) -> int:
 def _report_quilt(context, result) -> int:
     """Per patch: where it went and what was normalised or skipped on the way (one print:
     hundreds of rich table rows or prints take seconds)."""
-    lines = []
-    for outcome in result.patches:
-        lines.append(f"  {outcome.source} -> {outcome.file or '(not imported)'}")
-        lines += [f"      {note}" for note in outcome.notes]
+    lines = [line for outcome in result.patches for line in (f"  {outcome.source} -> {outcome.file or '(not imported)'}",
+                                                              *(f"      {note}" for note in outcome.notes))]
     context.reporter.console.print("\n".join(lines), markup=False, highlight=False)
     imported = sum(1 for outcome in result.patches if outcome.file)
     changed = sum(1 for outcome in result.patches if outcome.notes)

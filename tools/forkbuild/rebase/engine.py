@@ -286,11 +286,10 @@ class Rebase:
 
     def _finalize(self, state: RebaseState) -> RebaseState:
         edits = self.journal.foreign_edits(state)
-        listing = "\n".join(f"  {relative} ({how})" for relative, how in edits.items())
         if edits:
             raise DirtyTreeError(
-                f"series.toml/patches/ were edited while the rebase was stopped; writing the rebased series "
-                f"would overwrite:\n{listing}",
+                "series.toml/patches/ were edited while the rebase was stopped; writing the rebased series would "
+                "overwrite:\n" + "\n".join(f"  {relative} ({how})" for relative, how in edits.items()),
                 hint="to keep these edits, save them elsewhere (commit them on another branch, or copy them out), "
                      "put the files back as they were (`git checkout -- <files>`, remove new ones), run `forkbuild "
                      "rebase --continue`, then redo them on the rebased series; or `forkbuild rebase --abort`, which "

@@ -59,12 +59,11 @@ def document(repo: Git, state: RebaseState, *, check: dict | None, final: bool) 
 
 def markdown(report: dict) -> str:
     old, new = report["from"]["version"], report["to"]["version"]
-    lines = [f"# Rebase {old} -> {new}{'' if report['final'] else ' (draft: waiting for review)'}", ""]
-    lines.append(f"Upstream base {report['from']['base'][:12]} -> {report['to']['base'][:12]} "
-                 f"({report['to']['source']}). Auto-applied: {report['auto_applied']} of {len(report['patches'])}.")
     counts = ", ".join(f"{label(key)}: {value}" for key, value in report["summary"].items() if value)
-    lines += [f"Outcomes: {counts}.", ""]
-    lines += ["| # | patch | feature | outcome | files | detail |", "|---|---|---|---|---|---|"]
+    lines = [f"# Rebase {old} -> {new}{'' if report['final'] else ' (draft: waiting for review)'}", "",
+             f"Upstream base {report['from']['base'][:12]} -> {report['to']['base'][:12]} ({report['to']['source']}). "
+             f"Auto-applied: {report['auto_applied']} of {len(report['patches'])}.", f"Outcomes: {counts}.", "",
+             "| # | patch | feature | outcome | files | detail |", "|---|---|---|---|---|---|"]
     for number, patch in enumerate(report["patches"], start=1):
         outcome = label(patch["outcome"]) + PROPOSAL_NOTES.get(patch.get("proposal"), "")
         files = "<br>".join(f"`{path}`" for path in patch["files"])

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from forkbuild.config import GitPin, Upstream, WheelPin
 from forkbuild.rebase.upstreamed import HunkEvidence
@@ -19,9 +19,6 @@ from forkbuild.worktree.engine import Outcome
 
 # 2: cache refs recorded in the state as the rebase makes them (1 snapshotted all of them).
 SCHEMA = 2
-
-# What the report's timings measure (seconds, summed over the runs of a rebase).
-Timed = Literal["prepare", "import", "replay", "export", "check"]
 
 
 class Phase(StrEnum):
@@ -81,7 +78,7 @@ class RebaseState:
     refs: Mapping[str, RefMove] = field(default_factory=dict)
     written: Mapping[str, str] = field(default_factory=dict)  # sha256 of each series file as forkbuild last wrote it
     writing: bool = False  # the finalize is rewriting the series files
-    timings: Mapping[str, float] = field(default_factory=dict)
+    timings: Mapping[str, float] = field(default_factory=dict)  # seconds per part, summed over the runs
     report: Path | None = None  # the final report, once written
     unported: tuple[str, ...] = ()  # what the finalize did to features left without a patch, in words
 
@@ -97,7 +94,7 @@ class RebaseState:
     def with_patch(self, index: int, patch: PatchState) -> RebaseState:
         return replace(self, patches=(*self.patches[:index], patch, *self.patches[index + 1:]))
 
-    def timed(self, what: Timed, seconds: float) -> RebaseState:
+    def timed(self, what: str, seconds: float) -> RebaseState:
         """The state with `seconds` more spent in `what` (journaled with the next step, reported)."""
         return replace(self, timings={**self.timings, what: round(self.timings.get(what, 0.0) + seconds, 3)})
 
