@@ -1,6 +1,6 @@
 """The chaos test's hook: `FORKBUILD_CHAOS_KILL_AT=<step>` kills forkbuild at that step like
 kill -9 (FORKBUILD_CHAOS_SIGNAL=INT: a Ctrl-C), to prove a re-run recovers. Steps: start,
-series:*, apply:*, import:*, wheel:*, rebase:<a rebase/state.py Step's name>."""
+series:*, apply:*, import:*, wheel:*, rebase:<the step its journal records>."""
 
 from __future__ import annotations
 
