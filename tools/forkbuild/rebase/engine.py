@@ -72,7 +72,7 @@ class Rebase:
 
     def start(self, *, target: Upstream, tree: Path | None, accept_drops: bool) -> RebaseState | None:
         """Start a rebase onto `target` and run it; None when the series is on `target` already."""
-        series, tree = self.context.series, tree or self.context.series_dir / REBASE_TREE
+        series, tree = self.context.series, (tree or self.context.series_dir / REBASE_TREE).resolve()
         with self.one_at_a_time():
             if self.journal.exists():
                 raise ForkbuildError("a rebase is already in progress",
@@ -90,7 +90,7 @@ class Rebase:
             if tree.exists() and any(tree.iterdir()):
                 raise ForkbuildError(f"{tree} exists and is not empty", hint="remove it, or pass another --dir")
             self.journal.create(RebaseState(
-                id=secrets.token_hex(6), phase=Phase.PREPARE, step="begun", worktree=tree.resolve(),
+                id=secrets.token_hex(6), phase=Phase.PREPARE, step="begun", worktree=tree,
                 accept_drops=accept_drops, old=series.upstream, target=target,
                 patches=tuple(PatchState(file=entry.file, feature=entry.feature) for entry in series.patches)))
             return self.run(self.journal.load())

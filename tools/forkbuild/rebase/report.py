@@ -65,7 +65,7 @@ def markdown(report: dict) -> str:
              f"Auto-applied: {report['auto_applied']} of {len(report['patches'])}.", f"Outcomes: {counts}.", "",
              "| # | patch | feature | outcome | files | detail |", "|---|---|---|---|---|---|"]
     for number, patch in enumerate(report["patches"], start=1):
-        outcome = label(patch["outcome"]) + PROPOSAL_NOTES.get(patch.get("proposal"), "")
+        outcome = label(patch["outcome"]) + PROPOSAL_NOTES.get(patch["proposal"], "")
         files = "<br>".join(f"`{path}`" for path in patch["files"])
         lines.append(f"| {number} | `{patch['file']}` | {patch['feature']} | {outcome} | {files} | {patch['detail']} |")
     lines.append("")
@@ -73,29 +73,26 @@ def markdown(report: dict) -> str:
     if evidence:
         lines += ["## Evidence for dropped patches", ""]
         for patch in evidence:
-            lines.append(f"- `{patch['file']}` ({label(patch['outcome'])}): {patch['detail']}")
-            lines += [f"  - {item}" for item in patch["evidence_text"]]
+            lines += [f"- `{patch['file']}` ({label(patch['outcome'])}): {patch['detail']}",
+                      *(f"  - {item}" for item in patch["evidence_text"])]
         lines.append("")
     if report["unported"]:
         lines += ["## Features left without a patch", "", "Their patch files are set aside under "
-                  ".forkbuild-work/dropped/ (docs/rebase.md).", ""]
-        lines += [f"- {item}" for item in report["unported"]]
-        lines.append("")
+                  ".forkbuild-work/dropped/ (docs/rebase.md).", "", *(f"- {item}" for item in report["unported"]), ""]
     if report["check"] is not None:
         status = "passed" if report["check"]["ok"] else "FAILED"
         lines += [f"## forkbuild check: {status}", "", "```", report["check"]["detail"].rstrip(), "```", ""]
-    collided = [patch for patch in report["patches"] if patch.get("collided")]
+    collided = [patch for patch in report["patches"] if patch["collided"]]
     if collided:
         lines += ["## Stopped patches: what collided", ""]
         for patch in collided:
-            lines.append(f"- `{patch['file']}` ({label(patch['outcome'])}): conflicted "
-                         + ", ".join(f"`{path}`" for path in patch.get("conflicts", [])) + "; upstream's change there:")
-            lines += ["", "```diff", patch["collided"].rstrip(), "```", ""]
+            lines += [f"- `{patch['file']}` ({label(patch['outcome'])}): conflicted "
+                      + ", ".join(f"`{path}`" for path in patch["conflicts"]) + "; upstream's change there:",
+                      "", "```diff", patch["collided"].rstrip(), "```", ""]
     lines += ["## Range-diff per patch (old vs new)", ""]
     for patch in report["patches"]:
-        lines.append(f"### `{patch['file']}`: {label(patch['outcome'])}")
         body = patch["range_diff"] or "(no new commit: the patch is not in the new series)"
-        lines += ["", "```diff", body.rstrip(), "```", ""]
+        lines += [f"### `{patch['file']}`: {label(patch['outcome'])}", "", "```diff", body.rstrip(), "```", ""]
     return "\n".join(lines)
 
 
