@@ -4,7 +4,6 @@ its commit's `git format-patch` output with `Feature:`/`Guard:` trailers."""
 
 from __future__ import annotations
 
-import email.utils
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +14,7 @@ from forkbuild.config import Series, near_miss
 from forkbuild.context import Context
 from forkbuild.errors import ApplyError, ConfigError, ForkbuildError
 from forkbuild.export import patch_name
-from forkbuild.git import IDENTITY, Git
+from forkbuild.git import Git
 from forkbuild.patchfile import parse_trailers
 from forkbuild.series_edit import EntrySpec, quilt_series_text, updated_series_toml, with_empty_dirs
 from forkbuild.series_writer import SeriesChange, write_series
@@ -47,13 +46,6 @@ def guard_trailers(series: Series, feature: str, diff: str) -> list[tuple[str, s
     """A `Guard:` trailer for each guard of `feature` that the diff's added lines read."""
     added = "\n".join(line for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++"))
     return [("Guard", guard.env) for guard in series.features[feature].guards if re.search(rf"\b{guard.env}\b", added)]
-
-
-def author_ident(author: str) -> tuple[str, str]:
-    """(name, email) for a commit by `author` ("Name <email>"); forkbuild's own where it names none."""
-    name, address = email.utils.parseaddr(author)
-    return (name.strip() or address or IDENTITY["user.name"],
-            address if "@" in address else IDENTITY["user.email"])
 
 
 def git_range_incoming(series: Series, repo: Path, revisions: str, *, feature: str | None) -> list[Incoming]:

@@ -7,6 +7,7 @@ the series' work tree is checked out once. What was normalised or skipped is rep
 
 from __future__ import annotations
 
+import email.utils
 import tempfile
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -20,8 +21,8 @@ from forkbuild.dep3 import Description, parse_dep3, split_patch, stripspace
 from forkbuild.emptydirs import find_empty_dirs, recreate_empty_dirs
 from forkbuild.errors import ConfigError, DirtyTreeError, ForkbuildError
 from forkbuild.export import DEFAULT_TREE
-from forkbuild.git import Author, FileCommit, Git, GitFailed, PathChange
-from forkbuild.importer import author_ident, check_incoming, guard_trailers, with_trailers, write_imported
+from forkbuild.git import IDENTITY, Author, FileCommit, Git, GitFailed, PathChange
+from forkbuild.importer import check_incoming, guard_trailers, with_trailers, write_imported
 from forkbuild.patchfile import check_safe
 from forkbuild.quiltcommit import Applicable, Applied, Applier
 from forkbuild.quiltdiff import GitReadyDiff, git_ready
@@ -179,8 +180,10 @@ def _commit_all(git: Git, series: Series, patches: list[QuiltPatch], *, start: s
         if not changes:
             continue
         header = patch.description
-        name, address = author_ident(header.author)
-        author = Author(name=name, email=address, date=header.date or f"{int(patch.path.stat().st_mtime)} +0000")
+        name, address = email.utils.parseaddr(header.author)  # forkbuild's own identity where it names none
+        author = Author(name=name.strip() or address or IDENTITY["user.name"],
+                        email=address if "@" in address else IDENTITY["user.email"],
+                        date=header.date or f"{int(patch.path.stat().st_mtime)} +0000")
         trailers = [*header.trailers, ("Feature", patch.feature),
                     *guard_trailers(series, patch.feature, patch.diff.decode("latin-1"))]
         message = stripspace(with_trailers(f"{header.subject}\n\n{header.body}" if header.body else header.subject,

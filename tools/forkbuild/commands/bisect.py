@@ -53,10 +53,9 @@ def run(args, context) -> int:
         raise BisectError("--retries must be 0 or more")
     if args.resume and args.restart:
         raise BisectError("--continue goes on with the probe log, --restart replaces it: give one of them")
-    series = context.series
     target = arguments.from_args(args, context)
     image = ImageOptions(base=args.base, local_base=args.local_base) if args.image else None
-    builder = Builder(context=context, python_tags=tuple(args.python_tag) or running_tag(series),
+    builder = Builder(context=context, python_tags=tuple(args.python_tag) or running_tag(context.series),
                       out_dir=context.build_dir / "bisect" / "wheels", image=image)
     command = tuple(args.command)
     probes = (RuntimeProbes if args.runtime else BuildProbes)(context=context, target=target, command=command,

@@ -376,9 +376,8 @@ class Rebase:
         self.journal.restore_series()
         checkpoint("abort:series")
         with self.cache.locked():
-            left = restore_refs(cache_git, state.refs)
-        for ref in left:
-            self.reporter.warn(f"{ref}: left as it is: it changed after the rebase set it")
+            for ref in restore_refs(cache_git, state.refs):
+                self.reporter.warn(f"{ref}: left as it is: it changed after the rebase set it")
         checkpoint("abort:refs")
         self.journal.remove()
         return replace(state, phase=Phase.ABORTED)
