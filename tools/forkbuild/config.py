@@ -247,12 +247,10 @@ class _Problems:
         if not isinstance(value, list):
             self.add(where, f"must be an array of tables, not {_toml_type(value)}", near=near)
             return []
-        items: list[Mapping[str, Any] | None] = []
         for index, item in enumerate(value):
-            items.append(item if isinstance(item, dict) else None)
             if not isinstance(item, dict):
                 self.add(f"{where}[{index}]", f"must be a table, not {_toml_type(item)}", near=near)
-        return items
+        return [item if isinstance(item, dict) else None for item in value]
 
     def string(self, table: Mapping[str, Any], key: str, where: str, *, default: str = "",
                required: bool = False, near: str | None = None) -> str:

@@ -21,10 +21,6 @@ from forkbuild.errors import BuildError
 _ERRORS = (InstallerError, ValueError, zipfile.BadZipFile, KeyError)
 
 
-def _issues(error: Exception) -> str:
-    return "\n".join(f"  - {issue}" for issue in getattr(error, "issues", None) or [str(error)])
-
-
 def validate_wheel(path: Path, *, verified_source: Path | None = None) -> None:
     """Raise BuildError naming every problem installer finds in `path`.
 
@@ -37,13 +33,14 @@ def validate_wheel(path: Path, *, verified_source: Path | None = None) -> None:
             source = WheelFile(archive)
             if verified_source is None:
                 source.validate_record(validate_contents=True)
-            else:
-                _validate_changed(archive, source, trusted=_verified_members(verified_source))
-            metadata = source.read_dist_info("METADATA")
-            dist_info = source.dist_info_dir
+            issues = [] if verified_source is None else \
+                _changed_issues(archive, source, trusted=_verified_members(verified_source))
+            metadata, dist_info = source.read_dist_info("METADATA"), source.dist_info_dir
     except _ERRORS as error:
-        raise BuildError(f"{path.name} failed RECORD validation:\n{_issues(error)}",
-                         hint="the wheel was not moved into place; rebuild it") from error
+        issues = getattr(error, "issues", None) or [str(error)]
+    if issues:
+        raise BuildError(f"{path.name} failed RECORD validation:\n" + "\n".join(f"  - {issue}" for issue in issues),
+                         hint="the wheel was not moved into place; rebuild it")
     _check_version(path, metadata=metadata, dist_info=dist_info)
 
 
@@ -68,17 +65,12 @@ def _verified_members(path: Path) -> frozenset[tuple]:
     try:
         return _verified_members_of(str(path), status.st_size, status.st_mtime_ns)
     except _ERRORS as error:
+        issues = getattr(error, "issues", None) or [str(error)]
         raise BuildError(f"{path.name} (the wheel the overlay starts from) failed RECORD validation:\n"
-                         f"{_issues(error)}") from error
+                         + "\n".join(f"  - {issue}" for issue in issues)) from error
 
 
-class _Mismatch(ValueError):
-    def __init__(self, issues: list[str]) -> None:
-        super().__init__("; ".join(issues))
-        self.issues = issues
-
-
-def _validate_changed(archive: zipfile.ZipFile, source: WheelFile, *, trusted: frozenset[tuple]) -> None:
+def _changed_issues(archive: zipfile.ZipFile, source: WheelFile, *, trusted: frozenset[tuple]) -> list[str]:
     """installer's validate_record, skipping the hash of members that are the verified source's."""
     rows = _rows(source)
     record_path = f"{source.dist_info_dir}/RECORD"
@@ -107,8 +99,7 @@ def _validate_changed(archive: zipfile.ZipFile, source: WheelFile, *, trusted: f
             with archive.open(item) as stream:
                 if not record.validate_stream(stream):  # type: ignore[arg-type]  # a ZipExtFile reads like BinaryIO
                     issues.append(f"In {archive.filename}, hash / size of {item.filename} didn't match RECORD")
-    if issues:
-        raise _Mismatch(issues)
+    return issues
 
 
 def _check_version(path: Path, *, metadata: str, dist_info: str) -> None:
