@@ -1,11 +1,6 @@
-"""The guard value rule, shared by forkbuild's validation and mirrored by the
-patched sglang's EnvSwitch (patches/guards-env-switch.patch; a parity test keeps
-the two in step).
-
-A switch is on for 1/on/true/yes/y and off for 0/off/false/no/n or an empty
-value (the recipe's .env files use 0/1 and off/on; empty meant off there).
-Anything else is an error, never a silent default.
-"""
+"""The guard value rule, mirrored by the patched sglang's EnvSwitch (a parity test keeps them
+in step): a switch is on for 1/on/true/yes/y, off for 0/off/false/no/n or empty; anything
+else is an error, never a silent default."""
 
 from __future__ import annotations
 

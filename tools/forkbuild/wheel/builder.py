@@ -53,17 +53,6 @@ class BuiltWheel:
     rebuilt: bool
 
 
-def resolve_mode(series: Series, mode: str) -> str:
-    if not mode:
-        return "overlay" if series.upstream.source == "wheel" else "source"
-    if mode not in MODES:
-        raise BuildError(f"unknown build mode {mode!r}: choose one of {', '.join(MODES)}")
-    if mode == "overlay" and not series.upstream.wheels:
-        raise BuildError("overlay mode starts from a release wheel, and series.toml pins none",
-                         hint="add [[upstream.wheels]] pins, or build with --mode source")
-    return mode
-
-
 def variant_version(series: Series, combination: Combination) -> str:
     """`<upstream>+<variant>.<hash>`; a combination that is no named variant: `<upstream>+combo.<hash>`."""
     return naming.local_version(upstream_version=series.upstream.version, variant=combination.version_label(),
@@ -72,9 +61,13 @@ def variant_version(series: Series, combination: Combination) -> str:
 
 def build_wheels(*, context: Context, request: WheelRequest) -> tuple[BuiltWheel, ...]:
     version = variant_version(context.series, request.variant)
-    if resolve_mode(context.series, request.mode) == "overlay":
-        return _build_overlay(context=context, request=request, version=version)
-    return _build_source(context=context, request=request, version=version)
+    upstream = context.series.upstream
+    if (request.mode or ("overlay" if upstream.source == "wheel" else "source")) == "source":
+        return _build_source(context=context, request=request, version=version)
+    if not upstream.wheels:
+        raise BuildError("overlay mode starts from a release wheel, and series.toml pins none",
+                         hint="add [[upstream.wheels]] pins, or build with --mode source")
+    return _build_overlay(context=context, request=request, version=version)
 
 
 def up_to_date(target: Path, manifest: Manifest) -> bool:

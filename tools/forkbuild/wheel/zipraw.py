@@ -118,10 +118,7 @@ def _dos_date_time(date_time: DateTime) -> tuple[int, int]:
 
 
 def _encode_name(name: str) -> tuple[bytes, int]:
-    try:
-        return name.encode("ascii"), 0
-    except UnicodeEncodeError:
-        return name.encode("utf-8"), _UTF8_FLAG
+    return (name.encode("ascii"), 0) if name.isascii() else (name.encode("utf-8"), _UTF8_FLAG)
 
 
 def _local(info: zipfile.ZipInfo, *, name: bytes, flags: int) -> bytes:
