@@ -171,8 +171,8 @@ class Git:
     def has_object(self, sha: str) -> bool:
         return self.run("cat-file", "-e", "--end-of-options", sha, check=False).status == 0
 
-    def commit_directory(self, directory: Path, *, message: str, date: str, parents: Iterable[str] = ()) -> str:
-        """Commit the content of `directory` through a private index; returns the commit."""
+    def commit_directory(self, directory: Path, *, message: str, date: str) -> str:
+        """Commit the content of `directory` (no parent) through a private index; returns the commit."""
         index = self.git_dir / f"forkbuild-import-{os.getpid()}.index"
         env = {"GIT_INDEX_FILE": str(index), "GIT_WORK_TREE": str(directory),
                "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date}
@@ -181,8 +181,7 @@ class Git:
             tree = self.out("write-tree", env=env)
         finally:
             index.unlink(missing_ok=True)
-        parent_args = [arg for parent in parents for arg in ("-p", parent)]
-        return self.out("commit-tree", tree, *parent_args, "-m", message, env=env)
+        return self.out("commit-tree", tree, "-m", message, env=env)
 
     def add_worktree(self, path: Path, commit: str, *, checkout: bool = True, parallel: bool = False) -> Git:
         """A detached work tree at `commit` (checkout=False: no files or index yet; parallel: a worker per core)."""
