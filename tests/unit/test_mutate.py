@@ -474,7 +474,7 @@ def test_a_run_records_the_moves_of_the_patch_it_records(tmp_path):
     series = _series(tmp_path)
     (entry,) = series.patches
     (mutant,) = _mutants(tmp_path, "def f(o):\n    return 2\n", "def f(o):\n    n = 1\n    return 2\n")[0]
-    item = PatchPlan(entry=entry, key="k", tests=(), cached=False, mutants=(mutant,))
+    item = PatchPlan(entry=entry, key="k", tests=(), mutants=(mutant,))
     # The same hunk as the second one of the patch before an edit dropped the first.
     renumbered = mutant.id.replace(":h1", ":h2")
     previous = {"mutants": [{"id": renumbered, "kind": mutant.kind, "path": mutant.path, "lines": [2, 2],

@@ -29,17 +29,15 @@ def add_parser(subparsers) -> None:
     parser = add_command(
         subparsers, "matrix", help="list feature combinations (variants, each, pairwise, all) "
                                    "as a table, JSON, a CI matrix or a docker-bake.json",
-        description="Lists the feature combinations a strategy picks (the named variants; stock and each feature "
-                    "alone; pairwise: every two features in all their in/out states; all valid subsets), each "
-                    "resolved like --features/--with/--without, as a table, JSON, a CI matrix or a docker-bake.json.",
+        description="Lists the feature combinations a --strategy picks, each resolved like --features, as a table, "
+                    "JSON, a CI matrix or a docker-bake.json; with --test-patch, tests each one.",
         examples=["forkbuild matrix --strategy pairwise", "forkbuild matrix --strategy each --format json"])
     parser.add_argument("--strategy", choices=STRATEGIES, default="pairwise",
                         help="variants: the named ones; each: stock + every feature alone; pairwise: every two "
                              "features in all their in/out states (a greedy covering array); all: every valid "
                              "subset (default: pairwise)")
     parser.add_argument("--format", choices=FORMATS, default="table", dest="output_format")
-    parser.add_argument("--variant", default="", help="runtime defaults of the combinations come from this variant "
-                                                      "(default: none, every guard at its default)")
+    parser.add_argument("--variant", default="", help="the variant the runtime defaults come from (default: none)")
     parser.add_argument("--limit", type=int, default=ALL_LIMIT,
                         help=f"--strategy all refuses more combinations than this (default {ALL_LIMIT})")
     parser.add_argument("--force", action="store_true", help="--strategy all: go beyond --limit")
@@ -47,13 +45,12 @@ def add_parser(subparsers) -> None:
     bake = parser.add_argument_group("bake", "--format bake: prepares each combination's build context (its wheel "
                                              "built or reused) under build/image/")
     bake.add_argument("--mode", choices=build.MODES, default="wheel", help="image mode of every target (default: wheel)")
-    bake.add_argument("--base", help="default base image (default: the official image; "
-                                     f"override at bake time with ${BASE_VARIABLE})")
+    bake.add_argument("--base", help=f"default base image (default: the official one; at bake time: ${BASE_VARIABLE})")
     bake.add_argument("--python-tag", action="append", default=[], metavar="TAG",
                       help="wheels only for these pinned tags (default: every pinned tag)")
     tests = parser.add_argument_group("test-patch", "run test-patch on every combination (`nox -s test-patch-matrix`)")
-    tests.add_argument("--test-patch", action="store_true", help="test every combination; one summary table, "
-                                                                 "JSON in build/test-patch/matrix-<strategy>.json")
+    tests.add_argument("--test-patch", action="store_true",
+                       help="test every combination: one table, build/test-patch/matrix-<strategy>.json")
     tests.add_argument("--python", type=Path, default=Path(sys.executable),
                        help="interpreter of the test venv (default: the one running forkbuild)")
     tests.add_argument("--structure-only", action="store_true", help="only the structure checks (fast, no torch)")

@@ -73,15 +73,12 @@ def _run(args, context) -> int:
     behaviour.require_torch(args.python)
     behaviour.install_variant_wheel(context=context, variant=combination, python=args.python)
     site_packages = behaviour.installed_package_dir(args.python, series.upstream.name).parent
-    plans = plan(series, variant, entries, recorded=recorded, site_packages=site_packages, force=args.force)
-    for cached in [item for item in plans if item.cached]:
-        context.reporter.info(f"{cached.entry.file}: results current, not run (--force runs it again)")
+    plans = plan(context, entries, recorded=recorded, site_packages=site_packages, force=args.force)
     if not args.patch:
-        # A full run of the variant also forgets patches that left it.
-        for file in set(recorded) - {entry.file for entry in series.patches_for(variant)}:
+        for file in set(recorded) - {entry.file for entry in entries}:  # patches that left the variant
             del recorded[file]
     start = time.monotonic()
-    _execute(context, [item for item in plans if not item.cached], python=args.python, jobs=args.jobs,
+    _execute(context, plans, python=args.python, jobs=args.jobs,
              data=data, recorded=recorded, site_packages=site_packages, reasons=reasons)
     seconds = time.monotonic() - start
     results.write(series.root, data)
@@ -104,32 +101,24 @@ class PatchPlan:
     entry: PatchEntry
     key: str
     tests: tuple[Path, ...]
-    cached: bool
-    mutants: tuple[Mutant, ...] = ()
+    mutants: tuple[Mutant, ...]
     skipped: tuple[Skipped, ...] = ()
 
 
 def select(series: Series, variant: str, names: list[str]) -> tuple[PatchEntry, ...]:
     """The variant's patches, or those of them named by file (with or without .patch)."""
-    entries = series.patches_for(variant)
-    if not names:
-        return entries
-    by_file = {entry.file: entry for entry in entries}
-    chosen, problems = [], []
-    for name in names:
-        file = Path(name if name.endswith(".patch") else f"{name}.patch").name
-        if file in by_file:
-            chosen.append(by_file[file])
-        else:
-            problems.append(f"--patch {name}: not a patch of variant {variant}{near_miss(file, by_file)}")
-    if problems:
+    by_file = {entry.file: entry for entry in series.patches_for(variant)}
+    files = {name: Path(name if name.endswith(".patch") else f"{name}.patch").name for name in names}
+    if problems := [f"--patch {name}: not a patch of variant {variant}{near_miss(file, by_file)}"
+                    for name, file in files.items() if file not in by_file]:
         raise MutationError("; ".join(problems))
-    return tuple(chosen)
+    return tuple(by_file[file] for file in files.values()) if names else tuple(by_file.values())
 
 
-def plan(series: Series, variant: str, entries: tuple[PatchEntry, ...], *, recorded: dict,
-         site_packages: Path, force: bool) -> list[PatchPlan]:
-    """`recorded`: results.json's patches of the variant."""
+def plan(context, entries: tuple[PatchEntry, ...], *, recorded: dict, site_packages: Path,
+         force: bool) -> list[PatchPlan]:
+    """The patches to run, with their mutants (`recorded`: results.json's patches of the variant)."""
+    series = context.series
 
     def installed(path: str) -> str | None:
         return (site_packages / path).read_text(encoding="utf-8") if (site_packages / path).is_file() else None
@@ -137,15 +126,15 @@ def plan(series: Series, variant: str, entries: tuple[PatchEntry, ...], *, recor
     plans = []
     for entry in entries:
         key = results.patch_key(series, entry)
-        tests = tuple(results.feature_tests(series.root, entry.feature))
         if not force and recorded.get(entry.file, {}).get("key") == key:
-            plans.append(PatchPlan(entry, key, tests, cached=True))
+            context.reporter.info(f"{entry.file}: results current, not run (--force runs it again)")
             continue
+        tests = tuple(results.feature_tests(series.root, entry.feature))
         mutants, skipped = mutants_of(entry, package_root=series.upstream.package_root, installed=installed)
         if mutants and not tests:
             raise MutationError(f"patches/{entry.file}: feature {entry.feature} has no tests "
                                 f"(tests/patches/test_*.py with FEATURE = {entry.feature!r}): its mutants cannot die")
-        plans.append(PatchPlan(entry, key, tests, cached=False, mutants=tuple(mutants), skipped=tuple(skipped)))
+        plans.append(PatchPlan(entry, key, tests, tuple(mutants), tuple(skipped)))
     return plans
 
 
@@ -157,10 +146,8 @@ def _apply_moves(context, recorded: dict) -> None:
 
 def _check(context) -> int:
     series = context.series
-    data = results.load(series.root)
-    reasons = results.load_reasons(series.root)
-    found = results.problems(series, data, reasons)
-    if found:
+    data, reasons = results.load(series.root), results.load_reasons(series.root)
+    if found := results.problems(series, data, reasons):
         raise MutationError(f"{len(found)} problem(s) with the mutation results:\n" +
                             "\n".join(f"  - {line}" for line in found),
                             hint="`nox -s mutate` re-runs what is stale (it needs the test venv of "

@@ -1,6 +1,5 @@
-"""The command-line options that choose a combination, shared by every command
-that builds or tests one (apply, build-wheel, build-image, test-patch, bisect),
-and their resolution into a Combination, once."""
+"""The options that choose a combination (apply, build-wheel, build-image, test-patch, bisect),
+resolved into a Combination once."""
 
 from __future__ import annotations
 

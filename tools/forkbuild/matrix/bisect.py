@@ -54,8 +54,7 @@ class BisectResult:
     replayed: int  # answered from the probe log
 
     def as_json(self) -> dict[str, Any]:
-        return {"minimal": list(self.minimal), "probes": [asdict(probe) for probe in self.probes],
-                "replayed": self.replayed}
+        return asdict(self)
 
 
 class ProbeLog:

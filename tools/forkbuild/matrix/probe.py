@@ -96,9 +96,8 @@ class Probes:
 class BuildProbes(Probes):
     """Build mode: each probe is its own build of the probe's features (plus what they require)."""
 
-    @property
-    def candidates(self) -> tuple[str, ...]:
-        return self.target.features
+    def __post_init__(self) -> None:
+        self.candidates = self.target.features
 
     def __call__(self, features: tuple[str, ...]) -> tuple[int, str]:
         series = self.context.series
@@ -112,23 +111,20 @@ def on_values(series: Series, target: Combination, environ: Mapping[str, str]) -
     """Per feature of `target`, the guard values that turn it on: the operator's (`environ`),
     else the target's runtime default, else "1" for its first switch. A feature none of whose
     guards then differ from their defaults cannot be toggled at run time: left out."""
+    def is_default(guard: Guard, value: str) -> bool:
+        return parse_switch(value) == parse_switch(guard.default) if guard.type == "switch" else value == guard.default
+
     result = {}
     for name in target.features:
         guards = series.features[name].guards
         values = {guard.env: environ.get(guard.env, target.env.get(guard.env, guard.default)) for guard in guards}
-        if all(_is_default(guard, values[guard.env]) for guard in guards):
+        if all(is_default(guard, values[guard.env]) for guard in guards):
             first_switch = next((guard for guard in guards if guard.type == "switch"), None)
             if first_switch is not None and first_switch.env not in environ:
                 values[first_switch.env] = "1"
-        if any(not _is_default(guard, values[guard.env]) for guard in guards):
+        if any(not is_default(guard, values[guard.env]) for guard in guards):
             result[name] = values
     return result
-
-
-def _is_default(guard: Guard, value: str) -> bool:
-    if guard.type == "switch":
-        return parse_switch(value) == parse_switch(guard.default)
-    return value == guard.default
 
 
 @dataclass(kw_only=True)
@@ -139,15 +135,8 @@ class RuntimeProbes(Probes):
 
     def __post_init__(self) -> None:
         self.on = on_values(self.context.series, self.target, os.environ)
-
-    @property
-    def candidates(self) -> tuple[str, ...]:
-        return tuple(self.on)
-
-    @property
-    def fixed(self) -> tuple[str, ...]:
-        """Features of the build no guard can turn off (e.g. `guards` itself)."""
-        return tuple(name for name in self.target.features if name not in self.on)
+        self.candidates = tuple(self.on)
+        self.fixed = tuple(name for name in self.target.features if name not in self.on)  # no guard turns them off
 
     def __call__(self, features: tuple[str, ...]) -> tuple[int, str]:
         if self._built is None:

@@ -1,8 +1,6 @@
-"""Which combinations a matrix holds, per strategy: the named variants; stock then each feature
-alone; pairwise, a covering array of strength 2 over "feature in / out" (for every two features
-each in/out state requires/conflicts allow appears somewhere), built greedily as AETG does; all
-valid subsets. Not allpairspy (bench/bench_matrix.py): its constraint filter cannot tell an
-infeasible pair from a missed one; here feasibility is exact and every row is a closure."""
+"""The combinations of a matrix strategy: variants, each (stock, then each feature alone), pairwise
+(a greedy AETG covering array of strength 2 over feature in/out, with exact feasibility: not
+allpairspy, whose constraint filter cannot tell an infeasible pair from a missed one), all."""
 
 from __future__ import annotations
 
@@ -39,14 +37,14 @@ class Matrix:
 
 
 def build_matrix(series: Series, strategy: str, *, base: str = "", force: bool = False,
-                 limit: int = ALL_LIMIT, seed: int = 0) -> Matrix:
+                 limit: int = ALL_LIMIT) -> Matrix:
     """`strategy`: one of STRATEGIES."""
     if strategy == "variants":
         combos = tuple(of_variant(series, name) for name in series.variants)
         return Matrix(strategy=strategy, combinations=combos, lower_bound=len(combos))
     if strategy == "pairwise":
         # The greedy rows depend on random tie-breaks: the smallest of a few (seeded) runs.
-        rows = min((pairwise_rows(series, seed=seed + attempt) for attempt in range(ATTEMPTS)), key=len)
+        rows = min((pairwise_rows(series, seed=attempt) for attempt in range(ATTEMPTS)), key=len)
         return Matrix(strategy=strategy, combinations=_combinations(series, rows, base=base),
                       lower_bound=pairwise_lower_bound(series),
                       note=f"{len(feasible_pairs(series))} feasible (feature, in/out) pairs covered")
@@ -99,26 +97,20 @@ def _row_pairs(names: list[str], row: frozenset[str]) -> set[Pair]:
     return {((a, a in row), (b, b in row)) for a, b in itertools.combinations(names, 2)}
 
 
-def pairwise_rows(series: Series, *, seed: int = 0, candidates: int = CANDIDATES) -> list[frozenset[str]]:
+def pairwise_rows(series: Series, *, seed: int) -> list[frozenset[str]]:
     """A greedy covering array (strength 2, binary: feature in or out), valid rows only."""
     names = list(series.features)
     uncovered = feasible_pairs(series)
     rows: list[frozenset[str]] = []
     rng = random.Random(seed)
     while uncovered:  # each candidate row starts from an uncovered pair: the best covers one at least
-        best = max((_candidate_row(series, names, uncovered, rng) for _ in range(candidates)),
+        best = max((_candidate_row(series, names, uncovered, rng) for _ in range(CANDIDATES)),
                    key=lambda row: len(_row_pairs(names, row) & uncovered))
         rows.append(best)
         uncovered -= _row_pairs(names, best)
-    return _drop_redundant(names, rows)
-
-
-def _drop_redundant(names: list[str], rows: list[frozenset[str]]) -> list[frozenset[str]]:
-    """Early rows' pairs are often all covered again by later ones: drop such rows."""
-    kept = list(rows)
-    for row in list(rows):
-        others = set().union(*(_row_pairs(names, other) for other in kept if other is not row))
-        if _row_pairs(names, row) <= others:
+    kept = list(rows)  # early rows' pairs are often all covered again by later ones: drop such rows
+    for row in rows:
+        if _row_pairs(names, row) <= set().union(*(_row_pairs(names, other) for other in kept if other is not row)):
             kept.remove(row)
     return kept
 
@@ -158,22 +150,13 @@ def pairwise_lower_bound(series: Series) -> int:
     # Features nobody requires, then drop those in a constrained pair until none is left.
     required = {needed for feature in series.features.values() for needed in feature.requires}
     free = [name for name in series.features if name not in required]
-    while True:
-        short = [(a, b) for a, b in itertools.combinations(free, 2) if states.get((a, b), 0) < 4]
-        if not short:
-            break
+    while short := [(a, b) for a, b in itertools.combinations(free, 2) if states.get((a, b), 0) < 4]:
         counts = Counter(name for pair in short for name in pair)
         free.remove(max(counts, key=lambda name: counts[name]))
-    return max(by_pair, _binary_covering_minimum(len(free)))
-
-
-def _binary_covering_minimum(factors: int) -> int:
-    if factors < 2:
-        return 2 if factors == 1 else 1
-    rows = 4
-    while math.comb(rows - 1, math.ceil(rows / 2)) < factors:
-        rows += 1
-    return rows
+    minimum = {0: 1, 1: 2}.get(len(free), 4)
+    while len(free) > 1 and math.comb(minimum - 1, math.ceil(minimum / 2)) < len(free):
+        minimum += 1
+    return max(by_pair, minimum)
 
 
 def valid_subsets(series: Series) -> list[frozenset[str]]:

@@ -120,9 +120,8 @@ def _hunk_mutants(entry: PatchEntry, hunk: unidiff.Hunk, *, hunk_id: str, path: 
 
 def _revert(hunk: unidiff.Hunk, lines: list[str], *,
             new_file: bool) -> tuple[frozenset[int], tuple[int, int], str | None] | None:
-    """The hunk undone in the installed file: the installed line numbers of its added lines, the
-    first and last line it covers, the text reverted (None: the module removed); None when the
-    hunk cannot be found there."""
+    """The hunk undone in the installed file: its added lines' numbers there, the first and last
+    line it covers, the text reverted (None: the module removed); None when it is not found."""
     if new_file:
         return frozenset(range(1, len(lines) + 1)), (1, max(len(lines), 1)), None
     where = _locate(hunk, lines)

@@ -158,8 +158,7 @@ def pending(recorded_moves: dict[str, dict[str, str]], table: dict[str, str]) ->
 
 
 def apply_moves(root: Path, recorded: dict) -> list[tuple[str, str, str]]:
-    """Apply the pending moves of one variant's records to reasons.toml (comments and other
-    lines kept) in one atomic write; (patch, old id, new id) of each."""
+    """The pending moves of one variant's records applied to reasons.toml in one atomic write."""
     import tomlkit
 
     path = root / REASONS_FILE

@@ -75,11 +75,10 @@ class Worker:
 def run_all(runs: dict[str, FeatureTests], mutants: list[Mutant], *, python: Path, preload: list[str], workers: int,
             scratch: Path, done: Callable[[Mutant, Outcome], None],
             killers: dict[tuple[str, str], str] | None = None) -> dict[str, Outcome]:
-    """Per feature its baseline, then (if it passed) each of its mutants, on `workers` fork
-    servers; `done` is called from a worker thread as each mutant finishes. Returns the
-    baselines. `scratch`: a folder no other run uses (the caller holds its lock); what a
-    killed run left there goes first, the rest at the end. `killers`: (patch, mutant id) ->
-    the test that killed that mutant in the recorded results, which its run takes first."""
+    """Per feature its baseline, then (if it passed) its mutants, each passed to `done` (from a
+    worker thread); returns the baselines. `scratch`: a folder no other run uses (the caller holds
+    its lock); what a killed run left there goes first, the rest at the end. `killers`: (patch,
+    mutant id) -> the test that killed it in the recorded results, which its run takes first."""
     queue: list[tuple[str, Mutant | None]] = [(feature, None) for feature in runs]
     queue += [(mutant.feature, mutant) for mutant in mutants]
     baselines: dict[str, Outcome] = {}
@@ -138,10 +137,9 @@ def run_mutant(mutant: Mutant, run: FeatureTests, scratch: Path, worker: Worker,
                first: str | None = None) -> Outcome:
     scratch.mkdir(parents=True, exist_ok=True)
     source = "" if mutant.source is None else _write(scratch / "src", mutant.path, mutant.source)
-    # The test files naming the module (its last dotted part) first: with -x a mutant their
-    # tests kill stops there; before them, `first`, the test that killed this mutant last time
-    # (the slow tests of a file need not run again before it). A survivor still runs them all,
-    # so no verdict changes.
+    # `first` (the test that killed this mutant last time), then the test files naming the module
+    # (its last dotted part): with -x a mutant their tests kill stops there. A survivor still runs
+    # them all, so no verdict changes.
     name = re.escape(mutant.module.rsplit(".", 1)[-1])
     naming = [path for path in run.tests if re.search(rf"\b{name}\b", path.read_text(errors="replace"))]
     run = replace(run, tests=(*naming, *(path for path in run.tests if path not in naming)))
