@@ -201,8 +201,7 @@ def _execute(context, plans: list[PatchPlan], *, python: Path, jobs: int, data: 
                                f"each feature's tests first unmutated"):
         baselines = run_all(runs, mutants, python=python, preload=preload, workers=jobs, done=done,
                             scratch=context.build_dir / "mutate" / "scratch", killers=killers)  # under run()'s lock
-    broken = {key: outcome for key, outcome in baselines.items() if outcome.status != results.SURVIVED}
-    if broken:
+    if broken := {key: outcome for key, outcome in baselines.items() if outcome.status != results.SURVIVED}:
         raise MutationError("baselines failed, so the mutants of their features were not run:\n" +
                             "\n".join(f"  - {key}: {outcome.killed_by}" for key, outcome in sorted(broken.items())),
                             hint="a baseline is the feature's tests with the modules its mutants touch imported "

@@ -161,15 +161,13 @@ def apply_moves(root: Path, recorded: dict) -> list[tuple[str, str, str]]:
     """The pending moves of one variant's records applied to reasons.toml in one atomic write."""
     import tomlkit
 
-    path = root / REASONS_FILE
-    if not path.is_file():
-        return []
     # Read as --check reads it first: a broken file stops here, named, before any edit.
     by_patch = load_reasons(root).by_patch
     found = {file: moves for file, record in recorded.items()
              if (moves := pending(record.get(MOVED, {}), by_patch.get(file, {})))}
     if not found:
         return []
+    path = root / REASONS_FILE
     document = tomlkit.parse(path.read_text(encoding="utf-8"))
     applied = []
     for file, moves in found.items():

@@ -105,11 +105,20 @@ def run_all(runs: dict[str, FeatureTests], mutants: list[Mutant], *, python: Pat
                         ready[feature].set()
                     continue
                 ready[feature].wait()
-                if feature in baselines and baselines[feature].status == SURVIVED:
-                    # A mutant may make a test loop: killed at 4x the clean run (at least a minute).
-                    done(mutant, run_mutant(mutant, run, scratch / f"m{index}", worker,
-                                            timeout=max(60.0, 4 * baselines[feature].seconds),
-                                            first=(killers or {}).get((mutant.patch, mutant.id))))
+                if feature not in baselines or baselines[feature].status != SURVIVED:
+                    continue
+                folder = scratch / f"m{index}"
+                source = "" if mutant.source is None else _write(folder / "src", mutant.path, mutant.source)
+                # `first` (the test that killed this mutant last time), then the test files naming its
+                # module (the last dotted part): with -x a mutant their tests kill stops there. A
+                # survivor still runs them all, so no verdict changes.
+                name = re.escape(mutant.module.rsplit(".", 1)[-1])
+                naming = [path for path in run.tests if re.search(rf"\b{name}\b", path.read_text(errors="replace"))]
+                tests = (*naming, *(path for path in run.tests if path not in naming))
+                # A mutant may make a test loop: killed at 4x the clean run (at least a minute).
+                done(mutant, _pytest(replace(run, tests=tests), folder, worker, sources={mutant.module: source},
+                                     timeout=max(60.0, 4 * baselines[feature].seconds),
+                                     first=(killers or {}).get((mutant.patch, mutant.id))))
         finally:
             worker.close()
 
@@ -131,19 +140,6 @@ def _write(directory: Path, path: str, text: str) -> str:
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(text, encoding="utf-8")
     return str(target)
-
-
-def run_mutant(mutant: Mutant, run: FeatureTests, scratch: Path, worker: Worker, *, timeout: float,
-               first: str | None = None) -> Outcome:
-    scratch.mkdir(parents=True, exist_ok=True)
-    source = "" if mutant.source is None else _write(scratch / "src", mutant.path, mutant.source)
-    # `first` (the test that killed this mutant last time), then the test files naming the module
-    # (its last dotted part): with -x a mutant their tests kill stops there. A survivor still runs
-    # them all, so no verdict changes.
-    name = re.escape(mutant.module.rsplit(".", 1)[-1])
-    naming = [path for path in run.tests if re.search(rf"\b{name}\b", path.read_text(errors="replace"))]
-    run = replace(run, tests=(*naming, *(path for path in run.tests if path not in naming)))
-    return _pytest(run, scratch, worker, sources={mutant.module: source}, timeout=timeout, first=first)
 
 
 def _pytest(run: FeatureTests, scratch: Path, worker: Worker, *, sources: dict[str, str], timeout: float,

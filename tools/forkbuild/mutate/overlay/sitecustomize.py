@@ -2,6 +2,7 @@
 too; stdlib only): FORKBUILD_MUTANT, JSON {dotted module name: its file, or "" for "gone"}, makes
 those modules load from those files instead of the installed ones."""
 
+import contextlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -72,11 +73,8 @@ def _chain_next_sitecustomize():
         candidate = os.path.join(entry or os.getcwd(), "sitecustomize.py")
         if os.path.abspath(entry or os.getcwd()) != here and os.path.isfile(candidate):
             spec = importlib.util.spec_from_file_location("_forkbuild_next_sitecustomize", candidate)
-            module = importlib.util.module_from_spec(spec)
-            try:
-                spec.loader.exec_module(module)
-            except Exception:  # as site.py does: a broken sitecustomize never stops the interpreter
-                pass
+            with contextlib.suppress(Exception):  # as site.py does: a broken one never stops the interpreter
+                spec.loader.exec_module(importlib.util.module_from_spec(spec))
             return
 
 
