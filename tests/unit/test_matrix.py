@@ -146,7 +146,7 @@ def test_pairwise_covers_every_feasible_pair_with_valid_rows(tmp_path, shape):
     for a, b in itertools.combinations(names, 2):
         together = any(a in row and b in row for row in rows)
         assert together == _may_coexist(series, a, b), (a, b)
-    assert matrix.lower_bound <= matrix.count < len(strategies.valid_subsets(series))
+    assert matrix.lower_bound <= len(matrix.combinations) < len(strategies.valid_subsets(series))
 
 
 def test_pairwise_lower_bound_is_the_known_optimum_without_constraints(tmp_path):

@@ -44,7 +44,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--out", type=Path, help="write here instead of stdout (bake: default build/docker-bake.json)")
     bake = parser.add_argument_group("bake", "--format bake: prepares each combination's build context (its wheel "
                                              "built or reused) under build/image/")
-    bake.add_argument("--mode", choices=build.MODES, default="wheel", help="image mode of every target (default: wheel)")
+    bake.add_argument("--mode", choices=build.MODES, default="wheel", help="every target's image mode (default: wheel)")
     bake.add_argument("--base", help=f"default base image (default: the official one; at bake time: ${BASE_VARIABLE})")
     bake.add_argument("--python-tag", action="append", default=[], metavar="TAG",
                       help="wheels only for these pinned tags (default: every pinned tag)")
@@ -63,7 +63,7 @@ def run(args, context) -> int:
     series = context.series
     base = series.variant(args.variant).name if args.variant else ""
     matrix = build_matrix(series, args.strategy, base=base, force=args.force, limit=args.limit)
-    summary = f"{matrix.count} combinations ({matrix.strategy}; lower bound {matrix.lower_bound})"
+    summary = f"{len(matrix.combinations)} combinations ({matrix.strategy}; lower bound {matrix.lower_bound})"
     summary += f"; {matrix.note}" if matrix.note else ""
     context.reporter.info(summary)
     if args.test_patch:
@@ -108,7 +108,8 @@ def _bake(args, context, matrix: Matrix) -> None:
         image_context = contexts[combination.name]
         targets[combination.name] = {
             "context": os.path.relpath(image_context.path, out.parent), "dockerfile": "Dockerfile",
-            "target": build.TARGET, "args": build.build_args(image_context, mode=args.mode, base=f"${{{BASE_VARIABLE}}}"),
+            "target": build.TARGET, "args": build.build_args(image_context, mode=args.mode,
+                                                             base=f"${{{BASE_VARIABLE}}}"),
             "tags": [build.default_tag(combination.name, args.mode)], "network": "none"}
     base = args.base or build.official_base(context.series.upstream.version)
     _emit({"variable": {BASE_VARIABLE: {"default": base}}, "group": {"default": {"targets": list(targets)}},
@@ -121,7 +122,7 @@ def _test_patch(args, context, matrix: Matrix) -> int:
     table, combination x outcome, and build/test-patch/matrix-<strategy>.json."""
     rows: list[dict] = []
     for number, combination in enumerate(matrix.combinations, start=1):
-        context.reporter.info(f"[{number}/{matrix.count}] {combination.name}: {combination.label}")
+        context.reporter.info(f"[{number}/{len(matrix.combinations)}] {combination.name}: {combination.label}")
         row: dict = {"name": combination.name, "features": list(combination.features), "base": combination.base}
         options = Options(variant=combination, python=args.python, structure_only=args.structure_only,
                           from_tree=args.from_tree)
@@ -137,7 +138,7 @@ def _test_patch(args, context, matrix: Matrix) -> int:
                      "failing": failing, "reason": "", "report": str(outcome.report)})
     report = context.build_dir / "test-patch" / f"matrix-{matrix.strategy}.json"
     report.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(report, json.dumps({"strategy": matrix.strategy, "count": matrix.count,
+    write_atomic(report, json.dumps({"strategy": matrix.strategy, "count": len(matrix.combinations),
                                      "lower_bound": matrix.lower_bound, "combinations": rows}, indent=2) + "\n")
     grid = Table("combination", "features", "outcome", "pass", "fail", "skip", "failing checks",
                  title=f"test-patch over the {matrix.strategy} matrix")

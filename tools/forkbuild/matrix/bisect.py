@@ -75,9 +75,8 @@ class ProbeLog:
                 raise BisectError(f"{path}: a probe log of another bisect (command, features or mode differ)",
                                   hint="start this one over with --restart (the log is replaced)")
             for item in data["probes"]:
-                self.probes[tuple(item["features"])] = Probe(
-                    features=tuple(item["features"]), outcome=item["outcome"], exit_codes=tuple(item["exit_codes"]),
-                    seconds=item["seconds"], detail=item["detail"])
+                probe = Probe(**{**item, "features": tuple(item["features"]), "exit_codes": tuple(item["exit_codes"])})
+                self.probes[probe.features] = probe
             self.minimal = data.get("minimal")
         except (OSError, ValueError, KeyError, TypeError) as error:
             raise BisectError(f"{path}: unreadable probe log ({error})",

@@ -31,10 +31,6 @@ class Matrix:
     lower_bound: int  # no valid matrix of this strategy has fewer combinations
     note: str = ""
 
-    @property
-    def count(self) -> int:
-        return len(self.combinations)
-
 
 def build_matrix(series: Series, strategy: str, *, base: str = "", force: bool = False,
                  limit: int = ALL_LIMIT) -> Matrix:

@@ -109,9 +109,8 @@ def run_all(runs: dict[str, FeatureTests], mutants: list[Mutant], *, python: Pat
                     continue
                 folder = scratch / f"m{index}"
                 source = "" if mutant.source is None else _write(folder / "src", mutant.path, mutant.source)
-                # `first` (the test that killed this mutant last time), then the test files naming its
-                # module (the last dotted part): with -x a mutant their tests kill stops there. A
-                # survivor still runs them all, so no verdict changes.
+                # `first` (its killer last time), then the files naming its module (the last dotted part):
+                # with -x a mutant their tests kill stops there; a survivor still runs them all.
                 name = re.escape(mutant.module.rsplit(".", 1)[-1])
                 naming = [path for path in run.tests if re.search(rf"\b{name}\b", path.read_text(errors="replace"))]
                 tests = (*naming, *(path for path in run.tests if path not in naming))

@@ -57,15 +57,6 @@ class _MutantFinder(importlib.abc.MetaPathFinder):
             submodule_search_locations=locations)
 
 
-def install():
-    sources = json.loads(os.environ.get("FORKBUILD_MUTANT") or "{}")
-    if not sources or any(isinstance(finder, _MutantFinder) for finder in sys.meta_path):
-        return
-    # Each mutant's file has its own path, but a stale .pyc next to it must never be read.
-    sys.dont_write_bytecode = True
-    sys.meta_path.insert(0, _MutantFinder(sources))
-
-
 def _chain_next_sitecustomize():
     """This file shadows the interpreter's own sitecustomize (a venv's, Debian's): run that too."""
     here = os.path.dirname(os.path.abspath(__file__))
@@ -78,6 +69,9 @@ def _chain_next_sitecustomize():
             return
 
 
-install()
+_SOURCES = json.loads(os.environ.get("FORKBUILD_MUTANT") or "{}")
+if _SOURCES and not any(isinstance(finder, _MutantFinder) for finder in sys.meta_path):
+    sys.dont_write_bytecode = True  # each mutant's file has its own path, but a stale .pyc must never be read
+    sys.meta_path.insert(0, _MutantFinder(_SOURCES))
 if __name__ == "sitecustomize":  # not when the fork server loads it by path
     _chain_next_sitecustomize()
