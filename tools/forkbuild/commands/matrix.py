@@ -124,10 +124,9 @@ def _test_patch(args, context, matrix: Matrix) -> int:
     for number, combination in enumerate(matrix.combinations, start=1):
         context.reporter.info(f"[{number}/{len(matrix.combinations)}] {combination.name}: {combination.label}")
         row: dict = {"name": combination.name, "features": list(combination.features), "base": combination.base}
-        options = Options(variant=combination, python=args.python, structure_only=args.structure_only,
-                          from_tree=args.from_tree)
         try:
-            outcome = run_variant(context=context, options=options)
+            outcome = run_variant(context=context, options=Options(
+                variant=combination, python=args.python, structure_only=args.structure_only, from_tree=args.from_tree))
         except ForkbuildError as error:
             rows.append({**row, "outcome": ERROR, "counts": {}, "failing": [], "reason": error.message, "report": ""})
             continue

@@ -162,11 +162,9 @@ def _check(context) -> int:
 
 def _execute(context, plans: list[PatchPlan], *, python: Path, jobs: int, data: dict, recorded: dict,
              site_packages: Path, reasons: results.Reasons) -> None:
-    for item in plans:
-        if not item.mutants:
-            _record(recorded, item, {}, reasons)
-    plans = [item for item in plans if item.mutants]
-    if not plans:
+    for item in [item for item in plans if not item.mutants]:
+        _record(recorded, item, {}, reasons)
+    if not (plans := [item for item in plans if item.mutants]):
         return
     root = context.series.root
     mutants = [mutant for item in plans for mutant in item.mutants]

@@ -78,14 +78,12 @@ def feasible(series: Series, inside: Iterable[str], outside: Iterable[str]) -> b
 
 
 def feasible_pairs(series: Series) -> set[Pair]:
-    names = list(series.features)
     pairs = set()
-    for a, b in itertools.combinations(names, 2):
+    for a, b in itertools.combinations(series.features, 2):
         for state_a, state_b in itertools.product((True, False), repeat=2):
-            inside = [name for name, state in ((a, state_a), (b, state_b)) if state]
-            outside = [name for name, state in ((a, state_a), (b, state_b)) if not state]
-            if feasible(series, inside, outside):
-                pairs.add(((a, state_a), (b, state_b)))
+            states = ((a, state_a), (b, state_b))
+            if feasible(series, [name for name, on in states if on], [name for name, on in states if not on]):
+                pairs.add(states)
     return pairs
 
 

@@ -66,12 +66,8 @@ def mutants_of(entry: PatchEntry, *, package_root: str,
         path = str(PurePosixPath(patched.path).relative_to(package_root))
         for number, hunk in enumerate(patched, start=1):
             hunk_id = f"{path}:h{number}"
-            summary = _first_change(hunk)
-            if not path.endswith(".py"):
-                skipped.append(Skipped(hunk_id, entry.file, summary, NOT_PYTHON))
-                continue
-            if patched.is_removed_file:
-                skipped.append(Skipped(hunk_id, entry.file, summary, DELETED_FILE))
+            if why := NOT_PYTHON if not path.endswith(".py") else DELETED_FILE if patched.is_removed_file else "":
+                skipped.append(Skipped(hunk_id, entry.file, _first_change(hunk), why))
                 continue
             text = installed(path)
             if text is None:
@@ -80,7 +76,7 @@ def mutants_of(entry: PatchEntry, *, package_root: str,
             found = list(_hunk_mutants(entry, hunk, hunk_id=hunk_id, path=path, text=text,
                                        new_file=patched.is_added_file))
             if not found:
-                skipped.append(Skipped(hunk_id, entry.file, summary, NO_CODE))
+                skipped.append(Skipped(hunk_id, entry.file, _first_change(hunk), NO_CODE))
             mutants += found
     return mutants, skipped
 
@@ -99,10 +95,7 @@ def _hunk_mutants(entry: PatchEntry, hunk: unidiff.Hunk, *, hunk_id: str, path: 
     except SyntaxError as error:
         raise MutationError(f"patches/{entry.file}: the installed {path} does not parse: {error}") from error
     added, span, reverted = found
-    code = _code_of(text)
-    if reverted is None and code == _code_of(""):
-        return  # a new module holding only comments and docstrings
-    if reverted is not None and _code_of(reverted) == code:
+    if _code_of(reverted or "") == _code_of(text):  # (a new module of) comments, docstrings, layout only
         return
     yield Mutant(hunk_id, entry.file, entry.feature, path, HUNK, span, _first_change(hunk), reverted)
     statements = list(_added_statements(patched_tree.body, set(added)))

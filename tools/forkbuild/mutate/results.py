@@ -36,11 +36,9 @@ def feature_of_test(path: Path) -> str | None:
         tree = ast.parse(path.read_text(encoding="utf-8"))
     except SyntaxError as error:
         raise MutationError(f"{path}: does not parse: {error}") from error
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "FEATURE" for t in node.targets) \
-                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
-            return node.value.value
-    return None
+    return next((node.value.value for node in tree.body if isinstance(node, ast.Assign)
+                 and any(isinstance(target, ast.Name) and target.id == "FEATURE" for target in node.targets)
+                 and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)), None)
 
 
 def feature_tests(root: Path, feature: str) -> list[Path]:

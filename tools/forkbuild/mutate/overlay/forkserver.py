@@ -60,8 +60,7 @@ def _serve(request):
     start = time.monotonic()
     pid = os.fork()
     if pid == 0:
-        # The child ends as `python -m pytest` would (SystemExit: atexit, output flushed) and
-        # never goes back to serving, also when the run raised (70: EX_SOFTWARE).
+        # It ends as `python -m pytest` would (atexit, output flushed), never serving; 70 if it raised.
         try:
             code = _child(request)
         except BaseException:
