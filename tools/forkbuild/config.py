@@ -592,15 +592,6 @@ def _check_variants(problems: _Problems, series: Series) -> None:
                 problems.add(f"variants.{name}.env.{env}", str(error), near=env)
 
 
-def _parse_guards_module(problems: _Problems, meta: Mapping[str, Any]) -> str:
-    name = problems.string(meta, "guards_module", "series")
-    if name and not all(part.isidentifier() for part in name.split(".")):
-        problems.add("series.guards_module", f"{name!r} is not a dotted Python module name (e.g. pkg.sub.module)",
-                     near="guards_module")
-        return ""
-    return name
-
-
 def parse_series(text: str, *, path: Path) -> Series:
     problems = _Problems(text)
     try:
@@ -616,6 +607,10 @@ def parse_series(text: str, *, path: Path) -> Series:
     _check_keys(problems, runtime, "runtime", "runtime")
     if "upstream" not in raw:
         problems.add("upstream", "the [upstream] table is required")
+    guards_module = problems.string(meta, "guards_module", "series")
+    if guards_module and not all(part.isidentifier() for part in guards_module.split(".")):
+        problems.add("series.guards_module", f"{guards_module!r} is not a dotted Python module name "
+                     "(e.g. pkg.sub.module)", near="guards_module")
     series = Series(
         path=path,
         name=problems.string(meta, "name", "series", default=path.parent.name),
@@ -625,7 +620,7 @@ def parse_series(text: str, *, path: Path) -> Series:
         patches=tuple(_parse_patches(problems, raw.get("patches", []), path.parent / "patches")),
         variants=MappingProxyType(_parse_variants(problems, raw.get("variants", {}))),
         runtime_env=MappingProxyType(_runtime_env(problems, runtime.get("env", {}))),
-        guards_module=_parse_guards_module(problems, meta),
+        guards_module=guards_module if not problems.has("series.guards_module") else "",
     )
     _check_references(problems, series)
     _check_patch_files(problems, series)

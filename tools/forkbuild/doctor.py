@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from forkbuild.config import GUARD_PREFIX, Series
-from forkbuild.envfile import EnvValue, read_env_file
+from forkbuild.envfile import read_env_file
 from forkbuild.image.runtime import migration
 
 
@@ -31,7 +31,8 @@ def doctor_env(series: Series, *, variant: str, env_file: Path) -> EnvReport:
     found = migration.readings(built, environ)
     lines, changed, refused = [], [], []
     for reading, text in zip(found, migration.lines(found), strict=True):
-        where = _where(env_file, values.get(reading.env), chosen.env.get(reading.env))
+        where = f"{env_file}:{values[reading.env].line}" if reading.env in values else \
+            "the image's ENV (variant default)" if reading.env in chosen.env else "guard default"
         lines.append(f"{text}  [{where}]")
         if reading.changed and reading.env in values:
             changed.append(f"{env_file}:{values[reading.env].line}: {reading.env}={reading.value!r} meant "
@@ -50,9 +51,3 @@ def doctor_env(series: Series, *, variant: str, env_file: Path) -> EnvReport:
              for line in migration.setting_notes({key: item.value for key, item in values.items()})]
     return EnvReport(variant=variant, lines=tuple(lines), changed=tuple(changed), refused=tuple(refused),
                      unused=tuple(unused), notes=tuple(notes))
-
-
-def _where(env_file: Path, value: EnvValue | None, default: str | None) -> str:
-    if value is not None:
-        return f"{env_file}:{value.line}"
-    return "the image's ENV (variant default)" if default is not None else "guard default"

@@ -17,7 +17,6 @@ LINE = re.compile(r"^\s*(?:export\s+)?(?P<key>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>
 
 @dataclass(frozen=True)
 class EnvValue:
-    key: str
     value: str
     line: int
 
@@ -34,7 +33,7 @@ def parse_env(text: str, *, source: str) -> dict[str, EnvValue]:
         if match is None or value is None:
             problems.append(f"line {number}: not KEY=VALUE: {raw.strip()!r}")
             continue
-        values[match["key"]] = EnvValue(key=match["key"], value=value, line=number)
+        values[match["key"]] = EnvValue(value=value, line=number)
     if problems:
         raise ConfigError(problems, source=source)
     return values
