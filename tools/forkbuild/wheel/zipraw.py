@@ -8,6 +8,7 @@ sglang wheel) and stamps new members with the clock.
 from __future__ import annotations
 
 import functools
+import io
 import struct
 import zipfile
 import zlib
@@ -64,10 +65,10 @@ class ZipSource:
         self.path = Path(path)
         self.data = self.path.read_bytes()
         try:
-            with zipfile.ZipFile(self.path) as archive:
-                infos = archive.infolist()
+            self.archive = zipfile.ZipFile(io.BytesIO(self.data))
         except zipfile.BadZipFile as error:
             raise BuildError(f"{self.path}: not a zip archive: {error}") from error
+        infos = self.archive.infolist()
         self.members = tuple(Member(info=info, data_offset=self._data_offset(info), central=_central(
             info, name=info.orig_filename.encode("utf-8" if info.flag_bits & _UTF8_FLAG else "cp437"),
             flags=info.flag_bits, extra=info.extra)) for info in infos)
@@ -86,16 +87,10 @@ class ZipSource:
 
     def read(self, name: str) -> bytes:
         """A member's uncompressed content, checked against its CRC."""
-        member = self.by_name.get(name)
-        if member is None:
-            raise BuildError(f"{self.path}: has no member {name}")
-        raw, method = self.compressed(member), member.info.compress_type
-        if method not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
-            raise BuildError(f"{self.path}: {name}: unsupported compression method {method}")
-        content = raw if method == zipfile.ZIP_STORED else zlib.decompress(raw, -15)
-        if zlib.crc32(content) != member.info.CRC:
-            raise BuildError(f"{self.path}: {name}: CRC mismatch, the archive is damaged")
-        return content
+        try:
+            return self.archive.read(name)
+        except (KeyError, zipfile.BadZipFile, NotImplementedError) as error:
+            raise BuildError(f"{self.path}: {name}: {error}") from error
 
 
 @functools.lru_cache(maxsize=512)
