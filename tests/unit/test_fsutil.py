@@ -83,14 +83,14 @@ def test_apply_writes_its_work_tree_state_atomically(series_fx, tmp_path: Path, 
 
 
 def test_test_patch_records_leave_no_temporary_when_the_write_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from forkbuild.testpatch.records import write_json
+    from forkbuild.testpatch.records import write
 
-    write_json(tmp_path / "out" / "stock.json", [{"a": 1}])
+    write(tmp_path / "out" / "stock.json", [{"a": 1}], variant="stock")
     monkeypatch.setattr(fsutil.os, "replace", lambda source, destination: (_ for _ in ()).throw(OSError("disk full")))
     with pytest.raises(OSError):
-        write_json(tmp_path / "out" / "stock.json", [{"a": 2}])
+        write(tmp_path / "out" / "stock.json", [{"a": 2}], variant="stock")
     assert [path.name for path in (tmp_path / "out").iterdir()] == ["stock.json"]
-    assert (tmp_path / "out" / "stock.json").read_text() == '[\n {\n  "a": 1\n }\n]\n'
+    assert (tmp_path / "out" / "stock.json").read_text() == '[\n {\n  "variant": "stock",\n  "a": 1\n }\n]\n'
     assert mode(tmp_path / "out" / "stock.json") == 0o644
 
 

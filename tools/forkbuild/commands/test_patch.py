@@ -10,6 +10,7 @@ from forkbuild.errors import BuildError
 from forkbuild.matrix import arguments
 from forkbuild.testpatch import proof, records
 from forkbuild.testpatch.device import DEVICES
+from forkbuild.testpatch.records import FAIL, GUARD_ON_UNPATCHED, SKIP
 from forkbuild.testpatch.runner import Options, run_variant
 
 
@@ -44,22 +45,19 @@ def run(args, context) -> int:
     context.reporter.console.print(records.table(outcome.rows, variant=combination.name, checks=outcome.checks))
     for line in records.problems(outcome.rows):
         context.reporter.info(line)
-    if outcome.proof is not None:
-        _print_proof(context.reporter, outcome)
+    if outcome.proof is not None:  # the stock proof: counts, per feature; the tests that did not count (-v: all)
+        context.reporter.info(f"stock proof: {proof.sentence(outcome.proof)}")
+        for feature, kinds in outcome.proof["by_feature"].items():
+            context.reporter.info(f"  {feature or '(no feature)'}: "
+                                  + ", ".join(f"{count} {kind}" for kind, count in sorted(kinds.items())))
+        for row in outcome.rows:
+            for detail in row["details"] if row["check"] == GUARD_ON_UNPATCHED else []:
+                if detail["outcome"] == FAIL:
+                    context.reporter.info(f"  does not count: {detail['test']}: {detail['reason']}")
+                elif detail["outcome"] != SKIP:
+                    context.reporter.detail(f"  counts: {detail['test']}: {detail['reason']}")
     context.reporter.info(f"written: {outcome.report}")
     if outcome.failed:
         context.reporter.warn(f"{len(outcome.failed)} check(s) failed; details in {outcome.report}")
         return 1
     return 0
-
-
-def _print_proof(reporter, outcome) -> None:
-    """The stock proof: counts, per feature; every test that did not count, and (-v) why each one did."""
-    reporter.info(f"stock proof: {proof.sentence(outcome.proof)}")
-    for line in proof.feature_lines(outcome.proof):
-        reporter.info(f"  {line}")
-    for result, test, why in proof.explained(outcome.rows):
-        if result == "fail":
-            reporter.info(f"  does not count: {test}: {why}")
-        else:
-            reporter.detail(f"  counts: {test}: {why}")

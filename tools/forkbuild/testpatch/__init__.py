@@ -1,4 +1,1 @@
-"""`forkbuild test-patch`: prove a variant. Structure checks on the applied
-tree (no torch), then the behaviour tests of tests/patches against the
-variant's installed wheel, summarised per feature and check.
-"""
+"""`forkbuild test-patch`: structure checks, behaviour tests and the stock proof of a variant."""

@@ -1,6 +1,5 @@
-"""Behaviour: run tests/patches under pytest against the variant's sglang,
-either its wheel installed into a test Python or an applied tree on PYTHONPATH,
-and turn each test's outcome into a record."""
+"""Behaviour: tests/patches under pytest against the variant's sglang (its wheel installed in a
+test Python, or an applied tree on PYTHONPATH), each test's outcome a record."""
 
 from __future__ import annotations
 
@@ -98,10 +97,8 @@ def installed_manifest(python: Path) -> manifest_module.Manifest | None:
 
 def run_tests(*, context: Context, python: TestPython, features: str | None = None,
               markers: str = "", shards: int = 1) -> list[dict]:
-    """Run tests/patches; returns the conftest's records. `features` sets
-    FORKBUILD_TEST_FEATURES (None: the installed manifest decides). `shards`:
-    that many pytest processes side by side, the test files dealt out between
-    them (each file is one feature's tests and shares nothing with another)."""
+    """tests/patches' records from the conftest. `features`: FORKBUILD_TEST_FEATURES (None: the
+    installed manifest decides); `shards` pytest processes side by side, the files dealt out."""
     tests = context.series_dir / TESTS_DIR
     files = sorted({*tests.glob("test_*.py"), *tests.glob("*_test.py")})  # pytest's default python_files
     groups = [files[number::shards] for number in range(min(shards, len(files)))] if shards > 1 and files \
@@ -117,8 +114,7 @@ def _pytest(context: Context, python: TestPython, paths: list[Path], *, features
     with tempfile.TemporaryDirectory(prefix="forkbuild-pytest-") as scratch:
         results = Path(scratch) / "results.json"
         env[RESULTS_ENV] = str(results)
-        # -v: pytest names each test on the terminal as it ends, so a run cut off
-        # (a GPU call's time limit kills forkbuild and all) shows how far it got.
+        # -v: pytest names each test as it ends, so a run cut off shows how far it got.
         live = context.reporter.verbose
         command = [str(python.executable), "-m", "pytest", "-p", "no:cacheprovider", "-v" if live else "-q", "-rfE",
                    "--rootdir", str(context.series_dir), *(str(path) for path in paths)]

@@ -1,24 +1,7 @@
-"""The stock proof: every guard_on test must fail where its patch's behaviour is
-missing, and for that reason only; every guard_off test must pass there.
-
-A guard_on test sets its guard and asserts the feature. On plain stock sglang
-the guard is not even declared, so almost any such test fails at once with
-AttributeError on `envs.DSV41_...`: that proves nothing about behaviour. So a
-guarded feature's tests run against stock plus only the guard declarations
-(the environ.py part of every patch, series order: the guard types and the
-hook; and the generated guards module): a test that still fails there fails
-on what the patch does. A feature without guards of its own
-(`guards`) declares the guard machinery itself: its behaviour is in environ.py,
-so its tests are proven on plain stock.
-
-How each failure counts:
-- on an assertion (AssertionError; pytest's Failed: pytest.fail, DID NOT RAISE);
-- on a missing name the feature's patches add (ImportError/AttributeError of a
-  function, class, attribute or module the patch defines);
-- on another exception: the test passes with the patch in the same venv, so
-  the patch's code is the difference; accepted, counted apart to be looked at;
-- a missing DSV41_* name is a harness or test error, never a proof: the
-  declarations are there, so the test reads a guard nobody declares.
+"""The stock proof: every guard_on test must fail where its patch's behaviour is missing (on
+stock sglang plus only the guard declarations; a feature without guards of its own on plain
+stock), and for an accepted reason: an assertion, a name the feature's patches add, or another
+exception (counted apart); a missing DSV41_* name is a harness error. guard_off tests must pass there.
 """
 
 from __future__ import annotations
@@ -67,14 +50,10 @@ _DEFINED = re.compile(r"^\s*(?:async\s+def|def|class)\s+(?P<name>\w+)"
 _IMPORTED = re.compile(r"^\s*(?:from\s+\S+\s+)?import\s+(?P<names>[\w., ]+)$")
 
 
-# -- the trees the proof runs on ----------------------------------------------
-
 @contextmanager
 def declarations_tree(*, context: Context) -> Iterator[Path]:
-    """Stock sglang plus only the environ.py part of every patch of the series
-    (the guard types and the hook that registers the generated guards), in
-    series order, plus the generated guards module of every feature; yields the
-    directory to put on PYTHONPATH."""
+    """Stock sglang plus the environ.py part of every patch (series order) and the generated
+    guards module of every feature; yields the directory to put on PYTHONPATH."""
     series = context.series
     cache = context.upstream
     base = cache.ensure(series.upstream)
@@ -93,21 +72,12 @@ def declarations_tree(*, context: Context) -> Iterator[Path]:
         yield dest / series.upstream.package_root
 
 
-def declaring_features(series: Series) -> list[str]:
-    """Features with no guard of their own: they make the guard machinery, so
-    their behaviour is in environ.py and is proven on plain stock."""
-    return [name for name, feature in series.features.items() if not feature.guards]
-
-
-# -- running -----------------------------------------------------------------
-
 def run_proof(*, context: Context, stock: TestPython, pool: Executor, shards: int = 1) -> list[Record]:
-    """The guard_on_unpatched and guard_off_unpatched records. `stock` runs the
-    tests against plain stock sglang (installed wheel or applied tree); both
-    runs go to `pool`, beside each other and whatever else runs there; the run on
-    the declarations, the long one, as `shards` pytest processes."""
+    """The *_unpatched records: `stock` runs the tests on plain stock sglang; both runs go to
+    `pool`, the long one on the declarations as `shards` pytest processes."""
     series = context.series
-    plain = declaring_features(series)
+    # Features without guards of their own make the guard machinery: proven on plain stock.
+    plain = [name for name, feature in series.features.items() if not feature.guards]
     added = {name: added_names(series, name) for name in series.features}
     # The other features' tests skip on plain stock (not claimed): they are proven on the declarations.
     on_stock = pool.submit(behaviour.run_tests, context=context, python=stock, features=",".join(plain),
@@ -127,8 +97,6 @@ def run_proof(*, context: Context, stock: TestPython, pool: Executor, shards: in
                                   on="stock sglang") if on_stock else []
     return plain_records + declared_records
 
-
-# -- judging -----------------------------------------------------------------
 
 def added_names(series: Series, feature: str) -> set[str]:
     """Names `feature`'s patches define (functions, classes, assignments,
@@ -203,8 +171,6 @@ def proof_records(raw: list[dict], *, added: dict[str, set[str]], on: str) -> li
     return records
 
 
-# -- counting ----------------------------------------------------------------
-
 def counts(records: list[Record]) -> dict:
     """How the guard_on tests fared without their patches, overall and per feature."""
     proven = [record for record in records if record.check == GUARD_ON_UNPATCHED]
@@ -233,16 +199,3 @@ def summary_row(numbers: dict) -> dict:
     outcome = FAIL if numbers[HARNESS_ERROR] or numbers[PASSES] or numbers[FAIL] else PASS
     return {"feature": "", "check": "proof", "outcome": outcome, "reason": sentence(numbers), "counts": numbers,
             "details": []}
-
-
-def feature_lines(numbers: dict) -> list[str]:
-    """Per feature: how its guard_on tests failed without the patch ('alpha: 2 assertion, 1 missing_name')."""
-    return [f"{feature or '(no feature)'}: " + ", ".join(f"{count} {kind}" for kind, count in sorted(kinds.items()))
-            for feature, kinds in numbers["by_feature"].items()]
-
-
-def explained(rows: list[dict]) -> list[tuple[str, str, str]]:
-    """(outcome, test, why it counted) of every guard_on test the proof ran."""
-    return [(detail["outcome"], detail["test"], detail["reason"]) for row in rows if row["check"] == GUARD_ON_UNPATCHED
-            for detail in row["details"] if detail["outcome"] != SKIP]
-

@@ -1,5 +1,5 @@
-"""The records test-patch produces, one per (feature, check, step or test), and
-their summary: one cell per (feature, check), as a rich table and as JSON."""
+"""test-patch's records, one per (feature, check, step or test), summed up in one cell per
+(feature, check), as a rich table and as JSON."""
 
 from __future__ import annotations
 
@@ -16,9 +16,7 @@ STRUCTURE = "structure"
 GUARD_OFF = "guard_off"
 GUARD_ON = "guard_on"
 ABSENT = "absent"
-# On a variant without features the tests run once more with every feature
-# claimed as built in, against stock sglang plus only the guard declarations
-# (testpatch.proof): guard_on tests must fail there, guard_off tests must pass.
+# The stock proof's checks (testpatch.proof).
 GUARD_ON_UNPATCHED = "guard_on_unpatched"
 GUARD_OFF_UNPATCHED = "guard_off_unpatched"
 CHECKS = (STRUCTURE, GUARD_OFF, GUARD_ON, ABSENT)
@@ -44,9 +42,8 @@ class Record:
 
 
 def summarise(records: list[Record]) -> tuple[str, str]:
-    """One cell: fail if anything failed; pass if something passed and nothing
-    failed; skip otherwise. The reason is the first failure's, else the first
-    skip's (when nothing passed), else a count."""
+    """One cell: fail if anything failed, else pass if something passed, else skip; with the
+    first failure's reason, else the first skip's (nothing passed), else a count."""
     if not records:
         return SKIP, "no tests"
     failures = [record for record in records if record.outcome == FAIL]
@@ -102,11 +99,6 @@ def problems(rows: list[dict]) -> list[str]:
 
 
 def write(path: Path, rows: list[dict], *, variant: str, extra: Sequence[dict] = ()) -> None:
-    """The cells, then `extra` records (the device, the stock proof's counts)."""
-    write_json(path, [{"variant": variant, **row} for row in [*rows, *extra]])
-
-
-def write_json(path: Path, data: list[dict]) -> None:
-    """Atomically: a reader never sees half a file."""
+    """The cells, then `extra` records (the device, the stock proof's counts); atomically."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, json.dumps(data, indent=1) + "\n")
+    write_atomic(path, json.dumps([{"variant": variant, **row} for row in [*rows, *extra]], indent=1) + "\n")

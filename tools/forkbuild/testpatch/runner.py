@@ -1,6 +1,5 @@
-"""One variant, end to end: structure, behaviour, (for a variant without
-features) the proof that the tests fail without the patches (testpatch.proof),
-summary."""
+"""One variant, end to end: structure, behaviour, (for a variant without features) the stock
+proof (testpatch.proof), summary."""
 
 from __future__ import annotations
 
@@ -76,16 +75,14 @@ def run_variant(*, context: Context, options: Options) -> Outcome:
         made += _behaviour(context, python, features=None, prove=prove)
     checks = (STRUCTURE,) if options.structure_only else CHECKS + (UNPATCHED_CHECKS if prove else ())
     numbers = proof.counts(made) if prove else None
-    extra = ([found.record(variant)] if found else []) + ([proof.summary_row(numbers)] if numbers else [])
+    extra = ([found] if found else []) + ([proof.summary_row(numbers)] if numbers else [])
     return _summed(context, made, variant=variant, device=options.device, checks=checks, extra=extra,
                    built=None if options.structure_only else set(features), proof=numbers)
 
 
 def _run_installed(*, context: Context, options: Options, variant: str) -> Outcome:
-    """The behaviour tests against the sglang `options.python` imports as it is
-    (its manifest says which features are built in): for a machine that has the
-    variant's files but not the upstream cache, e.g. a lent GPU. The structure
-    checks and the stock proof need the cache and are left to a full run."""
+    """The behaviour tests against the sglang `options.python` imports (its manifest says what
+    is built in): for a machine without the upstream cache, e.g. a lent GPU."""
     found = device_module.probe(options.python, options.device)
     manifest = behaviour.installed_manifest(options.python)
     if manifest is None:
@@ -98,7 +95,7 @@ def _run_installed(*, context: Context, options: Options, variant: str) -> Outco
     python = TestPython(executable=options.python, env={device_module.DEVICE_ENV: options.device})
     made = _behaviour(context, python, features=None, prove=False)
     # the device record names the build that ran: a GPU report is evidence of that wheel only
-    ran = {**found.record(variant), "wheel_version": manifest.version, "series_hash": manifest.series_hash}
+    ran = {**found, "wheel_version": manifest.version, "series_hash": manifest.series_hash}
     return _summed(context, made, variant=variant, device=options.device, checks=(GUARD_OFF, GUARD_ON, ABSENT),
                    extra=[ran], built=set(manifest.features))
 
@@ -119,14 +116,12 @@ def _summed(context: Context, made: list[Record], *, variant: str, device: str, 
 
 
 def _behaviour(context: Context, python: TestPython, *, features, prove: bool) -> list[Record]:
-    """`features` None: the installed manifest says what is built in; else the
-    variant's features (an applied tree has no manifest). With `prove`, the stock
-    proof's two pytest runs go beside it: processes that share nothing."""
+    """`features` None: the installed manifest says what is built in. With `prove`, the stock
+    proof's two pytest runs go beside it."""
     claimed = None if features is None else ",".join(features)
     title = "behaviour: tests/patches" + (", and the stock proof's two runs beside it" if prove else "")
-    # On the CPU the longest run (the behaviour run, or with `prove` the proof's run on the
-    # declarations) is dealt out over every core; -v keeps one run per purpose, naming its
-    # tests in order as they end (how far a killed run got).
+    # On the CPU the longest run is dealt out over every core; -v keeps one run per purpose,
+    # naming its tests as they end (how far a killed run got).
     cpu = not context.reporter.verbose and python.env.get(device_module.DEVICE_ENV) == "cpu"
     shards = (os.cpu_count() or 1) if cpu else 1
     with context.reporter.step(title), ThreadPoolExecutor(max_workers=3) as pool:

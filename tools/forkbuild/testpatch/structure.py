@@ -1,16 +1,7 @@
-"""Structure checks of a variant, on its applied tree; fast and torch-free.
-
-- every patch applies strictly (exact/offset; 3-way is reported);
-- every Python file a patch touches compiles;
-- every patch's added lines read one of its feature's guards through sglang's
-  registry (`envs.DSV41_...`), unless series.toml marks it `unguarded`; every
-  guard is read somewhere; no patch reads a guard the variant does not declare;
-- the tree's generated guards module (forkbuild.guards_module, read with `ast`,
-  no import) declares exactly the guards of the variant's features, with
-  series.toml's types and defaults. forkbuild writes that module, so a mismatch
-  means the generator or the tree is broken (a patch that edits it, a tree not
-  made by forkbuild): the check stays because the wheel ships what the tree holds.
-"""
+"""Structure checks of a variant's applied tree (fast, torch-free): every patch applies strictly
+and compiles; its added lines read one of its feature's guards through `envs.` (unless
+`unguarded`); every guard is read and declared; the generated guards module (read with `ast`)
+declares exactly the variant's guards as series.toml says them, and no patch edits it."""
 
 from __future__ import annotations
 
