@@ -200,10 +200,7 @@ def _stopped(worktree: Git, job: PatchJob, result: PatchResult, *, earlier: tupl
     """`apply --all` stopped at a patch that does not apply: the tree waits for a person."""
     dest = worktree.path
     files = ", ".join(result.conflicts) or "none reported"
-    if result.detail == ALREADY_APPLIED:
-        detail = _already_detail(job.path, [(other.name, other.path) for other in earlier])
-    else:
-        detail = _fuzz_detail(worktree, job.path) or result.detail
+    detail = _failure_detail(worktree, job.path, result.detail, earlier=[(other.name, other.path) for other in earlier])
     stopped = ApplyError(
         f"{job.name} does not apply: {detail}\n  conflicted: {files}\n  work tree: {dest}",
         hint=f"resolve it in {dest} (edit the conflict markers or .rej hunks, `git add`), then "
@@ -220,8 +217,10 @@ def _result(context: Context, plan: ApplyPlan, *, dest: Path, base: str, head: s
     for result in results:
         entry = by_name[result.name]
         if result.outcome is Outcome.CONFLICT:
-            result = result._replace(detail=(result.detail != ALREADY_APPLIED and _fuzz_detail(Git(dest), entry.path))
-                                     or _failure_detail(entry, plan, result.detail))
+            earlier = plan.entries[:plan.entries.index(entry)]
+            result = result._replace(detail=_failure_detail(
+                Git(dest), entry.path, result.detail, earlier=[(other.file, other.path) for other in earlier],
+                left_out=plan.left_out, variant=plan.variant))
         records.append(PatchRecord(entry, *result[1:]))
     moved = [record for record in records if record.offsets]
     if report and moved:
@@ -328,30 +327,23 @@ def _before_change(worktree: Git, guard: TreeGuard, *, new: bool) -> Callable[[]
     return before_change
 
 
-def _fuzz_detail(worktree: Git, patch: Path) -> str:
-    """Name the fuzz a patch needs (git's own words would hide it)."""
-    fuzz = worktree.fuzz_needed(patch)
-    return (f"applies only with fuzz {fuzz} (its context lines differ from the tree's); forkbuild never "
-            "fuzzes: refresh the patch") if fuzz else ""
-
-
-def _already_detail(path: Path, earlier: list[tuple[str, Path]]) -> str:
-    """A patch whose change is already in the tree: which earlier patches it duplicates."""
+def _failure_detail(worktree: Git, path: Path, reason: str, *, earlier: list[tuple[str, Path]],
+                    left_out: tuple[PatchEntry, ...] = (), variant: str = "") -> str:
+    """Why a patch does not apply, in more words than git's: a duplicate, the fuzz it needs
+    (forkbuild never fuzzes), or the left-out patches it needs."""
     touched = {change.path for change in read_patch(path).files}
-    files = [(name, {change.path for change in read_patch(other).files}) for name, other in earlier]
-    makers = [name for name, paths in files if touched <= paths] or [name for name, paths in files if touched & paths]
-    return (f"its change is already in the tree, made by {' or '.join(makers) or 'upstream'}: applying it changes "
-            "nothing (a duplicate: drop one of them, or make it change what the other does not)")
-
-
-def _failure_detail(entry: PatchEntry, plan: ApplyPlan, reason: str) -> str:
-    touched = {change.path for change in read_patch(entry.path).files}
     if reason == ALREADY_APPLIED:
-        return _already_detail(entry.path, [(other.file, other.path) for other in plan.entries[:plan.entries.index(entry)]])
-    needs = [other.file for other in plan.left_out
-             if touched & {change.path for change in read_patch(other.path).files}]
+        files = [(name, {change.path for change in read_patch(other).files}) for name, other in earlier]
+        makers = [name for name, paths in files if touched <= paths] or [name for name, paths in files if touched & paths]
+        return (f"its change is already in the tree, made by {' or '.join(makers) or 'upstream'}: applying it "
+                "changes nothing (a duplicate: drop one of them, or make it change what the other does not)")
+    fuzz = worktree.fuzz_needed(path)
+    if fuzz:
+        return (f"applies only with fuzz {fuzz} (its context lines differ from the tree's); forkbuild never "
+                "fuzzes: refresh the patch")
+    needs = [other.file for other in left_out if touched & {change.path for change in read_patch(other.path).files}]
     if needs:
-        return f"{reason}; it needs {', '.join(needs)} (left out of {plan.variant or 'the series'}; same files)"
+        return f"{reason}; it needs {', '.join(needs)} (left out of {variant or 'the series'}; same files)"
     return reason
 
 

@@ -10,7 +10,7 @@ from forkbuild.apply import PatchRecord, apply_plan, plan_variant
 from forkbuild.combination import Combination, of_variant, whole_series
 from forkbuild.config import Series
 from forkbuild.context import Context
-from forkbuild.errors import ApplyError, ConfigError
+from forkbuild.errors import ApplyError
 from forkbuild.patchfile import check_patches, symlinks_of
 from forkbuild.worktrees import temporary_worktree
 
@@ -44,15 +44,6 @@ def consistency(series: Series) -> tuple[list[str], list[str]]:
     warnings = [f"features.{name}: no variant holds it (it is never built or tested)"
                 for name, feature in series.features.items() if name not in held and feature.ported]
     return errors, warnings
-
-
-def check_consistency(context: Context) -> None:
-    """Warn about each feature no variant holds; ConfigError for each variant's feature without a patch."""
-    errors, warnings = consistency(context.series)
-    for warning in warnings:
-        context.reporter.warn(warning)
-    if errors:
-        raise ConfigError(errors)
 
 
 def check_series(*, context: Context, dest: Path | None = None) -> list[VariantCheck]:

@@ -100,9 +100,9 @@ class Applier:
         applied = apply_small(self.git, [patch.patch for patch in group], index=self.small_index,
                               entries={path: self.state[path] for path in named if path in self.state},
                               strip=group[0].strip, unidiff_zero=group[0].unidiff_zero)
-        if applied is None or not applied.after.keys() <= named:  # or git patched a name the diff spells otherwise
+        if applied is None or not applied[0].keys() <= named:  # or git patched a name the diff spells otherwise
             return None
-        return [self._record({path: applied.after.get(path) for path in sorted(patch.paths or ())}) for patch in group]
+        return [self._record({path: applied[0].get(path) for path in sorted(patch.paths or ())}) for patch in group]
 
     def _apply_whole(self, patch: Applicable) -> Applied:
         self.git.read_tree(self.start, index=self.full_index)

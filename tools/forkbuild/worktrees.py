@@ -33,10 +33,6 @@ def _process_start(pid: int) -> str:
     return str(stat.started) if stat else ""
 
 
-def _host() -> str:
-    return os.uname().nodename
-
-
 class Owner(NamedTuple):
     """The forkbuild process that holds a work tree (or a scratch tree), as its lock records it."""
 
@@ -49,7 +45,7 @@ class Owner(NamedTuple):
 
     @classmethod
     def me(cls, command: str, phase: str = "started") -> Owner:
-        return cls(pid=os.getpid(), host=_host(), started=_process_start(os.getpid()),
+        return cls(pid=os.getpid(), host=os.uname().nodename, started=_process_start(os.getpid()),
                    command=command, phase=phase, group=GROUP.id())
 
     @classmethod
@@ -65,12 +61,12 @@ class Owner(NamedTuple):
 
     def stop_orphans(self) -> list[str]:
         """Kill what this dead owner's git children left running (on this host); what was stopped."""
-        if self.host != _host():
+        if self.host != os.uname().nodename:
             return []
         return stop_orphans(self.group, started=self.started)
 
     def alive(self) -> bool:
-        if self.host != _host():
+        if self.host != os.uname().nodename:
             return True  # another machine's process: we cannot tell, so never touch its work
         if not process_exists(self.pid):
             return False
@@ -114,9 +110,6 @@ class TreeGuard:
     def changing(self) -> None:
         """From here the tree holds this command's half-done work: after a kill, the next run clears it."""
         self._record(Owner.me(self.command, "changing"))
-
-    def recovered(self) -> None:
-        self.killed = None
 
     def release(self, *, interrupted: bool = False) -> None:
         """interrupted (Ctrl-C, an unexpected error): a tree being changed stays marked, as after a kill."""
@@ -202,7 +195,7 @@ def recover_killed_change(guard: TreeGuard, cache_git: Git) -> bool:
         return False
     if killed.phase == "changing":
         remove_dead_tree(cache_git, guard.dest)
-    guard.recovered()
+    guard.killed = None
     return killed.phase == "changing"
 
 

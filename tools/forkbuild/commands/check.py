@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from forkbuild.check import check_consistency, check_series, raise_on_failures
+from forkbuild.check import check_series, consistency, raise_on_failures
 from forkbuild.commands import add_command
+from forkbuild.errors import ConfigError
 from forkbuild.worktree.engine import Outcome
 
 
@@ -20,7 +21,11 @@ def add_parser(subparsers) -> None:
 def run(args, context) -> int:
     with context.reporter.step("Checking series.toml, path safety and every variant"):
         # Here, not in check_series: a finished rebase may leave a variant a feature without a patch.
-        check_consistency(context)
+        errors, warnings = consistency(context.series)
+        for warning in warnings:
+            context.reporter.warn(warning)
+        if errors:
+            raise ConfigError(errors)
         results = check_series(context=context)
     counted = (Outcome.EXACT, Outcome.OFFSET, Outcome.THREE_WAY)
     summary = Table("variant", "patches", *map(str, counted), "failed", title="forkbuild check")

@@ -64,7 +64,7 @@ class Rebase:
         except LockBusy as busy:
             raise LockBusy(f"another rebase is running in {self.context.series_dir}: {busy.message}",
                            hint="wait for it to end, then `forkbuild rebase --continue` or `--abort` it") from None
-        guard.recovered()  # a killed rebase is the journal's to recover, not the lock's
+        guard.killed = None  # a killed rebase is the journal's to recover, not the lock's
         try:
             yield
         finally:
@@ -210,7 +210,7 @@ class Rebase:
             patch = state.patches[state.cursor]
             state = self.journal.save(replace(state, phase=Phase.APPLYING, head_before=engine.head),
                                       "applying", at=patch.file)
-            result = engine.step(self._job(patch), stop=True)
+            result = engine.run([self._job(patch)], stop=True)[0]
             patch = self._record(state, patch, result)
             state = state.with_patch(state.cursor, patch)
             if result.outcome is Outcome.CONFLICT:
@@ -329,7 +329,7 @@ class Rebase:
         if head is None:
             return None
         with tree_guard(tree, "rebase") as guard:
-            guard.recovered()  # an interrupted check's half-applied variant: reset below
+            guard.killed = None  # an interrupted check's half-applied variant: reset below
             worktree = Git(tree)
             worktree.reset_hard(head)
             worktree.clean_untracked()

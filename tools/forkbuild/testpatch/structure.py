@@ -25,9 +25,19 @@ GUARD_READ = re.compile(r"\benvs\.(?P<env>[A-Z][A-Z0-9_]*)\b")
 def check_structure(*, series: Series, variant: Combination, result: ApplyResult) -> list[Record]:
     """The structure records of `variant`, applied (failures included) in `result`."""
     tree = Git(result.dest)
-    records = [_apply_record(record) for record in result.records]
+    records = [_record(record.entry.feature, "apply", FAIL if record.failed else PASS,
+                       f"{record.entry.file}: {record.outcome} {record.detail}".rstrip()) for record in result.records]
     applied = [record for record in result.records if record.commit]
-    records += _compile_records(tree, applied)
+    for record in applied:
+        for path in _touched(tree, record.commit):
+            if path.endswith(".py"):  # the file as this patch left it: a later patch may change or remove it
+                try:
+                    compile(tree.show_file(record.commit, path), path, "exec", dont_inherit=True)
+                except SyntaxError as error:
+                    records.append(_record(record.entry.feature, "compile", FAIL,
+                                           f"{path}:{error.lineno}: {error.msg} (after {record.entry.file})"))
+                else:
+                    records.append(_record(record.entry.feature, "compile", PASS, f"{path} compiles"))
     records += _guard_read_records(series, variant, tree, applied)
     records += _declaration_records(series, variant, result)
     return records
@@ -41,31 +51,8 @@ def _record(feature: str, step: str, outcome: str, reason: str) -> Record:
     return Record(feature=feature, check=STRUCTURE, step=step, outcome=outcome, reason=reason)
 
 
-def _apply_record(record: PatchRecord) -> Record:
-    outcome = FAIL if record.failed else PASS
-    return _record(record.entry.feature, "apply", outcome, f"{record.entry.file}: {record.outcome} {record.detail}".rstrip())
-
-
 def _touched(tree: Git, commit: str) -> list[str]:
     return [path for status, path in tree.changed_files(f"{commit}^", commit) if status != "D"]
-
-
-def _compile_records(tree: Git, applied: list[PatchRecord]) -> list[Record]:
-    records = []
-    for record in applied:
-        for path in _touched(tree, record.commit):
-            if path.endswith(".py"):
-                records.append(_compile_one(record, tree.show_file(record.commit, path), path))
-    return records
-
-
-def _compile_one(record: PatchRecord, source: str, path: str) -> Record:
-    # The file as this patch left it: a later patch may change or remove it.
-    try:
-        compile(source, path, "exec", dont_inherit=True)
-    except SyntaxError as error:
-        return _record(record.entry.feature, "compile", FAIL, f"{path}:{error.lineno}: {error.msg} (after {record.entry.file})")
-    return _record(record.entry.feature, "compile", PASS, f"{path} compiles")
 
 
 def _added_reads(tree: Git, commit: str) -> set[str]:

@@ -132,13 +132,6 @@ def read_report(output: str) -> GitReport:
                      no_preimage=any(marker in line for line in lines for marker in MISSING_BLOB))
 
 
-def merge_tree_result(stdout: str) -> tuple[str, tuple[str, ...], str]:
-    """`git merge-tree --write-tree --name-only --messages`: (tree, conflicted paths, messages)."""
-    head, _, messages = stdout.partition("\n\n")
-    lines = head.splitlines()
-    return (lines[0].strip() if lines else ""), tuple(line for line in lines[1:] if line), messages
-
-
 class Engine:
     """Patches onto a work tree's HEAD. `head` is the tip of what was applied so far; the
     work tree shows `shown` until `finish()` (or a stop) checks `head` out. The fast rung's
@@ -196,9 +189,6 @@ class Engine:
         if write:
             self.flush()
         return [self.written(result) for result in results]
-
-    def step(self, job: PatchJob, *, stop: bool) -> PatchResult:
-        return self.run([job], stop=stop)[0]
 
     def _step(self, job: PatchJob, *, stop: bool, upcoming: Sequence[PatchJob] = ()) -> PatchResult:
         planned = self._plan(job)
@@ -258,8 +248,9 @@ class Engine:
         if applied is None:
             self._small = (listing, named, dict(before))  # git applies all or nothing: the index is as it was
             return []  # does not apply there: the full rungs take it
-        changes = listing.changes(applied.before, applied.after)
-        offsets = read_report(applied.report).offsets
+        after, report = applied
+        changes = listing.changes(before, after)
+        offsets = read_report(report).offsets
         owner = {path: planned for planned in group for path in planned.paths}
         if changes is None or any(change.path not in owner for change in changes) or \
                 any(_offset_path(offset) not in owner for offset in offsets):
@@ -273,7 +264,7 @@ class Engine:
             moved = tuple(offset for offset in offsets if owner[_offset_path(offset)] is planned)
             results.append(PatchResult(name=planned.job.name, outcome=Outcome.OFFSET if moved else Outcome.EXACT,
                                        commit=token, offsets=moved, detail="; ".join(moved)))
-        self._small = (listing, named, applied.after)
+        self._small = (listing, named, after)
         return results
 
     @staticmethod
@@ -287,13 +278,9 @@ class Engine:
                 pass
         return named
 
-    @property
-    def _pending_tokens(self) -> set[str]:
-        return {token for token, _ in self._pending}
-
     def commit_files(self, files: Mapping[str, bytes], *, message: str) -> None:
         """Commit `files` (path -> content) on `head` as forkbuild, at HEAD's date (the guards module)."""
-        date = self._pending[-1][1].author.date if self._head in self._pending_tokens else \
+        date = self._pending[-1][1].author.date if self._head.startswith("pending:") else \
             self.worktree.out("log", "-1", "--format=%cd", "--date=raw", self._head)
         modes = self._listing.entries_for(files) if self._listing else {}
         changes = tuple(PathChange(path=path, mode=modes[path].mode if path in modes else 0o100644, content=content)
@@ -304,7 +291,7 @@ class Engine:
 
     def _parent(self) -> str:
         """HEAD as the parent of a pending commit: "" for the pending commit before it."""
-        return "" if self._head in self._pending_tokens else self._head
+        return "" if self._head.startswith("pending:") else self._head
 
     def _add_pending(self, commit: FileCommit) -> str:
         token = f"pending:{len(self._written) + len(self._pending) + 1}"
@@ -348,7 +335,9 @@ class Engine:
         ours = git.commit_tree(git.tree_of(self.head), parents=[f"{job.source}^"], message="forkbuild merge base\n",
                                author=MERGE_AUTHOR)
         result = git.merge_tree(ours, job.source)
-        tree, conflicted, messages = merge_tree_result(result.stdout)
+        # --write-tree --name-only --messages: the tree, the conflicted paths, a blank line, the messages
+        head, _, messages = result.stdout.partition("\n\n")
+        tree, *conflicted = head.splitlines() or [""]
         if result.status == 0 and tree:
             if tree == git.tree_of(self.head):
                 if not self.detect_upstreamed:
@@ -359,7 +348,7 @@ class Engine:
             return PatchResult(name=job.name, outcome=Outcome.THREE_WAY, commit=commit,
                                detail=f"merged its commit {job.source[:12]} (merge-ort)")
         report = read_report(messages)
-        return PatchResult(name=job.name, outcome=Outcome.CONFLICT, conflicts=conflicted or report.conflicts,
+        return PatchResult(name=job.name, outcome=Outcome.CONFLICT, conflicts=tuple(filter(None, conflicted)) or report.conflicts,
                            detail=report.reason or f"its commit {job.source[:12]} conflicts with the base")
 
     def _merge_by_index_lines(self, job: PatchJob) -> PatchResult:
@@ -389,7 +378,7 @@ class Engine:
             if read_report(result.stdout + result.stderr).no_preimage or not git.unmerged_paths():
                 git.reset_hard(self.head)
                 result = git.apply_worktree(job.path, reject=True)
-        conflicts = tuple(git.unmerged_paths()) or merged.conflicts or _rejected(git)
+        conflicts = tuple(git.unmerged_paths()) or merged.conflicts or tuple(git.untracked("*.rej"))
         return PatchResult(name=job.name, outcome=Outcome.CONFLICT, detail=merged.detail, conflicts=conflicts)
 
     def materialize(self) -> None:
@@ -425,7 +414,7 @@ class Engine:
                                   hint=f"resolve the conflict markers in {git.path}, `git add` the files, "
                                        "then --continue")
         # Untracked files count: they would stay behind in the tree, outside every patch.
-        leftovers = _rejected(git) + tuple(line[3:] for line in git.status_porcelain().splitlines()
+        leftovers = tuple(git.untracked("*.rej")) + tuple(line[3:] for line in git.status_porcelain().splitlines()
                                            if line[1:2] not in (" ", "") and not line.endswith(".rej"))
         if leftovers:
             raise ApplyError(f"{job.name}: the work tree has changes that are not staged "
@@ -441,8 +430,9 @@ class Engine:
         if made:
             commit = made[0]
         elif git.has_staged_changes():
-            commit = git.commit_tree(git.write_tree(), parents=[self.head], message=self._message_of(job)[1],
-                                     author=self._message_of(job)[0])
+            author, message = (git.author_of(job.source), git.raw_message(job.source)) if job.source \
+                else patch_author_message(read_patch(job.path))
+            commit = git.commit_tree(git.write_tree(), parents=[self.head], message=message, author=author)
             git.set_head(commit)
         else:
             git.reset_hard(self.head)
@@ -451,11 +441,6 @@ class Engine:
         self._head = self.shown = commit
         self._listing = None
         return PatchResult(name=job.name, outcome=Outcome.RESOLVED, commit=commit, detail="conflict resolved by hand")
-
-    def _message_of(self, job: PatchJob) -> tuple[Author, str]:
-        if job.source:
-            return self.worktree.author_of(job.source), self.worktree.raw_message(job.source)
-        return patch_author_message(read_patch(job.path))
 
     def resume(self, job: PatchJob, action: str) -> PatchResult:
         """--continue (ApplyError while the stopped `job` is not resolved) or --skip."""
@@ -472,11 +457,7 @@ class Engine:
 
 def _clear_dead_engines(git_dir: Path) -> None:
     """Remove the private index files a killed engine left."""
-    try:
-        found = list(git_dir.glob("forkbuild-engine-*.index*"))
-    except OSError:
-        return
-    for path in found:
+    for path in git_dir.glob("forkbuild-engine-*.index*"):
         match = ENGINE_FILE.fullmatch(path.name)
         if match and int(match["pid"]) != os.getpid() and not process_exists(int(match["pid"])):
             path.unlink(missing_ok=True)
@@ -489,7 +470,3 @@ def patch_author_message(info: PatchInfo) -> tuple[Author, str]:
     body = info.message.strip("\n")
     message = f"{subject}\n\n{body}\n" if body else f"{subject}\n"
     return Author(name=name or address, email=address, date=info.date), message
-
-
-def _rejected(git: Git) -> tuple[str, ...]:
-    return tuple(git.untracked("*.rej"))

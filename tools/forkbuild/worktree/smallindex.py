@@ -9,7 +9,7 @@ from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import islice
 from pathlib import Path
-from typing import NamedTuple, TypeVar
+from typing import TypeVar
 
 from forkbuild.git import Git, PathChange, TreeEntry
 
@@ -43,24 +43,16 @@ def disjoint_run(candidates: Iterable[T], paths_of: Callable[[T], frozenset[str]
     return run
 
 
-class SmallApply(NamedTuple):
-    """What one `git apply --cached -v` made of a small index."""
-
-    before: Mapping[str, TreeEntry]  # the entries it started from
-    after: dict[str, TreeEntry]  # every entry afterwards
-    report: str  # git's stdout and stderr (-v: the offsets, for read_report)
-
-
 def apply_small(git: Git, patches: Sequence[Path], *, index: Path, entries: Mapping[str, TreeEntry], strip: int = 1,
-                unidiff_zero: bool = False, written: bool = False) -> SmallApply | None:
+                unidiff_zero: bool = False, written: bool = False) -> tuple[dict[str, TreeEntry], str] | None:
     """`patches` strictly into `index`, written to hold `entries` (unless `written`: it does
-    already), all or nothing; None when they do not apply there."""
+    already), all or nothing: every entry afterwards and git's -v report; None when they do not apply."""
     if not written:
         git.write_index(index, entries)
     applied = git.apply_to_index(list(patches), index=index, strip=strip, unidiff_zero=unidiff_zero)
     if applied.status != 0:
         return None
-    return SmallApply(before=entries, after=git.read_index(index), report=applied.stdout + applied.stderr)
+    return git.read_index(index), applied.stdout + applied.stderr
 
 
 class TreeListing:

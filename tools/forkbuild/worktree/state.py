@@ -18,7 +18,6 @@ from forkbuild.worktree.engine import Outcome, PatchJob, PatchResult
 STATE_FILE = "forkbuild-worktree.json"
 STOP_FILE = "forkbuild-stop.json"
 SCHEMA = 1
-READS = (None, SCHEMA)  # None: the file of a forkbuild from before the schema number
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,7 +47,7 @@ class WorktreeState:
     def from_dict(cls, data: object) -> WorktreeState:
         """ValueError (statefile.UnknownSchema for another schema) when `data` is not a state."""
         fields = statefile.Fields(data)
-        fields.schema(READS)
+        fields.schema((None, SCHEMA))  # None: a file from before the schema number
         sha256 = fields.text_map("sha256") if "sha256" in fields.data else None
         missing = fields.text_map("missing", {})
         try:
