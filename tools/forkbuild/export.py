@@ -200,7 +200,10 @@ def plan_export(series: Series, *, worktree: Git, base: str, refresh: bool,
     patches = []
     for commit, entry in zip(commits, matches, strict=True):
         file = entry.file if entry else names[commit.sha]
-        action = _action(series.patches_dir / file, commit.text, refresh=refresh)
+        path = series.patches_dir / file
+        old = read_text(path) if path.is_file() else None  # line endings as they are: a CRLF file must show
+        action = "new" if old is None else "unchanged" if old == commit.text else \
+            "noise" if not refresh and normalized(old) == normalized(commit.text) else "changed"
         patches.append(ExportedPatch(file=file, feature=commit.info.trailer("Feature")[0],
                                      upstream=entry.upstream_status if entry else "local",
                                      commit=commit.sha, text=commit.text, action=action))
@@ -405,14 +408,3 @@ def normalized(text: str) -> str:
     for pattern in NOISE:
         text = pattern.sub("", text)
     return text
-
-
-def _action(path: Path, text: str, *, refresh: bool) -> str:
-    if not path.is_file():
-        return "new"
-    old = read_text(path)  # bytes as they are: read_text() would turn CRLF into LF and hide it
-    if old == text:
-        return "unchanged"
-    if not refresh and normalized(old) == normalized(text):
-        return "noise"
-    return "changed"

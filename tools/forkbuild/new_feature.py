@@ -83,13 +83,18 @@ def plan_new_feature(series: Series, *, name: str, description: str, guards: lis
     if taken:
         raise ConfigError(taken, source="new", hint="name the new feature's guard differently")
     text = series.path.read_text()
+    document = tomlkit.parse(text)
     if name in series.features:
         _require_same(series, feature)
-        new_text = text
     else:
-        new_text = _with_feature_table(text, feature)
+        _add_feature_table(document, feature)
     added_to = tuple(variant for variant in chosen if name not in series.variants[variant].features)
-    new_text = _with_variant_membership(new_text, name, added_to)
+    for variant in added_to:
+        table = document["variants"][variant]  # type: ignore[index]
+        if "features" not in table:
+            table["features"] = tomlkit.array()  # type: ignore[index]
+        table["features"].append(name)  # type: ignore[index,union-attr]
+    new_text = tomlkit.dumps(document)
     parse_series(new_text, path=series.path)  # every problem reported as for any series.toml
     return replace(feature, series_toml=None if new_text == text else new_text, added_to=added_to)
 
@@ -142,15 +147,14 @@ def _feature_table(feature: NewFeature) -> Table:
     return tomlkit.parse("\n".join(lines) + "\n")["features"][feature.name]
 
 
-def _with_feature_table(text: str, feature: NewFeature) -> str:
-    """`text` with [features.NAME] after the last feature table, before the next section's comments."""
-    document = tomlkit.parse(text)
+def _add_feature_table(document: tomlkit.TOMLDocument, feature: NewFeature) -> None:
+    """[features.NAME] after the last feature table, before the next section's comments."""
     table = _feature_table(feature)
     features = document.get("features")
     if not isinstance(features, Table) or not list(features.keys()):
         document.add("features", tomlkit.table(is_super_table=True))
         document["features"].append(feature.name, table)  # type: ignore[union-attr]
-        return tomlkit.dumps(document)
+        return
     last = features[list(features.keys())[-1]]
     if isinstance(last, Table):
         head, tail = split_tail(last)
@@ -159,19 +163,6 @@ def _with_feature_table(text: str, feature: NewFeature) -> str:
         for _, item in tail:
             table.add(item)  # type: ignore[call-overload]  # tomlkit's stub lacks Item; comments and blank lines
     features.append(feature.name, table)
-    return tomlkit.dumps(document)
-
-
-def _with_variant_membership(text: str, name: str, variants: tuple[str, ...]) -> str:
-    if not variants:
-        return text
-    document = tomlkit.parse(text)
-    for variant in variants:
-        table = document["variants"][variant]  # type: ignore[index]
-        if "features" not in table:
-            table["features"] = tomlkit.array()  # type: ignore[index]
-        table["features"].append(name)  # type: ignore[index,union-attr]
-    return tomlkit.dumps(document)
 
 
 def commit_template(feature: NewFeature) -> str:
