@@ -75,8 +75,8 @@ def _is_mail(header: bytes) -> bool:
     """A first paragraph of mail headers with a Subject: and no DEP-3 Description:."""
     first = header.lstrip(b"\n").split(b"\n\n", 1)[0].decode("latin-1")
     keys = [found["key"].lower() for line in first.splitlines() if (found := FIELD.match(line))]
-    return "subject" in keys and "description" not in keys and set(keys) <= set(MAIL_HEADERS) | {"x-mailer"} | {
-        key for key in keys if key.startswith("x-")}
+    return "subject" in keys and "description" not in keys and all(
+        key in MAIL_HEADERS or key.startswith("x-") for key in keys)
 
 
 def _from_mail(header: bytes, notes: list[str], *, fallback_subject: str) -> Description:

@@ -48,7 +48,13 @@ def updated_series_toml(text: str, entries: Sequence[EntrySpec]) -> str:
         table = tomlkit.table()
         for key, item in split_tail(original)[0]:
             table.add(item) if key is None else table.add(key, item)
-        _set_fields(table, spec)
+        if table.get("feature") != spec.feature:
+            table["feature"] = spec.feature
+        if spec.upstream != table.get("upstream", "local"):
+            if spec.upstream == "local":
+                del table["upstream"]
+            else:
+                table["upstream"] = spec.upstream
         nxt = chosen[position + 1] if position + 1 < len(chosen) else None
         tail = final_tail if nxt is None else heads.get(id(nxt)) or [(None, tomlkit.nl())]
         for _, item in tail:
@@ -67,17 +73,6 @@ def split_tail(table: Table) -> tuple[list, list]:
     body = table.value.body
     last = max((index for index, (key, _) in enumerate(body) if key is not None), default=-1)
     return list(body[: last + 1]), list(body[last + 1:])
-
-
-def _set_fields(table: Table, spec: EntrySpec) -> None:
-    if table.get("feature") != spec.feature:
-        table["feature"] = spec.feature
-    current = table.get("upstream", "local")
-    if spec.upstream != current:
-        if spec.upstream == "local":
-            del table["upstream"]
-        else:
-            table["upstream"] = spec.upstream
 
 
 def with_empty_dirs(text: str, directories: Iterable[str]) -> str:

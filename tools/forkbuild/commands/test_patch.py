@@ -43,8 +43,8 @@ def run(args, context) -> int:
                       structure_only=args.structure_only, device=args.device, installed=args.installed)
     outcome = run_variant(context=context, options=options)
     context.reporter.console.print(records.table(outcome.rows, variant=combination.name, checks=outcome.checks))
-    for line in records.problems(outcome.rows):
-        context.reporter.info(line)
+    for row in outcome.failed:  # what and why: the table has no room
+        context.reporter.info(f"{row['feature'] or '(no feature)'} / {row['check']}: {row['reason']}")
     if outcome.proof is not None:  # the stock proof: counts, per feature; the tests that did not count (-v: all)
         context.reporter.info(f"stock proof: {proof.sentence(outcome.proof)}")
         for feature, kinds in outcome.proof["by_feature"].items():

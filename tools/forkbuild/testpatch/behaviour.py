@@ -36,10 +36,6 @@ class TestPython:
     env: Mapping[str, str]
 
 
-def python_tag(python: Path) -> str:
-    return _probe(python, "import sys; print(f'cp{sys.version_info[0]}{sys.version_info[1]}')")
-
-
 def _probe(python: Path, code: str) -> str:
     done = process.run([str(python), "-c", code])
     if done.status != 0:
@@ -58,7 +54,8 @@ def require_torch(python: Path) -> None:
 def install_variant_wheel(*, context: Context, variant: Combination, python: Path) -> Path:
     """Build (or reuse) the variant's wheel for `python` and install it there --no-deps,
     unless exactly that build is installed already."""
-    request = WheelRequest(variant=variant, out_dir=context.dist_dir, python_tags=(python_tag(python),))
+    request = WheelRequest(variant=variant, out_dir=context.dist_dir, python_tags=(
+        _probe(python, "import sys; print(f'cp{sys.version_info[0]}{sys.version_info[1]}')"),))
     (wheel,) = build_wheels(context=context, request=request)
     wanted = manifest_module.read_wheel(wheel.path)
     try:

@@ -92,12 +92,6 @@ def _cell(row: dict) -> str:
     return f"[{style}]{row['outcome']}{count}[/{style}]"
 
 
-def problems(rows: list[dict]) -> list[str]:
-    """One line per failed cell: what and why (the table has no room)."""
-    return [f"{row['feature'] or '(no feature)'} / {row['check']}: {row['reason']}"
-            for row in rows if row["outcome"] == FAIL]
-
-
 def write(path: Path, rows: list[dict], *, variant: str, extra: Sequence[dict] = ()) -> None:
     """The cells, then `extra` records (the device, the stock proof's counts); atomically."""
     path.parent.mkdir(parents=True, exist_ok=True)
