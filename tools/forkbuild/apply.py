@@ -310,19 +310,15 @@ def prepare_worktree(cache_git: Git, *, dest: Path, base: str, guard: TreeGuard 
 
 
 def _before_change(worktree: Git, guard: TreeGuard, *, new: bool) -> Callable[[], None]:
-    """The engine's `before_change`: unsaved work is refused before the engine first touches the
-    tree, and only then is it marked as changing (a kill before that leaves it to the user)."""
+    """The engine's `before_change` (called once): unsaved work is refused before the engine first
+    touches the tree, and only then is it marked as changing (a kill before that leaves it to the user)."""
     if new:  # prepare_worktree marked it: a new tree holds nothing of the user's
         return lambda: chaos_point("apply:changing")
-    checked = False
 
     def before_change() -> None:
-        nonlocal checked
-        if not checked:
-            refuse_unsaved_work(worktree)
-            guard.changing()
-            checked = True
-            chaos_point("apply:changing")
+        refuse_unsaved_work(worktree)
+        guard.changing()
+        chaos_point("apply:changing")
 
     return before_change
 

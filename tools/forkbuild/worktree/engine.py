@@ -385,6 +385,7 @@ class Engine:
         """Check `head` out in the work tree (only the files that differ change)."""
         if self._before_change is not None:
             self._before_change()
+            self._before_change = None
         if not self._checked_out:
             self.worktree.reset_hard(self.head)  # the tree's first files: nothing there to keep
             self._checked_out = True
