@@ -14,7 +14,7 @@ from forkbuild.git import Git
 from forkbuild.patchfile import read_patch, read_text
 from forkbuild.series_edit import EntrySpec, quilt_series_text, unported, updated_series_toml
 from forkbuild.series_writer import SeriesChange, series_transaction
-from forkbuild.worktree.state import read_state, write_state
+from forkbuild.worktree.state import WorktreeState, read_state, write_state
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,7 +36,9 @@ def drop_patches(context: Context, names: list[str]) -> tuple[list[Dropped], tup
         if unknown:
             raise ConfigError(unknown, source="drop")
         tree = context.series_dir / DEFAULT_TREE
-        _refuse_amended(series, tree, names)
+        state = read_state(tree) if (tree / ".git").exists() else None
+        if state is not None:
+            _refuse_amended(series, tree, state, names)
         infos = {name: read_patch(known[name].path) for name in names}
         specs = [EntrySpec(file=entry.file, feature=entry.feature, upstream=entry.upstream_status)
                  for entry in series.patches if entry.file not in names]
@@ -45,7 +47,6 @@ def drop_patches(context: Context, names: list[str]) -> tuple[list[Dropped], tup
         transaction.write(SeriesChange(series_toml=text, quilt_series=quilt_series_text(spec.file for spec in specs),
                                        removed=tuple(names)))
     commits = {}
-    state = read_state(tree) if (tree / ".git").exists() else None
     if state is not None:  # so export does not call the tree stale
         worktree = Git(tree)
         head = worktree.head()
@@ -56,12 +57,9 @@ def drop_patches(context: Context, names: list[str]) -> tuple[list[Dropped], tup
                     saved=saved, tree_commit=commits.get(name, "")) for name in names], left
 
 
-def _refuse_amended(series: Series, tree: Path, names: list[str]) -> None:
+def _refuse_amended(series: Series, tree: Path, state: WorktreeState, names: list[str]) -> None:
     """A patch whose commit in the series work tree was changed and not exported: dropping
     it would lose that change (the next export would add the commit back as a new patch)."""
-    state = read_state(tree) if (tree / ".git").exists() else None
-    if state is None:
-        return
     worktree = Git(tree)
     head = worktree.head()
     if head == state.head:

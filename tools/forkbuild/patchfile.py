@@ -29,8 +29,6 @@ class FileChange(NamedTuple):
     path: str
     added: int
     removed: int
-    status: str  # "A", "M" or "D"
-    hunk_starts: tuple[int, ...]  # source line of each hunk: offsets show up here
 
 
 class PatchInfo(NamedTuple):
@@ -137,10 +135,8 @@ def strip_prefix(name: str) -> str:
 
 
 def _file_change(patched: unidiff.PatchedFile) -> FileChange:
-    status = "A" if patched.is_added_file else "D" if patched.is_removed_file else "M"
-    path = strip_prefix(patched.target_file if status != "D" else patched.source_file)
-    return FileChange(path=path, added=patched.added, removed=patched.removed, status=status,
-                      hunk_starts=tuple(hunk.source_start for hunk in patched))
+    path = strip_prefix(patched.source_file if patched.is_removed_file else patched.target_file)
+    return FileChange(path=path, added=patched.added, removed=patched.removed)
 
 
 # Header lines whose value git parses as a mode (apply.c: parse_mode_line, gitdiff_index).
