@@ -1,0 +1,100 @@
+"""What each in-process memo (functools.lru_cache) saves on the command it serves.
+
+    python bench/bench_memos.py [-C SERIES_DIR] [--repeat 5]
+
+Each case runs a command's work the way the CLI does (a fresh process's cold
+memos: cleared first), once with the memos and once with them bypassed (the
+undecorated function), interleaved, and prints the medians and the saving.
+docs/DESIGN.md keeps a memo only where it saves at least 20 % of a command users
+wait for.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+
+from forkbuild import patchfile
+from forkbuild.check import check_series
+from forkbuild.combination import of_variant
+from forkbuild.console import Reporter
+from forkbuild.context import Context
+from forkbuild.mutate import mutants as mutants_module
+from forkbuild.wheel import builder, overlay, validate, zipraw
+from forkbuild.wheel.builder import WheelRequest, build_wheels
+
+WHEEL_MEMOS = [(builder, "_zip_source"), (zipraw, "_deflate"), (zipraw, "_deflate_piece"),
+               (overlay, "_upstream_rows"), (validate, "_verified_members_of")]
+PATCH_MEMOS = [(patchfile, "_parsed"), (patchfile, "_text_problems")]
+MUTANT_MEMOS = [(mutants_module, "_code_of")]
+
+
+def timed(memos, enabled: bool, action: Callable[[], None]) -> float:
+    originals = {(module, name): getattr(module, name) for module, name in memos}
+    for (module, name), function in originals.items():
+        function.cache_clear()
+        if not enabled:
+            setattr(module, name, function.__wrapped__)
+    try:
+        start = time.perf_counter()
+        action()
+        return time.perf_counter() - start
+    finally:
+        for (module, name), function in originals.items():
+            setattr(module, name, function)
+
+
+def case(title: str, memos, action: Callable[[], None], repeat: int) -> None:
+    action()  # warm the file system cache
+    on, off = [], []
+    for _ in range(repeat):
+        on.append(timed(memos, True, action))
+        off.append(timed(memos, False, action))
+    with_memo, without = statistics.median(on), statistics.median(off)
+    print(f"| {title} | {with_memo:.3f} s | {without:.3f} s | {100 * (without - with_memo) / without:.0f} % |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-C", dest="series_dir", type=Path, default=Path.cwd())
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    context = Context.create(series_dir=args.series_dir, cache_dir=None, reporter=Reporter())
+    series = context.series
+    tp4, tp3 = of_variant(series, "tp4"), of_variant(series, "tp3")
+
+    def wheels(*variants) -> Callable[[], None]:
+        def build() -> None:
+            with tempfile.TemporaryDirectory() as out:
+                for variant in variants:  # every pinned Python tag, as build-wheel does
+                    build_wheels(context=context, request=WheelRequest(variant=variant, out_dir=Path(out)))
+        return build
+
+    site = Path(tempfile.mkdtemp(prefix="bench-memos-"))  # tp4's wheel unpacked: what mutate reads installed
+    with tempfile.TemporaryDirectory() as out:
+        (wheel, *_) = build_wheels(context=context, request=WheelRequest(variant=tp4, out_dir=Path(out)))
+        zipfile.ZipFile(wheel.path).extractall(site)
+
+    def plan_mutants() -> None:
+        for entry in series.patches_for("tp4"):
+            mutants_module.mutants_of(entry, package_root=series.upstream.package_root,
+                                      installed=lambda path: (site / path).read_text() if (site / path).is_file()
+                                      else None)
+
+    print("| command's work (one process) | with the memos | without | saved |\n|---|---|---|---|")
+    case("build-wheel tp4 (both Python tags): wheel memos", WHEEL_MEMOS, wheels(tp4), args.repeat)
+    case("build-wheel tp4 then tp3 (a matrix's next combination): wheel memos", WHEEL_MEMOS, wheels(tp4, tp3),
+         args.repeat)
+    case("build-wheel tp4 then tp3: patch-parse memos", PATCH_MEMOS, wheels(tp4, tp3), args.repeat)
+    case("check (every variant): patch-parse memos", PATCH_MEMOS, lambda: check_series(context=context),
+         args.repeat)
+    case("mutate's planning of every tp4 patch: the syntax-tree memo", MUTANT_MEMOS, plan_mutants, args.repeat)
+
+
+if __name__ == "__main__":
+    main()
