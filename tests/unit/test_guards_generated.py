@@ -134,7 +134,7 @@ def test_the_generated_module_declares_exactly_the_build_features_guards(tmp_pat
     path = module_path(context.series)
     assert path == "python/pkg/fork_guards.py"
     assert tree.changed_files(f"{result.head_commit}^", result.head_commit) == [("A", path)]
-    assert f"{GENERATED_TRAILER}: guards" in tree.commit_message(result.head_commit)
+    assert f"{GENERATED_TRAILER}: guards" in tree.log1("%B", result.head_commit)
     assert read_state(tmp_path / "w").head == result.head_commit
     assert read_state(tmp_path / "w").patches == ("guards.patch", "alpha.patch", "gamma.patch")
     # The hook registers it: the patched package reads the guards series.toml declares, and only those.

@@ -256,7 +256,7 @@ def test_import_moves_an_existing_series_tree_to_the_new_series(series_fx: Serie
     result = import_quilt(context=series_fx.context(), directory=directory, feature="beta")
     assert result.tree == tree
     worktree = Git(tree)
-    assert worktree.commits(before, worktree.head()) and worktree.subject(worktree.head()) == "core: offset by ten"
+    assert worktree.commits(before, worktree.head()) and worktree.log1("%s", worktree.head()) == "core: offset by ten"
     assert "return value + 10" in (tree / "python/pkg/core.py").read_text()
     series_fx.load()
     export_series(context=series_fx.context(), tree=tree, check=True)  # export agrees: nothing to write

@@ -256,7 +256,7 @@ and went on.
     written = (project.root / "patches" / "pasted.patch").read_text()
     assert written.count("\nFrom ") == 0 and " From 0123456789abcdef" in written
     tree = project.round_trip()  # git am of the written file: one commit, the hunk applied
-    assert Git(tree).commit_message().startswith("take the fix from upstream\n\nCherry-picked")
+    assert Git(tree).log1("%B").startswith("take the fix from upstream\n\nCherry-picked")
 
 
 def test_format_patch_mail_and_dep3_patch_prefix_round_trip(tmp_path: Path) -> None:
@@ -304,7 +304,7 @@ Bug-Debian: https://bugs.debian.org/1
     assert dep3_info.trailers == (("Forwarded", "not-needed"), ("Bug-Debian", "https://bugs.debian.org/1"),
                                   ("Feature", "debian"))
     tree = project.round_trip()
-    assert [Git(tree).subject(f"HEAD~{n}") for n in (1, 0)] == ["mkimage: fix the folded subject", "o: capitals"]
+    assert [Git(tree).log1("%s", f"HEAD~{n}") for n in (1, 0)] == ["mkimage: fix the folded subject", "o: capitals"]
 
 
 def test_crlf_file_keeps_its_carriage_returns(tmp_path: Path) -> None:
@@ -513,7 +513,7 @@ def test_patches_of_disjoint_files_share_one_git_apply(tmp_path: Path, monkeypat
     tree = project.round_trip()
     assert (tree / "o.txt").read_bytes() == b"1\ntwo\nthree\n"
     assert (tree / "m.c").read_bytes().startswith(b"int main(int argc, char **argv)\n")
-    assert [Git(tree).subject(f"HEAD~{n}") for n in (3, 2, 1, 0)] == ["a", "o.txt", "m.c", "o.txt"]
+    assert [Git(tree).log1("%s", f"HEAD~{n}") for n in (3, 2, 1, 0)] == ["a", "o.txt", "m.c", "o.txt"]
     project.assert_like_quilt(tree, ["a.txt", "o.txt", "m.c"])
 
 
@@ -524,7 +524,7 @@ def test_a_patch_without_a_date_from_before_1973_keeps_its_file_date(tmp_path: P
     os.utime(project.quilt_dir / "a.patch", (0, 0))
     project.import_()
     series_tree = Git(project.root / ".forkbuild-work" / "series")
-    assert series_tree.author_date() == "0 +0000"
+    assert series_tree.log1("%ad") == "0 +0000"
     assert series_tree.out("log", "-1", "--format=%cd", "--date=raw") == "0 +0000"  # committer at the author date
 
 

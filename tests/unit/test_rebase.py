@@ -224,7 +224,7 @@ def test_abort_keeps_refs_other_processes_made_meanwhile(git_series_fx: SeriesFi
     # Another forkbuild run sharing the cache imports a version and keeps a ref while the rebase waits.
     cache = Git(fx.cache / "upstream.git")
     base = before[f"ref refs/tags/{fx.load().upstream.tag}"]
-    cache.tag("upstream/0.9", base)
+    cache.run("tag", "--no-sign", "upstream/0.9", base)
     cache.update_ref("refs/forkbuild/other-run/series", base)
     assert fx.cli("rebase", "--abort") == 0
     after = fingerprint(fx)

@@ -108,7 +108,7 @@ class UpstreamCache:
                     raise UpstreamError("upstream.wheels: no wheel pinned to import")
                 else:  # the .py files are the same in every Python tag's wheel
                     commit = self._import_wheel(upstream, self._wheel_locked(upstream.wheels[0]))
-                self.git().tag(upstream.tag, commit)
+                self.git().run("tag", "--no-sign", "--end-of-options", upstream.tag, commit)
             return commit
 
     def wheel(self, pin: WheelPin) -> Path:

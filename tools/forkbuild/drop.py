@@ -66,7 +66,7 @@ def _refuse_amended(series: Series, tree: Path, state: WorktreeState, names: lis
         return
     by_subject: dict[str, str] = {}
     for sha in worktree.commits(state.base, head):
-        by_subject.setdefault(worktree.subject(sha), sha)
+        by_subject.setdefault(worktree.log1("%s", sha), sha)
     for name in names:
         recorded = state.commits.get(name, "")
         if recorded and worktree.is_ancestor(recorded, head):

@@ -165,9 +165,6 @@ class Git:
     def delete_ref(self, ref: str) -> None:
         self.run("update-ref", "-d", "--end-of-options", ref)
 
-    def tag(self, name: str, commit: str) -> None:
-        self.run("tag", "--no-sign", "--end-of-options", name, commit)
-
     def has_object(self, sha: str) -> bool:
         return self.run("cat-file", "-e", "--end-of-options", sha, check=False).status == 0
 
@@ -234,13 +231,6 @@ class Git:
     def am_in_progress(self) -> bool:
         return (self.git_dir / "rebase-apply").exists()
 
-    def _answer(self, *args: str) -> bool:
-        """True for exit status 0, False for 1; anything else raises GitFailed."""
-        result = self.run(*args, check=False)
-        if result.status not in (0, 1):
-            raise GitFailed(["git", *args], result.status, result.stdout, result.stderr)
-        return result.status == 0
-
     def fuzz_needed(self, patch: Path) -> int | None:
         """The context lines (patch(1)'s fuzz) `patch` must ignore to apply on HEAD, or None.
         Checked in a private index: the work tree may hold conflict markers."""
@@ -255,11 +245,12 @@ class Git:
         finally:
             index.unlink(missing_ok=True)
 
-    def has_staged_changes(self) -> bool:
-        return not self._answer("diff", "--cached", "--quiet", "HEAD")
-
     def is_ancestor(self, ancestor: str, descendant: str) -> bool:
-        return self._answer("merge-base", "--is-ancestor", "--end-of-options", ancestor, descendant)
+        result = self.run("merge-base", "--is-ancestor", "--end-of-options", ancestor, descendant, check=False)
+        if result.status not in (0, 1):  # 1: not an ancestor; anything else: a failure
+            raise GitFailed(["git", "merge-base", "--is-ancestor", ancestor, descendant], result.status,
+                            result.stdout, result.stderr)
+        return result.status == 0
 
     def unmerged_paths(self) -> list[str]:
         """Paths with conflicting stages in the index."""
@@ -278,9 +269,6 @@ class Git:
     def show_file(self, commit: str, path: str) -> str:
         """`path`'s content at `commit`, not stripped."""
         return self.run("cat-file", "blob", "--end-of-options", f"{commit}:{path}").stdout
-
-    def commit_time(self, commit: str) -> int:
-        return int(self.out("log", "-1", "--format=%ct", "--end-of-options", commit))
 
     def range_diff(self, old: str, new: str, *, creation_factor: int) -> str:
         return self.out("range-diff", "--no-color", f"--creation-factor={creation_factor}", old, new)
@@ -304,14 +292,9 @@ class Git:
     def merge_commits(self, base: str, head: str) -> list[str]:
         return self.out("rev-list", "--merges", "--end-of-options", f"{base}..{head}").split()
 
-    def commit_message(self, commit: str = "HEAD") -> str:
-        return self.out("log", "-1", "--format=%B", "--end-of-options", commit)
-
-    def subject(self, commit: str = "HEAD") -> str:
-        return self.out("log", "-1", "--format=%s", "--end-of-options", commit)
-
-    def author_date(self, commit: str = "HEAD") -> str:
-        return self.out("log", "-1", "--format=%ad", "--date=raw", "--end-of-options", commit)
+    def log1(self, format: str, commit: str = "HEAD") -> str:
+        """`commit`'s fields in a `git log --format` (dates raw), e.g. "%s" its subject, "%B" its message."""
+        return self.out("log", "-1", f"--format={format}", "--date=raw", "--end-of-options", commit)
 
     def commit(self, message: str, *, env: Mapping[str, str] | None = None, amend: bool = False) -> str:
         """Commit the index with `message` verbatim (-m would re-wrap it); the new HEAD."""
@@ -439,20 +422,12 @@ class Git:
         return self.run("commit-tree", tree, *parent_args, "-F", "-", env=env, input=message).stdout.strip()
 
     def author_of(self, commit: str) -> Author:
-        name, email, date = self.out("log", "-1", "--format=%an%x00%ae%x00%ad", "--date=raw", "--end-of-options", commit).split("\0")
+        name, email, date = self.log1("%an%x00%ae%x00%ad", commit).split("\0")
         return Author(name=name, email=email, date=date)
 
     def raw_message(self, commit: str) -> str:
         """The message of `commit` byte for byte."""
         return self.run("cat-file", "commit", "--end-of-options", commit).stdout.partition("\n\n")[2]
-
-    def merge_tree(self, ours: str, theirs: str) -> Completed:
-        """The tree on stdout's first line; exit 1: conflicts. Not raised."""
-        return self.run("merge-tree", "--write-tree", "--name-only", "--messages", "--end-of-options", ours, theirs, check=False)
-
-    def cherry_pick_no_commit(self, commit: str) -> Completed:
-        """Merge `commit`'s change into the work tree and index (conflicts stay). Not raised."""
-        return self.run("cherry-pick", "--no-commit", "--allow-empty", "--end-of-options", commit, check=False)
 
     def sequencer_quit(self) -> None:
         """Forget a stopped cherry-pick (its changes stay in the work tree)."""
@@ -465,10 +440,6 @@ class Git:
         mode = ["--3way"] if three_way else ["--index", "--reject"] if reject else ["--index"]
         return self.run("apply", "-v", *mode, "--", str(patch), check=False)
 
-    def set_head(self, commit: str) -> None:
-        """Point the detached HEAD at `commit`; index and work tree stay."""
-        self.run("update-ref", "--no-deref", "--end-of-options", "HEAD", commit)
-
     def untracked(self, pattern: str) -> list[str]:
         """Untracked (not ignored) files matching the pathspec `pattern`."""
         return self.out("ls-files", "--others", "--exclude-standard", "--", pattern).splitlines()
@@ -477,10 +448,10 @@ class Git:
         return self.run("diff", "--no-color", "--no-renames", "--end-of-options", old, new, "--", *paths).stdout
 
 
+
 class Author(NamedTuple):
     """Who wrote a patch and when (date: raw or RFC 2822)."""
 
     name: str
     email: str
     date: str
-

@@ -61,7 +61,7 @@ def git_range_incoming(series: Series, repo: Path, revisions: str, *, feature: s
     incoming = []
     for sha in commits:
         text = source.format_patch(sha)
-        message = source.commit_message(sha)
+        message = source.log1("%B", sha)
         own = [value for key, value in parse_trailers(message) if key.lower() == "feature"]
         if own and feature and own != [feature]:
             raise ConfigError([f"commit {sha[:12]} of {repo} says Feature: {own[0]}, but --feature is {feature}"],
@@ -70,7 +70,7 @@ def git_range_incoming(series: Series, repo: Path, revisions: str, *, feature: s
         if not chosen:
             raise ConfigError([f"commit {sha[:12]} of {repo} has no `Feature:` trailer; pass --feature NAME"],
                               source="import")
-        incoming.append(Incoming(name=patch_name(chosen, source.subject(sha)), source=f"{repo}@{sha[:12]}",
+        incoming.append(Incoming(name=patch_name(chosen, source.log1("%s", sha)), source=f"{repo}@{sha[:12]}",
                                  feature=chosen, text=text, has_feature=bool(own)))
     return incoming
 
@@ -87,13 +87,13 @@ def _am(tree: Git, series: Series, item: Incoming) -> str:
         tree.am_abort()
         output = (result.stderr + result.stdout).strip().splitlines()
         raise ApplyError(f"{item.source} does not apply on top of the series: {output[0] if output else 'git am failed'}")
-    message = tree.commit_message()
+    message = tree.log1("%B")
     present = {value for key, value in parse_trailers(message) if key.lower() == "guard"}
     extra = [] if item.has_feature else [("Feature", item.feature)]
     extra += [trailer for trailer in guard_trailers(series, item.feature, item.text) if trailer[1] not in present]
     if extra:
         # Same committer date as am gave it: re-importing gives the same commit ids.
-        return tree.commit(with_trailers(message, extra), env={"GIT_COMMITTER_DATE": tree.author_date()}, amend=True)
+        return tree.commit(with_trailers(message, extra), env={"GIT_COMMITTER_DATE": tree.log1("%ad")}, amend=True)
     return tree.head()
 
 
@@ -125,7 +125,7 @@ def import_patches(*, context: Context, incoming: list[Incoming]) -> list[tuple[
         with context.reporter.step(f"Committing {len(incoming)} incoming patch(es) on top of the series"):
             made = [(item, _am(tree, series, item)) for item in incoming]
         texts = {item.name: tree.format_patch(sha).encode("utf-8", errors="surrogateescape") for item, sha in made}
-        subjects = [(item, tree.subject(sha)) for item, sha in made]
+        subjects = [(item, tree.log1("%s", sha)) for item, sha in made]
     write_imported(series, incoming, texts)
     return subjects
 

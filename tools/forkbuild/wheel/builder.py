@@ -170,7 +170,7 @@ def _build_source(*, context: Context, request: WheelRequest, version: str) -> t
         return tuple(BuiltWheel(path=path, rebuilt=False) for path in current)
     with scratch_tree(context=context, variant=request.variant, strict=True) as result, \
             tempfile.TemporaryDirectory(prefix="forkbuild-build-") as scratch:
-        epoch = Git(result.dest).commit_time(result.head_commit)
+        epoch = int(Git(result.dest).log1("%ct", result.head_commit))
         with reporter.step(f"python -m build in the patched {series.upstream.name} checkout"):
             built = build_from_checkout(project=result.dest / series.upstream.package_root, out_dir=Path(scratch),
                                         upstream_version=series.upstream.version, epoch=epoch,

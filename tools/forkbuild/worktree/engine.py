@@ -334,7 +334,8 @@ class Engine:
         git = self.worktree
         ours = git.commit_tree(git.tree_of(self.head), parents=[f"{job.source}^"], message="forkbuild merge base\n",
                                author=MERGE_AUTHOR)
-        result = git.merge_tree(ours, job.source)
+        result = git.run("merge-tree", "--write-tree", "--name-only", "--messages", "--end-of-options", ours,
+                         job.source, check=False)
         # --write-tree --name-only --messages: the tree, the conflicted paths, a blank line, the messages
         head, _, messages = result.stdout.partition("\n\n")
         tree, *conflicted = head.splitlines() or [""]
@@ -372,7 +373,7 @@ class Engine:
         self.materialize()
         git = self.worktree
         if job.source:
-            result = git.cherry_pick_no_commit(job.source)
+            result = git.run("cherry-pick", "--no-commit", "--allow-empty", "--end-of-options", job.source, check=False)
         else:
             result = git.apply_worktree(job.path, three_way=True)
             if read_report(result.stdout + result.stderr).no_preimage or not git.unmerged_paths():
@@ -430,11 +431,11 @@ class Engine:
         git.sequencer_quit()
         if made:
             commit = made[0]
-        elif git.has_staged_changes():
+        elif git.out("diff", "--cached", "--name-only", "HEAD"):  # staged changes
             author, message = (git.author_of(job.source), git.raw_message(job.source)) if job.source \
                 else patch_author_message(read_patch(job.path))
             commit = git.commit_tree(git.write_tree(), parents=[self.head], message=message, author=author)
-            git.set_head(commit)
+            git.run("update-ref", "--no-deref", "--end-of-options", "HEAD", commit)  # index and work tree stay
         else:
             git.reset_hard(self.head)
             return PatchResult(name=job.name, outcome=Outcome.EMPTIED,
