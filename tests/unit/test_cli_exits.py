@@ -5,6 +5,7 @@ stdout, never a traceback nor a disk error about the series' files."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 
@@ -45,7 +46,9 @@ def test_ctrl_c_while_forkbuild_starts_is_130_without_a_traceback(series_fx: Ser
     """The Ctrl-C comes while cli.py is imported (the chaos point "start"): before main() is there."""
     from forkbuild.chaos import CHAOS_ENV, SIGNAL_ENV
 
+    # SIGINT at its default, as in a terminal's foreground job (a job started in the background
+    # of a script inherits it ignored, and then Python installs no KeyboardInterrupt for it).
     done = subprocess.run([sys.executable, "-m", "forkbuild", "-C", str(series_fx.root), "status"],
                           env={**os.environ, CHAOS_ENV: "start", SIGNAL_ENV: "INT"}, capture_output=True, text=True,
-                          timeout=120)
+                          timeout=120, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert (done.returncode, done.stdout, done.stderr) == (130, "", "")
