@@ -47,7 +47,7 @@ def add_parser(subparsers) -> None:
 def run(args, context) -> int:
     # Here, not at the top: every forkbuild command builds the parser, only bisect needs these.
     from forkbuild.matrix.bisect import FAIL, ProbeLog, bisect
-    from forkbuild.matrix.probe import Builder, BuildProbes, ImageOptions, RuntimeProbes, running_tag
+    from forkbuild.matrix.probe import Builder, ImageOptions, Probes, running_tag
 
     if args.retries < 0:
         raise BisectError("--retries must be 0 or more")
@@ -58,16 +58,15 @@ def run(args, context) -> int:
     builder = Builder(context=context, python_tags=tuple(args.python_tag) or running_tag(context.series),
                       out_dir=context.build_dir / "bisect" / "wheels", image=image)
     command = tuple(args.command)
-    probes = (RuntimeProbes if args.runtime else BuildProbes)(context=context, target=target, command=command,
-                                                              builder=builder)
-    if isinstance(probes, RuntimeProbes) and probes.fixed:
+    probes = Probes(context=context, target=target, command=command, builder=builder, runtime=args.runtime)
+    if probes.fixed:
         context.reporter.info(f"not toggled at run time (no guard, or none set): {', '.join(probes.fixed)}")
     candidates = probes.candidates
     if not candidates:
         raise BisectError(f"{target.name} has no feature to bisect")
     key = {"mode": "runtime" if args.runtime else "build", "image": bool(args.image), "target": target.name,
            "features": list(target.features), "candidates": list(candidates), "command": list(command),
-           "on": getattr(probes, "on", None)}
+           "on": probes.on}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
     log = ProbeLog((args.log or context.build_dir / "bisect" / f"{target.name}-{digest}.json").resolve(), key=key,
                    resume=args.resume, restart=args.restart)
@@ -81,10 +80,10 @@ def run(args, context) -> int:
 
     result = bisect(candidates, run=probes, log=log, tries=1 + args.retries, report=report)
     if args.json:
-        print(json.dumps(result.as_json(), indent=2))
+        print(json.dumps(result, indent=2))
     else:
-        print(f"minimal failing set: {', '.join(result.minimal)}")
-    context.reporter.info(f"{len(result.probes)} probes ({result.replayed} from the log); the command passes on "
-                          f"stock and fails with {', '.join(result.minimal)}"
+        print(f"minimal failing set: {', '.join(result['minimal'])}")
+    context.reporter.info(f"{len(result['probes'])} probes ({result['replayed']} from the log); the command passes on "
+                          f"stock and fails with {', '.join(result['minimal'])}"
                           + ("" if args.runtime else " (plus what they require)"))
     return 0

@@ -47,16 +47,6 @@ class Probe:
     detail: str = ""  # what was built or set, and the command's last output on failure
 
 
-@dataclass(frozen=True, kw_only=True)
-class BisectResult:
-    minimal: tuple[str, ...]
-    probes: tuple[Probe, ...]  # in the order ddmin asked them, each once
-    replayed: int  # answered from the probe log
-
-    def as_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-
 class ProbeLog:
     """The probes of one bisect (identified by `key`) in a JSON file, and its result once it
     finished; a stopped one goes on only with `resume`, `restart` starts over."""
@@ -101,9 +91,9 @@ RunProbe = Callable[[tuple[str, ...]], tuple[int, str]]  # features -> (exit cod
 
 
 def bisect(candidates: Sequence[str], *, run: RunProbe, log: ProbeLog, tries: int,
-           report: Callable[[Probe, bool], None]) -> BisectResult:
+           report: Callable[[Probe, bool], None]) -> dict[str, Any]:
     """The 1-minimal subset of `candidates` (kept in their order) for which the command fails;
-    a probe fails only if all `tries` fail."""
+    a probe fails only if all `tries` fail. Also: the probes in the order asked, those replayed from the log."""
     order = {name: index for index, name in enumerate(candidates)}
     asked: dict[tuple[str, ...], Probe] = {}  # in the order ddmin asked them
     replayed = 0
@@ -142,4 +132,4 @@ def bisect(candidates: Sequence[str], *, run: RunProbe, log: ProbeLog, tries: in
 
     minimal = tuple(sorted(picire.DD(test)(list(candidates)), key=order.__getitem__))
     log.record(minimal=minimal)
-    return BisectResult(minimal=minimal, probes=tuple(asked.values()), replayed=replayed)
+    return {"minimal": minimal, "probes": [asdict(probe) for probe in asked.values()], "replayed": replayed}

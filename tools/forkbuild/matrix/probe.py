@@ -84,29 +84,6 @@ def run_command(command: Sequence[str], env: Mapping[str, str], *, reporter, lab
     return done.status, f"{label}; exit {done.status}" + (f"\n{tail}" if tail else "")
 
 
-@dataclass(kw_only=True)
-class Probes:
-    context: Context
-    target: Combination
-    command: tuple[str, ...]
-    builder: Builder
-
-
-@dataclass(kw_only=True)
-class BuildProbes(Probes):
-    """Build mode: each probe is its own build of the probe's features (plus what they require)."""
-
-    def __post_init__(self) -> None:
-        self.candidates = self.target.features
-
-    def __call__(self, features: tuple[str, ...]) -> tuple[int, str]:
-        series = self.context.series
-        combination = from_features(series, features, base=self.target.base)
-        env = {FEATURES_ENV: ",".join(combination.features), **self.builder.build(combination)}
-        return run_command(self.command, env, reporter=self.context.reporter,
-                           label=f"built {combination.name} ({combination.label})")
-
-
 def on_values(series: Series, target: Combination, environ: Mapping[str, str]) -> dict[str, dict[str, str]]:
     """Per feature of `target`, the guard values that turn it on: the operator's (`environ`),
     else the target's runtime default, else "1" for its first switch. A feature none of whose
@@ -128,20 +105,31 @@ def on_values(series: Series, target: Combination, environ: Mapping[str, str]) -
 
 
 @dataclass(kw_only=True)
-class RuntimeProbes(Probes):
-    """Runtime mode: one build of the target; each probe sets the candidates' guards on or off."""
+class Probes:
+    """Build mode: each probe builds its features (plus what they require). Runtime mode: one
+    build of the target; each probe sets the candidates' guards on or off."""
 
+    context: Context
+    target: Combination
+    command: tuple[str, ...]
+    builder: Builder
+    runtime: bool = False
     _built: dict[str, str] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
-        self.on = on_values(self.context.series, self.target, os.environ)
-        self.candidates = tuple(self.on)
-        self.fixed = tuple(name for name in self.target.features if name not in self.on)  # no guard turns them off
+        self.on = on_values(self.context.series, self.target, os.environ) if self.runtime else None
+        self.candidates = tuple(self.on) if self.on is not None else self.target.features
+        self.fixed = tuple(name for name in self.target.features if name not in self.candidates)
 
     def __call__(self, features: tuple[str, ...]) -> tuple[int, str]:
+        series = self.context.series
+        if self.on is None:
+            combination = from_features(series, features, base=self.target.base)
+            env = {FEATURES_ENV: ",".join(combination.features), **self.builder.build(combination)}
+            return run_command(self.command, env, reporter=self.context.reporter,
+                               label=f"built {combination.name} ({combination.label})")
         if self._built is None:
             self._built = self.builder.build(self.target)
-        series = self.context.series
         guards = {guard.env: values[guard.env] if name in features else guard.default
                   for name, values in self.on.items() for guard in series.features[name].guards}
         env = {**self._built, FEATURES_ENV: ",".join(features), **guards}
