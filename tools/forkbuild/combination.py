@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from forkbuild.config import Guard, PatchEntry, Series, near_miss
+from forkbuild.config import Guard, PatchEntry, Series, unknown
 from forkbuild.errors import ConfigError
 
 COMBO_LABEL = "combo"  # the local-version label of a combination that is no named variant
@@ -104,8 +104,7 @@ def from_features(series: Series, features: Iterable[str], *, base: str = "", no
 
 
 def _require_known(series: Series, names: Iterable[str], *, option: str) -> None:
-    unknown = [f"{option}: unknown feature {name!r}{near_miss(name, series.features)}"
-               for name in names if name not in series.features]
+    unknown = [f"{option}: {unknown(name, series.features)}" for name in names if name not in series.features]
     if unknown:
         raise ConfigError(unknown, source="command line")
 

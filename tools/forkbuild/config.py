@@ -131,7 +131,7 @@ class Series:
 
     def variant(self, name: str) -> Variant:
         if name not in self.variants:
-            raise ConfigError([_unknown(name, self.variants, "variant")], source=str(self.path))
+            raise ConfigError([unknown(name, self.variants, "variant")], source=str(self.path))
         return self.variants[name]
 
     def patches_for(self, variant: str) -> tuple[PatchEntry, ...]:
@@ -484,7 +484,7 @@ def _parse_variants(problems: _Problems, value: Any) -> dict[str, Variant]:
     return variants
 
 
-def _unknown(name: str, known: Iterable[str], kind: str = "feature") -> str:
+def unknown(name: str, known: Iterable[str], kind: str = "feature") -> str:
     return f"unknown {kind} {name!r}{near_miss(name, known)}"
 
 
@@ -494,15 +494,15 @@ def _check_references(problems: _Problems, series: Series) -> None:
         for relation in ("requires", "conflicts"):
             for other in getattr(feature, relation):
                 if other not in features:
-                    problems.add(f"features.{name}.{relation}", _unknown(other, features), near=other)
+                    problems.add(f"features.{name}.{relation}", unknown(other, features), near=other)
     for index, entry in enumerate(series.patches):
         if entry.feature not in features and not problems.has(f"patches[{index}].feature"):
-            problems.add(f"patches[{index}].feature", _unknown(entry.feature, features), near=entry.file)
+            problems.add(f"patches[{index}].feature", unknown(entry.feature, features), near=entry.file)
         elif entry.feature in features and not features[entry.feature].ported:
             problems.add(f"patches[{index}].feature", f"feature {entry.feature!r} is marked `ported = false`: "
                          "remove the marker now that a patch implements it", near=entry.file)
     if series.default_variant not in series.variants and not problems.has("series.default_variant"):
-        problems.add("series.default_variant", _unknown(series.default_variant, series.variants, "variant"))
+        problems.add("series.default_variant", unknown(series.default_variant, series.variants, "variant"))
 
 
 def _check_patch_files(problems: _Problems, series: Series) -> None:
@@ -562,7 +562,7 @@ def _check_variants(problems: _Problems, series: Series) -> None:
         for feature_name in variant.features:
             feature = series.features.get(feature_name)
             if feature is None:
-                problems.add(f"variants.{name}.features", _unknown(feature_name, series.features),
+                problems.add(f"variants.{name}.features", unknown(feature_name, series.features),
                              near=f"variants.{name}")
                 continue
             if not feature.ported:

@@ -14,7 +14,7 @@ from forkbuild.image.runtime import migration
 
 @dataclass(frozen=True, kw_only=True)
 class EnvReport:
-    variant: str
+    values: dict[str, str]  # the file's values, key -> value
     lines: tuple[str, ...]
     changed: tuple[str, ...]  # values whose meaning changed, with the value to write
     refused: tuple[str, ...]  # values this build stops on
@@ -25,9 +25,10 @@ class EnvReport:
 def doctor_env(series: Series, *, variant: str, env_file: Path) -> EnvReport:
     chosen = series.variant(variant)
     values = read_env_file(env_file)
+    plain = {key: item.value for key, item in values.items()}
     built = [{"env": g.env, "type": g.type, "default": g.default} for g in series.guards_for(chosen.features)]
     # What the container sees: the image's ENV (the variant's defaults), then the file.
-    environ = {**chosen.env, **{key: item.value for key, item in values.items()}}
+    environ = {**chosen.env, **plain}
     found = migration.readings(built, environ)
     lines, changed, refused = [], [], []
     for reading, text in zip(found, migration.lines(found), strict=True):
@@ -48,6 +49,6 @@ def doctor_env(series: Series, *, variant: str, env_file: Path) -> EnvReport:
               if key.startswith(GUARD_PREFIX) and key not in {g["env"] for g in built}
               and key not in series.runtime_env and key not in migration.SETTING_NOTES]
     notes = [f"{env_file}:{values[line.split('=', 1)[0]].line}: {line}"
-             for line in migration.setting_notes({key: item.value for key, item in values.items()})]
-    return EnvReport(variant=variant, lines=tuple(lines), changed=tuple(changed), refused=tuple(refused),
+             for line in migration.setting_notes(plain)]
+    return EnvReport(values=plain, lines=tuple(lines), changed=tuple(changed), refused=tuple(refused),
                      unused=tuple(unused), notes=tuple(notes))

@@ -1,10 +1,6 @@
-"""`forkbuild launch`: a variant, a deployed .env and the node list (head first) become one
-compose file per node, what the runtime recipe's start.sh started on each box: the same
-environment everywhere (the .env's values, every guard of the variant as the container
-would read it, NNODES, NODE_RANK, DIST_INIT_ADDR, TP_SIZE), head-only settings on rank 0,
-and the image's `serve`. A .env doctor refuses stops it before anything is written. The
-files are JSON, which is YAML with every value quoted exactly.
-"""
+"""`forkbuild launch`: a variant, a deployed .env and the nodes (head first) become one compose
+file per node (what the recipe's start.sh started): the same environment everywhere, head-only
+settings on rank 0. The files are JSON, which is YAML with every value quoted exactly."""
 
 from __future__ import annotations
 
@@ -15,7 +11,6 @@ from pathlib import Path
 
 from forkbuild.config import Series
 from forkbuild.doctor import EnvReport, doctor_env
-from forkbuild.envfile import read_env_file
 from forkbuild.errors import ConfigError
 from forkbuild.image.build import default_tag
 
@@ -44,7 +39,7 @@ def plan(series: Series, *, variant: str, env_file: Path, hosts: list[str],
     report = doctor_env(series, variant=variant, env_file=env_file)
     if report.refused or report.changed:
         raise ConfigError([*report.refused, *report.changed], source=str(env_file))
-    values = {key: item.value for key, item in read_env_file(env_file).items()}
+    values = report.values
     tp_size = values.get("TP_SIZE") or chosen.env.get("TP_SIZE")
     problems = [f"--nodes: {host!r} is not a host name or IPv4 address" for host in hosts if not HOST.match(host)]
     if len(set(hosts)) != len(hosts):

@@ -25,7 +25,7 @@ def add_parser(subparsers) -> None:
 def run(args, context) -> int:
     variant = args.variant or context.series.default_variant
     report = doctor_env(context.series, variant=variant, env_file=args.env)
-    print(f"variant {report.variant}: how this build reads {args.env}")
+    print(f"variant {variant}: how this build reads {args.env}")
     print("\n".join(report.lines))
     reporter = context.reporter
     for line in report.refused:

@@ -1,12 +1,7 @@
-"""mutation/results.json and mutation/reasons.toml (why a survivor may stay), reviewed like code.
-A patch's results are current while its key holds: the hash of the patch, its feature's tests,
-the shared test files and the upstream pin. `--check` proves both current (problems()).
-
-A reason follows its statement when an edit of the patch renumbers it (h1.s65 -> h1.s90): a run
-records the moves with the patch's results ("reasons_moved": old id -> new id and the reason's
-text), then applies them to reasons.toml; a kill between the two writes leaves them recorded,
---check names them and the next run applies them. A recorded move is pending only while its old
-id still holds that very text, so an applied one never runs again."""
+"""mutation/results.json and mutation/reasons.toml (why a survivor may stay). A patch's results are
+current while its key (patch, its feature's tests, shared test files, upstream pin) holds. A reason
+follows its statement when an edit renumbers it: a run records the moves ("reasons_moved"), then
+applies them to reasons.toml; one a kill left recorded is named by --check and applied next run."""
 
 from __future__ import annotations
 
