@@ -104,9 +104,8 @@ def from_features(series: Series, features: Iterable[str], *, base: str = "", no
 
 
 def _require_known(series: Series, names: Iterable[str], *, option: str) -> None:
-    unknown = [f"{option}: {unknown(name, series.features)}" for name in names if name not in series.features]
-    if unknown:
-        raise ConfigError(unknown, source="command line")
+    if problems := [f"{option}: {unknown(name, series.features)}" for name in names if name not in series.features]:
+        raise ConfigError(problems, source="command line")
 
 
 def _close_requires(series: Series, wanted: list[str]) -> tuple[set[str], dict[str, list[str]]]:

@@ -565,17 +565,14 @@ def _check_variants(problems: _Problems, series: Series) -> None:
                 problems.add(f"variants.{name}.features", unknown(feature_name, series.features),
                              near=f"variants.{name}")
                 continue
-            if not feature.ported:
-                problems.add(f"variants.{name}.features", f"{feature_name} is marked `ported = false` (no patch on "
-                             "this upstream): leave it out of the variant", near=f"variants.{name}")
-            for needed in feature.requires:
-                if needed not in chosen:
-                    problems.add(f"variants.{name}.features", f"{feature_name} requires {needed}, which the variant leaves out",
-                                 near=f"variants.{name}")
-            for other in feature.conflicts:
-                if other in chosen:
-                    problems.add(f"variants.{name}.features", f"{feature_name} conflicts with {other}; a variant holds one of them",
-                                 near=f"variants.{name}")
+            wrong = [f"{feature_name} is marked `ported = false` (no patch on this upstream): leave it out of "
+                     "the variant"] if not feature.ported else []
+            wrong += [f"{feature_name} requires {needed}, which the variant leaves out"
+                      for needed in feature.requires if needed not in chosen]
+            wrong += [f"{feature_name} conflicts with {other}; a variant holds one of them"
+                      for other in feature.conflicts if other in chosen]
+            for message in wrong:
+                problems.add(f"variants.{name}.features", message, near=f"variants.{name}")
         for env, value in variant.env.items():
             guard = guard_owner.get(env)
             if guard is None:

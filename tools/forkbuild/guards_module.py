@@ -1,8 +1,6 @@
-"""The generated guards module: series.toml's guard declarations for exactly the features a
-build holds, written as data into the module `[series] guards_module` names (the series'
-hook registers them). It is the tree's last commit, marked with GENERATED_TRAILER, which
-export never turns into a patch; every path that applies patches adds it.
-"""
+"""The generated guards module: series.toml's guards of the features a build holds, as data in
+the module `[series] guards_module` names. It is the tree's last commit, marked with
+GENERATED_TRAILER: export never turns it into a patch, every path that applies patches adds it."""
 
 from __future__ import annotations
 
@@ -12,7 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, NamedTuple
 
-from forkbuild.config import Guard, Series
+from forkbuild.config import Series
 from forkbuild.patchfile import PatchInfo
 
 if TYPE_CHECKING:
@@ -54,15 +52,11 @@ def render(series: Series, features: Iterable[str]) -> str:
         "",
         "# (variable, type, default as series.toml writes it, feature)",
         f"{DATA_NAME} = (",
-        *(f"    {_entry(guard)}," for guard in guards),
+        *(f"    {(guard.env, guard.type, guard.default, guard.feature)!r}," for guard in guards),
         ")",
         "",
     ]
     return "\n".join(lines)
-
-
-def _entry(guard: Guard) -> str:
-    return repr((guard.env, guard.type, guard.default, guard.feature))
 
 
 def generated_files(series: Series, features: Iterable[str]) -> dict[str, bytes]:
@@ -81,20 +75,16 @@ def write_module(tree: Path, *, series: Series, features: Iterable[str]) -> str 
     return next(iter(files), None)
 
 
-def commit_message(features: Iterable[str]) -> str:
-    body = textwrap.fill(f"Features: {', '.join(features) or 'none'}. Not a patch: export skips this commit "
-                         "and forkbuild regenerates it on every apply.", width=72)
-    return (f"forkbuild: the guards of this build, generated from series.toml\n\n{body}\n\n"
-            f"{GENERATED_TRAILER}: {GENERATED_VALUE}\n")
-
-
 def add_generated_commit(engine: Engine, *, series: Series, features: Iterable[str]) -> None:
     """Commit the module on the engine's HEAD, before the work tree is checked out; at HEAD's
     date, so the same series gives the same commit (a reproducible wheel)."""
     features = [name for name in series.features if name in set(features)]
     files = generated_files(series, features)
+    body = textwrap.fill(f"Features: {', '.join(features) or 'none'}. Not a patch: export skips this commit "
+                         "and forkbuild regenerates it on every apply.", width=72)
     if files:
-        engine.commit_files(files, message=commit_message(features))
+        engine.commit_files(files, message=f"forkbuild: the guards of this build, generated from series.toml\n\n"
+                                           f"{body}\n\n{GENERATED_TRAILER}: {GENERATED_VALUE}\n")
 
 
 def is_generated(info: PatchInfo) -> bool:

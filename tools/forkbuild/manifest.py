@@ -87,20 +87,12 @@ def build_manifest(*, series: Series, variant: Combination, version: str, pin: W
     # Settings: what an image sets that is no guard (MODEL_PATH, TP_SIZE ...).
     settings = tuple(dict.fromkeys([*series.runtime_env, *(key for key in variant.env if key not in guard_envs)]))
     return Manifest(
-        series=series.name,
-        variant=variant.name,
-        base_variant=variant.base,
-        version=version,
+        series=series.name, variant=variant.name, base_variant=variant.base, version=version,
         series_hash=variant.content_hash(series),
-        upstream=UpstreamRecord(
-            name=upstream.name,
-            version=upstream.version,
-            source=upstream.source,
-            wheel=pin.filename if pin else "",
-            sha256=pin.sha256 if pin else "",
-            git_url=upstream.git.url if upstream.git else "",
-            commit=upstream.git.commit if upstream.git else "",
-        ),
+        upstream=UpstreamRecord(name=upstream.name, version=upstream.version, source=upstream.source,
+                                wheel=pin.filename if pin else "", sha256=pin.sha256 if pin else "",
+                                git_url=upstream.git.url if upstream.git else "",
+                                commit=upstream.git.commit if upstream.git else ""),
         features=tuple(variant.features),
         guards=tuple(_guard_record(guard) for guard in series.guards_for(variant.features)),
         series_guards=tuple(_guard_record(guard) for guard in series.all_guards()),

@@ -1,6 +1,5 @@
-"""`forkbuild compose`: build contexts for every variant and the compose file
-that builds all their images in parallel (`docker-compose build` here,
-`docker buildx bake -f build/compose.yaml` elsewhere)."""
+"""`forkbuild compose`: build contexts for every variant and the compose file that builds all
+their images in parallel (`docker-compose build`, or `docker buildx bake -f build/compose.yaml`)."""
 
 from __future__ import annotations
 
@@ -67,12 +66,9 @@ def run(args, context) -> int:
     return 0
 
 
-def compose_build(*, docker: Docker, compose_file: Path, reporter, services: tuple[str, ...] = (),
-                  no_cache: bool = False) -> None:
-    """`docker-compose build --parallel` with our docker client first on PATH:
-    compose 1.29 runs `docker build` from PATH when COMPOSE_DOCKER_CLI_BUILD=1."""
-    env = dict(docker.env)
-    env["PATH"] = f"{Path(docker.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    command = ["docker-compose", "-f", str(compose_file), "build", "--parallel",
-               *(["--no-cache"] if no_cache else []), *services]
-    run_program(command, reporter=reporter, missing_hint="apt-get install docker-compose", env=env, stream=True)
+def compose_build(*, docker: Docker, compose_file: Path, reporter) -> None:
+    """`docker-compose build --parallel` with our docker client first on PATH (compose 1.29 runs
+    `docker build` from PATH when COMPOSE_DOCKER_CLI_BUILD=1)."""
+    env = {**docker.env, "PATH": f"{Path(docker.executable).parent}{os.pathsep}{docker.env.get('PATH', '')}"}
+    run_program(["docker-compose", "-f", str(compose_file), "build", "--parallel"], reporter=reporter,
+                missing_hint="apt-get install docker-compose", env=env, stream=True)
