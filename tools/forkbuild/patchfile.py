@@ -6,7 +6,6 @@ from __future__ import annotations
 import email
 import email.header
 import email.message
-import email.utils
 import functools
 import re
 from pathlib import Path, PurePosixPath
@@ -37,8 +36,6 @@ class PatchInfo(NamedTuple):
     path: Path
     subject: str
     author: str  # the From: header, decoded ("Name <address>")
-    author_name: str  # its parts, as email.utils.parseaddr splits them
-    author_email: str
     date: str
     message: str
     trailers: tuple[tuple[str, str], ...]
@@ -122,9 +119,7 @@ def parse_patch(text: str, *, path: Path) -> PatchInfo:
     except unidiff.UnidiffParseError as error:
         raise UnsafePatchError(f"patches/{path.name}: cannot parse the diff: {error}") from error
     files = tuple(_file_change(patched) for patched in diff)
-    author = _decode_header(headers.get("From"))
-    author_name, author_email = email.utils.parseaddr(author)
-    return PatchInfo(path=path, subject=subject, author=author, author_name=author_name, author_email=author_email,
+    return PatchInfo(path=path, subject=subject, author=_decode_header(headers.get("From")),
                      date=headers.get("Date", ""), message=message_body,
                      trailers=parse_trailers(message_body), files=files)
 

@@ -12,6 +12,7 @@ No work tree is touched until `finish` checks the result out once (or a stop).
 
 from __future__ import annotations
 
+import email.utils
 import itertools
 import os
 import re
@@ -467,7 +468,7 @@ def _clear_dead_engines(git_dir: Path) -> None:
 
 def patch_author_message(info: PatchInfo) -> tuple[Author, str]:
     """The author and commit message `git am --keep-non-patch` takes from a patch mail."""
-    name, address = info.author_name, info.author_email
+    name, address = email.utils.parseaddr(info.author)
     subject = git_am_subject(info.subject)
     body = info.message.strip("\n")
     message = f"{subject}\n\n{body}\n" if body else f"{subject}\n"
