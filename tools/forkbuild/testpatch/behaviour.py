@@ -17,7 +17,6 @@ from forkbuild import process
 from forkbuild.combination import Combination
 from forkbuild.context import Context
 from forkbuild.errors import BuildError
-from forkbuild.testpatch.records import Record
 from forkbuild.wheel.builder import WheelRequest, build_wheels
 
 TESTS_DIR = "tests/patches"
@@ -122,11 +121,6 @@ def _pytest(context: Context, python: TestPython, paths: list[Path], *, features
             output = "its output is above" if live else (done.stdout + done.stderr)[-4000:]
             raise BuildError(f"pytest did not run (exit {done.status}):\n{output}")
         return json.loads(results.read_text())
-
-
-def behaviour_records(raw: list[dict]) -> list[Record]:
-    return [Record(feature=item["feature"], check=item["check"], outcome=item["outcome"], reason=item["reason"],
-                   test=item["test"], exception=exception_text(item)) for item in raw]
 
 
 def exception_text(item: dict) -> str:

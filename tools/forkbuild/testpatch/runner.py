@@ -128,4 +128,5 @@ def _behaviour(context: Context, python: TestPython, *, features, prove: bool) -
         behave = pool.submit(behaviour.run_tests, context=context, python=python, features=claimed,
                              shards=1 if prove else shards)
         proven = proof.run_proof(context=context, stock=python, pool=pool, shards=shards) if prove else []
-        return behaviour.behaviour_records(behave.result()) + proven
+        return [Record(feature=item["feature"], check=item["check"], outcome=item["outcome"], reason=item["reason"],
+                       test=item["test"], exception=behaviour.exception_text(item)) for item in behave.result()] + proven
