@@ -273,10 +273,6 @@ class Git:
     def range_diff(self, old: str, new: str, *, creation_factor: int) -> str:
         return self.out("range-diff", "--no-color", f"--creation-factor={creation_factor}", old, new)
 
-    def apply_only(self, patch: Path, *, include: str) -> None:
-        """Apply to the work tree the part of `patch` that touches `include` (a path or glob)."""
-        self.run("apply", f"--include={include}", "--", str(patch))
-
     def diff_tree_patch(self, commit: str) -> str:
         # Not stripped: that would cut a blank context line (" ") off the last hunk.
         return self.run("diff-tree", "--no-commit-id", "-p", "--full-index", "--no-renames", "--end-of-options", f"{commit}^", commit).stdout
@@ -358,11 +354,6 @@ class Git:
             _TREES[key] = listed
         return _TREES[key]
 
-    def write_index(self, index: Path, entries: Mapping[str, TreeEntry]) -> None:
-        """A private index of exactly `entries` (no stat data: only for --cached)."""
-        index.unlink(missing_ok=True)
-        self.update_index(index, entries)
-
     def read_index(self, index: Path) -> dict[str, TreeEntry]:
         """path -> entry of every stage-0 entry of a private index."""
         listing = self.run("ls-files", "--stage", "-z", env={"GIT_INDEX_FILE": str(index)}).stdout
@@ -421,13 +412,11 @@ class Git:
         parent_args = [arg for parent in parents for arg in ("-p", parent)]
         return self.run("commit-tree", tree, *parent_args, "-F", "-", env=env, input=message).stdout.strip()
 
-    def author_of(self, commit: str) -> Author:
+    def authored(self, commit: str) -> tuple[Author, str]:
+        """Who wrote `commit` and when, and its message byte for byte."""
         name, email, date = self.log1("%an%x00%ae%x00%ad", commit).split("\0")
-        return Author(name=name, email=email, date=date)
-
-    def raw_message(self, commit: str) -> str:
-        """The message of `commit` byte for byte."""
-        return self.run("cat-file", "commit", "--end-of-options", commit).stdout.partition("\n\n")[2]
+        message = self.run("cat-file", "commit", "--end-of-options", commit).stdout.partition("\n\n")[2]
+        return Author(name=name, email=email, date=date), message
 
     def sequencer_quit(self) -> None:
         """Forget a stopped cherry-pick (its changes stay in the work tree)."""

@@ -62,7 +62,7 @@ def declarations_tree(*, context: Context) -> Iterator[Path]:
         tree = cache.git().add_worktree(dest, base)
         for entry in series.patches:
             try:
-                tree.apply_only(entry.path, include=environ)
+                tree.run("apply", f"--include={environ}", "--", str(entry.path))  # only the environ part
             except GitFailed as error:
                 raise ApplyError(f"patches/{entry.file}: its {environ} part does not apply on upstream plus "
                                  f"the declarations of the patches before it:\n{error.stderr}",

@@ -346,7 +346,7 @@ class Engine:
                     return already_applied(job)
                 return PatchResult(name=job.name, outcome=Outcome.UPSTREAMED,
                                    detail="a 3-way merge of its commit left nothing to change (the base has it)")
-            commit = self._commit(tree, (git.author_of(job.source), git.raw_message(job.source)))
+            commit = self._commit(tree, git.authored(job.source))
             return PatchResult(name=job.name, outcome=Outcome.THREE_WAY, commit=commit,
                                detail=f"merged its commit {job.source[:12]} (merge-ort)")
         report = read_report(messages)
@@ -433,7 +433,7 @@ class Engine:
         if made:
             commit = made[0]
         elif git.out("diff", "--cached", "--name-only", "HEAD"):  # staged changes
-            author, message = (git.author_of(job.source), git.raw_message(job.source)) if job.source \
+            author, message = git.authored(job.source) if job.source \
                 else patch_author_message(read_patch(job.path))
             commit = git.commit_tree(git.write_tree(), parents=[self.head], message=message, author=author)
             git.run("update-ref", "--no-deref", "--end-of-options", "HEAD", commit)  # index and work tree stay

@@ -47,8 +47,9 @@ def apply_small(git: Git, patches: Sequence[Path], *, index: Path, entries: Mapp
                 unidiff_zero: bool = False, written: bool = False) -> tuple[dict[str, TreeEntry], str] | None:
     """`patches` strictly into `index`, written to hold `entries` (unless `written`: it does
     already), all or nothing: every entry afterwards and git's -v report; None when they do not apply."""
-    if not written:
-        git.write_index(index, entries)
+    if not written:  # a private index of exactly `entries` (no stat data: only for --cached)
+        index.unlink(missing_ok=True)
+        git.update_index(index, entries)
     applied = git.apply_to_index(list(patches), index=index, strip=strip, unidiff_zero=unidiff_zero)
     if applied.status != 0:
         return None
