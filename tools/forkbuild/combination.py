@@ -1,7 +1,6 @@
-"""A Combination: what a build holds, a named variant or any set of features the series
-allows, resolved once at the edge and passed on. A feature another requires is added (and
-noted); two conflicting features are an error; runtime defaults come from the base variant
-(without one, every guard keeps its default)."""
+"""A Combination: what a build holds (a named variant or any set of features the series allows),
+resolved once at the edge. Required features are added (and noted), conflicts are an error;
+runtime defaults come from the base variant (without one, every guard keeps its default)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""`forkbuild doctor --env FILE`: what a deployed `.env` means to a variant of this build,
-next to what it meant under the runtime recipe; the image's own readings (`docker run IMAGE
-doctor` says the same)."""
+"""`forkbuild doctor --env FILE`: what a deployed `.env` means to a variant of this build, next to
+what it meant under the runtime recipe (`docker run IMAGE doctor` says the same)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """Delta debugging (picire's ddmin) of a combination's features to a 1-minimal set for which a
-command fails while stock passes: both checked first; a probe log (rewritten atomically after
-each probe, the result at its end) answers a re-run's probes, ddmin asking the same questions in
-the same order, so a finished bisect prints its result again and a killed one resumes."""
+command fails while stock passes. A probe log, rewritten after each probe, answers a re-run's
+probes (ddmin asks the same questions in order): a killed bisect resumes, a finished one reprints."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""How one bisect probe runs the user's command. Build mode: the probe's features are built (a
-wheel cached by content hash, with --image its image) and the command gets FORKBUILD_FEATURES,
-FORKBUILD_WHEELS and FORKBUILD_IMAGE. Runtime mode: the target is built once and each probe sets
-every candidate's DSV41_* guards on or off, as an operator would on a node."""
+"""How one bisect probe runs the user's command: with FORKBUILD_FEATURES, FORKBUILD_WHEELS and
+FORKBUILD_IMAGE set, after a build of the probe's features (build mode) or of the target once,
+each probe setting the candidates' DSV41_* guards on or off (runtime mode)."""
 
 from __future__ import annotations
 

@@ -75,10 +75,9 @@ class Worker:
 def run_all(runs: dict[str, FeatureTests], mutants: list[Mutant], *, python: Path, preload: list[str], workers: int,
             scratch: Path, done: Callable[[Mutant, Outcome], None],
             killers: dict[tuple[str, str], str] | None = None) -> dict[str, Outcome]:
-    """Per feature its baseline, then (if it passed) its mutants, each passed to `done` (from a
-    worker thread); returns the baselines. `scratch`: a folder no other run uses (the caller holds
-    its lock); what a killed run left there goes first, the rest at the end. `killers`: (patch,
-    mutant id) -> the test that killed it in the recorded results, which its run takes first."""
+    """Per feature its baseline, then (if it passed) its mutants, each passed to `done` (from a worker
+    thread); returns the baselines. `scratch`: a folder only this run (holding the caller's lock) uses.
+    `killers`: (patch, mutant id) -> the test that killed it last time, which its run takes first."""
     queue: list[tuple[str, Mutant | None]] = [(feature, None) for feature in runs]
     queue += [(mutant.feature, mutant) for mutant in mutants]
     baselines: dict[str, Outcome] = {}
