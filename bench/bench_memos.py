@@ -15,23 +15,17 @@ import argparse
 import statistics
 import tempfile
 import time
-import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
-from forkbuild import patchfile
-from forkbuild.check import check_series
 from forkbuild.combination import of_variant
 from forkbuild.console import Reporter
 from forkbuild.context import Context
-from forkbuild.mutate import mutants as mutants_module
 from forkbuild.wheel import builder, overlay, validate, zipraw
 from forkbuild.wheel.builder import WheelRequest, build_wheels
 
 WHEEL_MEMOS = [(builder, "_zip_source"), (zipraw, "_deflate"), (zipraw, "_deflate_piece"),
                (overlay, "_upstream_rows"), (validate, "_verified_members_of")]
-PATCH_MEMOS = [(patchfile, "_parsed"), (patchfile, "_text_problems")]
-MUTANT_MEMOS = [(mutants_module, "_code_of")]
 
 
 def timed(memos, enabled: bool, action: Callable[[], None]) -> float:
@@ -75,25 +69,10 @@ def main() -> None:
                     build_wheels(context=context, request=WheelRequest(variant=variant, out_dir=Path(out)))
         return build
 
-    site = Path(tempfile.mkdtemp(prefix="bench-memos-"))  # tp4's wheel unpacked: what mutate reads installed
-    with tempfile.TemporaryDirectory() as out:
-        (wheel, *_) = build_wheels(context=context, request=WheelRequest(variant=tp4, out_dir=Path(out)))
-        zipfile.ZipFile(wheel.path).extractall(site)
-
-    def plan_mutants() -> None:
-        for entry in series.patches_for("tp4"):
-            mutants_module.mutants_of(entry, package_root=series.upstream.package_root,
-                                      installed=lambda path: (site / path).read_text() if (site / path).is_file()
-                                      else None)
-
     print("| command's work (one process) | with the memos | without | saved |\n|---|---|---|---|")
     case("build-wheel tp4 (both Python tags): wheel memos", WHEEL_MEMOS, wheels(tp4), args.repeat)
     case("build-wheel tp4 then tp3 (a matrix's next combination): wheel memos", WHEEL_MEMOS, wheels(tp4, tp3),
          args.repeat)
-    case("build-wheel tp4 then tp3: patch-parse memos", PATCH_MEMOS, wheels(tp4, tp3), args.repeat)
-    case("check (every variant): patch-parse memos", PATCH_MEMOS, lambda: check_series(context=context),
-         args.repeat)
-    case("mutate's planning of every tp4 patch: the syntax-tree memo", MUTANT_MEMOS, plan_mutants, args.repeat)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from fixtures import SeriesFixture
-from forkbuild import patchfile
 from forkbuild.cli import main as cli_main
 from forkbuild.errors import ConfigError, UnsafePatchError, UpstreamError
 from forkbuild.git import Git
@@ -41,19 +40,12 @@ def cache_records(cache: Path) -> list[Path]:
     return found
 
 
-def forget_in_process_results() -> None:
-    """What this process computed (cli runs in-process here): a new command computes again."""
-    patchfile._parsed.cache_clear()
-    patchfile._text_problems.cache_clear()
-
-
 def test_a_cache_record_rewritten_to_no_problems_never_lets_an_unsafe_patch_through(series_fx: SeriesFixture) -> None:
     add_patch(series_fx, "evil.patch").write_text(EVIL)
     assert series_fx.cli("check") == UnsafePatchError.return_code
     for record in cache_records(series_fx.cache):
         if '"problems"' in record.read_text(errors="replace"):
             record.write_text(json.dumps({"problems": []}))
-    forget_in_process_results()
     assert series_fx.cli("check") == UnsafePatchError.return_code
     assert series_fx.cli("apply", "--all") == UnsafePatchError.return_code
     assert not (series_fx.root / ".forkbuild-work" / "series" / "python" / "pkg" / "evil").is_symlink()

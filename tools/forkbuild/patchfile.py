@@ -6,7 +6,6 @@ from __future__ import annotations
 import email
 import email.header
 import email.message
-import functools
 import re
 from pathlib import Path, PurePosixPath
 from typing import NamedTuple
@@ -98,13 +97,7 @@ def _message(before_diff: str) -> str:
 
 def read_patch(path: Path) -> PatchInfo:
     # Bytes, not read_text(): universal newlines would split a line at a lone "\r" (mksh's patches).
-    return _parsed(path.read_bytes().decode("utf-8", errors="surrogateescape"), path)
-
-
-@functools.lru_cache(maxsize=128)
-def _parsed(text: str, path: Path) -> PatchInfo:
-    """parse_patch once per content and path (a matrix reads the same patches per combination)."""
-    return parse_patch(text, path=path)
+    return parse_patch(path.read_bytes().decode("utf-8", errors="surrogateescape"), path=path)
 
 
 def parse_patch(text: str, *, path: Path) -> PatchInfo:
@@ -230,9 +223,8 @@ def read_text(path: Path) -> str:
     return path.read_bytes().decode("utf-8", errors="surrogateescape")
 
 
-@functools.lru_cache(maxsize=128)
 def _text_problems(text: str, path: Path, symlinks: frozenset[str]) -> tuple[str, ...]:
-    """Everything wrong with a patch before git sees it; once per content (a matrix repeats them)."""
+    """Everything wrong with a patch before git sees it."""
     label = f"patches/{path.name}"
     if not text.strip():
         return (f"{label}: is empty",)
@@ -242,7 +234,7 @@ def _text_problems(text: str, path: Path, symlinks: frozenset[str]) -> tuple[str
         # CRs on content lines only): git refuses it, so name it rather than a hunk.
         problems.append(f"{label}: has CRLF line endings (convert it to LF: dos2unix)")
     try:
-        info = _parsed(text, path)
+        info = parse_patch(text, path=path)
     except UnsafePatchError as error:
         problems.append(error.message)
     else:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import ast
 import difflib
-import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -168,7 +167,6 @@ def _locate(hunk: unidiff.Hunk, lines: list[str]) -> list[tuple[unidiff.patch.Li
     return [(line, None if line.is_removed else mapping.get(next(positions))) for line in hunk]
 
 
-@functools.lru_cache(maxsize=64)
 def _code_of(text: str) -> str:
     """The syntax tree without docstrings, as text: equal for sources that differ only in
     comments, docstrings and layout."""
