@@ -15,7 +15,6 @@ from forkbuild.config import Upstream, WheelPin
 from forkbuild.console import Reporter
 from forkbuild.errors import LockTimeout, UpstreamError
 from forkbuild.git import Git, GitFailed
-from forkbuild.pypi import find_file
 
 LOCK_TIMEOUT_SECONDS = 900
 # What git says when an object it needs cannot be read (truncated, corrupt, missing).
@@ -161,8 +160,10 @@ class UpstreamCache:
                                      f"right {pin.filename} there") from None
 
     def _download_pinned(self, pin: WheelPin, target: Path) -> Path:
-        import urllib.error
+        import urllib.error  # here, with the index client: only a download needs them
         import urllib.request
+
+        from forkbuild.pypi import find_file
 
         url = pin.url or find_file(pin.filename.split("-")[0], pin.filename).url
         handle, partial_name = tempfile.mkstemp(dir=self.wheels_dir, prefix=f".{pin.filename}.", suffix=".part")
