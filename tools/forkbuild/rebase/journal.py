@@ -20,7 +20,7 @@ from forkbuild.chaos import chaos_point
 from forkbuild.errors import ForkbuildError
 from forkbuild.fsutil import fsync_directory, sync_files, write_atomic
 from forkbuild.layout import PATCHES_DIR, SERIES_FILE, WORK_DIR
-from forkbuild.rebase.state import RebaseState
+from forkbuild.rebase.state import SCHEMA, RebaseState
 
 JOURNAL_DIR = "rebase-journal"
 STATE_FILE = "state.json"
@@ -51,7 +51,7 @@ class Journal:
     def load(self) -> RebaseState:
         path = self.path / STATE_FILE
         try:
-            return RebaseState.from_dict(statefile.load(path).data)
+            return statefile.load(path, RebaseState, (SCHEMA,))
         except FileNotFoundError:
             raise ForkbuildError("no rebase is in progress",
                                  hint="start one with `forkbuild rebase --onto VERSION|COMMIT`") from None
@@ -67,7 +67,7 @@ class Journal:
     def save(self, state: RebaseState, step: str, *, at: str = "") -> RebaseState:
         """Record `state` at `step` durably, then honour the kill hook for it; returns the state recorded."""
         state = replace(state, step=f"{step}:{at}" if at else step)
-        write_atomic(self.path / STATE_FILE, statefile.dump(state.as_dict()))
+        write_atomic(self.path / STATE_FILE, statefile.dump(state, schema=SCHEMA))
         checkpoint(state.step)
         return state
 
@@ -87,7 +87,7 @@ class Journal:
         hashes = file_hashes(backup, files)
         (backup / "hashes.json").write_text(statefile.dump(hashes))
         state = replace(state, step="begun", written=hashes, writing=False)
-        (scratch / STATE_FILE).write_text(statefile.dump(state.as_dict()))
+        (scratch / STATE_FILE).write_text(statefile.dump(state, schema=SCHEMA))
         sync_files([path for path in [*backup.rglob("*"), scratch / STATE_FILE] if path.is_file()])
         os.rename(scratch, self.path)
         fsync_directory(parent)

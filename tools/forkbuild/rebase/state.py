@@ -1,20 +1,15 @@
-"""A rebase's state as its journal records it: frozen dataclasses, its phases, and the
-JSON form (`state.json`, schema 2). Keys that early schema-2 writers did not write read
-as their defaults, so a rebase stopped by them goes on with this one.
-"""
+"""A rebase's state as its journal records it (`state.json`, schema 2, statefile.py's form):
+frozen dataclasses and its phases."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, TypeVar
 
-from forkbuild.config import GitPin, Upstream, WheelPin
+from forkbuild.config import Upstream
 from forkbuild.rebase.upstreamed import HunkEvidence
-from forkbuild.statefile import Fields
 from forkbuild.worktree.engine import Outcome
 
 # 2: cache refs recorded in the state as the rebase makes them (1 snapshotted all of them).
@@ -97,65 +92,3 @@ class RebaseState:
     def timed(self, what: str, seconds: float) -> RebaseState:
         """The state with `seconds` more spent in `what` (journaled with the next step, reported)."""
         return replace(self, timings={**self.timings, what: round(self.timings.get(what, 0.0) + seconds, 3)})
-
-    def as_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)  # enums are str: they dump as their values
-        data.update({key: data[key] or None for key in ("old_base", "new_base", "head_before", "tip")},
-                    schema=SCHEMA, worktree=str(self.worktree), report=self.report and str(self.report))
-        return data
-
-    @classmethod
-    def from_dict(cls, data: object) -> RebaseState:
-        """ValueError (statefile.UnknownSchema for another schema) when `data` is no rebase state of schema 2."""
-        fields = Fields(data)
-        fields.schema((SCHEMA,))
-        report = fields.text_or_empty("report")
-        return cls(
-            id=fields.text("id"), phase=_enum(Phase, fields, "phase"), step=fields.text("step"),
-            worktree=Path(fields.text("worktree")), accept_drops=fields.flag("accept_drops"),
-            old=_upstream(fields.object("old")), target=_upstream(fields.object("target")),
-            old_base=fields.text_or_empty("old_base"), new_base=fields.text_or_empty("new_base"),
-            patches=tuple(_patch(item) for item in fields.objects("patches")),
-            cursor=fields.integer("cursor"), head_before=fields.text_or_empty("head_before"),
-            tip=fields.text_or_empty("tip"),
-            refs={ref: RefMove(before=move.text_or_empty("before") or None, after=move.text_or_empty("after") or None)
-                  for ref, move in fields.object_map("refs").items()},
-            written=fields.text_map("written", {}), writing=fields.flag("writing", False),
-            timings=fields.number_map("timings", {}), report=Path(report) if report else None,
-            unported=fields.texts("unported", ()))
-
-
-def _patch(fields: Fields) -> PatchState:
-    outcome = fields.text_or_empty("outcome")
-    return PatchState(
-        file=fields.text("file"), feature=fields.text("feature"), old_commit=fields.text("old_commit", ""),
-        outcome=_enum(Outcome, fields, "outcome") if outcome else None, commit=fields.text("commit", ""),
-        detail=fields.text("detail", ""), conflicts=fields.texts("conflicts", ()), collided=fields.text("collided", ""),
-        evidence=tuple(HunkEvidence(file=item.text("file"), hunk=item.integer("hunk"), found=item.flag("found"),
-                                    start=item.integer("start", 0), end=item.integer("end", 0), how=item.text("how", ""))
-                       for item in fields.objects("evidence", ())))
-
-
-def _upstream(fields: Fields) -> Upstream:
-    git = fields.optional_object("git")
-    return Upstream(
-        name=fields.text("name"), version=fields.text("version"), package_root=fields.text("package_root"),
-        source=fields.text("source"),
-        git=None if git is None else GitPin(url=git.text("url"), ref=git.text("ref", ""),
-                                            commit=git.text("commit", "")),
-        wheels=tuple(WheelPin(python_tag=pin.text("python_tag"), filename=pin.text("filename"),
-                              sha256=pin.text("sha256"), url=pin.text("url", ""))
-                     for pin in fields.objects("wheels", ())),
-        empty_dirs=fields.texts("empty_dirs", ()))
-
-
-E = TypeVar("E", bound=StrEnum)
-
-
-def _enum(kind: type[E], fields: Fields, key: str) -> E:
-    value = fields.text(key)
-    try:
-        return kind(value)
-    except ValueError:
-        raise ValueError(f"{fields.where + '.' if fields.where else ''}{key}: unknown {kind.__name__.lower()} "
-                         f"{value!r}") from None
