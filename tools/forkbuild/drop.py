@@ -9,8 +9,9 @@ from pathlib import Path
 from forkbuild.config import Series, load_series, near_miss
 from forkbuild.context import Context
 from forkbuild.errors import ConfigError, DirtyTreeError, quoted
-from forkbuild.export import DEFAULT_TREE, normalized, save_aside
+from forkbuild.export import normalized, save_aside
 from forkbuild.git import Git
+from forkbuild.layout import SERIES_TREE
 from forkbuild.patchfile import read_patch, read_text
 from forkbuild.series_edit import EntrySpec, quilt_series_text, unported, updated_series_toml
 from forkbuild.series_writer import SeriesChange, series_transaction
@@ -35,7 +36,7 @@ def drop_patches(context: Context, names: list[str]) -> tuple[list[Dropped], tup
         unknown = [f"{name}: no such patch in series.toml{near_miss(name, known)}" for name in names if name not in known]
         if unknown:
             raise ConfigError(unknown, source="drop")
-        tree = context.series_dir / DEFAULT_TREE
+        tree = context.series_dir / SERIES_TREE
         state = read_state(tree) if (tree / ".git").exists() else None
         if state is not None:
             _refuse_amended(series, tree, state, names)

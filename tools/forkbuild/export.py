@@ -19,7 +19,7 @@ from forkbuild.errors import ConfigError, DirtyTreeError, ExportDriftError, Fork
 from forkbuild.fsutil import write_atomic
 from forkbuild.git import Git
 from forkbuild.guards_module import generated_commit_problems, is_generated
-from forkbuild.layout import DROPPED_DIR, SERIES_TREE
+from forkbuild.layout import DROPPED_DIR
 from forkbuild.new_feature import PATCH_NAME, PATCH_TRAILER
 from forkbuild.patchfile import PatchInfo, parse_patch, read_patch, read_text
 from forkbuild.series_edit import EntrySpec, quilt_series_text, unported, updated_series_toml
@@ -27,7 +27,6 @@ from forkbuild.series_writer import SeriesChange, SeriesTransaction, series_tran
 from forkbuild.worktree.state import WorktreeState, read_state, write_state
 from forkbuild.worktrees import tree_guard
 
-DEFAULT_TREE = SERIES_TREE
 # What changes in a patch when only its position moved: the blob ids of the
 # `index` line and the line numbers (and function context) of hunk headers.
 NOISE = (

@@ -22,9 +22,9 @@ from forkbuild.context import Context
 from forkbuild.dep3 import Description, parse_dep3, split_patch, stripspace
 from forkbuild.emptydirs import find_empty_dirs, recreate_empty_dirs
 from forkbuild.errors import ApplyError, ConfigError, DirtyTreeError, ForkbuildError
-from forkbuild.export import DEFAULT_TREE
 from forkbuild.git import IDENTITY, Author, FileCommit, Git, GitFailed, PathChange, TreeEntry
 from forkbuild.importer import check_incoming, guard_trailers, with_trailers, write_imported
+from forkbuild.layout import SERIES_TREE
 from forkbuild.patchfile import check_safe
 from forkbuild.quiltdiff import EMPTY_BLOB, GitReadyDiff, git_ready
 from forkbuild.worktree.smallindex import apply_small, disjoint_run, parents
@@ -249,7 +249,7 @@ def import_quilt(*, context: Context, directory: Path, feature: str, source_tree
     cache = context.upstream
     base = cache.ensure(series.upstream)
     cache_git = cache.git()
-    dest = context.series_dir / DEFAULT_TREE
+    dest = context.series_dir / SERIES_TREE
     # The series tree this import may create: a second run waits its turn, and one killed while
     # creating it (nothing of the user's there yet) is cleared by the next apply or import.
     with tree_guard(dest, "apply") as guard:
@@ -329,7 +329,7 @@ def _empty_dirs(source_tree: Path | None, directory: Path, *, known: tuple[str, 
 def _check_out_series(context: Context, cache_git: Git, *, base: str, head: str, files: list[str],
                       empty_dirs: tuple[str, ...]) -> tuple[Path | None, str]:
     """Check the series work tree out at `head`, unless it holds work of its own."""
-    dest = context.series_dir / DEFAULT_TREE
+    dest = context.series_dir / SERIES_TREE
     try:
         worktree = prepare_worktree(cache_git, dest=dest, base=head)  # refuses a tree with work of its own
         worktree.checkout_detached(head)  # an existing tree: only the files the imported patches change

@@ -5,7 +5,7 @@ from __future__ import annotations
 from forkbuild.commands import add_command
 from forkbuild.drop import drop_patches
 from forkbuild.errors import quoted
-from forkbuild.export import DEFAULT_TREE
+from forkbuild.layout import SERIES_TREE
 
 
 def add_parser(subparsers) -> None:
@@ -19,7 +19,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args, context) -> int:
-    tree = context.series_dir / DEFAULT_TREE
+    tree = context.series_dir / SERIES_TREE
     dropped_patches, unported = drop_patches(context, args.names)
     for dropped in dropped_patches:
         context.reporter.info(f"dropped patches/{dropped.file} (feature {dropped.feature}, +{dropped.added}/"

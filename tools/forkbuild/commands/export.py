@@ -9,7 +9,8 @@ from rich.table import Table
 from forkbuild.apply import apply_variant
 from forkbuild.combination import whole_series
 from forkbuild.commands import add_command
-from forkbuild.export import DEFAULT_TREE, export_series
+from forkbuild.export import export_series
+from forkbuild.layout import SERIES_TREE
 
 ACTION_STYLE = {"unchanged": "dim", "noise": "dim", "changed": "yellow", "new": "green"}
 
@@ -21,7 +22,7 @@ def add_parser(subparsers) -> None:
         examples=['forkbuild export', 'forkbuild export --check', 'forkbuild export --refresh',
                   'forkbuild export --keep loop-abort.patch', 'forkbuild export --drop loop-abort.patch'])
     parser.add_argument("--dir", type=Path, default=None,
-                        help=f"the full-series work tree (`forkbuild apply --all`; default: {DEFAULT_TREE})")
+                        help=f"the full-series work tree (`forkbuild apply --all`; default: {SERIES_TREE})")
     parser.add_argument("--check", action="store_true",
                         help="write nothing; exit non-zero listing the files export would change (a CI gate)")
     parser.add_argument("--refresh", action="store_true",
@@ -34,7 +35,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args, context) -> int:
-    tree = (args.dir or context.series_dir / DEFAULT_TREE).resolve()
+    tree = (args.dir or context.series_dir / SERIES_TREE).resolve()
     if args.check and not tree.exists():
         # A fresh clone (CI): patches/ must be exactly what applying and exporting it gives.
         context.reporter.info(f"{tree} does not exist: applying the whole series there first")
