@@ -56,16 +56,16 @@ def main() -> None:
     print(f"{'variant':<8} {'mode':<6} {'build s':>8} {'layer MB':>12} {'added MB':>12}")
     results = {}
     for image_context in contexts:
+        variant = image_context.manifest.variant
         for mode in build.MODES:
             built = build.build_image(docker=docker, context=image_context, mode=mode, base=stock_base,
-                                      tag=build.default_tag(image_context.variant, mode, repository=REPOSITORY),
-                                      no_cache=True)
-            results[image_context.variant, mode] = built
-            print(_row(image_context.variant, built), flush=True)
+                                      tag=build.default_tag(variant, mode, repository=REPOSITORY), no_cache=True)
+            results[variant, mode] = built
+            print(_row(variant, built), flush=True)
     print()
-    for image_context in contexts:
-        wheel, delta = results[image_context.variant, "wheel"], results[image_context.variant, "delta"]
-        print(f"{image_context.variant}: delta/wheel  time {delta.seconds / wheel.seconds:.2f}x  "
+    for variant in (image_context.manifest.variant for image_context in contexts):
+        wheel, delta = results[variant, "wheel"], results[variant, "delta"]
+        print(f"{variant}: delta/wheel  time {delta.seconds / wheel.seconds:.2f}x  "
               f"layer {delta.mode_layer_bytes / wheel.mode_layer_bytes:.3f}x")
     sequential = sum(built.seconds for built in results.values())
     print(f"\nall {len(results)} images one after another: {sequential:.1f}s")

@@ -113,7 +113,7 @@ def wheel_rows(context_dir: Path) -> dict[str, str]:
 @pytest.mark.parametrize(("variant", "mode"), IMAGES)
 def test_pip_show_gives_the_local_version(images, contexts, docker, variant, mode):
     output = run(docker, images[variant, mode], "pip", "show", "sglang").stdout
-    assert f"Version: {contexts[variant].version}\n" in output
+    assert f"Version: {contexts[variant].manifest.version}\n" in output
 
 
 @pytest.mark.parametrize(("variant", "mode"), IMAGES)
@@ -209,7 +209,7 @@ def test_delta_layer_is_thin_and_pip_stays_consistent(images, bases, docker, con
     image = images[variant, "delta"]
     checks = run(docker, image, "pip", "check", check=False).stdout
     stock_checks = run(docker, bases[1], "pip", "check", check=False).stdout
-    assert checks.replace(contexts[variant].version, contexts[variant].upstream_version) == stock_checks
+    assert checks.replace(contexts[variant].manifest.version, contexts[variant].manifest.upstream.version) == stock_checks
     leftover = run(docker, image, "sh", "-c", "pip uninstall -y sglang >/dev/null && "
                    "find \"$(python3 -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])')\" "
                    "-maxdepth 1 -name 'sglang*'").stdout

@@ -41,7 +41,7 @@ def test_prepare_lays_out_everything_the_build_reads(tmp_path):
     dest = tmp_path / "build" / "image" / "tp4"
     result = image_context.prepare(docker_dir=DOCKER_DIR, variant="tp4", wheels=wheels, upstream_wheels=stock,
                                    dest=dest)
-    assert result.version == "0.5.23+tp4.0123456789" and result.upstream_version == "0.5.23"
+    assert result.manifest.version == "0.5.23+tp4.0123456789" and result.manifest.upstream.version == "0.5.23"
     assert sorted(p.name for p in (dest / "wheels").iterdir()) == sorted(w.name for w in wheels)
     assert (dest / "upstream" / "cp312.RECORD").read_text().endswith("# cp312\n")
     assert (dest / "forkbuild_runtime" / "__main__.py").is_file()

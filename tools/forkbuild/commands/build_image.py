@@ -39,15 +39,13 @@ def run(args, context) -> int:
     with context.reporter.step(f"build context for {combination.name}"):
         image_context = prepare_context(context, variant=combination, wheels=[p.resolve() for p in args.wheel],
                                         python_tags=args.python_tag)
-    if args.local_base:
-        base = ensure_bases(context=context, docker=docker, stock=True)[-1]
-    else:
-        base = args.base or build.official_base(image_context.upstream_version)
+    base = (ensure_bases(context=context, docker=docker, stock=True)[-1] if args.local_base
+            else args.base or build.official_base(image_context.manifest.upstream.version))
     tag = args.tag or build.default_tag(combination.name, args.mode)
     with context.reporter.step(f"image {tag} ({args.mode} on {base})"):
         built = build.build_image(docker=docker, context=image_context, mode=args.mode, base=base, tag=tag)
     filled = sum(1 for layer in built.layers if layer.size)
-    context.reporter.info(f"{tag}: sglang {image_context.version}, {built.seconds:.1f}s, "
+    context.reporter.info(f"{tag}: sglang {image_context.manifest.version}, {built.seconds:.1f}s, "
                           f"{filled} non-empty layers over the base adding {built.added_bytes / 1e6:.1f} MB "
                           f"(the {args.mode} layer {built.mode_layer_bytes / 1e6:.1f} MB)")
     print(tag)

@@ -7,7 +7,7 @@ import json
 from rich import box
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
+from rich.table import Column, Table
 
 from forkbuild.commands import add_command
 from forkbuild.config import Series
@@ -77,12 +77,9 @@ def _trailers_differ(patch: dict) -> bool:
 
 def narrow_patch_table(status: dict) -> Table:
     """One patch in two lines of at most ~70 columns: file, +/-, files, variants; then feature and guards."""
-    table = Table(title=_title(status), box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left")
-    table.add_column("#", justify="right", no_wrap=True)
-    table.add_column("patch / feature: guards", no_wrap=False, overflow="fold")
-    table.add_column("+/-", no_wrap=True, justify="right")
-    table.add_column("files", no_wrap=True, justify="right")
-    table.add_column("variants", no_wrap=False)
+    table = Table(Column("#", justify="right", no_wrap=True), Column("patch / feature: guards", overflow="fold"),
+                  Column("+/-", no_wrap=True, justify="right"), Column("files", no_wrap=True, justify="right"),
+                  "variants", title=_title(status), box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left")
     for number, patch in enumerate(status["patches"], start=1):
         guards = short_guards(patch["guards"]) or ("[dim]unguarded[/]" if patch["unguarded"] else "")
         if _trailers_differ(patch):
@@ -95,12 +92,10 @@ def narrow_patch_table(status: dict) -> Table:
 
 
 def narrow_variant_table(status: dict) -> Table:
-    table = Table(title=f"variants (default: {status['default_variant']}); --wide: env values and files",
-                  box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left")
-    table.add_column("variant", no_wrap=True)
-    table.add_column("patches", justify="right", no_wrap=True)
-    table.add_column("env", justify="right", no_wrap=True)
-    table.add_column("features")
+    table = Table(Column("variant", no_wrap=True), *(Column(name, justify="right", no_wrap=True) for name in
+                                                     ("patches", "env")), "features", box=box.SIMPLE_HEAD,
+                  title=f"variants (default: {status['default_variant']}); --wide: env values and files",
+                  pad_edge=False, title_justify="left")
     for variant in status["variants"]:
         table.add_row(variant["name"], str(len(variant["patches"])), str(len(variant["env"])),
                       escape(" ".join(variant["features"])) or "[dim]none[/]")
@@ -108,13 +103,9 @@ def narrow_variant_table(status: dict) -> Table:
 
 
 def patch_table(status: dict) -> Table:
-    table = Table(title=_title(status))
-    table.add_column("#")
-    table.add_column("patch", no_wrap=True)
-    for name in ("feature", "guards", "files"):
-        table.add_column(name, overflow="fold")
-    for name in ("+", "-", "upstream", "variants"):
-        table.add_column(name)
+    table = Table("#", Column("patch", no_wrap=True), *(Column(name, overflow="fold") for name in
+                                                       ("feature", "guards", "files")),
+                  "+", "-", "upstream", "variants", title=_title(status))
     root = status["upstream"]["package_root"] + "/"
     for number, patch in enumerate(status["patches"], start=1):
         guards = "\n".join(patch["guards"]) or ("[dim]unguarded[/]" if patch["unguarded"] else "")

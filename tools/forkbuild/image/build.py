@@ -33,8 +33,8 @@ def default_tag(variant: str, mode: str, *, repository: str = IMAGE_REPO) -> str
 
 
 def build_args(context: ImageContext, *, mode: str, base: str) -> dict[str, str]:
-    args = {"BASE_IMAGE": base, "MODE": mode, "SGLANG_VERSION": context.version,
-            "UPSTREAM_VERSION": context.upstream_version}
+    args = {"BASE_IMAGE": base, "MODE": mode, "SGLANG_VERSION": context.manifest.version,
+            "UPSTREAM_VERSION": context.manifest.upstream.version}
     if "forkbuild-base/" in base:  # also inside a compose base "${VAR:-<tag>}"
         # forkbuild's local bases (no torch, no GPU stack) make test images only: the
         # build-time check reports a missing backend package there instead of failing.
@@ -99,8 +99,8 @@ def compose_file(contexts: Sequence[ImageContext], *, modes: Sequence[str], base
     for context in contexts:
         for mode in modes:
             args = build_args(context, mode=mode, base=f"${{{BASE_VARIABLE[mode]}:-{bases[mode]}}}")
-            lines += [f"  {q(f'{context.variant}-{mode}')}:",
-                      f"    image: {q(default_tag(context.variant, mode, repository=repository))}", "    build:",
+            lines += [f"  {q(f'{context.manifest.variant}-{mode}')}:",
+                      f"    image: {q(default_tag(context.manifest.variant, mode, repository=repository))}", "    build:",
                       f"      context: {q(os.path.relpath(context.path, relative_to))}", f"      target: {q(TARGET)}",
                       '      network: "none"', "      args:",
                       *(f"        {q(key)}: {q(value)}" for key, value in args.items())]

@@ -34,18 +34,6 @@ class ImageContext:
     path: Path
     manifest: Manifest
 
-    @property
-    def variant(self) -> str:
-        return self.manifest.variant
-
-    @property
-    def version(self) -> str:
-        return self.manifest.version
-
-    @property
-    def upstream_version(self) -> str:
-        return self.manifest.upstream.version
-
 
 def python_tag(wheel: Path) -> str:
     return naming.wheel_tags(wheel.name).split("-", 1)[0]

@@ -28,12 +28,6 @@ IMAGE_ENV = "FORKBUILD_IMAGE"
 OUTPUT_TAIL = 600  # characters of the command's output kept in the probe log for a failing try
 
 
-@dataclass(frozen=True, kw_only=True)
-class ImageOptions:
-    base: str = ""  # "" with local: the local stock base
-    local_base: bool = False
-
-
 @dataclass(kw_only=True)
 class Builder:
     """Builds a combination's wheels (and image), each once per content."""
@@ -41,7 +35,9 @@ class Builder:
     context: Context
     python_tags: tuple[str, ...]
     out_dir: Path
-    image: ImageOptions | None = None
+    image: bool = False
+    base: str = ""  # "": the official image, or with local_base the local stock base
+    local_base: bool = False
     _docker: Docker | None = field(default=None, init=False)
 
     def build(self, combination: Combination) -> dict[str, str]:
@@ -50,15 +46,12 @@ class Builder:
         with self.context.reporter.step(f"wheel of {combination.name} ({combination.label})"):
             wheels = [built.path for built in build_wheels(context=self.context, request=request)]
         env = {WHEELS_ENV: os.pathsep.join(str(path) for path in wheels)}
-        if self.image is None:
+        if not self.image:
             return env
-        if self._docker is None:
-            self._docker = Docker.connect(reporter=self.context.reporter)
+        self._docker = self._docker or Docker.connect(reporter=self.context.reporter)
         image_context = prepare_context(self.context, variant=combination, wheels=wheels)
-        base = self.image.base
-        if self.image.local_base:
-            base = ensure_bases(context=self.context, docker=self._docker, stock=True)[-1]
-        base = base or build.official_base(image_context.upstream_version)
+        base = (ensure_bases(context=self.context, docker=self._docker, stock=True)[-1] if self.local_base
+                else self.base or build.official_base(image_context.manifest.upstream.version))
         tag = build.default_tag(combination.name, "wheel")
         with self.context.reporter.step(f"image {tag}"):
             build.build_image(docker=self._docker, context=image_context, mode="wheel", base=base, tag=tag)
