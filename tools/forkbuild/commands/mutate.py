@@ -84,8 +84,7 @@ def _run(args, context) -> int:
     results.write(series.root, data)
     _apply_moves(context, recorded)
     reasons = results.load_reasons(series.root)
-    rows = report.feature_rows(recorded, reasons)
-    context.reporter.console.print(report.table(rows, variant=variant))
+    context.reporter.console.print(report.table(report.feature_rows(recorded, reasons), variant=variant))
     for item in report.survivors(recorded, reasons):
         context.reporter.info(f"survived: {item['patch']} {item['id']} {item['summary']!r}: "
                               f"{item['reason'] or 'NO REASON RECORDED'}")
@@ -119,10 +118,6 @@ def plan(context, entries: tuple[PatchEntry, ...], *, recorded: dict, site_packa
          force: bool) -> list[PatchPlan]:
     """The patches to run, with their mutants (`recorded`: results.json's patches of the variant)."""
     series = context.series
-
-    def installed(path: str) -> str | None:
-        return (site_packages / path).read_text(encoding="utf-8") if (site_packages / path).is_file() else None
-
     plans = []
     for entry in entries:
         key = results.patch_key(series, entry)
@@ -130,7 +125,8 @@ def plan(context, entries: tuple[PatchEntry, ...], *, recorded: dict, site_packa
             context.reporter.info(f"{entry.file}: results current, not run (--force runs it again)")
             continue
         tests = tuple(results.feature_tests(series.root, entry.feature))
-        mutants, skipped = mutants_of(entry, package_root=series.upstream.package_root, installed=installed)
+        mutants, skipped = mutants_of(entry, package_root=series.upstream.package_root, installed=lambda path: (
+            (site_packages / path).read_text(encoding="utf-8") if (site_packages / path).is_file() else None))
         if mutants and not tests:
             raise MutationError(f"patches/{entry.file}: feature {entry.feature} has no tests "
                                 f"(tests/patches/test_*.py with FEATURE = {entry.feature!r}): its mutants cannot die")
@@ -168,12 +164,10 @@ def _execute(context, plans: list[PatchPlan], *, python: Path, jobs: int, data: 
         return
     root = context.series.root
     mutants = [mutant for item in plans for mutant in item.mutants]
-    modules: dict[str, dict[str, tuple[str, str, str]]] = {}  # per feature, each module its mutants touch
-    for mutant in mutants:
-        modules.setdefault(mutant.feature, {}).setdefault(mutant.module, (
-            mutant.module, mutant.path, (site_packages / mutant.path).read_text(encoding="utf-8")))
-    runs = {item.entry.feature: FeatureTests(root=root, tests=item.tests,
-                                             modules=tuple(modules[item.entry.feature].values())) for item in plans}
+    modules = {(mutant.feature, mutant.module): mutant.path for mutant in mutants}  # what each baseline re-imports
+    runs = {item.entry.feature: FeatureTests(root=root, tests=item.tests, modules=tuple(
+        (module, path, (site_packages / path).read_text(encoding="utf-8"))
+        for (feature, module), path in modules.items() if feature == item.entry.feature)) for item in plans}
     # The mutated modules pull in (nearly) every third-party import the tests need: preloaded once.
     preload = sorted({mutant.module for mutant in mutants if mutant.source is not None})
     lock = threading.Lock()

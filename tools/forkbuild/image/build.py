@@ -1,7 +1,5 @@
 """Build a variant's image from its prepared context and measure it; the compose file of
-every variant's image in both modes (`docker-compose build` here, `docker buildx bake`
-elsewhere), YAML whose scalars are JSON strings: every value quoted exactly.
-"""
+every variant's image in both modes, YAML whose scalars are JSON strings (quoted exactly)."""
 
 from __future__ import annotations
 
@@ -36,9 +34,7 @@ def build_args(context: ImageContext, *, mode: str, base: str) -> dict[str, str]
     args = {"BASE_IMAGE": base, "MODE": mode, "SGLANG_VERSION": context.manifest.version,
             "UPSTREAM_VERSION": context.manifest.upstream.version}
     if "forkbuild-base/" in base:  # also inside a compose base "${VAR:-<tag>}"
-        # forkbuild's local bases (no torch, no GPU stack) make test images only: the
-        # build-time check reports a missing backend package there instead of failing.
-        args["FORKBUILD_TEST_BASE"] = "1"
+        args["FORKBUILD_TEST_BASE"] = "1"  # a local base has no GPU stack: the image check does not fail on it
     return args
 
 

@@ -87,14 +87,6 @@ def variant_lines(manifest: Manifest, *, source: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def upstream_record(wheel: Path) -> bytes:
-    with zipfile.ZipFile(wheel) as archive:
-        records = [name for name in archive.namelist() if name.count("/") == 1 and name.endswith(".dist-info/RECORD")]
-        if len(records) != 1:
-            raise BuildError(f"{wheel}: expected one .dist-info/RECORD, found {records}")
-        return archive.read(records[0])
-
-
 def prepare(*, docker_dir: Path, variant: str, wheels: Sequence[Path], upstream_wheels: Mapping[str, Path],
             dest: Path) -> ImageContext:
     """Write the build context to `dest` (replaced as a whole, never half-written)."""
@@ -110,8 +102,12 @@ def prepare(*, docker_dir: Path, variant: str, wheels: Sequence[Path], upstream_
         for wheel in wheels:
             link_or_copy(wheel, work / "wheels" / wheel.name)
         (work / "upstream").mkdir()
-        for tag, wheel in sorted(upstream_wheels.items()):
-            (work / "upstream" / f"{tag}.RECORD").write_bytes(upstream_record(wheel))
+        for tag, wheel in sorted(upstream_wheels.items()):  # the RECORD of each stock wheel
+            with zipfile.ZipFile(wheel) as archive:
+                found = [n for n in archive.namelist() if n.count("/") == 1 and n.endswith(".dist-info/RECORD")]
+                if len(found) != 1:
+                    raise BuildError(f"{wheel}: expected one .dist-info/RECORD, found {found}")
+                (work / "upstream" / f"{tag}.RECORD").write_bytes(archive.read(found[0]))
         old = dest.with_name(f".{dest.name}-old-{os.getpid()}")
         if dest.exists():
             os.replace(dest, old)

@@ -1,8 +1,6 @@
-"""The docker client, and how the image code runs its programs (docker, docker-compose,
-debootstrap, tar): echoed with -v, a missing one a ToolMissing, a failure a BuildError.
-Debian's /usr/bin/docker (20.10) is preferred: BuildKit is built in, unlike /usr/local/bin/docker
-(28.x, no buildx). FORKBUILD_DOCKER names another client, FORKBUILD_DOCKER_HOST (or DOCKER_HOST) the daemon.
-"""
+"""The docker client, and how the image code runs its programs (docker, docker-compose, debootstrap,
+tar): echoed with -v, a missing one a ToolMissing, a failure a BuildError. /usr/bin/docker (Debian's
+20.10, BuildKit built in) comes first; FORKBUILD_DOCKER names another, FORKBUILD_DOCKER_HOST the daemon."""
 
 from __future__ import annotations
 

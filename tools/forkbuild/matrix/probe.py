@@ -125,7 +125,6 @@ class Probes:
         guards = {guard.env: values[guard.env] if name in features else guard.default
                   for name, values in self.on.items() for guard in series.features[name].guards}
         env = {**self._built, FEATURES_ENV: ",".join(features), **guards}
-        on = " ".join(f"{key}={value}" for key, value in guards.items()
-                      if key in {guard.env for name in features for guard in series.features[name].guards})
+        on = " ".join(f"{key}={value}" for name in features for key, value in self.on[name].items())
         return run_command(self.command, env, reporter=self.context.reporter,
                            label=f"{self.target.name} with {on or 'every guard off'}")

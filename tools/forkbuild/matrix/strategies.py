@@ -123,15 +123,11 @@ def _candidate_row(series: Series, names: list[str], uncovered: set[Pair], rng: 
             trial = {**fixed, name: state}
             if not feasible(series, [n for n, s in trial.items() if s], [n for n, s in trial.items() if not s]):
                 continue
-            gain = sum(1 for other, other_state in fixed.items()
-                       if _ordered_pair(names, (name, state), (other, other_state)) in uncovered)
+            gain = sum(tuple(sorted([(name, state), side], key=lambda item: names.index(item[0]))) in uncovered
+                       for side in fixed.items())
             scores.append((gain, rng.random(), state))
         fixed[name] = max(scores)[2]  # one state is always feasible: the row so far is
     return closure(series, [name for name, state in fixed.items() if state])
-
-
-def _ordered_pair(names: list[str], one: tuple[str, bool], two: tuple[str, bool]) -> Pair:
-    return (one, two) if names.index(one[0]) < names.index(two[0]) else (two, one)
 
 
 def pairwise_lower_bound(series: Series) -> int:
