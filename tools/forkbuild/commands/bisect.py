@@ -47,18 +47,18 @@ def add_parser(subparsers) -> None:
 def run(args, context) -> int:
     # Here, not at the top: every forkbuild command builds the parser, only bisect needs these.
     from forkbuild.matrix.bisect import FAIL, ProbeLog, bisect
-    from forkbuild.matrix.probe import Builder, Probes, running_tag
+    from forkbuild.matrix.probe import Probes, running_tag
 
     if args.retries < 0:
         raise BisectError("--retries must be 0 or more")
     if args.resume and args.restart:
         raise BisectError("--continue goes on with the probe log, --restart replaces it: give one of them")
     target = arguments.from_args(args, context)
-    builder = Builder(context=context, python_tags=tuple(args.python_tag) or running_tag(context.series),
-                      out_dir=context.build_dir / "bisect" / "wheels", image=args.image, base=args.base,
-                      local_base=args.local_base)
     command = tuple(args.command)
-    probes = Probes(context=context, target=target, command=command, builder=builder, runtime=args.runtime)
+    probes = Probes(context=context, target=target, command=command, runtime=args.runtime,
+                    python_tags=tuple(args.python_tag) or running_tag(context.series),
+                    out_dir=context.build_dir / "bisect" / "wheels", image=args.image, base=args.base,
+                    local_base=args.local_base)
     if probes.fixed:
         context.reporter.info(f"not toggled at run time (no guard, or none set): {', '.join(probes.fixed)}")
     candidates = probes.candidates

@@ -96,8 +96,7 @@ def _emit(data: object, out: Path | None) -> None:
 
 
 def _bake(args, context, matrix: Matrix) -> None:
-    """docker-bake.json (the Bake file reference's JSON form): one target per combination, its
-    build context prepared, all in group `default`."""
+    """docker-bake.json: one target per combination (its build context prepared), all in group `default`."""
     out = (args.out or context.build_dir / "docker-bake.json").resolve()
     contexts = {}
     for combination in build_order(context.series, matrix.combinations):
@@ -118,8 +117,7 @@ def _bake(args, context, matrix: Matrix) -> None:
 
 
 def _test_patch(args, context, matrix: Matrix) -> int:
-    """test-patch on each combination (its wheel installed --no-deps in the one test venv): one
-    table, combination x outcome, and build/test-patch/matrix-<strategy>.json."""
+    """test-patch on each combination in the one test venv: a table and build/test-patch/matrix-<strategy>.json."""
     rows: list[dict] = []
     for number, combination in enumerate(matrix.combinations, start=1):
         context.reporter.info(f"[{number}/{len(matrix.combinations)}] {combination.name}: {combination.label}")
@@ -148,8 +146,6 @@ def _test_patch(args, context, matrix: Matrix) -> int:
                      "\n".join(row["failing"]) or row["reason"][:200])
     context.reporter.console.print(grid)
     context.reporter.info(f"written: {report}")
-    failed = [row for row in rows if row["outcome"] != PASS]
-    if failed:
+    if failed := [row for row in rows if row["outcome"] != PASS]:
         context.reporter.warn(f"{len(failed)} of {len(rows)} combination(s) failed; details in {report}")
-        return 1
-    return 0
+    return 1 if failed else 0

@@ -1,7 +1,6 @@
-"""Local base images, made without a registry: `python` (a debootstrap of bookworm with
-Python 3.11, imported, plus docker/base/python.Dockerfile) and `stock` (plus the pinned
-sglang wheel: what `delta` images build on). Each tag hashes its recipe, so an image of
-the same recipe is reused and a changed recipe gets a new tag."""
+"""Local base images, made without a registry: `python` (a debootstrap of bookworm with Python 3.11,
+plus docker/base/python.Dockerfile) and `stock` (plus the pinned sglang wheel: what `delta` images
+build on). Each tag hashes its recipe: an image of the same recipe is reused."""
 
 from __future__ import annotations
 

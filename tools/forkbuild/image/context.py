@@ -5,8 +5,7 @@ so builds run with --network none and compose/bake can use it.
   entrypoint.sh          docker/entrypoint.sh
   forkbuild_runtime/     forkbuild.image.runtime (runs inside the image)
   wheels/                the variant's patched wheel(s), one per Python tag
-  upstream/<tag>.RECORD  RECORD of each pinned stock wheel (delta's base check)
-"""
+  upstream/<tag>.RECORD  RECORD of each pinned stock wheel (delta's base check)"""
 
 from __future__ import annotations
 
@@ -102,7 +101,7 @@ def prepare(*, docker_dir: Path, variant: str, wheels: Sequence[Path], upstream_
         for wheel in wheels:
             link_or_copy(wheel, work / "wheels" / wheel.name)
         (work / "upstream").mkdir()
-        for tag, wheel in sorted(upstream_wheels.items()):  # the RECORD of each stock wheel
+        for tag, wheel in sorted(upstream_wheels.items()):
             with zipfile.ZipFile(wheel) as archive:
                 found = [n for n in archive.namelist() if n.count("/") == 1 and n.endswith(".dist-info/RECORD")]
                 if len(found) != 1:

@@ -91,8 +91,8 @@ RunProbe = Callable[[tuple[str, ...]], tuple[int, str]]  # features -> (exit cod
 
 def bisect(candidates: Sequence[str], *, run: RunProbe, log: ProbeLog, tries: int,
            report: Callable[[Probe, bool], None]) -> dict[str, Any]:
-    """The 1-minimal subset of `candidates` (kept in their order) for which the command fails;
-    a probe fails only if all `tries` fail. Also: the probes in the order asked, those replayed from the log."""
+    """The 1-minimal subset of `candidates` (in their order) for which the command fails (all `tries` of
+    a probe fail), the probes in the order asked, and how many were replayed from the log."""
     order = {name: index for index, name in enumerate(candidates)}
     asked: dict[tuple[str, ...], Probe] = {}  # in the order ddmin asked them
     replayed = 0

@@ -28,36 +28,6 @@ IMAGE_ENV = "FORKBUILD_IMAGE"
 OUTPUT_TAIL = 600  # characters of the command's output kept in the probe log for a failing try
 
 
-@dataclass(kw_only=True)
-class Builder:
-    """Builds a combination's wheels (and image), each once per content."""
-
-    context: Context
-    python_tags: tuple[str, ...]
-    out_dir: Path
-    image: bool = False
-    base: str = ""  # "": the official image, or with local_base the local stock base
-    local_base: bool = False
-    _docker: Docker | None = field(default=None, init=False)
-
-    def build(self, combination: Combination) -> dict[str, str]:
-        """The probe environment of a build of `combination`: its wheels and image."""
-        request = WheelRequest(variant=combination, out_dir=self.out_dir, python_tags=self.python_tags)
-        with self.context.reporter.step(f"wheel of {combination.name} ({combination.label})"):
-            wheels = [built.path for built in build_wheels(context=self.context, request=request)]
-        env = {WHEELS_ENV: os.pathsep.join(str(path) for path in wheels)}
-        if not self.image:
-            return env
-        self._docker = self._docker or Docker.connect(reporter=self.context.reporter)
-        image_context = prepare_context(self.context, variant=combination, wheels=wheels)
-        base = (ensure_bases(context=self.context, docker=self._docker, stock=True)[-1] if self.local_base
-                else self.base or build.official_base(image_context.manifest.upstream.version))
-        tag = build.default_tag(combination.name, "wheel")
-        with self.context.reporter.step(f"image {tag}"):
-            build.build_image(docker=self._docker, context=image_context, mode="wheel", base=base, tag=tag)
-        return {**env, IMAGE_ENV: tag}
-
-
 def running_tag(series: Series) -> tuple[str, ...]:
     """The pinned Python tag of the interpreter running forkbuild (a probe needs one wheel), else every one."""
     tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
@@ -104,9 +74,14 @@ class Probes:
     context: Context
     target: Combination
     command: tuple[str, ...]
-    builder: Builder
+    python_tags: tuple[str, ...]
+    out_dir: Path  # of the wheels (each built once per content)
     runtime: bool = False
+    image: bool = False
+    base: str = ""  # "": the official image, or with local_base the local stock base
+    local_base: bool = False
     _built: dict[str, str] | None = field(default=None, init=False)
+    _docker: Docker | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.on = on_values(self.context.series, self.target, os.environ) if self.runtime else None
@@ -117,14 +92,31 @@ class Probes:
         series = self.context.series
         if self.on is None:
             combination = from_features(series, features, base=self.target.base)
-            env = {FEATURES_ENV: ",".join(combination.features), **self.builder.build(combination)}
+            env = {FEATURES_ENV: ",".join(combination.features), **self.build(combination)}
             return run_command(self.command, env, reporter=self.context.reporter,
                                label=f"built {combination.name} ({combination.label})")
         if self._built is None:
-            self._built = self.builder.build(self.target)
+            self._built = self.build(self.target)
         guards = {guard.env: values[guard.env] if name in features else guard.default
                   for name, values in self.on.items() for guard in series.features[name].guards}
         env = {**self._built, FEATURES_ENV: ",".join(features), **guards}
         on = " ".join(f"{key}={value}" for name in features for key, value in self.on[name].items())
         return run_command(self.command, env, reporter=self.context.reporter,
                            label=f"{self.target.name} with {on or 'every guard off'}")
+
+    def build(self, combination: Combination) -> dict[str, str]:
+        """The probe environment of a build of `combination`: its wheels and image."""
+        request = WheelRequest(variant=combination, out_dir=self.out_dir, python_tags=self.python_tags)
+        with self.context.reporter.step(f"wheel of {combination.name} ({combination.label})"):
+            wheels = [built.path for built in build_wheels(context=self.context, request=request)]
+        env = {WHEELS_ENV: os.pathsep.join(str(path) for path in wheels)}
+        if not self.image:
+            return env
+        self._docker = self._docker or Docker.connect(reporter=self.context.reporter)
+        image_context = prepare_context(self.context, variant=combination, wheels=wheels)
+        base = (ensure_bases(context=self.context, docker=self._docker, stock=True)[-1] if self.local_base
+                else self.base or build.official_base(image_context.manifest.upstream.version))
+        tag = build.default_tag(combination.name, "wheel")
+        with self.context.reporter.step(f"image {tag}"):
+            build.build_image(docker=self._docker, context=image_context, mode="wheel", base=base, tag=tag)
+        return {**env, IMAGE_ENV: tag}

@@ -1,6 +1,5 @@
 """The combinations of a matrix strategy: variants, each (stock, then each feature alone), pairwise
-(a greedy AETG covering array of strength 2 over feature in/out, with exact feasibility: not
-allpairspy, whose constraint filter cannot tell an infeasible pair from a missed one), all."""
+(a greedy AETG covering array of strength 2 over feature in/out, valid rows only), all."""
 
 from __future__ import annotations
 

@@ -119,19 +119,16 @@ def _revert(hunk: unidiff.Hunk, lines: list[str], *,
     where = _locate(hunk, lines)
     if where is None:
         return None
-    deleted: set[int] = set()
+    deleted = {index for line, index in where if line.is_added and index is not None}
     inserted: dict[int, list[str]] = {}
     pending: list[str] = []  # removed lines waiting for the next located post-image line
     last = None
     for line, index in where:
         if line.is_removed:
             pending.append(line.value)
-            continue
-        if index is not None:
+        elif index is not None:
             inserted.setdefault(index, []).extend(pending)
             pending, last = [], index
-        if line.is_added and index is not None:
-            deleted.add(index)
     if pending:
         inserted.setdefault((last + 1) if last is not None else 0, []).extend(pending)
     out: list[str] = []
@@ -140,8 +137,7 @@ def _revert(hunk: unidiff.Hunk, lines: list[str], *,
         if index < len(lines) and index not in deleted:
             out.append(lines[index])
     located = [index for _, index in where if index is not None]
-    return (frozenset(index + 1 for line, index in where if line.is_added and index is not None),
-            (min(located) + 1, max(located) + 1), "".join(out))
+    return frozenset(index + 1 for index in deleted), (min(located) + 1, max(located) + 1), "".join(out)
 
 
 def _locate(hunk: unidiff.Hunk, lines: list[str]) -> list[tuple[unidiff.patch.Line, int | None]] | None:
@@ -168,8 +164,7 @@ def _locate(hunk: unidiff.Hunk, lines: list[str]) -> list[tuple[unidiff.patch.Li
 
 
 def _code_of(text: str) -> str:
-    """The syntax tree without docstrings, as text: equal for sources that differ only in
-    comments, docstrings and layout."""
+    """The syntax tree without docstrings, as text: equal for sources differing only in comments and layout."""
     try:
         tree = ast.parse(text)
     except SyntaxError:

@@ -9,6 +9,7 @@ import ast
 import hashlib
 import json
 import tomllib
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,7 +69,6 @@ def load(root: Path) -> dict:
 
 
 def write(root: Path, data: dict) -> None:
-    """Atomically: a killed run leaves the old file or the new one."""
     (root / RESULTS_FILE).parent.mkdir(parents=True, exist_ok=True)
     write_atomic(root / RESULTS_FILE, json.dumps(data, indent=1, sort_keys=True) + "\n")
 
@@ -179,9 +179,9 @@ def problems(series: Series, results: dict, reasons: Reasons) -> list[str]:
     if series.default_variant not in variants:
         found.append(f"{RESULTS_FILE}: no results for the default variant {series.default_variant}: "
                      f"run `nox -s mutate`")
-    known_ids: dict[str, set[str]] = {}
-    survived_ids: dict[str, set[str]] = {}
-    moving: dict[str, dict[str, str]] = {}  # per patch: reasons a run moved but did not write yet
+    known_ids: defaultdict[str, set[str]] = defaultdict(set)
+    survived_ids: defaultdict[str, set[str]] = defaultdict(set)
+    moving: defaultdict[str, dict[str, str]] = defaultdict(dict)  # per patch: reasons moved, not written yet
     for variant, recorded in sorted(variants.items()):
         if variant not in series.variants:
             found.append(f"{RESULTS_FILE}: variant {variant} is not in series.toml")
@@ -199,7 +199,7 @@ def problems(series: Series, results: dict, reasons: Reasons) -> list[str]:
                 continue
             record = patches[file]
             moved = pending(record.get(MOVED, {}), reasons.by_patch.get(file, {}))
-            moving.setdefault(file, {}).update(moved)
+            moving[file].update(moved)
             summaries = {mutant["id"]: mutant["summary"] for mutant in record.get("mutants", [])}
             for old, new in sorted(moved.items()):
                 found.append(f"{REASONS_FILE}: [\"{file}\"] {old}: its statement ({summaries.get(new, '?')}) is "
@@ -209,10 +209,10 @@ def problems(series: Series, results: dict, reasons: Reasons) -> list[str]:
                 found.append(f"{variant}: patches/{file}: results are stale (the patch, its feature's tests or "
                              f"the upstream pin changed): run {rerun}")
             for mutant in record.get("mutants", []):
-                known_ids.setdefault(file, set()).add(mutant["id"])
+                known_ids[file].add(mutant["id"])
                 if mutant["status"] != SURVIVED:
                     continue
-                survived_ids.setdefault(file, set()).add(mutant["id"])
+                survived_ids[file].add(mutant["id"])
                 if not reasons.of(file, mutant["id"]) and mutant["id"] not in moving[file].values():
                     found.append(f"{variant}: patches/{file}: mutant {mutant['id']} ({mutant['summary']}) survived "
                                  f"and {REASONS_FILE} records no reason: kill it with a test through the real "
@@ -221,11 +221,11 @@ def problems(series: Series, results: dict, reasons: Reasons) -> list[str]:
     for file, table in sorted(reasons.by_patch.items()):
         if file not in recorded_files:
             continue  # no results yet: reported above; its reasons are judged once it has them
-        for mutant_id in sorted(set(table) - set(moving.get(file, {}))):  # a move is named above
+        for mutant_id in sorted(set(table) - set(moving[file])):  # a move is named above
             if mutant_id == NOT_RUN:
                 found.append(f"{REASONS_FILE}: [\"{file}\"] \"{NOT_RUN}\": the patch has results now; remove it")
-            elif mutant_id not in known_ids.get(file, set()):
+            elif mutant_id not in known_ids[file]:
                 found.append(f"{REASONS_FILE}: [\"{file}\"] {mutant_id}: no such mutant in {RESULTS_FILE}")
-            elif mutant_id not in survived_ids.get(file, set()):
+            elif mutant_id not in survived_ids[file]:
                 found.append(f"{REASONS_FILE}: [\"{file}\"] {mutant_id}: is killed now; remove its reason")
     return found

@@ -151,8 +151,7 @@ def _pytest(run: FeatureTests, scratch: Path, worker: Worker, *, sources: dict[s
     if reply["timeout"]:
         return Outcome(KILLED, f"timeout after {timeout:.0f}s", reply["seconds"])
     records = json.loads(results.read_text()) if results.is_file() else []
-    failed = [record for record in records if record.get("outcome") == "fail"]
-    if failed:
+    if failed := [record for record in records if record.get("outcome") == "fail"]:
         return Outcome(KILLED, failed[0]["test"], reply["seconds"])
     if reply["rc"] == 0:  # 0: all passed; anything else (collection broke, nothing ran) kills it too
         return Outcome(SURVIVED, "", reply["seconds"])
