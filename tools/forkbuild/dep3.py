@@ -13,6 +13,8 @@ import email.utils
 import re
 from dataclasses import dataclass
 
+from forkbuild.patchfile import git_am_subject
+
 FIELD = re.compile(r"^(?P<key>[A-Za-z][A-Za-z0-9-]*):[ \t]*(?P<value>.*)$")
 SUBJECT_FIELDS = ("description", "subject")
 AUTHOR_FIELDS = ("author", "from")
@@ -168,27 +170,6 @@ def _described(fields: list[tuple[str, str]], free: list[str], notes: list[str],
     return Description(subject=cleaned or fallback_subject, body=body,
                        author=authors[0] if authors else "", date=_git_date(date, last_update),
                        trailers=tuple(trailers), upstream=_upstream_status(lowered), notes=tuple(notes))
-
-
-def git_am_subject(subject: str) -> str:
-    """The subject `git am --keep-non-patch` makes of `subject` (mailinfo's cleanup_subject
-    with -b): leading "Re:", ":" and blanks, and bracketed groups that hold "PATCH", go."""
-    at = 0
-    while at < len(subject):
-        char = subject[at]
-        if char in "rR" and len(subject) > at + 3 and subject[at + 1] in "eE" and subject[at + 2] == ":":
-            subject = subject[:at] + subject[at + 3:]
-        elif char in " \t:":
-            subject = subject[:at] + subject[at + 1:]
-        elif char == "[" and "]" in subject[at:]:
-            end = subject.index("]", at) + 1
-            if end - at >= 7 and "PATCH" in subject[at:end]:
-                subject = subject[:at] + subject[end:]
-            else:
-                at = end + (1 if end < len(subject) and subject[end].isspace() else 0)
-        else:
-            break
-    return subject.strip()
 
 
 def mail_safe_body(body: str) -> tuple[str, list[str]]:

@@ -65,6 +65,27 @@ def split_mail(text: str) -> tuple[email.message.Message, str]:
     return message, "\n".join(lines[payload_start:])
 
 
+def git_am_subject(subject: str) -> str:
+    """The subject `git am --keep-non-patch` makes of `subject` (mailinfo's cleanup_subject
+    with -b): leading "Re:", ":" and blanks, and bracketed groups that hold "PATCH", go."""
+    at = 0
+    while at < len(subject):
+        char = subject[at]
+        if char in "rR" and len(subject) > at + 3 and subject[at + 1] in "eE" and subject[at + 2] == ":":
+            subject = subject[:at] + subject[at + 3:]
+        elif char in " \t:":
+            subject = subject[:at] + subject[at + 1:]
+        elif char == "[" and "]" in subject[at:]:
+            end = subject.index("]", at) + 1
+            if end - at >= 7 and "PATCH" in subject[at:end]:
+                subject = subject[:at] + subject[end:]
+            else:
+                at = end + (1 if end < len(subject) and subject[end].isspace() else 0)
+        else:
+            break
+    return subject.strip()
+
+
 def parse_trailers(message: str) -> tuple[tuple[str, str], ...]:
     """Trailers: the `Key: value` lines of the message's last paragraph (after its last `---` line)."""
     paragraphs = [block for block in message.strip().split("\n\n") if block.strip()]

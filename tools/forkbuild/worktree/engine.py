@@ -22,10 +22,9 @@ from pathlib import Path
 from typing import NamedTuple
 
 from forkbuild.childgroup import process_exists
-from forkbuild.dep3 import git_am_subject
 from forkbuild.errors import ApplyError, ForkbuildError, quoted
 from forkbuild.git import IDENTITY, Author, FileCommit, Git, PathChange, TreeEntry
-from forkbuild.patchfile import PatchInfo, read_patch
+from forkbuild.patchfile import PatchInfo, git_am_subject, read_patch
 from forkbuild.worktree.smallindex import TreeListing, apply_small, disjoint_run
 
 _ENGINES = itertools.count(1)  # numbers this process's engines (their small index files)
