@@ -1,7 +1,6 @@
-"""The process group of forkbuild's git children: whoever recovers a killed forkbuild's
-work stops what is left of its group first (a SIGKILL does not reach children, and a
-`git reset --hard` would write on). A keeper (`cat` on a pipe only forkbuild holds) makes
-the group and ends with forkbuild; Ctrl-C is passed on to the group."""
+"""The process group of forkbuild's git children: recovering a killed forkbuild stops what is
+left of its group first (a SIGKILL does not reach children: a `git reset --hard` would write
+on). A keeper (`cat` on a pipe only forkbuild holds) makes the group; Ctrl-C is passed on."""
 
 from __future__ import annotations
 

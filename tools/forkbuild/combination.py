@@ -62,8 +62,7 @@ def whole_series(series: Series) -> Combination:
 def resolve(series: Series, *, variant: str | None = None, features: Iterable[str] | None = None,
             with_features: Iterable[str] = (), without_features: Iterable[str] = ()) -> Combination:
     """The combination the command line names: the variant (default: the series'), exactly
-    `features` (+ what they require; defaults from `variant` if given), or the variant's
-    features with/without these."""
+    `features` (+ what they require; defaults from `variant`), or a variant with/without these."""
     with_features, without_features = tuple(with_features), tuple(without_features)
     if features is not None and (with_features or without_features):
         raise ConfigError(["--features names the whole set: use it, or --with/--without relative to a variant"],

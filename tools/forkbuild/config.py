@@ -3,7 +3,7 @@ at once, each naming its key and line, with a "perhaps you meant" for near misse
 
 from __future__ import annotations
 
-import difflib
+import graphlib
 import hashlib
 import json
 import re
@@ -174,6 +174,8 @@ class Series:
 
 def near_miss(name: str, known: Iterable[str]) -> str:
     """' (perhaps you meant 'x'?)' for the closest of `known`, or ''."""
+    import difflib  # only a problem needs it
+
     matches = difflib.get_close_matches(name, list(known), n=1)
     return f" (perhaps you meant {matches[0]!r}?)" if matches else ""
 
@@ -259,8 +261,19 @@ class _Problems:
             self.add(f"{where}.{key}".lstrip("."), f"must be a string, not {_toml_type(value)}", near=near or key)
             return default
         if required and not value:
-            self.add(f"{where}.{key}".lstrip("."), "is required (a non-empty string)", near=near or where or key)
+            self.add(f"{where}.{key}".lstrip("."), "is required (a non-empty string)", near=near or key)
         return value
+
+    def fields(self, table: Mapping[str, Any], kind: str, where: str, *, required: Iterable[str] = (),
+               near: Mapping[str, str] | None = None) -> dict[str, str]:
+        """Reports each key `kind` does not allow; reads its string keys (a wrong type: the default)."""
+        allowed = _KEYS[kind]
+        for key in table:
+            if key not in allowed:
+                self.add(f"{where}.{key}".lstrip("."), f"unknown key{near_miss(key, allowed)}", near=key)
+        return {key: self.string(table, key, where, default=default, required=key in required,
+                                 near=(near or {}).get(key))
+                for key, default in allowed.items() if default is not None}
 
 
 def _toml_type(value: Any) -> str:
@@ -270,25 +283,20 @@ def _toml_type(value: Any) -> str:
     return names.get(type(value), f"a {type(value).__name__}")
 
 
-_KEYS = {
-    "": {"series", "upstream", "features", "patches", "variants", "runtime"},
-    "series": {"name", "default_variant", "guards_module"},
-    "upstream": {"name", "version", "package_root", "source", "git", "wheels", "empty_dirs"},
-    "upstream.git": {"url", "ref", "commit"},
-    "upstream.wheels": {"python_tag", "filename", "sha256", "url"},
-    "features.*": {"description", "requires", "conflicts", "guards", "ported"},
-    "features.*.guards": {"env", "type", "default", "description"},
-    "patches": {"file", "feature", "upstream", "unguarded"},
-    "variants.*": {"description", "features", "env"},
-    "runtime": {"env"},
+# Each table's keys: a string key with its default, or None for one parsed on its own.
+_KEYS: dict[str, dict[str, str | None]] = {
+    "": dict.fromkeys(("series", "upstream", "features", "patches", "variants", "runtime")),
+    "series": {"name": "", "default_variant": "", "guards_module": ""},
+    "upstream": {"name": "", "version": "", "package_root": "", "source": "wheel", "git": None, "wheels": None,
+                 "empty_dirs": None},
+    "upstream.git": {"url": "", "ref": "", "commit": ""},
+    "upstream.wheels": {"python_tag": "", "filename": "", "sha256": "", "url": ""},
+    "features.*": {"description": "", "requires": None, "conflicts": None, "guards": None, "ported": None},
+    "features.*.guards": {"env": "", "type": "", "default": None, "description": ""},
+    "patches": {"file": "", "feature": "", "upstream": "local", "unguarded": ""},
+    "variants.*": {"description": "", "features": None, "env": None},
+    "runtime": {"env": None},
 }
-
-
-def _check_keys(problems: _Problems, table: Mapping[str, Any], kind: str, where: str) -> None:
-    allowed = _KEYS[kind]
-    for key in table:
-        if key not in allowed:
-            problems.add(f"{where}.{key}".lstrip("."), f"unknown key{near_miss(key, allowed)}", near=key)
 
 
 def _string_list(problems: _Problems, value: Any, where: str) -> tuple[str, ...]:
@@ -342,17 +350,15 @@ def _git_url_problem(url: str) -> str:
 
 def _parse_upstream(problems: _Problems, value: Any) -> Upstream:
     raw = problems.table(value, "upstream")
-    _check_keys(problems, raw, "upstream", "upstream")
-    name, version, package_root = (problems.string(raw, key, "upstream", required=True, near="upstream")
-                                   for key in ("name", "version", "package_root"))
-    source = problems.string(raw, "source", "upstream", default="wheel")
+    named = ("name", "version", "package_root")
+    fields = problems.fields(raw, "upstream", "upstream", required=named, near=dict.fromkeys(named, "upstream"))
+    source = fields["source"]
     if source not in UPSTREAM_SOURCES:
         problems.add("upstream.source", f"must be one of {UPSTREAM_SOURCES}, not {source!r}")
     git = None
     if "git" in raw:
         table = problems.table(raw["git"], "upstream.git", near="git")
-        _check_keys(problems, table, "upstream.git", "upstream.git")
-        git = GitPin(**{key: problems.string(table, key, "upstream.git") for key in ("url", "ref", "commit")})
+        git = GitPin(**problems.fields(table, "upstream.git", "upstream.git"))
         if _git_url_problem(git.url):
             problems.add("upstream.git.url", _git_url_problem(git.url), near="url")
         if git.ref and (git.ref.startswith("-") or not re.fullmatch(r"[\w./+-]+", git.ref)):
@@ -370,8 +376,7 @@ def _parse_upstream(problems: _Problems, value: Any) -> Upstream:
         parts = directory.split("/")
         if not directory or directory.startswith("/") or any(part in ("", ".", "..", ".git") for part in parts):
             problems.add("upstream.empty_dirs", f"{directory!r} is not a relative path inside the tree", near="empty_dirs")
-    return Upstream(name=name, version=version, package_root=package_root, source=source, git=git,
-                    wheels=tuple(wheels), empty_dirs=empty_dirs)
+    return Upstream(**fields, git=git, wheels=tuple(wheels), empty_dirs=empty_dirs)
 
 
 def _parse_wheels(problems: _Problems, value: Any) -> list[WheelPin]:
@@ -381,10 +386,8 @@ def _parse_wheels(problems: _Problems, value: Any) -> list[WheelPin]:
         where = f"upstream.wheels[{index}]"
         if pin is None:
             continue
-        _check_keys(problems, pin, "upstream.wheels", where)
-        tag = problems.string(pin, "python_tag", where, required=True, near="python_tag")
-        filename = problems.string(pin, "filename", where, required=True, near="filename")
-        sha256 = problems.string(pin, "sha256", where, near="sha256")
+        fields = problems.fields(pin, "upstream.wheels", where, required=("python_tag", "filename"))
+        tag, filename, sha256 = fields["python_tag"], fields["filename"], fields["sha256"]
         if filename and Path(filename).name != filename:
             problems.add(f"{where}.filename", f"{filename!r} must be a plain file name", near=filename)
         if not re.fullmatch(r"[0-9a-f]{64}", sha256) and not problems.has(f"{where}.sha256"):
@@ -395,17 +398,17 @@ def _parse_wheels(problems: _Problems, value: Any) -> list[WheelPin]:
                          near="python_tag")
         elif tag:
             pinned[tag] = index
-        wheels.append(WheelPin(python_tag=tag, filename=filename, sha256=sha256,
-                               url=problems.string(pin, "url", where)))
+        wheels.append(WheelPin(**fields))
     return wheels
 
 
 def _parse_guard(problems: _Problems, raw: Mapping[str, Any] | None, *, feature: str, where: str) -> Guard | None:
     if raw is None:
         return None
-    _check_keys(problems, raw, "features.*.guards", where)
-    env = problems.string(raw, "env", where, near="guards")
-    guard_type = problems.string(raw, "type", where, near=env or "guards")
+    env = raw["env"] if isinstance(raw.get("env"), str) else ""
+    fields = problems.fields(raw, "features.*.guards", where, near={"env": "guards", "type": env or "guards",
+                                                                     "description": env})
+    guard_type = fields["type"]
     if problems.has(f"{where}.env") or problems.has(f"{where}.type"):
         return None
     if not GUARD_NAME.fullmatch(env):
@@ -422,8 +425,7 @@ def _parse_guard(problems: _Problems, raw: Mapping[str, Any] | None, *, feature:
             check_value(guard_type, default)
         except ValueError as error:
             problems.add(f"{where}.default", str(error), near=env)
-    return Guard(env=env, type=guard_type, default=default, feature=feature,
-                 description=problems.string(raw, "description", where, near=env))
+    return Guard(**fields, default=default, feature=feature)
 
 
 def _parse_features(problems: _Problems, value: Any) -> dict[str, Feature]:
@@ -431,7 +433,7 @@ def _parse_features(problems: _Problems, value: Any) -> dict[str, Feature]:
     for name, item in problems.table(value, "features").items():
         where = f"features.{name}"
         table = problems.table(item, where, near=f"features.{name}")
-        _check_keys(problems, table, "features.*", where)
+        description = problems.fields(table, "features.*", where)["description"]
         if not FEATURE_NAME.fullmatch(name):
             problems.add(where, f"{name!r} is not a feature name (lower-case letters, digits and _, starting with "
                                 "a letter)", near=f"features.{name}")
@@ -440,7 +442,7 @@ def _parse_features(problems: _Problems, value: Any) -> dict[str, Feature]:
                                                                 near="guards"))]
         features[name] = Feature(
             name=name,
-            description=problems.string(table, "description", where),
+            description=description,
             requires=_string_list(problems, table.get("requires", []), f"{where}.requires"),
             conflicts=_string_list(problems, table.get("conflicts", []), f"{where}.conflicts"),
             guards=tuple(guard for guard in guards if guard),
@@ -457,18 +459,16 @@ def _parse_patches(problems: _Problems, value: Any, patches_dir: Path) -> list[P
         where = f"patches[{index}]"
         if table is None:
             continue
-        _check_keys(problems, table, "patches", where)
-        file = problems.string(table, "file", where)
+        file = table["file"] if isinstance(table.get("file"), str) else ""
+        fields = problems.fields(table, "patches", where, near={"upstream": file, "unguarded": file})
         if problems.has(f"{where}.file"):
             continue  # not a string: nothing to check the file of
         if not file or Path(file).name != file:
             problems.add(f"{where}.file", f"{file!r} must be a plain file name inside patches/", near=file or "patches")
-        status = problems.string(table, "upstream", where, default="local", near=file)
+        status = fields.pop("upstream")
         if status not in UPSTREAM_STATUSES:
             problems.add(f"{where}.upstream", f"{status!r} is not one of {UPSTREAM_STATUSES}", near=file)
-        entries.append(PatchEntry(file=file, feature=problems.string(table, "feature", where),
-                                  path=patches_dir / file, upstream_status=status,
-                                  unguarded=problems.string(table, "unguarded", where, near=file)))
+        entries.append(PatchEntry(**fields, path=patches_dir / file, upstream_status=status))
     return entries
 
 
@@ -477,8 +477,7 @@ def _parse_variants(problems: _Problems, value: Any) -> dict[str, Variant]:
     for name, item in problems.table(value, "variants").items():
         where = f"variants.{name}"
         table = problems.table(item, where, near=f"variants.{name}")
-        _check_keys(problems, table, "variants.*", where)
-        variants[name] = Variant(name=name, description=problems.string(table, "description", where),
+        variants[name] = Variant(name=name, description=problems.fields(table, "variants.*", where)["description"],
                                  features=_string_list(problems, table.get("features", []), f"{where}.features"),
                                  env=MappingProxyType(_string_table(problems, table.get("env", {}), f"{where}.env")))
     return variants
@@ -524,25 +523,13 @@ def _check_patch_files(problems: _Problems, series: Series) -> None:
                 problems.add("patches", f"patches/{path.name} is not listed in series.toml (add a [[patches]] entry or delete it)")
 
 
-def _requires_cycles(features: Mapping[str, Feature]) -> list[list[str]]:
-    cycles: list[list[str]] = []
-    state: dict[str, str] = {}
-
-    def visit(name: str, stack: list[str]) -> None:
-        state[name] = "open"
-        for other in features[name].requires:
-            if other not in features:
-                continue
-            if state.get(other) == "open":
-                cycles.append(stack[stack.index(other):] + [other])
-            elif other not in state:
-                visit(other, stack + [other])
-        state[name] = "done"
-
-    for name in features:
-        if name not in state:
-            visit(name, [name])
-    return cycles
+def _requires_cycle(features: Mapping[str, Feature]) -> list[str]:
+    graph = {name: [other for other in feature.requires if other in features] for name, feature in features.items()}
+    try:
+        graphlib.TopologicalSorter(graph).prepare()
+    except graphlib.CycleError as error:
+        return error.args[1]
+    return []
 
 
 def _check_guard_owners(problems: _Problems, series: Series) -> None:
@@ -597,21 +584,20 @@ def parse_series(text: str, *, path: Path) -> Series:
         raise ConfigError([f"not valid TOML: {error}"], source=str(path)) from error
     except RecursionError:
         raise ConfigError(["not valid TOML: nested too deeply"], source=str(path)) from None
-    _check_keys(problems, raw, "", "")
-    meta = problems.table(raw.get("series", {}), "series")
-    _check_keys(problems, meta, "series", "series")
+    problems.fields(raw, "", "")
+    meta = problems.fields(problems.table(raw.get("series", {}), "series"), "series", "series")
     runtime = problems.table(raw.get("runtime", {}), "runtime")
-    _check_keys(problems, runtime, "runtime", "runtime")
+    problems.fields(runtime, "runtime", "runtime")
     if "upstream" not in raw:
         problems.add("upstream", "the [upstream] table is required")
-    guards_module = problems.string(meta, "guards_module", "series")
+    guards_module = meta["guards_module"]
     if guards_module and not all(part.isidentifier() for part in guards_module.split(".")):
         problems.add("series.guards_module", f"{guards_module!r} is not a dotted Python module name "
                      "(e.g. pkg.sub.module)", near="guards_module")
     series = Series(
         path=path,
-        name=problems.string(meta, "name", "series", default=path.parent.name),
-        default_variant=problems.string(meta, "default_variant", "series"),
+        name=meta["name"] or path.parent.name,
+        default_variant=meta["default_variant"],
         upstream=_parse_upstream(problems, raw.get("upstream", {})),
         features=MappingProxyType(_parse_features(problems, raw.get("features", {}))),
         patches=tuple(_parse_patches(problems, raw.get("patches", []), path.parent / "patches")),
@@ -621,7 +607,7 @@ def parse_series(text: str, *, path: Path) -> Series:
     )
     _check_references(problems, series)
     _check_patch_files(problems, series)
-    for cycle in _requires_cycles(series.features):
+    if cycle := _requires_cycle(series.features):
         problems.add(f"features.{cycle[0]}.requires", "cycle: " + " -> ".join(cycle))
     _check_guard_owners(problems, series)
     _check_variants(problems, series)

@@ -11,9 +11,8 @@ NEW_FILE_MODE = 0o644
 
 
 def write_atomic(path: Path, data: str | bytes, *, durable: bool = True) -> None:
-    """Write `data` to `path` through a temporary file beside it, flushed, then renamed over it:
-    a reader (or a crash) sees the old file or the new one, whole. An existing file keeps its
-    mode; a new one is 0644 (mkstemp's 0600 would hide it). durable=False: no fsync."""
+    """`data` to `path` through a flushed temporary file renamed over it: a reader (or a crash)
+    sees the old file or the new one. A new file is 0644 (not mkstemp's 0600); durable=False: no fsync."""
     write_atomic_many({Path(path): data.encode() if isinstance(data, str) else data}, durable=durable)
 
 

@@ -1,8 +1,5 @@
-"""Build a variant's wheels: keep what is up to date, refuse what the overlay cannot do, apply
-the patches once, and write each wheel to a temporary file that is validated before it is
-moved into the output directory. A git upstream builds by `python -m build` in the patched
-checkout (source mode); the overlay writer then stamps version, manifest and RECORD.
-"""
+"""Build a variant's wheels: keep what is up to date, apply the patches once, validate each
+wheel before it is moved into place. A git upstream builds by `python -m build` (source mode)."""
 
 from __future__ import annotations
 

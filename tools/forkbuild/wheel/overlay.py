@@ -1,11 +1,6 @@
-"""The overlay build: a patched wheel made from the release wheel plus the files the series
-changes, without recompressing anything else.
-
-Member order: the package members in upstream's order (changed ones rewritten in place,
-deleted ones left out), then added files, then the renamed .dist-info with RECORD last.
-Copied members keep the RECORD rows of the sha256-pinned upstream wheel; the finished
-wheel is validated afterwards.
-"""
+"""The overlay build: the release wheel plus the files the series changes, nothing else
+recompressed. Members: upstream's in order (changed ones in place, deleted ones left out),
+then added files, then the renamed .dist-info with RECORD last."""
 
 from __future__ import annotations
 
@@ -93,9 +88,8 @@ def _upstream_rows(source: ZipSource, record_path: str) -> dict[str, tuple[str, 
 
 
 class _Record:
-    """RECORD's text in pieces (ZipWriter.add_pieces): the rows of each run of copied members
-    are one piece, deflated once per process (the runs recur across a matrix); rows written
-    one by one gather in the next piece."""
+    """RECORD's text in pieces (ZipWriter.add_pieces): each run of copied members' rows is one
+    piece, deflated once per process; rows written one by one gather in the next."""
 
     def __init__(self, upstream: Mapping[str, tuple[str, str, str]]) -> None:
         self.upstream = upstream

@@ -1,8 +1,6 @@
-"""What an overlay build writes, from the patches and the release wheel's member list;
-refused when a patch changes something the wheel only holds compiled. Patches use
-upstream's git layout (`python/sglang/x.py`), the wheel `sglang/x.py`: `package_root`.
-The patched files are read without a work tree where the apply engine's index-only mode
-applies the patches in the cache (patched_changes)."""
+"""What an overlay build writes, from the patches and the release wheel's members; refused
+where a patch changes what the wheel holds compiled. `package_root` maps upstream's git
+layout (`python/sglang/x.py`) to the wheel's (`sglang/x.py`)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Validate a built wheel the way `python -m installer --validate-record all` does, and check
-that the file name, .dist-info and METADATA agree on the version.
-
-pip and uv install a wheel whose RECORD is wrong without a word (pypa/pip#4705).
-"""
+"""Validate a built wheel as `python -m installer --validate-record all` does (pip and uv
+install a wrong RECORD without a word, pypa/pip#4705); file name, .dist-info and METADATA agree."""
 
 from __future__ import annotations
 
@@ -22,12 +19,8 @@ _ERRORS = (InstallerError, ValueError, zipfile.BadZipFile, KeyError)
 
 
 def validate_wheel(path: Path, *, verified_source: Path | None = None) -> None:
-    """Raise BuildError naming every problem installer finds in `path`.
-
-    verified_source: the wheel `path` was overlaid on, validated in full once per process;
-    a member with its zip data (CRC, sizes) and RECORD row is then not hashed again, so a
-    matrix of 32 wheels hashes the 39 MB of upstream once.
-    """
+    """Raise BuildError naming every problem installer finds in `path`. verified_source: the
+    wheel `path` was overlaid on, validated once per process; its members are not hashed again."""
     try:
         with zipfile.ZipFile(path) as archive:
             source = WheelFile(archive)
