@@ -5,7 +5,7 @@ commit per patch, by the apply engine. `apply --all` stops AT a patch that does 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -127,8 +127,15 @@ def apply_plan(*, context: Context, plan: ApplyPlan, dest: Path, stop: bool = Fa
         label = plan.variant or "the whole series"
         with context.reporter.step(f"Applying {len(plan.entries)} patches of {label} into {dest}"):
             # What the tree shows: the HEAD prepare_worktree checked, or nothing (a new tree).
+
+            def before_change() -> None:  # once, before the engine first touches the tree
+                if previous is not None:  # unsaved work is refused first; a kill before this leaves it to the user
+                    refuse_unsaved_work(worktree)
+                    guard.changing()
+                chaos_point("apply:changing")
+
             engine = Engine(worktree, head=base, shown=previous.head if previous else base, checked_out=bool(previous),
-                            before_change=_before_change(worktree, guard, new=previous is None))
+                            before_change=before_change)
             results = _run(engine, run, stop=stop, context=context, features=plan.features)
         return _result(context, plan, dest=dest, base=base, head=engine.head, results=results, report=report_offsets)
 
@@ -154,7 +161,7 @@ def resume_apply(*, context: Context, dest: Path, action: str) -> ApplyResult | 
             clear_stop(worktree)
             context.reporter.info(f"apply aborted: {dest} is back at {state.started_from[:12]}")
             return None
-        settled = engine.resume(state.stopped, action)
+        settled = engine.settle(state.stopped) if action == "continue" else engine.skip(state.stopped)
         context.reporter.info(f"{settled.name}: {settled.outcome} {settled.detail}".rstrip())
         resumed = replace(state, cursor=state.cursor + 1, results=(*state.results, settled))
         series = context.series
@@ -173,7 +180,18 @@ def _run(engine: Engine, state: StopState, *, stop: bool, context: Context, feat
             stopped = replace(state, cursor=cursor, results=tuple(results))
             write_stop(engine.worktree, stopped)
             _record_applied(engine.worktree, stopped, results, head=engine.head)
-            raise _stopped(engine.worktree, state.jobs[cursor], result, earlier=state.jobs[:cursor])
+            job, dest = state.jobs[cursor], engine.worktree.path
+            detail = _failure_detail(engine.worktree, job.path, result.detail,
+                                     earlier=[(other.name, other.path) for other in state.jobs[:cursor]])
+            error = ApplyError(
+                f"{job.name} does not apply: {detail}\n  conflicted: {', '.join(result.conflicts) or 'none reported'}"
+                f"\n  work tree: {dest}",
+                hint=f"resolve it in {dest} (edit the conflict markers or .rej hunks, `git add`), then "
+                     f"`forkbuild apply --continue --dir {quoted(dest)}` and `forkbuild export`; `--skip` leaves it "
+                     "out of the tree (its file stays; export then stops until you repair or drop it); `--abort` "
+                     "puts the tree back")
+            error.label = "stopped"  # the tree waits for a person
+            raise error
         results.append(result)
     if state.jobs:  # a build of no patches is upstream as it is
         add_generated_commit(engine, series=context.series, features=features)
@@ -194,20 +212,6 @@ def _record_applied(worktree: Git, state: StopState, results: list[PatchResult],
         commits={result.name: result.commit for result in applied},
         missing={result.name: result.outcome for result in results if not result.outcome.applied},
         sha256=state.hashes))
-
-
-def _stopped(worktree: Git, job: PatchJob, result: PatchResult, *, earlier: tuple[PatchJob, ...]) -> ApplyError:
-    """`apply --all` stopped at a patch that does not apply: the tree waits for a person."""
-    dest = worktree.path
-    files = ", ".join(result.conflicts) or "none reported"
-    detail = _failure_detail(worktree, job.path, result.detail, earlier=[(other.name, other.path) for other in earlier])
-    stopped = ApplyError(
-        f"{job.name} does not apply: {detail}\n  conflicted: {files}\n  work tree: {dest}",
-        hint=f"resolve it in {dest} (edit the conflict markers or .rej hunks, `git add`), then "
-             f"`forkbuild apply --continue --dir {quoted(dest)}` and `forkbuild export`; `--skip` leaves it out of the tree "
-             f"(its file stays; export then stops until you repair or drop it); `--abort` puts the tree back")
-    stopped.label = "stopped"
-    return stopped
 
 
 def _result(context: Context, plan: ApplyPlan, *, dest: Path, base: str, head: str,
@@ -307,20 +311,6 @@ def prepare_worktree(cache_git: Git, *, dest: Path, base: str, guard: TreeGuard 
                              hint=f"keep them: `forkbuild export --dir {quoted(dest)}`; "
                                   f"discard them: git -C {quoted(dest)} reset --hard {state.head[:12]}")
     return worktree
-
-
-def _before_change(worktree: Git, guard: TreeGuard, *, new: bool) -> Callable[[], None]:
-    """The engine's `before_change` (called once): unsaved work is refused before the engine first
-    touches the tree, and only then is it marked as changing (a kill before that leaves it to the user)."""
-    if new:  # prepare_worktree marked it: a new tree holds nothing of the user's
-        return lambda: chaos_point("apply:changing")
-
-    def before_change() -> None:
-        refuse_unsaved_work(worktree)
-        guard.changing()
-        chaos_point("apply:changing")
-
-    return before_change
 
 
 def _failure_detail(worktree: Git, path: Path, reason: str, *, earlier: list[tuple[str, Path]],

@@ -93,7 +93,7 @@ class SeriesTransaction:
         except OSError:  # a full or read-only disk: the old files back (links: no new space)
             _roll_back(self.series_dir, journal)
             raise
-        _finish(journal)
+        remove_dir(journal, step="series:done")
         self._seen = _snapshot(self.series_dir)
 
 
@@ -228,7 +228,7 @@ def _roll_back(series_dir: Path, journal: Path) -> None:
         else:
             target.unlink(missing_ok=True)
     _remove_atomic_leftovers(series_dir)
-    _finish(journal)
+    remove_dir(journal, step="series:done")
 
 
 def _keep_copy(source: Path, target: Path) -> None:
@@ -240,12 +240,14 @@ def _keep_copy(source: Path, target: Path) -> None:
         sync_files([target])
 
 
-def _finish(journal: Path) -> None:
-    trash = journal.with_name(f".{JOURNAL}.done")
+def remove_dir(path: Path, *, step: str = "") -> None:
+    """Rename, then delete: a kill mid-delete leaves a scratch name (dropped by recovery), never half of `path`."""
+    trash = path.with_name(f".{path.name}.done")
     shutil.rmtree(trash, ignore_errors=True)
-    os.rename(journal, trash)  # a kill mid-delete leaves a scratch name: rolled back = deleted
-    fsync_directory(journal.parent)
-    chaos_point("series:done")
+    os.rename(path, trash)
+    fsync_directory(path.parent)
+    if step:
+        chaos_point(step)
     shutil.rmtree(trash, ignore_errors=True)
 
 
@@ -258,7 +260,7 @@ def _recover_locked(series_dir: Path) -> bool:
     journal = work / JOURNAL
     if (journal / MANIFEST).is_file():
         _apply(series_dir, journal)
-        _finish(journal)
+        remove_dir(journal, step="series:done")
         found = True
     elif journal.exists():
         shutil.rmtree(journal, ignore_errors=True)

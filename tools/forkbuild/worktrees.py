@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
+from forkbuild import statefile
 from forkbuild.childgroup import GROUP, proc_stat, process_exists, stop_orphans
 from forkbuild.errors import ForkbuildError, LockBusy
 from forkbuild.git import Git
@@ -49,14 +50,11 @@ class Owner(NamedTuple):
                    command=command, phase=phase, group=GROUP.id())
 
     @classmethod
-    def parse(cls, data: str | dict) -> Owner | None:
-        """An owner from its JSON text or data; None when it is not one."""
+    def parse(cls, text: str) -> Owner | None:
+        """An owner from its JSON text; None when it is not one."""
         try:
-            data = json.loads(data) if isinstance(data, str) else data
-            return cls(pid=int(data["pid"]), host=str(data["host"]), started=str(data["started"]),
-                       command=str(data["command"]), phase=str(data.get("phase", "started")),
-                       group=int(data.get("group", 0)))
-        except (ValueError, KeyError, TypeError):
+            return statefile.decode(cls, json.loads(text))
+        except ValueError:
             return None
 
     def stop_orphans(self) -> list[str]:
@@ -208,12 +206,11 @@ def clear_dead_scratch_trees(cache_git: Git) -> int:
     for record in owners.glob("*.json"):
         try:
             data = json.loads(record.read_text())
-            owner = Owner.parse(data["owner"])
-            tree = Path(data["tree"])
-        except (OSError, ValueError, KeyError):
+            owner, tree = statefile.decode(Owner, data.get("owner")), Path(data["tree"])
+        except (OSError, ValueError, KeyError, AttributeError):
             record.unlink(missing_ok=True)
             continue
-        if owner is None or owner.alive():
+        if owner.alive():
             continue
         owner.stop_orphans()
         remove_dead_tree(cache_git, tree)

@@ -260,7 +260,7 @@ class Rebase:
         patch = state.patches[state.cursor]
         engine = Engine(Git(state.worktree), head=state.head_before)
         try:
-            result = engine.resume(self._job(patch), action)
+            result = engine.settle(self._job(patch)) if action == "continue" else engine.skip(self._job(patch))
         except ApplyError as error:  # not resolved yet: the rebase stays stopped
             raise RebaseStopped(error.message, hint=(error.hint or "").replace(
                 "--continue", "`forkbuild rebase --continue`")) from error

@@ -21,6 +21,7 @@ from forkbuild.errors import ForkbuildError
 from forkbuild.fsutil import fsync_directory, sync_files, write_atomic
 from forkbuild.layout import PATCHES_DIR, SERIES_FILE, WORK_DIR
 from forkbuild.rebase.state import SCHEMA, RebaseState
+from forkbuild.series_writer import remove_dir
 
 JOURNAL_DIR = "rebase-journal"
 STATE_FILE = "state.json"
@@ -137,9 +138,4 @@ class Journal:
             shutil.copystat(source, target)
 
     def remove(self) -> None:
-        """Drop the journal: rename first so a kill mid-delete leaves no half journal."""
-        trash = self.path.with_name(f".{JOURNAL_DIR}.done")
-        shutil.rmtree(trash, ignore_errors=True)
-        os.rename(self.path, trash)
-        fsync_directory(self.path.parent)
-        shutil.rmtree(trash, ignore_errors=True)
+        remove_dir(self.path)

@@ -98,11 +98,6 @@ class _Planned(NamedTuple):
     paths: frozenset[str]
 
 
-def already_applied(job: PatchJob) -> PatchResult:
-    """A patch whose change the tree already holds: a failure, never an empty commit."""
-    return PatchResult(name=job.name, outcome=Outcome.CONFLICT, detail=ALREADY_APPLIED)
-
-
 def _offset_path(offset: str) -> str:
     return offset.rsplit(" hunk ", 1)[0]
 
@@ -183,20 +178,16 @@ class Engine:
             if len(group) > 1 and not done:
                 alone = len(group)
             if not done:
-                done = [self._step(rest[0], stop=stop, upcoming=rest)]
+                planned = self._plan(rest[0])
+                done = self._fast([planned], upcoming=rest) if planned else []
+                if not done:
+                    self.flush()  # the slower rungs work on real commits
+                    done = [self._compute(rest[0], stop=stop)]
                 alone = max(alone - 1, 0)
             results += done
         if write:
             self.flush()
         return [self.written(result) for result in results]
-
-    def _step(self, job: PatchJob, *, stop: bool, upcoming: Sequence[PatchJob] = ()) -> PatchResult:
-        planned = self._plan(job)
-        done = self._fast([planned], upcoming=upcoming) if planned else []
-        if done:
-            return done[0]
-        self.flush()  # the slower rungs work on real commits
-        return self._compute(job, stop=stop)
 
     def written(self, result: PatchResult) -> PatchResult:
         """`result` with the id of its commit once `flush` wrote it."""
@@ -341,8 +332,8 @@ class Engine:
         tree, *conflicted = head.splitlines() or [""]
         if result.status == 0 and tree:
             if tree == git.tree_of(self.head):
-                if not self.detect_upstreamed:
-                    return already_applied(job)
+                if not self.detect_upstreamed:  # a failure, never an empty commit
+                    return PatchResult(name=job.name, outcome=Outcome.CONFLICT, detail=ALREADY_APPLIED)
                 return PatchResult(name=job.name, outcome=Outcome.UPSTREAMED,
                                    detail="a 3-way merge of its commit left nothing to change (the base has it)")
             commit = self._commit(tree, git.authored(job.source))
@@ -358,7 +349,7 @@ class Engine:
         if result.status == 0:
             tree = self.worktree.write_tree(index=self._index)
             if tree == self.worktree.tree_of(self.head):
-                return already_applied(job)
+                return PatchResult(name=job.name, outcome=Outcome.CONFLICT, detail=ALREADY_APPLIED)
             commit = self._commit(tree, patch_author_message(read_patch(job.path)))
             return PatchResult(name=job.name, outcome=Outcome.THREE_WAY, commit=commit,
                                detail="merged with the preimage blobs its index lines name")
@@ -443,10 +434,6 @@ class Engine:
         self._head = self.shown = commit
         self._listing = None
         return PatchResult(name=job.name, outcome=Outcome.RESOLVED, commit=commit, detail="conflict resolved by hand")
-
-    def resume(self, job: PatchJob, action: str) -> PatchResult:
-        """--continue (ApplyError while the stopped `job` is not resolved) or --skip."""
-        return self.settle(job) if action == "continue" else self.skip(job)
 
     def skip(self, job: PatchJob) -> PatchResult:
         """Leave the stopped patch out: the work tree goes back to `head`."""
