@@ -52,19 +52,17 @@ def check_series(*, context: Context, dest: Path | None = None) -> list[VariantC
     cache = context.upstream
     # Every parse and path problem of every patch at once; the same check apply and import run.
     check_patches([entry.path for entry in series.patches], symlinks=symlinks_of(cache.git(), cache.ensure(series.upstream)))
+    checks = []
     with nullcontext(dest) if dest else temporary_worktree(cache, purpose="check") as tree:
-        return [_try(context, combination, tree)
-                for combination in (whole_series(series), *(of_variant(series, name) for name in series.variants))]
-
-
-def _try(context: Context, variant: Combination, dest: Path) -> VariantCheck:
-    """One variant's apply, the failures recorded rather than raised."""
-    try:
-        result = apply_plan(context=context, plan=plan_variant(context.series, variant), dest=dest,
-                            report_offsets=False)
-    except ApplyError as error:  # a variant leaving patches out needs the whole series to apply
-        return VariantCheck(variant=variant, error=error.message)
-    return VariantCheck(variant=variant, records=result.records)
+        for variant in (whole_series(series), *(of_variant(series, name) for name in series.variants)):
+            try:  # the failures recorded rather than raised
+                result = apply_plan(context=context, plan=plan_variant(series, variant), dest=tree,
+                                    report_offsets=False)
+            except ApplyError as error:  # a variant leaving patches out needs the whole series to apply
+                checks.append(VariantCheck(variant=variant, error=error.message))
+            else:
+                checks.append(VariantCheck(variant=variant, records=result.records))
+    return checks
 
 
 def describe(results: list[VariantCheck]) -> str:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 import time
-from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from forkbuild.layout import DROPPED_DIR
 from forkbuild.new_feature import PATCH_NAME, PATCH_TRAILER
 from forkbuild.patchfile import PatchInfo, parse_patch, read_patch, read_text
 from forkbuild.series_edit import EntrySpec, quilt_series_text, unported, updated_series_toml
-from forkbuild.series_writer import SeriesChange, SeriesTransaction, series_transaction
+from forkbuild.series_writer import SeriesChange, series_transaction
 from forkbuild.worktree.state import WorktreeState, read_state, write_state
 from forkbuild.worktrees import tree_guard
 
@@ -73,17 +72,15 @@ class ExportPlan:
 
 def export_series(*, context: Context, tree: Path, check: bool = False, refresh: bool = False,
                   drops: tuple[str, ...] = (), keeps: tuple[str, ...] = (),
-                  series_toml: str | None = None, transaction: SeriesTransaction | None = None) -> ExportPlan:
-    """Plan the export of `tree`; with check, raise ExportDriftError on any change, else write it,
-    in `transaction` (else one of its own). series_toml: the text to write the entries into
-    instead of the file's (the rebase's moved pin: `context.series` is parsed from it)."""
-    with ExitStack() as stack:
-        if transaction is None:
-            transaction = stack.enter_context(series_transaction(context.series_dir))
+                  series_toml: str | None = None) -> ExportPlan:
+    """Plan the export of `tree`; with check, raise ExportDriftError on any change, else write it.
+    series_toml: the text to write the entries into instead of the file's (the rebase's moved pin:
+    `context.series` is parsed from it)."""
+    # The tree's guard: never beside an apply of this tree.
+    with series_transaction(context.series_dir) as transaction, tree_guard(tree, "export") as guard:
         if series_toml is None:  # read under the lock, not before it
             context.series = load_series(context.series_file)
         series = context.series
-        guard = stack.enter_context(tree_guard(tree, "export"))  # never beside an apply of this tree
         killed = guard.killed
         if killed is not None and killed.phase == "changing":  # the tree holds part of the series
             raise DirtyTreeError(

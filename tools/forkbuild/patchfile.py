@@ -132,7 +132,8 @@ def parse_patch(text: str, *, path: Path) -> PatchInfo:
         diff = unidiff.PatchSet(payload[start:])
     except unidiff.UnidiffParseError as error:
         raise UnsafePatchError(f"patches/{path.name}: cannot parse the diff: {error}") from error
-    files = tuple(_file_change(patched) for patched in diff)
+    files = tuple(FileChange(path=strip_prefix(patched.source_file if patched.is_removed_file else patched.target_file),
+                             added=patched.added, removed=patched.removed) for patched in diff)
     return PatchInfo(path=path, subject=subject, author=_decode_header(headers.get("From")),
                      date=headers.get("Date", ""), message=message_body,
                      trailers=parse_trailers(message_body), files=files)
@@ -141,11 +142,6 @@ def parse_patch(text: str, *, path: Path) -> PatchInfo:
 def strip_prefix(name: str) -> str:
     """A diff's file name without git's a/ or b/ prefix."""
     return name[2:] if name[:2] in ("a/", "b/") else name
-
-
-def _file_change(patched: unidiff.PatchedFile) -> FileChange:
-    path = strip_prefix(patched.source_file if patched.is_removed_file else patched.target_file)
-    return FileChange(path=path, added=patched.added, removed=patched.removed)
 
 
 # Header lines whose value git parses as a mode (apply.c: parse_mode_line, gitdiff_index).

@@ -232,20 +232,13 @@ def read_quilt_series(path: Path) -> tuple[list[tuple[str, int]], list[str]]:
     return entries, problems
 
 
-def source_tree_of(directory: Path) -> Path | None:
-    """The tree a Debian `debian/patches` series applies to (its empty directories are
-    upstream's); None for another layout, where the tree is not known."""
-    resolved = directory.resolve()
-    if resolved.parts[-2:] == ("debian", "patches") and (resolved.parent / "control").is_file():
-        return resolved.parent.parent
-    return None
-
-
 def import_quilt(*, context: Context, directory: Path, feature: str, source_tree: Path | None = None) -> QuiltImport:
     series = context.series
     patches = read_quilt_dir(directory, feature=feature)
     check_incoming(series, patches)
-    source_tree = source_tree or source_tree_of(directory)
+    resolved = directory.resolve()
+    if source_tree is None and resolved.parts[-2:] == ("debian", "patches") and (resolved.parent / "control").is_file():
+        source_tree = resolved.parent.parent  # the tree a Debian series applies to (elsewhere: not known)
     cache = context.upstream
     base = cache.ensure(series.upstream)
     cache_git = cache.git()
@@ -264,7 +257,10 @@ def import_quilt(*, context: Context, directory: Path, feature: str, source_tree
                 outcomes, head = _commit_all(cache_git, series, patches, start=start)
             imported = [patch for patch, outcome in zip(patches, outcomes, strict=True) if outcome.file]
             texts = dict(zip((patch.name for patch in imported), cache_git.format_patches(start, head), strict=True))
-            empty_dirs = _empty_dirs(source_tree, directory, known=series.upstream.empty_dirs)
+            # The unpatched tree's empty directories (not the patches' own) not recorded yet.
+            empty_dirs = () if source_tree is None else tuple(
+                name for name in find_empty_dirs(source_tree) if name not in series.upstream.empty_dirs
+                and not (source_tree / name).resolve().is_relative_to(resolved))
             write_imported(series, imported, texts, empty_dirs=empty_dirs)
             all_files = [entry.file for entry in series.patches] + [patch.name for patch in imported]
             tree, note = _check_out_series(context, cache_git, base=base, head=head, files=all_files,
@@ -316,14 +312,6 @@ def _commit_all(git: Git, series: Series, patches: list[QuiltPatch], *, start: s
                                                 else PathChange(path=path, mode=0) for path, entry in changes.items())))
     made = git.commit_changes(commits, date_format="raw")  # dep3 and the file's mtime give raw dates
     return outcomes, made[-1] if made else start
-
-
-def _empty_dirs(source_tree: Path | None, directory: Path, *, known: tuple[str, ...]) -> tuple[str, ...]:
-    """The unpatched tree's empty directories (not the patches' own) not recorded yet."""
-    if source_tree is None:
-        return ()
-    return tuple(name for name in find_empty_dirs(source_tree) if name not in known
-                 and not (source_tree / name).resolve().is_relative_to(directory.resolve()))
 
 
 def _check_out_series(context: Context, cache_git: Git, *, base: str, head: str, files: list[str],

@@ -135,7 +135,10 @@ class Engine:
     def __init__(self, worktree: Git, *, detect_upstreamed: bool = False, head: str = "", shown: str = "",
                  checked_out: bool = True, before_change: Callable[[], None] | None = None) -> None:
         self.worktree = worktree
-        _clear_dead_engines(worktree.git_dir)
+        for path in worktree.git_dir.glob("forkbuild-engine-*.index*"):  # what killed engines left
+            match = ENGINE_FILE.fullmatch(path.name)
+            if match and int(match["pid"]) != os.getpid() and not process_exists(int(match["pid"])):
+                path.unlink(missing_ok=True)
         self._before_change = before_change
         self._checked_out = checked_out  # False: a new work tree without files (`git worktree add --no-checkout`)
         self.detect_upstreamed = detect_upstreamed
@@ -442,14 +445,6 @@ class Engine:
         self.worktree.clean_untracked()
         self.shown = self.head
         return PatchResult(name=job.name, outcome=Outcome.SKIPPED, detail="left out with --skip at a conflict")
-
-
-def _clear_dead_engines(git_dir: Path) -> None:
-    """Remove the private index files a killed engine left."""
-    for path in git_dir.glob("forkbuild-engine-*.index*"):
-        match = ENGINE_FILE.fullmatch(path.name)
-        if match and int(match["pid"]) != os.getpid() and not process_exists(int(match["pid"])):
-            path.unlink(missing_ok=True)
 
 
 def patch_author_message(info: PatchInfo) -> tuple[Author, str]:
