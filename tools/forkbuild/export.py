@@ -26,8 +26,7 @@ from forkbuild.series_writer import SeriesChange, series_transaction
 from forkbuild.worktree.state import WorktreeState, read_state, write_state
 from forkbuild.worktrees import tree_guard
 
-# What changes in a patch when only its position moved: the blob ids of the
-# `index` line and the line numbers (and function context) of hunk headers.
+# What changes in a patch when only its position moved: `index` blob ids, hunk header line numbers.
 NOISE = (
     re.compile(r"^index [0-9a-f]+\.\.[0-9a-f]+(?: [0-7]{6})?$", re.MULTILINE),
     re.compile(r"^@@ -\d+(?:,\d+)? \+\d+(?:,\d+)? @@.*$", re.MULTILINE),
@@ -76,8 +75,7 @@ def export_series(*, context: Context, tree: Path, check: bool = False, refresh:
     """Plan the export of `tree`; with check, raise ExportDriftError on any change, else write it.
     series_toml: the text to write the entries into instead of the file's (the rebase's moved pin:
     `context.series` is parsed from it)."""
-    # The tree's guard: never beside an apply of this tree.
-    with series_transaction(context.series_dir) as transaction, tree_guard(tree, "export") as guard:
+    with series_transaction(context.series_dir) as transaction, tree_guard(tree, "export") as guard:  # no apply beside
         if series_toml is None:  # read under the lock, not before it
             context.series = load_series(context.series_file)
         series = context.series

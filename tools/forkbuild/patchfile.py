@@ -147,8 +147,7 @@ def strip_prefix(name: str) -> str:
 # Header lines whose value git parses as a mode (apply.c: parse_mode_line, gitdiff_index).
 MODE_LINE = re.compile(r"^(?:old mode|new mode|deleted file mode|new file mode) (?P<mode>.*)$", re.MULTILINE)
 INDEX_MODE = re.compile(r"^index [0-9a-fA-F]+\.\.[0-9a-fA-F]+ (?P<mode>.*)$", re.MULTILINE)
-# Header lines that name a path (git takes a C-quoted name or the rest of the line);
-# rename/copy lines name it without the a/ b/ prefix.
+# Header lines that name a path (C-quoted or the rest of the line; rename/copy lines without a/ b/).
 PATH_LINE = re.compile(r"^(?:(?P<side>---|\+\+\+) |(?:rename|copy) (?:from|to) )(?P<name>.*)$", re.MULTILINE)
 GIT_HEADER = re.compile(r"^diff --git (?P<names>.*)$", re.MULTILINE)
 S_IFMT, S_IFREG, S_IFLNK, S_IFDIR, S_IFGITLINK = 0o170000, 0o100000, 0o120000, 0o040000, 0o160000
@@ -247,8 +246,7 @@ def _text_problems(text: str, path: Path, symlinks: frozenset[str]) -> tuple[str
         return (f"{label}: is empty",)
     problems = []
     if re.search(r"^diff --git [^\n]*\r$", text, flags=re.MULTILINE):
-        # The whole file was converted (its headers end in CR too; a patch to a CRLF file has
-        # CRs on content lines only): git refuses it, so name it rather than a hunk.
+        # A converted file (headers end in CR too, unlike a patch to a CRLF file): git refuses it.
         problems.append(f"{label}: has CRLF line endings (convert it to LF: dos2unix)")
     try:
         info = parse_patch(text, path=path)

@@ -34,8 +34,7 @@ class GitReadyDiff:
     empty: bool  # nothing left to apply (an empty patch, or only binary sections)
     added: frozenset[str]  # paths the diff creates
     removed: frozenset[str]  # paths the diff deletes
-    # Every path the diff names (old and new names): git reads and writes no other.
-    # None: not known (unidiff could not read the diff).
+    # Every path the diff names (old and new): git touches no other; None: unidiff could not read it.
     paths: frozenset[str] | None
 
 
@@ -49,8 +48,7 @@ def git_ready(diff: bytes, *, strip: int, existing: set[str] | frozenset[str]) -
     try:
         files = unidiff.PatchSet(text)
     except UnidiffParseError as error:
-        # unidiff is stricter than GNU patch (e.g. a truncated last hunk): give git the
-        # diff as it is; git names what it cannot apply.
+        # unidiff is stricter than GNU patch (a truncated last hunk): git gets it as it is and names what fails.
         return GitReadyDiff(data=text.encode("latin-1"), unidiff_zero=False,
                             notes=(*notes, f"not checked for binary or zero-context hunks (unidiff: {error})"),
                             empty=not text.strip(), added=frozenset(), removed=frozenset(), paths=None)

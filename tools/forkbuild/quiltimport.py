@@ -1,10 +1,7 @@
-"""`import --quilt`: a real-world quilt series (Debian `debian/patches`, quilt's `patches/`)
-becomes new entries at the end of the series. Every patch is read and checked before anything
-is touched; what each does is found with few `git apply` processes (`Applier`, on private
-indexes); then all are committed with one fast-import on top of the series, one `format-patch`
-writes them, and the series' work tree is checked out once. What was normalised or skipped is
-reported. A file a patch leaves empty is removed, as GNU patch -E (dpkg-source, quilt) does.
-"""
+"""`import --quilt`: a quilt series (Debian `debian/patches`, quilt's `patches/`) becomes new
+entries at the end of the series: every patch checked first, applied by `Applier` on private
+indexes, committed with one fast-import, written by one `format-patch`; the series' work tree
+is checked out once. A file a patch leaves empty is removed, as GNU patch -E does."""
 
 from __future__ import annotations
 
@@ -243,8 +240,7 @@ def import_quilt(*, context: Context, directory: Path, feature: str, source_tree
     base = cache.ensure(series.upstream)
     cache_git = cache.git()
     dest = context.series_dir / SERIES_TREE
-    # The series tree this import may create: a second run waits its turn, and one killed while
-    # creating it (nothing of the user's there yet) is cleared by the next apply or import.
+    # A second run waits; one killed while creating the tree (nothing of the user's yet) is cleared.
     with tree_guard(dest, "apply") as guard:
         recover_killed_change(guard, cache_git)
         if not dest.exists():

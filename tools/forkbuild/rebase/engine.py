@@ -226,8 +226,7 @@ class Rebase:
         """`patch` (patches[cursor]) with the engine's `result` for it."""
         found: tuple[HunkEvidence, ...] = ()
         if result.outcome in (Outcome.UPSTREAMED, Outcome.EMPTIED):
-            # Evidence points into the new release (not HEAD, whose lines the earlier fork patches shift);
-            # for an emptied patch it says which hunks upstream lacks.
+            # Into the new release (HEAD's lines are shifted by earlier fork patches); emptied: what upstream lacks.
             found = tuple(evidence(self.cache.git(), commit=state.new_base,
                                    patch_text=self._backup(patch).read_text(errors="surrogateescape")))
         # A patch settled after a stop keeps what it collided with: the report shows why it needed a person.
@@ -309,8 +308,7 @@ class Rebase:
         record_series_tree(worktree, base=state.new_base, head=worktree.head(), patches=kept,
                            hashes=series_hashes(context.series))
         with self.reporter.step("Exporting the rebased patches"):
-            # refresh: every patch rewritten against the new pin; those left out are dropped by name, and
-            # a feature left without a patch is marked `ported = false` (series_edit.unported).
+            # Every patch rewritten against the new pin; those left out dropped (series_edit.unported).
             plan = export_series(context=context, tree=worktree.path, refresh=True, series_toml=pinned,
                           drops=tuple(patch.file for patch in state.patches if not patch.commit))
         checkpoint("finalize:exported")

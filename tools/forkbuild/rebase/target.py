@@ -48,8 +48,7 @@ def _git_target(current: Upstream, *, commit: str, version: str | None) -> Upstr
         raise UpstreamError(f"--version {version!r}: a version name is letters, digits and . _ + - (like 0.5.24.dev1), "
                             "starting with a letter or digit: it names a cache tag and the report's file")
     git = GitPin(url=current.git.url, ref=_moved_ref(current, version), commit=commit)
-    # Wheels pinned beside a git source belong to the old version: a new version's
-    # wheels are looked up only when the series builds from them (source = "wheel").
+    # Wheels pinned beside a git source are the old version's: new ones only for source = "wheel".
     return dataclasses.replace(current, version=version, git=git, wheels=())
 
 

@@ -44,15 +44,13 @@ def read_state(dest: Path) -> WorktreeState | None:
         return None
     try:
         return statefile.load(path, WorktreeState, (None, SCHEMA))
-    except statefile.UnknownSchema as error:
-        raise DirtyTreeError(f"{dest}: its forkbuild state {path} is of {error}: another forkbuild made it",
-                             hint="use the forkbuild version that made this tree (a newer one), or save any commits "
-                                  f"of yours first (git -C {quoted(dest)} log), then remove {dest} and apply again") from error
     except (OSError, ValueError) as error:
         # Without it the series' commits cannot be told from the user's: refuse, never guess.
-        raise DirtyTreeError(f"{dest}: its forkbuild state {path} is unreadable ({error})",
-                             hint=f"save any commits of yours first (git -C {quoted(dest)} log), then remove {dest} "
-                                  "and apply again") from error
+        foreign = isinstance(error, statefile.UnknownSchema)
+        how = f"is of {error}: another forkbuild made it" if foreign else f"is unreadable ({error})"
+        first = "use the forkbuild version that made this tree (a newer one), or " if foreign else ""
+        raise DirtyTreeError(f"{dest}: its forkbuild state {path} {how}", hint=f"{first}save any commits of yours "
+                             f"first (git -C {quoted(dest)} log), then remove {dest} and apply again") from error
 
 
 def write_state(worktree: Git, state: WorktreeState) -> None:
