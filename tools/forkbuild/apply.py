@@ -62,8 +62,6 @@ class ApplyPlan(NamedTuple):
 
 
 class ApplyResult(NamedTuple):
-    """What an apply did: the tree, its commits and a record per patch."""
-
     dest: Path
     variant: str
     base_commit: str
@@ -250,7 +248,6 @@ def scratch_tree(*, context: Context, variant: Combination, strict: bool) -> Ite
 
 
 def series_hashes(series: Series) -> dict[str, str]:
-    """sha256 of each patch file of the series, by file name."""
     return file_hashes(series.patches_dir, [entry.file for entry in series.patches])
 
 

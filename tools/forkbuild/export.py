@@ -56,7 +56,6 @@ class ExportPlan:
     quilt_series: str | None  # the new patches/series text, None when unchanged
 
     def changes(self) -> list[str]:
-        """What writing the plan would change, one line per file."""
         crlf = {p.file for p in self.patches if (self.patches_dir / p.file).is_file()
                 and b"\r\n" in (self.patches_dir / p.file).read_bytes()}
         lines = [f"patches/{p.file} ({p.action}{': CRLF line endings' if p.file in crlf else ''})"
@@ -398,7 +397,6 @@ def patch_name(feature: str, subject: str) -> str:
 
 
 def normalized(text: str) -> str:
-    """A patch with its index/offset noise blanked out."""
     for pattern in NOISE:
         text = pattern.sub("", text)
     return text

@@ -22,16 +22,12 @@ MAIL_HEADER = re.compile(r"^[!-9;-~]+:")  # RFC 5322 field name: printable ASCII
 
 
 class FileChange(NamedTuple):
-    """One file a patch changes, as unidiff reads it."""
-
     path: str
     added: int
     removed: int
 
 
 class PatchInfo(NamedTuple):
-    """A patch file read: its mail headers, message, trailers and files."""
-
     path: Path
     subject: str
     author: str  # the From: header, decoded ("Name <address>")
@@ -140,7 +136,6 @@ def parse_patch(text: str, *, path: Path) -> PatchInfo:
 
 
 def strip_prefix(name: str) -> str:
-    """A diff's file name without git's a/ or b/ prefix."""
     return name[2:] if name[:2] in ("a/", "b/") else name
 
 

@@ -44,8 +44,6 @@ class Applied:
 
 @dataclass(frozen=True, kw_only=True)
 class Applicable:
-    """One patch, ready for `git apply`."""
-
     source: Path  # the quilt file, for messages
     patch: Path  # the git-ready diff (quiltdiff.git_ready), written out
     strip: int
@@ -151,8 +149,6 @@ class Applier:
 
 @dataclass(frozen=True, kw_only=True)
 class QuiltPatch:
-    """One patch of the quilt series, read and ready to commit."""
-
     name: str  # its file in patches/
     source: str  # the file in the quilt directory, for messages
     path: Path

@@ -129,7 +129,6 @@ def recover_series(series_dir: Path) -> bool:
 
 
 def _snapshot(series_dir: Path) -> dict[str, str | None]:
-    """sha256 of series.toml and of every file directly in patches/."""
     patches = series_dir / PATCHES
     names = sorted(path.name for path in patches.iterdir() if path.is_file()) if patches.is_dir() else []
     return {relative: _sha256(series_dir / relative) for relative in [SERIES_TOML, *(f"{PATCHES}/{n}" for n in names)]}

@@ -51,7 +51,6 @@ class Owner(NamedTuple):
 
     @classmethod
     def parse(cls, text: str) -> Owner | None:
-        """An owner from its JSON text; None when it is not one."""
         try:
             return statefile.decode(cls, json.loads(text))
         except ValueError:
@@ -134,7 +133,6 @@ class TreeGuard:
 
 @contextmanager
 def tree_guard(dest: Path, command: str) -> Iterator[TreeGuard]:
-    """Hold the work tree `dest` for `command` (see the module doc)."""
     guard = TreeGuard(dest, command)
     guard.acquire()
     try:

@@ -126,12 +126,19 @@ class Rebase:
         if state.phase in (Phase.REPLAY, Phase.APPLYING):
             started = time.monotonic()
             state = self._replay(state).timed("replay", time.monotonic() - started)
+        proposals = [patch for patch in state.patches if patch.outcome in report.DROP_OUTCOMES]
         if state.phase is Phase.REPLAYED:
-            phase = Phase.REVIEW if self._proposals(state) and not state.accept_drops else Phase.FINALIZE
+            phase = Phase.REVIEW if proposals and not state.accept_drops else Phase.FINALIZE
             state = self.journal.save(replace(state, phase=phase), phase.value)
         if state.phase is Phase.REVIEW:
-            if resumed_at is not Phase.REVIEW:
-                self._stop_for_review(state)
+            if resumed_at is not Phase.REVIEW:  # stop for the review
+                md_path = self.journal.path / "report.md"
+                report.write(self.cache.git(), state, md_path, check=None, final=False)
+                lines = [f"  - {p.file}: {report.label(p.outcome)}: {p.detail}; evidence: "
+                         + "; ".join(item.describe() for item in p.evidence) for p in proposals]
+                raise RebaseStopped("every patch is replayed; proposed for dropping:\n" + "\n".join(lines)
+                                    + f"\n  draft report: {md_path}", hint="`forkbuild rebase --continue` drops "
+                                    "them and writes the series; `--abort` puts everything back")
             state = self.journal.save(replace(state, accept_drops=True, phase=Phase.FINALIZE), "finalize")
         if state.phase is Phase.FINALIZE:
             started = time.monotonic()
@@ -268,20 +275,6 @@ class Rebase:
         went_on = replace(state.with_patch(state.cursor, patch), phase=Phase.REPLAY, cursor=state.cursor + 1,
                           tip=engine.head)
         return self.journal.save(went_on, "settled" if action == "continue" else "skipped", at=patch.file)
-
-    @staticmethod
-    def _proposals(state: RebaseState) -> list[PatchState]:
-        return [patch for patch in state.patches if patch.outcome in report.DROP_OUTCOMES]
-
-    def _stop_for_review(self, state: RebaseState) -> NoReturn:
-        md_path = self.journal.path / "report.md"
-        report.write(self.cache.git(), state, md_path, check=None, final=False)
-        lines = [f"  - {p.file}: {report.label(p.outcome)}: {p.detail}; evidence: "
-                 + "; ".join(item.describe() for item in p.evidence) for p in self._proposals(state)]
-        raise RebaseStopped("every patch is replayed; proposed for dropping:\n" + "\n".join(lines)
-                            + f"\n  draft report: {md_path}",
-                            hint="`forkbuild rebase --continue` drops them and writes the series; "
-                                 "`--abort` puts everything back")
 
     def _finalize(self, state: RebaseState) -> RebaseState:
         edits = self.journal.foreign_edits(state)

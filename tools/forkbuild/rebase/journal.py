@@ -98,7 +98,6 @@ class Journal:
         return json.loads((self.backup / "hashes.json").read_text())
 
     def series_hashes(self) -> dict[str, str]:
-        """sha256 of series.toml and of every file under patches/, as they are now."""
         return file_hashes(self.series_dir, series_files(self.series_dir))
 
     def foreign_edits(self, state: RebaseState) -> dict[str, str]:

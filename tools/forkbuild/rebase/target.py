@@ -26,7 +26,6 @@ def looks_like_commit(onto: str) -> bool:
 
 
 def resolve(current: Upstream, *, onto: str, version: str | None = None) -> Upstream:
-    """The upstream pin the rebase moves to."""
     if looks_like_commit(onto):
         return _git_target(current, commit=onto, version=version)
     try:

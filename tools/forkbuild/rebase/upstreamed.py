@@ -33,7 +33,6 @@ class HunkEvidence:
 
 
 def _find(haystack: list[str], needle: list[str]) -> int:
-    """Index of the first occurrence of `needle` as consecutive lines, or -1."""
     return next((index for index in range(len(haystack) - len(needle) + 1)
                  if haystack[index:index + len(needle)] == needle), -1) if needle else -1
 

@@ -103,8 +103,6 @@ def _offset_path(offset: str) -> str:
 
 
 class GitReport(NamedTuple):
-    """What one git apply / merge run said."""
-
     offsets: tuple[str, ...] = ()  # "<path> hunk <n>: +3 lines"
     reason: str = ""  # the line saying why it failed ("" when it did not)
     conflicts: tuple[str, ...] = ()  # paths git reported as conflicting

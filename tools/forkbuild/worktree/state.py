@@ -21,7 +21,6 @@ SCHEMA = 1
 
 @dataclass(frozen=True, kw_only=True)
 class WorktreeState:
-
     variant: str  # "" for the whole series (the tree export reads)
     base: str  # the upstream commit the series is applied on
     head: str  # the tree's HEAD as forkbuild left it: commits above it are someone's
