@@ -23,12 +23,12 @@ from forkbuild.guards_module import add_generated_commit
 from forkbuild.patchfile import check_patches, read_patch, symlinks_of
 from forkbuild.worktree.engine import ALREADY_APPLIED, Engine, Outcome, PatchJob, PatchResult
 from forkbuild.worktree.state import (
+    STATE_FILE,
     StopState,
     WorktreeState,
     clear_stop,
     read_state,
     read_stop,
-    state_path,
     write_state,
     write_stop,
 )
@@ -103,9 +103,8 @@ def _jobs(context: Context, plan: ApplyPlan) -> tuple[str, Git, tuple[PatchJob, 
     symlinks = symlinks_of(cache_git, base)
     if symlinks:
         check_patches([entry.path for entry in plan.entries], symlinks=symlinks)
-    sources: dict[str, str] = {}
-    if plan.left_out and plan.entries:  # the 3-way rung merges each patch's commit of the whole series
-        sources = ensure_series_blobs(context=context, cache=cache, base=base)
+    # The 3-way rung merges each patch's commit of the whole series.
+    sources = ensure_series_blobs(context=context, cache=cache, base=base) if plan.left_out and plan.entries else {}
     return base, cache_git, tuple(PatchJob(name=entry.file, path=entry.path, source=sources.get(entry.file, ""))
                                   for entry in plan.entries)
 
@@ -153,7 +152,7 @@ def resume_apply(*, context: Context, dest: Path, action: str) -> ApplyResult | 
             engine.skip(state.stopped)
             worktree.reset_hard(state.started_from)
             if state.previous_state is None:
-                state_path(worktree).unlink(missing_ok=True)
+                (worktree.git_dir / STATE_FILE).unlink(missing_ok=True)
             else:
                 write_state(worktree, state.previous_state)
             clear_stop(worktree)
@@ -239,12 +238,9 @@ def _result(context: Context, plan: ApplyPlan, *, dest: Path, base: str, head: s
 @contextmanager
 def scratch_tree(*, context: Context, variant: Combination, strict: bool) -> Iterator[ApplyResult]:
     """The variant applied in a temporary work tree; strict: raise on a failing patch."""
-    cache = context.upstream
-    with temporary_worktree(cache, purpose="scratch") as dest:
-        if strict:
-            yield apply_variant(context=context, variant=variant, dest=dest)
-        else:
-            yield apply_plan(context=context, plan=plan_variant(context.series, variant), dest=dest)
+    with temporary_worktree(context.upstream, purpose="scratch") as dest:
+        yield apply_variant(context=context, variant=variant, dest=dest) if strict else \
+            apply_plan(context=context, plan=plan_variant(context.series, variant), dest=dest)
 
 
 def series_hashes(series: Series) -> dict[str, str]:

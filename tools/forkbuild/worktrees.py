@@ -13,7 +13,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -58,9 +58,7 @@ class Owner(NamedTuple):
 
     def stop_orphans(self) -> list[str]:
         """Kill what this dead owner's git children left running (on this host); what was stopped."""
-        if self.host != os.uname().nodename:
-            return []
-        return stop_orphans(self.group, started=self.started)
+        return stop_orphans(self.group, started=self.started) if self.host == os.uname().nodename else []
 
     def alive(self) -> bool:
         if self.host != os.uname().nodename:
@@ -151,15 +149,11 @@ def _held_open(path: Path) -> bool:
         return True  # cannot tell: assume a live git holds it
     target = str(path.resolve())
     for fd_dir in proc.glob("[0-9]*/fd"):
-        try:
+        with suppress(OSError):  # a process that ended, or not ours to read
             for fd in fd_dir.iterdir():
-                try:
+                with suppress(OSError):
                     if os.readlink(fd) == target:
                         return True
-                except OSError:
-                    continue
-        except OSError:
-            continue
     return False
 
 
@@ -186,13 +180,11 @@ def remove_dead_tree(cache_git: Git, tree: Path) -> None:
 
 def recover_killed_change(guard: TreeGuard, cache_git: Git) -> bool:
     """Remove a tree a killed forkbuild was changing (only its half-done work is there)."""
-    killed = guard.killed
-    if killed is None:
-        return False
-    if killed.phase == "changing":
+    changing = guard.killed is not None and guard.killed.phase == "changing"
+    if changing:
         remove_dead_tree(cache_git, guard.dest)
     guard.killed = None
-    return killed.phase == "changing"
+    return changing
 
 
 def clear_dead_scratch_trees(cache_git: Git) -> int:

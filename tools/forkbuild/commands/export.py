@@ -60,8 +60,6 @@ def run(args, context) -> int:
     for feature in sorted({patch.feature for patch in plan.patches} - held):
         context.reporter.warn(f"feature {feature} is in no variant: no build holds its patch "
                               f"(add it: forkbuild new {feature} --variant {context.series.default_variant})")
-    if args.check:
-        context.reporter.info("patches/ is up to date")
-    else:
-        context.reporter.info(f"{len(changes)} file(s) written" if changes else "nothing to write")
+    context.reporter.info("patches/ is up to date" if args.check
+                          else f"{len(changes)} file(s) written" if changes else "nothing to write")
     return 0

@@ -386,10 +386,9 @@ class Engine:
             self.worktree.checkout_detached(self.head)
         self.shown = self.head
 
-    def finish(self) -> str:
+    def finish(self) -> None:
         self.materialize()
         self.close()
-        return self.head
 
     def close(self) -> None:
         """Drop the private index (a bare repository's engine ends here: nothing to check out)."""

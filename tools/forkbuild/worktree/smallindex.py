@@ -65,9 +65,7 @@ class TreeListing:
         self._sorted = sorted(entries)
 
     def _get(self, path: str) -> TreeEntry | None:
-        if path in self._changed:
-            return self._changed[path]
-        return self._base[path] if path in self._base else None
+        return self._changed[path] if path in self._changed else self._base.get(path)
 
     def entries_for(self, paths: Iterable[str]) -> dict[str, TreeEntry]:
         """The files among `paths` that the tree holds: what the small index starts from."""

@@ -32,13 +32,9 @@ class WorktreeState:
     dropped: tuple[str, ...] = ()  # removed from the series on purpose (`forkbuild drop`)
 
 
-def state_path(worktree: Git) -> Path:
-    return worktree.git_dir / STATE_FILE
-
-
 def read_state(dest: Path) -> WorktreeState | None:
     """The state apply recorded for the work tree `dest`; None if forkbuild did not make it."""
-    path = state_path(Git(dest))
+    path = Git(dest).git_dir / STATE_FILE
     if not path.is_file():
         return None
     try:
@@ -53,7 +49,7 @@ def read_state(dest: Path) -> WorktreeState | None:
 
 
 def write_state(worktree: Git, state: WorktreeState) -> None:
-    write_atomic(state_path(worktree), statefile.dump(state, schema=SCHEMA))
+    write_atomic(worktree.git_dir / STATE_FILE, statefile.dump(state, schema=SCHEMA))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,12 +70,8 @@ class StopState:
         return self.jobs[self.cursor]
 
 
-def stop_path(worktree: Git) -> Path:
-    return worktree.git_dir / STOP_FILE
-
-
 def read_stop(worktree: Git) -> StopState | None:
-    path = stop_path(worktree)
+    path = worktree.git_dir / STOP_FILE
     if not path.is_file():
         return None
     try:
@@ -91,8 +83,8 @@ def read_stop(worktree: Git) -> StopState | None:
 
 
 def write_stop(worktree: Git, state: StopState) -> None:
-    write_atomic(stop_path(worktree), statefile.dump(state, schema=SCHEMA))
+    write_atomic(worktree.git_dir / STOP_FILE, statefile.dump(state, schema=SCHEMA))
 
 
 def clear_stop(worktree: Git) -> None:
-    stop_path(worktree).unlink(missing_ok=True)
+    (worktree.git_dir / STOP_FILE).unlink(missing_ok=True)
