@@ -8,15 +8,15 @@ from pathlib import Path
 import pytest
 
 from fixtures import SeriesFixture, commit_all, edit
+from forkbuild.apply import apply_variant
 from forkbuild.combination import whole_series
+from forkbuild.dep3 import parse_dep3
 from forkbuild.errors import ApplyError, ConfigError
 from forkbuild.export import export_series
-from forkbuild.apply import apply_variant
 from forkbuild.git import Git
-from forkbuild.dep3 import parse_dep3
 from forkbuild.importer import git_range_incoming
-from forkbuild.quiltimport import import_quilt, read_quilt_dir
 from forkbuild.patchfile import read_patch
+from forkbuild.quiltimport import import_quilt, read_quilt_dir
 
 QUILT_PATCH = """\
 Description: core: offset by ten
@@ -164,7 +164,7 @@ def test_import_git_range_feature_disagreement_writes_nothing(series_fx: SeriesF
 def test_import_git_range_uses_each_commits_feature(series_fx: SeriesFixture) -> None:
     repo, start, end = make_source_range(series_fx)
     with pytest.raises(ConfigError, match="has no `Feature:` trailer"):
-        git_range_incoming(series_fx.load(), repo.path, f"{start}..{end}", feature=None)
+        git_range_incoming(repo.path, f"{start}..{end}", feature=None)
     repo.run("commit", "--quiet", "--amend", "-m",
              "util: name the beta guard\n\nNo trailer here.\n\nReviewed-by: Someone <s@example.com>\nFeature: beta\n")
     end = repo.head()

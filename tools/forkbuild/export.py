@@ -203,7 +203,7 @@ def plan_export(series: Series, *, worktree: Git, base: str, refresh: bool,
     exported = {entry.file for entry in matches if entry}
     missing = [entry for entry in series.patches if entry.file not in exported]
     decisions = decisions or {}
-    _refuse_implicit_drops(series, missing=missing, decisions=decisions, state=state,
+    _refuse_implicit_drops(missing=missing, decisions=decisions, state=state,
                            worktree=worktree, exported=exported)
     removed = tuple(entry.file for entry in missing if decisions.get(entry.file) == "drop")
     kept = tuple(entry.file for entry in missing if decisions.get(entry.file) == "keep")
@@ -225,14 +225,13 @@ def _decisions(series: Series, *, drops: tuple[str, ...], keeps: tuple[str, ...]
     known = {entry.file for entry in series.patches}
     unknown = [f"--{how} {name}: no such patch in series.toml{near_miss(name, known)}"
                for how, names in (("drop", drops), ("keep", keeps)) for name in names if name not in known]
-    both = sorted(set(drops) & set(keeps))
-    unknown += [f"{name}: given to both --drop and --keep" for name in both]
+    unknown += [f"{name}: given to both --drop and --keep" for name in sorted(set(drops) & set(keeps))]
     if unknown:
         raise ConfigError(unknown, source="export")
     return {**{name: "keep" for name in keeps}, **{name: "drop" for name in drops}}
 
 
-def _refuse_implicit_drops(series: Series, *, missing: list[PatchEntry], decisions: dict[str, str],
+def _refuse_implicit_drops(*, missing: list[PatchEntry], decisions: dict[str, str],
                            state: WorktreeState | None, worktree: Git, exported: set[str]) -> None:
     """Stop, naming every entry without a commit that the caller said nothing about."""
     tree = worktree.path

@@ -48,7 +48,7 @@ def guard_trailers(series: Series, feature: str, diff: str) -> list[tuple[str, s
     return [("Guard", guard.env) for guard in series.features[feature].guards if re.search(rf"\b{guard.env}\b", added)]
 
 
-def git_range_incoming(series: Series, repo: Path, revisions: str, *, feature: str | None) -> list[Incoming]:
+def git_range_incoming(repo: Path, revisions: str, *, feature: str | None) -> list[Incoming]:
     source = Git(repo)
     if ".." not in revisions:
         raise ForkbuildError(f"{revisions!r} is not a range", hint="give A..B: the commits after A up to B")

@@ -159,13 +159,11 @@ def _held_open(path: Path) -> bool:
 
 def clear_stale_index_lock(tree: Path) -> bool:
     """Remove the work tree's `index.lock` when no process holds it; True if one was removed."""
-    if not (tree / ".git").exists():
+    lock = Git(tree).git_dir / "index.lock" if (tree / ".git").exists() else None
+    if lock is None or not lock.exists() or _held_open(lock):
         return False
-    lock = Git(tree).git_dir / "index.lock"
-    if lock.exists() and not _held_open(lock):
-        lock.unlink(missing_ok=True)
-        return True
-    return False
+    lock.unlink(missing_ok=True)
+    return True
 
 
 def remove_dead_tree(cache_git: Git, tree: Path) -> None:

@@ -42,7 +42,7 @@ def run(args, context) -> int:
     if args.tree:
         raise ForkbuildError("--tree goes with --quilt (a git range has no upstream tree of its own)")
     repo, revisions = args.git_range
-    incoming = git_range_incoming(series, Path(repo).resolve(), revisions, feature=args.feature)
+    incoming = git_range_incoming(Path(repo).resolve(), revisions, feature=args.feature)
     imported = import_patches(context=context, incoming=incoming)
     table = Table("patch", "feature", "subject", "from", title=f"imported into {series.patches_dir}")
     for item, subject in imported:

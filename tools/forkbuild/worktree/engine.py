@@ -403,22 +403,20 @@ class Engine:
         git = self.worktree
         unmerged = git.unmerged_paths()
         if unmerged:
-            raise ApplyError(f"{job.name}: still unmerged: {', '.join(unmerged)}",
-                                  hint=f"resolve the conflict markers in {git.path}, `git add` the files, "
-                                       "then --continue")
+            raise ApplyError(f"{job.name}: still unmerged: {', '.join(unmerged)}", hint=f"resolve the conflict "
+                             f"markers in {git.path}, `git add` the files, then --continue")
         # Untracked files count: they would stay behind in the tree, outside every patch.
         leftovers = tuple(git.untracked("*.rej")) + tuple(line[3:] for line in git.status_porcelain().splitlines()
                                            if line[1:2] not in (" ", "") and not line.endswith(".rej"))
         if leftovers:
-            raise ApplyError(f"{job.name}: the work tree has changes that are not staged "
-                                  f"(or .rej files): {', '.join(leftovers)}",
-                                  hint=f"`git -C {quoted(git.path)} add` what belongs to the patch and remove the rest "
-                                       "(the .rej files too, once their hunks are in), then --continue")
+            raise ApplyError(f"{job.name}: the work tree has changes that are not staged (or .rej files): "
+                             f"{', '.join(leftovers)}", hint=f"`git -C {quoted(git.path)} add` what belongs to the "
+                             "patch and remove the rest (the .rej files too, once their hunks are in), then --continue")
         made = git.commits(self.head, git.head())
         if len(made) > 1:
             raise ApplyError(f"{job.name}: {len(made)} commits were made for one patch",
-                                  hint=f"squash them into one (git -C {quoted(git.path)} reset --soft {self.head[:12]} "
-                                       "&& git commit), then --continue")
+                             hint=f"squash them into one (git -C {quoted(git.path)} reset --soft {self.head[:12]} "
+                                  "&& git commit), then --continue")
         git.sequencer_quit()
         if made:
             commit = made[0]
