@@ -52,10 +52,8 @@ class Applicable:
 
 
 class Applier:
-    """What each patch changes, applied in order on the commit `start` (`items`: its files,
-    Git.tree_entries); ApplyError for the first patch that does not apply. Consecutive patches of
-    disjoint files share one `git apply` on an index of just those files (worktree/smallindex.py);
-    where that could differ from the whole tree (names unknown, a file/directory clash) a full index."""
+    """What each patch changes on `start` (`items`: its files); ApplyError at the first that does not
+    apply. Patches of disjoint files share one small index; names unknown or a file/directory clash: a full one."""
 
     def __init__(self, git: Git, *, start: str, items: Mapping[str, TreeEntry], scratch: Path) -> None:
         self.git, self.start = git, start

@@ -53,8 +53,7 @@ def run(args, context) -> int:
 
 
 def _report_quilt(context, result) -> int:
-    """Per patch: where it went and what was normalised or skipped on the way (one print:
-    hundreds of rich table rows or prints take seconds)."""
+    """Per patch: where it went, what was normalised or skipped (one print: many rich rows take seconds)."""
     lines = [line for outcome in result.patches for line in (f"  {outcome.source} -> {outcome.file or '(not imported)'}",
                                                               *(f"      {note}" for note in outcome.notes))]
     context.reporter.console.print("\n".join(lines), markup=False, highlight=False)

@@ -1,9 +1,7 @@
-"""The rebase journal (`.forkbuild-work/rebase-journal/`): `state.json`, replaced
-atomically on every step, and `backup/`, the series files as they were before the
-rebase (with their sha256 in `backup/hashes.json`). A series file matching neither
-the backup nor the state's `written` was edited by someone else while the rebase was
-stopped: finishing refuses to overwrite it, --abort saves it aside first.
-"""
+"""The rebase journal (`.forkbuild-work/rebase-journal/`): `state.json`, replaced atomically on every
+step, and `backup/`, the series files before the rebase (sha256 in `backup/hashes.json`). A series
+file matching neither the backup nor the state's `written` was edited while the rebase was stopped:
+finishing refuses to overwrite it, --abort saves it aside first."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""Patches applied in a small private index holding only the files they name (the engine's
-fast rung, `import --quilt`): one `git apply --cached` takes a run of patches on disjoint
-files, and each file's entry afterwards is its one patch's result. `TreeListing`: HEAD's
-tree as the fast rung knows it without asking git per patch."""
+"""Patches applied in a private index of only the files they name (the engine's fast rung,
+`import --quilt`): one `git apply --cached` per run of patches on disjoint files.
+`TreeListing`: HEAD's tree as the fast rung knows it without asking git per patch."""
 
 from __future__ import annotations
 
