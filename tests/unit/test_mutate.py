@@ -18,7 +18,7 @@ from forkbuild.errors import MutationError
 from forkbuild.mutate import results
 from forkbuild.mutate.mutants import HUNK, NO_CODE, STATEMENT, Mutant, mutants_of
 from forkbuild.mutate.results import Reasons, feature_of_test, load_reasons, patch_key
-from forkbuild.mutate.runner import OVERLAY, FeatureTests, run_all
+from forkbuild.mutate.runner import OVERLAY, run_all
 
 ORIGINAL = textwrap.dedent("""\
     import os
@@ -190,10 +190,9 @@ def test_run_all_runs_the_baseline_then_names_the_killing_test(tmp_path, monkeyp
     in_child = Mutant("pkg/mod.py:h2", "feat.patch", "feat", "pkg/mod.py", HUNK, (2, 2), "", "VALUE = 'installed'\nOTHER = 2\n")
     alive = Mutant("pkg/mod.py:h3", "feat.patch", "feat", "pkg/mod.py", HUNK, (1, 1), "", "VALUE = 'installed'  # same\nOTHER = 1\n")
     outcomes = {}
-    runs = {"feat": FeatureTests(root=root, tests=(root / "tests" / "test_mod.py",),
-                                 modules=(("pkg.mod", "pkg/mod.py", "VALUE = 'installed'\nOTHER = 1\n"),))}
-    baselines = run_all(runs, [mutant, in_child, alive], python=Path(sys.executable), preload=["pkg.mod"], workers=2,
-                        scratch=tmp_path / "scratch",
+    runs = {"feat": (root / "tests" / "test_mod.py",)}
+    baselines = run_all(runs, [mutant, in_child, alive], root=root, site_packages=site, python=Path(sys.executable),
+                        preload=["pkg.mod"], workers=2, scratch=tmp_path / "scratch",
                         done=lambda item, outcome: outcomes.__setitem__(item.id, outcome))
     assert baselines["feat"].status == "survived"
     assert (outcomes["pkg/mod.py:h1"].status, outcomes["pkg/mod.py:h1"].killed_by) == ("killed", "tests/test_mod.py::test_value")
@@ -215,9 +214,9 @@ def test_a_mutant_runs_the_test_files_naming_its_module_first(tmp_path, monkeypa
     monkeypatch.setenv("PYTHONPATH", str(site))
     mutant = Mutant("pkg/mod.py:h1", "feat.patch", "feat", "pkg/mod.py", HUNK, (1, 1), "", "VALUE = 'x'\n")
     tests = (root / "tests" / "test_a_elsewhere.py", root / "tests" / "test_b_naming.py")
-    runs = {"feat": FeatureTests(root=root, tests=tests, modules=(("pkg.mod", "pkg/mod.py", "VALUE = 'installed'\n"),))}
     outcomes = {}
-    run_all(runs, [mutant], python=Path(sys.executable), preload=["pkg.mod"], workers=1, scratch=tmp_path / "scratch",
+    run_all({"feat": tests}, [mutant], root=root, site_packages=site, python=Path(sys.executable), preload=["pkg.mod"],
+            workers=1, scratch=tmp_path / "scratch",
             done=lambda item, outcome: outcomes.__setitem__(item.id, outcome))
     assert outcomes["pkg/mod.py:h1"].killed_by == "tests/test_b_naming.py::test_value"
 
@@ -232,10 +231,9 @@ def test_a_mutant_runs_the_test_that_killed_it_last_time_first(tmp_path, monkeyp
     (site / "pkg" / "mod.py").write_text("VALUE = 'installed'\n")
     monkeypatch.setenv("PYTHONPATH", str(site))
     mutant = Mutant("pkg/mod.py:h1", "feat.patch", "feat", "pkg/mod.py", HUNK, (1, 1), "", "VALUE = 'x'\n")
-    runs = {"feat": FeatureTests(root=root, tests=(root / "tests" / "test_mod.py",),
-                                 modules=(("pkg.mod", "pkg/mod.py", "VALUE = 'installed'\n"),))}
     outcomes = {}
-    run_all(runs, [mutant], python=Path(sys.executable), preload=["pkg.mod"], workers=1, scratch=tmp_path / "scratch",
+    run_all({"feat": (root / "tests" / "test_mod.py",)}, [mutant], root=root, site_packages=site,
+            python=Path(sys.executable), preload=["pkg.mod"], workers=1, scratch=tmp_path / "scratch",
             done=lambda item, outcome: outcomes.__setitem__(item.id, outcome),
             killers={("feat.patch", "pkg/mod.py:h1"): "tests/test_mod.py::test_second"})
     assert outcomes["pkg/mod.py:h1"].killed_by == "tests/test_mod.py::test_second"

@@ -31,7 +31,8 @@ def test_a_run_clears_what_a_killed_run_left_and_removes_its_scratch_when_it_end
             pass
 
     monkeypatch.setattr(runner, "Worker", NoWorker)
-    assert run_all({}, [], python=Path(sys.executable), preload=[], workers=1, scratch=scratch,
+    assert run_all({}, [], root=tmp_path, site_packages=tmp_path, python=Path(sys.executable), preload=[], workers=1,
+                   scratch=scratch,
                    done=lambda *_: None) == {}
     assert seen == [[]]
     assert not scratch.exists()

@@ -16,7 +16,7 @@ from forkbuild.config import PatchEntry, Series, near_miss
 from forkbuild.errors import MutationError
 from forkbuild.mutate import report, results
 from forkbuild.mutate.mutants import Mutant, Skipped, mutants_of
-from forkbuild.mutate.runner import FeatureTests, Outcome, run_all
+from forkbuild.mutate.runner import Outcome, run_all
 
 
 def add_parser(subparsers) -> None:
@@ -164,10 +164,6 @@ def _execute(context, plans: list[PatchPlan], *, python: Path, jobs: int, data: 
         return
     root = context.series.root
     mutants = [mutant for item in plans for mutant in item.mutants]
-    modules = {(mutant.feature, mutant.module): mutant.path for mutant in mutants}  # what each baseline re-imports
-    runs = {item.entry.feature: FeatureTests(root=root, tests=item.tests, modules=tuple(
-        (module, path, (site_packages / path).read_text(encoding="utf-8"))
-        for (feature, module), path in modules.items() if feature == item.entry.feature)) for item in plans}
     # The mutated modules pull in (nearly) every third-party import the tests need: preloaded once.
     preload = sorted({mutant.module for mutant in mutants if mutant.source is not None})
     lock = threading.Lock()
@@ -191,8 +187,9 @@ def _execute(context, plans: list[PatchPlan], *, python: Path, jobs: int, data: 
                if record.get("status") == results.KILLED and "::" in record.get("killed_by", "")}
     with context.reporter.step(f"{len(mutants)} mutant(s) of {len(plans)} patch(es) on {jobs} worker(s), "
                                f"each feature's tests first unmutated"):
-        baselines = run_all(runs, mutants, python=python, preload=preload, workers=jobs, done=done,
-                            scratch=context.build_dir / "mutate" / "scratch", killers=killers)  # under run()'s lock
+        baselines = run_all({item.entry.feature: item.tests for item in plans}, mutants, root=root, python=python,
+                            site_packages=site_packages, preload=preload, workers=jobs, done=done, killers=killers,
+                            scratch=context.build_dir / "mutate" / "scratch")  # under run()'s lock
     if broken := {key: outcome for key, outcome in baselines.items() if outcome.status != results.SURVIVED}:
         raise MutationError("baselines failed, so the mutants of their features were not run:\n" +
                             "\n".join(f"  - {key}: {outcome.killed_by}" for key, outcome in sorted(broken.items())),

@@ -11,7 +11,7 @@ import subprocess
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from forkbuild import process
@@ -31,15 +31,6 @@ class Outcome:
     status: str  # KILLED | SURVIVED
     killed_by: str  # the first failing test's node id, "collection: …" or "timeout after Ns"; "" when survived
     seconds: float
-
-
-@dataclass(frozen=True)
-class FeatureTests:
-    root: Path  # the series directory: pytest's rootdir
-    tests: tuple[Path, ...]
-    # Every module its mutants touch (dotted name, site-packages path, installed text): the
-    # baseline re-imports them from unchanged copies, as a mutant re-imports its one module.
-    modules: tuple[tuple[str, str, str], ...] = ()
 
 
 class Worker:
@@ -72,12 +63,12 @@ class Worker:
             self._process.wait()
 
 
-def run_all(runs: dict[str, FeatureTests], mutants: list[Mutant], *, python: Path, preload: list[str], workers: int,
-            scratch: Path, done: Callable[[Mutant, Outcome], None],
+def run_all(runs: dict[str, tuple[Path, ...]], mutants: list[Mutant], *, root: Path, site_packages: Path,
+            python: Path, preload: list[str], workers: int, scratch: Path, done: Callable[[Mutant, Outcome], None],
             killers: dict[tuple[str, str], str] | None = None) -> dict[str, Outcome]:
-    """Per feature its baseline, then (if it passed) its mutants, each passed to `done` (from a worker
-    thread); returns the baselines. `scratch`: a folder only this run (holding the caller's lock) uses.
-    `killers`: (patch, mutant id) -> the test that killed it last time, which its run takes first."""
+    """Per feature (-> its test files, run in `root`) its baseline, then (if it passed) its mutants, each
+    passed to `done` from a worker thread; returns the baselines. `scratch`: this run's own folder (the
+    caller holds the lock). `killers`: (patch, mutant id) -> the test that killed it last time: run first."""
     queue: list[tuple[str, Mutant | None]] = [(feature, None) for feature in runs]
     queue += [(mutant.feature, mutant) for mutant in mutants]
     baselines: dict[str, Outcome] = {}
@@ -93,13 +84,14 @@ def run_all(runs: dict[str, FeatureTests], mutants: list[Mutant], *, python: Pat
                         return
                     feature, mutant = queue.pop(0)
                     index = len(queue)
-                run = runs[feature]
-                if mutant is None:  # the feature's modules re-imported from unchanged copies
+                if mutant is None:  # every module its mutants touch re-imported from an unchanged copy
                     try:
-                        sources = {module: _write(scratch / f"b{index}" / "src" / str(number), path, text)
-                                   for number, (module, path, text) in enumerate(run.modules)}
-                        baselines[feature] = _pytest(run, scratch / f"b{index}", worker, sources=sources,
-                                                     timeout=BASELINE_TIMEOUT)
+                        touched = {item.module: item.path for item in mutants if item.feature == feature}
+                        sources = {module: _write(scratch / f"b{index}" / "src" / str(number), path,
+                                                  (site_packages / path).read_text(encoding="utf-8"))
+                                   for number, (module, path) in enumerate(touched.items())}
+                        baselines[feature] = _pytest(runs[feature], root, scratch / f"b{index}", worker,
+                                                     sources=sources, timeout=BASELINE_TIMEOUT)
                     finally:
                         ready[feature].set()
                     continue
@@ -111,10 +103,11 @@ def run_all(runs: dict[str, FeatureTests], mutants: list[Mutant], *, python: Pat
                 # `first` (its killer last time), then the files naming its module (the last dotted part):
                 # with -x a mutant their tests kill stops there; a survivor still runs them all.
                 name = re.escape(mutant.module.rsplit(".", 1)[-1])
-                naming = [path for path in run.tests if re.search(rf"\b{name}\b", path.read_text(errors="replace"))]
-                tests = (*naming, *(path for path in run.tests if path not in naming))
+                tests = runs[feature]
+                naming = [path for path in tests if re.search(rf"\b{name}\b", path.read_text(errors="replace"))]
                 # A mutant may make a test loop: killed at 4x the clean run (at least a minute).
-                done(mutant, _pytest(replace(run, tests=tests), folder, worker, sources={mutant.module: source},
+                done(mutant, _pytest((*naming, *(path for path in tests if path not in naming)), root, folder,
+                                     worker, sources={mutant.module: source},
                                      timeout=max(60.0, 4 * baselines[feature].seconds),
                                      first=(killers or {}).get((mutant.patch, mutant.id))))
         finally:
@@ -140,13 +133,13 @@ def _write(directory: Path, path: str, text: str) -> str:
     return str(target)
 
 
-def _pytest(run: FeatureTests, scratch: Path, worker: Worker, *, sources: dict[str, str], timeout: float,
-            first: str | None = None) -> Outcome:
+def _pytest(tests: tuple[Path, ...], root: Path, scratch: Path, worker: Worker, *, sources: dict[str, str],
+            timeout: float, first: str | None = None) -> Outcome:
     scratch.mkdir(parents=True, exist_ok=True)
     results, log = scratch / "results.json", scratch / "pytest.log"
     env = {**ONE_THREAD, RESULTS_ENV: str(results), "FORKBUILD_MUTANT": json.dumps(sources),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(OVERLAY), os.environ.get("PYTHONPATH", "")]))}
-    reply = worker.run({"tests": [str(path) for path in run.tests], "rootdir": str(run.root), "env": env,
+    reply = worker.run({"tests": [str(path) for path in tests], "rootdir": str(root), "env": env,
                         "log": str(log), "timeout": timeout, "first": [first] if first else []})
     if reply["timeout"]:
         return Outcome(KILLED, f"timeout after {timeout:.0f}s", reply["seconds"])
