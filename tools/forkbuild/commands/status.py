@@ -43,8 +43,7 @@ def series_status(series: Series) -> dict:
                 for variant in series.variants.values()]
     upstream = series.upstream
     return {"name": series.name,
-            "upstream": {"name": upstream.name, "version": upstream.version, "source": upstream.source,
-                         "tag": upstream.tag, "package_root": upstream.package_root},
+            "upstream": {key: getattr(upstream, key) for key in ("name", "version", "source", "tag", "package_root")},
             "default_variant": series.default_variant, "patches": patches, "variants": variants}
 
 
