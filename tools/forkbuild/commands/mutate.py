@@ -7,7 +7,7 @@ import os
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from forkbuild.combination import of_variant
@@ -203,8 +203,8 @@ def _record(recorded: dict, item: PatchPlan, outcomes: dict[str, Outcome], reaso
     mutants = [{"id": mutant.id, "kind": mutant.kind, "path": mutant.path, "lines": list(mutant.lines),
                 "summary": mutant.summary, "status": outcomes[mutant.id].status,
                 "killed_by": outcomes[mutant.id].killed_by} for mutant in item.mutants]
-    record: dict[str, object] = {"feature": item.entry.feature, "key": item.key, "mutants": mutants, "skipped": [
-        {"id": skip.id, "summary": skip.summary, "why": skip.why} for skip in item.skipped]}
+    record: dict[str, object] = {"feature": item.entry.feature, "key": item.key, "mutants": mutants,
+                                 "skipped": [asdict(skip) for skip in item.skipped]}
     table = reasons.by_patch.get(file, {})
     if moved := results.follow(recorded.get(file, {}).get("mutants", []), mutants, table):
         record[results.MOVED] = {old: {"id": new, "reason": table[old]} for old, new in moved.items()}

@@ -46,7 +46,6 @@ class Mutant:
 @dataclass(frozen=True)
 class Skipped:  # a hunk that yields no mutant, and why
     id: str
-    patch: str
     summary: str
     why: str
 
@@ -66,7 +65,7 @@ def mutants_of(entry: PatchEntry, *, package_root: str,
         for number, hunk in enumerate(patched, start=1):
             hunk_id = f"{path}:h{number}"
             if why := NOT_PYTHON if not path.endswith(".py") else DELETED_FILE if patched.is_removed_file else "":
-                skipped.append(Skipped(hunk_id, entry.file, _first_change(hunk), why))
+                skipped.append(Skipped(hunk_id, _first_change(hunk), why))
                 continue
             text = installed(path)
             if text is None:
@@ -75,7 +74,7 @@ def mutants_of(entry: PatchEntry, *, package_root: str,
             found = list(_hunk_mutants(entry, hunk, hunk_id=hunk_id, path=path, text=text,
                                        new_file=patched.is_added_file))
             if not found:
-                skipped.append(Skipped(hunk_id, entry.file, _first_change(hunk), NO_CODE))
+                skipped.append(Skipped(hunk_id, _first_change(hunk), NO_CODE))
             mutants += found
     return mutants, skipped
 
