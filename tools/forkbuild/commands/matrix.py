@@ -98,21 +98,19 @@ def _emit(data: object, out: Path | None) -> None:
 def _bake(args, context, matrix: Matrix) -> None:
     """docker-bake.json: one target per combination (its build context prepared), all in group `default`."""
     out = (args.out or context.build_dir / "docker-bake.json").resolve()
-    contexts = {}
+    targets = {}
     for combination in build_order(context.series, matrix.combinations):
         with context.reporter.step(f"build context for {combination.name} ({combination.label})"):
-            contexts[combination.name] = prepare_context(context, variant=combination, python_tags=args.python_tag)
-    targets = {}
-    for combination in matrix.combinations:
-        image_context = contexts[combination.name]
+            image_context = prepare_context(context, variant=combination, python_tags=args.python_tag)
         targets[combination.name] = {
             "context": os.path.relpath(image_context.path, out.parent), "dockerfile": "Dockerfile",
             "target": build.TARGET, "args": build.build_args(image_context, mode=args.mode,
                                                              base=f"${{{BASE_VARIABLE}}}"),
             "tags": [build.default_tag(combination.name, args.mode)], "network": "none"}
+    names = [combination.name for combination in matrix.combinations]  # the file lists them in the matrix's order
     base = args.base or build.official_base(context.series.upstream.version)
-    _emit({"variable": {BASE_VARIABLE: {"default": base}}, "group": {"default": {"targets": list(targets)}},
-           "target": targets}, out)
+    _emit({"variable": {BASE_VARIABLE: {"default": base}}, "group": {"default": {"targets": names}},
+           "target": {name: targets[name] for name in names}}, out)
     context.reporter.info(f"build them all in parallel: docker buildx bake -f {out}")
 
 
