@@ -44,9 +44,6 @@ class Combination:
         return series.build_hash(name=self.name, features=self.features, env=self.env,
                                  extra={} if self.is_variant else {"base": self.base})
 
-    def version_label(self) -> str:
-        return self.name if self.is_variant else COMBO_LABEL
-
 
 def of_variant(series: Series, name: str) -> Combination:
     variant = series.variant(name)

@@ -19,7 +19,7 @@ from forkbuild import manifest as manifest_module
 from forkbuild import naming, process
 from forkbuild.apply import scratch_tree
 from forkbuild.chaos import chaos_point
-from forkbuild.combination import Combination
+from forkbuild.combination import COMBO_LABEL, Combination
 from forkbuild.config import Series
 from forkbuild.console import Reporter
 from forkbuild.context import Context
@@ -52,7 +52,8 @@ class BuiltWheel:
 
 def variant_version(series: Series, combination: Combination) -> str:
     """`<upstream>+<variant>.<hash>`; a combination that is no named variant: `<upstream>+combo.<hash>`."""
-    return naming.local_version(upstream_version=series.upstream.version, variant=combination.version_label(),
+    label = combination.name if combination.is_variant else COMBO_LABEL
+    return naming.local_version(upstream_version=series.upstream.version, variant=label,
                                 content_hash=combination.content_hash(series))
 
 
