@@ -494,19 +494,20 @@ def _check_references(problems: _Problems, series: Series) -> None:
             for other in getattr(feature, relation):
                 if other not in features:
                     problems.add(f"features.{name}.{relation}", unknown(other, features), near=other)
+    try:
+        graphlib.TopologicalSorter({name: [other for other in feature.requires if other in features]
+                                    for name, feature in features.items()}).prepare()
+    except graphlib.CycleError as error:
+        problems.add(f"features.{error.args[1][0]}.requires", "cycle: " + " -> ".join(error.args[1]))
+    if series.default_variant not in series.variants and not problems.has("series.default_variant"):
+        problems.add("series.default_variant", unknown(series.default_variant, series.variants, "variant"))
+    seen: dict[str, int] = {}
     for index, entry in enumerate(series.patches):
         if entry.feature not in features and not problems.has(f"patches[{index}].feature"):
             problems.add(f"patches[{index}].feature", unknown(entry.feature, features), near=entry.file)
         elif entry.feature in features and not features[entry.feature].ported:
             problems.add(f"patches[{index}].feature", f"feature {entry.feature!r} is marked `ported = false`: "
                          "remove the marker now that a patch implements it", near=entry.file)
-    if series.default_variant not in series.variants and not problems.has("series.default_variant"):
-        problems.add("series.default_variant", unknown(series.default_variant, series.variants, "variant"))
-
-
-def _check_patch_files(problems: _Problems, series: Series) -> None:
-    seen: dict[str, int] = {}
-    for index, entry in enumerate(series.patches):
         if entry.file in seen:
             problems.add(f"patches[{index}].file", f"{entry.file} is already listed as patches[{seen[entry.file]}]", near=entry.file)
         seen.setdefault(entry.file, index)
@@ -523,27 +524,14 @@ def _check_patch_files(problems: _Problems, series: Series) -> None:
                 problems.add("patches", f"patches/{path.name} is not listed in series.toml (add a [[patches]] entry or delete it)")
 
 
-def _requires_cycle(features: Mapping[str, Feature]) -> list[str]:
-    graph = {name: [other for other in feature.requires if other in features] for name, feature in features.items()}
-    try:
-        graphlib.TopologicalSorter(graph).prepare()
-    except graphlib.CycleError as error:
-        return error.args[1]
-    return []
-
-
-def _check_guard_owners(problems: _Problems, series: Series) -> None:
-    owner: dict[str, str] = {}
-    for guard in series.all_guards():
-        if guard.env in owner:
-            first = owner[guard.env]
-            problems.add(f"features.{guard.feature}.guards", f"{guard.env} is declared already by "
-                         + ("this feature" if first == guard.feature else f"feature {first}"), near=guard.env)
-        owner.setdefault(guard.env, guard.feature)
-
-
-def _check_variants(problems: _Problems, series: Series) -> None:
-    guard_owner = {guard.env: guard for guard in reversed(series.all_guards())}  # the first declaration
+def _check_guards(problems: _Problems, series: Series) -> None:
+    guard_owner: dict[str, Guard] = {}  # the first declaration
+    for declared in series.all_guards():
+        if first := guard_owner.get(declared.env):
+            problems.add(f"features.{declared.feature}.guards", f"{declared.env} is declared already by "
+                         + ("this feature" if first.feature == declared.feature else f"feature {first.feature}"),
+                         near=declared.env)
+        guard_owner.setdefault(declared.env, declared)
     for name, variant in series.variants.items():
         chosen = set(variant.features)
         for feature_name in variant.features:
@@ -606,11 +594,7 @@ def parse_series(text: str, *, path: Path) -> Series:
         guards_module=guards_module if not problems.has("series.guards_module") else "",
     )
     _check_references(problems, series)
-    _check_patch_files(problems, series)
-    if cycle := _requires_cycle(series.features):
-        problems.add(f"features.{cycle[0]}.requires", "cycle: " + " -> ".join(cycle))
-    _check_guard_owners(problems, series)
-    _check_variants(problems, series)
+    _check_guards(problems, series)
     if problems.items:
         raise ConfigError(problems.items, source=str(path))
     return series
