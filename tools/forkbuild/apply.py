@@ -123,14 +123,13 @@ def apply_plan(*, context: Context, plan: ApplyPlan, dest: Path, stop: bool = Fa
                         hashes=series_hashes(context.series))
         label = plan.variant or "the whole series"
         with context.reporter.step(f"Applying {len(plan.entries)} patches of {label} into {dest}"):
-            # What the tree shows: the HEAD prepare_worktree checked, or nothing (a new tree).
-
             def before_change() -> None:  # once, before the engine first touches the tree
                 if previous is not None:  # unsaved work is refused first; a kill before this leaves it to the user
                     refuse_unsaved_work(worktree)
                     guard.changing()
                 chaos_point("apply:changing")
 
+            # What the tree shows: the HEAD prepare_worktree checked, or nothing (a new tree).
             engine = Engine(worktree, head=base, shown=previous.head if previous else base, checked_out=bool(previous),
                             before_change=before_change)
             results = _run(engine, run, stop=stop, context=context, features=plan.features)
