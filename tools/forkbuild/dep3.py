@@ -89,17 +89,13 @@ def _from_mail(header: bytes, notes: list[str], *, fallback_subject: str) -> Des
         import quopri
         raw_body = quopri.decodestring(raw_body)
     body = _decode(raw_body, message.get_content_charset(), notes)
-    subject = _header(message.get("Subject"), notes)
-    author = _header(message.get("From"), notes)
-    date = _header(message.get("Date"), notes)
+    headers = {key: _header(message.get(key), notes) for key in ("Subject", "From", "Date")}
     # git am reads "From:", "Subject:", "Date:" at the top of the body as the real ones.
     body_lines = body.lstrip("\n").split("\n")
-    while body_lines and (found := FIELD.match(body_lines[0])) and found["key"].lower() in ("from", "subject", "date"):
-        key, value = found["key"].lower(), found["value"].strip()
-        author, subject, date = (value if key == "from" else author, value if key == "subject" else subject,
-                                 value if key == "date" else date)
+    while body_lines and (found := FIELD.match(body_lines[0])) and found["key"].capitalize() in headers:
+        headers[found["key"].capitalize()] = found["value"].strip()
         body_lines.pop(0)
-    fields = [("Subject", subject), *([("From", author)] if author else []), *([("Date", date)] if date else [])]
+    fields = [(key, value) for key, value in headers.items() if value or key == "Subject"]
     return _described(fields, ["\n".join(body_lines)], notes, fallback_subject=fallback_subject)
 
 

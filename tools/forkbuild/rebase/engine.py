@@ -20,7 +20,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import replace
 from pathlib import Path
 from typing import NoReturn
@@ -80,13 +80,10 @@ class Rebase:
             if target.version == series.upstream.version:
                 self.reporter.info(f"the series is already on {series.upstream.name} {target.version}: nothing to do")
                 return None
-            try:
-                older = Version(target.version) < Version(series.upstream.version)
-            except InvalidVersion:  # a git upstream's label, not a version: no order to warn about
-                older = False
-            if older:
-                self.reporter.warn(f"{target.version} is older than the pinned {series.upstream.version}: "
-                                   "this rebase is a downgrade")
+            with suppress(InvalidVersion):  # a git upstream's label is no version: no order to warn about
+                if Version(target.version) < Version(series.upstream.version):
+                    self.reporter.warn(f"{target.version} is older than the pinned {series.upstream.version}: "
+                                       "this rebase is a downgrade")
             if tree.exists() and any(tree.iterdir()):
                 raise ForkbuildError(f"{tree} exists and is not empty", hint="remove it, or pass another --dir")
             self.journal.create(RebaseState(
