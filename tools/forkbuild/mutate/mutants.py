@@ -203,7 +203,5 @@ def _added_statements(body: list[ast.stmt], added: set[int]) -> Iterator[ast.stm
 
 
 def _first_change(hunk: unidiff.Hunk) -> str:
-    for line in hunk:
-        if (line.is_added or line.is_removed) and line.value.strip():
-            return f"{'+' if line.is_added else '-'} {line.value.strip()}"[:120]
-    return ""
+    return next((f"{'+' if line.is_added else '-'} {line.value.strip()}"[:120] for line in hunk
+                 if (line.is_added or line.is_removed) and line.value.strip()), "")
