@@ -118,8 +118,7 @@ def run_all(runs: dict[str, tuple[Path, ...]], mutants: list[Mutant], *, root: P
     scratch.mkdir(parents=True)
     try:
         with ThreadPoolExecutor(max_workers=count) as pool:
-            for future in [pool.submit(work, number) for number in range(count)]:
-                future.result()
+            list(pool.map(work, range(count)))  # a worker's error raised here
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return baselines
