@@ -209,7 +209,8 @@ def test_delta_layer_is_thin_and_pip_stays_consistent(images, bases, docker, con
     image = images[variant, "delta"]
     checks = run(docker, image, "pip", "check", check=False).stdout
     stock_checks = run(docker, bases[1], "pip", "check", check=False).stdout
-    assert checks.replace(contexts[variant].manifest.version, contexts[variant].manifest.upstream.version) == stock_checks
+    built = contexts[variant].manifest
+    assert checks.replace(built.version, built.upstream.version) == stock_checks
     leftover = run(docker, image, "sh", "-c", "pip uninstall -y sglang >/dev/null && "
                    "find \"$(python3 -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])')\" "
                    "-maxdepth 1 -name 'sglang*'").stdout

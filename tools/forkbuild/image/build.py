@@ -95,8 +95,9 @@ def compose_file(contexts: Sequence[ImageContext], *, modes: Sequence[str], base
     for context in contexts:
         for mode in modes:
             args = build_args(context, mode=mode, base=f"${{{BASE_VARIABLE[mode]}:-{bases[mode]}}}")
-            lines += [f"  {q(f'{context.manifest.variant}-{mode}')}:",
-                      f"    image: {q(default_tag(context.manifest.variant, mode, repository=repository))}", "    build:",
+            variant = context.manifest.variant
+            lines += [f"  {q(f'{variant}-{mode}')}:",
+                      f"    image: {q(default_tag(variant, mode, repository=repository))}", "    build:",
                       f"      context: {q(os.path.relpath(context.path, relative_to))}", f"      target: {q(TARGET)}",
                       '      network: "none"', "      args:",
                       *(f"        {q(key)}: {q(value)}" for key, value in args.items())]
