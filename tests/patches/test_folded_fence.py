@@ -8,8 +8,6 @@ The race itself needs a GPU and a graph; the aliasing is what the patch changes.
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from types import SimpleNamespace
 
@@ -98,14 +96,27 @@ def test_fenced_results_survive_the_next_replay(monkeypatch):
 
 
 @pytest.mark.guard_on
-def test_bad_value_stops_the_verify_module_at_import_naming_the_variable():
+def test_bad_value_stops_the_verify_module_at_import_naming_the_variable(monkeypatch):
     # The guard is read once, when dspark_verify is imported (startup): a bad
-    # value must stop there. A fresh interpreter, because the module is cached here.
-    module = "sglang.srt.speculative.dspark_components.dspark_verify"
-    env = {**os.environ, "DSV41_FOLDED_FENCE": "sometimes"}
-    result = subprocess.run([sys.executable, "-c", f"import {module}"], env=env, capture_output=True, text=True)
-    assert result.returncode != 0
-    assert "DSV41_FOLDED_FENCE" in result.stderr
+    # value must stop there. The module is cached here, so its import runs afresh.
+    monkeypatch.setenv("DSV41_FOLDED_FENCE", "sometimes")
+    with pytest.raises(ValueError, match="DSV41_FOLDED_FENCE"):
+        _import_afresh(monkeypatch, "sglang.srt.speculative.dspark_components.dspark_verify")
+
+
+def _import_afresh(monkeypatch, name: str):
+    """Runs module `name`'s import again in this process, as a fresh interpreter would (in
+    milliseconds, not the seconds of a new interpreter importing sglang). The cached module,
+    its package's attribute and the invariant registry are restored after the test."""
+    import importlib
+
+    from sglang.srt.utils import invariants
+
+    package, _, attribute = name.rpartition(".")
+    monkeypatch.setattr(importlib.import_module(package), attribute, importlib.import_module(name))
+    monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(invariants, "_REGISTRY", {})  # the module registers its invariants again
+    return importlib.import_module(name)
 
 
 @pytest.mark.absent
