@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A private docker daemon for CI and local image builds.
 #
-#   .ci/dockerd.sh start   install docker.io/debootstrap if missing, start dockerd, wait for it;
+#   .ci/dockerd.sh start   install docker.io/mmdebstrap if missing, start dockerd, wait for it;
 #                          prints `started` on stdout when it launched the daemon (nothing when
 #                          one was already running), so a caller knows whether to stop it
 #   .ci/dockerd.sh stop    stop the daemon this script started (by its pid file)
@@ -39,7 +39,7 @@ log() { printf 'dockerd.sh: %s\n' "$*" >&2; }
 ensure_packages() {
   local missing=()
   [[ -x "$DOCKERD" && -x "$DOCKER" ]] || missing+=(docker.io)
-  command -v debootstrap >/dev/null || [[ -x /usr/sbin/debootstrap ]] || missing+=(debootstrap)
+  command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)
   command -v docker-compose >/dev/null || missing+=(docker-compose)
   ((${#missing[@]} == 0)) && return 0
   log "installing ${missing[*]}"

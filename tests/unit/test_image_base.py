@@ -1,5 +1,5 @@
 """Base images are cached by content: their tags follow their recipes, and the
-debootstrap tarball is made once per recipe."""
+mmdebstrap tarball is made once per recipe."""
 
 from __future__ import annotations
 
@@ -43,10 +43,10 @@ def test_rootfs_tarball_of_the_same_recipe_is_reused(tmp_path, monkeypatch):
     cached.parent.mkdir()
     cached.write_bytes(b"tar")
 
-    def no_debootstrap(*args, **kwargs):
-        raise AssertionError("debootstrap ran although the tarball is cached")
+    def no_mmdebstrap(*args, **kwargs):
+        raise AssertionError("mmdebstrap ran although the tarball is cached")
 
-    monkeypatch.setattr(base, "_debootstrap_to", no_debootstrap)
+    monkeypatch.setattr(base, "_mmdebstrap_to", no_mmdebstrap)
     assert base.rootfs_tarball(tmp_path, reporter=Reporter()) == cached
 
 

@@ -1,4 +1,4 @@
-"""How the image code runs docker, docker-compose, debootstrap and tar
+"""How the image code runs docker, docker-compose and mmdebstrap
 (forkbuild.image.docker.run_program): failures and missing programs become forkbuild
 errors, also with -v (where the output goes straight to the terminal)."""
 
@@ -87,15 +87,12 @@ def test_a_failed_image_build_keeps_the_base_hint_with_and_without_v(tmp_path, v
     assert (tmp_path / "calls").read_text().startswith("build ")
 
 
-def test_missing_tar_is_found_before_debootstrap_runs(tmp_path, monkeypatch):
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    marker = tmp_path / "debootstrap-ran"
-    _script(bin_dir / "debootstrap", f"#!/bin/sh\ntouch {marker}\n")
-    monkeypatch.setenv("PATH", str(bin_dir))
-    with pytest.raises(ToolMissing, match="tar is not installed"):
-        base._debootstrap_to(tmp_path / "rootfs.tar", reporter=Reporter())
-    assert not marker.exists()
+def test_missing_mmdebstrap_is_tool_missing_with_its_install_hint(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(ToolMissing, match="mmdebstrap is not installed") as caught:
+        base._mmdebstrap_to(tmp_path / "rootfs.tar", reporter=Reporter())
+    assert caught.value.hint == "apt-get install mmdebstrap"
+    assert list(tmp_path.iterdir()) == []  # no partial tarball left
 
 
 def test_missing_docker_compose_is_tool_missing(tmp_path, monkeypatch):

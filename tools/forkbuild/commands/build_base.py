@@ -9,8 +9,8 @@ from forkbuild.image.docker import Docker
 
 def add_parser(subparsers) -> None:
     parser = add_command(
-        subparsers, "build-base", help="make the local base images: Python 3.11 (debootstrap) and, with --stock, + stock sglang",
-        description='Makes the local base images (no registry needed): Debian bookworm with Python 3.11 by debootstrap and, with --stock, that plus the pinned stock sglang wheel (the base --mode delta needs). Cached by a hash of their recipe; prints the tags on stdout.',
+        subparsers, "build-base", help="make the local base images: Python 3.11 (mmdebstrap) and, with --stock, + stock sglang",
+        description='Makes the local base images (no registry needed): Debian bookworm with Python 3.11 by mmdebstrap and, with --stock, that plus the pinned stock sglang wheel (the base --mode delta needs). Cached by a hash of their recipe; prints the tags on stdout.',
         examples=['forkbuild build-base --stock', 'read py stock < <(forkbuild build-base --stock)'])
     parser.add_argument("--stock", action="store_true",
                         help="also the base with the pinned sglang wheel installed (what --mode delta builds on)")

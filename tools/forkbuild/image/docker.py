@@ -1,5 +1,5 @@
-"""The docker client, and how the image code runs its programs (docker, docker-compose, debootstrap,
-tar): echoed with -v, a missing one a ToolMissing, a failure a BuildError. /usr/bin/docker (Debian's
+"""The docker client, and how the image code runs its programs (docker, docker-compose, mmdebstrap):
+echoed with -v, a missing one a ToolMissing, a failure a BuildError. /usr/bin/docker (Debian's
 20.10, BuildKit built in) comes first; FORKBUILD_DOCKER names another, FORKBUILD_DOCKER_HOST the daemon."""
 
 from __future__ import annotations
