@@ -63,9 +63,9 @@ class ProbeLog:
             if data.get("schema") != LOG_SCHEMA or data.get("key") != key:
                 raise BisectError(f"{path}: a probe log of another bisect (command, features or mode differ)",
                                   hint="start this one over with --restart (the log is replaced)")
-            self.probes = {tuple(item["features"]): Probe(**{**item, "features": tuple(item["features"]),
-                                                              "exit_codes": tuple(item["exit_codes"])})
-                           for item in data["probes"]}
+            for item in data["probes"]:
+                probe = Probe(**{**item, "features": tuple(item["features"]), "exit_codes": tuple(item["exit_codes"])})
+                self.probes[probe.features] = probe
             self.minimal = data.get("minimal")
         except (OSError, ValueError, KeyError, TypeError) as error:
             raise BisectError(f"{path}: unreadable probe log ({error})",
