@@ -119,8 +119,7 @@ class UpstreamCache:
             return self._wheel_locked(pin)
 
     def verify(self, upstream: Upstream) -> list[str]:
-        """`fetch --verify`: re-hash the cached wheels (a mismatch is fetched again), `git fsck`
-        the repository; what was checked, one line each."""
+        """`fetch --verify`: re-hash the cached wheels (fetching a mismatch again), `git fsck`; what was checked."""
         checked = []
         for pin in upstream.wheels:
             if (self.wheels_dir / pin.filename).exists():

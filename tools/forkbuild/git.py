@@ -187,8 +187,7 @@ class Git:
         return Git(path)
 
     def remove_worktree(self, path: Path) -> None:
-        """Unregister and delete a work tree of this repository (another path is left alone).
-        Forced twice: a `worktree add` killed mid-checkout leaves its tree locked."""
+        """Unregister and delete a work tree of this repository (forced twice: a killed checkout locks it)."""
         self.prune_worktrees()
         if Path(path).resolve() in {tree.resolve() for tree in self.worktrees()}:
             self.run("worktree", "remove", "--force", "--force", "--", str(path))
@@ -232,8 +231,7 @@ class Git:
         return (self.git_dir / "rebase-apply").exists()
 
     def fuzz_needed(self, patch: Path) -> int | None:
-        """The context lines (patch(1)'s fuzz) `patch` must ignore to apply on HEAD, or None.
-        Checked in a private index: the work tree may hold conflict markers."""
+        """The context lines `patch` must ignore to apply on HEAD (in a private index), or None."""
         index = self.git_dir / f"forkbuild-fuzz-{os.getpid()}.index"
         env = {"GIT_INDEX_FILE": str(index)}
         try:
@@ -327,8 +325,7 @@ class Git:
 
     def apply_to_index(self, patch: Path | Sequence[Path], *, index: Path, three_way: bool = False,
                        check: bool = False, reverse: bool = False, strip: int = 1, unidiff_zero: bool = False) -> Completed:
-        """`git apply --cached -v` (no fuzz) of `patch` (or several, all or none) into the private
-        index `index`; the result, not raised: the engine reads offsets and failures from it."""
+        """`git apply --cached -v` (no fuzz) of `patch` (or several, all or none) into `index`; not raised."""
         patches = [patch] if isinstance(patch, Path) else list(patch)
         args = ["apply", "--cached", "-v", f"-p{strip}", *(["--unidiff-zero"] if unidiff_zero else []),
                 *(["--3way"] if three_way else []), *(["--check"] if check else []),
@@ -339,8 +336,7 @@ class Git:
         return self.out("write-tree", env={"GIT_INDEX_FILE": str(index)} if index else None)
 
     def tree_entries(self, commit: str) -> Mapping[str, TreeEntry]:
-        """path -> entry of every file of `commit`'s tree, kept for the process (an id names one
-        tree forever; the path check and the engine read the same base). Shared: do not change it."""
+        """path -> entry of every file of `commit`'s tree, kept for the process. Shared: do not change it."""
         key = (self.common_dir, commit)
         if key not in _TREES:
             listed = {}
@@ -375,8 +371,8 @@ class Git:
                  input="".join(line + "\0" for line in lines))
 
     def commit_changes(self, commits: Sequence[FileCommit], *, date_format: str = "rfc2822") -> list[str]:
-        """The commits from one `git fast-import`, their ids in order (the ids `commit_tree` gives).
-        date_format "raw": any "<seconds> <+zone>" (rfc2822 also parses, but only from 1973 on)."""
+        """The commits from one `git fast-import`, their ids in order (the ids `commit_tree` gives);
+        date_format "raw": any "<seconds> <+zone>" (rfc2822 parses only from 1973 on)."""
         if not commits:
             return []
         stream = bytearray()
