@@ -8,6 +8,7 @@ GPU; what runs here is every path that reads wo_a once the weights loaded.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -31,6 +32,46 @@ CPU_FORWARD_ONLY = pytest.mark.skipif(os.environ.get("FORKBUILD_TEST_DEVICE", "c
 # bounded by a program id (TypeError in its __index__), so there these skip.
 CPU_INTERPRETER_ONLY = pytest.mark.skipif(os.environ.get("FORKBUILD_TEST_DEVICE", "cpu") == "cuda",
                                           reason="Triton interpreter: on a GPU the compiled kernel runs (test_gpu_wo_a_w8)")
+
+# Triton picks its interpreter (TRITON_INTERPRET=1) when a kernel module is imported: the
+# interpreter checks below run in a process of their own. One process runs them all, the
+# asking test's check first (each start imports sglang: seconds of CPU).
+_INTERPRETER_SCRIPT = textwrap.dedent(
+    """
+    import json, sys, traceback
+    sys.path.insert(0, sys.argv[1])
+    import test_wo_a_w8
+
+    outcomes = {}
+    for check in json.loads(sys.argv[2]):
+        try:
+            getattr(test_wo_a_w8, check)()
+            outcomes[check] = "ok"
+        except BaseException:
+            outcomes[check] = traceback.format_exc()[-3000:]
+    print(json.dumps(outcomes))
+    """
+)
+_INTERPRETED = ("_one_pass_dequantisation_is_torchs",) if os.environ.get("FORKBUILD_TEST_DEVICE", "cpu") == "cuda" \
+    else ("_w8_kernel_matches_the_reference", "_split_k_kernel_matches_the_reference", "_one_pass_dequantisation_is_torchs")
+_interpreted: dict[tuple[str, str], str] = {}
+
+
+def _in_the_interpreter(check: str) -> None:
+    """Runs `check` (a function of this module) in Triton's interpreter, under the DSV41_WO_A_W8
+    the test set."""
+    guard = os.environ.get("DSV41_WO_A_W8", "")
+    if (guard, check) not in _interpreted:
+        checks = [check, *(other for other in _INTERPRETED if other != check)]
+        done = subprocess.run(
+            [sys.executable, "-c", _INTERPRETER_SCRIPT, str(Path(__file__).parent), json.dumps(checks)],
+            env={**os.environ, "TRITON_INTERPRET": "1"}, capture_output=True, text=True, timeout=900,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        for name, outcome in json.loads(done.stdout.strip().splitlines()[-1]).items():
+            _interpreted[guard, name] = outcome
+    assert _interpreted[guard, check] == "ok", _interpreted[guard, check]
+
 
 GROUPS, RANK, HEADS, HEAD_DIM = 2, 32, 4, 64
 IN_DIM = HEADS * HEAD_DIM // GROUPS  # 128
@@ -151,42 +192,35 @@ def test_w8_matmul_matches_the_bf16_reference(monkeypatch):
 
 @pytest.mark.guard_on
 @CPU_INTERPRETER_ONLY
-def test_w8_triton_kernel_matches_the_reference_in_the_interpreter():
-    # The CUDA path is a Triton kernel; TRITON_INTERPRET=1 runs it on CPU
-    # tensors. The flag must be set before triton is imported: a subprocess,
-    # where the guard is on and the codes come from the post-load conversion.
-    script = textwrap.dedent(
-        """
-        import sys, torch
-        sys.path.insert(0, %r)
-        from test_wo_a_w8 import GROUPS, RANK, IN_DIM, _attention, _checkpoint_like_weight, _loaded, _reference
-        from sglang.kernels.ops.gemm.dsv4_wo_a_w8 import _wo_a_w8_triton, quantize_wo_a_w8
-        from sglang.srt.models.deepseek_v4_wo_a_w8 import convert_wo_a_to_w8
-        weight = _checkpoint_like_weight(GROUPS * RANK, IN_DIM, seed=3)
-        attn = _loaded(_attention(), weight)
-        convert_wo_a_to_w8(attn)
-        codes, scale = attn.wo_a.weight_w8, attn.wo_a.weight_w8_scale
-        gen = torch.Generator().manual_seed(3)
-        o = torch.randn(19, GROUPS, IN_DIM, generator=gen).bfloat16()
-        torch.testing.assert_close(_wo_a_w8_triton(o, codes, scale), _reference(o, weight), rtol=2**-6, atol=1e-3)
-        # A strided o (a view, as a forward may hand it over): the kernel's
-        # indexing assumes a contiguous one.
-        strided = torch.randn(GROUPS, 7, IN_DIM, generator=gen).bfloat16().transpose(0, 1)
-        assert not strided.is_contiguous()
-        out = _wo_a_w8_triton(strided, codes, scale)
-        torch.testing.assert_close(out, _reference(strided, weight), rtol=2**-6, atol=1e-3)
-        # A reduction dim of three 32-column blocks: no K tile of 64 or 128 divides it.
-        narrow = _checkpoint_like_weight(GROUPS * RANK, 96, seed=4)
-        o96 = torch.randn(5, GROUPS, 96, generator=gen).bfloat16()
-        out = _wo_a_w8_triton(o96, *quantize_wo_a_w8(narrow))
-        torch.testing.assert_close(out, _reference(o96, narrow), rtol=2**-6, atol=1e-3)
-        print("ok")
-        """
-        % str(Path(__file__).parent)
-    )
-    env = {**os.environ, "TRITON_INTERPRET": "1", "DSV41_WO_A_W8": "1"}
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+def test_w8_triton_kernel_matches_the_reference_in_the_interpreter(monkeypatch):
+    # The CUDA path is a Triton kernel; TRITON_INTERPRET=1 runs it on CPU tensors, with the
+    # guard on and the codes from the post-load conversion.
+    monkeypatch.setenv("DSV41_WO_A_W8", "1")
+    _in_the_interpreter("_w8_kernel_matches_the_reference")
+
+
+def _w8_kernel_matches_the_reference():
+    from sglang.kernels.ops.gemm.dsv4_wo_a_w8 import _wo_a_w8_triton, quantize_wo_a_w8
+    from sglang.srt.models.deepseek_v4_wo_a_w8 import convert_wo_a_to_w8
+
+    weight = _checkpoint_like_weight(GROUPS * RANK, IN_DIM, seed=3)
+    attn = _loaded(_attention(), weight)
+    convert_wo_a_to_w8(attn)
+    codes, scale = attn.wo_a.weight_w8, attn.wo_a.weight_w8_scale
+    gen = torch.Generator().manual_seed(3)
+    o = torch.randn(19, GROUPS, IN_DIM, generator=gen).bfloat16()
+    torch.testing.assert_close(_wo_a_w8_triton(o, codes, scale), _reference(o, weight), rtol=2**-6, atol=1e-3)
+    # A strided o (a view, as a forward may hand it over): the kernel's
+    # indexing assumes a contiguous one.
+    strided = torch.randn(GROUPS, 7, IN_DIM, generator=gen).bfloat16().transpose(0, 1)
+    assert not strided.is_contiguous()
+    out = _wo_a_w8_triton(strided, codes, scale)
+    torch.testing.assert_close(out, _reference(strided, weight), rtol=2**-6, atol=1e-3)
+    # A reduction dim of three 32-column blocks: no K tile of 64 or 128 divides it.
+    narrow = _checkpoint_like_weight(GROUPS * RANK, 96, seed=4)
+    o96 = torch.randn(5, GROUPS, 96, generator=gen).bfloat16()
+    out = _wo_a_w8_triton(o96, *quantize_wo_a_w8(narrow))
+    torch.testing.assert_close(out, _reference(o96, narrow), rtol=2**-6, atol=1e-3)
 
 
 @pytest.mark.guard_on
@@ -230,25 +264,29 @@ def test_split_k_where_the_reduction_is_long_and_the_weight_gives_few_programs(m
 
 @pytest.mark.guard_on
 @CPU_INTERPRETER_ONLY
-def test_split_k_kernel_matches_the_reference_in_the_interpreter():
+def test_split_k_kernel_matches_the_reference_in_the_interpreter(monkeypatch):
     # The split-K form through the real dispatch (_wo_a_w8_triton picks it for a
     # long, narrow weight): float32 partials added in a fixed order, so the same
     # call gives the same bits; the unsplit kernel agrees within bf16 rounding.
-    script = textwrap.dedent(
-        """
-        import sys, torch
-        sys.path.insert(0, %r)
-        from test_wo_a_w8 import _checkpoint_like_weight, _reference
-        from sglang.kernels.ops.gemm import dsv4_wo_a_w8 as w8
-        weight = _checkpoint_like_weight(2 * 64, 2048, seed=7)
-        codes, scale = w8.quantize_wo_a_w8(weight)
-        gen = torch.Generator().manual_seed(7)
-        launched = []
-        real = w8._sum_splits_kernel
-        class Recorder:
-            def __getitem__(self, grid):
-                return lambda *a, **k: launched.append(k["SPLIT"]) or real[grid](*a, **k)
-        w8._sum_splits_kernel = Recorder()
+    monkeypatch.setenv("DSV41_WO_A_W8", "1")
+    _in_the_interpreter("_split_k_kernel_matches_the_reference")
+
+
+def _split_k_kernel_matches_the_reference():
+    from sglang.kernels.ops.gemm import dsv4_wo_a_w8 as w8
+
+    weight = _checkpoint_like_weight(2 * 64, 2048, seed=7)
+    codes, scale = w8.quantize_wo_a_w8(weight)
+    gen = torch.Generator().manual_seed(7)
+    launched = []
+    real = w8._sum_splits_kernel
+
+    class Recorder:
+        def __getitem__(self, grid):
+            return lambda *a, **k: launched.append(k["SPLIT"]) or real[grid](*a, **k)
+
+    w8._sum_splits_kernel = Recorder()
+    try:
         for tokens in (1, 5, 40, 130):  # 40, 130: weight-left, one and two token tiles
             o = torch.randn(tokens, 2, 2048, generator=gen).bfloat16()
             split = w8._wo_a_w8_triton(o, codes, scale)
@@ -256,29 +294,20 @@ def test_split_k_kernel_matches_the_reference_in_the_interpreter():
             assert torch.equal(split, w8._wo_a_w8_triton(o, codes, scale))
             unsplit = w8._wo_a_w8_triton(o, codes, scale, w8._tiles(tokens, 2, 64, 2048))
             torch.testing.assert_close(split, unsplit, rtol=2**-7, atol=1e-3)
-        assert launched == [8] * 8, launched
-        # Three 32-row blocks a group: the split form's 64-row tile narrows to 32
-        # (a 64-row grid would leave the last 32 rows unwritten).
-        assert w8._split_k(1, 1, 96, 2048, w8._tiles(1, 1, 96, 2048)) == ((16, 32, 256, 4, 3, False), 8)
-        weight96 = _checkpoint_like_weight(96, 2048, seed=8)
-        o = torch.randn(3, 1, 2048, generator=gen).bfloat16()
-        out = w8._wo_a_w8_triton(o, *w8.quantize_wo_a_w8(weight96))
-        torch.testing.assert_close(out, _reference(o, weight96), rtol=2**-6, atol=1e-3)
-        # Explicit tiles whose split does not divide the reduction are refused
-        # before launch (16 x 256 > 2048: the kernel would skip columns).
-        try:
-            w8._wo_a_w8_triton(o, *w8.quantize_wo_a_w8(weight96), (16, 32, 256, 4, 3, False), 16)
-        except AssertionError as error:
-            assert "split 16 x 256 does not divide 2048" in str(error), error
-        else:
-            raise SystemExit("a split that does not divide the reduction was launched")
-        print("ok")
-        """
-        % str(Path(__file__).parent)
-    )
-    env = {**os.environ, "TRITON_INTERPRET": "1", "DSV41_WO_A_W8": "1"}
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+    finally:
+        w8._sum_splits_kernel = real
+    assert launched == [8] * 8, launched
+    # Three 32-row blocks a group: the split form's 64-row tile narrows to 32
+    # (a 64-row grid would leave the last 32 rows unwritten).
+    assert w8._split_k(1, 1, 96, 2048, w8._tiles(1, 1, 96, 2048)) == ((16, 32, 256, 4, 3, False), 8)
+    weight96 = _checkpoint_like_weight(96, 2048, seed=8)
+    o = torch.randn(3, 1, 2048, generator=gen).bfloat16()
+    out = w8._wo_a_w8_triton(o, *w8.quantize_wo_a_w8(weight96))
+    torch.testing.assert_close(out, _reference(o, weight96), rtol=2**-6, atol=1e-3)
+    # Explicit tiles whose split does not divide the reduction are refused
+    # before launch (16 x 256 > 2048: the kernel would skip columns).
+    with pytest.raises(AssertionError, match="split 16 x 256 does not divide 2048"):
+        w8._wo_a_w8_triton(o, *w8.quantize_wo_a_w8(weight96), (16, 32, 256, 4, 3, False), 16)
 
 
 @pytest.mark.guard_on
@@ -317,39 +346,36 @@ def test_w8_prefill_dispatch_follows_the_dequant_tokens_guard(monkeypatch):
 
 
 @pytest.mark.guard_on
-def test_one_pass_dequantisation_is_torchs_bit_for_bit_in_the_interpreter():
+def test_one_pass_dequantisation_is_torchs_bit_for_bit_in_the_interpreter(monkeypatch):
     # The prefill path's Triton dequantisation (TRITON_INTERPRET=1 runs it on
     # CPU tensors): every e4m3 code, zeros and subnormals included, times
     # power-of-two scales gives exactly torch's bf16; and the dispatch through
     # it matches the bf16 reference.
-    script = textwrap.dedent(
-        """
-        import sys, torch
-        sys.path.insert(0, %r)
-        from test_wo_a_w8 import GROUPS, RANK, IN_DIM, _checkpoint_like_weight, _reference
-        from sglang.kernels.ops.gemm import dsv4_wo_a_w8 as w8
-        codes = torch.arange(256, dtype=torch.uint8).repeat(32 * 96 // 256 * 2).view(64, 96)
-        codes = codes.view(torch.float8_e4m3fn)
-        codes = torch.where(codes.float().isnan(), 0.0, codes.float()).to(torch.float8_e4m3fn)
-        scale = torch.ldexp(torch.ones(2, 3), torch.tensor([[-20, -7, 0], [-1, -12, 3]]))
-        fast = w8.dequantize_wo_a_w8_triton(codes, scale)
-        assert fast.dtype == torch.bfloat16 and torch.equal(fast, w8.dequantize_wo_a_w8(codes, scale))
-        weight = _checkpoint_like_weight(GROUPS * RANK, IN_DIM, seed=7)
-        codes, scale = w8.quantize_wo_a_w8(weight)
-        o = torch.randn(11, GROUPS, IN_DIM, generator=torch.Generator().manual_seed(7)).bfloat16()
-        calls = []
-        real = w8.dequantize_wo_a_w8_triton
-        w8.dequantize_wo_a_w8_triton = lambda *a: calls.append(1) or real(*a)
+    monkeypatch.setenv("DSV41_WO_A_W8", "1")
+    _in_the_interpreter("_one_pass_dequantisation_is_torchs")
+
+
+def _one_pass_dequantisation_is_torchs():
+    from sglang.kernels.ops.gemm import dsv4_wo_a_w8 as w8
+
+    codes = torch.arange(256, dtype=torch.uint8).repeat(32 * 96 // 256 * 2).view(64, 96)
+    codes = codes.view(torch.float8_e4m3fn)
+    codes = torch.where(codes.float().isnan(), 0.0, codes.float()).to(torch.float8_e4m3fn)
+    scale = torch.ldexp(torch.ones(2, 3), torch.tensor([[-20, -7, 0], [-1, -12, 3]]))
+    fast = w8.dequantize_wo_a_w8_triton(codes, scale)
+    assert fast.dtype == torch.bfloat16 and torch.equal(fast, w8.dequantize_wo_a_w8(codes, scale))
+    weight = _checkpoint_like_weight(GROUPS * RANK, IN_DIM, seed=7)
+    codes, scale = w8.quantize_wo_a_w8(weight)
+    o = torch.randn(11, GROUPS, IN_DIM, generator=torch.Generator().manual_seed(7)).bfloat16()
+    calls = []
+    real = w8.dequantize_wo_a_w8_triton
+    w8.dequantize_wo_a_w8_triton = lambda *a: calls.append(1) or real(*a)
+    try:
         out = w8.wo_a_w8_matmul(o, codes, scale, dequant_tokens=11)
-        assert calls == [1], calls
-        torch.testing.assert_close(out, _reference(o, weight), rtol=2**-6, atol=1e-3)
-        print("ok")
-        """
-        % str(Path(__file__).parent)
-    )
-    env = {**os.environ, "TRITON_INTERPRET": "1", "DSV41_WO_A_W8": "1"}
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+    finally:
+        w8.dequantize_wo_a_w8_triton = real
+    assert calls == [1], calls
+    torch.testing.assert_close(out, _reference(o, weight), rtol=2**-6, atol=1e-3)
 
 
 @pytest.mark.guard_on
