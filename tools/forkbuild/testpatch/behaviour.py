@@ -64,10 +64,10 @@ def install_variant_wheel(*, context: Context, variant: Combination, python: Pat
     if installed == wanted:
         context.reporter.info(f"{wheel.path.name} is installed already")
         return wheel.path
-    # uv where there is one (nox passes its own as UV): it byte-compiles on every core, as pip does on one.
+    # uv where there is one (nox passes its own as UV); not byte-compiled: the tests compile what they import.
     uv = os.environ.get("UV") or shutil.which("uv")
-    installer = [uv, "pip", "install", "--python", str(python), "--reinstall", "--compile-bytecode"] if uv else \
-        [str(python), "-m", "pip", "install", "--force-reinstall", "--disable-pip-version-check"]
+    installer = [uv, "pip", "install", "--python", str(python), "--reinstall"] if uv else \
+        [str(python), "-m", "pip", "install", "--force-reinstall", "--no-compile", "--disable-pip-version-check"]
     with context.reporter.step(f"Installing {wheel.path.name} --no-deps ({'uv' if uv else 'pip'})"):
         done = process.run([*installer, "--no-deps", "--quiet", str(wheel.path)])
         context.reporter.detail(done.stdout + done.stderr)
