@@ -18,7 +18,7 @@ from forkbuild.config import PatchEntry, Series
 from forkbuild.context import Context
 from forkbuild.emptydirs import recreate_empty_dirs
 from forkbuild.errors import ApplyError, DirtyTreeError, quoted
-from forkbuild.git import Git
+from forkbuild.git import Git, TreeEntry
 from forkbuild.guards_module import add_generated_commit
 from forkbuild.patchfile import check_patches, read_patch, symlinks_of
 from forkbuild.worktree.engine import ALREADY_APPLIED, Engine, Outcome, PatchJob, PatchResult
@@ -94,24 +94,25 @@ def apply_variant(*, context: Context, variant: Combination, dest: Path, stop: b
     return result
 
 
-def _jobs(context: Context, plan: ApplyPlan) -> tuple[str, Git, tuple[PatchJob, ...]]:
-    """The pinned upstream commit, the cache's git and the plan's jobs."""
+def _jobs(context: Context, plan: ApplyPlan) -> tuple[str, Git, dict[str, TreeEntry], tuple[PatchJob, ...]]:
+    """The pinned upstream commit, the cache's git, its tree's entries and the plan's jobs."""
     cache = context.upstream
     base = cache.ensure(context.series.upstream)
     cache_git = cache.git()
+    entries = cache_git.tree_entries(base)  # read once: for the symlinks and the engine's fast rung
     # No patch may write through one of upstream's symlinks (plan_variant checked the rest).
-    symlinks = symlinks_of(cache_git, base)
+    symlinks = symlinks_of(entries)
     if symlinks:
         check_patches([entry.path for entry in plan.entries], symlinks=symlinks)
     # The 3-way rung merges each patch's commit of the whole series.
     sources = ensure_series_blobs(context=context, cache=cache, base=base) if plan.left_out and plan.entries else {}
-    return base, cache_git, tuple(PatchJob(name=entry.file, path=entry.path, source=sources.get(entry.file, ""))
-                                  for entry in plan.entries)
+    return base, cache_git, entries, tuple(PatchJob(name=entry.file, path=entry.path,
+                                                    source=sources.get(entry.file, "")) for entry in plan.entries)
 
 
 def apply_plan(*, context: Context, plan: ApplyPlan, dest: Path, stop: bool = False,
                report_offsets: bool = True) -> ApplyResult:
-    base, cache_git, jobs = _jobs(context, plan)
+    base, cache_git, entries, jobs = _jobs(context, plan)
     with tree_guard(dest, "apply") as guard:  # a second run on this tree refuses; a killed one is cleared
         if recover_killed_change(guard, cache_git):
             context.reporter.warn(f"{dest}: removed what an interrupted or killed forkbuild apply left half-built there")
@@ -131,7 +132,7 @@ def apply_plan(*, context: Context, plan: ApplyPlan, dest: Path, stop: bool = Fa
 
             # What the tree shows: the HEAD prepare_worktree checked, or nothing (a new tree).
             engine = Engine(worktree, head=base, shown=previous.head if previous else base, checked_out=bool(previous),
-                            before_change=before_change)
+                            before_change=before_change, entries=entries)
             results = _run(engine, run, stop=stop, context=context, features=plan.features)
         return _result(context, plan, dest=dest, base=base, head=engine.head, results=results, report=report_offsets)
 
@@ -350,14 +351,15 @@ def ensure_series_blobs(*, context: Context, cache: UpstreamCache, base: str) ->
 def apply_in_index(*, context: Context, plan: ApplyPlan) -> tuple[str, str] | None:
     """The engine's index-only mode: `plan` and its guards commit applied in the bare cache, as
     apply_plan commits it; (base, head), or None when a patch does not apply."""
-    base, cache_git, jobs = _jobs(context, plan)
-    head, failed = _in_index(cache_git, base, list(jobs), generated=(context.series, plan.features) if jobs else None)
+    base, cache_git, entries, jobs = _jobs(context, plan)
+    head, failed = _in_index(cache_git, base, list(jobs), generated=(context.series, plan.features) if jobs else None,
+                             entries=entries)
     return None if failed else (base, head)
 
 
-def _in_index(cache_git: Git, base: str, jobs: list[PatchJob],
-              generated: tuple[Series, tuple[str, ...]] | None = None) -> tuple[str, list[PatchResult]]:
-    engine = Engine(cache_git, head=base, shown=base)
+def _in_index(cache_git: Git, base: str, jobs: list[PatchJob], generated: tuple[Series, tuple[str, ...]] | None = None,
+              entries: dict[str, TreeEntry] | None = None) -> tuple[str, list[PatchResult]]:
+    engine = Engine(cache_git, head=base, shown=base, entries=entries)
     try:
         failed = [result for result in engine.run(jobs, stop=False, write=False) if not result.outcome.applied]
         if generated and not failed:

@@ -51,7 +51,8 @@ def check_series(*, context: Context, dest: Path | None = None) -> list[VariantC
     series = context.series
     cache = context.upstream
     # Every parse and path problem of every patch at once; the same check apply and import run.
-    check_patches([entry.path for entry in series.patches], symlinks=symlinks_of(cache.git(), cache.ensure(series.upstream)))
+    upstream = cache.git().tree_entries(cache.ensure(series.upstream))
+    check_patches([entry.path for entry in series.patches], symlinks=symlinks_of(upstream))
     checks = []
     with nullcontext(dest) if dest else temporary_worktree(cache, purpose="check") as tree:
         for variant in (whole_series(series), *(of_variant(series, name) for name in series.variants)):

@@ -74,8 +74,6 @@ class FileCommit(NamedTuple):
     changes: tuple[PathChange, ...]
 
 
-_TREES: dict[tuple[Path, str], Mapping[str, TreeEntry]] = {}  # (repository, id) -> Git.tree_entries
-TREES_KEPT = 32
 
 
 def _fast_import_path(path: str) -> str:
@@ -335,20 +333,15 @@ class Git:
     def write_tree(self, *, index: Path | None = None) -> str:
         return self.out("write-tree", env={"GIT_INDEX_FILE": str(index)} if index else None)
 
-    def tree_entries(self, commit: str) -> Mapping[str, TreeEntry]:
-        """path -> entry of every file of `commit`'s tree, kept for the process. Shared: do not change it."""
-        key = (self.common_dir, commit)
-        if key not in _TREES:
-            listed = {}
-            for item in self.run("ls-tree", "-r", "-z", "--full-tree", "--end-of-options", commit).stdout.split("\0"):
-                if item:
-                    meta, path = item.split("\t", 1)
-                    mode, _, blob = meta.split(" ")
-                    listed[path] = TreeEntry(int(mode, 8), blob)
-            if len(_TREES) >= TREES_KEPT:
-                del _TREES[next(iter(_TREES))]  # the oldest
-            _TREES[key] = listed
-        return _TREES[key]
+    def tree_entries(self, commit: str) -> dict[str, TreeEntry]:
+        """path -> entry of every file of `commit`'s tree."""
+        listed = {}
+        for item in self.run("ls-tree", "-r", "-z", "--full-tree", "--end-of-options", commit).stdout.split("\0"):
+            if item:
+                meta, path = item.split("\t", 1)
+                mode, _, blob = meta.split(" ")
+                listed[path] = TreeEntry(int(mode, 8), blob)
+        return listed
 
     def read_index(self, index: Path) -> dict[str, TreeEntry]:
         """path -> entry of every stage-0 entry of a private index."""

@@ -7,13 +7,14 @@ import email
 import email.header
 import email.message
 import re
+from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import NamedTuple
 
 import unidiff
 
 from forkbuild.errors import UnsafePatchError
-from forkbuild.git import Git
+from forkbuild.git import TreeEntry
 
 TRAILER = re.compile(r"^(?P<key>[A-Za-z][A-Za-z0-9-]*):\s*(?P<value>.+?)\s*$")
 # A line of the diffstat `git format-patch` writes between the `---` line and the diff.
@@ -198,9 +199,9 @@ def _names(text: str) -> list[tuple[str, bool]]:
     return [(name, prefixed) for name, prefixed in names if name.strip() != "/dev/null"]
 
 
-def symlinks_of(cache_git: Git, commit: str) -> frozenset[str]:
-    """The symbolic links of upstream's `commit`, from git (a security verdict: never a cache record)."""
-    return frozenset(path for path, entry in cache_git.tree_entries(commit).items() if entry.mode == S_IFLNK)
+def symlinks_of(entries: Mapping[str, TreeEntry]) -> frozenset[str]:
+    """The symbolic links among upstream's tree `entries`, read from git (a security verdict: never a cache record)."""
+    return frozenset(path for path, entry in entries.items() if entry.mode == S_IFLNK)
 
 
 def safety_problems(text: str, *, tree: Path | None = None, symlinks: frozenset[str] = frozenset()) -> list[str]:

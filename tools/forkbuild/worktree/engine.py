@@ -131,7 +131,8 @@ class Engine:
     commits wait in `_pending` until `flush()` writes them (one fast-import)."""
 
     def __init__(self, worktree: Git, *, detect_upstreamed: bool = False, head: str = "", shown: str = "",
-                 checked_out: bool = True, before_change: Callable[[], None] | None = None) -> None:
+                 checked_out: bool = True, before_change: Callable[[], None] | None = None,
+                 entries: Mapping[str, TreeEntry] | None = None) -> None:
         self.worktree = worktree
         for path in worktree.git_dir.glob("forkbuild-engine-*.index*"):  # what killed engines left
             match = ENGINE_FILE.fullmatch(path.name)
@@ -145,7 +146,8 @@ class Engine:
         self.shown = shown or current
         self._pending: list[tuple[str, FileCommit]] = []  # (token, commit), oldest first
         self._written: dict[str, str] = {}  # token -> commit id, once flushed
-        self._listing: TreeListing | None = None  # of `_head`'s tree, for the fast rung
+        # of `_head`'s tree, for the fast rung; `entries`: `head`'s, when the caller has read them
+        self._listing: TreeListing | None = TreeListing(entries) if entries is not None else None
         self._serial = next(_ENGINES)
         # The small index now: its listing, the files it was written for, what it holds.
         self._small: tuple[TreeListing, set[str], dict[str, TreeEntry]] | None = None
