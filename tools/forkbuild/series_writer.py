@@ -19,7 +19,7 @@ from pathlib import Path
 
 from forkbuild.chaos import chaos_point
 from forkbuild.errors import DirtyTreeError, ForkbuildError, LockTimeout
-from forkbuild.fsutil import fsync_directory, sync_files, write_atomic_many
+from forkbuild.fsutil import fsync_directory, link_or_copy, sync_files, write_atomic_many
 from forkbuild.layout import PATCHES_DIR as PATCHES
 from forkbuild.layout import SERIES_FILE as SERIES_TOML
 from forkbuild.layout import WORK_DIR
@@ -175,7 +175,7 @@ def _prepare(series_dir: Path, writes: dict[str, bytes], removals: list[str]) ->
         for number, entry in enumerate(entries):
             if entry["before"] is not None:
                 entry["backup"] = backup = f"{number}.old"
-                _keep_copy(series_dir / str(entry["path"]), scratch / backup)
+                link_or_copy(series_dir / str(entry["path"]), scratch / backup)
         manifest = scratch / MANIFEST
         manifest.write_text(json.dumps({"entries": entries}, indent=1) + "\n")
         sync_files([manifest])
@@ -222,21 +222,12 @@ def _roll_back(series_dir: Path, journal: Path) -> None:
             if _sha256(target) != entry["before"]:
                 temporary = target.with_name(f".{target.name}.rollback")
                 temporary.unlink(missing_ok=True)
-                _keep_copy(journal / entry["backup"], temporary)
+                link_or_copy(journal / entry["backup"], temporary)
                 os.replace(temporary, target)
         else:
             target.unlink(missing_ok=True)
     _remove_atomic_leftovers(series_dir)
     remove_dir(journal, step="series:done")
-
-
-def _keep_copy(source: Path, target: Path) -> None:
-    """A hard link (write_atomic renames, so it keeps the old bytes), else a copy."""
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copy2(source, target)
-        sync_files([target])
 
 
 def remove_dir(path: Path, *, step: str = "") -> None:

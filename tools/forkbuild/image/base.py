@@ -16,7 +16,7 @@ from filelock import FileLock
 from forkbuild.config import WheelPin
 from forkbuild.console import Reporter
 from forkbuild.context import Context
-from forkbuild.image.context import link_or_copy
+from forkbuild.fsutil import link_or_copy
 from forkbuild.image.docker import Docker, run_program
 
 # mmdebstrap leaves out apt's package lists, its downloaded .debs and the logs (~100 MB).

@@ -22,6 +22,7 @@ from forkbuild import naming
 from forkbuild.combination import Combination
 from forkbuild.context import Context
 from forkbuild.errors import BuildError
+from forkbuild.fsutil import link_or_copy
 from forkbuild.manifest import Manifest
 from forkbuild.wheel.builder import WheelRequest, build_wheels
 
@@ -128,11 +129,3 @@ def prepare_context(context: Context, *, variant: Combination, wheels: Sequence[
     stock = {tag: context.upstream.wheel(upstream.wheel_for(tag)) for tag in sorted({python_tag(w) for w in wheels})}
     return prepare(docker_dir=context.docker_dir, variant=variant.name, wheels=wheels, upstream_wheels=stock,
                    dest=context.build_dir / "image" / variant.name)
-
-
-def link_or_copy(source: Path, target: Path) -> None:
-    """A hard link when on the same file system (wheels are 39 MB), else a copy."""
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copy2(source, target)
