@@ -126,8 +126,15 @@ def _build_overlay(*, context: Context, request: WheelRequest, version: str) -> 
                    for source in sources.values()]
         for layout in layouts:
             refuse_compiled(patches, layout)
-        changes = _patched_files(context=context, variant=request.variant, layout=layouts[0]) \
-            if patches else OverlayChanges(changes={}, executable=frozenset(), outside=())
+        changes = OverlayChanges(changes={}, executable=frozenset(), outside=())
+        # Without a work tree first (fast, and reused across combinations); the strict
+        # work-tree apply when a patch does not apply there, to report why.
+        if patches and (fast := patched_changes(context=context, combination=request.variant, layout=layouts[0])):
+            changes = fast
+        elif patches:
+            with scratch_tree(context=context, variant=request.variant, strict=True) as result:
+                changed = Git(result.dest).changed_files(result.base_commit, result.head_commit)
+                changes = collect_changes(tree=result.dest, changed=changed, layout=layouts[0])
         for outside in changes.outside:
             reporter.detail(f"not in the wheel, left out: {outside}")
     for pin, path, manifest, stale in targets:
@@ -139,17 +146,6 @@ def _build_overlay(*, context: Context, request: WheelRequest, version: str) -> 
                 source = sources[pin.python_tag]
                 install_validated(path, partial(write_overlay, source, overlay), verified_source=source.path)
     return tuple(BuiltWheel(path=path, rebuilt=stale) for _, path, _, stale in targets)
-
-
-def _patched_files(*, context: Context, variant: Combination, layout: WheelLayout) -> OverlayChanges:
-    # Without a work tree first (fast, and reused across combinations); the strict
-    # work-tree apply when a patch does not apply there, to report why.
-    fast = patched_changes(context=context, combination=variant, layout=layout)
-    if fast is not None:
-        return fast
-    with scratch_tree(context=context, variant=variant, strict=True) as result:
-        changed = Git(result.dest).changed_files(result.base_commit, result.head_commit)
-        return collect_changes(tree=result.dest, changed=changed, layout=layout)
 
 
 def _build_source(*, context: Context, request: WheelRequest, version: str) -> tuple[BuiltWheel, ...]:

@@ -44,28 +44,6 @@ class Overlay:
         return f"{self.package}/_version.py"
 
 
-def find_dist_info(source: ZipSource) -> str:
-    found = sorted({member.name.split("/", 1)[0] for member in source.members
-                    if member.name.split("/", 1)[0].endswith(".dist-info")})
-    if len(found) != 1:
-        raise BuildError(f"{source.path}: expected one .dist-info directory, found {found or 'none'}")
-    return found[0]
-
-
-def _check_changes(source: ZipSource, overlay: Overlay, dist_info: str) -> None:
-    problems = []
-    for member, content in sorted(overlay.changes.items()):
-        top = member.split("/", 1)[0]
-        if top == dist_info or top.endswith(".data") or member.endswith("/"):
-            problems.append(f"{member}: not a package file (the overlay writes .dist-info and .data itself)")
-        elif member == overlay.manifest_member:
-            problems.append(f"{member}: reserved for forkbuild's manifest")
-        elif content is None and member not in source.by_name:
-            problems.append(f"{member}: deleted by the series but not in the upstream wheel")
-    if problems:
-        raise BuildError(f"{source.path.name}: the overlay cannot apply:\n" + "\n".join(f"  - {p}" for p in problems))
-
-
 def _row(path: str, hash_: str = "", size: str = "") -> str:
     buffer = io.StringIO()
     csv.writer(buffer, lineterminator="\n").writerow((path, hash_, size))
@@ -126,28 +104,36 @@ class _Record:
         return [piece.encode("utf-8") for piece in [*pieces[:-1], pieces[-1] + _row(record_path)]]
 
 
-def _full_changes(source: ZipSource, overlay: Overlay) -> dict[str, bytes | None]:
-    """The series' changes plus the version module carrying the new version."""
-    changes = dict(overlay.changes)
-    current = changes[overlay.version_member] if overlay.version_member in changes else \
-        source.read(overlay.version_member) if overlay.version_member in source.by_name else None
-    if current is not None:
-        changes[overlay.version_member] = naming.set_version_module(current, overlay.version,
-                                                                    source=overlay.version_member)
-    return changes
-
-
 def write_overlay(source: ZipSource, overlay: Overlay, stream: BinaryIO) -> None:
     """Write the patched wheel for `overlay` to `stream`."""
-    old_dist_info = find_dist_info(source)
-    _check_changes(source, overlay, old_dist_info)
+    found = sorted({member.name.split("/", 1)[0] for member in source.members
+                    if member.name.split("/", 1)[0].endswith(".dist-info")})
+    if len(found) != 1:
+        raise BuildError(f"{source.path}: expected one .dist-info directory, found {found or 'none'}")
+    old_dist_info = found[0]
+    problems = []
+    for name, content in sorted(overlay.changes.items()):
+        top = name.split("/", 1)[0]
+        if top == old_dist_info or top.endswith(".data") or name.endswith("/"):
+            problems.append(f"{name}: not a package file (the overlay writes .dist-info and .data itself)")
+        elif name == overlay.manifest_member:
+            problems.append(f"{name}: reserved for forkbuild's manifest")
+        elif content is None and name not in source.by_name:
+            problems.append(f"{name}: deleted by the series but not in the upstream wheel")
+    if problems:
+        raise BuildError(f"{source.path.name}: the overlay cannot apply:\n" + "\n".join(f"  - {p}" for p in problems))
     new_dist_info = naming.dist_info_dir(overlay.name, overlay.version)
     record_path, metadata_path = f"{old_dist_info}/RECORD", f"{old_dist_info}/METADATA"
     record = _Record(_upstream_rows(source, record_path))
     writer = ZipWriter(stream)
     # New members carry the upstream METADATA's timestamp: never the clock, TZ or SOURCE_DATE_EPOCH.
     stamp = source.by_name[metadata_path].info.date_time
-    changes = _full_changes(source, overlay)
+    changes = dict(overlay.changes)  # plus the version module carrying the new version
+    current = changes[overlay.version_member] if overlay.version_member in changes else \
+        source.read(overlay.version_member) if overlay.version_member in source.by_name else None
+    if current is not None:
+        changes[overlay.version_member] = naming.set_version_module(current, overlay.version,
+                                                                    source=overlay.version_member)
     dist_members, unchanged_from = [], 0  # members from unchanged_from on are not written yet
     for index, member in enumerate([*source.members, None]):
         if member is not None and member.name.split("/", 1)[0] != old_dist_info and member.name not in changes:
