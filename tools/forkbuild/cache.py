@@ -103,9 +103,7 @@ class UpstreamCache:
             with self.reporter.step(f"Importing {upstream.name} {upstream.version} ({upstream.source})"):
                 if upstream.source == "git":
                     commit = self._import_git(upstream)
-                elif not upstream.wheels:
-                    raise UpstreamError("upstream.wheels: no wheel pinned to import")
-                else:  # the .py files are the same in every Python tag's wheel
+                else:  # the .py files are the same in every Python tag's wheel (series.toml pins one at least)
                     commit = self._import_wheel(upstream, self._wheel_locked(upstream.wheels[0]))
                 self.git().run("tag", "--no-sign", "--end-of-options", upstream.tag, commit)
             return commit

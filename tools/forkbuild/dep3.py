@@ -59,7 +59,11 @@ def parse_dep3(text: str | bytes, *, fallback_subject: str) -> Description:
         lines = lines[1:]  # the mbox separator of a format-patch file: no part of the message
         notes.append("read as a git format-patch mail")
     header = b"\n".join(lines)
-    if _is_mail(header):
+    # A first paragraph of mail headers with a Subject: and no DEP-3 Description: a mail.
+    first = header.lstrip(b"\n").split(b"\n\n", 1)[0].decode("latin-1")
+    keys = [found["key"].lower() for line in first.splitlines() if (found := FIELD.match(line))]
+    if "subject" in keys and "description" not in keys and all(
+            key in MAIL_HEADERS or key.startswith("x-") for key in keys):
         return _from_mail(header, notes, fallback_subject=fallback_subject)
     decoded = _decode(header, None, notes)
     fields: list[tuple[str, str]] = []
@@ -71,14 +75,6 @@ def parse_dep3(text: str | bytes, *, fallback_subject: str) -> Description:
         else:
             free.append(paragraph)
     return _described(fields, free, notes, fallback_subject=fallback_subject)
-
-
-def _is_mail(header: bytes) -> bool:
-    """A first paragraph of mail headers with a Subject: and no DEP-3 Description:."""
-    first = header.lstrip(b"\n").split(b"\n\n", 1)[0].decode("latin-1")
-    keys = [found["key"].lower() for line in first.splitlines() if (found := FIELD.match(line))]
-    return "subject" in keys and "description" not in keys and all(
-        key in MAIL_HEADERS or key.startswith("x-") for key in keys)
 
 
 def _from_mail(header: bytes, notes: list[str], *, fallback_subject: str) -> Description:
@@ -149,7 +145,16 @@ def _described(fields: list[tuple[str, str]], free: list[str], notes: list[str],
         free = ([rest] if rest.strip() else []) + free[1:]
     authors = [value for low, _, value in lowered if low in AUTHOR_FIELDS and value.strip()]
     date = next((value for low, _, value in lowered if low == "date"), "")
-    last_update = next((value for low, _, value in lowered if low == "last-update"), "")
+    last_update = next((value.strip() for low, _, value in lowered if low == "last-update"), "")
+    if date:  # as git's raw date
+        try:
+            parsed = email.utils.parsedate_to_datetime(date)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"Date: {date!r} is not a mail (RFC 2822) date, e.g. 'Wed, 01 May 2024 10:00:00 +0000'") from error
+        date = f"{int(parsed.timestamp())} {parsed.strftime('%z') or '+0000'}"
+    elif re.fullmatch(r"\d{4}-\d{2}-\d{2}", last_update):
+        midnight = datetime.datetime.strptime(last_update, "%Y-%m-%d").replace(tzinfo=datetime.UTC)
+        date = f"{int(midnight.timestamp())} +0000"
     trailers = [(key, " ".join(value.split())) for low, key, value in lowered
                 if low not in (*SUBJECT_FIELDS, *AUTHOR_FIELDS, "date")]
     if any(not value for _, value in trailers):
@@ -163,9 +168,12 @@ def _described(fields: list[tuple[str, str]], free: list[str], notes: list[str],
     body = "\n\n".join(part.strip("\n") for part in [long_description, *free] if part.strip())
     body, escaped = mail_safe_body(body)
     notes += escaped
+    values = {low: value.strip().lower() for low, _, value in lowered}
+    upstream = ("upstreamed" if "applied-upstream" in values or values.get("origin", "").startswith("upstream")
+                else "submitted" if values.get("forwarded", "") not in NOT_FORWARDED else "local")
     return Description(subject=cleaned or fallback_subject, body=body,
-                       author=authors[0] if authors else "", date=_git_date(date, last_update),
-                       trailers=tuple(trailers), upstream=_upstream_status(lowered), notes=tuple(notes))
+                       author=authors[0] if authors else "", date=date,
+                       trailers=tuple(trailers), upstream=upstream, notes=tuple(notes))
 
 
 def mail_safe_body(body: str) -> tuple[str, list[str]]:
@@ -192,25 +200,3 @@ def stripspace(text: str) -> str:
     while out and not out[-1]:
         out.pop()
     return "\n".join(out) + "\n" if out else ""
-
-
-def _git_date(date: str, last_update: str) -> str:
-    if date:
-        try:
-            parsed = email.utils.parsedate_to_datetime(date)
-        except (TypeError, ValueError) as error:
-            raise ValueError(f"Date: {date!r} is not a mail (RFC 2822) date, e.g. 'Wed, 01 May 2024 10:00:00 +0000'") from error
-        return f"{int(parsed.timestamp())} {parsed.strftime('%z') or '+0000'}"
-    if re.fullmatch(r"\d{4}-\d{2}-\d{2}", last_update.strip()):
-        midnight = datetime.datetime.strptime(last_update.strip(), "%Y-%m-%d").replace(tzinfo=datetime.UTC)
-        return f"{int(midnight.timestamp())} +0000"
-    return ""
-
-
-def _upstream_status(lowered: list[tuple[str, str, str]]) -> str:
-    values = {low: value.strip().lower() for low, _, value in lowered}
-    if "applied-upstream" in values or values.get("origin", "").startswith("upstream"):
-        return "upstreamed"
-    if values.get("forwarded", "") not in NOT_FORWARDED:
-        return "submitted"
-    return "local"

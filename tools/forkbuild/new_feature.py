@@ -1,7 +1,6 @@
 """`forkbuild new`: a feature's [features.X] table and variant membership in series.toml
 (tomlkit keeps comments and layout), validated whole before it is written, and a commit
-template with its trailers. A re-run finds the feature as asked and only rewrites the template.
-"""
+template with its trailers. A re-run finds the feature as asked and only rewrites the template."""
 
 from __future__ import annotations
 
@@ -84,8 +83,23 @@ def plan_new_feature(series: Series, *, name: str, description: str, guards: lis
         raise ConfigError(taken, source="new", hint="name the new feature's guard differently")
     text = series.path.read_text()
     document = tomlkit.parse(text)
-    if name in series.features:
-        _require_same(series, feature)
+    if name in series.features:  # fine when it is exactly what was asked (a re-run)
+        existing = series.features[name]
+        asked_guards = [(guard.env, guard.type, guard.default) for guard in feature.guards]
+        has = [(guard.env, guard.type, guard.default) for guard in existing.guards]
+        differences = []
+        if feature.guards and asked_guards != has:
+            differences.append(f"guards {has} (asked: {asked_guards})")
+        if feature.requires and tuple(feature.requires) != existing.requires:
+            differences.append(f"requires {list(existing.requires)} (asked: {list(feature.requires)})")
+        if feature.description and feature.description != existing.description:
+            differences.append(f"description {existing.description!r}")
+        if differences:
+            line = next((number for number, row in enumerate(text.splitlines(), start=1)
+                         if row.strip() == f"[features.{name}]"), None)
+            where = f"features.{name}" + (f" (line {line})" if line else "")
+            raise ConfigError([f"{where} exists already with " + "; ".join(differences)], source=str(series.path),
+                              hint="change it in series.toml, or give `new` the same guards and requires")
     else:
         _add_feature_table(document, feature)
     added_to = tuple(variant for variant in chosen if name not in series.variants[variant].features)
@@ -111,28 +125,8 @@ def new_feature(context: Context, **asked) -> tuple[NewFeature, Path]:
     return feature, template
 
 
-def _require_same(series: Series, feature: NewFeature) -> None:
-    """An existing feature is fine when it is exactly what was asked (a re-run)."""
-    existing = series.features[feature.name]
-    asked = [(guard.env, guard.type, guard.default) for guard in feature.guards]
-    has = [(guard.env, guard.type, guard.default) for guard in existing.guards]
-    differences = []
-    if feature.guards and asked != has:
-        differences.append(f"guards {has} (asked: {asked})")
-    if feature.requires and tuple(feature.requires) != existing.requires:
-        differences.append(f"requires {list(existing.requires)} (asked: {list(feature.requires)})")
-    if feature.description and feature.description != existing.description:
-        differences.append(f"description {existing.description!r}")
-    if differences:
-        header = f"[features.{feature.name}]"
-        line = next((number for number, text in enumerate(series.path.read_text().splitlines(), start=1)
-                     if text.strip() == header), None)
-        where = f"features.{feature.name}" + (f" (line {line})" if line else "")
-        raise ConfigError([f"{where} exists already with " + "; ".join(differences)], source=str(series.path),
-                          hint="change it in series.toml, or give `new` the same guards and requires")
-
-
-def _feature_table(feature: NewFeature) -> Table:
+def _add_feature_table(document: tomlkit.TOMLDocument, feature: NewFeature) -> None:
+    """[features.NAME] after the last feature table, before the next section's comments."""
     # Written as text and parsed: the file's own style (inline guard tables, one key a line).
     def quoted(value: str) -> str:
         return tomlkit.string(value).as_string()
@@ -144,12 +138,7 @@ def _feature_table(feature: NewFeature) -> Table:
         guards = ", ".join(f"{{ env = {quoted(g.env)}, type = {quoted(g.type)}, default = {quoted(g.default)} }}"
                            for g in feature.guards)
         lines.append(f"guards = [{guards}]")
-    return tomlkit.parse("\n".join(lines) + "\n")["features"][feature.name]
-
-
-def _add_feature_table(document: tomlkit.TOMLDocument, feature: NewFeature) -> None:
-    """[features.NAME] after the last feature table, before the next section's comments."""
-    table = _feature_table(feature)
+    table: Table = tomlkit.parse("\n".join(lines) + "\n")["features"][feature.name]
     features = document.get("features")
     if not isinstance(features, Table) or not list(features.keys()):
         document.add("features", tomlkit.table(is_super_table=True))

@@ -3,8 +3,7 @@ GNU patch (quilt, dpkg-source) would: binary sections are left out (GNU patch sk
 them, git refuses the whole patch); hunks without context get --unidiff-zero; where
 the git header or rename lines and the ---/+++ names disagree, the section becomes a
 plain diff of the file GNU patch would patch. Read as Latin-1: no byte (CR included)
-changes on the way.
-"""
+changes on the way."""
 
 from __future__ import annotations
 
@@ -106,7 +105,9 @@ def _follow_minus_plus(lines: list[str], *, strip: int, existing: set[str] | fro
         if DEV_NULL in (old, new) or (named == (old, new) and (header or old == new)) or chosen is None:
             # Consistent (a git rename included): git and GNU patch agree, but for rename/copy lines
             # naming other paths (written inside a subproject): GNU patch goes by the names above.
-            lead = _lead(lines[minus][4:], strip)
+            # What git strips from a rename/copy line's name for -pN: a component less than from ---/+++ names.
+            parts = lines[minus][4:].split("\t", 1)[0].strip().strip('"').split("/")
+            lead = "".join(f"{part}/" for part in parts[1:strip])
             extended = [_renamed(line, lead, old, new) for line in lines[at + 1:minus]] if header else []
             if extended != lines[at + 1:minus]:
                 notes.append(f"git rename/copy lines disagree with ---/+++ {old} -> {new}: followed ---/+++ "
@@ -129,12 +130,9 @@ def _content_without_data(patched: unidiff.PatchedFile) -> bool:
     (a maintainer cut the hunks, kept the header): git would create an empty file or
     refuse; GNU patch leaves the file alone."""
     index = next((match for line in patched.patch_info or [] if (match := INDEX.match(line))), None)
-    return index is not None and index["old"] != index["new"] and not (_no_content(index["old"]) and _no_content(index["new"]))
-
-
-def _no_content(blob: str) -> bool:
-    """An (abbreviated) id of no blob or of the empty one: nothing between two such needs data."""
-    return set(blob) == {"0"} or EMPTY_BLOB.startswith(blob)
+    # An (abbreviated) id of no blob or of the empty one: nothing between two such needs data.
+    return index is not None and index["old"] != index["new"] and not all(
+        set(blob) == {"0"} or EMPTY_BLOB.startswith(blob) for blob in (index["old"], index["new"]))
 
 
 def _name(raw: str, strip: int) -> str:
@@ -144,13 +142,6 @@ def _name(raw: str, strip: int) -> str:
         return name
     parts = name.split("/")
     return "/".join(parts[strip:]) if len(parts) > strip else parts[-1]
-
-
-def _lead(raw: str, strip: int) -> str:
-    """What git strips from a rename/copy line's name for -p`strip`: one component less than
-    from a ---/+++ name (those carry the a/ b/ prefix), here taken from `raw`'s."""
-    parts = raw.split("\t", 1)[0].strip().strip('"').split("/")
-    return "".join(f"{part}/" for part in parts[1:strip])
 
 
 def _renamed(line: str, lead: str, old: str, new: str) -> str:

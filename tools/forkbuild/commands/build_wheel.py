@@ -28,14 +28,9 @@ def add_parser(subparsers) -> None:
 
 
 def run(args, context) -> int:
-    request = WheelRequest(
-        variant=arguments.from_args(args, context),
-        out_dir=(args.out or context.dist_dir).resolve(),
-        python_tags=tuple(args.python_tag),
-        mode=args.mode,
-        force=args.force,
-        isolation=not args.no_isolation,
-    )
+    request = WheelRequest(variant=arguments.from_args(args, context), out_dir=(args.out or context.dist_dir).resolve(),
+                           python_tags=tuple(args.python_tag), mode=args.mode, force=args.force,
+                           isolation=not args.no_isolation)
     for wheel in build_wheels(context=context, request=request):
         # The path goes to stdout (everything else goes to stderr) so scripts can use it.
         print(wheel.path)

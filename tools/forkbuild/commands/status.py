@@ -61,11 +61,6 @@ def run(args, context) -> int:
     return 0
 
 
-def short_guards(guards: list[str]) -> str:
-    """DSV41_LOOP_ABORT _MAX_PERIOD _MIN_REPEATS: later guards without the first's name."""
-    return " ".join([guards[0], *(guard.removeprefix(guards[0]) for guard in guards[1:])]) if guards else ""
-
-
 def _title(status: dict) -> str:
     return f"{status['name']}: {len(status['patches'])} patches on {status['upstream']['name']} {status['upstream']['version']}"
 
@@ -80,7 +75,10 @@ def narrow_patch_table(status: dict) -> Table:
                   Column("+/-", no_wrap=True, justify="right"), Column("files", no_wrap=True, justify="right"),
                   "variants", title=_title(status), box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left")
     for number, patch in enumerate(status["patches"], start=1):
-        guards = short_guards(patch["guards"]) or ("[dim]unguarded[/]" if patch["unguarded"] else "")
+        # DSV41_LOOP_ABORT _MAX_PERIOD _MIN_REPEATS: later guards without the first's name.
+        first, *rest = patch["guards"] or [""]
+        guards = " ".join([first, *(guard.removeprefix(first) for guard in rest)]) or \
+            ("[dim]unguarded[/]" if patch["unguarded"] else "")
         if _trailers_differ(patch):
             guards += f" [yellow](trailers: {' '.join(patch['guard_trailers']) or 'none'})[/]"
         name = escape(patch["file"]) + ("" if patch["upstream"] == "local" else f" [cyan]({patch['upstream']})[/]")

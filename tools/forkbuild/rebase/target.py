@@ -32,7 +32,17 @@ def resolve(current: Upstream, *, onto: str, version: str | None = None) -> Upst
         Version(onto)
     except InvalidVersion as error:
         raise UpstreamError(f"--onto {onto!r} is neither a version (like 0.5.23) nor a commit id") from error
-    return _wheel_target(current, version=onto)
+    if current.source == "git":
+        raise UpstreamError(f"--onto {onto}: this series builds from git (upstream.source = 'git'); "
+                            "rebase onto a commit: --onto <full commit id> --version X")
+    if not current.wheels:
+        raise UpstreamError("--onto VERSION needs [[upstream.wheels]] pins to follow (which Python tags)")
+    files = pypi.release_wheels(current.name, onto)
+    if not files:
+        raise UpstreamError(f"{current.name} {onto}: the index lists no wheels for this version")
+    pins = tuple(_follow(pin, files, version=onto) for pin in current.wheels)
+    git = current.git and GitPin(url=current.git.url, ref=_moved_ref(current, onto), commit="")
+    return dataclasses.replace(current, version=onto, wheels=pins, git=git)
 
 
 def _git_target(current: Upstream, *, commit: str, version: str | None) -> Upstream:
@@ -49,20 +59,6 @@ def _git_target(current: Upstream, *, commit: str, version: str | None) -> Upstr
     git = GitPin(url=current.git.url, ref=_moved_ref(current, version), commit=commit)
     # Wheels pinned beside a git source are the old version's: new ones only for source = "wheel".
     return dataclasses.replace(current, version=version, git=git, wheels=())
-
-
-def _wheel_target(current: Upstream, *, version: str) -> Upstream:
-    if current.source == "git":
-        raise UpstreamError(f"--onto {version}: this series builds from git (upstream.source = 'git'); "
-                            "rebase onto a commit: --onto <full commit id> --version X")
-    if not current.wheels:
-        raise UpstreamError("--onto VERSION needs [[upstream.wheels]] pins to follow (which Python tags)")
-    files = pypi.release_wheels(current.name, version)
-    if not files:
-        raise UpstreamError(f"{current.name} {version}: the index lists no wheels for this version")
-    pins = tuple(_follow(pin, files, version=version) for pin in current.wheels)
-    git = current.git and GitPin(url=current.git.url, ref=_moved_ref(current, version), commit="")
-    return dataclasses.replace(current, version=version, wheels=pins, git=git)
 
 
 def _moved_ref(current: Upstream, version: str) -> str:
