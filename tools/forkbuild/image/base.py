@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from forkbuild.config import WheelPin
 from forkbuild.console import Reporter
 from forkbuild.context import Context
 from forkbuild.fsutil import link_or_copy
-from forkbuild.image.docker import Docker, run_program
+from forkbuild.image.docker import Docker, require, run_program
 
 # mmdebstrap leaves out apt's package lists, its downloaded .debs and the logs (~100 MB).
 ROOTFS_RECIPE: dict[str, Any] = {"tool": "mmdebstrap", "suite": "bookworm", "variant": "minbase",
@@ -60,14 +61,20 @@ def rootfs_tarball(cache_dir: Path, *, reporter: Reporter) -> Path:
 
 
 def _mmdebstrap_to(tarball: Path, *, reporter: Reporter) -> None:
+    # Under rootfs.lock no other run is live: a rootfs-* folder is a killed run's (its mounts died with it).
+    mounts = Path("/proc/self/mountinfo").read_text().split() if Path("/proc/self/mountinfo").exists() else []
+    for stale in tarball.parent.glob("rootfs-*"):
+        if stale.is_dir() and not any(word.startswith(f"{stale}/") for word in mounts):
+            shutil.rmtree(stale, ignore_errors=True)
+    mmdebstrap = require("mmdebstrap", hint="apt-get install mmdebstrap")
     with tempfile.TemporaryDirectory(dir=tarball.parent, prefix="rootfs-") as work:
         partial = Path(work) / "rootfs.tar"
-        # force-unsafe-io: no fsync per unpacked file (most of a bootstrap's time); a root cut
-        # off midway is thrown away.
-        run_program(["mmdebstrap", "--quiet", f"--variant={ROOTFS_RECIPE['variant']}",
-                     f"--include={','.join(ROOTFS_RECIPE['include'])}", "--dpkgopt=force-unsafe-io",
-                     ROOTFS_RECIPE["suite"], str(partial), ROOTFS_RECIPE["mirror"]],
-                     reporter=reporter, missing_hint="apt-get install mmdebstrap", stream=True)
+        # A mount namespace of its own: the chroot's mounts (proc, sys, dev) go with it, also on kill -9;
+        # TMPDIR: its scratch folder inside `work`. force-unsafe-io: no fsync per file of a throwaway root.
+        run_program(["unshare", "--mount", "--propagation", "private", mmdebstrap, "--quiet",
+                     f"--variant={ROOTFS_RECIPE['variant']}", f"--include={','.join(ROOTFS_RECIPE['include'])}",
+                     "--dpkgopt=force-unsafe-io", ROOTFS_RECIPE["suite"], str(partial), ROOTFS_RECIPE["mirror"]],
+                    reporter=reporter, missing_hint="apt-get install util-linux", env={"TMPDIR": work}, stream=True)
         os.replace(partial, tarball)
 
 
