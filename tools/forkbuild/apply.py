@@ -20,7 +20,7 @@ from forkbuild.emptydirs import recreate_empty_dirs
 from forkbuild.errors import ApplyError, DirtyTreeError, quoted
 from forkbuild.git import Git, TreeEntry
 from forkbuild.guards_module import add_generated_commit
-from forkbuild.patchfile import check_patches, read_patch, symlinks_of
+from forkbuild.patchfile import PatchInfo, check_patches, read_patch, symlinks_of
 from forkbuild.worktree.engine import ALREADY_APPLIED, Engine, Outcome, PatchJob, PatchResult
 from forkbuild.worktree.state import (
     STATE_FILE,
@@ -58,6 +58,7 @@ class ApplyPlan(NamedTuple):
     variant: str  # a variant name, or "" for the whole series
     entries: tuple[PatchEntry, ...]
     left_out: tuple[PatchEntry, ...]
+    parsed: Mapping[Path, PatchInfo]  # each patch file as the safety check read it
     features: tuple[str, ...] = ()  # what the build holds: its guards module declares their guards
 
 
@@ -76,10 +77,10 @@ class ApplyResult(NamedTuple):
 def plan_variant(series: Series, combination: Combination) -> ApplyPlan:
     """Which patches a combination applies, each read and checked for path safety."""
     entries = series.patches if combination.whole else combination.patches(series)
-    check_patches([entry.path for entry in entries])  # every problem of every patch at once
+    parsed = check_patches([entry.path for entry in entries])  # every problem of every patch at once
     chosen = set(entries)
     return ApplyPlan(variant="" if combination.whole else combination.name, entries=entries,
-                     left_out=tuple(entry for entry in series.patches if entry not in chosen),
+                     left_out=tuple(entry for entry in series.patches if entry not in chosen), parsed=parsed,
                      features=combination.features)
 
 
@@ -132,7 +133,7 @@ def apply_plan(*, context: Context, plan: ApplyPlan, dest: Path, stop: bool = Fa
 
             # What the tree shows: the HEAD prepare_worktree checked, or nothing (a new tree).
             engine = Engine(worktree, head=base, shown=previous.head if previous else base, checked_out=bool(previous),
-                            before_change=before_change, entries=entries)
+                            before_change=before_change, entries=entries, parsed=plan.parsed)
             results = _run(engine, run, stop=stop, context=context, features=plan.features)
         return _result(context, plan, dest=dest, base=base, head=engine.head, results=results, report=report_offsets)
 
@@ -353,13 +354,14 @@ def apply_in_index(*, context: Context, plan: ApplyPlan) -> tuple[str, str] | No
     apply_plan commits it; (base, head), or None when a patch does not apply."""
     base, cache_git, entries, jobs = _jobs(context, plan)
     head, failed = _in_index(cache_git, base, list(jobs), generated=(context.series, plan.features) if jobs else None,
-                             entries=entries)
+                             entries=entries, parsed=plan.parsed)
     return None if failed else (base, head)
 
 
 def _in_index(cache_git: Git, base: str, jobs: list[PatchJob], generated: tuple[Series, tuple[str, ...]] | None = None,
-              entries: dict[str, TreeEntry] | None = None) -> tuple[str, list[PatchResult]]:
-    engine = Engine(cache_git, head=base, shown=base, entries=entries)
+              entries: dict[str, TreeEntry] | None = None,
+              parsed: Mapping[Path, PatchInfo] | None = None) -> tuple[str, list[PatchResult]]:
+    engine = Engine(cache_git, head=base, shown=base, entries=entries, parsed=parsed)
     try:
         failed = [result for result in engine.run(jobs, stop=False, write=False) if not result.outcome.applied]
         if generated and not failed:

@@ -235,15 +235,16 @@ def read_text(path: Path) -> str:
     return path.read_bytes().decode("utf-8", errors="surrogateescape")
 
 
-def _text_problems(text: str, path: Path, symlinks: frozenset[str]) -> tuple[str, ...]:
-    """Everything wrong with a patch before git sees it."""
+def _text_problems(text: str, path: Path, symlinks: frozenset[str]) -> tuple[list[str], PatchInfo | None]:
+    """Everything wrong with a patch before git sees it, and the patch parsed (None: it does not parse)."""
     label = f"patches/{path.name}"
     if not text.strip():
-        return (f"{label}: is empty",)
+        return [f"{label}: is empty"], None
     problems = []
     if re.search(r"^diff --git [^\n]*\r$", text, flags=re.MULTILINE):
         # A converted file (headers end in CR too, unlike a patch to a CRLF file): git refuses it.
         problems.append(f"{label}: has CRLF line endings (convert it to LF: dos2unix)")
+    info = None
     try:
         info = parse_patch(text, path=path)
     except UnsafePatchError as error:
@@ -254,22 +255,29 @@ def _text_problems(text: str, path: Path, symlinks: frozenset[str]) -> tuple[str
         if not info.author:
             problems.append(f"{label}: has no `From:` header (git am needs an author)")
     problems += [f"{label}: {problem}" for problem in safety_problems(text, symlinks=symlinks)]
-    return tuple(problems)
+    return problems, info
 
 
-def check_patches(paths, *, symlinks: frozenset[str] = frozenset()) -> None:
-    """Raise one UnsafePatchError naming every problem of every patch (not just the first)."""
+def check_patches(paths, *, symlinks: frozenset[str] = frozenset()) -> dict[Path, PatchInfo]:
+    """Every patch parsed (each file read once); raise one UnsafePatchError naming every problem
+    of every patch (not just the first)."""
     problems: list[str] = []
+    infos = {}
     for path in paths:
         try:
-            problems += _text_problems(read_text(path), path, symlinks)
+            found, info = _text_problems(read_text(path), path, symlinks)
         except OSError as error:
             problems.append(f"patches/{path.name}: cannot be read: {error.strerror or error}")
+            continue
+        problems += found
+        if info is not None:
+            infos[path] = info
     if problems:
         raise UnsafePatchError(f"{len(problems)} problem(s) in the series' patches:\n"
                                + "\n".join(f"  - {problem}" for problem in problems),
                                hint="fix or replace the patches named; patches may only change regular files "
                                     "inside the upstream tree")
+    return infos
 
 
 def _path_problems(raw: str, *, prefixed: bool, tree: Path | None, symlinks: frozenset[str] = frozenset()) -> list[str]:

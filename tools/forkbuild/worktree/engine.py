@@ -132,7 +132,7 @@ class Engine:
 
     def __init__(self, worktree: Git, *, detect_upstreamed: bool = False, head: str = "", shown: str = "",
                  checked_out: bool = True, before_change: Callable[[], None] | None = None,
-                 entries: Mapping[str, TreeEntry] | None = None) -> None:
+                 entries: Mapping[str, TreeEntry] | None = None, parsed: Mapping[Path, PatchInfo] | None = None) -> None:
         self.worktree = worktree
         for path in worktree.git_dir.glob("forkbuild-engine-*.index*"):  # what killed engines left
             match = ENGINE_FILE.fullmatch(path.name)
@@ -152,6 +152,7 @@ class Engine:
         # The small index now: its listing, the files it was written for, what it holds.
         self._small: tuple[TreeListing, set[str], dict[str, TreeEntry]] | None = None
         self._index_at: str | None = None
+        self._parsed = dict(parsed or {})  # patch file -> PatchInfo: each read once (`parsed`: the caller's reads)
 
     @property
     def head(self) -> str:
@@ -209,7 +210,7 @@ class Engine:
         """What the fast rung needs of `job`; None when it must not take it."""
         if self.detect_upstreamed:
             return None  # the reverse check needs the whole index: a file the patch deletes must be absent
-        info = read_patch(job.path)
+        info = self._read(job.path)
         author, message = patch_author_message(info)
         paths = frozenset(change.path for change in info.files)
         if not author.date or not author.name or not paths:
@@ -261,13 +262,18 @@ class Engine:
         self._small = (listing, named, after)
         return results
 
-    @staticmethod
-    def _paths_of(jobs: Iterable[PatchJob]) -> set[str]:
+    def _read(self, path: Path) -> PatchInfo:
+        """`path` parsed; an engine reads each patch once (the files do not change while it runs)."""
+        if path not in self._parsed:
+            self._parsed[path] = read_patch(path)
+        return self._parsed[path]
+
+    def _paths_of(self, jobs: Iterable[PatchJob]) -> set[str]:
         """The files `jobs` name (a patch that does not read is the full rungs' to judge)."""
         named: set[str] = set()
         for job in jobs:
             try:
-                named.update(change.path for change in read_patch(job.path).files)
+                named.update(change.path for change in self._read(job.path).files)
             except (ForkbuildError, OSError):
                 pass
         return named
@@ -304,7 +310,7 @@ class Engine:
         applied = self.worktree.apply_to_index(job.path, index=self._index)
         report = read_report(applied.stdout + applied.stderr)
         if applied.status == 0:
-            commit = self._commit(self.worktree.write_tree(index=self._index), patch_author_message(read_patch(job.path)))
+            commit = self._commit(self.worktree.write_tree(index=self._index), patch_author_message(self._read(job.path)))
             outcome = Outcome.OFFSET if report.offsets else Outcome.EXACT
             return PatchResult(name=job.name, outcome=outcome, commit=commit, offsets=report.offsets,
                                detail="; ".join(report.offsets))
@@ -353,7 +359,7 @@ class Engine:
             tree = self.worktree.write_tree(index=self._index)
             if tree == self.worktree.tree_of(self.head):
                 return PatchResult(name=job.name, outcome=Outcome.CONFLICT, detail=ALREADY_APPLIED)
-            commit = self._commit(tree, patch_author_message(read_patch(job.path)))
+            commit = self._commit(tree, patch_author_message(self._read(job.path)))
             return PatchResult(name=job.name, outcome=Outcome.THREE_WAY, commit=commit,
                                detail="merged with the preimage blobs its index lines name")
         self._index_at = None  # a failed --3way leaves unmerged entries in the private index
@@ -424,7 +430,7 @@ class Engine:
             commit = made[0]
         elif git.out("diff", "--cached", "--name-only", "HEAD"):  # staged changes
             author, message = git.authored(job.source) if job.source \
-                else patch_author_message(read_patch(job.path))
+                else patch_author_message(self._read(job.path))
             commit = git.commit_tree(git.write_tree(), parents=[self.head], message=message, author=author)
             git.run("update-ref", "--no-deref", "--end-of-options", "HEAD", commit)  # index and work tree stay
         else:
