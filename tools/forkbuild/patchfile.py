@@ -218,7 +218,7 @@ def safety_problems(text: str, *, tree: Path | None = None, symlinks: frozenset[
             problems.append("creates or changes a submodule (gitlink)")
         elif mode == S_IFDIR:
             problems.append("has a directory mode")
-    for raw, prefixed in _names(text):
+    for raw, prefixed in dict.fromkeys(_names(text)):  # a path is named 2-4 times: judged once
         problems.extend(_path_problems(raw, prefixed=prefixed, tree=tree, symlinks=symlinks))
     return sorted(set(problems))
 
