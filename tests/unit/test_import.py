@@ -177,6 +177,14 @@ def test_import_git_range_uses_each_commits_feature(series_fx: SeriesFixture) ->
     assert series_fx.cli("check") == 0
 
 
+def test_a_subject_with_brackets_is_printed_as_it_is(series_fx: SeriesFixture, capfd: pytest.CaptureFixture[str]) -> None:
+    """A subject is the user's text, not rich markup: "[fix]" is kept and "[/b]" does not crash the table."""
+    repo, start, _ = make_source_range(series_fx)
+    repo.run("commit", "--quiet", "--amend", "-m", "[fix] beta [/b]\n\nFeature: beta\n")
+    capfd.readouterr()
+    assert series_fx.cli("import", "--git-range", str(repo.path), f"{start}..{repo.head()}") == 0
+    assert "[fix] beta [/b]" in capfd.readouterr().err
+
 def test_import_and_export_suggest_features_through_config_near_miss(series_fx: SeriesFixture, tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     from forkbuild import export, importer

@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         # A second Ctrl-C from here on ends the process at once (the shell still sees 130).
         signal.signal(signal.SIGINT, signal.SIG_DFL)
-        reporter.console.print("[red]interrupted[/red]")
+        reporter.console.print("interrupted", style="red")
         return 130
     except (OutputError, BrokenPipeError) as error:
         # stdout to /dev/null: the interpreter's last flush must not fail again.

@@ -1,5 +1,6 @@
 """All terminal output: steps with durations, warnings, errors (rich, on stderr, imported
-when the first line is printed)."""
+when the first line is printed). Markup is off: messages quote TOML, git and patch subjects
+("[[patches]]", "[fix] ..."), which rich would swallow or choke on; styles are given as Text."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from forkbuild.errors import ForkbuildError
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.progress import Progress
+    from rich.text import Text
 
 
 class OutputError(Exception):
@@ -24,6 +26,13 @@ class OutputError(Exception):
     def __init__(self, error: OSError) -> None:
         super().__init__(error.strerror or str(error))
         self.error = error
+
+
+def styled(*parts: str | Text | tuple[str, str], style: str = "") -> Text:
+    """Text from plain parts and (text, style) pairs: styled output that no message can restyle."""
+    from rich.text import Text
+
+    return Text.assemble(*parts, style=style)
 
 
 class _Stdout:
@@ -73,40 +82,38 @@ class Reporter:
         if self._console is None:
             from rich.console import Console
 
-            self._console = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
+            self._console = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False, markup=False)
         return self._console
 
     @contextmanager
     def step(self, title: str) -> Iterator[None]:
         """A named step; its duration is printed when it ends."""
         start = time.monotonic()
-        self.console.print(f"[bold]>[/bold] {title}")
+        self.console.print(styled((">", "bold"), f" {title}"))
         yield
-        self.console.print(f"  [dim]{title}: {time.monotonic() - start:.2f}s[/dim]")
+        self.console.print(f"  {title}: {time.monotonic() - start:.2f}s", style="dim")
 
     def info(self, message: str) -> None:
-        self.console.print(f"  {message}", markup=False)
+        self.console.print(f"  {message}")
 
     def detail(self, message: str) -> None:
         """Tool output and other noise: shown with -v only."""
         if self.verbose:
-            self.console.print(message, markup=False, style="dim")
+            self.console.print(message, style="dim")
 
     def warn(self, message: str) -> None:
-        self.console.print(f"[yellow]warning:[/yellow] {message}")
+        self.console.print(styled(("warning:", "yellow"), f" {message}"))
 
     def error(self, error: ForkbuildError) -> None:
-        from rich.markup import escape  # messages quote TOML ("[[patches]]") that rich would read as markup
-
         color = "red" if error.label == "error" else "yellow"
-        self.console.print(f"[bold {color}]{error.label}:[/bold {color}] {escape(error.message)}", highlight=False)
+        self.console.print(styled((f"{error.label}:", f"bold {color}"), f" {error.message}"))
         if error.hint:
-            self.console.print(f"[cyan]hint:[/cyan] {escape(error.hint)}")
+            self.console.print(styled(("hint:", "cyan"), f" {error.hint}"))
 
     def download_progress(self) -> Progress:
         from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
-        return Progress(TextColumn("  {task.description}"), BarColumn(), DownloadColumn(),
+        return Progress(TextColumn("  {task.description}", markup=False), BarColumn(), DownloadColumn(),
                         TransferSpeedColumn(), console=self.console, transient=True)
 
 

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from forkbuild.commands import add_command
+from forkbuild.console import styled
 from forkbuild.errors import BisectError
 from forkbuild.matrix import arguments
 
@@ -74,9 +75,9 @@ def run(args, context) -> int:
                           f"({'runtime guards' if args.runtime else 'a build per probe'}); log: {log.path}")
 
     def report(probe, replayed: bool) -> None:
-        mark = "[red]FAIL[/]" if probe.outcome == FAIL else "[green]pass[/]"
+        mark = ("FAIL", "red") if probe.outcome == FAIL else ("pass", "green")
         source = " (from the log)" if replayed else f" ({probe.seconds:.1f}s, exit {list(probe.exit_codes)})"
-        context.reporter.console.print(f"  probe {mark} {', '.join(probe.features) or 'stock'}{source}")
+        context.reporter.console.print(styled("  probe ", mark, f" {', '.join(probe.features) or 'stock'}{source}"))
 
     result = bisect(candidates, run=probes, log=log, tries=1 + args.retries, report=report)
     if args.json:

@@ -6,6 +6,7 @@ from rich.table import Table
 
 from forkbuild.check import check_series, consistency, raise_on_failures
 from forkbuild.commands import add_command
+from forkbuild.console import styled
 from forkbuild.errors import ConfigError
 from forkbuild.worktree.engine import Outcome
 
@@ -33,7 +34,7 @@ def run(args, context) -> int:
         failed = str(len(result.failures)) if not result.error else "not tried"
         counts = (sum(record.outcome is outcome for record in result.records) for outcome in counted)
         summary.add_row(result.label, str(len(result.records)), *map(str, counts),
-                        f"[red]{failed}[/]" if not result.ok else failed)
+                        styled((failed, "red")) if not result.ok else failed)
     context.reporter.console.print(summary)
     failures = Table("variant", "patch", "feature", "why", title="failing patches")
     for result in results:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from forkbuild.commands import add_command
+from forkbuild.console import styled
 from forkbuild.doctor import doctor_env
 
 
@@ -29,7 +30,7 @@ def run(args, context) -> int:
     print("\n".join(report.lines))
     reporter = context.reporter
     for line in report.refused:
-        reporter.console.print(f"[bold red]refused:[/] {line}", markup=True, highlight=False)
+        reporter.console.print(styled(("refused:", "bold red"), f" {line}"))
     for line in report.changed:
         reporter.warn(f"meaning changed: {line}")
     for line in report.unused + report.notes:

@@ -12,6 +12,7 @@ from pathlib import Path
 from rich.table import Table
 
 from forkbuild.commands import add_command
+from forkbuild.console import styled
 from forkbuild.errors import ForkbuildError
 from forkbuild.fsutil import write_atomic
 from forkbuild.image import build
@@ -139,7 +140,7 @@ def _test_patch(args, context, matrix: Matrix) -> int:
                  title=f"test-patch over the {matrix.strategy} matrix")
     for row in rows:
         color = "green" if row["outcome"] == PASS else "red"
-        grid.add_row(row["name"], ", ".join(row["features"]) or "-", f"[{color}]{row['outcome']}[/]",
+        grid.add_row(row["name"], ", ".join(row["features"]) or "-", styled((row["outcome"], color)),
                      *(str(row["counts"].get(key, "")) for key in (PASS, FAIL, SKIP)),
                      "\n".join(row["failing"]) or row["reason"][:200])
     context.reporter.console.print(grid)

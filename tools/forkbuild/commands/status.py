@@ -6,11 +6,11 @@ import json
 
 from rich import box
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Column, Table
 
 from forkbuild.commands import add_command
 from forkbuild.config import Series
+from forkbuild.console import styled
 from forkbuild.patchfile import read_patch
 
 WIDE = 100_000
@@ -53,9 +53,9 @@ def run(args, context) -> int:
         print(json.dumps(status, indent=2))
         return 0
     if args.wide:  # every column in full, never wrapped
-        console, tables = Console(highlight=False, width=WIDE), [patch_table(status), variant_table(status)]
+        console, tables = Console(highlight=False, markup=False, width=WIDE), [patch_table(status), variant_table(status)]
     else:
-        console, tables = Console(highlight=False), [narrow_patch_table(status), narrow_variant_table(status)]
+        console, tables = Console(highlight=False, markup=False), [narrow_patch_table(status), narrow_variant_table(status)]
     for table in tables:
         console.print(table, crop=False)
     return 0
@@ -77,14 +77,14 @@ def narrow_patch_table(status: dict) -> Table:
     for number, patch in enumerate(status["patches"], start=1):
         # DSV41_LOOP_ABORT _MAX_PERIOD _MIN_REPEATS: later guards without the first's name.
         first, *rest = patch["guards"] or [""]
-        guards = " ".join([first, *(guard.removeprefix(first) for guard in rest)]) or \
-            ("[dim]unguarded[/]" if patch["unguarded"] else "")
+        guards = styled(" ".join([first, *(guard.removeprefix(first) for guard in rest)]) or
+                        (("unguarded", "dim") if patch["unguarded"] else ""))
         if _trailers_differ(patch):
-            guards += f" [yellow](trailers: {' '.join(patch['guard_trailers']) or 'none'})[/]"
-        name = escape(patch["file"]) + ("" if patch["upstream"] == "local" else f" [cyan]({patch['upstream']})[/]")
-        detail = f"[dim]{escape(patch['feature'])}[/]" + (f": {guards}" if guards else "")
-        table.add_row(str(number), f"{name}\n{detail}", f"[green]+{patch['added']}[/] [red]-{patch['removed']}[/]",
-                      str(len(patch["files"])), " ".join(patch["variants"]) or "[yellow]none[/]")
+            guards.append(f" (trailers: {' '.join(patch['guard_trailers']) or 'none'})", style="yellow")
+        upstream = () if patch["upstream"] == "local" else (" ", (f"({patch['upstream']})", "cyan"))
+        cell = styled(patch["file"], *upstream, "\n", (patch["feature"], "dim"), *((": ", guards) if guards else ()))
+        table.add_row(str(number), cell, styled((f"+{patch['added']}", "green"), " ", (f"-{patch['removed']}", "red")),
+                      str(len(patch["files"])), " ".join(patch["variants"]) or styled(("none", "yellow")))
     return table
 
 
@@ -95,7 +95,7 @@ def narrow_variant_table(status: dict) -> Table:
                   pad_edge=False, title_justify="left")
     for variant in status["variants"]:
         table.add_row(variant["name"], str(len(variant["patches"])), str(len(variant["env"])),
-                      escape(" ".join(variant["features"])) or "[dim]none[/]")
+                      " ".join(variant["features"]) or styled(("none", "dim")))
     return table
 
 
@@ -105,12 +105,12 @@ def patch_table(status: dict) -> Table:
                   "+", "-", "upstream", "variants", title=_title(status))
     root = status["upstream"]["package_root"] + "/"
     for number, patch in enumerate(status["patches"], start=1):
-        guards = "\n".join(patch["guards"]) or ("[dim]unguarded[/]" if patch["unguarded"] else "")
+        guards = styled("\n".join(patch["guards"]) or (("unguarded", "dim") if patch["unguarded"] else ""))
         if _trailers_differ(patch):
-            guards += f"\n[yellow]trailers: {', '.join(patch['guard_trailers']) or 'none'}[/]"
+            guards.append(f"\ntrailers: {', '.join(patch['guard_trailers']) or 'none'}", style="yellow")
         table.add_row(str(number), patch["file"], patch["feature"], guards,
                       "\n".join(path.removeprefix(root) for path in patch["files"]),
-                      f"[green]{patch['added']}[/]", f"[red]{patch['removed']}[/]", patch["upstream"],
+                      styled((str(patch["added"]), "green")), styled((str(patch["removed"]), "red")), patch["upstream"],
                       " ".join(patch["variants"]))
     return table
 
@@ -119,5 +119,6 @@ def variant_table(status: dict) -> Table:
     table = Table("variant", "features", "patches", "env", title=f"variants (default: {status['default_variant']})")
     for variant in status["variants"]:
         env = "\n".join(f"{key}={value}" for key, value in variant["env"].items())
-        table.add_row(variant["name"], ", ".join(variant["features"]) or "[dim]none[/]", str(len(variant["patches"])), env)
+        table.add_row(variant["name"], ", ".join(variant["features"]) or styled(("none", "dim")), str(len(variant["patches"])),
+                      env)
     return table

@@ -9,7 +9,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from rich.table import Table
+from rich.text import Text
 
+from forkbuild.console import styled
 from forkbuild.fsutil import write_atomic
 
 STRUCTURE = "structure"
@@ -83,13 +85,13 @@ def table(rows: list[dict], *, variant: str, checks: Sequence[str]) -> Table:
     return grid
 
 
-def _cell(row: dict) -> str:
+def _cell(row: dict) -> Text:
     """'pass 12', 'fail 2/12', 'skip': the outcome and how many details share it."""
     style = _STYLE.get(row["outcome"], "yellow")
     same = sum(1 for detail in row["details"] if detail["outcome"] == row["outcome"])
     total = len(row["details"])
     count = "" if not total else (f" {same}" if same == total else f" {same}/{total}")
-    return f"[{style}]{row['outcome']}{count}[/{style}]"
+    return styled((f"{row['outcome']}{count}", style))
 
 
 def write(path: Path, rows: list[dict], *, variant: str, extra: Sequence[dict] = ()) -> None:
