@@ -72,6 +72,20 @@ def test_apply_refuses_a_path_through_an_upstream_symlink(git_series_fx: SeriesF
     assert "goes through the symbolic link python/linked" in output(capsys)
 
 
+def test_a_rename_out_of_an_upstream_symlink_is_refused_too(git_series_fx: SeriesFixture, capsys) -> None:
+    """git is asked about every directory any header names ("rename from" too), not only those of
+    the files the diff leaves behind."""
+    fx = git_series_fx
+    write_through_upstream_symlink(fx)
+    (fx.patches_dir / "beta-limit.patch").write_text(
+        "From 1111111111111111111111111111111111111111 Mon Sep 17 00:00:00 2001\n"
+        "From: Someone <someone@example.com>\nDate: Tue, 14 Nov 2023 22:13:20 +0000\n"
+        "Subject: [PATCH] move util\n\nFeature: beta\n---\n"
+        "diff --git a/python/linked/util.py b/python/pkg/util2.py\nsimilarity index 100%\n"
+        "rename from python/linked/util.py\nrename to python/pkg/util2.py\n")
+    assert fx.cli("apply", "--all") == APPLY
+    assert "goes through the symbolic link python/linked" in output(capsys)
+
 def test_a_tampered_cache_never_hides_upstreams_symlinks(git_series_fx: SeriesFixture, capsys) -> None:
     """Issue 38: the symlink verdict was read back from a record in the cache; a record rewritten
     to name no link let apply write through python/linked. Every listing the cache keeps is

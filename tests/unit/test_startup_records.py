@@ -44,8 +44,8 @@ def traced_commands(trace: Path) -> list[str]:
 def test_a_rerun_lists_the_upstream_tree_once_and_never_reads_a_listing_from_the_cache(
         series_fx: SeriesFixture, tmp_path: Path) -> None:
     """Issue 38: the engine's fast rung took upstream's file listing (blob ids) from a record in
-    the cache; a tampered one put other blobs under the patches. git lists it, once a run (the
-    symbolic-link check and the fast rung read the same listing)."""
+    the cache; a tampered one put other blobs under the patches. git answers, once a run, for the
+    paths the patches name (the symbolic-link check and the fast rung read the same answer)."""
     apply_all(series_fx, tmp_path / "tree")
     head = Git(tmp_path / "tree").head()
     base = Git(tmp_path / "tree").out("rev-list", "--max-parents=0", "HEAD")
@@ -57,5 +57,6 @@ def test_a_rerun_lists_the_upstream_tree_once_and_never_reads_a_listing_from_the
     kept.write_text(json.dumps({"paths": list(swapped), "modes": [0o100644] * 2, "blobs": "".join(swapped.values())}))
     trace = tmp_path / "trace"
     apply_all(series_fx, tmp_path / "tree", trace=trace)
-    assert len([command for command in traced_commands(trace) if command.startswith("git ls-tree -r")]) == 1
+    listed = [command for command in traced_commands(trace) if command.startswith("git ls-tree")]
+    assert len(listed) == 1 and listed[0].startswith("git ls-tree -t") and "python/pkg/core.py" in listed[0]
     assert Git(tmp_path / "tree").head() == head

@@ -18,10 +18,11 @@ from forkbuild.config import PatchEntry, Series
 from forkbuild.context import Context
 from forkbuild.emptydirs import recreate_empty_dirs
 from forkbuild.errors import ApplyError, DirtyTreeError, quoted
-from forkbuild.git import Git, TreeEntry
-from forkbuild.guards_module import add_generated_commit
-from forkbuild.patchfile import PatchInfo, check_patches, read_patch, symlinks_of
+from forkbuild.git import Git
+from forkbuild.guards_module import add_generated_commit, module_path
+from forkbuild.patchfile import PatchInfo, check_patches, read_patch
 from forkbuild.worktree.engine import ALREADY_APPLIED, Engine, Outcome, PatchJob, PatchResult
+from forkbuild.worktree.smallindex import TreeListing
 from forkbuild.worktree.state import (
     STATE_FILE,
     StopState,
@@ -95,25 +96,33 @@ def apply_variant(*, context: Context, variant: Combination, dest: Path, stop: b
     return result
 
 
-def _jobs(context: Context, plan: ApplyPlan) -> tuple[str, Git, dict[str, TreeEntry], tuple[PatchJob, ...]]:
-    """The pinned upstream commit, the cache's git, its tree's entries and the plan's jobs."""
+def _jobs(context: Context, plan: ApplyPlan) -> tuple[str, Git, TreeListing, tuple[PatchJob, ...]]:
+    """The pinned upstream commit, the cache's git, upstream's tree as the patches need it and the plan's jobs."""
     cache = context.upstream
     base = cache.ensure(context.series.upstream)
     cache_git = cache.git()
-    entries = cache_git.tree_entries(base)  # read once: for the symlinks and the engine's fast rung
-    # No patch may write through one of upstream's symlinks (plan_variant checked the rest).
-    symlinks = symlinks_of(entries)
-    if symlinks:
-        check_patches([entry.path for entry in plan.entries], symlinks=symlinks)
+    listing = upstream_listing(cache_git, base, plan.parsed, also=[module_path(context.series) or ""])
     # The 3-way rung merges each patch's commit of the whole series.
     sources = ensure_series_blobs(context=context, cache=cache, base=base) if plan.left_out and plan.entries else {}
-    return base, cache_git, entries, tuple(PatchJob(name=entry.file, path=entry.path,
+    return base, cache_git, listing, tuple(PatchJob(name=entry.file, path=entry.path,
                                                     source=sources.get(entry.file, "")) for entry in plan.entries)
+
+
+def upstream_listing(cache_git: Git, base: str, parsed: Mapping[Path, PatchInfo], *, also: Iterable[str] = ()) -> TreeListing:
+    """Upstream's tree as the patches need it (their files, `also`, every directory a header names: one
+    git run); raises if a patch writes through an upstream symlink (git's verdict, every run, never a cache)."""
+    listing = TreeListing(cache_git, base)
+    listing.learn({*(change.path for info in parsed.values() for change in info.files),
+                   *(folder for info in parsed.values() for folder in info.dirs), *filter(None, also)})
+    symlinks = listing.symlinks()
+    if symlinks:
+        check_patches(list(parsed), symlinks=symlinks)
+    return listing
 
 
 def apply_plan(*, context: Context, plan: ApplyPlan, dest: Path, stop: bool = False,
                report_offsets: bool = True) -> ApplyResult:
-    base, cache_git, entries, jobs = _jobs(context, plan)
+    base, cache_git, listing, jobs = _jobs(context, plan)
     with tree_guard(dest, "apply") as guard:  # a second run on this tree refuses; a killed one is cleared
         if recover_killed_change(guard, cache_git):
             context.reporter.warn(f"{dest}: removed what an interrupted or killed forkbuild apply left half-built there")
@@ -133,7 +142,7 @@ def apply_plan(*, context: Context, plan: ApplyPlan, dest: Path, stop: bool = Fa
 
             # What the tree shows: the HEAD prepare_worktree checked, or nothing (a new tree).
             engine = Engine(worktree, head=base, shown=previous.head if previous else base, checked_out=bool(previous),
-                            before_change=before_change, entries=entries, parsed=plan.parsed)
+                            before_change=before_change, listing=listing, parsed=plan.parsed)
             results = _run(engine, run, stop=stop, context=context, features=plan.features)
         return _result(context, plan, dest=dest, base=base, head=engine.head, results=results, report=report_offsets)
 
@@ -352,16 +361,16 @@ def ensure_series_blobs(*, context: Context, cache: UpstreamCache, base: str) ->
 def apply_in_index(*, context: Context, plan: ApplyPlan) -> tuple[str, str] | None:
     """The engine's index-only mode: `plan` and its guards commit applied in the bare cache, as
     apply_plan commits it; (base, head), or None when a patch does not apply."""
-    base, cache_git, entries, jobs = _jobs(context, plan)
+    base, cache_git, listing, jobs = _jobs(context, plan)
     head, failed = _in_index(cache_git, base, list(jobs), generated=(context.series, plan.features) if jobs else None,
-                             entries=entries, parsed=plan.parsed)
+                             listing=listing, parsed=plan.parsed)
     return None if failed else (base, head)
 
 
 def _in_index(cache_git: Git, base: str, jobs: list[PatchJob], generated: tuple[Series, tuple[str, ...]] | None = None,
-              entries: dict[str, TreeEntry] | None = None,
-              parsed: Mapping[Path, PatchInfo] | None = None) -> tuple[str, list[PatchResult]]:
-    engine = Engine(cache_git, head=base, shown=base, entries=entries, parsed=parsed)
+              listing: TreeListing | None = None, parsed: Mapping[Path, PatchInfo] | None = None,
+              ) -> tuple[str, list[PatchResult]]:
+    engine = Engine(cache_git, head=base, shown=base, listing=listing, parsed=parsed)
     try:
         failed = [result for result in engine.run(jobs, stop=False, write=False) if not result.outcome.applied]
         if generated and not failed:

@@ -6,12 +6,12 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
-from forkbuild.apply import PatchRecord, apply_plan, plan_variant
+from forkbuild.apply import PatchRecord, apply_plan, plan_variant, upstream_listing
 from forkbuild.combination import Combination, of_variant, whole_series
 from forkbuild.config import Series
 from forkbuild.context import Context
 from forkbuild.errors import ApplyError
-from forkbuild.patchfile import check_patches, symlinks_of
+from forkbuild.patchfile import check_patches
 from forkbuild.worktrees import temporary_worktree
 
 
@@ -51,8 +51,8 @@ def check_series(*, context: Context, dest: Path | None = None) -> list[VariantC
     series = context.series
     cache = context.upstream
     # Every parse and path problem of every patch at once; the same check apply and import run.
-    upstream = cache.git().tree_entries(cache.ensure(series.upstream))
-    check_patches([entry.path for entry in series.patches], symlinks=symlinks_of(upstream))
+    parsed = check_patches([entry.path for entry in series.patches])
+    upstream_listing(cache.git(), cache.ensure(series.upstream), parsed)
     checks = []
     with nullcontext(dest) if dest else temporary_worktree(cache, purpose="check") as tree:
         for variant in (whole_series(series), *(of_variant(series, name) for name in series.variants)):

@@ -56,13 +56,6 @@ def command_name(module_name: str) -> str:
     return module_name.rstrip("_").replace("_", "-")
 
 
-def _requested_command(argv: list[str] | None) -> str | None:
-    pre = argparse.ArgumentParser(add_help=False)
-    _global_options(pre)
-    _, rest = pre.parse_known_args(argv)
-    return rest[0] if rest and not rest[0].startswith("-") else None
-
-
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     epilog = "exit codes:\n" + "\n".join(f"  {code:>3}  {name}: {meaning}" for code, name, meaning in exit_codes())
     parser = argparse.ArgumentParser(prog="forkbuild", description=DESCRIPTION, epilog=epilog,
@@ -74,7 +67,10 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     # Each module in forkbuild.commands adds its subcommand. Only the requested one is imported
     # (the others pull in wheel, image and rebase code: ~0.3 s); --help imports them all.
     modules = sorted(path.stem for path in Path(commands.__file__).parent.glob("*.py") if path.stem != "__init__")
-    requested = _requested_command(argv)
+    pre = argparse.ArgumentParser(add_help=False)
+    _global_options(pre)
+    rest = pre.parse_known_args(argv)[1]
+    requested = rest[0] if rest and not rest[0].startswith("-") else None
     if any(command_name(name) == requested for name in modules):
         modules = [name for name in modules if command_name(name) == requested]
     for name in modules:

@@ -110,8 +110,8 @@ def _revision(value: str) -> str:
     return value
 
 
-def _find_git_dirs(path: Path) -> tuple[Path, Path]:
-    """(git dir, common dir) of the work tree or bare repository at `path` (not its parents)."""
+def _find_git_dir(path: Path) -> Path:
+    """The git dir of the work tree or bare repository at `path` (not its parents)."""
     dot_git = path / ".git"
     if dot_git.is_dir():
         git_dir = dot_git
@@ -124,10 +124,7 @@ def _find_git_dirs(path: Path) -> tuple[Path, Path]:
         git_dir = path
     else:
         raise ForkbuildError(f"{path} is not a git repository")
-    git_dir = git_dir.resolve()
-    commondir = git_dir / "commondir"
-    common = (git_dir / commondir.read_text().strip()).resolve() if commondir.is_file() else git_dir
-    return git_dir, common
+    return git_dir.resolve()
 
 
 class Git:
@@ -135,7 +132,7 @@ class Git:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self.git_dir, self.common_dir = _find_git_dirs(self.path)
+        self.git_dir = _find_git_dir(self.path)
 
     @classmethod
     def init(cls, path: Path, *, bare: bool = False) -> Git:
@@ -333,15 +330,21 @@ class Git:
     def write_tree(self, *, index: Path | None = None) -> str:
         return self.out("write-tree", env={"GIT_INDEX_FILE": str(index)} if index else None)
 
-    def tree_entries(self, commit: str) -> dict[str, TreeEntry]:
-        """path -> entry of every file of `commit`'s tree."""
+    def tree_entries(self, commit: str, paths: Iterable[str] | None = None) -> dict[str, TreeEntry]:
+        """path -> entry of every file of `commit`'s tree; with `paths`, of each of them the tree holds:
+        a file, symlink, gitlink or directory (mode 0o040000), read literally ("*" matches only itself)."""
+        wanted = None if paths is None else sorted(set(paths))
+        runs = [("-r", [])] if wanted is None else [("-t", wanted[at:at + 1000]) for at in range(0, len(wanted), 1000)]
         listed = {}
-        for item in self.run("ls-tree", "-r", "-z", "--full-tree", "--end-of-options", commit).stdout.split("\0"):
-            if item:
-                meta, path = item.split("\t", 1)
-                mode, _, blob = meta.split(" ")
-                listed[path] = TreeEntry(int(mode, 8), blob)
-        return listed
+        for flag, batch in runs:  # a command line of any number of paths
+            listing = self.run("ls-tree", flag, "-z", "--full-tree", "--end-of-options", commit, *batch,
+                               env={"GIT_LITERAL_PATHSPECS": "1"}).stdout
+            for item in listing.split("\0"):
+                if item:
+                    meta, path = item.split("\t", 1)
+                    mode, _, blob = meta.split(" ")
+                    listed[path] = TreeEntry(int(mode, 8), blob)
+        return listed if wanted is None else {path: listed[path] for path in wanted if path in listed}
 
     def read_index(self, index: Path) -> dict[str, TreeEntry]:
         """path -> entry of every stage-0 entry of a private index."""

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, NamedTuple
 
-from forkbuild.config import Guard, Series
+from forkbuild.config import Series
 from forkbuild.patchfile import PatchInfo
 
 if TYPE_CHECKING:
@@ -52,15 +52,11 @@ def render(series: Series, features: Iterable[str]) -> str:
         "",
         "# (variable, type, default as series.toml writes it, feature)",
         f"{DATA_NAME} = (",
-        *(f"    {_entry(guard)}," for guard in guards),
+        *(f"    {(guard.env, guard.type, guard.default, guard.feature)!r}," for guard in guards),
         ")",
         "",
     ]
     return "\n".join(lines)
-
-
-def _entry(guard: Guard) -> str:
-    return repr((guard.env, guard.type, guard.default, guard.feature))
 
 
 def generated_files(series: Series, features: Iterable[str]) -> dict[str, bytes]:

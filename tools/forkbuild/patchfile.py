@@ -7,14 +7,12 @@ import email
 import email.header
 import email.message
 import re
-from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import NamedTuple
 
 import unidiff
 
 from forkbuild.errors import UnsafePatchError
-from forkbuild.git import TreeEntry
 
 TRAILER = re.compile(r"^(?P<key>[A-Za-z][A-Za-z0-9-]*):\s*(?P<value>.+?)\s*$")
 # A line of the diffstat `git format-patch` writes between the `---` line and the diff.
@@ -36,6 +34,7 @@ class PatchInfo(NamedTuple):
     message: str
     trailers: tuple[tuple[str, str], ...]
     files: tuple[FileChange, ...]
+    dirs: frozenset[str]  # every directory above a path its headers name: where an upstream symlink matters
 
     def trailer(self, key: str) -> list[str]:
         return [value for name, value in self.trailers if name.lower() == key.lower()]
@@ -133,7 +132,8 @@ def parse_patch(text: str, *, path: Path) -> PatchInfo:
                              added=patched.added, removed=patched.removed) for patched in diff)
     return PatchInfo(path=path, subject=subject, author=_decode_header(headers.get("From")),
                      date=headers.get("Date", ""), message=message_body,
-                     trailers=parse_trailers(message_body), files=files)
+                     trailers=parse_trailers(message_body), files=files,
+                     dirs=frozenset(folder for raw, prefixed in _names(text) for folder in _dirs_above(raw, prefixed)))
 
 
 def strip_prefix(name: str) -> str:
@@ -197,11 +197,6 @@ def _names(text: str) -> list[tuple[str, bool]]:
         names += [(c_unquote(part), True) for part in re.findall(r'"(?:[^"\\]|\\.)*"', value)]
         names += [(part, True) for part in re.sub(r'"(?:[^"\\]|\\.)*"', " ", value).split()]
     return [(name, prefixed) for name, prefixed in names if name.strip() != "/dev/null"]
-
-
-def symlinks_of(entries: Mapping[str, TreeEntry]) -> frozenset[str]:
-    """The symbolic links among upstream's tree `entries`, read from git (a security verdict: never a cache record)."""
-    return frozenset(path for path, entry in entries.items() if entry.mode == S_IFLNK)
 
 
 def safety_problems(text: str, *, tree: Path | None = None, symlinks: frozenset[str] = frozenset()) -> list[str]:
@@ -283,8 +278,7 @@ def check_patches(paths, *, symlinks: frozenset[str] = frozenset()) -> dict[Path
 def _path_problems(raw: str, *, prefixed: bool, tree: Path | None, symlinks: frozenset[str] = frozenset()) -> list[str]:
     if raw.startswith("/"):
         return [f"{raw}: absolute path"]
-    # git am strips one leading component (-p1), whatever it is: judge what is left, and the whole.
-    stripped = raw.split("/", 1)[1] if prefixed and "/" in raw else raw
+    stripped = _stripped(raw, prefixed)
     if stripped.startswith("/"):
         return [f"{stripped}: absolute path"]
     name = PurePosixPath(stripped)
@@ -292,8 +286,18 @@ def _path_problems(raw: str, *, prefixed: bool, tree: Path | None, symlinks: fro
         return [f"{stripped}: leaves the tree (..)"]
     if any(part.lower().rstrip(". ") == ".git" for part in name.parts):
         return [f"{name}: touches .git/"]
-    for depth in range(1, len(name.parts)):
-        prefix = "/".join(name.parts[:depth])
+    for prefix in _dirs_above(raw, prefixed):
         if prefix in symlinks or (tree is not None and (tree / prefix).is_symlink()):
             return [f"{name}: goes through the symbolic link {prefix}"]
     return []
+
+
+def _stripped(raw: str, prefixed: bool) -> str:
+    """The path git am applies: one leading component stripped (-p1), whatever it is."""
+    return raw.split("/", 1)[1] if prefixed and "/" in raw else raw
+
+
+def _dirs_above(raw: str, prefixed: bool) -> list[str]:
+    """The directories above the path a header names ("a/b/c" -> "a", "a/b"): what the symlink rule judges."""
+    parts = PurePosixPath(_stripped(raw, prefixed)).parts
+    return ["/".join(parts[:depth]) for depth in range(1, len(parts))]

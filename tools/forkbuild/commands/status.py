@@ -119,6 +119,6 @@ def variant_table(status: dict) -> Table:
     table = Table("variant", "features", "patches", "env", title=f"variants (default: {status['default_variant']})")
     for variant in status["variants"]:
         env = "\n".join(f"{key}={value}" for key, value in variant["env"].items())
-        table.add_row(variant["name"], ", ".join(variant["features"]) or styled(("none", "dim")), str(len(variant["patches"])),
-                      env)
+        features = ", ".join(variant["features"]) or styled(("none", "dim"))
+        table.add_row(variant["name"], features, str(len(variant["patches"])), env)
     return table

@@ -132,7 +132,7 @@ class Engine:
 
     def __init__(self, worktree: Git, *, detect_upstreamed: bool = False, head: str = "", shown: str = "",
                  checked_out: bool = True, before_change: Callable[[], None] | None = None,
-                 entries: Mapping[str, TreeEntry] | None = None, parsed: Mapping[Path, PatchInfo] | None = None) -> None:
+                 listing: TreeListing | None = None, parsed: Mapping[Path, PatchInfo] | None = None) -> None:
         self.worktree = worktree
         for path in worktree.git_dir.glob("forkbuild-engine-*.index*"):  # what killed engines left
             match = ENGINE_FILE.fullmatch(path.name)
@@ -146,8 +146,8 @@ class Engine:
         self.shown = shown or current
         self._pending: list[tuple[str, FileCommit]] = []  # (token, commit), oldest first
         self._written: dict[str, str] = {}  # token -> commit id, once flushed
-        # of `_head`'s tree, for the fast rung; `entries`: `head`'s, when the caller has read them
-        self._listing: TreeListing | None = TreeListing(entries) if entries is not None else None
+        # of `_head`'s tree, for the fast rung; `listing`: `head`'s, when the caller has one
+        self._listing = listing
         self._serial = next(_ENGINES)
         # The small index now: its listing, the files it was written for, what it holds.
         self._small: tuple[TreeListing, set[str], dict[str, TreeEntry]] | None = None
@@ -228,7 +228,7 @@ class Engine:
         files they (and `upcoming`) name, commits left pending; [] when this rung cannot tell."""
         if self._listing is None:
             self.flush()
-            self._listing = TreeListing(self.worktree.tree_entries(self._head))
+            self._listing = TreeListing(self.worktree, self._head)
         listing = self._listing
         paths = {path for planned in group for path in planned.paths}
         if self._small is not None and self._small[0] is listing and paths <= self._small[1]:

@@ -1,16 +1,16 @@
 """Patches applied in a private index of only the files they name (the engine's fast rung,
 `import --quilt`): one `git apply --cached` per run of patches on disjoint files.
-`TreeListing`: HEAD's tree as the fast rung knows it without asking git per patch."""
+`TreeListing`: HEAD's tree as the fast rung knows it: the paths the patches name, asked of git once."""
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import islice
 from pathlib import Path
 from typing import TypeVar
 
 from forkbuild.git import Git, PathChange, TreeEntry
+from forkbuild.patchfile import S_IFDIR, S_IFLNK
 
 T = TypeVar("T")
 
@@ -56,18 +56,34 @@ def apply_small(git: Git, patches: Sequence[Path], *, index: Path, entries: Mapp
 
 
 class TreeListing:
-    """`entries` (a base's listing, shared, not copied) with the changes made on top."""
+    """A commit's tree as the fast rung knows it: the entries of the paths asked about (of git, in
+    one `ls-tree` per batch, each path with the directories above it), and the changes made on top."""
 
-    def __init__(self, entries: Mapping[str, TreeEntry]) -> None:
-        self._base = entries
+    def __init__(self, git: Git, commit: str) -> None:
+        self._git, self._commit = git, commit
+        self._base: dict[str, TreeEntry | None] = {}  # each path asked about: its entry, None when absent
         self._changed: dict[str, TreeEntry | None] = {}  # path -> its entry now; None: deleted
-        self._sorted = sorted(entries)
+
+    def learn(self, paths: Iterable[str]) -> None:
+        """Ask git, at once, about `paths` and the directories above them (those not asked yet)."""
+        wanted = {asked for path in paths for asked in (path, *parents(path))} - self._base.keys()
+        if wanted:
+            found = self._git.tree_entries(self._commit, wanted)
+            self._base.update((path, found.get(path)) for path in wanted)
+
+    def symlinks(self) -> frozenset[str]:
+        """The symbolic links among the paths asked about (in the commit's own tree)."""
+        return frozenset(path for path, entry in self._base.items() if entry is not None and entry.mode == S_IFLNK)
 
     def _get(self, path: str) -> TreeEntry | None:
-        return self._changed[path] if path in self._changed else self._base.get(path)
+        """The file, symlink or gitlink at `path` now (None: nothing, or a directory)."""
+        entry = self._changed[path] if path in self._changed else self._base[path]
+        return None if entry is None or entry.mode == S_IFDIR else entry
 
     def entries_for(self, paths: Iterable[str]) -> dict[str, TreeEntry]:
         """The files among `paths` that the tree holds: what the small index starts from."""
+        paths = list(paths)
+        self.learn(paths)
         found = {path: self._get(path) for path in paths}
         return {path: entry for path, entry in found.items() if entry is not None}
 
@@ -75,9 +91,13 @@ class TreeListing:
         """What git changed in the small index, or None when git would have refused it on the full
         index (a file created where the tree has one, a directory, or below a file kept)."""
         deleted = {path for path in before if path not in after}
-        for path in after.keys() - before.keys():
-            at = bisect_left(self._sorted, path + "/")  # a directory of the tree is there
-            if self._get(path) is not None or (at < len(self._sorted) and self._sorted[at].startswith(path + "/")):
+        created = after.keys() - before.keys()
+        self.learn(created)
+        for path in created:
+            # A directory there: the commit's (even one the changes emptied: the full rungs tell), or a change's.
+            held = self._base[path]
+            if self._get(path) is not None or (held is not None and held.mode == S_IFDIR) or \
+                    any(name.startswith(path + "/") and entry for name, entry in self._changed.items()):
                 return None
             if any(self._get(parent) is not None and parent not in deleted for parent in parents(path)):
                 return None
@@ -88,13 +108,4 @@ class TreeListing:
 
     def update(self, changes: Iterable[PathChange]) -> None:
         for change in changes:
-            held = self._get(change.path) is not None
-            if not change.mode:
-                self._changed[change.path] = None
-                at = bisect_left(self._sorted, change.path)
-                if held and at < len(self._sorted) and self._sorted[at] == change.path:
-                    del self._sorted[at]
-            else:
-                if not held:
-                    insort(self._sorted, change.path)
-                self._changed[change.path] = TreeEntry(change.mode, change.blob)
+            self._changed[change.path] = TreeEntry(change.mode, change.blob) if change.mode else None
