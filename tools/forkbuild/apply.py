@@ -126,8 +126,7 @@ def apply_plan(*, context: Context, plan: ApplyPlan, dest: Path, stop: bool = Fa
     with tree_guard(dest, "apply") as guard:  # a second run on this tree refuses; a killed one is cleared
         if recover_killed_change(guard, cache_git):
             context.reporter.warn(f"{dest}: removed what an interrupted or killed forkbuild apply left half-built there")
-        previous = read_state(dest) if (dest / ".git").exists() else None
-        worktree = prepare_worktree(cache_git, dest=dest, base=base, guard=guard, checkout=False)
+        worktree, previous = prepare_worktree(cache_git, dest=dest, base=base, guard=guard, checkout=False)
         chaos_point("apply:prepared")
         run = StopState(variant=plan.variant, base=base, started_from=previous.head if previous else base,
                         previous_state=previous, jobs=jobs, cursor=0, results=(),
@@ -290,16 +289,16 @@ def refuse_unsaved_work(worktree: Git) -> None:
 
 
 def prepare_worktree(cache_git: Git, *, dest: Path, base: str, guard: TreeGuard | None = None,
-                     checkout: bool = True) -> Git:
-    """A clean work tree at `base`: new, or one forkbuild made that holds nothing else. With the
-    caller's `guard`, unsaved work is the caller's to refuse (`_before_change`).
-    checkout=False: a new tree gets no files yet."""
+                     checkout: bool = True) -> tuple[Git, WorktreeState | None]:
+    """A clean work tree at `base` and the state it records: new (None), or one forkbuild made that
+    holds nothing else. With the caller's `guard`, unsaved work is the caller's to refuse
+    (`_before_change`). checkout=False: a new tree gets no files yet."""
     if dest.exists() and not dest.is_dir():
         raise DirtyTreeError(f"{dest} exists and is not a directory", hint="choose another --dir")
     if not dest.exists() or not any(dest.iterdir()):
         if guard:
             guard.changing()
-        return cache_git.add_worktree(dest, base, checkout=checkout)
+        return cache_git.add_worktree(dest, base, checkout=checkout), None
     state = read_state(dest) if (dest / ".git").exists() else None
     if state is None:
         raise DirtyTreeError(f"{dest} exists and is not a forkbuild work tree",
@@ -313,7 +312,7 @@ def prepare_worktree(cache_git: Git, *, dest: Path, base: str, guard: TreeGuard 
         raise DirtyTreeError(f"{dest} has {len(extra) or 'other'} commit(s) that are not in the series (HEAD {head[:12]})",
                              hint=f"keep them: `forkbuild export --dir {quoted(dest)}`; "
                                   f"discard them: git -C {quoted(dest)} reset --hard {state.head[:12]}")
-    return worktree
+    return worktree, state
 
 
 def _failure_detail(worktree: Git, path: Path, reason: str, *, earlier: list[tuple[str, Path]],

@@ -309,7 +309,7 @@ def _check_out_series(context: Context, cache_git: Git, *, base: str, head: str,
     """Check the series work tree out at `head`, unless it holds work of its own."""
     dest = context.series_dir / SERIES_TREE
     try:
-        worktree = prepare_worktree(cache_git, dest=dest, base=head)  # refuses a tree with work of its own
+        worktree, _ = prepare_worktree(cache_git, dest=dest, base=head)  # refuses a tree with work of its own
         worktree.checkout_detached(head)  # an existing tree: only the files the imported patches change
     except DirtyTreeError as error:
         return None, f"{dest} was left as it is: {error}"
