@@ -108,7 +108,8 @@ def _jobs(context: Context, plan: ApplyPlan) -> tuple[str, Git, TreeListing, tup
                                                     source=sources.get(entry.file, "")) for entry in plan.entries)
 
 
-def upstream_listing(cache_git: Git, base: str, parsed: Mapping[Path, PatchInfo], *, also: Iterable[str] = ()) -> TreeListing:
+def upstream_listing(cache_git: Git, base: str, parsed: Mapping[Path, PatchInfo], *,
+                     also: Iterable[str] = ()) -> TreeListing:
     """Upstream's tree as the patches need it (their files, `also`, every directory a header names: one
     git run); raises if a patch writes through an upstream symlink (git's verdict, every run, never a cache)."""
     listing = TreeListing(cache_git, base)
