@@ -68,8 +68,8 @@ def test_a_killed_first_apply_is_rebuilt_by_the_rerun(series_fx: SeriesFixture, 
 
 
 def test_a_reapply_killed_before_it_touched_the_tree_leaves_it_to_export(series_fx: SeriesFixture) -> None:
-    """Until the engine first changes the work tree (its `git status` still running beside
-    the plumbing), the tree is the user's as it was: a kill there leaves nothing to refuse."""
+    """Until the engine first changes the work tree (after its `git status` found nothing
+    unsaved), the tree is the user's as it was: a kill there leaves nothing to refuse."""
     assert series_fx.cli("apply", "--all") == 0
     before = fingerprint(series_fx)
     assert forkbuild(series_fx, "apply", "--all", kill_at="apply:prepared").returncode == -9
@@ -79,9 +79,8 @@ def test_a_reapply_killed_before_it_touched_the_tree_leaves_it_to_export(series_
 
 
 def test_a_reapply_refuses_unsaved_work_before_it_touches_the_tree(series_fx: SeriesFixture) -> None:
-    """The status runs beside the engine, but its refusal comes before any change: the
-    uncommitted edit is still there, and the tree is not marked as changing (a re-run
-    must not clear it)."""
+    """The refusal comes before any change: the uncommitted edit is still there, and the
+    tree is not marked as changing (a re-run must not clear it)."""
     assert series_fx.cli("apply", "--all") == 0
     tree = series_tree(series_fx)
     edited = tree / "python" / "pkg" / "core.py"
