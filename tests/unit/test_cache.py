@@ -169,13 +169,15 @@ def test_a_held_lock_becomes_lock_timeout_with_a_hint(tmp_path: Path, monkeypatc
 
 # -- verified on use ---------------------------------------------------------------
 
-def test_a_cached_wheel_changed_afterwards_is_fetched_again_never_used(tmp_path, monkeypatch):
+def test_a_cached_wheel_changed_afterwards_is_fetched_again_never_used(tmp_path, monkeypatch, capsys):
     pin = make_wheel(tmp_path, "1.0", {"__init__.py": "x = 1\n"})
     cache = UpstreamCache(tmp_path / "cache")
     cached = cache.wheel(pin)
     good = cached.read_bytes()
     cached.write_bytes(good[:-10])  # truncated (or edited: any change)
+    capsys.readouterr()
     assert cache.wheel(pin).read_bytes() == good  # fetched again from the pin's url
+    assert " ".join(capsys.readouterr().err.split()).count("does not match its sha256 pin") == 1  # said once
     # Offline, a damaged wheel is a clear error, and is not handed out.
     cached.write_bytes(b"edited")
     monkeypatch.setattr("urllib.request.urlopen", lambda *a, **k: (_ for _ in ()).throw(OSError("offline")))

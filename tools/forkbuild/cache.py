@@ -111,7 +111,7 @@ class UpstreamCache:
     def wheel(self, pin: WheelPin) -> Path:
         """The wheel file for `pin`, hashed on every use; downloaded when missing or not matching."""
         cached = self.wheels_dir / pin.filename
-        if cached.is_file() and self._matches_pin(cached, pin):
+        if cached.is_file() and sha256_of(cached) == pin.sha256:  # a mismatch is said once, under the lock
             return cached
         with self.locked():
             return self._wheel_locked(pin)
