@@ -6,16 +6,19 @@ import hashlib
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tomllib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import nox
 from nox.virtualenv import find_uv
 
 ROOT = Path(__file__).parent
-nox.options.sessions = ["lint", "tests", "check", "test-patch", "image-tests"]
+nox.options.sessions = ["lint", "tests", "check", "variants"]
 nox.options.reuse_venv = "yes"
 # uv makes and fills every session's venv (several times faster than virtualenv + pip);
 # virtualenv where uv is missing. README's command installs uv beside nox.
@@ -34,15 +37,22 @@ def _install_forkbuild(session: nox.Session) -> None:
     session.install("-e", f"{ROOT}[test]")
 
 
-def _ensure_quilt(session: nox.Session) -> None:
-    """quilt for tests/unit/test_quilt_interop.py, which skips without it. CI runs as root on a fresh machine:
-    install it there from Debian (as .ci/dockerd.sh installs docker.io); elsewhere say what will skip."""
-    if shutil.which("quilt"):
+# Debian tools some unit tests use, and the tests that skip without them.
+TEST_TOOLS = {"quilt": "tests/unit/test_quilt_interop.py", "docker-compose": "tests/unit/test_launch.py's compose check"}
+
+
+def _ensure_test_tools(session: nox.Session) -> None:
+    """CI runs as root on a fresh machine: install the missing TEST_TOOLS there from Debian
+    (as .ci/dockerd.sh installs docker.io), so a fresh machine runs the tests a warm one
+    does; elsewhere say what will skip."""
+    missing = [tool for tool in TEST_TOOLS if not shutil.which(tool)]
+    if not missing:
         return
     if os.geteuid() != 0 or not shutil.which("apt-get"):
-        session.warn("quilt is not installed: tests/unit/test_quilt_interop.py will skip (apt-get install quilt)")
+        for tool in missing:
+            session.warn(f"{tool} is not installed: {TEST_TOOLS[tool]} will skip (apt-get install {tool})")
         return
-    command = ["apt-get", "install", "-y", "--no-install-recommends", "quilt"]
+    command = ["apt-get", "install", "-y", "--no-install-recommends", *missing]
     env = {"DEBIAN_FRONTEND": "noninteractive"}
     if subprocess.run(command, env={**os.environ, **env}, capture_output=True).returncode != 0:
         # a dpkg killed mid-install must be finished first; a fresh machine's package lists may be empty
@@ -55,7 +65,7 @@ def _ensure_quilt(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """forkbuild's own tests: unit (fixture repos) and integration (real sglang wheels)."""
     _install_forkbuild(session)
-    _ensure_quilt(session)
+    _ensure_test_tools(session)
     # One worker per core; the integration tests share the repository's upstream cache,
     # so they stay in one worker, in order (tests/integration/conftest.py). `-- -n 0`: no workers.
     session.run("pytest", "-n", "auto", *session.posargs)
@@ -112,10 +122,55 @@ def image_tests(session: nox.Session) -> None:
     """Every variant's image in both modes, built and checked inside, on a private
     docker daemon that .ci/docker-tests.sh installs, starts and stops (needs root)."""
     _install_forkbuild(session)
-    session.run("bash", str(ROOT / ".ci" / "docker-tests.sh"), *session.posargs,
-                env={"PYTHON": str(Path(session.bin) / "python")}, external=True)
+    session.run(*_docker_tests(session), env=_docker_tests_env(session), external=True)
 
 
+def _docker_tests(session: nox.Session) -> list[str]:
+    return ["bash", str(ROOT / ".ci" / "docker-tests.sh"), *session.posargs]
+
+
+def _docker_tests_env(session: nox.Session) -> dict[str, str]:
+    return {"PYTHON": str(Path(session.bin) / "python")}
+
+
+@nox.session(name="variants", python="3.11")
+def variants(session: nox.Session) -> None:
+    """test-patch of every variant, and image-tests beside it in the background.
+
+    The image side mostly waits (apt, mmdebstrap, docker) while test-patch keeps the cores
+    busy (docs/benchmarks.md, "Test command wall time"). Its output goes to build/image-tests.log and is shown when both are done."""
+    _install_forkbuild(session)
+    log = ROOT / "build" / "image-tests.log"
+    with _beside(session, _docker_tests(session), env=_docker_tests_env(session), log=log, name="image-tests"):
+        python = _test_venv(session)
+        for variant in _variants():
+            _test_patch(session, python, variant)
+
+
+@contextmanager
+def _beside(session: nox.Session, command: list[str], *, env: dict[str, str], log: Path, name: str) -> Iterator[None]:
+    """`command` runs in the background, in a process group of its own, while the block runs.
+    Then: wait for it, show its output, fail the session if it failed. A command of the block
+    that fails leaves it running, so both sides report; Ctrl-C interrupts it (its traps run)."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("wb") as output:
+        background = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env={**os.environ, **env},
+                                      start_new_session=True)
+    session.log(f"{name} runs beside this session; its output: {log}")
+    try:
+        yield
+    except nox.command.CommandFailed:
+        raise
+    except BaseException:
+        if background.poll() is None:
+            os.killpg(background.pid, signal.SIGINT)
+        raise
+    finally:
+        status = background.wait()
+        session.log(f"{name} ended (exit {status}); its output:")
+        print(log.read_text(errors="replace"), end="", flush=True)
+    if status != 0:
+        session.error(f"{name} failed (exit {status}); its output is above ({log})")
 @nox.session(name="check", python="3.11", default=False)
 def check(session: nox.Session) -> None:
     """Every variant applies strictly; patches/ is what export would write."""
@@ -135,7 +190,10 @@ TEST_VENV_INPUTS = ("constraints/test-patch.txt", "constraints/test-patch.in", "
 @nox.parametrize("variant", VARIANTS)
 def test_patch(session: nox.Session, variant: str) -> None:
     """Prove a variant: structure checks, then tests/patches against its wheel in the test venv (CPU)."""
-    python = _test_venv(session)
+    _test_patch(session, _test_venv(session), variant)
+
+
+def _test_patch(session: nox.Session, python: Path, variant: str) -> None:
     session.run(str(python), "-m", "forkbuild", "test-patch", "--variant", variant, *session.posargs, env=_uv_env())
 
 

@@ -55,7 +55,7 @@ def installed(cp311, tmp_path_factory):
     root = tmp_path_factory.mktemp("venv")
     venv.create(root, with_pip=True)
     python = root / "bin" / "python"
-    subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", str(cp311)], check=True)
+    subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--no-compile", str(cp311)], check=True)
     return python
 
 
@@ -173,7 +173,7 @@ def test_tampered_wheel_installs_with_pip_but_fails_validation(cp311, tmp_path):
     tampered = tmp_path / cp311.name
     _tampered_copy(cp311, tampered, "sglang/version.py")
     target = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--no-compile",
                     "--target", str(target), str(tampered)], check=True, capture_output=True)
     assert b"# injected" in (target / "sglang" / "version.py").read_bytes()  # pip did not notice
     with pytest.raises(BuildError, match="sglang/version.py didn't match RECORD"):

@@ -1,12 +1,16 @@
 """noxfile.py: uv gets the sources and constraints pip is configured with, so the test
-venv takes the same (local) wheels pip would, never a download pip would not make."""
+venv takes the same (local) wheels pip would, never a download pip would not make; and
+`_beside` runs image-tests beside test-patch (the `variants` session), as one session."""
 
 from __future__ import annotations
 
 import functools
 import importlib.util
 import subprocess
+import time
 from pathlib import Path
+
+import pytest
 
 NOXFILE = Path(__file__).resolve().parents[2] / "noxfile.py"
 
@@ -50,3 +54,52 @@ def test_without_pip_configuration_uv_keeps_its_defaults(monkeypatch):
     assert noxfile._pip_sources() == []
     monkeypatch.setattr(noxfile.subprocess, "run", _listing("", returncode=1))  # no pip anywhere
     assert noxfile._pip_sources() == []
+
+
+class _Session:
+    """What `_beside` uses of a nox session; `error` raises as nox's does."""
+
+    def __init__(self):
+        self.logs: list[str] = []
+
+    def log(self, message: str) -> None:
+        self.logs.append(message)
+
+    def error(self, message: str) -> None:
+        raise RuntimeError(message)
+
+
+def test_a_side_that_fails_fails_the_session_after_the_block_with_its_output(tmp_path, capsys):
+    noxfile, session, started = _noxfile(), _Session(), tmp_path / "started"
+    command = ["sh", "-c", f"echo from the side; touch {started}; exit 3"]
+    with pytest.raises(RuntimeError, match=r"image-tests failed \(exit 3\)"):
+        with noxfile._beside(session, command, env={}, log=tmp_path / "side.log", name="image-tests"):
+            deadline = time.monotonic() + 30
+            while not started.exists():  # both run at once: the side is going while the block is
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+    assert "from the side" in capsys.readouterr().out
+
+
+def test_a_failed_command_in_the_block_lets_the_side_finish_and_report(tmp_path, capsys):
+    noxfile, session = _noxfile(), _Session()
+    command = ["sh", "-c", "sleep 0.5; echo the side finished"]
+    with pytest.raises(noxfile.nox.command.CommandFailed):
+        with noxfile._beside(session, command, env={}, log=tmp_path / "side.log", name="image-tests"):
+            raise noxfile.nox.command.CommandFailed("test-patch failed")
+    assert "the side finished" in capsys.readouterr().out
+    assert session.logs[-1] == "image-tests ended (exit 0); its output:"
+
+
+def test_ctrl_c_in_the_block_interrupts_the_side_and_its_exit_trap_runs(tmp_path, capsys):
+    noxfile, session = _noxfile(), _Session()
+    command = ["bash", "-c", "trap 'echo trap ran' EXIT; echo waiting; sleep 60"]
+    log = tmp_path / "side.log"
+    began = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        with noxfile._beside(session, command, env={}, log=log, name="image-tests"):
+            while "waiting" not in log.read_text():
+                time.sleep(0.01)
+            raise KeyboardInterrupt
+    assert time.monotonic() - began < 30
+    assert "trap ran" in capsys.readouterr().out
