@@ -151,7 +151,7 @@ def variants(session: nox.Session) -> None:
 def _beside(session: nox.Session, command: list[str], *, env: dict[str, str], log: Path, name: str) -> Iterator[None]:
     """`command` runs in the background, in a process group of its own, while the block runs.
     Then: wait for it, show its output, fail the session if it failed. A command of the block
-    that fails leaves it running, so both sides report; Ctrl-C interrupts it (its traps run)."""
+    that fails leaves it running, so both sides report; Ctrl-C stops it (its EXIT traps run)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("wb") as output:
         background = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env={**os.environ, **env},
@@ -163,7 +163,7 @@ def _beside(session: nox.Session, command: list[str], *, env: dict[str, str], lo
         raise
     except BaseException:
         if background.poll() is None:
-            os.killpg(background.pid, signal.SIGINT)
+            os.killpg(background.pid, signal.SIGTERM)  # SIGINT may be ignored there (inherited)
         raise
     finally:
         status = background.wait()
@@ -194,7 +194,8 @@ def test_patch(session: nox.Session, variant: str) -> None:
 
 
 def _test_patch(session: nox.Session, python: Path, variant: str) -> None:
-    session.run(str(python), "-m", "forkbuild", "test-patch", "--variant", variant, *session.posargs, env=_uv_env())
+    session.run(str(python), "-m", "forkbuild", "test-patch", "--variant", variant, *session.posargs, env=_uv_env(),
+                external=True)
 
 
 @nox.session(name="test-patch-matrix", python=False, default=False)
