@@ -8,7 +8,7 @@
 # PYTHON: the interpreter that has forkbuild and pytest (default: python3).
 # FORKBUILD_DOCKERD_DIR: where the daemon keeps its state (see .ci/dockerd.sh);
 # keeping it between runs keeps the base images (they are tagged by recipe hash).
-# From .ci/run:  .ci/docker-tests.sh  (or `source` nothing: it is self-contained)
+# Run by `nox -s image-tests`, and by `nox` beside test-patch (the `variants` session).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
