@@ -38,7 +38,8 @@ def _install_forkbuild(session: nox.Session) -> None:
 
 
 # Debian tools some unit tests use, and the tests that skip without them.
-TEST_TOOLS = {"quilt": "tests/unit/test_quilt_interop.py", "docker-compose": "tests/unit/test_launch.py's compose check"}
+TEST_TOOLS = {"quilt": "tests/unit/test_quilt_interop.py",
+              "docker-compose": "tests/unit/test_launch.py's compose check"}
 
 
 def _ensure_test_tools(session: nox.Session) -> None:
@@ -138,7 +139,8 @@ def variants(session: nox.Session) -> None:
     """test-patch of every variant, and image-tests beside it in the background.
 
     The image side mostly waits (apt, mmdebstrap, docker) while test-patch keeps the cores
-    busy (docs/benchmarks.md, "Test command wall time"). Its output goes to build/image-tests.log and is shown when both are done."""
+    busy (docs/benchmarks.md, "Test command wall time"). Its output goes to
+    build/image-tests.log and is shown when both are done."""
     _install_forkbuild(session)
     log = ROOT / "build" / "image-tests.log"
     with _beside(session, _docker_tests(session), env=_docker_tests_env(session), log=log, name="image-tests"):
@@ -171,6 +173,8 @@ def _beside(session: nox.Session, command: list[str], *, env: dict[str, str], lo
         print(log.read_text(errors="replace"), end="", flush=True)
     if status != 0:
         session.error(f"{name} failed (exit {status}); its output is above ({log})")
+
+
 @nox.session(name="check", python="3.11", default=False)
 def check(session: nox.Session) -> None:
     """Every variant applies strictly; patches/ is what export would write."""

@@ -55,7 +55,8 @@ def installed(cp311, tmp_path_factory):
     root = tmp_path_factory.mktemp("venv")
     venv.create(root, with_pip=True)
     python = root / "bin" / "python"
-    subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--no-compile", str(cp311)], check=True)
+    subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--no-compile", str(cp311)],
+                   check=True)
     return python
 
 

@@ -72,7 +72,7 @@ class _Session:
 
 def test_a_side_that_fails_fails_the_session_after_the_block_with_its_output(tmp_path, capsys):
     noxfile, session, started = _noxfile(), _Session(), tmp_path / "started"
-    command = ["sh", "-c", f"echo from the side; touch {started}; exit 3"]
+    command = ["sh", "-c", 'echo from the side; touch "$0"; exit 3', str(started)]
     with pytest.raises(RuntimeError, match=r"image-tests failed \(exit 3\)"):
         with noxfile._beside(session, command, env={}, log=tmp_path / "side.log", name="image-tests"):
             deadline = time.monotonic() + 30
@@ -103,6 +103,7 @@ def test_ctrl_c_in_the_block_stops_the_side_and_its_exit_trap_runs(tmp_path, cap
         with pytest.raises(KeyboardInterrupt):
             with noxfile._beside(session, command, env={}, log=log, name="image-tests"):
                 while "waiting" not in log.read_text():
+                    assert time.monotonic() - began < 30
                     time.sleep(0.01)
                 raise KeyboardInterrupt
     finally:
