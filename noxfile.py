@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
 import shlex
@@ -153,11 +154,12 @@ def variants(session: nox.Session) -> None:
 def _beside(session: nox.Session, command: list[str], *, env: dict[str, str], log: Path, name: str) -> Iterator[None]:
     """`command` runs in the background, in a process group of its own, while the block runs.
     Then: wait for it, show its output, fail the session if it failed. A command of the block
-    that fails leaves it running, so both sides report; Ctrl-C stops it (its EXIT traps run)."""
+    that fails leaves it running, so both sides report; Ctrl-C stops it (its EXIT traps run),
+    and so does nox's end, even by kill -9 (a re-run must not find it still using the daemon)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("wb") as output:
         background = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env={**os.environ, **env},
-                                      start_new_session=True)
+                                      start_new_session=True, preexec_fn=_terminated_with_parent)
     session.log(f"{name} runs beside this session; its output: {log}")
     try:
         yield
@@ -173,6 +175,12 @@ def _beside(session: nox.Session, command: list[str], *, env: dict[str, str], lo
         print(log.read_text(errors="replace"), end="", flush=True)
     if status != 0:
         session.error(f"{name} failed (exit {status}); its output is above ({log})")
+
+
+def _terminated_with_parent() -> None:
+    """In the child, before exec: SIGTERM when the process that started it ends (Linux)."""
+    if sys.platform == "linux":
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 @nox.session(name="check", python="3.11", default=False)

@@ -8,6 +8,7 @@ import functools
 import importlib.util
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -110,3 +111,31 @@ def test_ctrl_c_in_the_block_stops_the_side_and_its_exit_trap_runs(tmp_path, cap
         signal.signal(signal.SIGINT, previous)
     assert time.monotonic() - began < 30
     assert "trap ran" in capsys.readouterr().out
+
+
+def test_nox_killed_with_kill_9_stops_the_side_and_its_exit_trap_runs(tmp_path):
+    trapped, log = tmp_path / "trapped", tmp_path / "side.log"
+    nox_like = f"""
+import importlib.util, pathlib, time
+spec = importlib.util.spec_from_file_location("noxfile_under_test", {str(NOXFILE)!r})
+noxfile = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(noxfile)
+class Session:
+    def log(self, message): pass
+command = ["bash", "-c", "trap 'touch \\"$0\\"' EXIT; echo waiting; sleep 60", {str(trapped)!r}]
+with noxfile._beside(Session(), command, env={{}}, log=pathlib.Path({str(log)!r}), name="image-tests"):
+    time.sleep(60)
+"""
+    nox = subprocess.Popen([sys.executable, "-c", nox_like])
+    try:
+        deadline = time.monotonic() + 30
+        while not (log.exists() and "waiting" in log.read_text()):
+            assert time.monotonic() < deadline and nox.poll() is None
+            time.sleep(0.01)
+        nox.kill()
+        nox.wait()
+        while not trapped.exists():  # the side's EXIT trap: where docker-tests.sh stops its daemon
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    finally:
+        nox.kill()
