@@ -157,7 +157,8 @@ def _beside(session: nox.Session, command: list[str], *, env: dict[str, str], lo
     that fails leaves it running, so both sides report; Ctrl-C stops it (its EXIT traps run),
     and so does nox's end, even by kill -9 (a re-run must not find it still using the daemon)."""
     log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("wb") as output:
+    log.unlink(missing_ok=True)  # a new file: what a killed run left writing keeps the old one
+    with log.open("xb") as output:
         background = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env={**os.environ, **env},
                                       start_new_session=True, preexec_fn=_terminated_with_parent)
     session.log(f"{name} runs beside this session; its output: {log}")

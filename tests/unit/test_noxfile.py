@@ -139,3 +139,17 @@ with noxfile._beside(Session(), command, env={{}}, log=pathlib.Path({str(log)!r}
             time.sleep(0.01)
     finally:
         nox.kill()
+
+
+def test_a_killed_runs_side_still_writing_does_not_reach_the_new_runs_output(tmp_path, capsys):
+    noxfile, log = _noxfile(), tmp_path / "side.log"
+    with log.open("ab") as left_running:  # the side of a killed run, still writing at the end of its log
+        with noxfile._beside(_Session(), ["echo", "this run's side"], env={}, log=log, name="image-tests"):
+            deadline = time.monotonic() + 30
+            while not log.read_text():
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            left_running.write(b"the killed run's side\n")
+            left_running.flush()
+    shown = capsys.readouterr().out
+    assert "this run's side" in shown and "killed run" not in shown
