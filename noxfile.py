@@ -124,15 +124,13 @@ def image_tests(session: nox.Session) -> None:
     """Every variant's image in both modes, built and checked inside, on a private
     docker daemon that .ci/docker-tests.sh installs, starts and stops (needs root)."""
     _install_forkbuild(session)
-    session.run(*_docker_tests(session), env=_docker_tests_env(session), external=True)
+    command, env = _docker_tests(session)
+    session.run(*command, env=env, external=True)
 
 
-def _docker_tests(session: nox.Session) -> list[str]:
-    return ["bash", str(ROOT / ".ci" / "docker-tests.sh"), *session.posargs]
-
-
-def _docker_tests_env(session: nox.Session) -> dict[str, str]:
-    return {"PYTHON": str(Path(session.bin) / "python")}
+def _docker_tests(session: nox.Session) -> tuple[list[str], dict[str, str]]:
+    """.ci/docker-tests.sh's command line and environment, with the session's forkbuild."""
+    return ["bash", str(ROOT / ".ci" / "docker-tests.sh"), *session.posargs], {"PYTHON": str(Path(session.bin) / "python")}
 
 
 @nox.session(name="variants", python="3.11")
@@ -144,7 +142,8 @@ def variants(session: nox.Session) -> None:
     build/image-tests.log and is shown when both are done."""
     _install_forkbuild(session)
     log = ROOT / "build" / "image-tests.log"
-    with _beside(session, _docker_tests(session), env=_docker_tests_env(session), log=log, name="image-tests"):
+    command, env = _docker_tests(session)
+    with _beside(session, command, env=env, log=log, name="image-tests"):
         python = _test_venv(session)
         for variant in _variants():
             _test_patch(session, python, variant)
