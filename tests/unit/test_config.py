@@ -251,7 +251,7 @@ def test_a_table_given_as_a_string(tmp_path):
 
 
 def test_wheel_pins_need_a_tag_and_a_file_name_and_one_pin_per_tag(tmp_path):
-    second = '[[upstream.wheels]]\npython_tag = "py3"\nfilename = "demo-1.0-cp311.whl"\nsha256 = "{sha}"\n\n'.format(sha=SHA)
+    second = '[[upstream.wheels]]\npython_tag = "py3"\nfilename = "demo-1.0-py3-none-any.whl"\nsha256 = "{sha}"\n\n'.format(sha=SHA)
     text = VALID.replace('python_tag = "py3"', 'python_tag = ""', 1).replace(
         'filename = "demo-1.0-py3-none-any.whl"', 'filename = ""').replace("[features.base]", second + "[features.base]")
     problems = problems_of(write_series(tmp_path, text))
@@ -259,7 +259,28 @@ def test_wheel_pins_need_a_tag_and_a_file_name_and_one_pin_per_tag(tmp_path):
                         "upstream.wheels[0].filename (line 13): is required (a non-empty string)"]
     text = VALID.replace("[features.base]", second + "[features.base]")
     assert problems_of(write_series(tmp_path, text)) == [
-        "upstream.wheels[1].python_tag (line 17): 'py3' is pinned already by upstream.wheels[0]"]
+        "upstream.wheels[1].python_tag (line 17): 'py3' on any is pinned already by upstream.wheels[0]"]
+
+
+def test_a_pin_names_a_wheel_of_a_build_platform_and_a_variant_only_pinned_platforms(tmp_path):
+    text = VALID.replace('filename = "demo-1.0-py3-none-any.whl"', 'filename = "demo-1.0-cp311.whl"')
+    assert problems_of(write_series(tmp_path, text)) == [
+        "upstream.wheels[0].filename (line 13): 'demo-1.0-cp311.whl' is not a wheel file name"]
+    text = VALID.replace('filename = "demo-1.0-py3-none-any.whl"', 'filename = "demo-1.0-cp311-cp311-win_amd64.whl"')
+    assert problems_of(write_series(tmp_path, text)) == [
+        "upstream.wheels[0].filename (line 13): 'demo-1.0-cp311-cp311-win_amd64.whl' is not a Linux x86_64 or "
+        "aarch64 wheel (its platform tag names no build platform)"]
+    arm = VALID.replace('filename = "demo-1.0-py3-none-any.whl"',
+                        'filename = "demo-1.0-cp311-cp311-manylinux_2_34_aarch64.whl"')
+    series = load_series(write_series(tmp_path, arm))
+    assert series.upstream.platforms == ("linux/arm64",)
+    assert all(variant.platforms == ("linux/arm64",) for variant in series.variants.values())  # the default
+    name = next(iter(series.variants))
+    wrong = arm.replace(f"[variants.{name}]", f'[variants.{name}]\nplatforms = ["linux/amd64", "linux/arm46"]')
+    assert [re.sub(r" \(line \d+\)", "", p) for p in problems_of(write_series(tmp_path, wrong))] == [
+        f"variants.{name}.platforms: linux/amd64: no [[upstream.wheels]] pin for it (pinned: linux/arm64)",
+        f"variants.{name}.platforms: unknown platform 'linux/arm46' (perhaps you meant 'linux/arm64'?) "
+        "(one of linux/amd64, linux/arm64)"]
 
 
 # -- names and values that become code, command lines or environment variables (issue 38) --

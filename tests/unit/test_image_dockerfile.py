@@ -73,28 +73,33 @@ def test_line_break_in_a_value_is_an_error_naming_it():
 
 
 def test_build_args(tmp_path):
-    context = ImageContext(path=tmp_path, manifest=typed())
+    context = ImageContext(path=tmp_path, manifest=typed(), platform="linux/amd64")
     assert build.build_args(context, mode="delta", base="B") == {
         "BASE_IMAGE": "B", "MODE": "delta", "SGLANG_VERSION": "0.5.23+tp4.0123456789", "UPSTREAM_VERSION": "0.5.23"}
     assert build.build_args(context, mode="wheel", base="forkbuild-base/sglang:x")["FORKBUILD_TEST_BASE"] == "1"
 
 
-def test_compose_has_one_service_per_variant_and_mode(tmp_path):
-    contexts = [ImageContext(path=tmp_path / "build" / "image" / v, manifest=typed(v)) for v in ("tp4", "tp3")]
-    text = build.compose_file(contexts, modes=["wheel", "delta"], bases={"wheel": "W", "delta": "D"},
+def test_compose_has_one_service_per_variant_platform_and_mode(tmp_path):
+    contexts = [ImageContext(path=tmp_path / "build" / "image" / f"{v}-{arch}", manifest=typed(v),
+                             platform=f"linux/{arch}") for v, arch in (("tp4", "arm64"), ("tp3", "amd64"))]
+    bases = {(mode, f"linux/{arch}"): f"{mode[0].upper()}-{arch}" for mode in ("wheel", "delta")
+             for arch in ("arm64", "amd64")}
+    text = build.compose_file(contexts, modes=["wheel", "delta"], bases=bases,
                               relative_to=tmp_path / "build", header="generated\n\nline")
     assert [line for line in text.splitlines() if line.startswith("  \"")] == [
-        '  "tp4-wheel":', '  "tp4-delta":', '  "tp3-wheel":', '  "tp3-delta":']
+        '  "tp4-wheel-arm64":', '  "tp4-delta-arm64":', '  "tp3-wheel-amd64":', '  "tp3-delta-amd64":']
     assert text.startswith("# generated\n#\n# line\nservices:\n")
-    block = text.split('  "tp3-delta":\n', 1)[1]
-    assert block.splitlines()[:10] == [
-        '    image: "forkbuild/sglang:tp3-delta"',
+    assert '"BASE_IMAGE": "${FORKBUILD_BASE_IMAGE:-W-arm64}"' in text.split('  "tp4-delta-arm64"')[0]
+    block = text.split('  "tp3-delta-amd64":\n', 1)[1]
+    assert block.splitlines()[:11] == [
+        '    image: "forkbuild/sglang:tp3-delta-amd64"',
+        '    platform: "linux/amd64"',
         "    build:",
-        '      context: "image/tp3"',
+        '      context: "image/tp3-amd64"',
         '      target: "image"',
         '      network: "none"',
         "      args:",
-        '        "BASE_IMAGE": "${FORKBUILD_DELTA_BASE_IMAGE:-D}"',
+        '        "BASE_IMAGE": "${FORKBUILD_DELTA_BASE_IMAGE:-D-amd64}"',
         '        "MODE": "delta"',
         '        "SGLANG_VERSION": "0.5.23+tp3.0123456789"',
         '        "UPSTREAM_VERSION": "0.5.23"',

@@ -80,7 +80,7 @@ def test_forkbuild_docker_names_the_client(tmp_path, monkeypatch):
 def test_a_failed_image_build_keeps_the_base_hint_with_and_without_v(tmp_path, verbose):
     client = _script(tmp_path / "docker", FAILING_DOCKER)
     docker = Docker(executable=str(client), env={"PATH": "/usr/bin:/bin"}, reporter=Reporter(verbose=verbose))
-    context = ImageContext(path=tmp_path, manifest=typed("v", version="1.0+v"))
+    context = ImageContext(path=tmp_path, manifest=typed("v", version="1.0+v"), platform="linux/amd64")
     with pytest.raises(BuildError) as caught:
         build.build_image(docker=docker, context=context, mode="wheel", base="example/base:1", tag="t:1")
     assert "could not be pulled" in caught.value.hint
@@ -90,7 +90,7 @@ def test_a_failed_image_build_keeps_the_base_hint_with_and_without_v(tmp_path, v
 def test_missing_mmdebstrap_is_tool_missing_with_its_install_hint(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(ToolMissing, match="mmdebstrap is not installed") as caught:
-        base._mmdebstrap_to(tmp_path / "rootfs.tar", reporter=Reporter())
+        base._mmdebstrap_to(tmp_path / "rootfs.tar", "linux/arm64", reporter=Reporter())
     assert caught.value.hint == "apt-get install mmdebstrap"
     assert list(tmp_path.iterdir()) == []  # no partial tarball left
 

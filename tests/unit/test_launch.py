@@ -74,7 +74,9 @@ def test_every_node_gets_the_same_knobs_and_the_recipes_command(tmp_path):
     assert knobs[0]["DSV41_WO_A_W8"] == "1" and knobs[0]["DSV41_DRAFT_TAU"] == "0.8"
     assert knobs[0]["DSV41_SERIAL_WEIGHT_LOAD"] == "1" and knobs[0]["DSV41_VERIFY_CAP"] == "0"
     for rank, service in enumerate(services):
-        assert service["image"] == "forkbuild/sglang:tp4-wheel" and service["command"] == ["serve"]
+        # the fleet's platform: tp4's first (the GB10 is arm64)
+        assert service["image"] == "forkbuild/sglang:tp4-wheel-arm64" and service["command"] == ["serve"]
+        assert service["platform"] == "linux/arm64"
         environment = service["environment"]
         assert (environment["NNODES"], environment["NODE_RANK"], environment["DIST_INIT_ADDR"]) == (
             "4", str(rank), "spark1:20000")

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from forkbuild.config import Upstream, WheelPin
+from forkbuild.config import FilePin, Upstream
 from forkbuild.console import Reporter
 from forkbuild.errors import LockTimeout, UpstreamError
 from forkbuild.git import Git, GitFailed
@@ -108,7 +108,7 @@ class UpstreamCache:
                 self.git().run("tag", "--no-sign", "--end-of-options", upstream.tag, commit)
             return commit
 
-    def wheel(self, pin: WheelPin) -> Path:
+    def wheel(self, pin: FilePin) -> Path:
         """The wheel file for `pin`, hashed on every use; downloaded when missing or not matching."""
         cached = self.wheels_dir / pin.filename
         if cached.is_file() and sha256_of(cached) == pin.sha256:  # a mismatch is said once, under the lock
@@ -132,14 +132,14 @@ class UpstreamCache:
             checked.append(f"{self.repo_path}: git fsck clean")
         return checked
 
-    def _matches_pin(self, wheel: Path, pin: WheelPin) -> bool:
+    def _matches_pin(self, wheel: Path, pin: FilePin) -> bool:
         if sha256_of(wheel) == pin.sha256:
             return True
         self.reporter.warn(f"{wheel}: does not match its sha256 pin (changed or damaged): fetching it again")
         return False
 
     # -- with the lock held --
-    def _wheel_locked(self, pin: WheelPin) -> Path:
+    def _wheel_locked(self, pin: FilePin) -> Path:
         target = self.wheels_dir / pin.filename
         mismatch = target.is_file() and not self._matches_pin(target, pin)
         if target.is_file() and not mismatch:
@@ -156,7 +156,7 @@ class UpstreamCache:
                                 hint="connect to the network and run `forkbuild fetch --verify`, or put the "
                                      f"right {pin.filename} there") from None
 
-    def _download_pinned(self, pin: WheelPin, target: Path) -> Path:
+    def _download_pinned(self, pin: FilePin, target: Path) -> Path:
         import urllib.error  # here, with the index client: only a download needs them
         import urllib.request
 

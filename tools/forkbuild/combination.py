@@ -25,6 +25,7 @@ class Combination:
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     notes: tuple[str, ...] = ()  # what resolution did on its own (a required feature added ...)
     whole: bool = False  # every patch of the series: the tree `export` reads
+    platforms: tuple[str, ...] = ()  # what its wheels and images are built for (the base variant's)
 
     @property
     def is_variant(self) -> bool:
@@ -48,12 +49,13 @@ class Combination:
 def of_variant(series: Series, name: str) -> Combination:
     variant = series.variant(name)
     return Combination(name=variant.name, features=_ordered(series, variant.features), base=variant.name,
-                       env=variant.env)
+                       env=variant.env, platforms=variant.platforms)
 
 
 def whole_series(series: Series) -> Combination:
     """Every feature and patch of the series: a tree to edit and export, no named build."""
-    return Combination(name=WHOLE_SERIES, features=tuple(series.features), whole=True)
+    return Combination(name=WHOLE_SERIES, features=tuple(series.features), whole=True,
+                       platforms=series.upstream.platforms)
 
 
 def resolve(series: Series, *, variant: str | None = None, features: Iterable[str] | None = None,
@@ -159,9 +161,10 @@ def _canonical(series: Series, features: tuple[str, ...], *, base: str, notes: t
     for variant in ([series.variants[base]] if base else []) + list(series.variants.values()):
         if set(variant.features) == set(features) and dict(variant.env) == dict(env):
             return Combination(name=variant.name, features=features, base=variant.name, env=variant.env,
-                               notes=notes)
+                               notes=notes, platforms=variant.platforms)
+    platforms = series.variants[base].platforms if base else series.upstream.platforms
     return Combination(name=combination_id(features, base=base, env=env), features=features, base=base, env=env,
-                       notes=notes)
+                       notes=notes, platforms=platforms)
 
 
 def combination_id(features: Iterable[str], *, base: str, env: Mapping[str, str]) -> str:

@@ -26,6 +26,39 @@ GUARD_NAME = re.compile(re.escape(GUARD_PREFIX) + r"[A-Z0-9]+(?:_[A-Z0-9]+)*")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # a variable an image's ENV sets
 COMMIT_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 GIT_SCHEMES = ("https", "http", "ssh", "git", "file")
+# The platforms a build can target (Docker's names) and the machine each is in wheel tags.
+PLATFORMS = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}
+ANY_PLATFORM = "any"  # a pure wheel's: it serves every platform
+
+
+def platform_of_tags(filename: str) -> str | None:
+    """The Docker platform of a wheel file name's platform tag, ANY_PLATFORM for a pure wheel
+    (None: not a Linux x86_64/aarch64 wheel)."""
+    platform_tag = filename.removesuffix(".whl").rsplit("-", 1)[-1]
+    if platform_tag == "any":
+        return ANY_PLATFORM
+    for platform, machine in PLATFORMS.items():
+        if platform_tag.startswith(("manylinux", "musllinux", "linux")) and platform_tag.endswith(f"_{machine}"):
+            return platform
+    return None
+
+
+def native_platform() -> str:
+    """The platform of the machine forkbuild runs on (where test-patch installs its wheel)."""
+    import platform
+
+    machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(platform.machine().lower(), platform.machine())
+    return next((name for name, arch in PLATFORMS.items() if arch == machine), "linux/amd64")
+
+
+def image_platforms(platforms: Iterable[str]) -> tuple[str, ...]:
+    """The platforms images are built for: a pure wheel's ANY_PLATFORM is this machine's."""
+    return tuple(dict.fromkeys(native_platform() if platform == ANY_PLATFORM else platform for platform in platforms))
+
+
+def arch_of(platform: str) -> str:
+    """`arm64` of `linux/arm64`: the suffix of an image tag or build folder."""
+    return platform.rsplit("/", 1)[-1]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,11 +69,30 @@ class GitPin:
 
 
 @dataclass(frozen=True, kw_only=True)
-class WheelPin:
-    python_tag: str
+class FilePin:
+    """A file from PyPI (or `url`), pinned by its sha256."""
+
     filename: str
     sha256: str
     url: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class WheelPin(FilePin):
+    python_tag: str
+
+    @property
+    def platform(self) -> str:
+        return platform_of_tags(self.filename) or ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PackagePin(FilePin):
+    """A pure wheel an image installs when its variant's defaults need it and the base lacks it."""
+
+    @property
+    def project(self) -> str:
+        return self.filename.split("-", 1)[0]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,12 +117,20 @@ class Upstream:
         """The cache's tag: keyed by the pin too, so a moved pin is imported anew."""
         return f"upstream/{self.version}+{self.pin[:16]}" if self.pin else f"upstream/{self.version}"
 
-    def wheel_for(self, python_tag: str) -> WheelPin:
+    @property
+    def platforms(self) -> tuple[str, ...]:
+        """The platforms pinned, in pin order."""
+        return tuple(dict.fromkeys(pin.platform for pin in self.wheels))
+
+    def python_tags(self, platform: str) -> tuple[str, ...]:
+        return tuple(pin.python_tag for pin in self.wheels if pin.platform in (platform, ANY_PLATFORM))
+
+    def wheel_for(self, python_tag: str, platform: str) -> WheelPin:
         for pin in self.wheels:
-            if pin.python_tag == python_tag:
+            if pin.python_tag == python_tag and pin.platform in (platform, ANY_PLATFORM):
                 return pin
-        known = ", ".join(pin.python_tag for pin in self.wheels) or "none"
-        raise ConfigError([f"upstream.wheels: no wheel pinned for {python_tag!r} (pinned: {known})"])
+        known = ", ".join(f"{pin.python_tag} {pin.platform}" for pin in self.wheels) or "none"
+        raise ConfigError([f"upstream.wheels: no wheel pinned for {python_tag} on {platform} (pinned: {known})"])
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,6 +167,7 @@ class Variant:
     description: str
     features: tuple[str, ...]
     env: Mapping[str, str]
+    platforms: tuple[str, ...] = ()  # what it builds for; series.toml's default: every pinned platform
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -119,6 +180,7 @@ class Series:
     patches: tuple[PatchEntry, ...]
     variants: Mapping[str, Variant]
     runtime_env: Mapping[str, str] = field(default_factory=dict)
+    packages: tuple[PackagePin, ...] = ()  # [[runtime.packages]]: pure wheels an image may need
     guards_module: str = ""  # the dotted module forkbuild generates guards into; "": none
 
     @property
@@ -291,11 +353,12 @@ _KEYS: dict[str, dict[str, str | None]] = {
                  "empty_dirs": None},
     "upstream.git": {"url": "", "ref": "", "commit": ""},
     "upstream.wheels": {"python_tag": "", "filename": "", "sha256": "", "url": ""},
+    "runtime.packages": {"filename": "", "sha256": "", "url": ""},
     "features.*": {"description": "", "requires": None, "conflicts": None, "guards": None, "ported": None},
     "features.*.guards": {"env": "", "type": "", "default": None, "description": ""},
     "patches": {"file": "", "feature": "", "upstream": "local", "unguarded": ""},
-    "variants.*": {"description": "", "features": None, "env": None},
-    "runtime": {"env": None},
+    "variants.*": {"description": "", "features": None, "env": None, "platforms": None},
+    "runtime": {"env": None, "packages": None},
 }
 
 
@@ -381,25 +444,52 @@ def _parse_upstream(problems: _Problems, value: Any) -> Upstream:
 
 def _parse_wheels(problems: _Problems, value: Any) -> list[WheelPin]:
     wheels: list[WheelPin] = []
-    pinned: dict[str, int] = {}
+    pinned: dict[tuple[str, str | None], int] = {}
     for index, pin in enumerate(problems.tables(value, "upstream.wheels", near="wheels")):
         where = f"upstream.wheels[{index}]"
         if pin is None:
             continue
         fields = problems.fields(pin, "upstream.wheels", where, required=("python_tag", "filename"))
-        tag, filename, sha256 = fields["python_tag"], fields["filename"], fields["sha256"]
-        if filename and Path(filename).name != filename:
-            problems.add(f"{where}.filename", f"{filename!r} must be a plain file name", near=filename)
-        if not re.fullmatch(r"[0-9a-f]{64}", sha256) and not problems.has(f"{where}.sha256"):
-            problems.add(f"{where}.sha256", "must be 64 lowercase hex digits", near="sha256")
-        if tag in pinned:
-            # wheel_for() would silently take the first: two pins for one tag are a mistake.
-            problems.add(f"{where}.python_tag", f"{tag!r} is pinned already by upstream.wheels[{pinned[tag]}]",
-                         near="python_tag")
+        tag, filename = fields["python_tag"], fields["filename"]
+        _check_file_pin(problems, fields, where)
+        platform = platform_of_tags(filename)
+        if filename and not platform and not problems.has(f"{where}.filename"):
+            problems.add(f"{where}.filename", f"{filename!r} is not a Linux {' or '.join(PLATFORMS.values())} wheel "
+                         "(its platform tag names no build platform)", near=filename)
+        if (tag, platform) in pinned:
+            # wheel_for() would silently take the first: two pins for one tag and platform are a mistake.
+            problems.add(f"{where}.python_tag", f"{tag!r} on {platform} is pinned already by "
+                         f"upstream.wheels[{pinned[tag, platform]}]", near="python_tag")
         elif tag:
-            pinned[tag] = index
+            pinned[tag, platform] = index
         wheels.append(WheelPin(**fields))
     return wheels
+
+
+def _check_file_pin(problems: _Problems, fields: Mapping[str, str], where: str) -> None:
+    filename, sha256 = fields["filename"], fields["sha256"]
+    if filename and Path(filename).name != filename:
+        problems.add(f"{where}.filename", f"{filename!r} must be a plain file name", near=filename)
+    elif filename and not re.fullmatch(r"[A-Za-z0-9_.]+-[A-Za-z0-9_.!+]+(-[A-Za-z0-9_.]+){3,4}\.whl", filename):
+        problems.add(f"{where}.filename", f"{filename!r} is not a wheel file name", near=filename)
+    if not re.fullmatch(r"[0-9a-f]{64}", sha256) and not problems.has(f"{where}.sha256"):
+        problems.add(f"{where}.sha256", "must be 64 lowercase hex digits", near="sha256")
+
+
+def _parse_packages(problems: _Problems, value: Any) -> tuple[PackagePin, ...]:
+    packages = []
+    for index, table in enumerate(problems.tables(value, "runtime.packages", near="packages")):
+        where = f"runtime.packages[{index}]"
+        if table is None:
+            continue
+        fields = problems.fields(table, "runtime.packages", where, required=("filename",))
+        _check_file_pin(problems, fields, where)
+        if fields["filename"].endswith(".whl") and not fields["filename"].endswith("-none-any.whl"):
+            # The same file goes into every platform's image.
+            problems.add(f"{where}.filename", f"{fields['filename']!r} is not a pure wheel (…-none-any.whl)",
+                         near=fields["filename"])
+        packages.append(PackagePin(**fields))
+    return tuple(packages)
 
 
 def _parse_guard(problems: _Problems, raw: Mapping[str, Any] | None, *, feature: str, where: str) -> Guard | None:
@@ -472,14 +562,27 @@ def _parse_patches(problems: _Problems, value: Any, patches_dir: Path) -> list[P
     return entries
 
 
-def _parse_variants(problems: _Problems, value: Any) -> dict[str, Variant]:
+def _parse_variants(problems: _Problems, value: Any, upstream: Upstream) -> dict[str, Variant]:
     variants = {}
     for name, item in problems.table(value, "variants").items():
         where = f"variants.{name}"
         table = problems.table(item, where, near=f"variants.{name}")
+        named = _string_list(problems, table["platforms"], f"{where}.platforms") if "platforms" in table else ()
+        for platform in named:
+            if platform not in PLATFORMS:
+                problems.add(f"{where}.platforms", f"unknown platform {platform!r}{near_miss(platform, PLATFORMS)} "
+                             f"(one of {', '.join(PLATFORMS)})", near="platforms")
+            elif upstream.source == "wheel" and platform not in upstream.platforms \
+                    and ANY_PLATFORM not in upstream.platforms:
+                problems.add(f"{where}.platforms", f"{platform}: no [[upstream.wheels]] pin for it (pinned: "
+                             f"{', '.join(upstream.platforms) or 'none'})", near="platforms")
+        if "platforms" in table and not named and not problems.has(f"{where}.platforms"):
+            problems.add(f"{where}.platforms", "names no platform: leave the key out for every pinned one",
+                         near="platforms")
         variants[name] = Variant(name=name, description=problems.fields(table, "variants.*", where)["description"],
                                  features=_string_list(problems, table.get("features", []), f"{where}.features"),
-                                 env=MappingProxyType(_string_table(problems, table.get("env", {}), f"{where}.env")))
+                                 env=MappingProxyType(_string_table(problems, table.get("env", {}), f"{where}.env")),
+                                 platforms=tuple(dict.fromkeys(named or upstream.platforms)))
     return variants
 
 
@@ -582,15 +685,17 @@ def parse_series(text: str, *, path: Path) -> Series:
     if guards_module and not all(part.isidentifier() for part in guards_module.split(".")):
         problems.add("series.guards_module", f"{guards_module!r} is not a dotted Python module name "
                      "(e.g. pkg.sub.module)", near="guards_module")
+    upstream = _parse_upstream(problems, raw.get("upstream", {}))
     series = Series(
         path=path,
         name=meta["name"] or path.parent.name,
         default_variant=meta["default_variant"],
-        upstream=_parse_upstream(problems, raw.get("upstream", {})),
+        upstream=upstream,
         features=MappingProxyType(_parse_features(problems, raw.get("features", {}))),
         patches=tuple(_parse_patches(problems, raw.get("patches", []), path.parent / "patches")),
-        variants=MappingProxyType(_parse_variants(problems, raw.get("variants", {}))),
+        variants=MappingProxyType(_parse_variants(problems, raw.get("variants", {}), upstream)),
         runtime_env=MappingProxyType(_runtime_env(problems, runtime.get("env", {}))),
+        packages=_parse_packages(problems, runtime.get("packages", [])),
         guards_module=guards_module if not problems.has("series.guards_module") else "",
     )
     _check_references(problems, series)

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from forkbuild.config import Series
+from forkbuild.config import Series, image_platforms
 from forkbuild.doctor import EnvReport, doctor_env
 from forkbuild.errors import ConfigError
 from forkbuild.image.build import default_tag
@@ -62,7 +62,9 @@ def plan(series: Series, *, variant: str, env_file: Path, hosts: list[str],
             environment.update({key: values[key] for key in HEAD_ONLY if key in values})
         # compose interpolates $NAME in values: $$ is a literal $.
         environment = {key: value.replace("$", "$$") for key, value in environment.items()}
-        service = {"image": image or default_tag(variant, "wheel"), "command": ["serve"], "network_mode": "host",
+        # The fleet's platform: the variant's first (tp3/tp4: linux/arm64, the GB10's).
+        platform = image_platforms(chosen.platforms or ("linux/arm64",))[0]
+        service = {"image": image or default_tag(variant, "wheel", platform), "platform": platform, "command": ["serve"], "network_mode": "host",
                    "ipc": "host", "environment": environment,
                    "deploy": {"resources": {"reservations": {"devices": [
                        {"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]}}}}

@@ -23,7 +23,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--env", type=Path, required=True, metavar="FILE", help="the deployed .env file")
     parser.add_argument("--nodes", required=True, metavar="H1,H2,...",
                         help="host names or addresses, head (rank 0) first: one per TP rank")
-    parser.add_argument("--image", help="the image to run (default: forkbuild/sglang:<variant>-wheel)")
+    parser.add_argument("--image", help="the image to run (default: forkbuild/sglang:<variant>-wheel-<arch> of the variant's first platform)")
     parser.add_argument("--out", type=Path, help="directory for the files (default: build/launch/<variant>)")
     parser.add_argument("--dry-run", action="store_true", help="print the files instead of writing them")
     parser.set_defaults(run=run)

@@ -12,6 +12,7 @@ from pathlib import Path
 from rich.table import Table
 
 from forkbuild.commands import add_command
+from forkbuild.config import arch_of, image_platforms
 from forkbuild.console import styled
 from forkbuild.errors import ForkbuildError
 from forkbuild.fsutil import write_atomic
@@ -100,15 +101,20 @@ def _bake(args, context, matrix: Matrix) -> None:
     """docker-bake.json: one target per combination (its build context prepared), all in group `default`."""
     out = (args.out or context.build_dir / "docker-bake.json").resolve()
     targets = {}
+    names = []  # the file lists them in the matrix's order
     for combination in build_order(context.series, matrix.combinations):
-        with context.reporter.step(f"build context for {combination.name} ({combination.label})"):
-            image_context = prepare_context(context, variant=combination, python_tags=args.python_tag)
-        targets[combination.name] = {
-            "context": os.path.relpath(image_context.path, out.parent), "dockerfile": "Dockerfile",
-            "target": build.TARGET, "args": build.build_args(image_context, mode=args.mode,
-                                                             base=f"${{{BASE_VARIABLE}}}"),
-            "tags": [build.default_tag(combination.name, args.mode)], "network": "none"}
-    names = [combination.name for combination in matrix.combinations]  # the file lists them in the matrix's order
+        for platform in image_platforms(combination.platforms):
+            with context.reporter.step(f"build context for {combination.name} ({combination.label}, {platform})"):
+                image_context = prepare_context(context, variant=combination, platform=platform,
+                                                python_tags=args.python_tag)
+            targets[f"{combination.name}-{arch_of(platform)}"] = {
+                "context": os.path.relpath(image_context.path, out.parent), "dockerfile": "Dockerfile",
+                "target": build.TARGET, "args": build.build_args(image_context, mode=args.mode,
+                                                                 base=f"${{{BASE_VARIABLE}}}"),
+                "platforms": [platform], "tags": [build.default_tag(combination.name, args.mode, platform)],
+                "network": "none"}
+    names = [f"{combination.name}-{arch_of(platform)}" for combination in matrix.combinations
+             for platform in image_platforms(combination.platforms)]
     base = args.base or build.official_base(context.series.upstream.version)
     _emit({"variable": {BASE_VARIABLE: {"default": base}}, "group": {"default": {"targets": names}},
            "target": {name: targets[name] for name in names}}, out)

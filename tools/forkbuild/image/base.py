@@ -1,6 +1,8 @@
-"""Local base images, made without a registry: `python` (an mmdebstrap of bookworm with Python 3.11,
-plus docker/base/python.Dockerfile) and `stock` (plus the pinned sglang wheel: what `delta` images
-build on). Each tag hashes its recipe: an image of the same recipe is reused."""
+"""Local base images, made without a registry, per platform: `python` (an mmdebstrap of bookworm with
+Python 3.11 for the platform's Debian architecture, plus docker/base/python.Dockerfile) and `stock`
+(plus the platform's pinned sglang wheel: what `delta` images build on). Each tag hashes its recipe:
+an image of the same recipe is reused. A platform not this machine's is made under emulation
+(binfmt_misc + qemu-user-static: `.ci/dockerd.sh start` registers it)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from typing import Any
 
 from filelock import FileLock
 
-from forkbuild.config import WheelPin
+from forkbuild.config import WheelPin, arch_of
 from forkbuild.console import Reporter
 from forkbuild.context import Context
 from forkbuild.fsutil import link_or_copy
@@ -34,33 +36,39 @@ def _digest(*parts: bytes | str) -> str:
     return hasher.hexdigest()[:12]
 
 
-def rootfs_key() -> str:
-    return _digest(json.dumps(ROOTFS_RECIPE, sort_keys=True))
+# Turns the mmdebstrap tarball into an image of its platform (`docker import` ignores --platform).
+ROOTFS_DOCKERFILE = "FROM scratch\nADD rootfs.tar /\n"
 
 
-def python_base_tag(docker_dir: Path) -> str:
+def rootfs_key(platform: str) -> str:
+    return _digest(json.dumps({**ROOTFS_RECIPE, "arch": arch_of(platform)}, sort_keys=True), ROOTFS_DOCKERFILE)
+
+
+def python_base_tag(docker_dir: Path, platform: str) -> str:
     recipe = (docker_dir / "base" / "python.Dockerfile").read_bytes()
-    return f"forkbuild-base/python:3.11-{_digest(rootfs_key(), recipe)}"
+    return f"forkbuild-base/python:3.11-{arch_of(platform)}-{_digest(rootfs_key(platform), recipe)}"
 
 
 def stock_base_tag(*, docker_dir: Path, python_base: str, pin: WheelPin, version: str) -> str:
     recipe = (docker_dir / "base" / "stock.Dockerfile").read_bytes()
-    return f"forkbuild-base/sglang:{version}-{pin.python_tag}-{_digest(python_base, pin.sha256, recipe)}"
+    return (f"forkbuild-base/sglang:{version}-{pin.python_tag}-{arch_of(pin.platform)}-"
+            f"{_digest(python_base, pin.sha256, recipe)}")
 
 
-def rootfs_tarball(cache_dir: Path, *, reporter: Reporter) -> Path:
-    """The mmdebstrap tarball of ROOTFS_RECIPE in `<cache>/docker/`, made once."""
+def rootfs_tarball(cache_dir: Path, platform: str, *, reporter: Reporter) -> Path:
+    """The mmdebstrap tarball of ROOTFS_RECIPE for `platform` in `<cache>/docker/`, made once."""
     directory = cache_dir / "docker"
     directory.mkdir(parents=True, exist_ok=True)
-    tarball = directory / f"rootfs-{rootfs_key()}.tar"
+    tarball = directory / f"rootfs-{rootfs_key(platform)}.tar"
     with FileLock(str(directory / "rootfs.lock")):
         if not tarball.is_file():
-            with reporter.step(f"mmdebstrap {ROOTFS_RECIPE['suite']} ({ROOTFS_RECIPE['variant']}) -> {tarball.name}"):
-                _mmdebstrap_to(tarball, reporter=reporter)
+            with reporter.step(f"mmdebstrap {ROOTFS_RECIPE['suite']} ({ROOTFS_RECIPE['variant']}, "
+                               f"{arch_of(platform)}) -> {tarball.name}"):
+                _mmdebstrap_to(tarball, platform, reporter=reporter)
     return tarball
 
 
-def _mmdebstrap_to(tarball: Path, *, reporter: Reporter) -> None:
+def _mmdebstrap_to(tarball: Path, platform: str, *, reporter: Reporter) -> None:
     # Under rootfs.lock no other run is live: a rootfs-* folder is a killed run's (its mounts died with it).
     mounts = Path("/proc/self/mountinfo").read_text().split() if Path("/proc/self/mountinfo").exists() else []
     for stale in tarball.parent.glob("rootfs-*"):
@@ -72,30 +80,34 @@ def _mmdebstrap_to(tarball: Path, *, reporter: Reporter) -> None:
         # A mount namespace of its own: the chroot's mounts (proc, sys, dev) go with it, also on kill -9;
         # TMPDIR: its scratch folder inside `work`. force-unsafe-io: no fsync per file of a throwaway root.
         run_program(["unshare", "--mount", "--propagation", "private", mmdebstrap, "--quiet",
-                     f"--variant={ROOTFS_RECIPE['variant']}", f"--include={','.join(ROOTFS_RECIPE['include'])}",
+                     f"--arch={arch_of(platform)}", f"--variant={ROOTFS_RECIPE['variant']}", f"--include={','.join(ROOTFS_RECIPE['include'])}",
                      "--dpkgopt=force-unsafe-io", ROOTFS_RECIPE["suite"], str(partial), ROOTFS_RECIPE["mirror"]],
                     reporter=reporter, missing_hint="apt-get install util-linux", env={"TMPDIR": work}, stream=True)
         os.replace(partial, tarball)
 
 
-def ensure_bases(*, context: Context, docker: Docker, stock: bool, python_tag: str = "cp311") -> tuple[str, ...]:
-    """The local base tags, (python,) or (python, stock), each built if this daemon lacks it."""
+def ensure_bases(*, context: Context, docker: Docker, stock: bool, platform: str,
+                 python_tag: str = "cp311") -> tuple[str, ...]:
+    """The local base tags for `platform`, (python,) or (python, stock), each built if this daemon lacks it."""
     reporter, docker_dir = context.reporter, context.docker_dir
-    python_base = python_base_tag(docker_dir)
+    python_base = python_base_tag(docker_dir, platform)
     if docker.image_exists(python_base):
         reporter.info(f"python base: {python_base} (present)")
     else:
-        tarball = rootfs_tarball(context.cache_dir, reporter=reporter)
-        rootfs = f"forkbuild-base/rootfs:{rootfs_key()}"
+        tarball = rootfs_tarball(context.cache_dir, platform, reporter=reporter)
+        rootfs = f"forkbuild-base/rootfs:{rootfs_key(platform)}"
         with reporter.step(f"python base {python_base}"):
             if not docker.image_exists(rootfs):
-                docker.run("import", str(tarball), rootfs)
+                with tempfile.TemporaryDirectory(dir=tarball.parent, prefix="context-") as work:
+                    link_or_copy(tarball, Path(work) / "rootfs.tar")
+                    (Path(work) / "Dockerfile").write_text(ROOTFS_DOCKERFILE)
+                    docker.build(context=Path(work), tag=rootfs, platform=platform)
             docker.build(context=docker_dir / "base", dockerfile=docker_dir / "base" / "python.Dockerfile",
-                         tag=python_base, build_args={"ROOTFS": rootfs})
+                         tag=python_base, platform=platform, build_args={"ROOTFS": rootfs})
     if not stock:
         return (python_base,)
     upstream = context.series.upstream
-    pin = upstream.wheel_for(python_tag)
+    pin = upstream.wheel_for(python_tag, platform)
     stock_base = stock_base_tag(docker_dir=docker_dir, python_base=python_base, pin=pin, version=upstream.version)
     if docker.image_exists(stock_base):
         reporter.info(f"stock base: {stock_base} (present)")
@@ -103,5 +115,5 @@ def ensure_bases(*, context: Context, docker: Docker, stock: bool, python_tag: s
     with reporter.step(f"stock base {stock_base}"), tempfile.TemporaryDirectory(prefix="forkbuild-stock-") as work:
         link_or_copy(context.upstream.wheel(pin), Path(work) / pin.filename)
         docker.build(context=Path(work), dockerfile=docker_dir / "base" / "stock.Dockerfile", tag=stock_base,
-                     build_args={"PYTHON_BASE": python_base, "WHEEL": pin.filename})
+                     platform=platform, build_args={"PYTHON_BASE": python_base, "WHEEL": pin.filename})
     return python_base, stock_base

@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from forkbuild.config import arch_of
 from forkbuild.errors import BuildError
 from forkbuild.image.context import ImageContext
 from forkbuild.image.docker import Docker
@@ -26,8 +27,9 @@ def official_base(upstream_version: str) -> str:
     return f"lmsysorg/sglang:v{upstream_version}-cu130"
 
 
-def default_tag(variant: str, mode: str, *, repository: str = IMAGE_REPO) -> str:
-    return f"{repository}:{variant}-{mode}"
+def default_tag(variant: str, mode: str, platform: str, *, repository: str = IMAGE_REPO) -> str:
+    """`forkbuild/sglang:tp4-wheel-arm64`: a local image store holds one platform per tag."""
+    return f"{repository}:{variant}-{mode}-{arch_of(platform)}"
 
 
 def build_args(context: ImageContext, *, mode: str, base: str) -> dict[str, str]:
@@ -66,7 +68,7 @@ def build_image(*, docker: Docker, context: ImageContext, mode: str, base: str, 
     start = time.monotonic()
     try:
         docker.build(context=context.path, tag=tag, target=TARGET, build_args=build_args(context, mode=mode, base=base),
-                     stream=True, no_cache=no_cache)
+                     platform=context.platform, stream=True, no_cache=no_cache)
     except BuildError as error:
         if docker.image_exists(base):
             raise
@@ -86,18 +88,20 @@ def layers_above(docker: Docker, image: str, base: str) -> tuple[Layer, ...]:
     return tuple(history(image)[below:])
 
 
-def compose_file(contexts: Sequence[ImageContext], *, modes: Sequence[str], bases: dict[str, str], relative_to: Path,
+def compose_file(contexts: Sequence[ImageContext], *, modes: Sequence[str], bases: Mapping[tuple[str, str], str],
+                 relative_to: Path,
                  header: str, repository: str = IMAGE_REPO) -> str:
-    """One service per context and mode; `bases`: each mode's default base."""
+    """One service per context (a variant on a platform) and mode; `bases`: each (mode, platform)'s default base."""
     q = json.dumps
     lines = [f"# {line}" if line else "#" for line in header.splitlines()]
     lines.append("services:")
     for context in contexts:
         for mode in modes:
-            args = build_args(context, mode=mode, base=f"${{{BASE_VARIABLE[mode]}:-{bases[mode]}}}")
-            variant = context.manifest.variant
-            lines += [f"  {q(f'{variant}-{mode}')}:",
-                      f"    image: {q(default_tag(variant, mode, repository=repository))}", "    build:",
+            variant, platform = context.manifest.variant, context.platform
+            args = build_args(context, mode=mode, base=f"${{{BASE_VARIABLE[mode]}:-{bases[mode, platform]}}}")
+            lines += [f"  {q(f'{variant}-{mode}-{arch_of(platform)}')}:",
+                      f"    image: {q(default_tag(variant, mode, platform, repository=repository))}",
+                      f"    platform: {q(platform)}", "    build:",
                       f"      context: {q(os.path.relpath(context.path, relative_to))}", f"      target: {q(TARGET)}",
                       '      network: "none"', "      args:",
                       *(f"        {q(key)}: {q(value)}" for key, value in args.items())]

@@ -4,11 +4,16 @@ so builds run with --network none and compose/bake can use it.
   Dockerfile             docker/Dockerfile + the variant's ENV/LABEL/check lines (from its wheel's manifest)
   entrypoint.sh          docker/entrypoint.sh
   forkbuild_runtime/     forkbuild.image.runtime (runs inside the image)
-  wheels/                the variant's patched wheel(s), one per Python tag
-  upstream/<tag>.RECORD  RECORD of each pinned stock wheel (delta's base check)"""
+  wheels/                the variant's patched wheel(s) of the context's platform, one per Python tag
+  upstream/<tag>.RECORD  RECORD of each pinned stock wheel (delta's base check)
+  packages/              series.toml's [[runtime.packages]] wheels and pins.json (their sha256 and
+                         top-level packages): the image installs the MXFP8 backend's if the base lacks it
+
+One context per variant and platform: build/image/<variant>-<arch>/."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -20,6 +25,7 @@ from pathlib import Path
 from forkbuild import manifest as manifest_module
 from forkbuild import naming
 from forkbuild.combination import Combination
+from forkbuild.config import ANY_PLATFORM, PackagePin, arch_of, platform_of_tags
 from forkbuild.context import Context
 from forkbuild.errors import BuildError
 from forkbuild.fsutil import link_or_copy
@@ -33,16 +39,20 @@ RUNTIME_PACKAGE = Path(__file__).parent / "runtime"
 class ImageContext:
     path: Path
     manifest: Manifest
+    platform: str
 
 
 def python_tag(wheel: Path) -> str:
     return naming.wheel_tags(wheel.name).split("-", 1)[0]
 
 
-def wheels_manifest(wheels: Sequence[Path], *, variant: str) -> Manifest:
-    """The one manifest the variant's wheels share (they differ only by Python tag)."""
+def wheels_manifest(wheels: Sequence[Path], *, variant: str, platform: str) -> Manifest:
+    """The one manifest the variant's wheels of `platform` share (they differ only by Python tag)."""
     if not wheels:
-        raise BuildError(f"no wheel to build the {variant} image from")
+        raise BuildError(f"no wheel to build the {variant} image for {platform} from")
+    if wrong := [wheel.name for wheel in wheels if platform_of_tags(wheel.name) not in (platform, ANY_PLATFORM)]:
+        raise BuildError(f"not {platform} wheels: {', '.join(wrong)}",
+                         hint="give the wheels of the platform the image is built for (--platform)")
     manifests = []
     for wheel in wheels:
         found = manifest_module.read_wheel(wheel)
@@ -81,16 +91,21 @@ def variant_lines(manifest: Manifest, *, source: str) -> str:
         items = [f"{key}={quote(value, where=f'{source}: {where} {key}')}" for key, value in pairs.items()]
         if items:
             lines.append(f"{keyword} " + f" \\\n{' ' * (len(keyword) + 1)}".join(items))
+    # The MXFP8 backend's package from its pin, where the ENV above needs it and the base lacks it.
+    lines.append('RUN --mount=type=bind,source=packages,target=/tmp/fb-packages '
+                 'wheel="$(PYTHONPATH=/opt/forkbuild "${FORKBUILD_PYTHON}" -m forkbuild_runtime packages --pick '
+                 '/tmp/fb-packages)" \\\n && if [ -n "$wheel" ]; then PIP_BREAK_SYSTEM_PACKAGES=1 "${FORKBUILD_PYTHON}" '
+                 '-m pip install --no-deps --no-index --no-cache-dir "$wheel"; fi')
     lines.append(f'RUN PYTHONPATH=/opt/forkbuild "${{FORKBUILD_PYTHON}}" -m forkbuild_runtime check '
                  f'--variant {manifest.variant} --version {manifest.version} --env-defaults'
                  ' ${FORKBUILD_TEST_BASE:+--test-base}')
     return "\n".join(lines) + "\n"
 
 
-def prepare(*, docker_dir: Path, variant: str, wheels: Sequence[Path], upstream_wheels: Mapping[str, Path],
-            dest: Path) -> ImageContext:
+def prepare(*, docker_dir: Path, variant: str, platform: str, wheels: Sequence[Path],
+            upstream_wheels: Mapping[str, Path], packages: Mapping[PackagePin, Path], dest: Path) -> ImageContext:
     """Write the build context to `dest` (replaced as a whole, never half-written)."""
-    manifest = wheels_manifest(wheels, variant=variant)
+    manifest = wheels_manifest(wheels, variant=variant, platform=platform)
     template = (docker_dir / "Dockerfile").read_text()
     dest.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}-"))
@@ -108,6 +123,7 @@ def prepare(*, docker_dir: Path, variant: str, wheels: Sequence[Path], upstream_
                 if len(found) != 1:
                     raise BuildError(f"{wheel}: expected one .dist-info/RECORD, found {found}")
                 (work / "upstream" / f"{tag}.RECORD").write_bytes(archive.read(found[0]))
+        _add_packages(work / "packages", packages)
         old = dest.with_name(f".{dest.name}-old-{os.getpid()}")
         if dest.exists():
             os.replace(dest, old)
@@ -116,16 +132,33 @@ def prepare(*, docker_dir: Path, variant: str, wheels: Sequence[Path], upstream_
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
-    return ImageContext(path=dest, manifest=manifest)
+    return ImageContext(path=dest, manifest=manifest, platform=platform)
 
 
-def prepare_context(context: Context, *, variant: Combination, wheels: Sequence[Path] = (),
+def _add_packages(directory: Path, packages: Mapping[PackagePin, Path]) -> None:
+    """The pinned wheels and pins.json: file, sha256 and the top-level packages each provides."""
+    directory.mkdir()
+    pins = []
+    for pin, wheel in packages.items():
+        link_or_copy(wheel, directory / pin.filename)
+        with zipfile.ZipFile(wheel) as archive:
+            tops = sorted({name.split("/", 1)[0].removesuffix(".py") for name in archive.namelist()
+                           if not name.split("/", 1)[0].endswith((".dist-info", ".data"))})
+        pins.append({"filename": pin.filename, "sha256": pin.sha256, "provides": tops})
+    (directory / "pins.json").write_text(json.dumps(pins, indent=2) + "\n")
+
+
+def prepare_context(context: Context, *, variant: Combination, platform: str, wheels: Sequence[Path] = (),
                     python_tags: Sequence[str] = ()) -> ImageContext:
-    """build/image/<variant>/ from the given wheels, or from ones built (unless up to date) in <series>/dist."""
+    """build/image/<variant>-<arch>/ from the given wheels, or from ones built (unless up to date) in <series>/dist."""
     if not wheels:
-        request = WheelRequest(variant=variant, out_dir=context.dist_dir.resolve(), python_tags=tuple(python_tags))
+        request = WheelRequest(variant=variant, out_dir=context.dist_dir.resolve(), python_tags=tuple(python_tags),
+                               platforms=(platform,))
         wheels = [built.path for built in build_wheels(context=context, request=request)]
     upstream = context.series.upstream
-    stock = {tag: context.upstream.wheel(upstream.wheel_for(tag)) for tag in sorted({python_tag(w) for w in wheels})}
-    return prepare(docker_dir=context.docker_dir, variant=variant.name, wheels=wheels, upstream_wheels=stock,
-                   dest=context.build_dir / "image" / variant.name)
+    stock = {tag: context.upstream.wheel(upstream.wheel_for(tag, platform))
+             for tag in sorted({python_tag(w) for w in wheels})}
+    packages = {pin: context.upstream.wheel(pin) for pin in context.series.packages}
+    return prepare(docker_dir=context.docker_dir, variant=variant.name, platform=platform, wheels=wheels,
+                   upstream_wheels=stock, packages=packages,
+                   dest=context.build_dir / "image" / f"{variant.name}-{arch_of(platform)}")

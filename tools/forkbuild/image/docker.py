@@ -85,11 +85,22 @@ class Docker:
     def image_exists(self, ref: str) -> bool:
         return self.run("image", "inspect", ref, check=False).status == 0
 
-    def build(self, *, context: Path, tag: str, dockerfile: Path | None = None, target: str | None = None,
-              build_args: Mapping[str, str] = {}, stream: bool = False, no_cache: bool = False) -> None:
-        """`docker build` without network: everything the image needs is in the context."""
-        args = ["build", "--network", "none", "--tag", tag, "--progress", "plain", *(["--no-cache"] if no_cache else []),
+    def platform_of(self, ref: str) -> str:
+        """`linux/arm64` of an image in this daemon's store."""
+        return self.run("image", "inspect", "--format", "{{.Os}}/{{.Architecture}}", ref).stdout.strip()
+
+    def build(self, *, context: Path, tag: str, platform: str, dockerfile: Path | None = None,
+              target: str | None = None, build_args: Mapping[str, str] = {}, stream: bool = False,
+              no_cache: bool = False) -> None:
+        """`docker build` for `platform` without network: everything the image needs is in the context.
+        A platform not this machine's runs under emulation (binfmt_misc + qemu-user-static)."""
+        args = ["build", "--network", "none", "--platform", platform, "--tag", tag, "--progress", "plain",
+                *(["--no-cache"] if no_cache else []),
                 *(["--file", str(dockerfile)] if dockerfile else []), *(["--target", target] if target else [])]
         for key, value in build_args.items():
             args += ["--build-arg", f"{key}={value}"]
         self.run(*args, str(context), stream=stream)
+        if (built := self.platform_of(tag)) != platform:
+            raise BuildError(f"{tag} was built for {built}, not {platform}: its base is not a {platform} image",
+                             hint=f"`docker image inspect --format '{{{{.Architecture}}}}' BASE` must say "
+                                  f"{platform.split('/')[-1]}; pass a {platform} base with --base")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from forkbuild.combination import Combination, resolve
+from forkbuild.config import PLATFORMS
 
 
 def feature_list(text: str) -> tuple[str, ...]:
@@ -23,6 +24,12 @@ def add_arguments(parser: argparse.ArgumentParser, *, variant_option: bool = Tru
                         metavar="A,B", help="the variant's features plus these (repeatable)")
     parser.add_argument("--without", dest="without_features", type=feature_list, action="append", default=[],
                         metavar="A,B", help="the variant's features minus these (repeatable)")
+
+
+def add_platform_argument(parser: argparse.ArgumentParser, *, what: str,
+                          default: str = "the variant's `platforms`") -> None:
+    parser.add_argument("--platform", action="append", default=[], choices=tuple(PLATFORMS), metavar="PLATFORM",
+                        help=f"{what} only for this platform: {', '.join(PLATFORMS)} (repeatable; default: {default})")
 
 
 def chosen(args: argparse.Namespace) -> bool:

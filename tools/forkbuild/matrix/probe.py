@@ -12,7 +12,7 @@ from pathlib import Path
 
 from forkbuild import process
 from forkbuild.combination import Combination, from_features
-from forkbuild.config import Guard, Series
+from forkbuild.config import Guard, Series, native_platform
 from forkbuild.context import Context
 from forkbuild.errors import BisectError, ToolMissing
 from forkbuild.guards import parse_switch
@@ -106,17 +106,20 @@ class Probes:
 
     def build(self, combination: Combination) -> dict[str, str]:
         """The probe environment of a build of `combination`: its wheels and image."""
-        request = WheelRequest(variant=combination, out_dir=self.out_dir, python_tags=self.python_tags)
+        # The probe runs here: this machine's platform.
+        request = WheelRequest(variant=combination, out_dir=self.out_dir, python_tags=self.python_tags,
+                               platforms=(native_platform(),))
         with self.context.reporter.step(f"wheel of {combination.name} ({combination.label})"):
             wheels = [built.path for built in build_wheels(context=self.context, request=request)]
         env = {WHEELS_ENV: os.pathsep.join(str(path) for path in wheels)}
         if not self.image:
             return env
         self._docker = self._docker or Docker.connect(reporter=self.context.reporter)
-        image_context = prepare_context(self.context, variant=combination, wheels=wheels)
-        base = (ensure_bases(context=self.context, docker=self._docker, stock=True)[-1] if self.local_base
+        image_context = prepare_context(self.context, variant=combination, platform=native_platform(), wheels=wheels)
+        base = (ensure_bases(context=self.context, docker=self._docker, stock=True, platform=native_platform())[-1]
+                if self.local_base
                 else self.base or build.official_base(image_context.manifest.upstream.version))
-        tag = build.default_tag(combination.name, "wheel")
+        tag = build.default_tag(combination.name, "wheel", native_platform())
         with self.context.reporter.step(f"image {tag}"):
             build.build_image(docker=self._docker, context=image_context, mode="wheel", base=base, tag=tag)
         return {**env, IMAGE_ENV: tag}

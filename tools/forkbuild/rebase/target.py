@@ -103,10 +103,10 @@ def moved_pin(text: str, target: Upstream) -> str:
     if "wheels" in upstream and not target.wheels:
         # The old version's wheels (a git-source rebase): pins of another version would lie.
         del upstream["wheels"]
-    by_tag = {pin.python_tag: pin for pin in target.wheels}
+    # target.wheels follow the pins one for one, in series.toml's order (cp311/cp312 x each architecture).
     for index, table in enumerate(upstream.get("wheels", [])):
-        pin = by_tag.get(str(table.get("python_tag")))
-        if pin is None:
+        pin = target.wheels[index] if index < len(target.wheels) else None
+        if pin is None or pin.python_tag != table.get("python_tag"):
             raise ConfigError([f"upstream.wheels[{index}]: no {target.version} wheel for python_tag "
                                f"{table.get('python_tag')!r}"])
         table["filename"] = pin.filename

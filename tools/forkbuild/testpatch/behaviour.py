@@ -15,6 +15,7 @@ from pathlib import Path
 from forkbuild import manifest as manifest_module
 from forkbuild import process
 from forkbuild.combination import Combination
+from forkbuild.config import native_platform
 from forkbuild.context import Context
 from forkbuild.errors import BuildError
 from forkbuild.wheel.builder import WheelRequest, build_wheels
@@ -53,7 +54,7 @@ def require_torch(python: Path) -> None:
 def install_variant_wheel(*, context: Context, variant: Combination, python: Path) -> Path:
     """Build (or reuse) the variant's wheel for `python` and install it there --no-deps,
     unless exactly that build is installed already."""
-    request = WheelRequest(variant=variant, out_dir=context.dist_dir, python_tags=(
+    request = WheelRequest(variant=variant, out_dir=context.dist_dir, platforms=(native_platform(),), python_tags=(
         _probe(python, "import sys; print(f'cp{sys.version_info[0]}{sys.version_info[1]}')"),))
     (wheel,) = build_wheels(context=context, request=request)
     wanted = manifest_module.read_wheel(wheel.path)

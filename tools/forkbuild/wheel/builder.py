@@ -4,6 +4,7 @@ wheel before it is moved into place. A git upstream builds by `python -m build` 
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.util
 import os
 import shutil
@@ -20,7 +21,7 @@ from forkbuild import naming, process
 from forkbuild.apply import scratch_tree
 from forkbuild.chaos import chaos_point
 from forkbuild.combination import COMBO_LABEL, Combination
-from forkbuild.config import Series
+from forkbuild.config import Series, WheelPin, native_platform
 from forkbuild.console import Reporter
 from forkbuild.context import Context
 from forkbuild.errors import BuildError, ToolMissing
@@ -39,6 +40,7 @@ class WheelRequest:
     variant: Combination  # what to build, resolved once by the caller
     out_dir: Path
     python_tags: tuple[str, ...] = ()  # empty: every pinned tag (overlay), the running interpreter (source)
+    platforms: tuple[str, ...] = ()  # empty: the combination's (overlay), the running machine's (source)
     mode: str = ""  # empty: overlay for a release-wheel upstream, source for a git upstream
     force: bool = False
     isolation: bool = True  # source mode: build in an isolated environment (python -m build's default)
@@ -104,11 +106,20 @@ def _zip_source(path: Path, size: int, mtime_ns: int) -> ZipSource:
     return ZipSource(path)
 
 
+def _pins(series: Series, request: WheelRequest) -> list[WheelPin]:
+    """The release wheels to overlay: per platform, each requested (else pinned) Python tag."""
+    upstream = series.upstream
+    pins = []
+    for platform in dict.fromkeys(request.platforms or request.variant.platforms or upstream.platforms):
+        tags = request.python_tags or upstream.python_tags(platform)
+        pins += [upstream.wheel_for(tag, platform) for tag in dict.fromkeys(tags)]
+    return list(dict.fromkeys(pins))  # a pure wheel's pin serves every platform: once
+
+
 def _build_overlay(*, context: Context, request: WheelRequest, version: str) -> tuple[BuiltWheel, ...]:
     series, reporter = context.series, context.reporter
     targets = []
-    for tag in dict.fromkeys(request.python_tags or [pin.python_tag for pin in series.upstream.wheels]):
-        pin = series.upstream.wheel_for(tag)
+    for pin in _pins(series, request):
         name = naming.wheel_filename(name=series.upstream.name, version=version, tags=naming.wheel_tags(pin.filename))
         manifest = manifest_module.build_manifest(series=series, variant=request.variant, version=version, pin=pin)
         stale = request.force or not up_to_date(request.out_dir / name, manifest)
@@ -119,33 +130,67 @@ def _build_overlay(*, context: Context, request: WheelRequest, version: str) -> 
     for pin, _, _, stale in targets:
         if stale:
             status = (path := context.upstream.wheel(pin)).stat()
-            sources[pin.python_tag] = _zip_source(path, status.st_size, status.st_mtime_ns)
+            sources[pin] = _zip_source(path, status.st_size, status.st_mtime_ns)
     if sources:
-        patches = request.variant.patches(series)
-        layouts = [WheelLayout(package_root=series.upstream.package_root, members=frozenset(source.by_name))
-                   for source in sources.values()]
-        for layout in layouts:
-            refuse_compiled(patches, layout)
-        changes = OverlayChanges(changes={}, executable=frozenset(), outside=())
-        # Without a work tree first (fast, and reused across combinations); the strict
-        # work-tree apply when a patch does not apply there, to report why.
-        if patches and (fast := patched_changes(context=context, combination=request.variant, layout=layouts[0])):
-            changes = fast
-        elif patches:
-            with scratch_tree(context=context, variant=request.variant, strict=True) as result:
-                changed = Git(result.dest).changed_files(result.base_commit, result.head_commit)
-                changes = collect_changes(tree=result.dest, changed=changed, layout=layouts[0])
-        for outside in changes.outside:
-            reporter.detail(f"not in the wheel, left out: {outside}")
+        # One plan for every platform and Python tag: the patched files are the same in each.
+        changes = _changes(context=context, combination=request.variant, sources=list(sources.values()))
     for pin, path, manifest, stale in targets:
         if stale:
             overlay = Overlay(name=series.upstream.name, package=naming.distribution_part(series.upstream.name),
                               version=version, manifest=manifest_module.dumps(manifest), changes=changes.changes,
                               executable=changes.executable)
             with reporter.step(f"Building {path.name} (overlay, {len(changes.changes)} changed files)"):
-                source = sources[pin.python_tag]
+                source = sources[pin]
                 install_validated(path, partial(write_overlay, source, overlay), verified_source=source.path)
     return tuple(BuiltWheel(path=path, rebuilt=stale) for _, path, _, stale in targets)
+
+
+def _changes(*, context: Context, combination: Combination, sources: list[ZipSource]) -> OverlayChanges:
+    series = context.series
+    patches = combination.patches(series)
+    layouts = [WheelLayout(package_root=series.upstream.package_root, members=frozenset(source.by_name))
+               for source in sources]
+    for layout in layouts:
+        refuse_compiled(patches, layout)
+    changes = OverlayChanges(changes={}, executable=frozenset(), outside=())
+    # Without a work tree first (fast, and reused across combinations); the strict
+    # work-tree apply when a patch does not apply there, to report why.
+    if patches and (fast := patched_changes(context=context, combination=combination, layout=layouts[0])):
+        changes = fast
+    elif patches:
+        with scratch_tree(context=context, variant=combination, strict=True) as result:
+            changed = Git(result.dest).changed_files(result.base_commit, result.head_commit)
+            changes = collect_changes(tree=result.dest, changed=changed, layout=layouts[0])
+    for outside in changes.outside:
+        context.reporter.detail(f"not in the wheel, left out: {outside}")
+    _refuse_other_originals(context=context, sources=sources, members=[m for m in changes.changes if m])
+    return changes
+
+
+def _refuse_other_originals(*, context: Context, sources: list[ZipSource], members: list[str]) -> None:
+    """The patched files were made from upstream as imported (the first pin): each release wheel
+    they are laid on must hold exactly those originals (the .py files of every architecture's
+    wheel are the same; a wheel where one differs would get another platform's file)."""
+    if not members:
+        return
+    upstream = context.series.upstream
+    prefix = f"{upstream.package_root.strip('/')}/" if upstream.package_root.strip("/") else ""
+    commit = context.upstream.ensure(upstream)
+    originals = context.upstream.git().tree_entries(commit, [prefix + member for member in members])
+    for source in sources:
+        differ = [member for member in members if member in source.by_name
+                  and (entry := originals.get(prefix + member)) and entry.blob != _blob_id(source.read(member), entry.blob)]
+        if differ:
+            raise BuildError(f"{source.path.name}: {len(differ)} file(s) the series changes differ from upstream as "
+                             f"imported (from {upstream.wheels[0].filename}): {', '.join(differ[:5])}",
+                             hint="the patched files of one release wheel cannot be laid on another whose originals "
+                                  "differ: build that platform with --mode source, or pin matching wheels")
+
+
+def _blob_id(content: bytes, like: str) -> str:
+    """git's object id of a blob holding `content`, in the hash of `like` (sha1 or sha256)."""
+    algorithm = hashlib.sha256 if len(like) == 64 else hashlib.sha1
+    return algorithm(b"blob %d\0" % len(content) + content).hexdigest()
 
 
 def _build_source(*, context: Context, request: WheelRequest, version: str) -> tuple[BuiltWheel, ...]:
@@ -155,6 +200,10 @@ def _build_source(*, context: Context, request: WheelRequest, version: str) -> t
         raise BuildError(f"source mode builds for the running interpreter ({running}), "
                          f"not {', '.join(request.python_tags)}",
                          hint="run forkbuild with the Python whose wheel you want")
+    if any(platform != native_platform() for platform in request.platforms):
+        raise BuildError(f"source mode builds for this machine ({native_platform()}), "
+                         f"not {', '.join(request.platforms)}",
+                         hint="run the source build on a machine of that platform")
     manifest = manifest_module.build_manifest(series=series, variant=request.variant, version=version, pin=None)
     package = naming.distribution_part(series.upstream.name)
     current = [path for path in sorted(request.out_dir.glob(f"{package}-{version}-*.whl")) if up_to_date(path, manifest)]

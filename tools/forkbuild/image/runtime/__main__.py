@@ -1,4 +1,4 @@
-"""`python -m forkbuild_runtime {delta-plan,check,doctor}` inside an image."""
+"""`python -m forkbuild_runtime {delta-plan,check,doctor,packages}` inside an image."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import ImageError, check, delta, doctor
+from . import ImageError, check, delta, doctor, packages
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,13 +22,19 @@ def main(argv: list[str] | None = None) -> int:
     verify.add_argument("--env-defaults", action="store_true", help="also require the variant's ENV defaults")
     verify.add_argument("--test-base", action="store_true",
                         help="a test image: report a missing backend package instead of failing")
+    install = commands.add_parser("packages", help="the pinned wheel of the MXFP8 backend package the base lacks")
+    install.add_argument("--pick", type=Path, required=True, metavar="DIR", help="the build context's packages/")
     diagnose = commands.add_parser("doctor", help="variant, features, guard values; warn about misconfiguration")
     diagnose.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
     args = parser.parse_args(argv)
     try:
         if args.command == "doctor":
             return doctor.main(strict=args.strict)
-        if args.command == "delta-plan":
+        if args.command == "packages":
+            wheel, why = packages.pick(args.pick)
+            print(why, file=sys.stderr)
+            print(wheel or "")
+        elif args.command == "delta-plan":
             delta.main(wheels=args.wheels, upstream_records=args.upstream_records,
                        upstream_version=args.upstream_version, out=args.out)
         else:

@@ -4,10 +4,11 @@ of a feature this image lacks, an unknown DSV41_* variable, or a value sglang wo
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 
-from . import migration
+from . import migration, packages
 from .records import installed, package_dir, read_manifest
 
 
@@ -44,6 +45,9 @@ def report(environ: dict[str, str]) -> tuple[list[str], list[str], list[str]]:
     # Refusals beyond the type (MID/DROP without W8, an unknown backend name).
     errors += [f"{r.env}={r.value!r}: {r.now}" for r in found
                if r.refused and not any(line.startswith(f"{r.env}=") for line in errors)]
+    if package := migration.backend_package(environ, built):
+        have = packages.found(package) if importlib.util.find_spec(package) else "NOT INSTALLED"
+        lines.insert(3, f"mxfp8:    {environ.get(migration.MXFP8)} needs package {package}: {have}")
     missing = migration.missing_backend(environ, built)
     return lines, warnings, errors + ([missing] if missing else [])
 

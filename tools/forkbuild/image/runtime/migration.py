@@ -181,15 +181,21 @@ def setting_notes(environ: Mapping[str, str]) -> list[str]:
     return [f"{key}={environ[key]!r}: {note}" for key, note in SETTING_NOTES.items() if key in environ]
 
 
+def backend_package(environ: Mapping[str, str], built: Sequence[Mapping[str, str]]) -> str | None:
+    """The package the MXFP8 backend the environment names needs (None: none, or no such guard built in)."""
+    if not any(guard["env"] == MXFP8 for guard in built):
+        return None
+    return BACKEND_PACKAGES.get(mxfp8_backend(environ.get(MXFP8, "")) or "")
+
+
 def missing_backend(environ: Mapping[str, str], built: Sequence[Mapping[str, str]]) -> str | None:
     """Why the MXFP8 backend the environment names cannot run in this Python, or None.
     The package is looked up (find_spec), not imported: importing b12x needs a GPU."""
-    if not any(guard["env"] == MXFP8 for guard in built):
-        return None
-    backend = mxfp8_backend(environ.get(MXFP8, ""))
-    package = BACKEND_PACKAGES.get(backend or "")
+    package = backend_package(environ, built)
     if package is None or importlib.util.find_spec(package) is not None:
         return None
+    backend = mxfp8_backend(environ.get(MXFP8, ""))
     return (f"{MXFP8}={environ.get(MXFP8)!r} names backend {backend}, but its package {package!r} is not "
-            f"installed in this image's Python: the model stops at construction. Use a base image that "
-            f"provides it (docker/README.md: 'MXFP8 backends'), or set {MXFP8}= (empty: sglang's own choice)")
+            f"installed in this image's Python: the model stops at construction. Pin its wheel in series.toml "
+            f"[[runtime.packages]] or use a base image that provides it (docker/README.md: 'MXFP8 backends'), "
+            f"or set {MXFP8}= (empty: sglang's own choice)")
