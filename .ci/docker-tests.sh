@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The docker part of CI: a private dockerd, the local base images, every
 # variant's image in both modes built and checked (tests/integration/test_image_build.py),
+# tp4's linux/arm64 image (the GB10 fleet's) built and run under emulation
+# (tests/integration/test_image_arm64.py; dockerd.sh registers qemu-aarch64 with binfmt_misc),
 # and the daemon stopped again, also when something fails.
 #
 #   .ci/docker-tests.sh [pytest args...]
@@ -36,5 +38,6 @@ trap finish EXIT
 SECONDS=0
 "$PYTHON" -m forkbuild build-base --stock
 echo "docker-tests: bases ready after ${SECONDS}s"
-"$PYTHON" -m pytest -m docker -p no:cacheprovider tests/integration/test_image_build.py "$@"
+"$PYTHON" -m pytest -m docker -p no:cacheprovider tests/integration/test_image_build.py \
+  tests/integration/test_image_arm64.py "$@"
 echo "docker-tests: done after ${SECONDS}s"

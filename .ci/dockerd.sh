@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # A private docker daemon for CI and local image builds.
 #
-#   .ci/dockerd.sh start   install docker.io/mmdebstrap if missing, start dockerd, wait for it;
+#   .ci/dockerd.sh start   install docker.io/mmdebstrap/qemu-user-static if missing, register the
+#                          arm64 emulator with binfmt_misc (the fleet's images build under it), start
+#                          dockerd, wait for it;
 #                          prints `started` on stdout when it launched the daemon (nothing when
 #                          one was already running), so a caller knows whether to stop it
 #   .ci/dockerd.sh stop    stop the daemon this script started (by its pid file)
 #   .ci/dockerd.sh env     print the exports that point clients at it (eval "$(.ci/dockerd.sh env)")
 #   .ci/dockerd.sh status  exit 0 when it answers
+#   .ci/dockerd.sh binfmt  register qemu-aarch64 with binfmt_misc; exit 1 (saying why) where the kernel refuses
 #
 # The daemon has its own socket, data root, exec root and pid file under
 # $FORKBUILD_DOCKERD_DIR (default /var/tmp/forkbuild-dockerd) so it never
@@ -41,6 +44,9 @@ ensure_packages() {
   [[ -x "$DOCKERD" && -x "$DOCKER" ]] || missing+=(docker.io)
   command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)
   command -v docker-compose >/dev/null || missing+=(docker-compose)
+  [[ -x /usr/bin/qemu-aarch64-static ]] || missing+=(qemu-user-static)
+  command -v update-binfmts >/dev/null || missing+=(binfmt-support)
+  command -v arch-test >/dev/null || missing+=(arch-test)  # mmdebstrap --arch of a foreign architecture
   ((${#missing[@]} == 0)) && return 0
   log "installing ${missing[*]}"
   if ! DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" >"$STATE/apt.log" 2>&1; then
@@ -93,10 +99,30 @@ wait_for_pid() {
   done
 }
 
+# arm64 under emulation: qemu-user-static's aarch64 entry, with the F flag (the kernel opens the
+# interpreter at registration, so it works inside containers too). Where the kernel refuses
+# (no binfmt_misc, no permission), say so: the arm64 tests skip naming this reason.
+BINFMT=/proc/sys/fs/binfmt_misc
+cmd_binfmt() {
+  if [[ ! -e $BINFMT/register ]]; then
+    mount -t binfmt_misc binfmt_misc "$BINFMT" 2>/dev/null \
+      || { log "binfmt: the kernel refuses to mount binfmt_misc at $BINFMT: arm64 cannot run here"; return 1; }
+  fi
+  if ! grep -q '^enabled' "$BINFMT/qemu-aarch64" 2>/dev/null; then
+    update-binfmts --enable qemu-aarch64 >/dev/null 2>&1 \
+      || update-binfmts --import qemu-aarch64 >/dev/null 2>&1 || true
+  fi
+  grep -q '^enabled' "$BINFMT/qemu-aarch64" 2>/dev/null \
+    || { log "binfmt: qemu-aarch64 is not registered ($BINFMT refused it): arm64 cannot run here"; return 1; }
+  grep -q '^flags: .*F' "$BINFMT/qemu-aarch64" \
+    || { log "binfmt: qemu-aarch64 is registered without the F flag: containers cannot use it"; return 1; }
+}
+
 cmd_start() {
   mkdir -p "$STATE"
   take_lock
   ensure_packages
+  cmd_binfmt || true  # the arm64 tests skip, naming the reason
   local pid
   if pid="$(running_pid)" && wait_for_pid "$pid"; then
     log "already running (pid $pid), socket $SOCKET"
@@ -168,5 +194,6 @@ case "${1:-}" in
   stop) cmd_stop ;;
   env) cmd_env ;;
   status) answers ;;
-  *) echo "usage: $0 start|stop|env|status" >&2; exit 2 ;;
+  binfmt) mkdir -p "$STATE"; ensure_packages && cmd_binfmt ;;
+  *) echo "usage: $0 start|stop|env|status|binfmt" >&2; exit 2 ;;
 esac

@@ -1,7 +1,11 @@
-"""Overlay build vs `wheel unpack` + `wheel pack` for the same change, and the time
-to build every variant's wheels.
+"""Overlay build vs `wheel unpack` + `wheel pack` for the same change, the cost of a
+variant's second platform against its first, and the time to build every variant's wheels.
 
     python bench/bench_wheel.py [-C SERIES_DIR] [--variant V] [--python-tag cp311] [--repeat 3]
+
+The second platform (tp4: linux/amd64 after linux/arm64) reuses the first's plan and
+patched files: `build-wheel` of both platforms minus `build-wheel` of the first alone,
+as a ratio to the first alone (goal: <= 0.5x), both in this run, every wheel rebuilt.
 
 Both methods start from the same pinned release wheel and write the same change
 (the variant's changed files, the new version in METADATA, _version.py and the
@@ -26,9 +30,11 @@ from forkbuild import naming
 from forkbuild.apply import scratch_tree
 from forkbuild.cache import UpstreamCache
 from forkbuild.combination import Combination, of_variant
+from forkbuild.config import native_platform
 from forkbuild.console import Reporter
 from forkbuild.context import Context
 from forkbuild.git import Git
+from forkbuild.wheel import builder
 from forkbuild.wheel.builder import WheelRequest, build_wheels, variant_version
 from forkbuild.wheel.overlay import Overlay, write_overlay
 from forkbuild.wheel.plan import OverlayChanges, WheelLayout, collect_changes
@@ -89,13 +95,14 @@ def main() -> int:
     parser.add_argument("--cache", type=Path, default=None)
     parser.add_argument("--variant", default=None)
     parser.add_argument("--python-tag", default="cp311")
+    parser.add_argument("--platform", default=native_platform())
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--skip-all", action="store_true", help="skip building every variant")
     args = parser.parse_args()
     context = Context.create(series_dir=args.series_dir, cache_dir=args.cache, reporter=Reporter())
     series = context.series
     variant = of_variant(series, args.variant or series.default_variant)  # resolved once
-    pin = series.upstream.wheel_for(args.python_tag)
+    pin = series.upstream.wheel_for(args.python_tag, args.platform)
     source_path = UpstreamCache(context.cache_dir, reporter=context.reporter).wheel(pin)
     source = ZipSource(source_path)
     layout = WheelLayout(package_root=series.upstream.package_root, members=frozenset(source.by_name))
@@ -123,15 +130,40 @@ def main() -> int:
         print(f"wheel unpack + wheel pack (median):  {repack_s:6.2f} s")
         print(f"ratio overlay / unpack+pack:         {overlay_s / repack_s:6.3f}x (goal <= 0.1x)")
         print(f"ratio with validation:               {(overlay_s + validate_s) / repack_s:6.3f}x")
+        platform_cost(context, variant, scratch_dir / "platforms", repeat=args.repeat)
         if not args.skip_all:
             out = scratch_dir / "all"
             start = time.perf_counter()
             for name in series.variants:
                 took = timed(lambda: build_wheels(context=context, request=WheelRequest(
                     variant=of_variant(series, name), out_dir=out, force=True)))
-                print(f"build-wheel {name:<8} (apply + {len(series.upstream.wheels)} wheels, validated): {took:6.2f} s")
+                wheels = sum(len(series.upstream.python_tags(p)) for p in series.variants[name].platforms)
+                print(f"build-wheel {name:<8} (apply + {wheels} wheels, validated): {took:6.2f} s")
             print(f"every variant:                       {time.perf_counter() - start:6.2f} s")
     return 0
+
+
+def platform_cost(context: Context, variant: Combination, out: Path, *, repeat: int) -> None:
+    """build-wheel of the variant's first platform alone, then of all of them (every wheel rebuilt,
+    the release wheels read anew each time): the second platform's cost as a ratio to the first."""
+    if len(variant.platforms) < 2:
+        print(f"{variant.name} declares one platform: no second platform to time")
+        return
+
+    def build(platforms: tuple[str, ...]) -> float:
+        builder._zip_source.cache_clear()
+        return timed(lambda: build_wheels(context=context, request=WheelRequest(
+            variant=variant, out_dir=out, platforms=platforms, force=True)))
+
+    first, both = [], []
+    for _ in range(repeat):
+        first.append(build(variant.platforms[:1]))
+        both.append(build(variant.platforms[:2]))
+    first_s, both_s = statistics.median(first), statistics.median(both)
+    tags = len(context.series.upstream.python_tags(variant.platforms[0]))
+    print(f"build-wheel {variant.name} {variant.platforms[0]} alone ({tags} wheels, median of {repeat}): {first_s:6.2f} s")
+    print(f"build-wheel {variant.name} {' + '.join(variant.platforms[:2])} ({2 * tags} wheels):   {both_s:6.2f} s")
+    print(f"second platform ({variant.platforms[1]}) / first:   {(both_s - first_s) / first_s:6.3f}x (goal <= 0.5x)")
 
 
 if __name__ == "__main__":

@@ -8,8 +8,10 @@ via the generated compose file, all in parallel.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import shutil
 import tomllib
 import zipfile
 from pathlib import Path
@@ -33,6 +35,7 @@ HOST = os.environ.get("FORKBUILD_DOCKER_HOST", "")
 VARIANTS = list(tomllib.loads((REPO / "series.toml").read_text())["variants"])
 IMAGES = [(variant, mode) for variant in VARIANTS for mode in build.MODES]
 REPOSITORY = "forkbuild-test/sglang"
+PLATFORM = "linux/amd64"  # the machine's; linux/arm64 under emulation: test_image_arm64.py
 
 pytestmark = [
     pytest.mark.integration,
@@ -76,7 +79,7 @@ def docker(context) -> Docker:
 
 @pytest.fixture(scope="module")
 def bases(context, docker) -> tuple[str, str]:
-    return ensure_bases(context=context, docker=docker, stock=True)
+    return ensure_bases(context=context, docker=docker, stock=True, platform=PLATFORM)
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +90,8 @@ def stock_pip_check(docker, bases) -> str:
 
 @pytest.fixture(scope="module")
 def contexts(context):
-    return {variant: prepare_context(context, variant=of_variant(context.series, variant), python_tags=["cp311"]) for variant in VARIANTS}
+    return {variant: prepare_context(context, variant=of_variant(context.series, variant), platform=PLATFORM,
+                                     python_tags=["cp311"]) for variant in VARIANTS}
 
 
 @pytest.fixture(scope="module")
@@ -97,10 +101,12 @@ def images(contexts, docker, bases, tmp_path_factory):
     out = REPO / "build"
     compose_file = out / "compose-test.yaml"
     compose_file.write_text(build.compose_file(list(contexts.values()), modes=build.MODES, relative_to=out,
-                                               repository=REPOSITORY, bases={"wheel": stock_base, "delta": stock_base},
+                                               repository=REPOSITORY,
+                                               bases={(mode, PLATFORM): stock_base for mode in build.MODES},
                                                header="forkbuild integration test"))
     compose_build(docker=docker, compose_file=compose_file, reporter=Reporter())
-    return {(variant, mode): build.default_tag(variant, mode, repository=REPOSITORY) for variant, mode in IMAGES}
+    return {(variant, mode): build.default_tag(variant, mode, PLATFORM, repository=REPOSITORY)
+            for variant, mode in IMAGES}
 
 
 def run(docker: Docker, image: str, *command: str, env: dict[str, str] = {}, check: bool = True):
@@ -151,21 +157,34 @@ def test_guard_defaults_are_in_the_environment(images, contexts, docker, variant
 @pytest.mark.parametrize(("variant", "mode"), IMAGES)
 def test_doctor_and_check_run(images, contexts, docker, variant, mode):
     built = contexts[variant].manifest
-    # The local bases have no b12x: a variant defaulting to it names it missing
-    # (doctor and check fail); with the backend left to sglang, doctor passes.
+    # The local bases have no b12x: a variant defaulting to it got the wheel series.toml pins
+    # ([[runtime.packages]]), so doctor and the full check (no test-base allowance) pass.
     b12x = built.env_defaults.get("DSV41_MXFP8_BACKEND") == "b12x"
-    env = {"DSV41_MXFP8_BACKEND": ""} if b12x else {}
-    doctor = run(docker, images[variant, mode], "doctor", "--strict", env=env).stdout
+    doctor = run(docker, images[variant, mode], "doctor", "--strict").stdout
     assert f"variant:  {variant} " in doctor
     for guard in built.guards:
         assert f"  {guard.env}=" in doctor
-    check = run(docker, images[variant, mode], "check", "--env-defaults", "--test-base").stdout
+    check = run(docker, images[variant, mode], "check", "--env-defaults").stdout
     assert "files match their hashes" in check
-    if b12x:
-        failed = run(docker, images[variant, mode], "doctor", check=False)
+    assert ("mxfp8:    b12x needs package b12x: b12x 1.5.1" in doctor) == b12x
+    if b12x:  # without it (uninstalled), doctor and check name the missing package
+        gone = "pip uninstall -q -y b12x && forkbuild-entrypoint "
+        failed = run(docker, images[variant, mode], "sh", "-c", gone + "doctor", check=False)
         assert failed.status == 1 and "package 'b12x' is not installed" in failed.stderr
-        strict = run(docker, images[variant, mode], "check", "--env-defaults", check=False)
+        strict = run(docker, images[variant, mode], "sh", "-c", gone + "check --env-defaults", check=False)
         assert strict.status == 1 and "package 'b12x' is not installed" in strict.stderr
+
+
+def test_a_b12x_wheel_whose_sha256_differs_stops_the_build_naming_it(contexts, docker, bases, tmp_path):
+    variant = next(v for v in VARIANTS if contexts[v].manifest.env_defaults.get("DSV41_MXFP8_BACKEND") == "b12x")
+    tampered = tmp_path / "context"
+    shutil.copytree(contexts[variant].path, tampered)
+    (wheel,) = (tampered / "packages").glob("b12x-*.whl")
+    with zipfile.ZipFile(wheel, "a") as archive:
+        archive.writestr("b12x/payload.py", "print('not the pinned file')\n")
+    context = dataclasses.replace(contexts[variant], path=tampered)
+    with pytest.raises(BuildError, match=rf"{wheel.name}: sha256 [0-9a-f]{{64}} does not match its pin"):
+        build.build_image(docker=docker, context=context, mode="wheel", base=bases[1], tag="forkbuild-test/tampered:1")
 
 
 def _left_out(built: manifest.Manifest) -> list[manifest.GuardRecord]:
@@ -188,12 +207,8 @@ def test_serve_builds_the_launch_command_from_the_environment(images, docker):
     variant = VARIANTS[-1]
     settings = {"CONTEXT_LENGTH": "262144", "MEM_FRACTION_STATIC": "0.95", "MAX_RUNNING_REQUESTS": "4",
                 "TP_SIZE": "3", "EXTRA_SGLANG_ARGS": "--watchdog-timeout 1800 --enable-metrics"}
-    # The test bases have no b12x: serve refuses the variant's default backend there,
-    # naming it (the startup check), and builds the command once the backend is sglang's own.
-    refused = run(docker, images[variant, "wheel"], "serve", "--dry-run", env=settings, check=False)
-    assert refused.status != 0 and "b12x" in refused.stdout + refused.stderr
-    output = run(docker, images[variant, "wheel"], "serve", "--dry-run",
-                 env={**settings, "DSV41_MXFP8_BACKEND": ""}).stdout
+    # The variant's default backend (b12x) is installed from its pin: serve's startup check passes.
+    output = run(docker, images[variant, "wheel"], "serve", "--dry-run", env=settings).stdout
     command = output.strip().splitlines()[-1]
     assert command.startswith("python3 -m sglang.launch_server --model-path ")
     for flag in ("--tp-size 3", "--context-length 262144", "--mem-fraction-static 0.95",

@@ -1,6 +1,7 @@
-"""The patched sglang wheels from the real pinned 0.5.23 release wheel (downloaded
-once into the repository's forkbuild cache): built, validated, installed with
---no-deps into a fresh venv, reproducible."""
+"""The patched sglang wheels from the real pinned 0.5.23 release wheels (downloaded
+once into the repository's forkbuild cache), for every platform tp4 declares
+(linux/arm64, the GB10 fleet's, and linux/amd64): built, validated, installed with
+--no-deps into a fresh venv (and for aarch64 with pip's --platform), reproducible."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import tomllib
 import venv
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -43,8 +45,13 @@ def built(context, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def cp311(built):
-    (path,) = [wheel.path for wheel in built[1] if "-cp311-" in wheel.path.name]
+    (path,) = [wheel.path for wheel in built[1] if "-cp311-" in wheel.path.name and "x86_64" in wheel.path.name]
     return path
+
+
+def by_arch(built, tag: str) -> dict[str, Path]:
+    return {arch: wheel.path for wheel in built[1] for arch in ("x86_64", "aarch64")
+            if f"-{tag}-" in wheel.path.name and wheel.path.name.endswith(f"_{arch}.whl")}
 
 
 @pytest.fixture(scope="module")
@@ -64,14 +71,51 @@ def run_python(python: Path, code: str) -> str:
     return subprocess.run([python, "-c", code], capture_output=True, text=True, check=True).stdout
 
 
-def test_one_validated_wheel_per_pinned_tag(context, built):
+def test_one_validated_wheel_per_platform_and_pinned_tag(context, built):
     out, wheels = built
     version = variant_version(context.series, of_variant(context.series, VARIANT))
-    tags = [pin.python_tag for pin in context.series.upstream.wheels]
+    assert context.series.variants[VARIANT].platforms == ("linux/arm64", "linux/amd64")
     assert sorted(wheel.path.name for wheel in wheels) == sorted(
-        f"sglang-{version}-{tag}-{tag}-manylinux_2_34_x86_64.whl" for tag in tags)
+        f"sglang-{version}-{tag}-{tag}-manylinux_2_34_{arch}.whl" for tag in ("cp311", "cp312")
+        for arch in ("x86_64", "aarch64"))
     for wheel in wheels:
         validate_wheel(wheel.path)
+
+
+@pytest.mark.parametrize("tag", ["cp311", "cp312"])
+def test_every_platform_gets_the_same_patched_files_and_keeps_its_own_tags_and_record(built, tag):
+    wheels = by_arch(built, tag)
+    archives = {arch: zipfile.ZipFile(path) for arch, path in wheels.items()}
+    patched = {arch: manifest_module.read_wheel(path) for arch, path in wheels.items()}
+    assert patched["aarch64"].without_upstream() == patched["x86_64"].without_upstream()  # one build
+    python = {arch: {name: archive.read(name) for name in archive.namelist() if name.endswith(".py")}
+              for arch, archive in archives.items()}
+    assert python["aarch64"] == python["x86_64"]  # every .py byte-identical, the 27 patched ones included
+    for arch, archive in archives.items():
+        dist_info = next(name.split("/")[0] for name in archive.namelist() if name.endswith(".dist-info/WHEEL"))
+        assert f"Tag: {tag}-{tag}-manylinux_2_34_{arch}" in archive.read(f"{dist_info}/WHEEL").decode()
+        record = archive.read(f"{dist_info}/RECORD").decode()
+        extensions = [line.split(",")[0] for line in record.splitlines() if ".so," in line]
+        other = "x86_64" if arch == "aarch64" else "aarch64"
+        assert extensions and all(f"-{arch}-linux-gnu.so" in name for name in extensions)
+        assert other not in record
+        assert manifest_module.read_wheel(wheels[arch]).upstream.wheel.endswith(f"_{arch}.whl")
+
+
+def test_the_aarch64_wheel_installs_for_aarch64_with_the_patched_files(context, built, tmp_path):
+    wheels = by_arch(built, "cp312")
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target),
+                    "--platform", "manylinux_2_34_aarch64", "--python-version", "3.12", "--only-binary=:all:",
+                    "--no-compile", "--disable-pip-version-check", str(wheels["aarch64"])], check=True)
+    with zipfile.ZipFile(wheels["x86_64"]) as x86:
+        patched = [record.file for record in manifest_module.read_wheel(wheels["x86_64"]).patches]
+        assert len(patched) == 16
+        changed = [name for name in x86.namelist() if name.endswith(".py") and name.startswith("sglang/")
+                   and (target / name).read_bytes() != x86.read(name)]
+    assert changed == []
+    assert (target / "sglang" / "srt" / "dsv41_guards.py").is_file()
+    assert any("-aarch64-linux-gnu.so" in path.name for path in (target / "sglang").rglob("*.so"))
 
 
 def test_manifest_matches_series_toml(context, cp311):
@@ -150,7 +194,7 @@ def test_second_build_is_skipped(context, built):
 def test_byte_identical_under_other_tz_umask_and_epoch(context, cp311, tmp_path):
     env = {**os.environ, "TZ": "America/St_Johns", "SOURCE_DATE_EPOCH": "1234567890"}
     forkbuild = Path(sys.executable).with_name("forkbuild")
-    command = f"umask 077; exec {forkbuild} -C {REPO} build-wheel --variant {VARIANT} --python-tag cp311 --out {tmp_path}"
+    command = f"umask 077; exec {forkbuild} -C {REPO} build-wheel --variant {VARIANT} --python-tag cp311 --platform linux/amd64 --out {tmp_path}"
     subprocess.run(["sh", "-c", command], env=env, check=True, capture_output=True)
     (again,) = tmp_path.glob("*.whl")
     assert again.name == cp311.name

@@ -335,3 +335,17 @@ def test_a_file_tomllib_cannot_take_is_a_config_error_naming_the_file(tmp_path, 
     with pytest.raises(ConfigError) as caught:
         load_series(path)
     assert str(caught.value).startswith(f"{path}: 1 problem(s)")
+
+
+def test_hazards_name_guards_of_the_series_with_valid_values_and_known_variants(tmp_path):
+    name = next(iter(load_series(write_series(tmp_path, VALID)).variants))
+    guard = re.search(r'env = "(DSV41_[A-Z0-9_]+)", type = "switch"', VALID)[1]
+    good = VALID + f'\n[[hazards]]\nname = "h-1"\nvariants = ["{name}"]\nwhen = {{ {guard} = "1" }}\nreason = "r"\n'
+    (hazard,) = load_series(write_series(tmp_path, good)).hazards
+    assert (hazard.name, hazard.variants, dict(hazard.when), hazard.reason) == ("h-1", (name,), {guard: "1"}, "r")
+    bad = VALID + '\n[[hazards]]\nname = "H 1"\nvariants = ["nope"]\nwhen = { DSV41_NOPE = "1" }\nreason = ""\n'
+    problems = [re.sub(r" \(line \d+\)", "", p) for p in problems_of(write_series(tmp_path, bad))]
+    assert "hazards[0].reason: is required (a non-empty string)" in problems
+    assert "hazards[0].name: 'H 1': lower-case letters, digits and -" in problems
+    assert any(p.startswith("hazards[0].variants: unknown variant 'nope'") for p in problems)
+    assert any(p.startswith("hazards[0].when.DSV41_NOPE: not a guard") for p in problems)

@@ -103,6 +103,9 @@ def test_the_files_pass_docker_compose_config(tmp_path):
     for path in sorted(out.iterdir()):
         done = subprocess.run(["docker-compose", "-f", str(path), "config"], capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
+        # RDMA over the GB10's ConnectX-7, as compose reads it
+        assert "/dev/infiniband:/dev/infiniband" in done.stdout and "IPC_LOCK" in done.stdout
+        assert "memlock:" in done.stdout and "hard: -1" in done.stdout
         # compose interpolates $NAME: the file escapes it ($$, which config shows as it is
         # valid there), so the container gets the value as written, not $HOME's.
         assert "costs $$5 $${HOME}" in done.stdout and os.environ.get("HOME", "$") not in done.stdout
@@ -143,3 +146,64 @@ def test_a_rerun_for_other_nodes_replaces_the_earlier_nodes_files(tmp_path):
     code, out = _launch(tmp_path)
     assert code == 0
     assert sorted(path.name for path in out.iterdir()) == sorted(f"node{r}-{h}.compose.yaml" for r, h in enumerate(HOSTS))
+
+
+FABRIC = "NCCL_SOCKET_IFNAME=enp1s0f1np1\nGLOO_SOCKET_IFNAME=enp1s0f1np1\nNCCL_IB_HCA=rocep1s0f1\n"
+
+
+def test_rdma_and_fabric_settings_reach_every_node_and_one_setting_turns_rdma_off(tmp_path):
+    code, out = _launch(tmp_path, RECIPE_ENV + FABRIC)
+    assert code == 0
+    for path, service in zip(sorted(out.iterdir()), _services(out), strict=True):
+        assert (path.stat().st_mode & 0o777) == 0o600  # the files hold the .env's values (tokens too)
+        assert service["devices"] == ["/dev/infiniband:/dev/infiniband"] and service["cap_add"] == ["IPC_LOCK"]
+        assert service["ulimits"] == {"memlock": {"soft": -1, "hard": -1}}
+        assert {key: service["environment"][key] for key in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME",
+                                                               "NCCL_IB_HCA")} == {
+            "NCCL_SOCKET_IFNAME": "enp1s0f1np1", "GLOO_SOCKET_IFNAME": "enp1s0f1np1", "NCCL_IB_HCA": "rocep1s0f1"}
+    code, out = _launch(tmp_path, RECIPE_ENV + FABRIC + "FORKBUILD_RDMA=0\n")
+    assert code == 0
+    for service in _services(out):
+        assert not {"devices", "cap_add", "ulimits"} & set(service) and "FORKBUILD_RDMA" not in service["environment"]
+
+
+def test_a_mistyped_knob_is_refused_naming_the_closest_and_writes_nothing(tmp_path, capsys):
+    code, out = _launch(tmp_path, RECIPE_ENV + "DSV41_WO_A_W8_DORP=1\n")
+    assert code == 2 and not out.exists()
+    assert "DSV41_WO_A_W8_DORP='1': not a guard of series dsv41 (perhaps you meant DSV41_WO_A_W8_DROP?)" in \
+        capsys.readouterr().err
+    code, out = _launch(tmp_path, RECIPE_ENV + "DSV41_FOO=1\n", HOSTS, "--allow-unknown")
+    assert code == 0 and "DSV41_FOO='1': not a guard" in capsys.readouterr().err
+    assert all(service["environment"]["DSV41_FOO"] == "1" for service in _services(out))
+
+
+def test_doctor_refuses_a_mistyped_knob_and_warns_of_a_mistyped_setting(tmp_path, capsys):
+    env = tmp_path / "tp4.env"
+    env.write_text(RECIPE_ENV + "DSV41_WO_A_W8_DORP=1\nMAX_RUNING_REQUESTS=8\nHF_TOKEN=hf_x\n")
+    assert main(["-C", str(REPO), "doctor", "--env", str(env)]) == 1
+    err = capsys.readouterr().err
+    assert "perhaps you meant DSV41_WO_A_W8_DROP?" in err
+    assert "MAX_RUNING_REQUESTS='8': not a setting serve reads (perhaps you meant MAX_RUNNING_REQUESTS?)" in err
+    assert "HF_TOKEN" not in err  # far from every setting: passed on without a word
+    assert main(["-C", str(REPO), "doctor", "--env", str(env), "--allow-unknown"]) == 0
+
+
+TP3_HAZARD = "DSV41_WO_A_W8=1\nDSV41_WO_A_W8_DROP=1\nDSV41_ENGRAM_PREFETCH=1\n"
+
+
+def test_the_recipes_tp3_hazard_is_reported_by_doctor_and_refused_by_launch(tmp_path, capsys):
+    env = tmp_path / "tp3.env"
+    env.write_text(TP3_HAZARD)
+    assert main(["-C", str(REPO), "doctor", "--env", str(env), "--variant", "tp3"]) == 0
+    assert "hazard tp3-autotune-unload (DSV41_WO_A_W8_DROP=1, DSV41_ENGRAM_PREFETCH=1)" in capsys.readouterr().err
+    out = tmp_path / "out"
+    launch = ["-C", str(REPO), "launch", "--variant", "tp3", "--env", str(env), "--nodes", "a,b,c", "--out", str(out)]
+    assert main(launch) == 2 and not out.exists()
+    assert "--accept-hazard tp3-autotune-unload" in capsys.readouterr().err
+    assert main([*launch, "--accept-hazard", "tp3-autotune-unload"]) == 0 and len(list(out.iterdir())) == 3
+    # tp4 (no padded shard) and tp3 with one adapter on at a time: no hazard
+    env.write_text("DSV41_WO_A_W8=1\nDSV41_WO_A_W8_DROP=1\n")
+    assert main(launch[:-2] + ["--out", str(tmp_path / "one")]) == 0
+    env.write_text(TP3_HAZARD)
+    assert main(["-C", str(REPO), "launch", "--variant", "tp4", "--env", str(env), "--nodes", "a,b,c,d",
+                 "--out", str(tmp_path / "tp4")]) == 0

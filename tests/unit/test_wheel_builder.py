@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import zipfile
 from pathlib import Path
 
@@ -99,3 +100,50 @@ def test_cli_unknown_python_tag_is_a_config_error(fixture):
     code = cli.main(["-C", str(context.series_dir), "--cache", str(context.cache_dir),
                      "build-wheel", "--python-tag", "cp399", "--out", str(out)])
     assert code == 2
+
+
+def platform_series(tmp_path, *, aarch64_core: str | None = None) -> tuple[Context, Path]:
+    """The fixture series pinning an x86_64 wheel (imported: the first pin) and an aarch64 one,
+    whose demo/core.py is `aarch64_core` where given (else the same files)."""
+    series_dir, cache, wheel = wheel_series(tmp_path)
+    pins = ""
+    for arch in ("x86_64", "aarch64"):
+        name = wheel.name.replace("-any.whl", f"-manylinux_2_34_{arch}.whl")
+        with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(cache / "wheels" / name, "w") as target:
+            for info in source.infolist():
+                data = source.read(info)
+                if arch == "aarch64" and info.filename == "demo/core.py" and aarch64_core is not None:
+                    data = aarch64_core.encode()
+                target.writestr(info, data)
+        sha = hashlib.sha256((cache / "wheels" / name).read_bytes()).hexdigest()
+        pins += f'[[upstream.wheels]]\npython_tag = "py3"\nfilename = "{name}"\nsha256 = "{sha}"\n\n'
+    toml = series_dir / "series.toml"
+    text = toml.read_text()
+    start = text.index("[[upstream.wheels]]")
+    end = text.index("[", text.index("sha256", start))
+    toml.write_text(text[:start] + pins + text[end:])
+    return Context.create(series_dir=series_dir, cache_dir=cache, reporter=Reporter()), tmp_path / "dist"
+
+
+def test_every_platform_gets_the_one_plan_and_platform_picks_one(tmp_path):
+    context, out = platform_series(tmp_path)
+    assert context.series.variants["full"].platforms == ("linux/amd64", "linux/arm64")
+    wheels = build(context, out)
+    assert [wheel.path.name.rsplit("-", 1)[-1] for wheel in wheels] == ["manylinux_2_34_x86_64.whl",
+                                                                        "manylinux_2_34_aarch64.whl"]
+    contents = []
+    for wheel in wheels:
+        validate_wheel(wheel.path)
+        with zipfile.ZipFile(wheel.path) as archive:
+            contents.append(archive.read("demo/core.py"))
+    assert contents == [b"def answer():\n    return 42  # fast\n"] * 2
+    (only,) = build(context, tmp_path / "arm", platforms=("linux/arm64",))
+    assert only.path.name.endswith("_aarch64.whl")
+
+
+def test_a_platform_wheel_whose_original_differs_is_refused_naming_it(tmp_path):
+    context, out = platform_series(tmp_path, aarch64_core="def answer():\n    return 40\n")
+    with pytest.raises(BuildError, match=r"manylinux_2_34_aarch64.whl: 1 file\(s\) the series changes differ "
+                                         r"from upstream as imported .*: demo/core.py"):
+        build(context, out)
+    assert not list(out.glob("*aarch64*.whl"))

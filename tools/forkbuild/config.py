@@ -3,6 +3,7 @@ at once, each naming its key and line, with a "perhaps you meant" for near misse
 
 from __future__ import annotations
 
+import dataclasses
 import graphlib
 import hashlib
 import json
@@ -15,7 +16,7 @@ from types import MappingProxyType
 from typing import Any
 
 from forkbuild.errors import ConfigError
-from forkbuild.guards import GUARD_TYPES, check_value
+from forkbuild.guards import GUARD_TYPES, check_value, parse_switch
 
 UPSTREAM_SOURCES = ("wheel", "git")
 UPSTREAM_STATUSES = ("local", "submitted", "upstreamed")
@@ -171,6 +172,31 @@ class Variant:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Hazard:
+    """A combination of guard values known to break a deployment ([[hazards]]): doctor warns, launch refuses."""
+
+    name: str
+    reason: str
+    when: Mapping[str, str]  # guard -> value; every one must hold (a switch compares on/off)
+    variants: tuple[str, ...] = ()  # empty: every variant
+
+    def holds(self, guards: Mapping[str, Guard], environ: Mapping[str, str], *, variant: str) -> bool:
+        if self.variants and variant not in self.variants:
+            return False
+        return all(_same_value(guards[env], environ.get(env, guards[env].default), wanted)
+                   for env, wanted in self.when.items())
+
+
+def _same_value(guard: Guard, value: str, wanted: str) -> bool:
+    if guard.type != "switch":
+        return value.strip() == wanted
+    try:
+        return parse_switch(value) == parse_switch(wanted)
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True, kw_only=True)
 class Series:
     path: Path
     name: str
@@ -181,6 +207,7 @@ class Series:
     variants: Mapping[str, Variant]
     runtime_env: Mapping[str, str] = field(default_factory=dict)
     packages: tuple[PackagePin, ...] = ()  # [[runtime.packages]]: pure wheels an image may need
+    hazards: tuple[Hazard, ...] = ()
     guards_module: str = ""  # the dotted module forkbuild generates guards into; "": none
 
     @property
@@ -347,7 +374,8 @@ def _toml_type(value: Any) -> str:
 
 # Each table's keys: a string key with its default, or None for one parsed on its own.
 _KEYS: dict[str, dict[str, str | None]] = {
-    "": dict.fromkeys(("series", "upstream", "features", "patches", "variants", "runtime")),
+    "": dict.fromkeys(("series", "upstream", "features", "patches", "variants", "runtime", "hazards")),
+    "hazards": {"name": "", "reason": "", "when": None, "variants": None},
     "series": {"name": "", "default_variant": "", "guards_module": ""},
     "upstream": {"name": "", "version": "", "package_root": "", "source": "wheel", "git": None, "wheels": None,
                  "empty_dirs": None},
@@ -667,6 +695,37 @@ def _check_guards(problems: _Problems, series: Series) -> None:
                 problems.add(f"variants.{name}.env.{env}", str(error), near=env)
 
 
+def _parse_hazards(problems: _Problems, value: Any, series: Series) -> tuple[Hazard, ...]:
+    guards = {guard.env: guard for guard in series.all_guards()}
+    hazards = []
+    for index, table in enumerate(problems.tables(value, "hazards", near="hazards")):
+        where = f"hazards[{index}]"
+        if table is None:
+            continue
+        fields = problems.fields(table, "hazards", where, required=("name", "reason"))
+        if fields["name"] and not re.fullmatch(r"[a-z0-9][a-z0-9-]*", fields["name"]):
+            problems.add(f"{where}.name", f"{fields['name']!r}: lower-case letters, digits and -", near=fields["name"])
+        variants = _string_list(problems, table.get("variants", []), f"{where}.variants")
+        for name in variants:
+            if name not in series.variants:
+                problems.add(f"{where}.variants", unknown(name, series.variants, "variant"), near=name)
+        when = _string_table(problems, table.get("when", {}), f"{where}.when")
+        if not when and not problems.has(f"{where}.when"):
+            problems.add(f"{where}.when", "names no guard value: a hazard is a combination of guard values",
+                         near=fields["name"] or "hazards")
+        for env, wanted in when.items():
+            if env not in guards:
+                problems.add(f"{where}.when.{env}", f"not a guard{near_miss(env, guards)}", near=env)
+                continue
+            try:
+                check_value(guards[env].type, wanted)
+            except ValueError as error:
+                problems.add(f"{where}.when.{env}", str(error), near=env)
+        hazards.append(Hazard(name=fields["name"], reason=fields["reason"], when=MappingProxyType(when),
+                              variants=variants))
+    return tuple(hazards)
+
+
 def parse_series(text: str, *, path: Path) -> Series:
     problems = _Problems(text)
     try:
@@ -700,6 +759,8 @@ def parse_series(text: str, *, path: Path) -> Series:
     )
     _check_references(problems, series)
     _check_guards(problems, series)
+    if "hazards" in raw:
+        series = dataclasses.replace(series, hazards=_parse_hazards(problems, raw["hazards"], series))
     if problems.items:
         raise ConfigError(problems.items, source=str(path))
     return series

@@ -26,13 +26,14 @@ SYNC_THREADS = 32  # fsyncs at once: ext4 commits concurrent fsyncs in one journ
 
 
 def write_atomic_many(files: Mapping[Path, bytes], *, after_first: Callable[[], None] | None = None,
-                      durable: bool = True) -> None:
+                      durable: bool = True, mode: int | None = None) -> None:
     """write_atomic of every file, flushed together before the first rename: a crash leaves each
-    path whole, old or new; an error leaves no temporary file. `after_first`: a crash-test hook."""
+    path whole, old or new; an error leaves no temporary file. `after_first`: a crash-test hook.
+    mode: every file gets it (0600 for files holding secrets), whatever the old file had."""
     staged: list[tuple[Path, Path]] = []
     try:
         for path, data in files.items():
-            staged.append((Path(path), _stage(Path(path), data)))
+            staged.append((Path(path), _stage(Path(path), data, mode=mode)))
         if durable:
             sync_files([temporary for _, temporary in staged])
         for number, (path, temporary) in enumerate(staged):
@@ -47,14 +48,15 @@ def write_atomic_many(files: Mapping[Path, bytes], *, after_first: Callable[[], 
         fsync_directory(directory)
 
 
-def _stage(path: Path, data: bytes) -> Path:
-    """`data` in a new temporary file beside `path` (not flushed), with write_atomic's mode."""
+def _stage(path: Path, data: bytes, *, mode: int | None = None) -> Path:
+    """`data` in a new temporary file beside `path` (not flushed), with `mode` or write_atomic's."""
     handle, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     temporary = Path(name)
     try:
         with os.fdopen(handle, "wb") as out:
             out.write(data)
-        os.chmod(temporary, path.stat().st_mode & 0o7777 if path.exists() else NEW_FILE_MODE)
+        os.chmod(temporary, mode if mode is not None else path.stat().st_mode & 0o7777 if path.exists()
+                 else NEW_FILE_MODE)
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise

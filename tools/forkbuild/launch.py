@@ -10,11 +10,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from forkbuild.config import Series, image_platforms
-from forkbuild.doctor import EnvReport, doctor_env
+from forkbuild.doctor import EnvReport, doctor_env, hazard_line
 from forkbuild.errors import ConfigError
+from forkbuild.guards import parse_switch
 from forkbuild.image.build import default_tag
 
 HEAD_ONLY = ("HEAD_MEM_FRACTION_STATIC",)  # start.sh gave it to rank 0 only
+# Multi-node serving over the GB10's ConnectX-7 (RoCE): the RDMA devices, pinned memory. On unless
+# the .env says FORKBUILD_RDMA=0 (hosts without RoCE; the simulated fleet); read here, not passed on.
+RDMA = "FORKBUILD_RDMA"
+RDMA_SERVICE = {"devices": ["/dev/infiniband:/dev/infiniband"], "cap_add": ["IPC_LOCK"],
+                "ulimits": {"memlock": {"soft": -1, "hard": -1}}}
 DIST_PORT = 20000
 HOST = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252}[A-Za-z0-9])?$")  # a host name or IPv4 address
 SERVICE = "sglang"
@@ -32,13 +38,17 @@ class NodeFile:
                 f"#   docker-compose -f {self.name} up -d\n" + json.dumps(self.compose, indent=2) + "\n")
 
 
-def plan(series: Series, *, variant: str, env_file: Path, hosts: list[str],
-         image: str | None = None) -> tuple[EnvReport, list[NodeFile]]:
-    """Every node's compose file; ConfigError for a bad node list or a .env doctor stops on."""
+def plan(series: Series, *, variant: str, env_file: Path, hosts: list[str], image: str | None = None,
+         allow_unknown: bool = False, accepted: tuple[str, ...] = ()) -> tuple[EnvReport, list[NodeFile]]:
+    """Every node's compose file; ConfigError for a bad node list, a .env doctor stops on, an unknown
+    DSV41_* name (unless `allow_unknown`) or a hazard not `accepted`."""
     chosen = series.variant(variant)
     report = doctor_env(series, variant=variant, env_file=env_file)
-    if report.refused or report.changed:
-        raise ConfigError([*report.refused, *report.changed], source=str(env_file))
+    unknown = () if allow_unknown else tuple(f"{line} (--allow-unknown to pass it on)" for line in report.unknown)
+    hazards = tuple(f"{hazard_line(hazard)} (--accept-hazard {hazard.name} to launch it anyway)"
+                    for hazard in report.hazards if hazard.name not in accepted)
+    if report.refused or report.changed or unknown or hazards:
+        raise ConfigError([*report.refused, *report.changed, *unknown, *hazards], source=str(env_file))
     values = report.values
     tp_size = values.get("TP_SIZE") or chosen.env.get("TP_SIZE")
     problems = [f"--nodes: {host!r} is not a host name or IPv4 address" for host in hosts if not HOST.match(host)]
@@ -51,7 +61,11 @@ def plan(series: Series, *, variant: str, env_file: Path, hosts: list[str],
         raise ConfigError(problems, source="forkbuild launch")
     knobs = {guard.env: values.get(guard.env, chosen.env.get(guard.env, guard.default))
              for guard in series.guards_for(chosen.features)}
-    shared = {key: value for key, value in values.items() if key not in HEAD_ONLY}
+    try:
+        rdma = parse_switch(values.get(RDMA, "1"))
+    except ValueError as error:
+        raise ConfigError([f"{RDMA}: {error}"], source=str(env_file)) from None
+    shared = {key: value for key, value in values.items() if key not in (*HEAD_ONLY, RDMA)}
     dist = values.get("DIST_INIT_ADDR") or f"{hosts[0]}:{DIST_PORT}"
     model = values.get("MODEL_PATH") or series.runtime_env.get("MODEL_PATH")
     nodes = []
@@ -70,6 +84,8 @@ def plan(series: Series, *, variant: str, env_file: Path, hosts: list[str],
                        {"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]}}}}
         if model:
             service["volumes"] = [f"{model}:{model}:ro"]
+        if rdma:
+            service.update(RDMA_SERVICE)
         nodes.append(NodeFile(rank=rank, host=host, name=f"node{rank}-{host}.compose.yaml",
                               compose={"services": {SERVICE: service}}))
     return report, nodes

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from forkbuild.commands import add_command
 from forkbuild.console import styled
-from forkbuild.doctor import doctor_env
+from forkbuild.doctor import doctor_env, hazard_line
 
 
 def add_parser(subparsers) -> None:
@@ -15,11 +15,14 @@ def add_parser(subparsers) -> None:
         description="Prints, per DSV41_* guard of the variant, the value the container gets (the .env file over "
                     "the image's ENV) and how this build reads it, and flags every value the runtime recipe's "
                     "sitecustomize read otherwise (no/n/Off were on there; 2/enabled now stop startup; an empty "
-                    "DSV41_DRAFT_TAU ...), with the value to write instead, and values this build refuses. Exit 1 "
-                    "when a value changed meaning or is refused. Inside an image: `docker run IMAGE doctor`.",
+                    "DSV41_DRAFT_TAU ...), with the value to write instead, and values this build refuses; a DSV41_* name no guard has is refused with the closest one, a name "
+                    "close to a setting serve reads is a warning, and so is a combination series.toml declares "
+                    "hazardous ([[hazards]]). Exit 1 when a value changed meaning or is refused. Inside an image: `docker run IMAGE doctor`.",
         examples=["forkbuild doctor --env /srv/dsv41/.env", "forkbuild doctor --env .env --variant tp3"])
     parser.add_argument("--env", type=Path, required=True, metavar="FILE", help="the deployed .env file")
     parser.add_argument("--variant", help="the variant the container runs (default: series.default_variant)")
+    parser.add_argument("--allow-unknown", action="store_true",
+                        help="a DSV41_* name that is no guard of the series is a warning, not a refusal")
     parser.set_defaults(run=run)
 
 
@@ -33,6 +36,11 @@ def run(args, context) -> int:
         reporter.console.print(styled(("refused:", "bold red"), f" {line}"))
     for line in report.changed:
         reporter.warn(f"meaning changed: {line}")
-    for line in report.unused + report.notes:
+    unknown = () if args.allow_unknown else report.unknown
+    for line in unknown:
+        reporter.console.print(styled(("refused:", "bold red"), f" {line} (--allow-unknown to pass it on)"))
+    for line in report.unused + report.notes + report.suspect + (report.unknown if args.allow_unknown else ()):
         reporter.warn(line)
-    return 1 if report.refused or report.changed else 0
+    for hazard in report.hazards:
+        reporter.warn(f"{hazard_line(hazard)} (`forkbuild launch` refuses it without --accept-hazard {hazard.name})")
+    return 1 if report.refused or report.changed or unknown else 0

@@ -30,6 +30,13 @@ MXFP8_ALIASES = {"cutlass": "flashinfer_cutlass", "cudnn": "flashinfer_cudnn"}
 BACKEND_PACKAGES = {"b12x": "b12x", "deep_gemm": "deep_gemm", "flashinfer_trtllm": "flashinfer",
                     "flashinfer_cutlass": "flashinfer", "flashinfer_cutedsl": "flashinfer",
                     "flashinfer_cudnn": "flashinfer"}
+# What the image's `serve` reads (docker/entrypoint.sh: SETTINGS and the names around it; a unit
+# test keeps them equal): a .env name close to one of these but not it is a likely typo.
+SERVE_SETTINGS = ("MODEL_PATH", "HOST", "PORT", "EXTRA_SGLANG_ARGS", "HEAD_MEM_FRACTION_STATIC",
+                  "SERVED_MODEL_NAME", "TP_SIZE", "EP_SIZE", "NNODES", "NODE_RANK", "DIST_INIT_ADDR",
+                  "CONTEXT_LENGTH", "MEM_FRACTION_STATIC", "MAX_RUNNING_REQUESTS", "CUDA_GRAPH_MAX_BS_DECODE",
+                  "CHUNKED_PREFILL_SIZE", "MAX_TOTAL_TOKENS", "SPEC_ALGO", "DSPARK_BLOCK_SIZE")
+
 # Settings of the recipe this build does not read: its engram backend (not in this series)
 # and the head's memory fraction.
 NO_EFFECT = "that backend is not in this series: no effect"
