@@ -3,6 +3,7 @@
 # variant's image in both modes built and checked (tests/integration/test_image_build.py),
 # tp4's linux/arm64 image (the GB10 fleet's) built and run under emulation
 # (tests/integration/test_image_arm64.py; dockerd.sh registers qemu-aarch64 with binfmt_misc),
+# a simulated fleet of 3 and 4 private daemons driven by `forkbuild launch` (tests/integration/test_fleet.py),
 # and the daemon stopped again, also when something fails.
 #
 #   .ci/docker-tests.sh [pytest args...]
@@ -39,5 +40,5 @@ SECONDS=0
 "$PYTHON" -m forkbuild build-base --stock
 echo "docker-tests: bases ready after ${SECONDS}s"
 "$PYTHON" -m pytest -m docker -p no:cacheprovider tests/integration/test_image_build.py \
-  tests/integration/test_image_arm64.py "$@"
+  tests/integration/test_image_arm64.py tests/integration/test_fleet.py "$@"
 echo "docker-tests: done after ${SECONDS}s"

@@ -4,6 +4,7 @@
 #                       environment, like the recipe's .env/start.sh (default)
 #   doctor [--strict]   variant, features, every guard's value; warnings
 #   check [...]         verify the installed patched sglang (the build-time check)
+#   preflight [--timeout S]  the cluster's rendezvous on DIST_INIT_ADDR, no model (forkbuild launch --preflight)
 #   anything else       run it (e.g. `bash`, `pip show sglang`)
 set -euo pipefail
 
@@ -66,5 +67,6 @@ case "$command" in
   serve) serve "$@" ;;
   doctor) runtime doctor "$@" ;;
   check) runtime check "$@" ;;
+  preflight) runtime preflight "$@" ;;
   *) exec "$command" "$@" ;;
 esac

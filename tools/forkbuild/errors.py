@@ -102,6 +102,12 @@ class MutationError(ForkbuildError):
     return_code = 14
 
 
+class FleetError(ForkbuildError):
+    """A node of the cluster failed: unreachable, shipping, the preflight rendezvous, starting or health (named)."""
+
+    return_code = 16
+
+
 class LockBusy(LockTimeout):
     """Another live forkbuild process is working in the same directory (a work tree, the series)."""
 

@@ -18,10 +18,15 @@ from forkbuild.image.build import default_tag
 HEAD_ONLY = ("HEAD_MEM_FRACTION_STATIC",)  # start.sh gave it to rank 0 only
 # Multi-node serving over the GB10's ConnectX-7 (RoCE): the RDMA devices, pinned memory. On unless
 # the .env says FORKBUILD_RDMA=0 (hosts without RoCE; the simulated fleet); read here, not passed on.
+# FORKBUILD_GPUS=0 likewise leaves out the GPU request (a node without GPUs: the simulated fleet).
 RDMA = "FORKBUILD_RDMA"
+GPUS = "FORKBUILD_GPUS"
+GPU_SERVICE = {"deploy": {"resources": {"reservations": {"devices": [
+    {"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]}}}}
 RDMA_SERVICE = {"devices": ["/dev/infiniband:/dev/infiniband"], "cap_add": ["IPC_LOCK"],
                 "ulimits": {"memlock": {"soft": -1, "hard": -1}}}
 DIST_PORT = 20000
+SERVE_PORT = "30000"  # serve's default PORT (docker/entrypoint.sh)
 HOST = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252}[A-Za-z0-9])?$")  # a host name or IPv4 address
 SERVICE = "sglang"
 
@@ -38,8 +43,14 @@ class NodeFile:
                 f"#   docker-compose -f {self.name} up -d\n" + json.dumps(self.compose, indent=2) + "\n")
 
 
+def container_name(variant: str) -> str:
+    """Every node's container: status, logs and down find it by this name."""
+    return f"forkbuild-{variant}"
+
+
 def plan(series: Series, *, variant: str, env_file: Path, hosts: list[str], image: str | None = None,
-         allow_unknown: bool = False, accepted: tuple[str, ...] = ()) -> tuple[EnvReport, list[NodeFile]]:
+         platform: str | None = None, allow_unknown: bool = False,
+         accepted: tuple[str, ...] = ()) -> tuple[EnvReport, list[NodeFile]]:
     """Every node's compose file; ConfigError for a bad node list, a .env doctor stops on, an unknown
     DSV41_* name (unless `allow_unknown`) or a hazard not `accepted`."""
     chosen = series.variant(variant)
@@ -62,10 +73,10 @@ def plan(series: Series, *, variant: str, env_file: Path, hosts: list[str], imag
     knobs = {guard.env: values.get(guard.env, chosen.env.get(guard.env, guard.default))
              for guard in series.guards_for(chosen.features)}
     try:
-        rdma = parse_switch(values.get(RDMA, "1"))
+        rdma, gpus = (parse_switch(values.get(name, "1")) for name in (RDMA, GPUS))
     except ValueError as error:
-        raise ConfigError([f"{RDMA}: {error}"], source=str(env_file)) from None
-    shared = {key: value for key, value in values.items() if key not in (*HEAD_ONLY, RDMA)}
+        raise ConfigError([f"{RDMA}/{GPUS}: {error}"], source=str(env_file)) from None
+    shared = {key: value for key, value in values.items() if key not in (*HEAD_ONLY, RDMA, GPUS)}
     dist = values.get("DIST_INIT_ADDR") or f"{hosts[0]}:{DIST_PORT}"
     model = values.get("MODEL_PATH") or series.runtime_env.get("MODEL_PATH")
     nodes = []
@@ -77,11 +88,10 @@ def plan(series: Series, *, variant: str, env_file: Path, hosts: list[str], imag
         # compose interpolates $NAME in values: $$ is a literal $.
         environment = {key: value.replace("$", "$$") for key, value in environment.items()}
         # The fleet's platform: the variant's first (tp3/tp4: linux/arm64, the GB10's).
-        platform = image_platforms(chosen.platforms or ("linux/arm64",))[0]
-        service = {"image": image or default_tag(variant, "wheel", platform), "platform": platform, "command": ["serve"], "network_mode": "host",
-                   "ipc": "host", "environment": environment,
-                   "deploy": {"resources": {"reservations": {"devices": [
-                       {"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]}}}}
+        platform = platform or image_platforms(chosen.platforms or ("linux/arm64",))[0]
+        service = {"image": image or default_tag(variant, "wheel", platform), "platform": platform,
+                   "container_name": container_name(variant), "command": ["serve"], "network_mode": "host",
+                   "ipc": "host", "environment": environment, **(GPU_SERVICE if gpus else {})}
         if model:
             service["volumes"] = [f"{model}:{model}:ro"]
         if rdma:

@@ -61,22 +61,62 @@ def _popen(command: Sequence[str], *, cwd: Path | None, env: Environment | None,
         raise ToolMissing(f"cannot run {command[0]}: {error.strerror}") from error
 
 
+TIMED_OUT = 124  # the status of a command killed at its timeout (as timeout(1) says it)
+
+
 def run(command: Sequence[str], *, cwd: Path | None = None, env: Environment | None = None,
-        input: str | bytes | None = None, capture: bool = True, group: bool = False) -> Completed:
+        input: str | bytes | None = None, capture: bool = True, group: bool = False,
+        timeout: float | None = None) -> Completed:
     """Run `command`; capture=False: its output goes to the terminal. group: in the child group
-    (not for a command that may ask on the terminal: a background group cannot read it)."""
+    (not for a command that may ask on the terminal: a background group cannot read it).
+    timeout: killed after so many seconds, with status TIMED_OUT."""
     pipe = subprocess.PIPE if capture else None
     process = _popen(command, cwd=cwd, env=env, group=group, stdout=pipe, stderr=pipe,
                      stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL)
     data = input.encode("utf-8", "surrogateescape") if isinstance(input, str) else input
     with process:  # as subprocess.run: killed if forkbuild stops waiting (Ctrl-C)
         try:
-            stdout, stderr = process.communicate(data)
+            stdout, stderr = process.communicate(data, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            stdout, stderr = process.communicate()
+            stderr = (stderr or b"") + f"\n(killed: no answer within {timeout:g} s)".encode()
+            return Completed(TIMED_OUT, (stdout or b"").decode("utf-8", "surrogateescape"),
+                             stderr.decode("utf-8", "surrogateescape").strip())
         except BaseException:
             process.kill()
             raise
     out, err = ((data or b"").decode("utf-8", "surrogateescape") for data in (stdout, stderr))
     return Completed(process.returncode, out, err.removesuffix("\n"))
+
+
+def pipe(first: Sequence[str], second: Sequence[str], *, first_env: Environment | None = None,
+         second_env: Environment | None = None) -> Completed:
+    """`first | second` (docker save into another daemon's docker load): the status of the
+    first that failed (else 0), the second's stdout, both's stderr."""
+    producer = _popen(first, cwd=None, env=first_env, group=False, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                      stdin=subprocess.DEVNULL)
+    try:
+        consumer = _popen(second, cwd=None, env=second_env, group=False, stdin=producer.stdout,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except BaseException:
+        producer.kill()
+        producer.wait()
+        raise
+    assert producer.stdout is not None and producer.stderr is not None  # piped above
+    producer.stdout.close()  # the consumer holds it now: the producer sees EPIPE if the consumer dies
+    with producer, consumer:
+        try:
+            out, err = consumer.communicate()
+            first_err = producer.stderr.read()
+            producer.wait()
+        except BaseException:
+            producer.kill()
+            consumer.kill()
+            raise
+    status = producer.returncode or consumer.returncode
+    text = b"\n".join(part for part in (first_err.strip(), err.strip()) if part)
+    return Completed(status, out.decode("utf-8", "surrogateescape"), text.decode("utf-8", "surrogateescape"))
 
 
 def popen(command: Sequence[str], *, env: Environment | None = None, **options: object) -> subprocess.Popen:

@@ -29,13 +29,14 @@ def require(program: str, *, hint: str) -> str:
 
 
 def run_program(command: Sequence[str], *, reporter: Reporter, missing_hint: str,
-                env: Mapping[str, str] | None = None, stream: bool = False, check: bool = True) -> process.Completed:
+                env: Mapping[str, str] | None = None, stream: bool = False, check: bool = True,
+                timeout: float | None = None) -> process.Completed:
     """`command`'s result; stream: with -v its output goes to the terminal (long builds' progress)."""
     argv = [require(command[0], hint=missing_hint), *command[1:]]
     reporter.detail("$ " + shlex.join(argv))
     live = stream and reporter.verbose
     try:
-        done = process.run(argv, env=env, capture=not live)
+        done = process.run(argv, env=env, capture=not live, timeout=timeout)
     except ToolMissing as error:  # on PATH but not runnable (wrong architecture, no permission)
         raise ToolMissing(error.message, hint=missing_hint) from None
     if check and done.status != 0:
@@ -66,21 +67,22 @@ class Docker:
     reporter: Reporter
 
     @classmethod
-    def connect(cls, *, reporter: Reporter, host: str | None = None) -> Docker:
-        """The client, with BuildKit on, once its daemon answers."""
+    def connect(cls, *, reporter: Reporter, host: str | None = None, timeout: float | None = None) -> Docker:
+        """The client, with BuildKit on, once its daemon answers (within `timeout` seconds)."""
         host = host or os.environ.get("FORKBUILD_DOCKER_HOST")
         env = {"DOCKER_BUILDKIT": "1", "COMPOSE_DOCKER_CLI_BUILD": "1", **({"DOCKER_HOST": host} if host else {})}
         docker = cls(executable=find_client(), env=env, reporter=reporter)
-        answer = docker.run("version", "--format", "{{.Server.Version}}", check=False)
+        answer = docker.run("version", "--format", "{{.Server.Version}}", check=False, timeout=timeout)
         if answer.status != 0:
             raise ToolMissing(f"the docker daemon does not answer ({env.get('DOCKER_HOST', 'default socket')}):\n"
                               f"{tail(answer.stderr)}",
                               hint="start one with `.ci/dockerd.sh start` and `eval \"$(.ci/dockerd.sh env)\"`")
         return docker
 
-    def run(self, *args: str, check: bool = True, stream: bool = False) -> process.Completed:
+    def run(self, *args: str, check: bool = True, stream: bool = False,
+            timeout: float | None = None) -> process.Completed:
         return run_program([self.executable, *args], reporter=self.reporter, missing_hint=CLIENT_HINT, env=self.env,
-                   stream=stream, check=check)
+                           stream=stream, check=check, timeout=timeout)
 
     def image_exists(self, ref: str) -> bool:
         return self.run("image", "inspect", ref, check=False).status == 0

@@ -1,4 +1,4 @@
-"""`python -m forkbuild_runtime {delta-plan,check,doctor,packages}` inside an image."""
+"""`python -m forkbuild_runtime {delta-plan,check,doctor,packages,preflight}` inside an image."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import ImageError, check, delta, doctor, packages
+from . import ImageError, check, delta, doctor, packages, preflight
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,12 +24,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="a test image: report a missing backend package instead of failing")
     install = commands.add_parser("packages", help="the pinned wheel of the MXFP8 backend package the base lacks")
     install.add_argument("--pick", type=Path, required=True, metavar="DIR", help="the build context's packages/")
+    rendezvous = commands.add_parser("preflight", help="the cluster's rendezvous (gloo, and NCCL on GPUs), no model")
+    rendezvous.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for every rank")
     diagnose = commands.add_parser("doctor", help="variant, features, guard values; warn about misconfiguration")
     diagnose.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
     args = parser.parse_args(argv)
     try:
         if args.command == "doctor":
             return doctor.main(strict=args.strict)
+        if args.command == "preflight":
+            return preflight.main(timeout=args.timeout)
         if args.command == "packages":
             wheel, why = packages.pick(args.pick)
             print(why, file=sys.stderr)

@@ -1,0 +1,285 @@
+"""A cluster's nodes through each node's own Docker, nothing of ours on them but the image.
+`--nodes spark1,...` are docker's SSH transport (ssh://spark1); `NAME=URL` is any DOCKER_HOST
+(ssh://ops@10.0.0.2, unix:///run/n1.sock, tcp://...). ship: `docker save` into each node's
+`docker load` where its image store lacks the image ID; preflight: the image's rendezvous with
+the real DIST_INIT_ADDR, world size and ranks, before any model; up: preflight, `docker-compose
+up -d` on every node, the head's /health, and every node stopped again if any part fails;
+status, logs, down. Nodes are worked on in parallel, one thread each."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from forkbuild import process
+from forkbuild.console import Reporter
+from forkbuild.errors import ConfigError, FleetError, ForkbuildError
+from forkbuild.image.docker import Docker, find_client, run_program, tail
+from forkbuild.launch import HOST, NodeFile, container_name
+
+URL = re.compile(r"^(?:ssh://[A-Za-z0-9._@:-]+|unix:///[^\s]+|tcp://[A-Za-z0-9.:\[\]-]+|fd://\S*)$")
+ANSWER_SECONDS = 20  # a node's daemon must answer `docker version` within this
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Node:
+    name: str  # in its file's name; the head's name is DIST_INIT_ADDR's default host
+    url: str  # its DOCKER_HOST
+    rank: int
+
+
+def parse_nodes(text: str) -> list[Node]:
+    """`spark1,spark2=ssh://ops@10.0.0.2,n1=unix:///run/n1.sock`, head first."""
+    nodes, problems = [], []
+    for rank, item in enumerate(part.strip() for part in text.split(",")):
+        name, _, url = item.partition("=")
+        url = url or f"ssh://{name}"
+        if not HOST.match(name):
+            problems.append(f"--nodes: {name!r} is not a host name or IPv4 address")
+        elif not URL.match(url):
+            problems.append(f"--nodes: {name}={url!r} is not a docker host URL (ssh://[user@]host, unix:///path, "
+                            "tcp://host:port)")
+        nodes.append(Node(name=name, url=url, rank=rank))
+    if problems:
+        raise ConfigError(problems, source="--nodes")
+    return nodes
+
+
+def in_parallel(nodes: Sequence[Node], action: Callable[[Node], T]) -> list[tuple[Node, T | ForkbuildError]]:
+    """`action` on every node at once; a node's ForkbuildError is its result, not the end."""
+    def guarded(node: Node) -> T | ForkbuildError:
+        try:
+            return action(node)
+        except ForkbuildError as error:
+            return error
+
+    with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as pool:
+        return list(zip(nodes, pool.map(guarded, nodes), strict=True))
+
+
+def _failed(results: Sequence[tuple[Node, object]]) -> list[str]:
+    return [f"{node.name} (rank {node.rank}, {node.url}): {result.message if isinstance(result, ForkbuildError) else result}"
+            for node, result in results if isinstance(result, ForkbuildError)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fleet:
+    nodes: tuple[Node, ...]
+    variant: str
+    reporter: Reporter
+
+    @property
+    def container(self) -> str:
+        return container_name(self.variant)
+
+    @property
+    def preflight_container(self) -> str:
+        return f"{self.container}-preflight"
+
+    def docker(self, node: Node) -> Docker:
+        """The node's daemon, once it answers; FleetError naming the node when it does not."""
+        try:
+            return Docker.connect(reporter=self.reporter, host=node.url, timeout=ANSWER_SECONDS)
+        except ForkbuildError as error:
+            raise FleetError(f"its docker daemon does not answer: {error.message}") from None
+
+    def reachable(self) -> dict[str, Docker]:
+        results = in_parallel(self.nodes, self.docker)
+        if failed := _failed(results):
+            raise FleetError("not every node answers:\n" + "\n".join(f"  - {line}" for line in failed),
+                             hint="check the node's docker daemon and, for ssh://, `ssh NODE docker version`")
+        return {node.name: result for node, result in results if isinstance(result, Docker)}
+
+    # -- ship --
+    def ship(self, image: str, *, local: Docker) -> list[str]:
+        """The image on every node (same ID): loaded where missing; a line per node."""
+        found = local.run("image", "inspect", "--format", "{{.Id}}", image, check=False)
+        if found.status != 0:
+            raise FleetError(f"{image} is not in this machine's image store ({local.env.get('DOCKER_HOST', 'default')})",
+                             hint="build it first (forkbuild build-image), or name another with --image")
+        image_id = found.stdout.strip()
+        dockers = self.reachable()
+
+        def ship_one(node: Node) -> str:
+            docker = dockers[node.name]
+            if self._image_id(docker, image) == image_id:
+                return f"{node.name}: has {image} ({image_id[7:19]})"
+            start = time.monotonic()
+            client = find_client()
+            done = process.pipe([client, "save", image], [client, "load"], first_env=dict(local.env),
+                                second_env=dict(docker.env))
+            if done.status != 0 or self._image_id(docker, image) != image_id:
+                raise FleetError(f"docker save | docker load of {image} failed (exit {done.status}): "
+                                 f"{tail(done.stderr) if done.stderr else 'the node lacks the image ID after it'}")
+            return f"{node.name}: shipped {image} ({image_id[7:19]}) in {time.monotonic() - start:.1f} s"
+
+        results = in_parallel(self.nodes, ship_one)
+        if failed := _failed(results):
+            raise FleetError("shipping the image failed:\n" + "\n".join(f"  - {line}" for line in failed))
+        return [str(result) for _, result in results]
+
+    @staticmethod
+    def _image_id(docker: Docker, image: str) -> str:
+        return docker.run("image", "inspect", "--format", "{{.Id}}", image, check=False).stdout.strip()
+
+    # -- preflight --
+    def preflight(self, files: Sequence[NodeFile], *, timeout: float) -> list[str]:
+        """Every rank's rendezvous (the image's `preflight`) with its node's own environment; a
+        line per node; FleetError naming each node that did not join and what it saw."""
+        dockers = self.reachable()
+        by_rank = {file.rank: file for file in files}
+
+        def join(node: Node) -> dict:
+            service = by_rank[node.rank].compose["services"]["sglang"]
+            environment = {key: value.replace("$$", "$") for key, value in service["environment"].items()}
+            docker = dockers[node.name]
+            # -e KEY: docker takes the value from its own environment (no secret on a command line)
+            command = ["run", "--rm", "--name", self.preflight_container, "--network", "host", "--ipc", "host",
+                       *(f"--env={key}" for key in environment), *_device_options(service), service["image"],
+                       "preflight", "--timeout", str(timeout)]
+            done = run_program([docker.executable, *command], reporter=self.reporter, missing_hint="",
+                               env={**docker.env, **environment}, check=False, timeout=timeout + 30)
+            lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+            try:
+                return json.loads(lines[-1])
+            except (IndexError, ValueError):
+                return {"ok": False, "error": "no report", "detail": tail(done.stderr or done.stdout).splitlines()[-1]}
+
+        try:
+            results = in_parallel(self.nodes, join)
+        finally:
+            self._remove(dockers, self.preflight_container)
+        lines, failed = [], []
+        for node, result in results:
+            if isinstance(result, ForkbuildError):
+                result = {"ok": False, "error": "docker", "detail": result.message}
+            if result.get("ok"):
+                extra = f", nccl sum {result['nccl_sum']:g}" if "nccl_sum" in result else ""
+                lines.append(f"{node.name:<16} rank {node.rank}  joined {result['addr']} (world {result['world']}, "
+                             f"gloo sum {result['gloo_sum']:g}{extra}, {result.get('seconds', 0):.1f} s)")
+            else:
+                line = f"{node.name:<16} rank {node.rank}  FAILED: {result.get('error')}: {result.get('detail')}"
+                lines.append(line)
+                failed.append(line)
+        if failed:
+            raise FleetError("preflight: not every rank joined\n" + "\n".join(f"  {line}" for line in lines),
+                             hint="check DIST_INIT_ADDR (the head's address and a free port) and that every node "
+                                  "reaches it; nothing was started")
+        return lines
+
+    # -- up / down --
+    def up(self, files: Sequence[NodeFile], out: Path, *, health: str, timeout: float) -> list[str]:
+        """docker-compose up -d of every node's file; then the head's /health. Any failure: every
+        node's container is removed again and FleetError names the node and why."""
+        dockers = self.reachable()
+        by_rank = {file.rank: file for file in files}
+
+        def start(node: Node) -> str:
+            docker = dockers[node.name]
+            path = out / by_rank[node.rank].name
+            done = run_program(["docker-compose", "-p", self.container, "-f", str(path), "up", "-d"],
+                               reporter=self.reporter, missing_hint="apt-get install docker-compose",
+                               env={**docker.env, "PATH": _path_with(docker)}, check=False, timeout=600)
+            if done.status != 0:
+                raise FleetError(f"docker-compose up failed (exit {done.status}): {tail(done.stderr or done.stdout)}")
+            return f"{node.name}: started {self.container} (rank {node.rank})"
+
+        results = in_parallel(self.nodes, start)
+        if failed := _failed(results):
+            self._remove(dockers, self.container)
+            raise FleetError("starting the cluster failed; every node's container was removed again:\n"
+                             + "\n".join(f"  - {line}" for line in failed))
+        lines = [str(result) for _, result in results]
+        deadline = time.monotonic() + timeout
+        while (answer := _get(f"{health}/health")) is None:
+            if time.monotonic() > deadline:
+                logs = self.logs(lines=20)
+                self._remove(dockers, self.container)
+                raise FleetError(f"the head's {health}/health did not answer within {timeout:g} s; every node's "
+                                 "container was removed again. The last lines of each node's log:\n" + "\n".join(logs))
+            time.sleep(1)
+        return [*lines, f"head {health}/health answers ({answer.strip() or 'ok'})"]
+
+    def down(self) -> list[str]:
+        dockers = self.reachable()
+        return [f"{name}: {line}" for name, line in self._remove(dockers, self.container).items()]
+
+    def _remove(self, dockers: dict[str, Docker], name: str) -> dict[str, str]:
+        def remove(node: Node) -> str:
+            if node.name not in dockers:
+                return "not reachable"
+            done = dockers[node.name].run("rm", "--force", name, check=False, timeout=120)
+            return f"removed {name}" if done.status == 0 else f"no {name} there"
+        return {node.name: str(result) for node, result in in_parallel(self.nodes, remove)}
+
+    # -- status / logs --
+    def status(self, *, image: str, health: str, local: Docker | None) -> list[str]:
+        dockers = self.reachable()
+        wanted = local.run("image", "inspect", "--format", "{{.Id}}", image, check=False).stdout.strip() \
+            if local else ""
+
+        def look(node: Node) -> str:
+            found = dockers[node.name].run("inspect", self.container, check=False)
+            if found.status != 0:
+                return f"{node.name:<16} rank {node.rank}  no container"
+            info = json.loads(found.stdout)[0]
+            env = dict(item.split("=", 1) for item in info["Config"]["Env"] if "=" in item)
+            same = "image matches" if info["Image"] == wanted else \
+                f"image {info['Image'][7:19]} (this machine's {image}: {wanted[7:19] or 'absent'})"
+            return (f"{node.name:<16} rank {env.get('NODE_RANK', '?')}  {info['State']['Status']}"
+                    f"{' (exit ' + str(info['State']['ExitCode']) + ')' if info['State']['Status'] == 'exited' else ''}"
+                    f"  {same}")
+
+        lines = [str(result) if not isinstance(result, ForkbuildError) else f"{node.name}: {result.message}"
+                 for node, result in in_parallel(self.nodes, look)]
+        healthy = _get(f"{health}/health")
+        models = _get(f"{health}/v1/models")
+        served = ", ".join(model.get("id", "?") for model in json.loads(models).get("data", [])) if models else ""
+        lines.append(f"head {health}: " + ("healthy" if healthy is not None else "not answering")
+                     + (f", serving {served}" if served else ""))
+        return lines
+
+    def logs(self, *, lines: int, node_name: str | None = None) -> list[str]:
+        dockers = self.reachable()
+        chosen = [node for node in self.nodes if node_name in (None, node.name)]
+        if not chosen:
+            raise ConfigError([f"--node {node_name!r} is not one of {', '.join(n.name for n in self.nodes)}"],
+                              source="command line")
+
+        def read(node: Node) -> str:
+            done = dockers[node.name].run("logs", "--tail", str(lines), self.container, check=False, timeout=60)
+            text = (done.stdout + done.stderr).rstrip() or "(no output)"
+            return f"== {node.name} (rank {node.rank}) ==\n{text}"
+        return [str(result) for _, result in in_parallel(chosen, read)]
+
+
+def _device_options(service: dict) -> list[str]:
+    """The node file's devices, capabilities, ulimits and GPUs, as `docker run` options."""
+    options = [f"--device={device}" for device in service.get("devices", [])]
+    options += [f"--cap-add={cap}" for cap in service.get("cap_add", [])]
+    options += [f"--ulimit={name}={limit['soft']}:{limit['hard']}" for name, limit in service.get("ulimits", {}).items()]
+    return options + (["--gpus=all"] if "deploy" in service else [])
+
+
+def _path_with(docker: Docker) -> str:
+    """PATH with our docker client first (docker-compose 1.29 runs `docker` for some steps)."""
+    import os
+
+    return f"{Path(docker.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
+def _get(url: str) -> str | None:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.read().decode("utf-8", "replace") if response.status == 200 else None
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
