@@ -217,8 +217,13 @@ class Fleet:
         def remove(node: Node) -> str:
             if node.name not in dockers:
                 return "not reachable"
-            done = dockers[node.name].run("rm", "--force", name, check=False, timeout=120)
-            return f"removed {name}" if done.status == 0 else f"no {name} there"
+            docker = dockers[node.name]
+            if docker.run("container", "inspect", name, check=False, timeout=60).status != 0:
+                return f"no {name} there"
+            done = docker.run("rm", "--force", name, check=False, timeout=120)
+            if done.status != 0:
+                raise FleetError(f"docker rm --force {name} failed: {tail(done.stderr)}")
+            return f"removed {name}"
         return {node.name: str(result) for node, result in in_parallel(self.nodes, remove)}
 
     # -- status / logs --

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import threading
 import time
 
 
@@ -39,6 +40,7 @@ def run(*, timeout: float) -> dict:
         return _fail("torch", f"the image has no torch: {error}", **seen)
     wait = datetime.timedelta(seconds=timeout)
     start = time.monotonic()
+    _watchdog(timeout + 5, seen)
     try:
         store = dist.TCPStore(host, int(port), world_size=None, is_master=rank == 0, timeout=wait,
                               wait_for_workers=False)
@@ -69,6 +71,19 @@ def run(*, timeout: float) -> dict:
     except Exception as error:  # what this node saw is the report: refused, timeout, ...
         return _fail(_classify(error), str(error).strip().splitlines()[0] if str(error).strip() else repr(error),
                      **seen)
+
+
+def _watchdog(seconds: float, seen: dict) -> None:
+    """A connection to something that is no torch store (a port another program holds) never
+    answers and never times out in torch: past `seconds`, report the timeout and end the process."""
+    def fire() -> None:
+        print(json.dumps(_fail("timeout", f"no rendezvous within {seconds:g} s: is DIST_INIT_ADDR the head's "
+                                          "address, with a port nothing else holds?", **seen)), flush=True)
+        os._exit(1)
+
+    timer = threading.Timer(seconds, fire)
+    timer.daemon = True
+    timer.start()
 
 
 def main(*, timeout: float) -> int:
