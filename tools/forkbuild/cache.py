@@ -55,8 +55,10 @@ class UpstreamCache:
 
     def git(self) -> Git:
         if not (self.repo_path / "HEAD").exists():
-            Git.init(self.repo_path, bare=True)
-        return Git(self.repo_path)
+            return Git.init(self.repo_path, bare=True)
+        repo = Git(self.repo_path)
+        repo.own_attributes()  # a cache made before forkbuild wrote them
+        return repo
 
     def imported(self, upstream: Upstream) -> str | None:
         """The commit of an already imported version (no lock); UpstreamError if git cannot read it."""

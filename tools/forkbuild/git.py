@@ -1,5 +1,8 @@
 """The git gateway, on the process runner (process.py): every method returns data or raises
-GitFailed. Config is pinned; a user's value never reaches git where it could be an option."""
+GitFailed. forkbuild's git is forkbuild's: no system or global (XDG) config or attributes, none of
+the environment variables that change git's output or identity, and the settings that shape what
+it writes or could run a program pinned on the command line (over a repository's own config, a
+foreign one's too); a user's value never reaches git where it could be an option."""
 
 from __future__ import annotations
 
@@ -20,7 +23,8 @@ LOG = logging.getLogger("forkbuild.git")  # every command and its output, at DEB
 LOGGED_LINES = 200  # per command: `log -p` of a whole series would flood the terminal
 ENGLISH = {"LANGUAGE": "C", "LC_ALL": "C"}  # git's messages, which forkbuild reads and shows
 IDENTITY = {"user.name": "forkbuild", "user.email": "forkbuild@localhost"}
-# A user's config must not change what forkbuild produces, nor a hook or signing prompt stop it.
+# A user's config must not change what forkbuild produces, nor a hook or signing prompt stop it,
+# nor a repository's config (an imported contributor's included) run a program of its choosing.
 PINNED_CONFIG = {
     **IDENTITY,
     "commit.gpgsign": "false",
@@ -31,7 +35,46 @@ PINNED_CONFIG = {
     "mailinfo.scissors": "false",  # a "-- >8 --" line in a description is text, not a cut
     "apply.whitespace": "nowarn",
     "gc.auto": "0",
+    # programs: an fsmonitor, a signature check's gpg, a pager
+    "core.fsmonitor": "false",
+    "core.untrackedCache": "false",
+    "log.showSignature": "false",
+    "core.pager": "cat",
+    "core.attributesFile": os.devnull,  # the XDG attributes file (`* -diff` there made every patch binary)
+    "rerere.enabled": "false",  # a recorded resolution must not settle a rebase's conflict unseen
+    # the bytes of every patch and listing forkbuild writes or reads
+    "diff.noprefix": "false",
+    "diff.mnemonicPrefix": "false",
+    "diff.relative": "false",
+    "diff.context": "3",
+    "diff.interHunkContext": "0",
+    "diff.algorithm": "myers",
+    "diff.indentHeuristic": "true",
+    "diff.suppressBlankEmpty": "false",
+    "core.quotePath": "true",
+    "i18n.logOutputEncoding": "UTF-8",
+    "i18n.commitEncoding": "UTF-8",
+    "format.signOff": "false",
+    "format.thread": "false",
+    "format.coverLetter": "false",
+    "format.numbered": "false",
+    "format.signature": "",
+    "color.ui": "false",
 }
+# No system, global or XDG config or attributes for forkbuild's git (its own repositories have
+# only what forkbuild writes; a fetch keeps the user's, for credentials and ssh).
+ISOLATED_ENV: dict[str, str | None] = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
+                                       "GIT_ATTR_NOSYSTEM": "1"}
+# The environment that changes git's output, identity, object format or what it runs: not inherited
+# (forkbuild sets an author or committer date itself where it means one).
+DROPPED_ENV: dict[str, str | None] = dict.fromkeys((
+    "GIT_DIFF_OPTS", "GIT_EXTERNAL_DIFF", "GIT_PAGER", "GIT_ICASE_PATHSPECS", "GIT_GLOB_PATHSPECS",
+    "GIT_NOGLOB_PATHSPECS", "GIT_LITERAL_PATHSPECS", "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_AUTHOR_DATE",
+    "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL", "GIT_COMMITTER_DATE", "GIT_DEFAULT_HASH", "GIT_TEMPLATE_DIR",
+    "GIT_EXEC_PATH", "GIT_SSL_NO_VERIFY"))
+# In every repository forkbuild makes: its attributes beat a tree's .gitattributes (a patch adding
+# `*.py -diff` turned every export binary): binary-ness is git's own guess, no filter or driver.
+INFO_ATTRIBUTES = "* !diff !merge !filter !text !eol !working-tree-encoding !export-subst !ident\n"
 PINNED_ARGS = tuple(item for key, value in PINNED_CONFIG.items() for item in ("-c", f"{key}={value}"))
 
 # The flags of every patch forkbuild writes (export, import): churn-free output.
@@ -91,8 +134,9 @@ def _ident(name: str, email: str) -> str:
 
 
 def _run(command: list[str], *, cwd: Path, env: Mapping[str, str] | None = None, check: bool = True,
-         input: str | bytes | None = None, group: bool = True) -> Completed:
-    done = process.run(command, cwd=cwd, env={**ENGLISH, **(env or {})}, input=input, group=group)
+         input: str | bytes | None = None, group: bool = True, isolated: bool = True) -> Completed:
+    base = {**DROPPED_ENV, **(ISOLATED_ENV if isolated else {}), **ENGLISH}
+    done = process.run(command, cwd=cwd, env={**base, **(env or {})}, input=input, group=group)
     if LOG.isEnabledFor(logging.DEBUG):
         lines = [line for text in (done.stdout, done.stderr) for line in text.rstrip("\n").splitlines()]
         more = f"\n... ({len(lines) - LOGGED_LINES} more lines)" if len(lines) > LOGGED_LINES else ""
@@ -137,15 +181,29 @@ class Git:
     @classmethod
     def init(cls, path: Path, *, bare: bool = False) -> Git:
         path.mkdir(parents=True, exist_ok=True)
-        _run(["git", "init", "--quiet", "--initial-branch=main", *(["--bare"] if bare else [])], cwd=path)
-        return cls(path)
+        # --template=: no hooks or files from a template directory; sha1 whatever GIT_DEFAULT_HASH says
+        _run(["git", "init", "--quiet", "--template=", "--object-format=sha1", "--initial-branch=main",
+              *(["--bare"] if bare else [])], cwd=path)
+        repo = cls(path)
+        repo.own_attributes()
+        return repo
+
+    def own_attributes(self) -> None:
+        """INFO_ATTRIBUTES in the repository's (common) info/attributes, written where it differs."""
+        common = self.git_dir / "commondir"
+        root = (self.git_dir / common.read_text().strip()).resolve() if common.is_file() else self.git_dir
+        path = root / "info" / "attributes"
+        if not path.is_file() or path.read_text() != INFO_ATTRIBUTES:
+            path.parent.mkdir(exist_ok=True)
+            path.write_text(INFO_ATTRIBUTES)
 
     def run(self, *args: str, env: Mapping[str, str] | None = None, check: bool = True,
             input: str | bytes | None = None, interactive: bool = False) -> Completed:
-        """`git <args>`; GitFailed unless check=False. interactive: may ask on the terminal (not grouped)."""
+        """`git <args>`; GitFailed unless check=False. interactive: may ask on the terminal (not grouped)
+        and reads the user's global config (a fetch's credentials, proxies and ssh)."""
         LOG.debug("$ git -C %s %s", self.path, shlex.join(args))  # without the pinned config
         return _run(["git", *PINNED_ARGS, *args], cwd=self.path, env=env, check=check, input=input,
-                    group=not interactive)
+                    group=not interactive, isolated=not interactive)
 
     def out(self, *args: str, env: Mapping[str, str] | None = None) -> str:
         return self.run(*args, env=env).stdout.strip()
