@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from fixtures import SeriesFixture, commit_all, edit
-from test_import import make_source_range
 
+from fixtures import SeriesFixture, commit_all, edit
 from forkbuild.git import Git
+from test_import import make_source_range
 
 # What a careless or curious user has in ~/.gitconfig, each of which changed exported bytes.
 GLOBAL_CONFIG = """[diff]
