@@ -21,13 +21,14 @@ def shell(fx: SeriesFixture, line: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize("line", ["$FB status | true", "$FB status --wide | head -n 0",
-                                  "$FB status --json | head -c 0"])
+                                  "$FB status --json | head -c 0", "$FB --help | true", "$FB status --help | true"])
 def test_a_reader_that_goes_away_ends_forkbuild_with_141_silently(series_fx: SeriesFixture, line: str) -> None:
     done = shell(series_fx, line)
     assert (done.returncode, done.stderr) == (141, ""), done.stderr
 
 
-@pytest.mark.parametrize("line", ["$FB status >&-", "$FB status --json >/dev/full", "$FB status --wide >/dev/full"])
+@pytest.mark.parametrize("line", ["$FB status >&-", "$FB status --json >/dev/full", "$FB status --wide >/dev/full",
+                                  "$FB --help >/dev/full", "$FB launch --help >&-"])
 def test_a_closed_or_full_stdout_is_an_error_about_stdout(series_fx: SeriesFixture, line: str) -> None:
     done = shell(series_fx, line)
     assert done.returncode == 1, done.stderr

@@ -349,3 +349,19 @@ def test_hazards_name_guards_of_the_series_with_valid_values_and_known_variants(
     assert "hazards[0].name: 'H 1': lower-case letters, digits and -" in problems
     assert any(p.startswith("hazards[0].variants: unknown variant 'nope'") for p in problems)
     assert any(p.startswith("hazards[0].when.DSV41_NOPE: not a guard") for p in problems)
+
+
+@pytest.mark.parametrize(("old", "new", "problem"), [
+    ('{ env = "DSV41_SLOW_LEVEL", type = "int", default = "2" }',
+     '{ env = "DSV41_SLOW_LEVEL", type = "int", default = "' + "9" * 400 + '" }', "is out of range for an int guard"),
+    ('{ env = "DSV41_SLOW_LEVEL", type = "int", default = "2" }',
+     '{ env = "DSV41_SLOW_LEVEL", type = "float", default = "nan" }', "'nan' is not a finite number"),
+    ('{ env = "DSV41_SLOW_LEVEL", type = "int", default = "2" }',
+     '{ env = "DSV41_SLOW_LEVEL", type = "float", default = "-inf" }', "'-inf' is not a finite number"),
+    ('package_root = "python"', 'package_root = "/pkg"', "'/pkg' is not a relative path inside the tree"),
+    ('package_root = "python"', 'package_root = "../../elsewhere"', "is not a relative path inside the tree"),
+])
+def test_values_that_are_no_number_and_paths_that_leave_the_tree_are_refused(tmp_path, old, new, problem):
+    assert old in VALID
+    problems = problems_of(write_series(tmp_path, VALID.replace(old, new)))
+    assert any(problem in line for line in problems), problems

@@ -87,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C before the command began: nothing to recover
         print("interrupted", file=sys.stderr)
         return 130
+    except (OutputError, BrokenPipeError) as error:  # --help into a closed pipe or a full device
+        return _output_failed(error, Reporter())
     reporter = Reporter(verbose=args.verbose)
     configure_logging(reporter)
     context = None
@@ -105,21 +107,26 @@ def main(argv: list[str] | None = None) -> int:
         reporter.console.print("interrupted", style="red")
         return 130
     except (OutputError, BrokenPipeError) as error:
-        # stdout to /dev/null: the interpreter's last flush must not fail again.
-        with contextlib.suppress(OSError):
-            os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
-        cause = error.error if isinstance(error, OutputError) else error
-        if isinstance(cause, BrokenPipeError):
-            return 141  # a reader that went away (`status | head`): silently
-        reporter.error(ForkbuildError(f"cannot write the output to stdout: {cause.strerror or cause}",
-                                      hint="give stdout somewhere to go (a file, a pipe, /dev/null)"))
-        return ForkbuildError.return_code
+        return _output_failed(error, reporter)
     except OSError as error:
         friendly = disk_error(error) or (context.upstream.explain(error) if context else None)
         if friendly is None:
             raise
         reporter.error(friendly)
         return friendly.return_code
+
+
+def _output_failed(error: OutputError | BrokenPipeError, reporter: Reporter) -> int:
+    """stdout could not be written: 141 for a reader that went away, else the error on stderr."""
+    # stdout to /dev/null: the interpreter's last flush must not fail again.
+    with contextlib.suppress(OSError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+    cause = error.error if isinstance(error, OutputError) else error
+    if isinstance(cause, BrokenPipeError):
+        return 141  # a reader that went away (`status | head`): silently
+    reporter.error(ForkbuildError(f"cannot write the output to stdout: {cause.strerror or cause}",
+                                  hint="give stdout somewhere to go (a file, a pipe, /dev/null)"))
+    return ForkbuildError.return_code
 
 
 def run() -> None:

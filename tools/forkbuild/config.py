@@ -457,6 +457,12 @@ def _parse_upstream(problems: _Problems, value: Any) -> Upstream:
         if git.commit and not COMMIT_ID.fullmatch(git.commit):
             problems.add("upstream.git.commit", f"{git.commit!r} is not a full commit id (40 or 64 lowercase hex "
                                                 "digits)", near="commit")
+    root = fields["package_root"]
+    if root and (root.startswith("/") or root.startswith("\\") or any(part in ("..", ".git") for part in
+                                                                       re.split(r"[/\\]", root))):
+        # check and apply extract the release wheel's packages under it: it stays inside the tree
+        problems.add("upstream.package_root", f"{root!r} is not a relative path inside the tree (no leading /, "
+                     "no .., no .git)", near="package_root")
     wheels = _parse_wheels(problems, raw.get("wheels", []))
     if source == "wheel" and not wheels and not problems.has("upstream.wheels"):
         problems.add("upstream.wheels", "source = 'wheel' needs at least one [[upstream.wheels]] pin", near="upstream")
