@@ -89,6 +89,12 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except (OutputError, BrokenPipeError) as error:  # --help into a closed pipe or a full device
         return _output_failed(error, Reporter())
+    except SystemExit:  # --help or a usage error: what argparse wrote is flushed here, not at exit
+        try:
+            sys.stdout.flush()
+        except (OutputError, BrokenPipeError) as error:
+            return _output_failed(error, Reporter())
+        raise
     reporter = Reporter(verbose=args.verbose)
     configure_logging(reporter)
     context = None
