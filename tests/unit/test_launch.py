@@ -141,11 +141,17 @@ def test_dry_run_prints_the_files_and_writes_nothing(tmp_path, capsys):
     assert all(f"--- node{rank}-{host}.compose.yaml" in printed for rank, host in enumerate(HOSTS))
 
 
-def test_a_rerun_for_other_nodes_replaces_the_earlier_nodes_files(tmp_path):
+def test_a_launch_into_another_clusters_folder_refuses_and_keeps_its_files(tmp_path, capsys):
     _launch(tmp_path, RECIPE_ENV, ["old1", "old2", "old3", "old4"])
-    code, out = _launch(tmp_path)
+    out = tmp_path / "out"
+    edited = out / "node0-old1.compose.yaml"
+    edited.write_text(edited.read_text() + "# edited by hand\n")
+    before = {path.name: path.read_bytes() for path in out.iterdir()}
+    code, _ = _launch(tmp_path)
+    assert code == 2 and "holds another cluster's node files: node0-old1.compose.yaml" in capsys.readouterr().err
+    assert {path.name: path.read_bytes() for path in out.iterdir()} == before
+    code, _ = _launch(tmp_path, RECIPE_ENV, ["old1", "old2", "old3", "old4"])  # the same cluster again: fine
     assert code == 0
-    assert sorted(path.name for path in out.iterdir()) == sorted(f"node{r}-{h}.compose.yaml" for r, h in enumerate(HOSTS))
 
 
 FABRIC = "NCCL_SOCKET_IFNAME=enp1s0f1np1\nGLOO_SOCKET_IFNAME=enp1s0f1np1\nNCCL_IB_HCA=rocep1s0f1\n"

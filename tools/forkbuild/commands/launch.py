@@ -86,11 +86,13 @@ def run(args, context) -> int:
         return 0
     out = args.out or context.build_dir / "launch" / variant
     out.mkdir(parents=True, exist_ok=True)
+    if others := sorted(path.name for path in out.glob("node*-*.compose.yaml") if path.name not in texts):
+        # Another cluster's files (perhaps edited by hand): never removed or mixed with this one's.
+        raise ConfigError([f"{out} holds another cluster's node files: {', '.join(others)}"], source="--out",
+                          hint="give this cluster its own folder (--out DIR), or remove those files yourself once "
+                               "that cluster is down")
     # 0600: the files hold every .env value (HF_TOKEN and the like).
     write_atomic_many({out / name: text.encode() for name, text in texts.items()}, mode=0o600)
-    for stale in sorted(set(out.glob("node*-*.compose.yaml")) - {out / name for name in texts}):
-        stale.unlink()  # a node of an earlier run that is not in this cluster
-        context.reporter.info(f"removed {stale.name} (not a node of this cluster)")
     for file in files:
         context.reporter.info(f"rank {file.rank} {file.host}: {out / file.name}")
     if args.action is None:
