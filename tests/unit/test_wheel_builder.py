@@ -7,7 +7,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from wheelkit import wheel_series
+from wheelkit import BASE_EDITS, make_patch, wheel_series
 
 from forkbuild import cli
 from forkbuild import manifest as manifest_module
@@ -147,3 +147,16 @@ def test_a_platform_wheel_whose_original_differs_is_refused_naming_it(tmp_path):
                                          r"from upstream as imported .*: demo/core.py"):
         build(context, out)
     assert not list(out.glob("*aarch64*.whl"))
+
+
+def test_a_patch_adding_a_top_level_package_outside_the_wheel_stops_the_build(tmp_path):
+    series_dir, cache, _ = wheel_series(tmp_path)
+    files = {path.relative_to(tmp_path / "work-base").as_posix(): path.read_bytes()
+             for path in (tmp_path / "work-base").rglob("*") if path.is_file() and ".git" not in path.parts}
+    (series_dir / "patches" / "base.patch").write_text(make_patch(
+        tmp_path / "work-new", base=files, subject="demo: add base", feature="base",
+        edits={**BASE_EDITS, "python/newpkg/__init__.py": b"NEW = 1\n"}))
+    context = Context.create(series_dir=series_dir, cache_dir=cache, reporter=Reporter())
+    with pytest.raises(BuildError, match=r"adds python/newpkg/__init__.py, outside the release wheel's packages"):
+        build(context, tmp_path / "dist", variant="full")
+    assert not list(tmp_path.glob("dist/*.whl"))

@@ -106,7 +106,11 @@ def prepare(*, docker_dir: Path, variant: str, platform: str, wheels: Sequence[P
             upstream_wheels: Mapping[str, Path], packages: Mapping[PackagePin, Path], dest: Path) -> ImageContext:
     """Write the build context to `dest` (replaced as a whole, never half-written)."""
     manifest = wheels_manifest(wheels, variant=variant, platform=platform)
-    template = (docker_dir / "Dockerfile").read_text()
+    try:
+        template = (docker_dir / "Dockerfile").read_text()
+    except OSError as error:
+        raise BuildError(f"{docker_dir / 'Dockerfile'}: cannot read the image recipe: {error.strerror}",
+                         hint="the series' docker/ folder holds it (docker/Dockerfile, docker/entrypoint.sh)") from None
     dest.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}-"))
     try:

@@ -161,6 +161,13 @@ def _changes(*, context: Context, combination: Combination, sources: list[ZipSou
         with scratch_tree(context=context, variant=combination, strict=True) as result:
             changed = Git(result.dest).changed_files(result.base_commit, result.head_commit)
             changes = collect_changes(tree=result.dest, changed=changed, layout=layouts[0])
+    root = f"{series.upstream.package_root.strip('/')}/" if series.upstream.package_root.strip("/") else ""
+    # Under package_root, a path no package of the wheel holds is a new top-level package or module:
+    # the wheel would silently lack it. Outside package_root (upstream's tests, docs): not the wheel's.
+    if missing := [path for path in changes.outside if path.startswith(root)]:
+        raise BuildError(f"the series adds {', '.join(missing[:5])}, outside the release wheel's packages "
+                         f"({', '.join(sorted(layouts[0].packages))}): the overlay wheel would leave it out",
+                         hint="put it inside an existing package, or build from source (--mode source)")
     for outside in changes.outside:
         context.reporter.detail(f"not in the wheel, left out: {outside}")
     _refuse_other_originals(context=context, sources=sources, members=[m for m in changes.changes if m])
