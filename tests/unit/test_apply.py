@@ -117,6 +117,8 @@ def test_a_directory_forkbuild_did_not_make_is_left_alone(series_fx, tmp_path):
     with pytest.raises(DirtyTreeError, match="not a forkbuild work tree"):
         apply_variant(context=series_fx.context(), variant=of_variant(series_fx.load(), "full"), dest=tmp_path / "w")
     assert (tmp_path / "w" / "keep.txt").read_text() == "x"
+    # a refused apply leaves no lock file beside the folder (inside the series tree one made it "dirty")
+    assert not list(tmp_path.glob(".w.forkbuild-lock"))
 
 
 @pytest.mark.parametrize(("old", "new", "problem"), [

@@ -177,6 +177,16 @@ def test_a_bad_env_line_is_named():
     assert parse_env("export A='x # y'\nB=2 # two\n", source="x.env")["A"].value == "x # y"
 
 
+def test_a_env_is_read_as_the_shell_reads_it_or_refused_with_how_to_write_it():
+    # what `set -a; . .env` gives each (bash), and compose alike
+    read = parse_env("A= # note\nB=x # c\nC='$HOME \\n'\nD=\"a b\"\n", source="x.env")
+    assert {key: item.value for key, item in read.items()} == {"A": "", "B": "x", "C": "$HOME \\n", "D": "a b"}
+    for line, why in (("E=$HOME", "would expand"), ('F="${X}"', "would expand"), ("G=a$(id)", "would expand"),
+                      ('H="a\\\\b"', "read backslashes in double quotes differently")):
+        with pytest.raises(ConfigError, match=why):
+            parse_env(line + "\n", source="x.env")
+
+
 def test_the_image_doctor_reports_changed_meanings_and_refusals(monkeypatch):
     built = [{**GUARDS[env], "feature": "f"} for env in ("DSV41_WO_A_W8", "DSV41_WO_A_W8_MID", "DSV41_MXFP8_BACKEND")]
     manifest = {"variant": "tp4", "series": "dsv41", "series_hash": "0" * 64, "upstream": {"version": "0.5.23"},

@@ -19,7 +19,8 @@ from forkbuild.series_writer import recover_series
 def directory_argument(text: str) -> Path:
     """-C/--cache: a path; '' (or blanks) is refused, not taken as the current directory."""
     if not text.strip():
-        raise argparse.ArgumentTypeError("an empty path names no directory")
+        raise argparse.ArgumentTypeError("an empty path names no directory: give a directory, or leave the option "
+                                         "out (-C: found upward from here; --cache: $FORKBUILD_CACHE or .cache/forkbuild)")
     return Path(text)
 
 

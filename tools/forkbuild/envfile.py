@@ -1,5 +1,8 @@
 """A deployed `.env` file as `set -a; . .env` and docker-compose read it: KEY=VALUE lines,
-`export ` allowed, '#' comments, values in single or double quotes; each keeps its line."""
+`export ` allowed, '#' comments (a ` #` after a value, or a value that is only a comment),
+values in single or double quotes; each keeps its line. What the shell and compose would read
+differently from the text is refused with the way to write it: a `$` they would expand, a
+backslash in double quotes (each reads its escapes its own way)."""
 
 from __future__ import annotations
 
@@ -33,13 +36,32 @@ def parse_env(text: str, *, source: str) -> dict[str, EnvValue]:
         if match is None or value is None:
             problems.append(f"line {number}: not KEY=VALUE: {raw.strip()!r}")
             continue
+        if why := _read_differently(match["value"]):
+            problems.append(f"line {number}: {match['key']}: {why}")
+            continue
         values[match["key"]] = EnvValue(value=value, line=number)
     if problems:
         raise ConfigError(problems, source=source)
     return values
 
 
+def _read_differently(raw: str) -> str:
+    """Why the shell or compose would not read `raw` (a value as written) as its text; '' if they would."""
+    text = raw.strip()
+    if text.startswith("'"):
+        return ""  # single quotes: literal in both
+    if re.search(r"\$[A-Za-z_{(]", text):
+        return (f"{text!r} holds a `$` the shell and compose would expand: write the value in single quotes "
+                "for the text itself")
+    if text.startswith('"') and "\\" in text:
+        return (f"{text!r}: the shell and compose read backslashes in double quotes differently: use single "
+                "quotes, or write the value without backslashes")
+    return ""
+
+
 def _unquote(value: str) -> str | None:
+    if re.match(r"\s+#", value):  # `KEY= # note`: the shell reads KEY= and a comment
+        return ""
     value = value.strip()
     for quote in ('"', "'"):
         if value.startswith(quote):

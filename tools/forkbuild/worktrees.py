@@ -6,6 +6,7 @@ tree recorded in the cache before git makes it, removed by a later call once its
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -84,18 +85,25 @@ class TreeGuard:
 
     def acquire(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            other = Owner.parse(os.pread(fd, 4096, 0).decode(errors="replace"))
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                other = Owner.parse(os.pread(fd, 4096, 0).decode(errors="replace"))
+                os.close(fd)
+                who = other.describe() if other else "another forkbuild"
+                raise LockBusy(f"{self.dest}: {who} is working in this tree right now",
+                               hint="wait for it to finish, then run the command again") from None
+            except BaseException:
+                os.close(fd)
+                raise
+            try:  # the file a finished owner removed after we opened it: lock the new one
+                if os.stat(self.path).st_ino == os.fstat(fd).st_ino:
+                    break
+            except FileNotFoundError:
+                pass
             os.close(fd)
-            who = other.describe() if other else "another forkbuild"
-            raise LockBusy(f"{self.dest}: {who} is working in this tree right now",
-                           hint="wait for it to finish, then run the command again") from None
-        except BaseException:
-            os.close(fd)
-            raise
         self._fd = fd
         self.killed = Owner.parse(os.pread(fd, 4096, 0).decode(errors="replace"))
         if self.killed is not None:  # its git children would go on writing into the tree
@@ -116,7 +124,11 @@ class TreeGuard:
             # Not recovered by this command (e.g. export refused): the next one must still see it.
             self._record(self.killed)
         else:
-            os.ftruncate(self._fd, 0)  # emptied: this command ended, nothing to recover
+            # This command ended, nothing to recover: no lock file is left beside the tree (one
+            # inside the series tree made it "dirty"); acquire() re-checks the file it locked.
+            os.ftruncate(self._fd, 0)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
         os.close(self._fd)
         self._fd = None
 
