@@ -457,3 +457,17 @@ def test_an_apply_removes_the_private_indexes_a_killed_engine_left_and_keeps_a_l
     finally:
         live.kill()
         live.wait()
+
+
+def test_drop_reads_a_patch_list_written_as_an_inline_array(series_fx, capfd) -> None:
+    fx = series_fx
+    text = fx.series_toml.read_text()
+    entries = re.findall(r'\[\[patches\]\]\nfile = "([^"]+)"\nfeature = "([^"]+)"\n', text)
+    assert len(entries) == 3
+    inline = "patches = [" + ", ".join(f'{{ file = "{f}", feature = "{g}" }}' for f, g in entries) + "]\n"
+    text = re.sub(r'\[\[patches\]\]\nfile = "[^"]+"\nfeature = "[^"]+"\n\n?', "", text)
+    fx.series_toml.write_text(inline + text if text.startswith("[") else text.replace("[series]", inline + "\n[series]", 1))
+    assert fx.load().patches  # valid TOML, the same series
+    assert fx.cli("drop", "alpha-scale.patch") == 0, capfd.readouterr().err
+    assert listed(fx) == ["guards.patch", "beta-limit.patch"]
+    assert [entry.file for entry in fx.load().patches] == ["guards.patch", "beta-limit.patch"]

@@ -38,6 +38,11 @@ def updated_series_toml(text: str, entries: Sequence[EntrySpec]) -> str:
     comments and extra keys; a comment block travels with the entry after it."""
     document = tomlkit.parse(text)
     existing = list(document.get("patches", []))
+    if "patches" in document and not isinstance(document["patches"], AoT):
+        # `patches = [{...}, ...]` (an inline array, valid TOML): written anew as [[patches]]
+        # tables with the same keys and values.
+        existing = [_table(dict(item.unwrap())) for item in existing]
+        del document["patches"]
     by_file = {str(table.get("file")): table for table in existing}
     parts = [split_tail(table) for table in existing]
     heads = {id(existing[index]): parts[index - 1][1] for index in range(1, len(existing))}
@@ -66,6 +71,13 @@ def updated_series_toml(text: str, entries: Sequence[EntrySpec]) -> str:
     elif "patches" in document:
         del document["patches"]
     return tomlkit.dumps(document)
+
+
+def _table(values: dict) -> Table:
+    table = tomlkit.table()
+    for key, value in values.items():
+        table.add(key, value)
+    return table
 
 
 def split_tail(table: Table) -> tuple[list, list]:
