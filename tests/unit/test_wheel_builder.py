@@ -160,3 +160,17 @@ def test_a_patch_adding_a_top_level_package_outside_the_wheel_stops_the_build(tm
     with pytest.raises(BuildError, match=r"adds python/newpkg/__init__.py, outside the release wheel's packages"):
         build(context, tmp_path / "dist", variant="full")
     assert not list(tmp_path.glob("dist/*.whl"))
+
+
+def test_a_dist_wheel_changed_since_its_build_is_rebuilt_not_up_to_date(fixture):
+    context, out = fixture
+    (first,) = build(context, out)
+    assert (out / f"{first.path.name}.sha256").read_text().split() == [
+        hashlib.sha256(first.path.read_bytes()).hexdigest(), first.path.name]
+    good = first.path.read_bytes()
+    with zipfile.ZipFile(first.path, "a") as archive:  # its manifest untouched, a payload added
+        archive.writestr("demo/payload.py", "print('not what forkbuild built')\n")
+    (again,) = build(context, out)
+    assert again.rebuilt and again.path.read_bytes() == good
+    (third,) = build(context, out)
+    assert not third.rebuilt

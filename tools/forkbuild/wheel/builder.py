@@ -19,12 +19,14 @@ from typing import BinaryIO
 from forkbuild import manifest as manifest_module
 from forkbuild import naming, process
 from forkbuild.apply import scratch_tree
+from forkbuild.cache import sha256_of
 from forkbuild.chaos import chaos_point
 from forkbuild.combination import COMBO_LABEL, Combination
 from forkbuild.config import Series, WheelPin, native_platform
 from forkbuild.console import Reporter
 from forkbuild.context import Context
 from forkbuild.errors import BuildError, ToolMissing
+from forkbuild.fsutil import write_atomic
 from forkbuild.git import Git
 from forkbuild.manifest import Manifest
 from forkbuild.wheel.overlay import Overlay, write_overlay
@@ -70,12 +72,21 @@ def build_wheels(*, context: Context, request: WheelRequest) -> tuple[BuiltWheel
     return _build_overlay(context=context, request=request, version=version)
 
 
+def digest_file(wheel: Path) -> Path:
+    """`<wheel>.sha256`: the sha256 of the wheel as built and validated (a wheel changed since: rebuilt)."""
+    return wheel.with_name(wheel.name + ".sha256")
+
+
 def up_to_date(target: Path, manifest: Manifest) -> bool:
-    """Whether `target` carries exactly the manifest a rebuild would write (same upstream,
-    series content, version and patches); an unreadable wheel is rebuilt."""
+    """Whether `target` is the wheel forkbuild built and validated (its bytes, by the sha256 written
+    beside it) and carries exactly the manifest a rebuild would write (same upstream, series content,
+    version and patches); an unreadable or changed wheel is rebuilt."""
     try:
-        return target.is_file() and manifest_module.read_wheel(target) == manifest
-    except BuildError:
+        recorded = digest_file(target).read_text().split()[0] if digest_file(target).is_file() else ""
+        if not target.is_file() or not recorded or sha256_of(target) != recorded:
+            return False
+        return manifest_module.read_wheel(target) == manifest
+    except (BuildError, OSError, IndexError):
         return False
 
 
@@ -95,7 +106,10 @@ def install_validated(target: Path, write: Callable[[BinaryIO], None], *, verifi
             write(stream)
         validate_wheel(temporary, verified_source=verified_source)
         chaos_point("wheel:validated")
+        digest = f"{sha256_of(temporary)}  {target.name}\n"  # sha256sum's format: `sha256sum -c` reads it
+        digest_file(target).unlink(missing_ok=True)  # a kill between the two renames: rebuilt next time
         os.replace(temporary, target)
+        write_atomic(digest_file(target), digest)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

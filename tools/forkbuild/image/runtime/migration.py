@@ -7,6 +7,7 @@ the runtime recipe"). `forkbuild doctor --env` uses it too.
 from __future__ import annotations
 
 import importlib.util
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -72,9 +73,14 @@ def problem(kind: str, value: str) -> str | None:
         valid = value.strip().lower() in SWITCH_ON | SWITCH_OFF
         return None if valid else "not a switch (1/on/true/yes/y or 0/off/false/no/n/empty)"
     try:
-        {"int": int, "float": float}.get(kind, str)(value)
+        number = {"int": int, "float": float}.get(kind, str)(value)
     except ValueError:
         return f"not a valid {kind}"
+    # as forkbuild's own rule (forkbuild.guards.check_value): finite, and an int that fits 64 bits
+    if kind == "float" and not math.isfinite(number):
+        return "not a finite float"
+    if kind == "int" and (len(value.strip()) > 30 or not -2**63 <= number < 2**63):
+        return "out of range for an int"
     return None
 
 
