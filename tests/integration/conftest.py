@@ -4,12 +4,29 @@ as without it, while the unit tests spread over the other workers."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
+from forkbuild.console import Reporter
+from forkbuild.context import Context
+from forkbuild.image.docker import Docker
+
 HERE = Path(__file__).parent
 GROUP = "tests/integration/"
+
+
+@pytest.fixture(scope="module")
+def context() -> Context:
+    """The repository's series and upstream cache."""
+    return Context.create(series_dir=HERE.parents[1], cache_dir=None, reporter=Reporter())
+
+
+@pytest.fixture(scope="module")
+def docker(context) -> Docker:
+    """The docker daemon FORKBUILD_DOCKER_HOST names (the image tests skip without one)."""
+    return Docker.connect(reporter=context.reporter, host=os.environ.get("FORKBUILD_DOCKER_HOST", ""))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -14,8 +14,6 @@ from pathlib import Path
 import pytest
 
 from forkbuild.combination import of_variant
-from forkbuild.console import Reporter
-from forkbuild.context import Context
 from forkbuild.image import build
 from forkbuild.image.base import ensure_bases
 from forkbuild.image.context import prepare_context
@@ -47,16 +45,6 @@ pytestmark = [
                                         "(run .ci/docker-tests.sh)"),
     pytest.mark.skipif(bool(_emulation_refused()), reason=_emulation_refused() or "-"),
 ]
-
-
-@pytest.fixture(scope="module")
-def context() -> Context:
-    return Context.create(series_dir=REPO, cache_dir=None, reporter=Reporter())
-
-
-@pytest.fixture(scope="module")
-def docker(context) -> Docker:
-    return Docker.connect(reporter=context.reporter, host=HOST)
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,6 @@ from forkbuild import manifest
 from forkbuild.combination import of_variant
 from forkbuild.commands.compose import compose_build
 from forkbuild.console import Reporter
-from forkbuild.context import Context
 from forkbuild.errors import BuildError
 from forkbuild.image import build
 from forkbuild.image.base import ensure_bases
@@ -65,16 +64,6 @@ print(json.dumps({"rows": rows, "bad": bad}))
 """
 MANIFEST_SCRIPT = ("import importlib.util, pathlib; spec = importlib.util.find_spec('sglang'); "
                    f"print((pathlib.Path(spec.submodule_search_locations[0]) / {manifest.PACKAGE_FILE!r}).read_text())")
-
-
-@pytest.fixture(scope="module")
-def context() -> Context:
-    return Context.create(series_dir=REPO, cache_dir=None, reporter=Reporter())
-
-
-@pytest.fixture(scope="module")
-def docker(context) -> Docker:
-    return Docker.connect(reporter=context.reporter, host=HOST)
 
 
 @pytest.fixture(scope="module")
