@@ -127,3 +127,10 @@ def test_doctor_is_quiet_for_valid_built_in_guards():
     ("int", "16", True), ("int", "1.5", False), ("float", "1e-3", True), ("float", "x", False), ("str", "b12x", True)])
 def test_guard_values_follow_the_guard_types(kind, value, valid):
     assert (migration.problem(kind, value) is None) == valid
+
+
+def test_a_series_without_the_image_recipe_is_a_build_error_naming_it(tmp_path):
+    with pytest.raises(BuildError, match=r"docker/Dockerfile: cannot read the image recipe"):
+        image_context.prepare(docker_dir=tmp_path / "docker", variant="tp4", platform="linux/amd64",
+                              wheels=[fake_wheel(tmp_path)], upstream_wheels={}, packages={}, dest=tmp_path / "ctx")
+    assert not (tmp_path / "ctx").exists()
