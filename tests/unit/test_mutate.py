@@ -483,3 +483,20 @@ def test_a_run_records_the_moves_of_the_patch_it_records(tmp_path):
     assert recorded["feat.patch"]["reasons_moved"] == {renumbered: {"id": mutant.id, "reason": "why"}}
     _record(recorded, item, {mutant.id: outcome}, Reasons({"feat.patch": {mutant.id: "why"}}))
     assert "reasons_moved" not in recorded["feat.patch"]
+
+
+def test_the_key_follows_the_imported_platforms_pins_not_another_platforms():
+    import dataclasses
+
+    from forkbuild.config import load_series
+
+    series = load_series(Path(__file__).resolve().parents[2] / "series.toml")
+    entry = series.patches[0]
+    key = patch_key(series, entry)
+    x86 = tuple(pin for pin in series.upstream.wheels if pin.platform == "linux/amd64")
+    assert series.upstream.wheels[0].platform == "linux/amd64" and len(x86) < len(series.upstream.wheels)
+    only_x86 = dataclasses.replace(series, upstream=dataclasses.replace(series.upstream, wheels=x86))
+    assert patch_key(only_x86, entry) == key  # adding the aarch64 pins left the results current
+    moved = dataclasses.replace(x86[0], sha256="0" * 64)
+    other = dataclasses.replace(series, upstream=dataclasses.replace(series.upstream, wheels=(moved, *x86[1:])))
+    assert patch_key(other, entry) != key

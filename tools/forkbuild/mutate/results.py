@@ -44,7 +44,12 @@ def feature_tests(root: Path, feature: str) -> list[Path]:
 def patch_key(series: Series, entry: PatchEntry) -> str:
     root = series.root
     digest = hashlib.sha256()
-    pin = [series.upstream.name, series.upstream.version, *(wheel.sha256 for wheel in series.upstream.wheels)]
+    # The release wheels of the platform upstream is imported from (the first pin's): the mutants
+    # run on those .py files, which every platform's wheel shares (another platform's pin added
+    # or moved leaves the results current; a new release, or a moved pin of that platform, does not).
+    imported = series.upstream.wheels[0].platform if series.upstream.wheels else ""
+    pin = [series.upstream.name, series.upstream.version,
+           *(wheel.sha256 for wheel in series.upstream.wheels if wheel.platform == imported)]
     digest.update(("\0".join(pin) + "\n").encode())
     # What every feature's tests load: conftest.py and the other modules that are not test files.
     shared = sorted(path for path in (root / TESTS_DIR).glob("*.py") if not path.name.startswith("test_"))
