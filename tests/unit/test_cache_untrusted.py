@@ -138,3 +138,29 @@ def test_a_wheel_changed_in_place_with_its_size_and_mtime_kept_is_hashed_again(t
     assert (cached.stat().st_size, cached.stat().st_mtime_ns, cached.stat().st_ino) == \
         (before.st_size, before.st_mtime_ns, before.st_ino)
     assert hashlib.sha256(cache.wheel(pin).read_bytes()).hexdigest() == pin.sha256
+
+
+def test_a_moved_upstream_tag_is_refused_by_every_use_and_by_fetch_verify(series_fx: SeriesFixture, capsys) -> None:
+    """A poisoned cache: the tag moved to a commit with a payload (fsck-clean). The pin verifies
+    what is built from: apply and build-wheel refuse it, and fetch --verify even when the record
+    was rewritten along with the tag."""
+    assert series_fx.cli("apply", "--all") == 0
+    cache = series_fx.cache
+    repo = Git(cache / "upstream.git")
+    (tag,) = [ref.removeprefix("refs/tags/") for ref in repo.refs() if ref.startswith("refs/tags/upstream/")]
+    honest = repo.rev(f"refs/tags/{tag}")
+    payload = repo.run("hash-object", "-w", "--stdin", input="payload\n").stdout.strip()
+    tree = repo.run("mktree", input=repo.out("ls-tree", honest) + f"\n100644 blob {payload}\tPAYLOAD.py\n").stdout.strip()
+    poisoned = repo.out("commit-tree", tree, "-m", "payload", env={"GIT_AUTHOR_DATE": "946684800 +0000",
+                                                                  "GIT_COMMITTER_DATE": "946684800 +0000"})
+    repo.run("tag", "-f", tag, poisoned)
+    repo.run("fsck", "--no-dangling")  # the cache is consistent: only the pin can tell
+    capsys.readouterr()
+    for command in (["apply", "--all"], ["check"], ["fetch"]):
+        assert series_fx.cli(*command) == UpstreamError.return_code, command
+        err = capsys.readouterr().err
+        assert f"its tag {tag} names {poisoned[:12]}" in err and "move" in err and str(cache) in err
+    record = cache / "verified.json"
+    record.write_text(json.dumps({tag: poisoned}))  # the record rewritten with the tag
+    assert series_fx.cli("fetch", "--verify") == UpstreamError.return_code
+    assert f"the verified pkg 1.0 is {honest[:12]}" in capsys.readouterr().err

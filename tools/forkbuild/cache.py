@@ -1,10 +1,16 @@
 """The upstream cache: pinned wheels (hashed on every use) and a git repository with one
 commit per imported upstream, tagged `upstream/<version>+<pin>`; earlier versions stay
-(the rebase's 3-way merges need their blobs). A file lock lets processes share it."""
+(the rebase's 3-way merges need their blobs). A file lock lets processes share it.
+
+The pin verifies what is built from, not only the download: the import of a verified wheel
+is deterministic, and the commit it made is recorded (verified.json) when it is made; every
+use checks the tag against the record (a git pin: against the pinned commit itself), and
+`fetch --verify` imports the pinned wheel again and compares. A moved tag is an error."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import tempfile
 from collections.abc import Iterator
@@ -61,7 +67,8 @@ class UpstreamCache:
         return repo
 
     def imported(self, upstream: Upstream) -> str | None:
-        """The commit of an already imported version (no lock); UpstreamError if git cannot read it."""
+        """The commit of an already imported version (no lock), checked against what the pin
+        imported as; UpstreamError if git cannot read it or the tag was moved."""
         if not (self.repo_path / "HEAD").exists():
             return None
         repo = Git(self.repo_path)
@@ -69,7 +76,39 @@ class UpstreamCache:
         commit = repo.rev(tag)
         if commit is None and repo.run("show-ref", "--verify", "--quiet", "--end-of-options", tag, check=False).status == 0:
             raise self.damaged(f"its tag {upstream.tag} names a commit git cannot read")
+        if commit is not None:
+            expected = upstream.git.commit if upstream.source == "git" and upstream.git else self._verified().get(upstream.tag)
+            if expected is None:
+                return None  # imported before imports were recorded: imported again (the same commit) and recorded
+            if commit != expected:
+                raise self.moved(upstream, commit, expected)
         return commit
+
+    @property
+    def verified_path(self) -> Path:
+        return self.path / "verified.json"
+
+    def _verified(self) -> dict[str, str]:
+        """tag -> the commit the verified download imported as."""
+        try:
+            data = json.loads(self.verified_path.read_text())
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as error:
+            raise self.damaged(f"{self.verified_path} is not readable JSON ({error})") from None
+        return {key: value for key, value in data.items() if isinstance(key, str) and isinstance(value, str)}
+
+    def _record(self, upstream: Upstream, commit: str) -> None:
+        from forkbuild.fsutil import write_atomic
+
+        write_atomic(self.verified_path, json.dumps({**self._verified(), upstream.tag: commit}, indent=1) + "\n")
+
+    def moved(self, upstream: Upstream, commit: str, expected: str) -> UpstreamError:
+        return UpstreamError(f"the upstream cache {self.repo_path} does not hold what the pin imports as: its tag "
+                             f"{upstream.tag} names {commit[:12]}, the verified {upstream.name} {upstream.version} "
+                             f"is {expected[:12]} (the tag was moved: a poisoned or damaged cache)",
+                             hint=f"move {self.path} aside (export any work in .forkbuild-work first) and run "
+                                  "`forkbuild fetch`: it imports the pinned release anew")
 
     def damaged(self, what: str) -> UpstreamError:
         return UpstreamError(f"the upstream cache {self.repo_path} is damaged: {what}",
@@ -102,12 +141,18 @@ class UpstreamCache:
         with self.locked():
             if commit := self.imported(upstream):  # another process imported it meanwhile
                 return commit
+            repo = self.git()
+            tagged = repo.rev(f"refs/tags/{upstream.tag}")
             with self.reporter.step(f"Importing {upstream.name} {upstream.version} ({upstream.source})"):
                 if upstream.source == "git":
                     commit = self._import_git(upstream)
                 else:  # the .py files are the same in every Python tag's wheel (series.toml pins one at least)
                     commit = self._import_wheel(upstream, self._wheel_locked(upstream.wheels[0]))
-                self.git().run("tag", "--no-sign", "--end-of-options", upstream.tag, commit)
+                if tagged is not None and tagged != commit:  # a tag from before imports were recorded
+                    raise self.moved(upstream, tagged, commit)
+                if tagged is None:
+                    repo.run("tag", "--no-sign", "--end-of-options", upstream.tag, commit)
+                self._record(upstream, commit)
             return commit
 
     def wheel(self, pin: FilePin) -> Path:
@@ -132,6 +177,14 @@ class UpstreamCache:
                 raise UpstreamError(f"{self.repo_path} is damaged (git fsck):\n{error.stderr or error.stdout}",
                                     hint=f"move {self.repo_path} aside and run `forkbuild fetch` to import it anew") from None
             checked.append(f"{self.repo_path}: git fsck clean")
+            tagged = Git(self.repo_path).rev(f"refs/tags/{upstream.tag}")
+            if tagged is not None and upstream.source == "wheel" and upstream.wheels:
+                # The record could be edited with the tag: the pinned wheel imported again decides.
+                with self.locked():
+                    expected = self._import_wheel(upstream, self._wheel_locked(upstream.wheels[0]))
+                if tagged != expected:
+                    raise self.moved(upstream, tagged, expected)
+                checked.append(f"{upstream.tag}: the pinned {upstream.wheels[0].filename} imports as it ({expected[:12]})")
         return checked
 
     def _matches_pin(self, wheel: Path, pin: FilePin) -> bool:
