@@ -185,7 +185,7 @@ def test_a_wrong_dist_init_port_fails_the_preflight_naming_the_nodes_and_starts_
         squatter.listen()
         env = env_file(tmp_path, dist_port=squatter.getsockname()[1], port=free_port(), tp=3)
         start = time.monotonic()
-        code = main(launch("tp3", env, names, "--up", "--preflight-timeout", "15", out=tmp_path / "out"))
+        code = main(launch("tp3", env, names, "--up", "--preflight-timeout", "5", out=tmp_path / "out"))
         took = time.monotonic() - start
     err = capsys.readouterr().err
     assert code == 16 and took < 60
