@@ -172,6 +172,12 @@ def test_ship_preflight_up_status_down(image, nodes, tmp_path, capsys, size):
     assert f"head http://127.0.0.1:{port}: healthy, serving deepseek-v4.1-flash" in status
     assert main(launch(variant, None, names, "--logs", "--node", "n1", out=out)) == 0
     assert "== n1 (rank 0) ==" in capsys.readouterr().out
+    if size == 3:  # a running cluster: a preflight beside it is refused, an --up again replaces it
+        assert main(launch(variant, env, names, "--preflight", out=out)) == 16
+        assert f"forkbuild-{variant} exists on n1, n2, n3" in capsys.readouterr().err
+        assert main(launch(variant, env, names, "--up", "--health-timeout", "120", out=out)) == 0
+        again = capsys.readouterr().out
+        assert "replaced:" in again and f"n1: removed forkbuild-{variant}" in again and "head http" in again
     for _ in range(2):  # safe to re-run
         assert main(launch(variant, None, names, "--down", out=out)) == 0
         assert all(containers(url) == [] for url in names.values())

@@ -137,6 +137,7 @@ class Fleet:
         line per node; FleetError naming each node that did not join and what it saw."""
         dockers = self.reachable()
         by_rank = {file.rank: file for file in files}
+        self._remove(dockers, self.preflight_container)  # what a killed run left (its name is ours)
 
         def join(node: Node) -> dict:
             service = by_rank[node.rank].compose["services"]["sglang"]
@@ -175,6 +176,13 @@ class Fleet:
                              hint="check DIST_INIT_ADDR (the head's address and a free port) and that every node "
                                   "reaches it; nothing was started")
         return lines
+
+    def running(self) -> list[str]:
+        """The nodes where this cluster's container exists (a started or half-started cluster)."""
+        dockers = self.reachable()
+        found = in_parallel(self.nodes, lambda node: dockers[node.name].run(
+            "container", "inspect", self.container, check=False, timeout=60).status == 0)
+        return [node.name for node, there in found if there is True]
 
     # -- up / down --
     def up(self, files: Sequence[NodeFile], out: Path, *, health: str, timeout: float) -> list[str]:

@@ -9,7 +9,7 @@ from forkbuild import launch
 from forkbuild.commands import add_command
 from forkbuild.config import PLATFORMS
 from forkbuild.doctor import hazard_line
-from forkbuild.errors import ConfigError, ForkbuildError
+from forkbuild.errors import ConfigError, FleetError, ForkbuildError
 from forkbuild.fleet import Fleet, parse_nodes
 from forkbuild.fsutil import write_atomic_many
 from forkbuild.image.build import default_tag
@@ -98,6 +98,13 @@ def run(args, context) -> int:
     if args.action is None:
         return 0
     image = files[0].compose["services"]["sglang"]["image"]
+    if there := fleet.running():
+        # Its ranks would hold DIST_INIT_ADDR: a preflight cannot run beside them.
+        if args.action != "up":
+            raise FleetError(f"forkbuild-{variant} exists on {', '.join(there)}: the cluster (or part of it) runs",
+                             hint=f"`forkbuild launch --variant {variant} --nodes ... --down` first, or --up to "
+                                  "replace it")
+        _show("replaced", fleet.down())  # an earlier (or killed) --up of this cluster
     with context.reporter.step(f"ship {image} to {len(nodes)} node(s)"):
         shipped = fleet.ship(image, local=Docker.connect(reporter=context.reporter))
     _show("shipped", shipped)
