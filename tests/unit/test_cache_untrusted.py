@@ -164,3 +164,19 @@ def test_a_moved_upstream_tag_is_refused_by_every_use_and_by_fetch_verify(series
     record.write_text(json.dumps({tag: poisoned}))  # the record rewritten with the tag
     assert series_fx.cli("fetch", "--verify") == UpstreamError.return_code
     assert f"the verified pkg 1.0 is {honest[:12]}" in capsys.readouterr().err
+
+
+def test_with_a_moved_tag_export_still_saves_the_work_and_the_hint_recovers(series_fx: SeriesFixture, capsys) -> None:
+    assert series_fx.cli("apply", "--all") == 0
+    repo = Git(series_fx.cache / "upstream.git")
+    (tag,) = [ref.removeprefix("refs/tags/") for ref in repo.refs() if ref.startswith("refs/tags/upstream/")]
+    honest = repo.rev(f"refs/tags/{tag}")
+    repo.run("tag", "-f", tag, repo.out("commit-tree", repo.out("rev-parse", f"{honest}^{{tree}}"), "-m", "moved"))
+    assert series_fx.cli("export") == 0  # the tree is compared with the verified import, not the tag
+    assert series_fx.cli("apply", "--all") == UpstreamError.return_code
+    assert "move" in capsys.readouterr().err
+    # the hint, followed: move the cache and the work trees aside, fetch: everything works again
+    shutil.move(series_fx.cache, series_fx.root.parent / "cache.aside")
+    shutil.move(series_fx.root / ".forkbuild-work", series_fx.root.parent / "work.aside")
+    assert series_fx.cli("fetch") == 0 and series_fx.cli("apply", "--all") == 0
+    assert series_fx.cli("export", "--check") == 0

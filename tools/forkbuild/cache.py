@@ -77,12 +77,19 @@ class UpstreamCache:
         if commit is None and repo.run("show-ref", "--verify", "--quiet", "--end-of-options", tag, check=False).status == 0:
             raise self.damaged(f"its tag {upstream.tag} names a commit git cannot read")
         if commit is not None:
-            expected = upstream.git.commit if upstream.source == "git" and upstream.git else self._verified().get(upstream.tag)
+            expected = self.verified(upstream)
             if expected is None:
                 return None  # imported before imports were recorded: imported again (the same commit) and recorded
             if commit != expected:
                 raise self.moved(upstream, commit, expected)
         return commit
+
+    def verified(self, upstream: Upstream) -> str | None:
+        """The commit the pin imports as (a git pin's commit; else as recorded at import), or None.
+        What a work tree is compared with, even when the tag was moved (export still saves work)."""
+        if upstream.source == "git" and upstream.git:
+            return upstream.git.commit
+        return self._verified().get(upstream.tag)
 
     @property
     def verified_path(self) -> Path:
@@ -107,7 +114,8 @@ class UpstreamCache:
         return UpstreamError(f"the upstream cache {self.repo_path} does not hold what the pin imports as: its tag "
                              f"{upstream.tag} names {commit[:12]}, the verified {upstream.name} {upstream.version} "
                              f"is {expected[:12]} (the tag was moved: a poisoned or damaged cache)",
-                             hint=f"move {self.path} aside (export any work in .forkbuild-work first) and run "
+                             hint=f"export any work in .forkbuild-work (`forkbuild export`), then move {self.path} "
+                                  "and .forkbuild-work aside (its trees keep their git data in that cache) and run "
                                   "`forkbuild fetch`: it imports the pinned release anew")
 
     def damaged(self, what: str) -> UpstreamError:

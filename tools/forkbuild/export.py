@@ -123,7 +123,8 @@ def _open_tree(*, context: Context, tree: Path, drops: tuple[str, ...]) -> tuple
     refuse_unsaved_work(worktree)
     _refuse_stale_tree(context, state=state, worktree=worktree, dropped=set(drops))
     base = state.base
-    pinned = context.upstream.imported(context.series.upstream)
+    # The verified import, not the tag: a moved tag must not keep the user's work from being saved.
+    pinned = context.upstream.verified(context.series.upstream) or context.upstream.ensure(context.series.upstream)
     if pinned and pinned != base:
         raise ForkbuildError(f"{tree} is built on {base[:12]}, but series.toml pins {context.series.upstream.tag} = {pinned[:12]}",
                              hint="re-apply the series onto the pinned upstream (forkbuild apply --all) and redo the change there")

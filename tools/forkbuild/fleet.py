@@ -196,7 +196,7 @@ class Fleet:
             path = out / by_rank[node.rank].name
             done = run_program(["docker-compose", "-p", self.container, "-f", str(path), "up", "-d"],
                                reporter=self.reporter, missing_hint="apt-get install docker-compose",
-                               env={**docker.env, "PATH": _path_with(docker)}, check=False, timeout=600)
+                               env=docker.compose_env(), check=False, timeout=600)
             if done.status != 0:
                 raise FleetError(f"docker-compose up failed (exit {done.status}): {tail(done.stderr or done.stdout)}")
             return f"{node.name}: started {self.container} (rank {node.rank})"
@@ -281,13 +281,6 @@ def _device_options(service: dict) -> list[str]:
     options += [f"--cap-add={cap}" for cap in service.get("cap_add", [])]
     options += [f"--ulimit={name}={limit['soft']}:{limit['hard']}" for name, limit in service.get("ulimits", {}).items()]
     return options + (["--gpus=all"] if "deploy" in service else [])
-
-
-def _path_with(docker: Docker) -> str:
-    """PATH with our docker client first (docker-compose 1.29 runs `docker` for some steps)."""
-    import os
-
-    return f"{Path(docker.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
 def _get(url: str) -> str | None:

@@ -76,6 +76,6 @@ def run(args, context) -> int:
 def compose_build(*, docker: Docker, compose_file: Path, reporter) -> None:
     """`docker-compose build --parallel` with our docker client first on PATH (compose 1.29 runs
     `docker build` from PATH when COMPOSE_DOCKER_CLI_BUILD=1)."""
-    env = {**docker.env, "PATH": f"{Path(docker.executable).parent}{os.pathsep}{docker.env.get('PATH', '')}"}
+    env = docker.compose_env()
     run_program(["docker-compose", "-f", str(compose_file), "build", "--parallel"], reporter=reporter,
                 missing_hint="apt-get install docker-compose", env=env, stream=True)

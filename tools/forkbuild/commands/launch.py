@@ -101,7 +101,7 @@ def run(args, context) -> int:
     if there := fleet.running():
         # Its ranks would hold DIST_INIT_ADDR: a preflight cannot run beside them.
         if args.action != "up":
-            raise FleetError(f"forkbuild-{variant} exists on {', '.join(there)}: the cluster (or part of it) runs",
+            raise FleetError(f"{fleet.container} exists on {', '.join(there)}: the cluster (or part of it) runs",
                              hint=f"`forkbuild launch --variant {variant} --nodes ... --down` first, or --up to "
                                   "replace it")
         _show("replaced", fleet.down())  # an earlier (or killed) --up of this cluster

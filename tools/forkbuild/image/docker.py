@@ -84,6 +84,11 @@ class Docker:
         return run_program([self.executable, *args], reporter=self.reporter, missing_hint=CLIENT_HINT, env=self.env,
                            stream=stream, check=check, timeout=timeout)
 
+    def compose_env(self) -> dict[str, str]:
+        """The environment for docker-compose against this daemon: our client first on PATH
+        (compose 1.29 runs `docker` from PATH, for builds when COMPOSE_DOCKER_CLI_BUILD=1)."""
+        return {**self.env, "PATH": f"{Path(self.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+
     def image_exists(self, ref: str) -> bool:
         return self.run("image", "inspect", ref, check=False).status == 0
 
