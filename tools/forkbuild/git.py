@@ -331,6 +331,12 @@ class Git:
     def format_patch(self, commit: str) -> str:
         return self.run("format-patch", "--stdout", "-1", *FORMAT_PATCH_FLAGS, "--end-of-options", commit).stdout
 
+    def renamed(self, base: str, head: str) -> dict[str, str]:
+        """Files `head` has under another name than `base` (old path -> new path), as git detects renames."""
+        raw = self.run("diff", "--name-status", "-M", "--diff-filter=R", "-z", "--end-of-options", base, head).stdout
+        fields = [field for field in raw.split("\0") if field]
+        return {fields[index + 1]: fields[index + 2] for index in range(0, len(fields), 3)}
+
     def changed_files(self, base: str, head: str) -> list[tuple[str, str]]:
         raw = self.run("diff", "--name-status", "--no-renames", "-z", "--end-of-options", base, head).stdout
         fields = [field for field in raw.split("\0") if field]

@@ -301,3 +301,12 @@ def _dirs_above(raw: str, prefixed: bool) -> list[str]:
     """The directories above the path a header names ("a/b/c" -> "a", "a/b"): what the symlink rule judges."""
     parts = PurePosixPath(_stripped(raw, prefixed)).parts
     return ["/".join(parts[:depth]) for depth in range(1, len(parts))]
+
+
+def added_lines(diff: str) -> dict[str, list[str]]:
+    """Per target path (prefix stripped), the lines a unified diff adds, in order."""
+    found: dict[str, list[str]] = {}
+    for patched in unidiff.PatchSet(diff):
+        lines = found.setdefault(strip_prefix(patched.target_file), [])
+        lines.extend(line.value.rstrip("\n") for hunk in patched for line in hunk if line.is_added)
+    return found

@@ -37,6 +37,7 @@ from forkbuild.git import Git
 from forkbuild.layout import REBASE_TREE
 from forkbuild.rebase import report
 from forkbuild.rebase.journal import Journal, checkpoint
+from forkbuild.rebase.kept import with_lost_lines
 from forkbuild.rebase.state import PatchState, Phase, RebaseState, RefMove
 from forkbuild.rebase.target import moved_pin
 from forkbuild.rebase.upstreamed import HunkEvidence, evidence, upstream_collisions
@@ -125,17 +126,15 @@ class Rebase:
             state = self._replay(state).timed("replay", time.monotonic() - started)
         proposals = [patch for patch in state.patches if patch.outcome in report.DROP_OUTCOMES]
         if state.phase is Phase.REPLAYED:
-            phase = Phase.REVIEW if proposals and not state.accept_drops else Phase.FINALIZE
+            cache_git = self.cache.git()
+            state = with_lost_lines(cache_git, state, old_head=cache_git.rev(state.own_ref(OLD_SERIES)) or "",
+                                    new_head=Git(state.worktree).head())
+            lost = any(patch.lost for patch in state.patches)
+            phase = Phase.REVIEW if (proposals and not state.accept_drops) or lost else Phase.FINALIZE
             state = self.journal.save(replace(state, phase=phase), phase.value)
         if state.phase is Phase.REVIEW:
             if resumed_at is not Phase.REVIEW:  # stop for the review
-                md_path = self.journal.path / "report.md"
-                report.write(self.cache.git(), state, md_path, check=None, final=False)
-                lines = [f"  - {p.file}: {report.label(p.outcome)}: {p.detail}; evidence: "
-                         + "; ".join(item.describe() for item in p.evidence) for p in proposals]
-                raise RebaseStopped("every patch is replayed; proposed for dropping:\n" + "\n".join(lines)
-                                    + f"\n  draft report: {md_path}", hint="`forkbuild rebase --continue` drops "
-                                    "them and writes the series; `--abort` puts everything back")
+                self._stop_for_review(state, proposals)
             state = self.journal.save(replace(state, accept_drops=True, phase=Phase.FINALIZE), "finalize")
         if state.phase is Phase.FINALIZE:
             started = time.monotonic()
@@ -143,6 +142,22 @@ class Rebase:
         if state.phase in (Phase.CHECKED, Phase.CHECK_FAILED):
             state = self._check_and_finish(state)
         return state
+
+    def _stop_for_review(self, state: RebaseState, proposals: list[PatchState]) -> NoReturn:
+        md_path = self.journal.path / "report.md"
+        report.write(self.cache.git(), state, md_path, check=None, final=False)
+        lines = []
+        if proposals and not state.accept_drops:
+            lines += ["proposed for dropping:", *(f"  - {p.file}: {report.label(p.outcome)}: {p.detail}; evidence: "
+                                                  + "; ".join(item.describe() for item in p.evidence) for p in proposals)]
+        lost = [patch for patch in state.patches if patch.lost]
+        if lost:
+            lines.append("lines a patch added on the old release that the rebased series lacks:")
+            lines += [f"  - {patch.file} ({report.label(patch.outcome)}): {line}" for patch in lost for line in patch.lost]
+        verb = "drops them and writes" if proposals and not state.accept_drops else "writes"
+        raise RebaseStopped("every patch is replayed; " + "\n".join(lines) + f"\n  draft report: {md_path}",
+                            hint=f"`forkbuild rebase --continue` {verb} the series as replayed; "
+                                 "`--abort` puts everything back")
 
     def _prepare(self, state: RebaseState) -> RebaseState:
         old, target = state.old, state.target

@@ -76,6 +76,11 @@ def markdown(report: dict) -> str:
             lines += [f"- `{patch['file']}` ({label(patch['outcome'])}): {patch['detail']}",
                       *(f"  - {item}" for item in patch["evidence_text"])]
         lines.append("")
+    lost = [patch for patch in report["patches"] if patch["lost"]]
+    if lost:
+        lines += ["## Lines the rebased series lacks", "", "Added by the patch on the old release, still there at the "
+                  "old series' end, and nowhere in the file (or its renamed successor) after the rebase.", ""]
+        lines += [f"- `{patch['file']}`: `{line}`" for patch in lost for line in patch["lost"]] + [""]
     if report["unported"]:
         lines += ["## Features left without a patch", "", "Their patch files are set aside under "
                   ".forkbuild-work/dropped/ (docs/rebase.md).", "", *(f"- {item}" for item in report["unported"]), ""]

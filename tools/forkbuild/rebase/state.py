@@ -53,6 +53,7 @@ class PatchState:
     evidence: tuple[HunkEvidence, ...] = ()  # for a drop proposal: where upstream has its hunks
     conflicts: tuple[str, ...] = ()  # the files it conflicted in (kept once resolved: the report says why)
     collided: str = ""  # the upstream change it collided with
+    lost: tuple[str, ...] = ()  # "path: line" it added on the old release that the rebased series lacks (kept.py)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,0 +1,36 @@
+"""Nothing of a feature is lost silently: after the replay, every line a kept patch added on the
+old release (and the old series still had at its end) must be in the rebased series' file, followed
+through upstream's renames. A merge that put a patch's lines nowhere, or a later patch that took
+them out, stops the rebase for review with the lines named."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import cache
+
+from forkbuild.git import Git
+from forkbuild.patchfile import added_lines
+from forkbuild.rebase.state import RebaseState
+
+
+def with_lost_lines(repo: Git, state: RebaseState, *, old_head: str, new_head: str) -> RebaseState:
+    """`state` with each kept patch's `lost`: the lines it added that the rebased series lacks."""
+    renamed = repo.renamed(state.old_base, state.new_base)
+
+    @cache
+    def lines_at(commit: str, path: str) -> frozenset[str]:
+        if not repo.has_file(commit, path):
+            return frozenset()
+        return frozenset(line.rstrip() for line in repo.show_file(commit, path).splitlines())
+
+    patches = []
+    for patch in state.patches:
+        lost: list[str] = []
+        if patch.old_commit and patch.commit:
+            for path, lines in added_lines(repo.diff_tree_patch(patch.old_commit)).items():
+                target = renamed.get(path, path)
+                for line in dict.fromkeys(line.rstrip() for line in lines if line.strip()):
+                    if line in lines_at(old_head, path) and line not in lines_at(new_head, target):
+                        lost.append(f"{target}: {line.strip()}")
+        patches.append(replace(patch, lost=tuple(lost)))
+    return replace(state, patches=tuple(patches))
