@@ -17,7 +17,7 @@ from forkbuild.combination import Combination, of_variant, whole_series
 from forkbuild.config import PatchEntry, Series
 from forkbuild.context import Context
 from forkbuild.emptydirs import recreate_empty_dirs
-from forkbuild.errors import ApplyError, DirtyTreeError, quoted
+from forkbuild.errors import ApplyError, DirtyTreeError, ForkbuildError, quoted
 from forkbuild.git import Git
 from forkbuild.guards_module import add_generated_commit, module_path
 from forkbuild.patchfile import PatchInfo, check_patches, read_patch
@@ -33,7 +33,7 @@ from forkbuild.worktree.state import (
     write_state,
     write_stop,
 )
-from forkbuild.worktrees import TreeGuard, recover_killed_change, temporary_worktree, tree_guard
+from forkbuild.worktrees import TreeGuard, recover_killed_change, remove_dead_tree, temporary_worktree, tree_guard
 
 FULL_SERIES_REF = "refs/forkbuild/series"
 
@@ -128,23 +128,37 @@ def apply_plan(*, context: Context, plan: ApplyPlan, dest: Path, stop: bool = Fa
         if recover_killed_change(guard, cache_git):
             context.reporter.warn(f"{dest}: removed what an interrupted or killed forkbuild apply left half-built there")
         worktree, previous = prepare_worktree(cache_git, dest=dest, base=base, guard=guard, checkout=False)
-        chaos_point("apply:prepared")
-        run = StopState(variant=plan.variant, base=base, started_from=previous.head if previous else base,
-                        previous_state=previous, jobs=jobs, cursor=0, results=(),
-                        hashes=series_hashes(context.series))
-        label = plan.variant or "the whole series"
-        with context.reporter.step(f"Applying {len(plan.entries)} patches of {label} into {dest}"):
-            def before_change() -> None:  # once, before the engine first touches the tree
-                if previous is not None:  # unsaved work is refused first; a kill before this leaves it to the user
-                    refuse_unsaved_work(worktree)
-                    guard.changing()
-                chaos_point("apply:changing")
+        try:
+            return _apply_prepared(context, plan, worktree, previous, guard=guard, base=base, jobs=jobs,
+                                   listing=listing, stop=stop, report_offsets=report_offsets)
+        except (ForkbuildError, OSError) as error:
+            if previous is None and getattr(error, "label", "") != "stopped":
+                # A new tree that failed half-made (a full disk, a limit): gone, so the re-run starts afresh.
+                remove_dead_tree(cache_git, dest)
+            raise
 
-            # What the tree shows: the HEAD prepare_worktree checked, or nothing (a new tree).
-            engine = Engine(worktree, head=base, shown=previous.head if previous else base, checked_out=bool(previous),
-                            before_change=before_change, listing=listing, parsed=plan.parsed)
-            results = _run(engine, run, stop=stop, context=context, features=plan.features)
-        return _result(context, plan, dest=dest, base=base, head=engine.head, results=results, report=report_offsets)
+
+def _apply_prepared(context: Context, plan: ApplyPlan, worktree: Git, previous: WorktreeState | None, *,
+                    guard: TreeGuard, base: str, jobs: tuple[PatchJob, ...], listing: TreeListing, stop: bool,
+                    report_offsets: bool) -> ApplyResult:
+    dest = worktree.path
+    chaos_point("apply:prepared")
+    run = StopState(variant=plan.variant, base=base, started_from=previous.head if previous else base,
+                    previous_state=previous, jobs=jobs, cursor=0, results=(),
+                    hashes=series_hashes(context.series))
+    label = plan.variant or "the whole series"
+    with context.reporter.step(f"Applying {len(plan.entries)} patches of {label} into {dest}"):
+        def before_change() -> None:  # once, before the engine first touches the tree
+            if previous is not None:  # unsaved work is refused first; a kill before this leaves it to the user
+                refuse_unsaved_work(worktree)
+                guard.changing()
+            chaos_point("apply:changing")
+
+        # What the tree shows: the HEAD prepare_worktree checked, or nothing (a new tree).
+        engine = Engine(worktree, head=base, shown=previous.head if previous else base, checked_out=bool(previous),
+                        before_change=before_change, listing=listing, parsed=plan.parsed)
+        results = _run(engine, run, stop=stop, context=context, features=plan.features)
+    return _result(context, plan, dest=dest, base=base, head=engine.head, results=results, report=report_offsets)
 
 
 def resume_apply(*, context: Context, dest: Path, action: str) -> ApplyResult | None:

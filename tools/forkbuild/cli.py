@@ -114,6 +114,11 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except (OutputError, BrokenPipeError) as error:
         return _output_failed(error, reporter)
+    except MemoryError:
+        reporter.error(ForkbuildError("out of memory: the command needed more than this machine (or `ulimit -v`) "
+                                      "allows; what it writes is written atomically, so nothing was left half-written",
+                                      hint="free memory or raise the limit, and run the command again"))
+        return ForkbuildError.return_code
     except OSError as error:
         friendly = disk_error(error) or (context.upstream.explain(error) if context else None)
         if friendly is None:

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import re
 import shlex
+import shutil
+import signal
 from collections.abc import Sequence
+from pathlib import Path
 
 
 def quoted(path: object) -> str:
@@ -132,6 +137,8 @@ class DiskError(ForkbuildError):
 _DISK_ERRORS = {
     "ENOSPC": ("the disk is full", "free some space and run the command again"),
     "EDQUOT": ("the disk quota is used up", "free some space and run the command again"),
+    "EFBIG": ("the file would pass the file-size limit (ulimit -f)", "raise the limit (`ulimit -f unlimited`) and run "
+              "the command again"),
     "EROFS": ("the file system is read-only", "use a writable location (see --cache / -C) or remount it"),
     "EACCES": ("permission denied", "fix the permissions or use a location you can write to"),
     "EPERM": ("operation not permitted", "fix the permissions or use a location you can write to"),
@@ -139,6 +146,25 @@ _DISK_ERRORS = {
     "EEXIST": ("a file is in the way", "move that file away or choose another location"),
     "EISDIR": ("a directory is in the way", "move that directory away or choose another location"),
 }
+
+
+FULL_BELOW = 1 << 20  # bytes free: a disk git could not write a file to is full
+# What git writes when the file system refuses it, and the errno each means.
+GIT_DISK_MESSAGES = {"No space left on device": "ENOSPC", "Disk quota exceeded": "EDQUOT", "File too large": "EFBIG"}
+
+
+def git_disk_error(status: int, stderr: str, cwd: Path) -> ForkbuildError | None:
+    """A git that failed for the disk's sake (full, quota, or killed by SIGXFSZ at ulimit -f) as a
+    DiskError. git's checkout says only "unable to write file": then the disk it wrote to tells."""
+    found = "EFBIG" if status == -signal.SIGXFSZ else next(
+        (name for text, name in GIT_DISK_MESSAGES.items() if text in stderr), None)
+    if found is None and "unable to write" in stderr:
+        with contextlib.suppress(OSError):
+            found = "ENOSPC" if shutil.disk_usage(cwd).free < FULL_BELOW else None
+    if found is None:
+        return None
+    named = re.search(r"unable to write (?:new index )?(?:file )?'?([^'\n]+?)'?$", stderr, flags=re.MULTILINE)
+    return disk_error(OSError(getattr(errno, found), found, str(cwd / named[1]) if named else f"in {cwd}"))
 
 
 def disk_error(error: OSError) -> ForkbuildError | None:

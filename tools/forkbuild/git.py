@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from forkbuild import process
-from forkbuild.errors import ForkbuildError, GitFailed
+from forkbuild.errors import ForkbuildError, GitFailed, git_disk_error
 from forkbuild.process import Completed
 
 LOG = logging.getLogger("forkbuild.git")  # every command and its output, at DEBUG (-v)
@@ -143,7 +143,7 @@ def _run(command: list[str], *, cwd: Path, env: Mapping[str, str] | None = None,
         if done.status != 0 or lines:
             LOG.debug("exit %s%s%s", done.status, "".join("\n" + line for line in lines[:LOGGED_LINES]), more)
     if check and done.status != 0:
-        raise GitFailed(command, done.status, done.stdout, done.stderr)
+        raise git_disk_error(done.status, done.stderr, cwd) or GitFailed(command, done.status, done.stdout, done.stderr)
     return done
 
 

@@ -113,8 +113,7 @@ def _message(before_diff: str) -> str:
 
 
 def read_patch(path: Path) -> PatchInfo:
-    # Bytes, not read_text(): universal newlines would split a line at a lone "\r" (mksh's patches).
-    return parse_patch(path.read_bytes().decode("utf-8", errors="surrogateescape"), path=path)
+    return parse_patch(read_text(path), path=path)
 
 
 def parse_patch(text: str, *, path: Path) -> PatchInfo:
@@ -225,8 +224,17 @@ def check_safe(path: Path, *, tree: Path | None = None, symlinks: frozenset[str]
                                hint="patches may only change regular files inside the upstream tree")
 
 
+MAX_PATCH_BYTES = 64 << 20  # parsed, a patch takes about 11 times its size in memory
+
+
 def read_text(path: Path) -> str:
-    """A patch file's text, line endings as they are (no newline translation)."""
+    """A patch file's text, line endings as they are (bytes, not read_text(): universal newlines
+    would split a line at a lone "\r"); one larger than MAX_PATCH_BYTES is refused, naming it."""
+    size = path.stat().st_size
+    if size > MAX_PATCH_BYTES:
+        raise UnsafePatchError(f"patches/{path.name}: is {size >> 20} MiB; forkbuild reads patches of up to "
+                               f"{MAX_PATCH_BYTES >> 20} MiB (a patch that large is a data file or a generated tree)",
+                               hint="split it, or ship the data another way (a package pin, a download at build time)")
     return path.read_bytes().decode("utf-8", errors="surrogateescape")
 
 

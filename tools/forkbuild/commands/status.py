@@ -30,6 +30,8 @@ def add_parser(subparsers) -> None:
 def series_status(series: Series) -> dict:
     """Everything status shows, as the JSON `--json` prints."""
     patches = []
+    # Each variant's features once (a set): linear in the patches, not one variant scan per patch.
+    features_of = {name: frozenset(variant.features) for name, variant in series.variants.items()}
     for entry in series.patches:
         info = read_patch(entry.path)
         patches.append({
@@ -37,7 +39,7 @@ def series_status(series: Series) -> dict:
             "guards": [guard.env for guard in series.features[entry.feature].guards],  # from series.toml
             "guard_trailers": info.trailer("Guard"), "unguarded": entry.unguarded,
             "files": [change.path for change in info.files], "added": info.added, "removed": info.removed,
-            "variants": [name for name in series.variants if entry in series.patches_for(name)]})
+            "variants": [name for name, features in features_of.items() if entry.feature in features]})
     variants = [{"name": variant.name, "description": variant.description, "features": list(variant.features),
                  "patches": [entry.file for entry in series.patches_for(variant.name)], "env": dict(variant.env)}
                 for variant in series.variants.values()]

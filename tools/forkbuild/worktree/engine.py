@@ -174,20 +174,23 @@ class Engine:
         tree). write=False leaves commits pending (pass the results through `written()` later)."""
         jobs = list(jobs)
         results: list[PatchResult] = []
-        alone = 0  # how many jobs go one by one: a group of them did not apply in one git run
+        limit: int | None = None  # the most jobs the next group takes: halved after one git refused
         while len(results) < len(jobs) and not (stop and results and results[-1].outcome is Outcome.CONFLICT):
             rest = jobs[len(results):]
-            group = [] if alone else self._group(rest)
-            done = self._fast(group, upcoming=rest) if len(group) > 1 else []
-            if len(group) > 1 and not done:
-                alone = len(group)
+            group = self._group(rest, limit)
+            if len(group) > 1:
+                done = self._fast(group, upcoming=rest)
+                # One patch of it needs a slower rung: halve until the run before it goes in one git run
+                # (a few tries per such patch, never one git run per patch after it).
+                limit = None if done else len(group) // 2
+                results += done
+                continue
+            planned = group[0] if group else None
+            done = self._fast([planned], upcoming=rest) if planned else []
             if not done:
-                planned = self._plan(rest[0])
-                done = self._fast([planned], upcoming=rest) if planned else []
-                if not done:
-                    self.flush()  # the slower rungs work on real commits
-                    done = [self._compute(rest[0], stop=stop)]
-                alone = max(alone - 1, 0)
+                self.flush()  # the slower rungs work on real commits
+                done = [self._compute(rest[0], stop=stop)]
+            limit = None
             results += done
         if write:
             self.flush()
@@ -217,11 +220,11 @@ class Engine:
             return None  # commit-tree dates it now or refuses it, or nothing to name: the full rung decides
         return _Planned(job=job, author=author, message=message, paths=paths)
 
-    def _group(self, jobs: list[PatchJob]) -> list[_Planned]:
-        """The first jobs that one `git apply` can take together: each names files none of the
-        others does (so each one's result is its own)."""
+    def _group(self, jobs: list[PatchJob], limit: int | None = None) -> list[_Planned]:
+        """The first jobs (at most `limit`) that one `git apply` can take together: each names files
+        none of the others does (so each one's result is its own)."""
         planned = itertools.takewhile(lambda plan: plan is not None, map(self._plan, jobs))
-        return disjoint_run(planned, lambda plan: plan.paths)  # type: ignore[arg-type,union-attr]
+        return disjoint_run(planned, lambda plan: plan.paths, limit=limit)  # type: ignore[arg-type,union-attr]
 
     def _fast(self, group: list[_Planned], *, upcoming: Sequence[PatchJob] = ()) -> list[PatchResult]:
         """exact / offset for `group` from one `git apply --cached -v` into a private index of the
@@ -251,14 +254,20 @@ class Engine:
                 any(_offset_path(offset) not in owner for offset in offsets):
             return []
         results = []
+        mine: dict[int, list[PathChange]] = {id(planned): [] for planned in group}  # linear: one pass each
+        moved: dict[int, list[str]] = {id(planned): [] for planned in group}
+        for change in changes:
+            mine[id(owner[change.path])].append(change)
+        for offset in offsets:
+            moved[id(owner[_offset_path(offset)])].append(offset)
         for planned in group:
-            mine = tuple(change for change in changes if owner[change.path] is planned)
+            own = tuple(mine[id(planned)])
             token = self._add_pending(FileCommit(parent=self._parent(), author=planned.author,
-                                                 message=planned.message, changes=mine))
-            listing.update(mine)
-            moved = tuple(offset for offset in offsets if owner[_offset_path(offset)] is planned)
-            results.append(PatchResult(name=planned.job.name, outcome=Outcome.OFFSET if moved else Outcome.EXACT,
-                                       commit=token, offsets=moved, detail="; ".join(moved)))
+                                                 message=planned.message, changes=own))
+            listing.update(own)
+            offsets_of = tuple(moved[id(planned)])
+            results.append(PatchResult(name=planned.job.name, outcome=Outcome.OFFSET if offsets_of else Outcome.EXACT,
+                                       commit=token, offsets=offsets_of, detail="; ".join(offsets_of)))
         self._small = (listing, named, after)
         return results
 
