@@ -61,10 +61,12 @@ Author: Someone <someone@example.com>
 
 
 def forkbuild(fx_root: Path, cache: Path, *args: str, kill_at: str | None = None,
-              kill_after: float | None = None, interrupt: bool = False) -> int:
-    """Run forkbuild; kill -9 it at step `kill_at` or after `kill_after` seconds (interrupt:
+              kill_after: float | None = None, interrupt: bool | str = False) -> int:
+    """Run forkbuild; kill -9 it at step `kill_at` or after `kill_after` seconds (interrupt: True or
+    "INT" a Ctrl-C, "TERM"/"HUP" a service stopped or a terminal closed;
     Ctrl-C instead, as a terminal's foreground job gets it). Returns its exit status (-9: killed)."""
-    env = {**os.environ, **({CHAOS_ENV: kill_at} if kill_at else {}), **({SIGNAL_ENV: "INT"} if interrupt else {})}
+    name = "INT" if interrupt is True else (interrupt or "KILL")
+    env = {**os.environ, **({CHAOS_ENV: kill_at} if kill_at else {}), SIGNAL_ENV: name}
     command = [sys.executable, "-m", "forkbuild", "-C", str(fx_root), "--cache", str(cache), *args]
     process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
@@ -72,7 +74,7 @@ def forkbuild(fx_root: Path, cache: Path, *args: str, kill_at: str | None = None
         try:
             process.wait(timeout=kill_after)
         except subprocess.TimeoutExpired:
-            process.send_signal(signal.SIGINT if interrupt else signal.SIGKILL)
+            process.send_signal(getattr(signal, f"SIG{name}"))
     _, stderr = process.communicate(timeout=300)
     forkbuild.last_stderr = stderr  # type: ignore[attr-defined]
     if interrupt:
@@ -137,15 +139,21 @@ CASES = (
     + [("import", step, None) for step in ("series:committed", "series:applied-one", "series:done")]
     + [("import", None, seconds) for seconds in TIMED[1:]]
 )
-PARAMS = [pytest.param(*case, interrupt, id=f"{case[0]}-{case[1] or f'{case[2]}s'}{'-ctrl-c' if interrupt else ''}",
-                       marks=() if (case[0], case[1] or case[2]) in DEFAULT else FULL_ONLY)
-          for case in CASES for interrupt in (False, True)]
-STOPPED = {False: -9, True: 130}  # killed; interrupted: exit 130 (no traceback: forkbuild() checks)
+# SIGTERM and SIGHUP end forkbuild as a Ctrl-C does (exit 128 + the signal); the default run takes one of each.
+DEFAULT_SIGNALED = {("export", "series:applied-one", "TERM"), ("apply", "apply:changing", "HUP")}
+SUFFIX = {False: "", True: "-ctrl-c", "TERM": "-sigterm", "HUP": "-sighup"}
+PARAMS = [pytest.param(*case, interrupt, id=f"{case[0]}-{case[1] or f'{case[2]}s'}{SUFFIX[interrupt]}",
+                       marks=() if (case[0], case[1] or case[2]) in DEFAULT and interrupt in (False, True)
+                       or (*case[:2], interrupt) in DEFAULT_SIGNALED else FULL_ONLY)
+          for case in CASES for interrupt in (False, True, "TERM", "HUP")]
+# killed; interrupted: 128 + the signal (no traceback: forkbuild() checks)
+STOPPED = {False: -9, True: 130, "TERM": 128 + signal.SIGTERM, "HUP": 128 + signal.SIGHUP}
+SIGNUM = {True: signal.SIGINT, "TERM": signal.SIGTERM, "HUP": signal.SIGHUP}
 
 
 @pytest.mark.parametrize(("command", "step", "seconds", "interrupt"), PARAMS)
 def test_kill_then_rerun(tmp_path: Path, command: str, step: str | None, seconds: float | None,
-                         interrupt: bool) -> None:
+                         interrupt: bool | str) -> None:
     fx = fixture(tmp_path)
     args = {"apply": lambda: ["apply", "--all"], "export": lambda: (_new_commit(fx), ["export"])[1],
             "import": lambda: _quilt(fx)}[command]()
@@ -154,7 +162,7 @@ def test_kill_then_rerun(tmp_path: Path, command: str, step: str | None, seconds
     stopped = STOPPED[interrupt]
     # A timed Ctrl-C may also land after the command finished, while Python shuts down and its
     # handler is gone: killed by SIGINT, which a shell reports as 130 too.
-    finished = (0, -signal.SIGINT) if interrupt else (0,)
+    finished = (0, -SIGNUM[interrupt]) if interrupt else (0,)
     assert code in ((stopped,) if step else (stopped, *finished)), forkbuild.last_stderr  # type: ignore[attr-defined]
     middle = series_files(fx.root)
     rerun = run(fx, *args)
@@ -209,9 +217,10 @@ def _assert_rebased(fx: SeriesFixture, before: dict) -> None:
 
 @pytest.mark.parametrize(("step", "seconds", "interrupt"), chosen("rebase-continue", [
     ("rebase:worktree", None, False), ("series:committed", None, False), ("series:applied-one", None, False),
-    (None, 2.0, False), ("series:committed", None, True), ("rebase:worktree", None, True), (None, 2.0, True)]))
+    (None, 2.0, False), ("series:committed", None, True), ("rebase:worktree", None, True), (None, 2.0, True),
+    ("series:committed", None, "TERM"), ("rebase:worktree", None, "HUP")]))
 def test_rebase_killed_then_continue_ends_fully_new(tmp_path: Path, step: str | None, seconds: float | None,
-                                                    interrupt: bool) -> None:
+                                                    interrupt: bool | str) -> None:
     fx, args, before = _rebase_fixture(tmp_path)
     code = run(fx, *args, kill_at=step, kill_after=seconds, interrupt=interrupt)
     assert code in (STOPPED[interrupt], 0), forkbuild.last_stderr  # type: ignore[attr-defined]

@@ -47,21 +47,46 @@ class ChildGroup:
 GROUP = ChildGroup()
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP (a service stopped, a terminal closed): recovered like a Ctrl-C, every
+    `except KeyboardInterrupt` and `finally` on the way runs; the exit status is 128 + the signal."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_terminated(signum: int, frame: FrameType | None) -> None:
+    raise Terminated(signum)
+
+
+def handle_termination() -> None:
+    """SIGTERM and SIGHUP end forkbuild as a Ctrl-C does (the command's entry point calls this)."""
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(signum) is signal.SIG_DFL:
+            signal.signal(signum, _raise_terminated)
+
+
 def _forward_sigint(group: ChildGroup) -> None:
-    """Ctrl-C reaches the group's git too (only over Python's own handler, in the main thread)."""
+    """Ctrl-C (and SIGTERM, SIGHUP) reach the group's git too (over the handler forkbuild runs with,
+    in the main thread)."""
     if threading.current_thread() is not threading.main_thread():
         return
-    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        return
+    for signum, handler in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, _raise_terminated),
+                            (signal.SIGHUP, _raise_terminated)):
+        if signal.getsignal(signum) is handler:
+            signal.signal(signum, _forwarding(group, signum, handler))
 
-    def forward(signum: int, frame: FrameType | None) -> None:
+
+def _forwarding(group: ChildGroup, signum: int, handler):  # type: ignore[no-untyped-def]
+    def forward(number: int, frame: FrameType | None) -> None:
         keeper = group._keeper
         if keeper is not None:
             with suppress(OSError):
-                os.killpg(keeper.pid, signal.SIGINT)
-        signal.default_int_handler(signum, frame)
+                os.killpg(keeper.pid, signum)
+        handler(number, frame)
 
-    signal.signal(signal.SIGINT, forward)
+    return forward
 
 
 class ProcStat(NamedTuple):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from forkbuild import __version__, commands
 from forkbuild.chaos import chaos_point
+from forkbuild.childgroup import Terminated, handle_termination
 from forkbuild.console import OutputError, Reporter, configure_logging, guard_standard_streams
 from forkbuild.context import Context, directory_argument
 from forkbuild.errors import ForkbuildError, disk_error
@@ -84,9 +85,9 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser(argv).parse_args(argv)
-    except KeyboardInterrupt:  # Ctrl-C before the command began: nothing to recover
+    except KeyboardInterrupt as interrupt:  # Ctrl-C (SIGTERM, SIGHUP) before the command began: nothing to recover
         print("interrupted", file=sys.stderr)
-        return 130
+        return 128 + (interrupt.signum if isinstance(interrupt, Terminated) else signal.SIGINT)
     except (OutputError, BrokenPipeError) as error:  # --help into a closed pipe or a full device
         return _output_failed(error, Reporter())
     except SystemExit:  # --help or a usage error: what argparse wrote is flushed here, not at exit
@@ -107,11 +108,14 @@ def main(argv: list[str] | None = None) -> int:
         error = (context.upstream.explain(error) if context else None) or error  # a removed or damaged cache
         reporter.error(error)
         return error.return_code
-    except KeyboardInterrupt:
-        # A second Ctrl-C from here on ends the process at once (the shell still sees 130).
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        reporter.console.print("interrupted", style="red")
-        return 130
+    except KeyboardInterrupt as interrupt:
+        # A second Ctrl-C (or SIGTERM, SIGHUP) from here on ends the process at once.
+        for caught in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(caught, signal.SIG_DFL)
+        signum = interrupt.signum if isinstance(interrupt, Terminated) else int(signal.SIGINT)
+        reporter.console.print("interrupted" if signum == signal.SIGINT else f"terminated ({signal.Signals(signum).name})",
+                               style="red")
+        return 128 + signum
     except (OutputError, BrokenPipeError) as error:
         return _output_failed(error, reporter)
     except MemoryError:
@@ -143,4 +147,5 @@ def _output_failed(error: OutputError | BrokenPipeError, reporter: Reporter) -> 
 def run() -> None:
     """The `forkbuild` command (`python -m forkbuild` too)."""
     guard_standard_streams()
+    handle_termination()
     sys.exit(main())
