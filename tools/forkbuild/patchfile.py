@@ -318,3 +318,46 @@ def added_lines(diff: str) -> dict[str, list[str]]:
         lines = found.setdefault(strip_prefix(patched.target_file), [])
         lines.extend(line.value.rstrip("\n") for hunk in patched for line in hunk if line.is_added)
     return found
+
+
+class Hunk(NamedTuple):
+    """One hunk of a file's diff: its text (with the `@@` line), where it starts on each side, and
+    the lines it keeps (" "), removes ("-") and adds ("+"), each as (kind, line)."""
+
+    text: str
+    source_start: int
+    target_start: int
+    lines: tuple[tuple[str, str], ...]
+
+    def added_at(self) -> list[int]:
+        """The 1-based line numbers of the added lines in the file after the change."""
+        number, found = self.target_start, []
+        for kind, _ in self.lines:
+            if kind == "+":
+                found.append(number)
+            if kind != "-":
+                number += 1
+        return found
+
+
+class FileDiff(NamedTuple):
+    path: str
+    header: str  # `diff --git` up to the first hunk
+    created: bool
+    deleted: bool
+    hunks: tuple[Hunk, ...]
+
+
+def file_diffs(diff: str) -> list[FileDiff]:
+    """A unified diff (git's) per file, hunk by hunk."""
+    found = []
+    for patched in unidiff.PatchSet(diff):
+        text = str(patched)
+        first = text.find("\n@@") + 1
+        hunks = tuple(Hunk(text=str(hunk), source_start=hunk.source_start, target_start=hunk.target_start,
+                           lines=tuple((line.line_type, line.value) for line in hunk if line.line_type in " +-"))
+                      for hunk in patched)
+        found.append(FileDiff(path=strip_prefix(patched.target_file if not patched.is_removed_file else patched.source_file),
+                              header=text[:first] if first else text, created=patched.is_added_file,
+                              deleted=patched.is_removed_file, hunks=hunks))
+    return found

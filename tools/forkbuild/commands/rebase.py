@@ -9,7 +9,8 @@ from forkbuild.console import styled
 from forkbuild.errors import ForkbuildError
 
 OUTCOME_STYLE = {"exact": "green", "offset": "green", "3-way": "yellow", "resolved": "yellow",
-                 "upstreamed": "cyan", "emptied": "magenta", "skipped": "red", "dropped": "red", "conflict": "red"}
+                 "upstreamed": "cyan", "emptied": "magenta", "skipped": "red", "dropped": "red", "conflict": "red",
+                 "ported": "yellow", "moot": "magenta"}
 
 
 def add_parser(subparsers) -> None:
@@ -34,6 +35,10 @@ def add_parser(subparsers) -> None:
                         help="the work tree where conflicts are resolved (default: .forkbuild-work/rebase)")
     parser.add_argument("--accept-drops", action="store_true",
                         help="drop patches upstream already has without stopping for review (they stay in the report)")
+    parser.add_argument("--accept-ported", action="store_true",
+                        help="take a patch the porter placed hunk by hunk (every check passed) without stopping")
+    parser.add_argument("--accept-moot", action="store_true",
+                        help="leave out hunks (and patches) whose code the new release no longer has, without stopping")
     parser.set_defaults(run=run)
 
 
@@ -54,7 +59,8 @@ def run(args, context) -> int:
             state: RebaseState | None = rebase.resume(args.resume)
         else:
             target = resolve(context.series.upstream, onto=args.onto, version=args.target_version)
-            state = rebase.start(target=target, tree=args.dir, accept_drops=args.accept_drops)
+            state = rebase.start(target=target, tree=args.dir, accept_drops=args.accept_drops,
+                                 accept_ported=args.accept_ported, accept_moot=args.accept_moot)
     except KeyboardInterrupt:
         if rebase.journal.exists():  # every step is journaled: the next command goes on from the last one
             context.reporter.warn("rebase interrupted: `forkbuild rebase --continue` goes on, `--abort` puts "

@@ -38,6 +38,7 @@ from forkbuild.layout import REBASE_TREE
 from forkbuild.rebase import report
 from forkbuild.rebase.journal import Journal, checkpoint
 from forkbuild.rebase.kept import with_lost_lines
+from forkbuild.rebase.porter import Porter
 from forkbuild.rebase.state import PatchState, Phase, RebaseState, RefMove
 from forkbuild.rebase.target import moved_pin
 from forkbuild.rebase.upstreamed import HunkEvidence, evidence, upstream_collisions
@@ -71,7 +72,8 @@ class Rebase:
         finally:
             guard.release()
 
-    def start(self, *, target: Upstream, tree: Path | None, accept_drops: bool) -> RebaseState | None:
+    def start(self, *, target: Upstream, tree: Path | None, accept_drops: bool, accept_ported: bool = False,
+              accept_moot: bool = False) -> RebaseState | None:
         """Start a rebase onto `target` and run it; None when the series is on `target` already."""
         series, tree = self.context.series, (tree or self.context.series_dir / REBASE_TREE).resolve()
         with self.one_at_a_time():
@@ -89,7 +91,8 @@ class Rebase:
                 raise ForkbuildError(f"{tree} exists and is not empty", hint="remove it, or pass another --dir")
             self.journal.create(RebaseState(
                 id=secrets.token_hex(6), phase=Phase.PREPARE, step="begun", worktree=tree,
-                accept_drops=accept_drops, old=series.upstream, target=target,
+                accept_drops=accept_drops, accept_ported=accept_ported, accept_moot=accept_moot,
+                old=series.upstream, target=target,
                 patches=tuple(PatchState(file=entry.file, feature=entry.feature) for entry in series.patches)))
             return self.run(self.journal.load())
 
@@ -130,7 +133,9 @@ class Rebase:
             state = with_lost_lines(cache_git, state, old_head=cache_git.rev(state.own_ref(OLD_SERIES)) or "",
                                     new_head=Git(state.worktree).head())
             lost = any(patch.lost for patch in state.patches)
-            phase = Phase.REVIEW if (proposals and not state.accept_drops) or lost else Phase.FINALIZE
+            waiting = [patch for patch in proposals if not (state.accept_moot if patch.outcome is Outcome.MOOT
+                                                            else state.accept_drops)]
+            phase = Phase.REVIEW if waiting or lost else Phase.FINALIZE
             state = self.journal.save(replace(state, phase=phase), phase.value)
         if state.phase is Phase.REVIEW:
             if resumed_at is not Phase.REVIEW:  # stop for the review
@@ -146,15 +151,16 @@ class Rebase:
     def _stop_for_review(self, state: RebaseState, proposals: list[PatchState]) -> NoReturn:
         md_path = self.journal.path / "report.md"
         report.write(self.cache.git(), state, md_path, check=None, final=False)
+        proposals = [p for p in proposals if not (state.accept_moot if p.outcome is Outcome.MOOT else state.accept_drops)]
         lines = []
-        if proposals and not state.accept_drops:
+        if proposals:
             lines += ["proposed for dropping:", *(f"  - {p.file}: {report.label(p.outcome)}: {p.detail}; evidence: "
                                                   + "; ".join(item.describe() for item in p.evidence) for p in proposals)]
         lost = [patch for patch in state.patches if patch.lost]
         if lost:
             lines.append("lines a patch added on the old release that the rebased series lacks:")
             lines += [f"  - {patch.file} ({report.label(patch.outcome)}): {line}" for patch in lost for line in patch.lost]
-        verb = "drops them and writes" if proposals and not state.accept_drops else "writes"
+        verb = "drops them and writes" if proposals else "writes"
         raise RebaseStopped("every patch is replayed; " + "\n".join(lines) + f"\n  draft report: {md_path}",
                             hint=f"`forkbuild rebase --continue` {verb} the series as replayed; "
                                  "`--abort` puts everything back")
@@ -233,13 +239,53 @@ class Rebase:
             patch = self._record(state, patch, result)
             state = state.with_patch(state.cursor, patch)
             if result.outcome is Outcome.CONFLICT:
-                state = self.journal.save(replace(state, phase=Phase.CONFLICT), "conflict")
-                self._stop_at_conflict(state, patch)
+                state, patch = self._port_or_stop(state, patch)
+                engine = Engine(worktree, detect_upstreamed=True)  # at the ported commit, or where it was
             self.reporter.info(f"{patch.file}: {report.label(patch.outcome)} {patch.detail}".rstrip())
             state = self.journal.save(replace(state, phase=Phase.REPLAY, cursor=state.cursor + 1, tip=engine.head),
                                       "applied", at=patch.file)
         engine.finish()
         return self.journal.save(replace(state, phase=Phase.REPLAYED), "replayed")
+
+    def _port_or_stop(self, state: RebaseState, patch: PatchState) -> tuple[RebaseState, PatchState]:
+        """git's rungs stopped on patches[cursor]: the porter's try; accepted (--accept-ported,
+        --accept-moot), proposed at a stop, or the conflict stop where it cannot place every hunk."""
+        port = Porter(self.cache.git(), old_commit=patch.old_commit, new_head=state.head_before).port()
+        patch = replace(patch, port=port.hunks)
+        state = state.with_patch(state.cursor, patch)
+        if port.failed or not port.hunks:
+            state = self.journal.save(replace(state, phase=Phase.CONFLICT), "conflict")
+            self._stop_at_conflict(state, patch)
+        worktree = Git(state.worktree)
+        worktree.sequencer_quit()
+        worktree.reset_hard(state.head_before)
+        worktree.clean_untracked()
+        if not any(hunk.status == "ported" for hunk in port.hunks):  # every hunk moot: a drop proposal
+            patch = self._record(state, patch, PatchResult(
+                name=patch.file, outcome=Outcome.MOOT, detail="none of its hunks' code is in the new release"))
+            return state.with_patch(state.cursor, patch), patch
+        for path, text in port.files.items():
+            target = worktree.path / path
+            if text is None:
+                target.unlink(missing_ok=True)
+            else:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(text, encoding="utf-8", errors="surrogateescape")
+        worktree.run("add", "-A", "--", *port.files)
+        patch = replace(patch, port_tree=worktree.write_tree())
+        state = state.with_patch(state.cursor, patch)
+        if not state.accept_ported or (port.moot and not state.accept_moot):
+            state = self.journal.save(replace(state, phase=Phase.CONFLICT), "ported")
+            lines = [f"    {hunk.describe()}" for hunk in port.hunks]
+            raise RebaseStopped(
+                f"{patch.file} does not apply to {state.target.version} as it is; the porter placed it hunk by hunk "
+                f"(a proposal, staged in {state.worktree}):\n" + "\n".join(lines),
+                hint="`forkbuild rebase --continue` accepts it as staged (edit and `git add` first to change it; "
+                     "moot hunks are left out); `--skip` leaves the patch out; `--abort` puts everything back. "
+                     "`rebase --accept-ported --accept-moot` accepts such proposals up front")
+        result = Engine(worktree, head=state.head_before).settle(self._job(patch))
+        patch = self._record(state, patch, result)
+        return state.with_patch(state.cursor, patch), patch
 
     def _record(self, state: RebaseState, patch: PatchState, result: PatchResult) -> PatchState:
         """`patch` (patches[cursor]) with the engine's `result` for it."""
@@ -256,6 +302,11 @@ class Rebase:
                                            patch=self._backup(patch), files=result.conflicts)
         elif result.outcome.automatic or result.outcome is Outcome.UPSTREAMED:
             collided, conflicts = "", ()
+        if result.outcome is Outcome.RESOLVED and patch.port_tree and \
+                self.cache.git().tree_of(result.commit) == patch.port_tree:  # the porter's proposal, as it was
+            moot = sum(hunk.status == "moot" for hunk in patch.port)
+            result = result._replace(outcome=Outcome.PORTED, detail=f"ported hunk by hunk ({len(patch.port)} hunks"
+                                     + (f", {moot} moot left out" if moot else "") + ")")
         return replace(patch, outcome=result.outcome, commit=result.commit, detail=result.detail, evidence=found,
                        conflicts=conflicts, collided=collided)
 

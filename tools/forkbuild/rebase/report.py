@@ -24,7 +24,7 @@ def label(outcome: str | None) -> str:
 
 
 PROPOSAL_NOTES = {"drop": " (proposed drop)", "dropped": " (dropped from the series)"}
-DROP_OUTCOMES = (Outcome.UPSTREAMED, Outcome.EMPTIED)
+DROP_OUTCOMES = (Outcome.UPSTREAMED, Outcome.EMPTIED, Outcome.MOOT)
 
 
 def document(repo: Git, state: RebaseState, *, check: dict | None, final: bool) -> dict:
@@ -76,6 +76,14 @@ def markdown(report: dict) -> str:
             lines += [f"- `{patch['file']}` ({label(patch['outcome'])}): {patch['detail']}",
                       *(f"  - {item}" for item in patch["evidence_text"])]
         lines.append("")
+    ported = [patch for patch in report["patches"] if patch["port"]]
+    if ported:
+        lines += ["## Ported hunk by hunk", "", "What git's rungs stopped on, placed by the porter (rebase/porter.py): "
+                  "each hunk's rung, its class/function and the checks it passed, or why it was refused.", ""]
+        for patch in ported:
+            lines += [f"- `{patch['file']}` ({label(patch['outcome'])}):",
+                      *(f"  - {_hunk_text(hunk)}" for hunk in patch["port"])]
+        lines.append("")
     lost = [patch for patch in report["patches"] if patch["lost"]]
     if lost:
         lines += ["## Lines the rebased series lacks", "", "Added by the patch on the old release, still there at the "
@@ -99,6 +107,13 @@ def markdown(report: dict) -> str:
         body = patch["range_diff"] or "(no new commit: the patch is not in the new series)"
         lines += [f"### `{patch['file']}`: {label(patch['outcome'])}", "", "```diff", body.rstrip(), "```", ""]
     return "\n".join(lines)
+
+
+def _hunk_text(hunk: dict) -> str:
+    where = f"`{hunk['file']}` hunk {hunk['hunk']}"
+    if hunk["status"] == "ported":
+        return f"{where}: ported ({hunk['rung']}) in `{hunk['place']}`; {hunk['checks']}"
+    return f"{where}: {hunk['status']}: {hunk['checks']}"
 
 
 def write(repo: Git, state: RebaseState, md_path: Path, *, check: dict | None, final: bool) -> None:

@@ -9,6 +9,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from forkbuild.config import Upstream
+from forkbuild.rebase.porter import HunkPort
 from forkbuild.rebase.upstreamed import HunkEvidence
 from forkbuild.worktree.engine import Outcome
 
@@ -53,6 +54,8 @@ class PatchState:
     evidence: tuple[HunkEvidence, ...] = ()  # for a drop proposal: where upstream has its hunks
     conflicts: tuple[str, ...] = ()  # the files it conflicted in (kept once resolved: the report says why)
     collided: str = ""  # the upstream change it collided with
+    port: tuple[HunkPort, ...] = ()  # the porter's work on it, hunk by hunk (rebase/porter.py)
+    port_tree: str = ""  # the tree the porter proposed: --continue with it unchanged makes the patch "ported"
     lost: tuple[str, ...] = ()  # "path: line" it added on the old release that the rebased series lacks (kept.py)
 
 
@@ -63,6 +66,8 @@ class RebaseState:
     step: str  # the last step journaled, the kill hook's name for it: "applying:a.patch"
     worktree: Path  # where patches are replayed and conflicts resolved
     accept_drops: bool
+    accept_ported: bool = False  # a patch the porter placed whole goes in without a stop
+    accept_moot: bool = False  # hunks (and patches) whose code the new release lacks are dropped without a stop
     old: Upstream
     target: Upstream
     old_base: str = ""  # the cache commits of old and target, once imported

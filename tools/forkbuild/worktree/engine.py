@@ -56,6 +56,8 @@ class Outcome(StrEnum):
     CONFLICT = "conflict"
     UPSTREAMED = "upstreamed"  # the base already holds the patch's change
     RESOLVED = "resolved"  # a person resolved the conflict (repair, rebase)
+    PORTED = "ported"  # rebase's porter placed it hunk by hunk (rebase/porter.py), accepted
+    MOOT = "moot"  # rebase's porter found none of its hunks' code in the new release: a drop proposal
     EMPTIED = "emptied"  # the resolution kept the base's side: nothing of the patch is left
     SKIPPED = "skipped"  # left out with --skip at a conflict; its file stays as it is
     DROPPED = "dropped"  # removed from the series on purpose (drop, accepted proposal)
@@ -63,7 +65,7 @@ class Outcome(StrEnum):
     @property
     def applied(self) -> bool:
         """A commit of the patch is in the tree."""
-        return self in (Outcome.EXACT, Outcome.OFFSET, Outcome.THREE_WAY, Outcome.RESOLVED)
+        return self in (Outcome.EXACT, Outcome.OFFSET, Outcome.THREE_WAY, Outcome.RESOLVED, Outcome.PORTED)
 
     @property
     def automatic(self) -> bool:

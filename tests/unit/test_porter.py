@@ -1,0 +1,182 @@
+"""rebase's porter (rebase/porter.py) on fixture files shaped like the real series' hunks: what
+git's rungs stop on is placed hunk by hunk, and the three wrong placements reduced context and a
+one-sided anchor make on sglang 0.5.22 are refused by the placement check; a hunk that uses a
+name its module does not import, or an option the release lacks, is refused; an import goes into
+the list of its siblings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from forkbuild.git import Git
+from forkbuild.rebase.porter import Porter, places
+
+PATH = "python/sglang/srt/models/deepseek_v4.py"
+
+
+def port(tmp_path: Path, *, base: str, patched: str, new: str, extra: dict[str, str] | None = None):
+    """old release `base` -> the patch's `patched`; the new release's file `new`: the porter's result."""
+    repo = Git.init(tmp_path / "repo")
+    target = repo.path / PATH
+    target.parent.mkdir(parents=True)
+
+    def commit(text: str, message: str, files: dict[str, str] | None = None) -> str:
+        target.write_text(text)
+        for name, content in (files or {}).items():
+            (repo.path / name).parent.mkdir(parents=True, exist_ok=True)
+            (repo.path / name).write_text(content)
+        repo.run("add", "-A")
+        return repo.commit(message)
+
+    old_base = commit(base, "old release", extra)
+    old_commit = commit(patched, "the patch\n\nFeature: f\n")
+    repo.run("checkout", "-q", "--detach", old_base)
+    new_head = commit(new, "new release", extra)
+    return Porter(repo, old_commit=old_commit, new_head=new_head).port()
+
+
+MODEL = '''\
+import torch
+
+from sglang.srt.layers.linear import ReplicatedLinear
+from sglang.srt.utils import add_prefix
+
+
+class DeepseekV4DecoderLayer:
+    def __init__(self, config):
+        self.config = config
+        self.layers = []
+        self.mlp = None
+
+    def op_moe(self, state):
+        state = self.mlp(state)
+        return state
+
+
+class DeepseekV4Model:
+    def __init__(self, config):
+        self.config = config
+        self.layers = []
+        return None
+'''
+# The patch adds a line to DeepseekV4Model.__init__ after `self.config = config`.
+HEAD, MODEL_CLASS = MODEL.split("class DeepseekV4Model:")
+MODEL_PATCHED = HEAD + "class DeepseekV4Model:" + MODEL_CLASS.replace("        self.layers = []\n",
+                                                                      "        self.engram = None\n        self.layers = []\n")
+# The new release rewrote the line after it: with one line of context (-C1) the hunk's lines match only in
+# DeepseekV4DecoderLayer.__init__, where git would put it.
+MODEL_NEW = MODEL.replace("        self.layers = []\n        return None\n",
+                          "        self.layers = [None] * config.n\n        return None\n")
+assert MODEL_NEW != MODEL
+
+
+def test_reduced_context_into_another_class_is_refused(tmp_path) -> None:
+    result = port(tmp_path, base=MODEL, patched=MODEL_PATCHED, new=MODEL_NEW)
+    [hunk] = result.hunks
+    assert hunk.status == "failed", hunk
+    assert "context-1: lands in DeepseekV4DecoderLayer.__init__, not in DeepseekV4Model.__init__" in hunk.checks
+    assert result.files[PATH] == MODEL_NEW
+
+
+FORWARD = '''\
+class MQALayer:
+    def forward(self, x):
+        q = self.q_proj(x)
+        k = self.k_proj(x)
+        out = self.attn(q, k)
+        return out
+
+
+class DeepseekV4DecoderLayer:
+    def forward(self, x):
+        q = self.q_proj(x)
+        k = self.k_proj(x)
+        out = self.attn(q, k)
+        return out + x
+'''
+# The patch edits MQALayer.forward; the new release rewrote the lines around it there, so with one line of
+# context (-C1) only DeepseekV4DecoderLayer.forward still matches.
+FORWARD_PATCHED = FORWARD.replace("        k = self.k_proj(x)\n", "        k = self.k_proj(x)\n        q = q * self.scale\n", 1)
+FORWARD_NEW = FORWARD.replace("        q = self.q_proj(x)\n        k = self.k_proj(x)\n        out = self.attn(q, k)\n",
+                              "        q = self.q_norm(self.q_proj(x))\n        k = self.k_proj(x)\n"
+                              "        out = self.attn(q, k, causal=True)\n", 1)
+
+
+def test_a_hunk_for_one_forward_is_not_put_into_another(tmp_path) -> None:
+    result = port(tmp_path, base=FORWARD, patched=FORWARD_PATCHED, new=FORWARD_NEW)
+    [hunk] = result.hunks
+    assert hunk.status == "failed", hunk
+    assert "lands in DeepseekV4DecoderLayer.forward, not in MQALayer.forward" in hunk.checks
+    assert result.files[PATH] == FORWARD_NEW  # nothing of it applied
+
+
+IMPORTS = '''\
+import os
+
+from sglang.srt.layers.linear import ReplicatedLinear
+from sglang.srt.utils import add_prefix
+
+from torch import nn
+
+LIMITS = {
+    "max_tokens": 4096,
+    "max_batch": 256,
+    "max_layers": 61,
+    "max_experts": 256,
+}
+
+
+def build():
+    """The pieces."""
+    return ReplicatedLinear, add_prefix, nn, os
+'''
+IMPORTS_PATCHED = IMPORTS.replace("from sglang.srt.utils import add_prefix\n",
+                                  "from sglang.srt.utils import add_prefix\nfrom sglang.srt.environ import envs\n") \
+    .replace('    """The pieces."""\n', '    """The pieces."""\n    if envs.SGLANG_ENGRAM:\n        return None\n')
+# The new release reordered its imports: the import hunk's context is gone.
+IMPORTS_NEW = IMPORTS.replace("import os\n\nfrom sglang.srt.layers.linear import ReplicatedLinear\n"
+                              "from sglang.srt.utils import add_prefix\n\nfrom torch import nn\n",
+                              "import os\n\nfrom torch import nn\n\nfrom sglang.srt.layers.linear import ReplicatedLinear\n"
+                              "from sglang.srt.utils import add_prefix, is_cuda\n")
+ENVIRON = {"python/sglang/srt/environ.py": "class Envs:\n    SGLANG_ENGRAM = False\n\nenvs = Envs()\n"}
+
+
+def test_an_import_goes_into_its_siblings_list(tmp_path) -> None:
+    result = port(tmp_path, base=IMPORTS, patched=IMPORTS_PATCHED, new=IMPORTS_NEW, extra=ENVIRON)
+    assert [hunk.status for hunk in result.hunks] == ["ported", "ported"], result.hunks
+    text = result.files[PATH]
+    assert "from sglang.srt.utils import add_prefix, is_cuda\nfrom sglang.srt.environ import envs\n" in text
+    assert "    if envs.SGLANG_ENGRAM:" in text
+    compile(text, PATH, "exec")
+
+
+def test_a_hunk_whose_module_lacks_its_import_is_refused(tmp_path) -> None:
+    # Only the body hunk: `envs` is not imported in the module, and the patch does not import it.
+    patched = IMPORTS.replace('    """The pieces."""\n', '    """The pieces."""\n    if envs.SGLANG_ENGRAM:\n        return None\n')
+    new = IMPORTS_NEW.replace("def build():\n", "def build(lazy=False):\n")
+    result = port(tmp_path, base=IMPORTS, patched=patched, new=new, extra=ENVIRON)
+    [hunk] = result.hunks
+    assert hunk.status == "failed" and "3-way: leaves undefined: envs" in hunk.checks, hunk
+    assert "context-1: leaves undefined: envs" in hunk.checks and "envs" not in result.files[PATH]
+
+
+def test_a_name_the_new_release_lacks_is_refused(tmp_path) -> None:
+    patched = IMPORTS_PATCHED
+    new = IMPORTS_NEW.replace("def build():\n", "def build(lazy=False):\n")
+    # The new release has no SGLANG_ENGRAM in its environ.py.
+    result = port(tmp_path, base=IMPORTS, patched=patched, new=new,
+                  extra={"python/sglang/srt/environ.py": "class Envs:\n    SGLANG_OTHER = False\n\nenvs = Envs()\n"})
+    body = [hunk for hunk in result.hunks if hunk.hunk == 2]
+    assert body and body[0].status == "failed" and "names what the new release lacks: SGLANG_ENGRAM" in body[0].checks
+
+
+def test_a_hunk_whose_code_is_gone_is_moot(tmp_path) -> None:
+    new = MODEL.replace("class DeepseekV4Model:\n    def __init__(self, config):\n        self.config = config\n"
+                        "        self.layers = []\n        return None\n", "")
+    result = port(tmp_path, base=MODEL, patched=MODEL_PATCHED, new=new)
+    [hunk] = result.hunks
+    assert hunk.status == "moot" and "has no DeepseekV4Model.__init__" in hunk.checks, hunk
+
+
+def test_places_names_the_innermost_class_or_function() -> None:
+    assert places(MODEL, [14, 20, 1]) == {"DeepseekV4DecoderLayer.op_moe", "DeepseekV4Model.__init__", "<module>"}

@@ -1,0 +1,364 @@
+"""The Python-aware porter: what git's rungs stop on, hunk by hunk, accepted only where the code's
+structure says the hunk landed where it belongs.
+
+Each hunk of a failing `.py` file is tried alone on the new release's file (as far as the hunks
+before it were ported), rung by rung: git apply with its full context (at any offset), a 3-way
+merge of that hunk alone (`git merge-file`), git apply with 2 and then 1 line of context, and for a
+hunk that only adds imports, insertion after the import of the same package. A candidate is
+accepted only if all hold:
+
+- placement: its added (or removed) lines sit in the same class/function, by qualified name
+  (`ast`), as on the old release;
+- the module compiles;
+- no undefined name it did not have before (pyflakes);
+- every attribute its added lines name (`envs.X`, an enum member, a server-args option) exists in
+  the new release, or is one the patch itself adds.
+
+A hunk whose distinctive context and removed lines are nowhere in the new release's file (or
+whose file is gone) is "moot": proposed for dropping with that evidence, never dropped silently.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import re
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyflakes import checker, messages
+
+from forkbuild.git import Git
+from forkbuild.patchfile import FileDiff, Hunk, file_diffs
+
+RUNGS = ("context-3", "3-way", "context-2", "context-1", "import")
+IMPORT_LINE = re.compile(r"^(?:from\s+(?P<from>[\w.]+)\s+import\b|import\s+(?P<import>[\w.]+))")
+DISTINCTIVE = re.compile(r"\w{3}")  # a line worth anchoring on: some word, not just brackets
+DEFINED = re.compile(r"^\s*(?:async\s+)?(?:def|class)\s+(\w+)", re.MULTILINE)
+ASSIGNED = re.compile(r"^\s*(?:self\.)?(\w+)\s*(?::[^=\n]*)?=(?!=)", re.MULTILINE)
+OPTION = re.compile(r"[\"']--([\w-]+)[\"']")
+
+
+@dataclass(frozen=True, kw_only=True)
+class HunkPort:
+    """What the porter did with one hunk."""
+
+    file: str
+    hunk: int  # 1-based within its file
+    status: str  # "ported", "moot" or "failed"
+    rung: str = ""  # the rung that placed it (RUNGS)
+    place: str = ""  # its class/function by qualified name, "<module>" at the top level
+    checks: str = ""  # what was verified, or why every rung was refused
+
+    def describe(self) -> str:
+        where = f"{self.file} hunk {self.hunk}"
+        if self.status == "ported":
+            return f"{where}: ported ({self.rung}) in {self.place}; {self.checks}"
+        return f"{where}: {self.status}: {self.checks}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Port:
+    """The porter's result for one patch: the new content of each file it changes (None: deleted)."""
+
+    files: dict[str, str | None]
+    hunks: tuple[HunkPort, ...]
+
+    @property
+    def complete(self) -> bool:
+        return all(hunk.status == "ported" for hunk in self.hunks)
+
+    @property
+    def moot(self) -> tuple[HunkPort, ...]:
+        return tuple(hunk for hunk in self.hunks if hunk.status == "moot")
+
+    @property
+    def failed(self) -> tuple[HunkPort, ...]:
+        return tuple(hunk for hunk in self.hunks if hunk.status == "failed")
+
+
+def places(text: str, lines: list[int]) -> set[str] | None:
+    """The qualified names of the innermost class/function holding each of `lines`; None: no parse."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return None
+    spans: list[tuple[int, int, str]] = []
+
+    def walk(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                start = min([decorator.lineno for decorator in child.decorator_list] + [child.lineno])
+                spans.append((start, child.end_lineno or child.lineno, prefix + child.name))
+                walk(child, f"{prefix}{child.name}.")
+            else:
+                walk(child, prefix)
+
+    walk(tree, "")
+    found = set()
+    for line in lines:
+        holding = [span for span in spans if span[0] <= line <= span[1]]
+        found.add(max(holding)[2] if holding else "<module>")
+    return found
+
+
+def qualified_names(text: str) -> set[str]:
+    """Every class and function of `text` by qualified name (empty when it does not parse)."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return set()
+    found: set[str] = set()
+
+    def walk(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                found.add(prefix + child.name)
+                walk(child, f"{prefix}{child.name}.")
+            else:
+                walk(child, prefix)
+
+    walk(tree, "")
+    return found
+
+
+def undefined_names(text: str, path: str) -> set[str]:
+    """The undefined names pyflakes finds in `text` (a module that parses)."""
+    found = checker.Checker(ast.parse(text), filename=path).messages
+    return {message.message_args[0] for message in found
+            if isinstance(message, (messages.UndefinedName, messages.UndefinedLocal))}
+
+
+def _changed_lines(before: str, after: str) -> tuple[list[int], list[int]]:
+    """1-based lines `after` adds and lines of `before` it removes (non-blank ones)."""
+    old, new = before.splitlines(), after.splitlines()
+    added, removed = [], []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+        if tag in ("insert", "replace"):
+            added += [number + 1 for number in range(j1, j2) if new[number].strip()]
+        if tag in ("delete", "replace"):
+            removed += [number + 1 for number in range(i1, i2) if old[number].strip()]
+    return added, removed
+
+
+class Porter:
+    """Ports one patch's hunks onto `new_head` (the new release plus the patches ported so far)."""
+
+    def __init__(self, repo: Git, *, old_commit: str, new_head: str) -> None:
+        self.repo, self.old_commit, self.new_head = repo, old_commit, new_head
+        self._words: dict[str, bool] = {}
+        self.diff = repo.diff_tree_patch(old_commit)
+        # Names the patch defines anywhere (an attribute its hunks reach for may be one of them): a def or
+        # class, an assignment's target (an env setting, an enum member, `self.x = ...`), a `--an-option`.
+        added = "\n".join(line[1:] for line in self.diff.splitlines() if line.startswith("+") and not line.startswith("+++"))
+        self.own_words = {*DEFINED.findall(added), *ASSIGNED.findall(added),
+                          *(option.replace("-", "_") for option in OPTION.findall(added))}
+
+    def port(self) -> Port:
+        files: dict[str, str | None] = {}
+        hunks: list[HunkPort] = []
+        with _scratch() as scratch:
+            for diff in file_diffs(self.diff):
+                content, ported = self._port_file(scratch, diff)
+                files[diff.path] = content
+                hunks += ported
+        return Port(files=files, hunks=tuple(hunks))
+
+    def _show(self, commit: str, path: str) -> str | None:
+        return self.repo.show_file(commit, path) if self.repo.has_file(commit, path) else None
+
+    def _port_file(self, scratch: Git, diff: FileDiff) -> tuple[str | None, list[HunkPort]]:
+        current = self._show(self.new_head, diff.path)
+        whole = _apply(scratch, diff, diff.hunks, current, context=3)
+        if whole is not None:  # the file's hunks apply together as they are: git's own result
+            return whole[0], [HunkPort(file=diff.path, hunk=number, status="ported", rung="context-3",
+                                       place="(the file's diff as it is)", checks="applies as is")
+                              for number in range(1, len(diff.hunks) + 1)]
+        base = self._show(f"{self.old_commit}^", diff.path)
+        old = self._show(self.old_commit, diff.path)
+        if current is None or base is None or old is None or diff.deleted:
+            reason = "its file is not in the new release" if current is None and not diff.created else \
+                "a created or deleted file that does not apply as is"
+            status = "moot" if current is None and not diff.created else "failed"
+            return current, [HunkPort(file=diff.path, hunk=number, status=status, checks=reason)
+                             for number in range(1, len(diff.hunks) + 1)]
+        if not diff.path.endswith(".py"):
+            return current, [HunkPort(file=diff.path, hunk=number, status="failed",
+                                      checks="not a .py file: only Python is ported hunk by hunk")
+                             for number in range(1, len(diff.hunks) + 1)]
+        ported = []
+        for number, hunk in enumerate(diff.hunks, start=1):
+            result, current = self._port_hunk(scratch, diff, number, hunk, base=base, old=old, current=current)
+            ported.append(result)
+        return current, ported
+
+    def _port_hunk(self, scratch: Git, diff: FileDiff, number: int, hunk: Hunk, *, base: str, old: str,
+                   current: str) -> tuple[HunkPort, str]:
+        added_old = [line for line, (_, text) in zip(hunk.added_at(), [item for item in hunk.lines if item[0] == "+"], strict=True)
+                     if text.strip()]
+        removed_old = _removed_at(hunk)
+        expected = places(old, added_old) if added_old else places(base, removed_old)
+        anchors = [text.strip() for kind, text in hunk.lines if kind in " -" and DISTINCTIVE.search(text)]
+        present = {line.strip() for line in current.splitlines()}
+        gone = sorted((expected or set()) - {"<module>"} - (places(current, []) or set()) - qualified_names(current))
+        if expected and gone and len(gone) == len(expected):
+            return HunkPort(file=diff.path, hunk=number, status="moot",
+                            checks=f"the new release's file has no {', '.join(gone)}, where it belongs"), current
+        if anchors and not any(anchor in present for anchor in anchors):
+            return HunkPort(file=diff.path, hunk=number, status="moot",
+                            checks="none of its context or removed lines is in the new release's file: "
+                                   + "; ".join(f"`{anchor}`" for anchor in anchors[:3])), current
+        refusals = []
+        before_names = undefined_names(current, diff.path) if places(current, []) is not None else set()
+        for rung, attempt in self._rungs(scratch, diff, hunk, base=base, current=current):
+            candidate = attempt()
+            if candidate is None or candidate == current:
+                continue
+            problem = self._refuse(diff.path, hunk, current, candidate, expected=expected, before_names=before_names)
+            if problem is None:
+                added, removed = _changed_lines(current, candidate)
+                place = ", ".join(sorted(places(candidate, added) or places(current, removed) or {"?"}))
+                return HunkPort(file=diff.path, hunk=number, status="ported", rung=rung, place=place,
+                                checks="same place as on the old release; compiles; no new undefined name; "
+                                       "every name it reaches for exists"), candidate
+            refusals.append(f"{rung}: {problem}")
+        return HunkPort(file=diff.path, hunk=number, status="failed",
+                        checks="; ".join(refusals) or "no rung places it"), current
+
+    def _rungs(self, scratch: Git, diff: FileDiff, hunk: Hunk, *, base: str,
+               current: str) -> Iterator[tuple[str, Callable[[], str | None]]]:
+        def applied(context: int) -> str | None:
+            found = _apply(scratch, diff, (hunk,), current, context=context)
+            return found[0] if found else None
+
+        yield "context-3", lambda: applied(3)
+        yield "3-way", lambda: _merge_one(scratch, diff, hunk, base=base, current=current)
+        yield "context-2", lambda: applied(2)
+        yield "context-1", lambda: applied(1)
+        yield "import", lambda: _insert_imports(hunk, current)
+
+    def _refuse(self, path: str, hunk: Hunk, current: str, candidate: str, *, expected: set[str] | None,
+                before_names: set[str]) -> str | None:
+        """Why `candidate` is not an acceptable port of `hunk`; None when it is."""
+        try:
+            compile(candidate, path, "exec", dont_inherit=True)
+        except (SyntaxError, ValueError) as error:
+            return f"does not compile ({error.msg if isinstance(error, SyntaxError) else error})"
+        added, removed = _changed_lines(current, candidate)
+        landed = places(candidate, added) if any(kind == "+" and text.strip() for kind, text in hunk.lines) \
+            else places(current, removed)
+        if expected is not None and landed != expected:
+            return (f"lands in {', '.join(sorted(landed or {'?'}))}, "
+                    f"not in {', '.join(sorted(expected))} as on the old release")
+        new_names = undefined_names(candidate, path) - before_names
+        if new_names:
+            return "leaves undefined: " + ", ".join(sorted(new_names))
+        missing = sorted(name for name in _attributes(candidate, set(added)) if not self._exists(name))
+        if missing:
+            return "names what the new release lacks: " + ", ".join(missing)
+        return None
+
+    def _exists(self, word: str) -> bool:
+        if word in self.own_words:
+            return True
+        if word not in self._words:
+            self._words[word] = self.repo.run("grep", "-q", "-w", "-F", "-e", word, self.new_head, "--", "*.py",
+                                              check=False).status == 0
+        return self._words[word]
+
+
+def _removed_at(hunk: Hunk) -> list[int]:
+    number, found = hunk.source_start, []
+    for kind, text in hunk.lines:
+        if kind == "-" and text.strip():
+            found.append(number)
+        if kind != "+":
+            number += 1
+    return found
+
+
+def _attributes(text: str, lines: set[int]) -> set[str]:
+    """The attribute names (`x.NAME`) on `lines` of `text`."""
+    return {node.attr for node in ast.walk(ast.parse(text))
+            if isinstance(node, ast.Attribute) and node.lineno in lines}
+
+
+@contextmanager
+def _scratch() -> Iterator[Git]:
+    with tempfile.TemporaryDirectory(prefix="forkbuild-port-") as name:
+        yield Git.init(Path(name))
+
+
+def _apply(scratch: Git, diff: FileDiff, hunks: tuple[Hunk, ...], current: str | None, *,
+           context: int) -> tuple[str | None] | None:
+    """`hunks` of `diff` applied by git to `current` with at least `context` lines of context;
+    (the new content,) or None when git refuses."""
+    target = scratch.path / diff.path
+    target.unlink(missing_ok=True)
+    if current is not None:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(current, encoding="utf-8", errors="surrogateescape")
+    patch = scratch.path.parent / f"{scratch.path.name}.patch"
+    patch.write_text(diff.header + "".join(hunk.text for hunk in hunks), encoding="utf-8", errors="surrogateescape")
+    try:
+        if scratch.run("apply", f"-C{context}", "--", str(patch), check=False).status != 0:
+            return None
+    finally:
+        patch.unlink(missing_ok=True)
+    return (target.read_text(encoding="utf-8", errors="surrogateescape") if target.exists() else None,)
+
+
+def _merge_one(scratch: Git, diff: FileDiff, hunk: Hunk, *, base: str, current: str) -> str | None:
+    """The hunk alone merged 3-way: base (the old release's file before the patch) -> base plus
+    this hunk, onto the new file."""
+    theirs = _apply(scratch, diff, (hunk,), base, context=3)
+    if theirs is None or theirs[0] is None:
+        return None
+    paths = []
+    for name, text in (("ours", current), ("base", base), ("theirs", theirs[0])):
+        path = scratch.path / f".merge-{name}"
+        path.write_text(text, encoding="utf-8", errors="surrogateescape")
+        paths.append(str(path))
+    merged = scratch.run("merge-file", "-p", "--quiet", *paths, check=False)
+    return merged.stdout if merged.status == 0 else None
+
+
+def _insert_imports(hunk: Hunk, current: str) -> str | None:
+    """A hunk that only adds imports: each inserted after the top-level import that shares the
+    longest package prefix with it (its siblings' list), when the file holds none of it yet."""
+    added = [text.rstrip("\n") for kind, text in hunk.lines if kind == "+"]
+    if any(kind == "-" for kind, _ in hunk.lines) or not added or \
+            not all(IMPORT_LINE.match(line) for line in added if line.strip()):
+        return None
+    try:
+        tree = ast.parse(current)
+    except SyntaxError:
+        return None
+    lines = current.splitlines(keepends=True)
+    for line in reversed([line for line in added if line.strip()]):
+        match = IMPORT_LINE.match(line)
+        module = (match["from"] or match["import"]) if match else ""
+        best, end = -1, None
+        for node in tree.body:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                name = (node.module or "") if isinstance(node, ast.ImportFrom) else node.names[0].name
+                shared = len(_common_prefix(name.split("."), module.split(".")))
+                if shared and shared >= best:
+                    best, end = shared, node.end_lineno
+        if end is None:
+            return None
+        lines.insert(end, line + "\n")
+        tree = ast.parse("".join(lines))
+    return "".join(lines)
+
+
+def _common_prefix(left: list[str], right: list[str]) -> list[str]:
+    common = []
+    for one, other in zip(left, right, strict=False):  # the shorter one's length
+        if one != other:
+            break
+        common.append(one)
+    return common
