@@ -73,9 +73,23 @@ assert MODEL_NEW != MODEL
 def test_reduced_context_into_another_class_is_refused(tmp_path) -> None:
     result = port(tmp_path, base=MODEL, patched=MODEL_PATCHED, new=MODEL_NEW)
     [hunk] = result.hunks
+    # -C1 (tried first) would put it into DeepseekV4DecoderLayer.__init__: refused; the leading context,
+    # intact, places it where it belongs.
+    assert hunk.status == "ported" and hunk.rung == "leading anchor", hunk
+    assert hunk.place == "DeepseekV4Model.__init__"
+    decoder, model = result.files[PATH].split("class DeepseekV4Model:")
+    assert "self.engram" not in decoder and "        self.config = config\n        self.engram = None\n" in model
+
+
+def test_reduced_context_alone_into_another_class_is_refused(tmp_path) -> None:
+    # Both sides of the context rewritten in the new release: only -C1 matches, in the wrong class.
+    new = MODEL_NEW.replace("class DeepseekV4Model:\n    def __init__(self, config):\n",
+                            "class DeepseekV4Model:\n    def __init__(self, config, prefix=''):\n")
+    result = port(tmp_path, base=MODEL, patched=MODEL_PATCHED, new=new)
+    [hunk] = result.hunks
     assert hunk.status == "failed", hunk
     assert "context-1: lands in DeepseekV4DecoderLayer.__init__, not in DeepseekV4Model.__init__" in hunk.checks
-    assert result.files[PATH] == MODEL_NEW
+    assert result.files[PATH] == new
 
 
 FORWARD = '''\
@@ -150,6 +164,14 @@ def test_an_import_goes_into_its_siblings_list(tmp_path) -> None:
     compile(text, PATH, "exec")
 
 
+def test_a_one_sided_anchor_into_the_wrong_import_list_is_refused(tmp_path) -> None:
+    # The import hunk's trailing context (`from torch import nn` after a blank) anchors it after `import os`.
+    result = port(tmp_path, base=IMPORTS, patched=IMPORTS_PATCHED, new=IMPORTS_NEW, extra=ENVIRON)
+    text = result.files[PATH]
+    assert "import os\nfrom sglang.srt.environ import envs\n" not in text
+    assert result.hunks[0].rung == "import"
+
+
 def test_a_hunk_whose_module_lacks_its_import_is_refused(tmp_path) -> None:
     # Only the body hunk: `envs` is not imported in the module, and the patch does not import it.
     patched = IMPORTS.replace('    """The pieces."""\n', '    """The pieces."""\n    if envs.SGLANG_ENGRAM:\n        return None\n')
@@ -175,8 +197,20 @@ def test_a_hunk_whose_code_is_gone_is_moot(tmp_path) -> None:
                         "        self.layers = []\n        return None\n", "")
     result = port(tmp_path, base=MODEL, patched=MODEL_PATCHED, new=new)
     [hunk] = result.hunks
-    assert hunk.status == "moot" and "has no DeepseekV4Model.__init__" in hunk.checks, hunk
+    assert hunk.status == "moot" and "has no DeepseekV4Model.__init__, where it belongs" in hunk.checks, hunk
 
 
 def test_places_names_the_innermost_class_or_function() -> None:
     assert places(MODEL, [14, 20, 1]) == {"DeepseekV4DecoderLayer.op_moe", "DeepseekV4Model.__init__", "<module>"}
+
+
+def test_an_import_the_new_release_lacks_is_added_to_its_siblings(tmp_path) -> None:
+    # The old release's module imported envs; the new release's does not: the ported hunk brings the import.
+    base = IMPORTS.replace("from sglang.srt.utils import add_prefix\n",
+                           "from sglang.srt.utils import add_prefix\nfrom sglang.srt.environ import envs\n")
+    patched = base.replace('    """The pieces."""\n', '    """The pieces."""\n    if envs.SGLANG_ENGRAM:\n        return None\n')
+    new = IMPORTS_NEW.replace("def build():\n", "def build(lazy=False):\n")
+    result = port(tmp_path, base=base, patched=patched, new=new, extra=ENVIRON)
+    [hunk] = result.hunks
+    assert hunk.status == "ported" and hunk.rung.endswith("+ import") and hunk.place == "build", hunk
+    assert "from sglang.srt.utils import add_prefix, is_cuda\nfrom sglang.srt.environ import envs\n" in result.files[PATH]

@@ -250,10 +250,16 @@ class Rebase:
     def _port_or_stop(self, state: RebaseState, patch: PatchState) -> tuple[RebaseState, PatchState]:
         """git's rungs stopped on patches[cursor]: the porter's try; accepted (--accept-ported,
         --accept-moot), proposed at a stop, or the conflict stop where it cannot place every hunk."""
-        port = Porter(self.cache.git(), old_commit=patch.old_commit, new_head=state.head_before).port()
+        guards = frozenset(guard.env for guard in self.context.series.all_guards())
+        port = Porter(self.cache.git(), old_commit=patch.old_commit, new_head=state.head_before, known=guards).port()
         patch = replace(patch, port=port.hunks)
         state = state.with_patch(state.cursor, patch)
         if port.failed or not port.hunks:
+            if port.hunks:
+                placed = sum(hunk.status == "ported" for hunk in port.hunks)
+                patch = replace(patch, detail=f"{patch.detail}; the porter placed {placed} of {len(port.hunks)} hunks, "
+                                f"not {port.failed[0].describe()}" + (" (the report lists each)" if len(port.failed) > 1 else ""))
+                state = state.with_patch(state.cursor, patch)
             state = self.journal.save(replace(state, phase=Phase.CONFLICT), "conflict")
             self._stop_at_conflict(state, patch)
         worktree = Git(state.worktree)
@@ -264,14 +270,18 @@ class Rebase:
             patch = self._record(state, patch, PatchResult(
                 name=patch.file, outcome=Outcome.MOOT, detail="none of its hunks' code is in the new release"))
             return state.with_patch(state.cursor, patch), patch
+        changed = []
         for path, text in port.files.items():
             target = worktree.path / path
+            if target.exists() or text is not None:  # a moot file the release lacks: nothing to stage
+                changed.append(path)
             if text is None:
                 target.unlink(missing_ok=True)
             else:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_text(text, encoding="utf-8", errors="surrogateescape")
-        worktree.run("add", "-A", "--", *port.files)
+        if changed:
+            worktree.run("add", "-A", "--", *changed)
         patch = replace(patch, port_tree=worktree.write_tree())
         state = state.with_patch(state.cursor, patch)
         if not state.accept_ported or (port.moot and not state.accept_moot):

@@ -26,7 +26,8 @@ def with_lost_lines(repo: Git, state: RebaseState, *, old_head: str, new_head: s
     patches = []
     for patch in state.patches:
         lost: list[str] = []
-        if patch.old_commit and patch.commit:
+        moot = any(hunk.status == "moot" for hunk in patch.port) and state.accept_moot  # left out with consent
+        if patch.old_commit and patch.commit and not moot:
             for path, lines in added_lines(repo.diff_tree_patch(patch.old_commit)).items():
                 target = renamed.get(path, path)
                 for line in dict.fromkeys(line.rstrip() for line in lines if line.strip()):

@@ -34,7 +34,7 @@ from pyflakes import checker, messages
 from forkbuild.git import Git
 from forkbuild.patchfile import FileDiff, Hunk, file_diffs
 
-RUNGS = ("context-3", "3-way", "context-2", "context-1", "import")
+RUNGS = ("context-3", "3-way", "context-2", "context-1", "import", "trailing anchor", "leading anchor")
 IMPORT_LINE = re.compile(r"^(?:from\s+(?P<from>[\w.]+)\s+import\b|import\s+(?P<import>[\w.]+))")
 DISTINCTIVE = re.compile(r"\w{3}")  # a line worth anchoring on: some word, not just brackets
 DEFINED = re.compile(r"^\s*(?:async\s+)?(?:def|class)\s+(\w+)", re.MULTILINE)
@@ -147,8 +147,10 @@ def _changed_lines(before: str, after: str) -> tuple[list[int], list[int]]:
 class Porter:
     """Ports one patch's hunks onto `new_head` (the new release plus the patches ported so far)."""
 
-    def __init__(self, repo: Git, *, old_commit: str, new_head: str) -> None:
-        self.repo, self.old_commit, self.new_head = repo, old_commit, new_head
+    def __init__(self, repo: Git, *, old_commit: str, new_head: str, known: frozenset[str] = frozenset()) -> None:
+        """`known`: names that exist without being in the release's files (the series' guards: the
+        generated guards module defines them)."""
+        self.repo, self.old_commit, self.new_head, self.known = repo, old_commit, new_head, known
         self._words: dict[str, bool] = {}
         self.diff = repo.diff_tree_patch(old_commit)
         # Names the patch defines anywhere (an attribute its hunks reach for may be one of them): a def or
@@ -190,9 +192,16 @@ class Porter:
                                       checks="not a .py file: only Python is ported hunk by hunk")
                              for number in range(1, len(diff.hunks) + 1)]
         ported = []
+        before = undefined_names(current, diff.path) if places(current, []) is not None else set()
         for number, hunk in enumerate(diff.hunks, start=1):
             result, current = self._port_hunk(scratch, diff, number, hunk, base=base, old=old, current=current)
             ported.append(result)
+        # A name one hunk uses and another defines passes hunk by hunk: the file as ported must define it.
+        left = undefined_names(current, diff.path) - before if places(current, []) is not None else set()
+        if left:
+            reason = "the file as ported leaves undefined: " + ", ".join(sorted(left))
+            ported = [HunkPort(file=diff.path, hunk=hunk.hunk, status="failed", checks=reason)
+                      if hunk.status == "ported" else hunk for hunk in ported]
         return current, ported
 
     def _port_hunk(self, scratch: Git, diff: FileDiff, number: int, hunk: Hunk, *, base: str, old: str,
@@ -203,10 +212,12 @@ class Porter:
         expected = places(old, added_old) if added_old else places(base, removed_old)
         anchors = [text.strip() for kind, text in hunk.lines if kind in " -" and DISTINCTIVE.search(text)]
         present = {line.strip() for line in current.splitlines()}
-        gone = sorted((expected or set()) - {"<module>"} - (places(current, []) or set()) - qualified_names(current))
-        if expected and gone and len(gone) == len(expected):
+        # The class/function it belongs in was there before the patch and is gone from the new release
+        # (one the hunk itself adds is not "gone").
+        targets = (expected or set()) - {"<module>"}
+        if targets and targets <= qualified_names(base) and not targets & qualified_names(current):
             return HunkPort(file=diff.path, hunk=number, status="moot",
-                            checks=f"the new release's file has no {', '.join(gone)}, where it belongs"), current
+                            checks=f"the new release's file has no {', '.join(sorted(targets))}, where it belongs"), current
         if anchors and not any(anchor in present for anchor in anchors):
             return HunkPort(file=diff.path, hunk=number, status="moot",
                             checks="none of its context or removed lines is in the new release's file: "
@@ -218,9 +229,16 @@ class Porter:
             if candidate is None or candidate == current:
                 continue
             problem = self._refuse(diff.path, hunk, current, candidate, expected=expected, before_names=before_names)
+            missing = self._unimported(problem, old)
+            if missing:  # the release's module lacks an import the old one had: add it to its siblings
+                with_imports = insert_import_lines(missing, candidate)
+                if with_imports is not None:
+                    retried = self._refuse(diff.path, hunk, current, with_imports, expected=expected,
+                                           before_names=before_names)
+                    if retried is None:
+                        rung, candidate, problem = f"{rung} + import", with_imports, None
             if problem is None:
-                added, removed = _changed_lines(current, candidate)
-                place = ", ".join(sorted(places(candidate, added) or places(current, removed) or {"?"}))
+                place = ", ".join(sorted(_landed(hunk, current, candidate) or {"?"}))
                 return HunkPort(file=diff.path, hunk=number, status="ported", rung=rung, place=place,
                                 checks="same place as on the old release; compiles; no new undefined name; "
                                        "every name it reaches for exists"), candidate
@@ -237,8 +255,13 @@ class Porter:
         yield "context-3", lambda: applied(3)
         yield "3-way", lambda: _merge_one(scratch, diff, hunk, base=base, current=current)
         yield "context-2", lambda: applied(2)
+        def anchored(side: str) -> Callable[[], str | None]:  # one side's context kept, the other's let go
+            return lambda: _apply_one_sided(scratch, diff, hunk, current, keep=side)
+
         yield "context-1", lambda: applied(1)
         yield "import", lambda: _insert_imports(hunk, current)
+        yield "trailing anchor", anchored("trailing")
+        yield "leading anchor", anchored("leading")
 
     def _refuse(self, path: str, hunk: Hunk, current: str, candidate: str, *, expected: set[str] | None,
                 before_names: set[str]) -> str | None:
@@ -248,12 +271,14 @@ class Porter:
         except (SyntaxError, ValueError) as error:
             return f"does not compile ({error.msg if isinstance(error, SyntaxError) else error})"
         added, removed = _changed_lines(current, candidate)
-        landed = places(candidate, added) if any(kind == "+" and text.strip() for kind, text in hunk.lines) \
-            else places(current, removed)
+        landed = _landed(hunk, current, candidate)
         if expected is not None and landed != expected:
             return (f"lands in {', '.join(sorted(landed or {'?'}))}, "
                     f"not in {', '.join(sorted(expected))} as on the old release")
-        new_names = undefined_names(candidate, path) - before_names
+        stray = _stray_import(candidate, added)
+        if stray:
+            return stray
+        new_names = undefined_names(candidate, path) - before_names - self.own_words  # the patch's own: see _port_file
         if new_names:
             return "leaves undefined: " + ", ".join(sorted(new_names))
         missing = sorted(name for name in _attributes(candidate, set(added)) if not self._exists(name))
@@ -261,8 +286,27 @@ class Porter:
             return "names what the new release lacks: " + ", ".join(missing)
         return None
 
+    @staticmethod
+    def _unimported(problem: str | None, old: str) -> list[str]:
+        """For a refusal for undefined names only: the old release's import lines that bind all of them."""
+        prefix = "leaves undefined: "
+        if not problem or not problem.startswith(prefix):
+            return []
+        names = set(problem[len(prefix):].split(", "))
+        lines = []
+        for node in ast.parse(old).body:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                for alias in node.names:
+                    bound = alias.asname or alias.name.split(".")[0]
+                    if bound in names:
+                        names.discard(bound)
+                        name = alias.name + (f" as {alias.asname}" if alias.asname else "")
+                        lines.append(f"from {'.' * node.level}{node.module or ''} import {name}"
+                                     if isinstance(node, ast.ImportFrom) else f"import {name}")
+        return [] if names else lines
+
     def _exists(self, word: str) -> bool:
-        if word in self.own_words:
+        if word in self.own_words or word in self.known:
             return True
         if word not in self._words:
             self._words[word] = self.repo.run("grep", "-q", "-w", "-F", "-e", word, self.new_head, "--", "*.py",
@@ -280,6 +324,33 @@ def _removed_at(hunk: Hunk) -> list[int]:
     return found
 
 
+def _landed(hunk: Hunk, current: str, candidate: str) -> set[str] | None:
+    """Where `candidate` puts the hunk's lines: the places of what it adds (an import the porter
+    added for it aside), or of what it removes."""
+    added, removed = _changed_lines(current, candidate)
+    if not any(kind == "+" and text.strip() for kind, text in hunk.lines):
+        return places(current, removed)
+    if not any(kind == "+" and IMPORT_LINE.match(text) for kind, text in hunk.lines):
+        lines = candidate.splitlines()
+        added = [number for number in added if not IMPORT_LINE.match(lines[number - 1])]
+    return places(candidate, added)
+
+
+def _stray_import(text: str, added: list[int]) -> str | None:
+    """An added top-level import whose neighbouring imports share no package with it (the wrong list)."""
+    lines = text.splitlines()
+    for number in added:
+        match = IMPORT_LINE.match(lines[number - 1])
+        if not match:
+            continue
+        package = (match["from"] or match["import"]).split(".")[0]
+        neighbours = [IMPORT_LINE.match(lines[at]) for at in (number - 2, number) if 0 <= at < len(lines)]
+        packages = {(found["from"] or found["import"]).split(".")[0] for found in neighbours if found}
+        if packages and package not in packages:
+            return f"an import of {package} lands beside imports of {', '.join(sorted(packages))}, not its siblings"
+    return None
+
+
 def _attributes(text: str, lines: set[int]) -> set[str]:
     """The attribute names (`x.NAME`) on `lines` of `text`."""
     return {node.attr for node in ast.walk(ast.parse(text))
@@ -292,9 +363,31 @@ def _scratch() -> Iterator[Git]:
         yield Git.init(Path(name))
 
 
+def _apply_one_sided(scratch: Git, diff: FileDiff, hunk: Hunk, current: str, *, keep: str) -> str | None:
+    """`hunk` with only its leading or trailing context (`keep`), applied anywhere it matches."""
+    lines = list(hunk.lines)
+    dropped = 0
+    if keep == "trailing":
+        while lines and lines[0][0] == " ":
+            lines.pop(0)
+            dropped += 1
+    else:
+        while lines and lines[-1][0] == " ":
+            lines.pop()
+    if len(lines) == len(hunk.lines) or not any(kind == " " for kind, _ in lines):
+        return None  # nothing let go, or no context left to anchor on
+    old_count = sum(kind != "+" for kind, _ in lines)
+    new_count = sum(kind != "-" for kind, _ in lines)
+    text = (f"@@ -{hunk.source_start + dropped},{old_count} +{hunk.target_start + dropped},{new_count} @@\n"
+            + "".join(kind + (line if line.endswith("\n") else line + "\n") for kind, line in lines))
+    found = _apply(scratch, diff, (hunk._replace(text=text),), current, context=0, zero=True)
+    return found[0] if found else None
+
+
 def _apply(scratch: Git, diff: FileDiff, hunks: tuple[Hunk, ...], current: str | None, *,
-           context: int) -> tuple[str | None] | None:
-    """`hunks` of `diff` applied by git to `current` with at least `context` lines of context;
+           context: int, zero: bool = False) -> tuple[str | None] | None:
+    """`hunks` of `diff` applied by git to `current` with at least `context` lines of context
+    (zero: a hunk need not touch the file's start or end where it lacks context on that side);
     (the new content,) or None when git refuses."""
     target = scratch.path / diff.path
     target.unlink(missing_ok=True)
@@ -304,7 +397,8 @@ def _apply(scratch: Git, diff: FileDiff, hunks: tuple[Hunk, ...], current: str |
     patch = scratch.path.parent / f"{scratch.path.name}.patch"
     patch.write_text(diff.header + "".join(hunk.text for hunk in hunks), encoding="utf-8", errors="surrogateescape")
     try:
-        if scratch.run("apply", f"-C{context}", "--", str(patch), check=False).status != 0:
+        if scratch.run("apply", f"-C{context}", *(["--unidiff-zero"] if zero else []), "--", str(patch),
+                       check=False).status != 0:
             return None
     finally:
         patch.unlink(missing_ok=True)
@@ -327,12 +421,17 @@ def _merge_one(scratch: Git, diff: FileDiff, hunk: Hunk, *, base: str, current: 
 
 
 def _insert_imports(hunk: Hunk, current: str) -> str | None:
-    """A hunk that only adds imports: each inserted after the top-level import that shares the
-    longest package prefix with it (its siblings' list), when the file holds none of it yet."""
+    """A hunk that only adds imports: each inserted into its siblings' list."""
     added = [text.rstrip("\n") for kind, text in hunk.lines if kind == "+"]
     if any(kind == "-" for kind, _ in hunk.lines) or not added or \
             not all(IMPORT_LINE.match(line) for line in added if line.strip()):
         return None
+    return insert_import_lines(added, current)
+
+
+def insert_import_lines(added: list[str], current: str) -> str | None:
+    """Each import line inserted after the top-level import that shares the longest package
+    prefix with it (its siblings' list); None where the file has no such import."""
     try:
         tree = ast.parse(current)
     except SyntaxError:
