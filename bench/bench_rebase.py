@@ -1,7 +1,8 @@
 """End-to-end rebase of the real series backward onto sglang 0.5.22 and 0.5.21,
 forkbuild against git in the same run, and the ratio between them.
 
-  forkbuild  `forkbuild rebase --onto V --accept-drops`, then `forkbuild rebase --skip`
+  forkbuild  `forkbuild rebase --onto V --accept-drops --accept-ported --accept-moot` (the porter on),
+             then `forkbuild rebase --skip`
              at every stop, each a process of its own as a user runs them (end to end:
              old series, replay, export, pin, check of every variant, report)
   git        `git worktree add` at the series' base, `git am` of the same patch files,
@@ -39,7 +40,8 @@ def forkbuild_rebase(root: Path, cache: Path, onto: str) -> tuple[float, int, di
     command = [sys.executable, "-m", "forkbuild", "-C", str(root), "--cache", str(cache), "rebase"]
     env = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
     start, stops = time.perf_counter(), 0
-    code = subprocess.run([*command, "--onto", onto, "--accept-drops"], capture_output=True, env=env).returncode
+    code = subprocess.run([*command, "--onto", onto, "--accept-drops", "--accept-ported", "--accept-moot"],
+                          capture_output=True, env=env).returncode
     while code == RebaseStopped.return_code:
         stops += 1
         code = subprocess.run([*command, "--skip"], capture_output=True, env=env).returncode

@@ -97,7 +97,7 @@ class PatchSpec:
 
     @property
     def message(self) -> str:
-        trailers = [f"Feature: {self.feature}", *(f"Guard: {guard}" for guard in self.guards)]
+        trailers = [f"Feature: {self.feature}", *(f"Guard: {guard}" for guard in self.guards), "Forwarded: no"]
         return f"{self.subject}\n\n{self.body}\n\n" + "\n".join(trailers) + "\n"
 
 

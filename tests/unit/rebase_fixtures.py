@@ -22,9 +22,11 @@ LADDER_CHANGES = (
      '"""The core computation."""\n\n# Added in 2.0.\nCORE_RELEASE = 2\nCORE_NAME = "core"\nCORE_FLAGS = ()\n'),
     ("python/pkg/util.py", "UTIL_CONSTANT_0 = 0\n", "UTIL_CONSTANT_0 = 100\n"),
 )
-# 2.0 rewrites the very line alpha changes in core.py: a conflict.
+# 2.0 rewrites both lines around alpha's insertion in core.py: a conflict neither git nor the porter
+# (rebase/porter.py: no context left on either side to anchor on) can settle.
 CONFLICT_CHANGES = (
-    ("python/pkg/core.py", "    return value * 2\n", "    return value * 2  # doubled in 2.0\n"),
+    ("python/pkg/core.py", "def scale(value):\n    return value * 2\n",
+     "def scale(value):  # 2.0\n    return value * 2  # doubled in 2.0\n"),
 )
 # A patch of the series that 2.0 ships as it is.
 DOCS_SPEC = PatchSpec(file="beta-docs.patch", feature="beta", subject="util: say what the helpers limit",

@@ -84,8 +84,9 @@ def test_after_a_skip_a_later_conflict_stops_with_markers_and_names_the_upstream
         git_series_fx: SeriesFixture, capfd) -> None:
     fx = git_series_fx
     stale_index_lines(fx, "beta-limit.patch")
-    changes = (*CONFLICT_CHANGES, ("python/pkg/util.py", "def limit(value, ceiling=100):\n",
-                                   "def limit(value, ceiling=200):\n"))
+    # Both lines around beta's hunk change: no rung of git's, nor the porter, can place it.
+    changes = (*CONFLICT_CHANGES, ("python/pkg/util.py", "def limit(value, ceiling=100):\n    return min(value, ceiling)\n",
+                                   "def limit(value, ceiling=200):\n    return min(value, ceiling, 1000)\n"))
     assert fx.cli(*rebase_args(release(fx, changes))) == RebaseStopped.return_code
     capfd.readouterr()
     assert fx.cli("rebase", "--skip") == RebaseStopped.return_code  # now beta stops
@@ -99,6 +100,7 @@ def test_after_a_skip_a_later_conflict_stops_with_markers_and_names_the_upstream
     (tree(fx).path / "python/pkg/util.py").write_text(util.split("<<<<<<<")[0] + "def limit(value, ceiling=200):\n"
                                                     "    from pkg.environ import envs\n"
                                                     "    ceiling = 50 if envs.DSV41_BETA else ceiling\n"
+                                                    "    return min(value, ceiling, 1000)\n"
                                                     + util.split(">>>>>>>")[1].split("\n", 1)[1])
     tree(fx).run("add", "python/pkg/util.py")
     assert fx.cli("rebase", "--continue") == 0
@@ -134,7 +136,7 @@ def test_apply_all_stops_at_the_failing_patch_with_markers_then_continue_and_exp
     assert fx.cli("export") == DirtyTreeError.return_code
     assert fx.cli("apply", "--continue") == ApplyError.return_code  # still unmerged
     core.write_text(re.sub(r"<<<<<<<.*?>>>>>>> [^\n]*\n",
-                           "    if envs.DSV41_ALPHA:\n        return value * 3\n    return value * 2  # doubled in 2.0\n",
+                           "def scale(value):  # 2.0\n    if envs.DSV41_ALPHA:\n        return value * 3\n    return value * 2  # doubled in 2.0\n",
                            core.read_text(), flags=re.S))
     work(fx).run("add", "python/pkg/core.py")
     assert fx.cli("apply", "--continue") == 0

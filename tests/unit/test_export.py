@@ -96,11 +96,12 @@ def test_offset_only_change_is_left_alone_unless_refresh(series_fx: SeriesFixtur
 def test_trailers_round_trip(series_fx: SeriesFixture) -> None:
     tree = make_tree(series_fx)
     message = tree.out("log", "-1", "--format=%B", tree.head())
-    assert message.endswith("Feature: beta\nGuard: DSV41_BETA")
+    assert message.endswith("Feature: beta\nGuard: DSV41_BETA\nForwarded: no")
     export_series(context=series_fx.context(), tree=tree.path)
     text = (series_fx.patches_dir / "beta-limit.patch").read_text()
-    assert "\nFeature: beta\nGuard: DSV41_BETA\n\ndiff --git" in text
-    assert read_patch(series_fx.patches_dir / "beta-limit.patch").trailers == (("Feature", "beta"), ("Guard", "DSV41_BETA"))
+    assert "\nFeature: beta\nGuard: DSV41_BETA\nForwarded: no\n\ndiff --git" in text
+    assert read_patch(series_fx.patches_dir / "beta-limit.patch").trailers == (
+        ("Feature", "beta"), ("Guard", "DSV41_BETA"), ("Forwarded", "no"))
 
 
 def test_feature_trailer_disagreeing_with_series_toml_names_both(series_fx: SeriesFixture) -> None:

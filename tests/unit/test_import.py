@@ -172,7 +172,8 @@ def test_import_git_range_uses_each_commits_feature(series_fx: SeriesFixture) ->
     assert [(e["file"], e["feature"]) for e in entries(series_fx)[-2:]] == [
         ("alpha-core-offset-by-three.patch", "alpha"), ("beta-util-name-the-beta-guard.patch", "beta")]
     info = read_patch(series_fx.patches_dir / "beta-util-name-the-beta-guard.patch")
-    assert info.trailers == (("Reviewed-by", "Someone <s@example.com>"), ("Feature", "beta"), ("Guard", "DSV41_BETA"))
+    assert info.trailers == (("Reviewed-by", "Someone <s@example.com>"), ("Feature", "beta"), ("Guard", "DSV41_BETA"),
+                             ("Forwarded", "no"))  # DEP-3's default where the commit says nothing
     assert info.author == "Fixture Author <author@example.com>"
     assert series_fx.cli("check") == 0
 

@@ -298,7 +298,8 @@ Bug-Debian: https://bugs.debian.org/1
     info = read_patch(project.root / "patches" / "0002-mkimage-fix.patch")
     assert (info.subject, info.author) == ("mkimage: fix the folded subject", "René Mail <rene@example.com>")
     assert info.date == "Thu, 2 May 2024 11:00:00 +0200"
-    assert info.trailers == (("Signed-off-by", "Rene Mail <rene@example.com>"), ("Feature", "debian"))
+    # No Forwarded: in the source: DEP-3's default, said (`forkbuild check` needs it).
+    assert info.trailers == (("Signed-off-by", "Rene Mail <rene@example.com>"), ("Forwarded", "no"), ("Feature", "debian"))
     dep3_info = read_patch(project.root / "patches" / "dep3.patch")
     assert dep3_info.subject == "o: capitals"
     assert dep3_info.trailers == (("Forwarded", "not-needed"), ("Bug-Debian", "https://bugs.debian.org/1"),

@@ -113,7 +113,7 @@ def test_new_places_the_table_after_the_features_and_keeps_the_file_otherwise(se
     series = series_fx.load()
     assert "gamma" in series.variants["full"].features and "gamma" in series.variants["lite"].features
     template = (series_fx.root / ".forkbuild-work" / "gamma.commit").read_text()
-    assert "Feature: gamma\nGuard: DSV41_GAMMA\nPatch: gamma.patch\n" in template
+    assert "Feature: gamma\nGuard: DSV41_GAMMA\nForwarded: no\nPatch: gamma.patch\n" in template
 
 
 def test_new_defaults_to_the_default_variant_and_a_rerun_changes_nothing(series_fx):
@@ -186,7 +186,7 @@ def test_the_template_names_the_patch_and_every_guard():
                          guards=(parse_guard("DSV41_X:switch:0"), parse_guard("DSV41_X_MAX:int:4")))
     text = commit_template(feature)
     assert text.splitlines()[0] == "x: <what the patch changes, one line>"
-    assert "Feature: x\nGuard: DSV41_X\nGuard: DSV41_X_MAX\nPatch: x.patch\n" in text
+    assert "Feature: x\nGuard: DSV41_X\nGuard: DSV41_X_MAX\nForwarded: no\nPatch: x.patch\n" in text
 
 
 def test_export_warns_about_a_feature_in_no_variant(series_fx, capsys):

@@ -69,7 +69,7 @@ def test_conflict_resolved_then_continue(git_series_fx: SeriesFixture) -> None:
     text = core.read_text()
     start, end = text.index("<<<<<<<"), text.index(">>>>>>>")
     end = text.index("\n", end) + 1
-    text = text[:start] + "    if envs.DSV41_ALPHA:\n        return value * 3\n    return value * 2  # doubled in 2.0\n" + text[end:]
+    text = text[:start] + "def scale(value):  # 2.0\n    if envs.DSV41_ALPHA:\n        return value * 3\n    return value * 2  # doubled in 2.0\n" + text[end:]
     core.write_text(text)
     # Unstaged resolution: --continue refuses and changes nothing.
     assert fx.cli("rebase", "--continue") == RebaseStopped.return_code

@@ -48,7 +48,7 @@ def test_a_replay_that_lost_a_patchs_lines_stops_for_review(git_series_fx: Serie
     text = core.read_text()
     start, end = text.index("<<<<<<<"), text.index("\n", text.index(">>>>>>>")) + 1
     # A careless resolution: upstream's side only, alpha's two lines gone (the environ.py guard stays).
-    core.write_text(text[:start] + "    return value * 2  # doubled in 2.0\n" + text[end:])
+    core.write_text(text[:start] + "def scale(value):  # 2.0\n    return value * 2  # doubled in 2.0\n" + text[end:])
     work.run("add", "python/pkg/core.py")
     before = fx.series_toml.read_text(), (fx.patches_dir / "alpha-scale.patch").read_text()
     assert fx.cli("rebase", "--continue") == RebaseStopped.return_code

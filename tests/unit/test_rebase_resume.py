@@ -106,7 +106,7 @@ def test_kill_while_continuing_after_a_resolution(tmp_path: Path) -> None:
     text = core.read_text()
     start, end = text.index("<<<<<<<"), text.index("\n", text.index(">>>>>>>")) + 1
     core.write_text(text[:start] + "    if envs.DSV41_ALPHA:\n        return value * 3\n"
-                    "    return value * 2  # doubled in 2.0\n" + text[end:])
+                    "def scale(value):  # 2.0\n    return value * 2  # doubled in 2.0\n" + text[end:])
     Git(fx.root / ".forkbuild-work" / "rebase").run("add", "python/pkg/core.py")
     killed = run_killed(fx, ["rebase", "--continue"], step="settled:alpha-scale.patch")
     assert killed.returncode == -signal.SIGKILL

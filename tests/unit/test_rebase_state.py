@@ -77,7 +77,7 @@ def resolve_alpha(fx: SeriesFixture) -> None:
     text = core.read_text()
     start, end = text.index("<<<<<<<"), text.index("\n", text.index(">>>>>>>")) + 1
     core.write_text(text[:start] + "    if envs.DSV41_ALPHA:\n        return value * 3\n"
-                    "    return value * 2  # doubled in 2.0\n" + text[end:])
+                    "def scale(value):  # 2.0\n    return value * 2  # doubled in 2.0\n" + text[end:])
     tree(fx).run("add", "python/pkg/core.py")
 
 

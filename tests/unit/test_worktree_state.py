@@ -108,7 +108,7 @@ def test_an_apply_the_previous_forkbuild_stopped_continues_and_exports(git_serie
     write_previous_stop(work(fx))
     core = work(fx).path / "python/pkg/core.py"
     core.write_text(re.sub(r"<<<<<<<.*?>>>>>>> [^\n]*\n",
-                           "    if envs.DSV41_ALPHA:\n        return value * 3\n    return value * 2  # doubled in 2.0\n",
+                           "def scale(value):  # 2.0\n    if envs.DSV41_ALPHA:\n        return value * 3\n    return value * 2  # doubled in 2.0\n",
                            core.read_text(), flags=re.S))
     work(fx).run("add", "python/pkg/core.py")
     assert fx.cli("apply", "--continue") == 0

@@ -95,7 +95,7 @@ def make_patch(workdir: Path, *, base: dict[str, bytes], edits: dict[str, bytes 
         else:
             write_tree(workdir, {name: data})
     git(workdir, "add", "-A")
-    git(workdir, "commit", "-q", "-m", f"{subject}\n\nWhy it matters.\n\nFeature: {feature}")
+    git(workdir, "commit", "-q", "-m", f"{subject}\n\nWhy it matters.\n\nFeature: {feature}\nForwarded: no")
     return git(workdir, "format-patch", "--stdout", "-1", "HEAD", "--zero-commit", "--full-index",
                "--no-signature", "--no-stat", "--keep-subject", "--no-numbered", "--no-renames")
 

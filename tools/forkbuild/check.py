@@ -10,8 +10,9 @@ from forkbuild.apply import PatchRecord, apply_plan, plan_variant, upstream_list
 from forkbuild.combination import Combination, of_variant, whole_series
 from forkbuild.config import Series
 from forkbuild.context import Context
+from forkbuild.dep3 import provenance_problem
 from forkbuild.errors import ApplyError
-from forkbuild.patchfile import check_patches
+from forkbuild.patchfile import check_patches, read_patch
 from forkbuild.worktrees import temporary_worktree
 
 
@@ -44,6 +45,17 @@ def consistency(series: Series) -> tuple[list[str], list[str]]:
     warnings = [f"features.{name}: no variant holds it (it is never built or tested)"
                 for name, feature in series.features.items() if name not in held and feature.ported]
     return errors, warnings
+
+
+def provenance(series: Series) -> list[str]:
+    """A patch without its DEP-3 `Forwarded:` (where it was sent upstream, if anywhere), one line each;
+    run after the patches passed check_patches (whose problems come first)."""
+    problems = []
+    for entry in series.patches:
+        problem = provenance_problem(read_patch(entry.path).trailer_map())
+        if problem:
+            problems.append(f"patches/{entry.file}: {problem}")
+    return problems
 
 
 def check_series(*, context: Context, dest: Path | None = None) -> list[VariantCheck]:

@@ -200,3 +200,26 @@ def stripspace(text: str) -> str:
     while out and not out[-1]:
         out.pop()
     return "\n".join(out) + "\n" if out else ""
+
+
+FORWARDED_VALUES = ("no", "not-needed", "yes")  # or a URL (DEP-3; "yes" as Debian's patches write it)
+
+
+def provenance_problem(trailers: dict[str, list[str]]) -> str | None:
+    """What is wrong with a patch's DEP-3 provenance (its message's `Forwarded:`, `Applied-Upstream:`), if anything."""
+    forwarded = trailers.get("forwarded", [])
+    if not forwarded:
+        return ("has no `Forwarded:` line: add one beside its `Feature:` line (`Forwarded: no`, "
+                "`Forwarded: not-needed`, or the URL it was sent to)")
+    value = forwarded[-1].strip()
+    if value.lower() not in FORWARDED_VALUES and not re.match(r"^https?://\S+$", value):
+        return f"`Forwarded: {value}` is not `no`, `not-needed`, `yes` or a URL"
+    return None
+
+
+def applied_upstream(trailers: dict[str, list[str]]) -> str:
+    """The release a patch's `Applied-Upstream:` names (its first word: "0.5.24", or a version in a URL), or ""."""
+    value = (trailers.get("applied-upstream") or [""])[-1].strip()
+    found = re.search(r"(?<![\w.])v?(\d+(?:\.\d+)+)(?![\w.])", value)
+    return found[1] if found else ""
+

@@ -485,6 +485,24 @@ class Git:
         mode = ["--3way"] if three_way else ["--index", "--reject"] if reject else ["--index"]
         return self.run("apply", "-v", *mode, "--", str(patch), check=False)
 
+    def stage(self, paths: Iterable[str]) -> None:
+        """`git add -A` of `paths` (removals included)."""
+        self.run("add", "-A", "--", *paths)
+
+    def apply_files(self, patch: Path, *, context: int, unidiff_zero: bool = False) -> bool:
+        """`git apply` to the work tree's files (no index), at least `context` lines of context; applied?"""
+        zero = ["--unidiff-zero"] if unidiff_zero else []
+        return self.run("apply", f"-C{context}", *zero, "--", str(patch), check=False).status == 0
+
+    def merge_file(self, ours: Path, base: Path, theirs: Path) -> str | None:
+        """`git merge-file -p`: the merged text, or None where it conflicts."""
+        merged = self.run("merge-file", "-p", "--quiet", str(ours), str(base), str(theirs), check=False)
+        return merged.stdout if merged.status == 0 else None
+
+    def has_word(self, commit: str, word: str, pathspec: str = "*.py") -> bool:
+        """Whether `word` occurs as a whole word in a file of `commit` matching `pathspec`."""
+        return self.run("grep", "-q", "-w", "-F", "-e", word, commit, "--", pathspec, check=False).status == 0
+
     def untracked(self, pattern: str) -> list[str]:
         """Untracked (not ignored) files matching the pathspec `pattern`."""
         return self.out("ls-files", "--others", "--exclude-standard", "--", pattern).splitlines()

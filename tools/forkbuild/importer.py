@@ -91,6 +91,8 @@ def _am(tree: Git, series: Series, item: Incoming) -> str:
     present = {value for key, value in parse_trailers(message) if key.lower() == "guard"}
     extra = [] if item.has_feature else [("Feature", item.feature)]
     extra += [trailer for trailer in guard_trailers(series, item.feature, item.text) if trailer[1] not in present]
+    if not any(key.lower() == "forwarded" for key, _ in parse_trailers(message)):
+        extra.append(("Forwarded", "no"))  # DEP-3's default: not sent upstream (`forkbuild check` needs it said)
     if extra:
         # Same committer date as am gave it: re-importing gives the same commit ids.
         return tree.commit(with_trailers(message, extra), env={"GIT_COMMITTER_DATE": tree.log1("%ad")}, amend=True)

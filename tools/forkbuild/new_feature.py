@@ -157,7 +157,7 @@ def _add_feature_table(document: tomlkit.TOMLDocument, feature: NewFeature) -> N
 def commit_template(feature: NewFeature) -> str:
     """The message for `git commit -t`: git aborts while the first line is the placeholder."""
     trailers = [f"Feature: {feature.name}", *(f"Guard: {guard.env}" for guard in feature.guards),
-                f"{PATCH_TRAILER}: {feature.patch}"]
+                "Forwarded: no", f"{PATCH_TRAILER}: {feature.patch}"]
     guards = ", ".join(f"envs.{guard.env}" for guard in feature.guards) or "no guard (series.toml: unguarded = \"why\")"
     return "\n".join([
         f"{feature.name}: <what the patch changes, one line>",
@@ -168,7 +168,8 @@ def commit_template(feature: NewFeature) -> str:
         "",
         f"# Written by `forkbuild new {feature.name}`. Lines starting with '#' are dropped.",
         f"# The patched code reads {guards}.",
-        "# Keep the trailers: export files the commit under Feature:, checks Guard:",
+        "# Keep the trailers: export files the commit under Feature:, checks Guard:; Forwarded: says",
+        "# where it was sent upstream (no, not-needed or the URL: DEP-3; `forkbuild check` needs it),",
         f"# against series.toml and writes it to patches/{feature.patch} (Patch:).",
         "",
     ])

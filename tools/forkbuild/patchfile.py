@@ -39,6 +39,13 @@ class PatchInfo(NamedTuple):
     def trailer(self, key: str) -> list[str]:
         return [value for name, value in self.trailers if name.lower() == key.lower()]
 
+    def trailer_map(self) -> dict[str, list[str]]:
+        """Every trailer's values by lower-case key."""
+        found: dict[str, list[str]] = {}
+        for name, value in self.trailers:
+            found.setdefault(name.lower(), []).append(value)
+        return found
+
     @property
     def added(self) -> int:
         return sum(change.added for change in self.files)

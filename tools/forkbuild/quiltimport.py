@@ -293,7 +293,8 @@ def _commit_all(git: Git, series: Series, patches: list[QuiltPatch], *, start: s
         author = Author(name=name.strip() or address or IDENTITY["user.name"],
                         email=address if "@" in address else IDENTITY["user.email"],
                         date=header.date or f"{int(patch.path.stat().st_mtime)} +0000")
-        trailers = [*header.trailers, ("Feature", patch.feature),
+        forwarded = [] if any(key.lower() == "forwarded" for key, _ in header.trailers) else [("Forwarded", "no")]
+        trailers = [*header.trailers, *forwarded, ("Feature", patch.feature),
                     *guard_trailers(series, patch.feature, patch.diff.decode("latin-1"))]
         message = stripspace(with_trailers(f"{header.subject}\n\n{header.body}" if header.body else header.subject,
                                            trailers))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from forkbuild.check import check_series, consistency, raise_on_failures
+from forkbuild.check import check_series, consistency, provenance, raise_on_failures
 from forkbuild.commands import add_command
 from forkbuild.console import styled
 from forkbuild.errors import ConfigError
@@ -45,5 +45,8 @@ def run(args, context) -> int:
     if failures.row_count:
         context.reporter.console.print(failures)
     raise_on_failures(results)
+    missing = provenance(context.series)
+    if missing:
+        raise ConfigError(missing)
     context.reporter.info("every variant applies")
     return 0

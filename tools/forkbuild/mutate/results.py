@@ -53,7 +53,13 @@ def patch_key(series: Series, entry: PatchEntry) -> str:
     digest.update(("\0".join(pin) + "\n").encode())
     # What every feature's tests load: conftest.py and the other modules that are not test files.
     shared = sorted(path for path in (root / TESTS_DIR).glob("*.py") if not path.name.startswith("test_"))
-    for path in [entry.path, *feature_tests(root, entry.feature), *shared]:
+    # The patch's diff, not its message: mutants are made of the diff, and a header line (provenance,
+    # wording) changes nothing a test sees.
+    patch = entry.path.read_bytes()
+    start = patch.find(b"\ndiff --git ")
+    digest.update(f"{entry.path.relative_to(root)}\n".encode())
+    digest.update(hashlib.sha256(patch[start + 1:] if start >= 0 else patch).digest())
+    for path in [*feature_tests(root, entry.feature), *shared]:
         digest.update(f"{path.relative_to(root)}\n".encode())
         digest.update(hashlib.sha256(path.read_bytes()).digest())
     return digest.hexdigest()

@@ -28,13 +28,15 @@ from typing import NoReturn
 from packaging.version import InvalidVersion, Version
 
 from forkbuild.apply import FULL_SERIES_REF, record_series_tree, series_hashes
-from forkbuild.check import check_series, consistency, describe
+from forkbuild.check import check_series, consistency, describe, provenance
 from forkbuild.config import Upstream, parse_series
 from forkbuild.context import Context
+from forkbuild.dep3 import applied_upstream
 from forkbuild.errors import ApplyError, DirtyTreeError, ForkbuildError, LockBusy, RebaseStopped
 from forkbuild.export import export_series
 from forkbuild.git import Git
 from forkbuild.layout import REBASE_TREE
+from forkbuild.patchfile import read_patch
 from forkbuild.rebase import report
 from forkbuild.rebase.journal import Journal, checkpoint
 from forkbuild.rebase.kept import with_lost_lines
@@ -235,7 +237,12 @@ class Rebase:
             patch = state.patches[state.cursor]
             state = self.journal.save(replace(state, phase=Phase.APPLYING, head_before=engine.head),
                                       "applying", at=patch.file)
-            result = engine.run([self._job(patch)], stop=True)[0]
+            applied = applied_upstream(read_patch(self._backup(patch)).trailer_map())
+            if applied and _at_or_below(applied, state.target.version):  # its header says upstream has it
+                result = PatchResult(name=patch.file, outcome=Outcome.UPSTREAMED,
+                                     detail=f"Applied-Upstream: {applied}, at or below {state.target.version}")
+            else:
+                result = engine.run([self._job(patch)], stop=True)[0]
             patch = self._record(state, patch, result)
             state = state.with_patch(state.cursor, patch)
             if result.outcome is Outcome.CONFLICT:
@@ -281,7 +288,7 @@ class Rebase:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_text(text, encoding="utf-8", errors="surrogateescape")
         if changed:
-            worktree.run("add", "-A", "--", *changed)
+            worktree.stage(changed)
         patch = replace(patch, port_tree=worktree.write_tree())
         state = state.with_patch(state.cursor, patch)
         if not state.accept_ported or (port.moot and not state.accept_moot):
@@ -447,6 +454,13 @@ class Rebase:
         return replace(state, phase=Phase.ABORTED)
 
 
+def _at_or_below(version: str, target: str) -> bool:
+    try:
+        return Version(version) <= Version(target)
+    except InvalidVersion:  # a git upstream's label is no version
+        return False
+
+
 def restore_refs(repo: Git, recorded: Mapping[str, RefMove]) -> list[str]:
     """Put each recorded ref back to its `before` (with the cache lock held); returns the refs
     left alone: changed by someone else since, or set by a rebase killed before it knew the value."""
@@ -471,6 +485,7 @@ def _check_every_variant(context: Context, tree: Path | None) -> dict:
     try:
         errors, _ = consistency(context.series)
         results = check_series(context=context, dest=tree)
+        errors += provenance(context.series)
     except ForkbuildError as error:
         return {"ok": False, "detail": error.message}
     lines = [f"{result.label}: {'ok' if result.ok else 'FAILED'} "

@@ -218,7 +218,7 @@ class Porter:
         if targets and targets <= qualified_names(base) and not targets & qualified_names(current):
             return HunkPort(file=diff.path, hunk=number, status="moot",
                             checks=f"the new release's file has no {', '.join(sorted(targets))}, where it belongs"), current
-        if anchors and not any(anchor in present for anchor in anchors):
+        if not targets and anchors and not any(anchor in present for anchor in anchors):  # module level: by its lines
             return HunkPort(file=diff.path, hunk=number, status="moot",
                             checks="none of its context or removed lines is in the new release's file: "
                                    + "; ".join(f"`{anchor}`" for anchor in anchors[:3])), current
@@ -309,8 +309,7 @@ class Porter:
         if word in self.own_words or word in self.known:
             return True
         if word not in self._words:
-            self._words[word] = self.repo.run("grep", "-q", "-w", "-F", "-e", word, self.new_head, "--", "*.py",
-                                              check=False).status == 0
+            self._words[word] = self.repo.has_word(self.new_head, word)
         return self._words[word]
 
 
@@ -380,7 +379,9 @@ def _apply_one_sided(scratch: Git, diff: FileDiff, hunk: Hunk, current: str, *, 
     new_count = sum(kind != "-" for kind, _ in lines)
     text = (f"@@ -{hunk.source_start + dropped},{old_count} +{hunk.target_start + dropped},{new_count} @@\n"
             + "".join(kind + (line if line.endswith("\n") else line + "\n") for kind, line in lines))
-    found = _apply(scratch, diff, (hunk._replace(text=text),), current, context=0, zero=True)
+    # Every kept context line must match (-C as many): git must not let go of the anchor too.
+    kept = sum(kind == " " for kind, _ in lines)
+    found = _apply(scratch, diff, (hunk._replace(text=text),), current, context=kept, zero=True)
     return found[0] if found else None
 
 
@@ -397,8 +398,7 @@ def _apply(scratch: Git, diff: FileDiff, hunks: tuple[Hunk, ...], current: str |
     patch = scratch.path.parent / f"{scratch.path.name}.patch"
     patch.write_text(diff.header + "".join(hunk.text for hunk in hunks), encoding="utf-8", errors="surrogateescape")
     try:
-        if scratch.run("apply", f"-C{context}", *(["--unidiff-zero"] if zero else []), "--", str(patch),
-                       check=False).status != 0:
+        if not scratch.apply_files(patch, context=context, unidiff_zero=zero):
             return None
     finally:
         patch.unlink(missing_ok=True)
@@ -415,9 +415,8 @@ def _merge_one(scratch: Git, diff: FileDiff, hunk: Hunk, *, base: str, current: 
     for name, text in (("ours", current), ("base", base), ("theirs", theirs[0])):
         path = scratch.path / f".merge-{name}"
         path.write_text(text, encoding="utf-8", errors="surrogateescape")
-        paths.append(str(path))
-    merged = scratch.run("merge-file", "-p", "--quiet", *paths, check=False)
-    return merged.stdout if merged.status == 0 else None
+        paths.append(path)
+    return scratch.merge_file(*paths)
 
 
 def _insert_imports(hunk: Hunk, current: str) -> str | None:
