@@ -210,6 +210,17 @@ def _test_patch(session: nox.Session, python: Path, variant: str) -> None:
                 external=True)
 
 
+@nox.session(name="release", python=False, default=False)
+def release(session: nox.Session) -> None:
+    """Release day: `nox -s release -- latest|VERSION [--non-interactive]`: rebase (the porter on), every
+    variant's wheel built and test-patch run in the test venv, build/release/<old>-to-<new>.md/.json."""
+    if not session.posargs:
+        session.error("name the release: nox -s release -- latest   (or -- 0.5.24 --non-interactive)")
+    python = _test_venv(session)
+    session.run(str(python), "-m", "forkbuild", "release", *session.posargs, "--python", str(python), env=_uv_env(),
+                external=True)
+
+
 @nox.session(name="test-patch-matrix", python=False, default=False)
 def test_patch_matrix(session: nox.Session) -> None:
     """test-patch over a matrix of feature combinations, in the one test venv, with one

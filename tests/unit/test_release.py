@@ -1,0 +1,129 @@
+"""`forkbuild release` on a fixture index (PEP 691 JSON over HTTP) that lists a newer fixture
+release: `latest` finds it, the rebase moves the series, every variant's wheel is built and its
+test-patch run on the new release, and build/release/<old>-to-<new>.md/.json is written; with the
+series on the newest release, `latest` says so and exits 0."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import http.server
+import json
+import shutil
+import subprocess
+import sys
+import threading
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+from fixtures import commit_spec, make_upstream_repo
+from forkbuild.cli import main as cli_main
+from test_testpatch import ALPHA, BETA, GUARDS, SERIES_TOML, TEST_ALPHA, TEST_BETA, TEST_GUARDS, UPSTREAM
+
+REPO = Path(__file__).resolve().parents[2]
+# 1.1 adds a module constant above the code the features change: alpha's and beta's hunks move.
+NEWER = {**UPSTREAM, "python/sglang/core.py": UPSTREAM["python/sglang/core.py"].replace(
+    '"""The code the features change."""\n', '"""The code the features change."""\n\nRELEASE = "1.1"\n')}
+
+
+def wheel(directory: Path, version: str, files: dict[str, str]) -> Path:
+    contents = {name.removeprefix("python/"): text.encode() for name, text in files.items()}
+    dist_info = f"sglang-{version}.dist-info"
+    contents[f"{dist_info}/METADATA"] = f"Metadata-Version: 2.1\nName: sglang\nVersion: {version}\n".encode()
+    contents[f"{dist_info}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    rows = "".join(f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode().rstrip('=')},"
+                   f"{len(data)}\n" for name, data in contents.items())
+    contents[f"{dist_info}/RECORD"] = (rows + f"{dist_info}/RECORD,,\n").encode()
+    path = directory / f"sglang-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name, data in contents.items():
+            archive.writestr(zipfile.ZipInfo(name, date_time=(2024, 1, 1, 0, 0, 0)), data)
+    return path
+
+
+@pytest.fixture
+def index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """An index listing sglang 1.0 and 1.1: (its URL, {version: wheel})."""
+    files = tmp_path / "index"
+    files.mkdir()
+    wheels = {"1.0": wheel(files, "1.0", UPSTREAM), "1.1": wheel(files, "1.1", NEWER)}
+    listing = {"files": [{"filename": path.name, "url": path.as_uri(),
+                          "hashes": {"sha256": hashlib.sha256(path.read_bytes()).hexdigest()}} for path in wheels.values()]}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            body = json.dumps(listing).encode() if self.path.rstrip("/") == "/simple/sglang" else b""
+            self.send_response(200 if body else 404)
+            self.send_header("Content-Type", "application/vnd.pypi.simple.v1+json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("FORKBUILD_INDEX_URL", f"http://127.0.0.1:{server.server_address[1]}/simple")
+    yield wheels
+    server.shutdown()
+
+
+def series(tmp_path: Path, wheels: dict[str, Path]) -> Path:
+    repo, commit = make_upstream_repo(tmp_path / "upstream", UPSTREAM)
+    root = tmp_path / "series"
+    (root / "patches").mkdir(parents=True)
+    repo.run("checkout", "--quiet", "-b", "series")
+    for spec in (GUARDS, ALPHA, BETA):
+        (root / "patches" / spec.file).write_text(repo.format_patch(commit_spec(repo, spec)))
+    entries = "".join(f'\n[[patches]]\nfile = "{spec.file}"\nfeature = "{spec.feature}"\n' for spec in (ALPHA, BETA))
+    text = SERIES_TOML.format(repo=repo.path, commit=commit, patches=entries, beta_default="0")
+    pinned = wheels["1.0"]
+    sha = hashlib.sha256(pinned.read_bytes()).hexdigest()
+    text = text.replace('source = "git"\n', 'source = "wheel"\n').replace(
+        "\n[features.guards]", f'\n[[upstream.wheels]]\npython_tag = "py3"\nfilename = "{pinned.name}"\n'
+                               f'sha256 = "{sha}"\nurl = "{pinned.as_uri()}"\n\n[features.guards]', 1)
+    (root / "series.toml").write_text(text)
+    tests = root / "tests" / "patches"
+    tests.mkdir(parents=True)
+    shutil.copy(REPO / "tests" / "patches" / "conftest.py", tests / "conftest.py")
+    for name, body in {"test_alpha.py": TEST_ALPHA, "test_beta.py": TEST_BETA, "test_guards.py": TEST_GUARDS}.items():
+        (tests / name).write_text(body)
+    return root
+
+
+def test_release_latest_rebases_builds_tests_and_reports(tmp_path: Path, index, capsys) -> None:
+    root = series(tmp_path, index)
+    cli = ["-C", str(root), "--cache", str(tmp_path / "cache")]
+    assert cli_main([*cli, "check"]) == 0
+    assert cli_main([*cli, "release", "latest", "--non-interactive", "--from-tree"]) == 0, capsys.readouterr().err
+    assert tomllib.loads((root / "series.toml").read_text())["upstream"]["version"] == "1.1"
+    report = json.loads((root / "build" / "release" / "1.0-to-1.1.json").read_text())
+    assert report["ok"] and report["finished"]
+    assert {patch["file"]: patch["outcome"] for patch in report["patches"]} == {
+        "guards.patch": "exact", "alpha.patch": "offset", "beta.patch": "offset"}
+    assert all(patch["tests"] == "passed" and patch["provenance"] == {"forwarded": "no"} for patch in report["patches"])
+    assert {proof["variant"] for proof in report["proof"]} == {"full", "stock"}
+    assert all(len(proof["wheels"]) == 1 and not proof["failed"] for proof in report["proof"])
+    assert (root / "dist").is_dir() and any((root / "dist").glob("sglang-1.1+full.*.whl"))
+    md = (root / "build" / "release" / "1.0-to-1.1.md").read_text()
+    assert md.startswith("# sglang 1.0 -> 1.1") and "| 2 | `alpha.patch` | alpha | offset |" in md
+    capsys.readouterr()
+    assert cli_main([*cli, "release", "latest"]) == 0  # on the newest: nothing to do
+    assert "sglang 1.1 is the newest release the index lists: nothing to do" in capsys.readouterr().err
+
+
+WORKFLOW = REPO / ".github" / "workflows" / "release-watch.yml"
+
+
+def test_the_release_watch_validates_and_runs_the_command_tested_above() -> None:
+    # GitHub's workflow schema, vendored in check-jsonschema: no network.
+    done = subprocess.run([sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.github-workflows",
+                           str(WORKFLOW)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = WORKFLOW.read_text()
+    assert 'nox -s release -- "$TARGET" --non-interactive' in text and "schedule:" in text and "workflow_dispatch:" in text
+    noxfile = (REPO / "noxfile.py").read_text()
+    session = noxfile[noxfile.index('@nox.session(name="release"'):].split("\n\n\n")[0]
+    assert '"-m", "forkbuild", "release", *session.posargs' in session  # the command the test above runs
