@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import ast
 import difflib
+import functools
 import re
 import tempfile
 from collections.abc import Callable, Iterator
+from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,8 +82,10 @@ class Port:
         return tuple(hunk for hunk in self.hunks if hunk.status == "failed")
 
 
-def places(text: str, lines: list[int]) -> set[str] | None:
-    """The qualified names of the innermost class/function holding each of `lines`; None: no parse."""
+@functools.lru_cache(maxsize=64)
+def _spans(text: str) -> tuple[tuple[int, int, str], ...] | None:
+    """(first line, last line, qualified name) of every class and function of `text`; None: no parse.
+    Only statements are walked: a def is one (expressions, most of a module, are skipped)."""
     try:
         tree = ast.parse(text)
     except SyntaxError:
@@ -94,10 +98,18 @@ def places(text: str, lines: list[int]) -> set[str] | None:
                 start = min([decorator.lineno for decorator in child.decorator_list] + [child.lineno])
                 spans.append((start, child.end_lineno or child.lineno, prefix + child.name))
                 walk(child, f"{prefix}{child.name}.")
-            else:
+            elif isinstance(child, (ast.stmt, ast.excepthandler, ast.match_case)):
                 walk(child, prefix)
 
     walk(tree, "")
+    return tuple(spans)
+
+
+def places(text: str, lines: list[int]) -> set[str] | None:
+    """The qualified names of the innermost class/function holding each of `lines`; None: no parse."""
+    spans = _spans(text)
+    if spans is None:
+        return None
     found = set()
     for line in lines:
         holding = [span for span in spans if span[0] <= line <= span[1]]
@@ -107,40 +119,33 @@ def places(text: str, lines: list[int]) -> set[str] | None:
 
 def qualified_names(text: str) -> set[str]:
     """Every class and function of `text` by qualified name (empty when it does not parse)."""
-    try:
-        tree = ast.parse(text)
-    except SyntaxError:
-        return set()
-    found: set[str] = set()
-
-    def walk(node: ast.AST, prefix: str) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                found.add(prefix + child.name)
-                walk(child, f"{prefix}{child.name}.")
-            else:
-                walk(child, prefix)
-
-    walk(tree, "")
-    return found
+    return {name for _, _, name in _spans(text) or ()}
 
 
-def undefined_names(text: str, path: str) -> set[str]:
+@functools.lru_cache(maxsize=64)
+def undefined_names(text: str, path: str) -> frozenset[str]:
     """The undefined names pyflakes finds in `text` (a module that parses)."""
     found = checker.Checker(ast.parse(text), filename=path).messages
-    return {message.message_args[0] for message in found
-            if isinstance(message, (messages.UndefinedName, messages.UndefinedLocal))}
+    return frozenset(message.message_args[0] for message in found
+                     if isinstance(message, (messages.UndefinedName, messages.UndefinedLocal)))
 
 
 def _changed_lines(before: str, after: str) -> tuple[list[int], list[int]]:
     """1-based lines `after` adds and lines of `before` it removes (non-blank ones)."""
     old, new = before.splitlines(), after.splitlines()
+    head = 0  # a hunk changes one region: diff only what lies between the common head and tail
+    while head < min(len(old), len(new)) and old[head] == new[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(old), len(new)) - head and old[-1 - tail] == new[-1 - tail]:
+        tail += 1
+    middle_old, middle_new = old[head:len(old) - tail], new[head:len(new) - tail]
     added, removed = [], []
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, middle_old, middle_new, autojunk=False).get_opcodes():
         if tag in ("insert", "replace"):
-            added += [number + 1 for number in range(j1, j2) if new[number].strip()]
+            added += [head + number + 1 for number in range(j1, j2) if middle_new[number].strip()]
         if tag in ("delete", "replace"):
-            removed += [number + 1 for number in range(i1, i2) if old[number].strip()]
+            removed += [head + number + 1 for number in range(i1, i2) if middle_old[number].strip()]
     return added, removed
 
 
@@ -151,13 +156,15 @@ class Porter:
         """`known`: names that exist without being in the release's files (the series' guards: the
         generated guards module defines them)."""
         self.repo, self.old_commit, self.new_head, self.known = repo, old_commit, new_head, known
-        self._words: dict[str, bool] = {}
         self.diff = repo.diff_tree_patch(old_commit)
         # Names the patch defines anywhere (an attribute its hunks reach for may be one of them): a def or
         # class, an assignment's target (an env setting, an enum member, `self.x = ...`), a `--an-option`.
         added = "\n".join(line[1:] for line in self.diff.splitlines() if line.startswith("+") and not line.startswith("+++"))
         self.own_words = {*DEFINED.findall(added), *ASSIGNED.findall(added),
                           *(option.replace("-", "_") for option in OPTION.findall(added))}
+        # Whether each attribute the patch's lines name exists in the new release: one git grep for all.
+        wanted = sorted(set(re.findall(r"\.(\w+)", added)) - self.own_words - known)
+        self._words = dict.fromkeys(wanted, False) | dict.fromkeys(repo.words_in(new_head, wanted), True)
 
     def port(self) -> Port:
         files: dict[str, str | None] = {}
@@ -264,7 +271,7 @@ class Porter:
         yield "leading anchor", anchored("leading")
 
     def _refuse(self, path: str, hunk: Hunk, current: str, candidate: str, *, expected: set[str] | None,
-                before_names: set[str]) -> str | None:
+                before_names: AbstractSet[str]) -> str | None:
         """Why `candidate` is not an acceptable port of `hunk`; None when it is."""
         try:
             compile(candidate, path, "exec", dont_inherit=True)
@@ -308,8 +315,8 @@ class Porter:
     def _exists(self, word: str) -> bool:
         if word in self.own_words or word in self.known:
             return True
-        if word not in self._words:
-            self._words[word] = self.repo.has_word(self.new_head, word)
+        if word not in self._words:  # one the patch's text does not spell as `.word`
+            self._words.update(dict.fromkeys([word], False) | dict.fromkeys(self.repo.words_in(self.new_head, [word]), True))
         return self._words[word]
 
 
