@@ -13,7 +13,7 @@
 #   forkbuild build-wheel --variant tp4; unzip the cp312 wheel into a folder and
 #   tar -czf sglang-tp4.tar.gz --exclude='*.so' sglang sglang-*.dist-info
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 -d whl \
-#     <each pin of constraints/test-patch.txt the machine's image lacks> gitpython gitdb smmap unidiff tomlkit installer
+#     <each pin of constraints/test-patch.txt the machine's image lacks> unidiff tomlkit installer
 #   (the image's package list: /work/.library/device/KINDS.md; 43 pins on 2026-12-01, plus transformers
 #   5.19.0, whose older copy there sglang 0.5.23 does not pin)
 set -uo pipefail

@@ -39,7 +39,7 @@ there = {canonicalize_name(n) for n in re.search(r"Packages: (.*?)\.\s*$", kinds
 pins = [line.split(";")[0].strip() for line in open(sys.argv[2]) if "==" in line and not line.startswith("#")]
 keep = [p for p in pins if canonicalize_name(p.split("==")[0]) not in there and not p.startswith(("torch==", "triton=="))]
 # sglang 0.5.23 needs a newer transformers than the image's
-print(" ".join(keep + ["transformers==5.19.0", "gitpython", "gitdb", "smmap", "unidiff", "tomlkit", "installer"]))
+print(" ".join(keep + ["transformers==5.19.0", "unidiff", "tomlkit", "installer"]))
 PY
 )
 "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp --abi cp312 \

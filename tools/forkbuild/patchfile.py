@@ -318,10 +318,15 @@ def _dirs_above(raw: str, prefixed: bool) -> list[str]:
     return ["/".join(parts[:depth]) for depth in range(1, len(parts))]
 
 
+def parse_diff(diff: str) -> unidiff.PatchSet:
+    """A unified diff as unidiff reads it: the one place a PatchSet is made."""
+    return unidiff.PatchSet(diff)
+
+
 def added_lines(diff: str) -> dict[str, list[str]]:
     """Per target path (prefix stripped), the lines a unified diff adds, in order."""
     found: dict[str, list[str]] = {}
-    for patched in unidiff.PatchSet(diff):
+    for patched in parse_diff(diff):
         lines = found.setdefault(strip_prefix(patched.target_file), [])
         lines.extend(line.value.rstrip("\n") for hunk in patched for line in hunk if line.is_added)
     return found
@@ -358,7 +363,7 @@ class FileDiff(NamedTuple):
 def file_diffs(diff: str) -> list[FileDiff]:
     """A unified diff (git's) per file, hunk by hunk."""
     found = []
-    for patched in unidiff.PatchSet(diff):
+    for patched in parse_diff(diff):
         text = str(patched)
         first = text.find("\n@@") + 1
         hunks = tuple(Hunk(text=str(hunk), source_start=hunk.source_start, target_start=hunk.target_start,

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import unidiff
 from unidiff.errors import UnidiffParseError
 
+from forkbuild.patchfile import parse_diff
+
 DEV_NULL = "/dev/null"
 GIT_HEADER = re.compile(r"^diff --git (?P<old>\S+) (?P<new>\S+)\s*$")
 # git extended header lines that carry names or renames: dropped when GNU patch's names win.
@@ -45,7 +47,7 @@ def git_ready(diff: bytes, *, strip: int, existing: set[str] | frozenset[str]) -
     lines = [line for line in re.split(r"(?<=\n)", diff.decode("latin-1")) if line]
     text = "".join(_follow_minus_plus(lines, strip=strip, existing=existing, notes=notes))
     try:
-        files = unidiff.PatchSet(text)
+        files = parse_diff(text)
     except UnidiffParseError as error:
         # unidiff is stricter than GNU patch (a truncated last hunk): git gets it as it is and names what fails.
         return GitReadyDiff(data=text.encode("latin-1"), unidiff_zero=False,

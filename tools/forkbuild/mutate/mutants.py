@@ -15,7 +15,7 @@ import unidiff
 
 from forkbuild.config import PatchEntry
 from forkbuild.errors import MutationError
-from forkbuild.patchfile import split_mail
+from forkbuild.patchfile import parse_diff, split_mail
 
 HUNK = "hunk"
 STATEMENT = "statement"
@@ -55,7 +55,7 @@ def mutants_of(entry: PatchEntry, *, package_root: str,
     """`installed(path)`: the text of site-packages/<path>, None when it is not installed."""
     _, payload = split_mail(entry.path.read_text(encoding="utf-8", errors="surrogateescape"))
     try:
-        patch = unidiff.PatchSet(payload)
+        patch = parse_diff(payload)
     except unidiff.UnidiffParseError as error:
         raise MutationError(f"patches/{entry.file}: unidiff cannot read it: {error}") from error
     mutants: list[Mutant] = []

@@ -10,6 +10,7 @@ from pathlib import Path
 import unidiff
 
 from forkbuild.git import Git
+from forkbuild.patchfile import parse_diff
 
 # Lines around a patch hunk that still count as its region: earlier fork patches shift lines a little.
 MARGIN = 10
@@ -56,7 +57,7 @@ def _hunk_evidence(path: str, number: int, hunk: unidiff.Hunk, lines: list[str])
 def evidence(repo: Git, *, commit: str, patch_text: str) -> list[HunkEvidence]:
     """For each hunk of `patch_text`: where `commit`'s tree already has its result."""
     found = []
-    for patched in unidiff.PatchSet(patch_text):
+    for patched in parse_diff(patch_text):
         path = patched.path
         present = repo.has_file(commit, path)
         if patched.is_removed_file or not present:
@@ -77,9 +78,9 @@ def upstream_collisions(repo: Git, *, old_base: str, new_base: str, patch: Path,
     if not files:
         return ""
     ours = {patched.path: [(hunk.source_start, hunk.source_start + hunk.source_length) for hunk in patched]
-            for patched in unidiff.PatchSet(patch.read_text(encoding="utf-8", errors="surrogateescape"))}
+            for patched in parse_diff(patch.read_text(encoding="utf-8", errors="surrogateescape"))}
     shown = []
-    for patched in unidiff.PatchSet(repo.diff_between(old_base, new_base, files)):
+    for patched in parse_diff(repo.diff_between(old_base, new_base, files)):
         near = [hunk for hunk in patched if any(hunk.source_start <= end + MARGIN
                                                 and start <= hunk.source_start + hunk.source_length + MARGIN
                                                 for start, end in ours.get(patched.path, []))]

@@ -13,14 +13,12 @@ from concurrent.futures import Executor
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
-import unidiff
-
 from forkbuild.config import GUARD_PREFIX, Series
 from forkbuild.context import Context
 from forkbuild.errors import ApplyError
 from forkbuild.git import GitFailed
 from forkbuild.guards_module import write_module
-from forkbuild.patchfile import split_mail
+from forkbuild.patchfile import parse_diff, split_mail
 from forkbuild.testpatch import behaviour
 from forkbuild.testpatch.behaviour import TestPython
 from forkbuild.testpatch.records import (
@@ -106,7 +104,7 @@ def added_names(series: Series, feature: str) -> set[str]:
         if entry.feature != feature:
             continue
         _, payload = split_mail(entry.path.read_text(encoding="utf-8", errors="surrogateescape"))
-        for patched in unidiff.PatchSet(payload):
+        for patched in parse_diff(payload):
             if patched.is_added_file and patched.path.endswith(".py"):
                 names |= _module_names(patched.path, package_root=series.upstream.package_root)
             for hunk in patched:

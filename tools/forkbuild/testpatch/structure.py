@@ -8,14 +8,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import unidiff
-
 from forkbuild import naming
 from forkbuild.apply import ApplyResult, PatchRecord
 from forkbuild.combination import Combination
 from forkbuild.config import GUARD_PREFIX, Guard, Series
 from forkbuild.git import Git
 from forkbuild.guards_module import GeneratedEntry, module_path, read_module
+from forkbuild.patchfile import parse_diff
 from forkbuild.testpatch.records import FAIL, PASS, SKIP, STRUCTURE, Record
 
 ENVIRON = "srt/environ.py"  # inside the package: where sglang's envs registry lives
@@ -58,7 +57,7 @@ def _touched(tree: Git, commit: str) -> list[str]:
 def _added_reads(tree: Git, commit: str) -> set[str]:
     """Guards the commit's added lines read through `envs.`."""
     reads: set[str] = set()
-    for patched in unidiff.PatchSet(tree.diff_tree_patch(commit)):
+    for patched in parse_diff(tree.diff_tree_patch(commit)):
         for hunk in patched:
             for line in hunk:
                 if line.is_added:
