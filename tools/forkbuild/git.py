@@ -499,13 +499,9 @@ class Git:
         merged = self.run("merge-file", "-p", "--quiet", str(ours), str(base), str(theirs), check=False)
         return merged.stdout if merged.status == 0 else None
 
-    def words_in(self, commit: str, words: Iterable[str], pathspec: str = "*.py") -> set[str]:
-        """Those of `words` that occur as whole words in a file of `commit` matching `pathspec` (one git grep)."""
-        patterns = [argument for word in words for argument in ("-e", word)]
-        if not patterns:
-            return set()
-        found = self.run("grep", "-h", "-o", "-w", "-F", *patterns, commit, "--", pathspec, check=False).stdout
-        return set(found.split())
+    def has_word(self, commit: str, word: str, pathspec: str = "*.py") -> bool:
+        """Whether `word` occurs as a whole word in a file of `commit` matching `pathspec` (git grep -q: the first will do)."""
+        return self.run("grep", "-q", "-w", "-F", "-e", word, commit, "--", pathspec, check=False).status == 0
 
     def untracked(self, pattern: str) -> list[str]:
         """Untracked (not ignored) files matching the pathspec `pattern`."""

@@ -162,9 +162,7 @@ class Porter:
         added = "\n".join(line[1:] for line in self.diff.splitlines() if line.startswith("+") and not line.startswith("+++"))
         self.own_words = {*DEFINED.findall(added), *ASSIGNED.findall(added),
                           *(option.replace("-", "_") for option in OPTION.findall(added))}
-        # Whether each attribute the patch's lines name exists in the new release: one git grep for all.
-        wanted = sorted(set(re.findall(r"\.(\w+)", added)) - self.own_words - known)
-        self._words = dict.fromkeys(wanted, False) | dict.fromkeys(repo.words_in(new_head, wanted), True)
+        self._words: dict[str, bool] = {}  # whether a word is in the new release, asked of git once
 
     def port(self) -> Port:
         files: dict[str, str | None] = {}
@@ -315,8 +313,8 @@ class Porter:
     def _exists(self, word: str) -> bool:
         if word in self.own_words or word in self.known:
             return True
-        if word not in self._words:  # one the patch's text does not spell as `.word`
-            self._words.update(dict.fromkeys([word], False) | dict.fromkeys(self.repo.words_in(self.new_head, [word]), True))
+        if word not in self._words:  # only for a placement that passed every other check: a few words a patch
+            self._words[word] = self.repo.has_word(self.new_head, word)
         return self._words[word]
 
 
@@ -386,8 +384,10 @@ def _apply_one_sided(scratch: Git, diff: FileDiff, hunk: Hunk, current: str, *, 
     new_count = sum(kind != "-" for kind, _ in lines)
     text = (f"@@ -{hunk.source_start + dropped},{old_count} +{hunk.target_start + dropped},{new_count} @@\n"
             + "".join(kind + (line if line.endswith("\n") else line + "\n") for kind, line in lines))
-    # Every kept context line must match (-C as many): git must not let go of the anchor too.
-    kept = sum(kind == " " for kind, _ in lines)
+    # Something must anchor it: the lines it removes (git then may let context go), or else every
+    # kept context line (-C as many): an insertion with no context left would land by line number alone.
+    removes = any(kind == "-" and line.strip() for kind, line in lines)
+    kept = 0 if removes else sum(kind == " " for kind, _ in lines)
     found = _apply(scratch, diff, (hunk._replace(text=text),), current, context=kept, zero=True)
     return found[0] if found else None
 
