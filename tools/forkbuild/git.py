@@ -499,10 +499,6 @@ class Git:
         merged = self.run("merge-file", "-p", "--quiet", str(ours), str(base), str(theirs), check=False)
         return merged.stdout if merged.status == 0 else None
 
-    def has_word(self, commit: str, word: str, pathspec: str = "*.py") -> bool:
-        """Whether `word` occurs as a whole word in a file of `commit` matching `pathspec` (git grep -q: the first will do)."""
-        return self.run("grep", "-q", "-w", "-F", "-e", word, commit, "--", pathspec, check=False).status == 0
-
     def untracked(self, pattern: str) -> list[str]:
         """Untracked (not ignored) files matching the pathspec `pattern`."""
         return self.out("ls-files", "--others", "--exclude-standard", "--", pattern).splitlines()

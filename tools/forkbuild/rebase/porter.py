@@ -21,15 +21,18 @@ whose file is gone) is "moot": proposed for dropping with that evidence, never d
 from __future__ import annotations
 
 import ast
+import builtins
 import difflib
 import functools
 import re
 import tempfile
+from collections import defaultdict
 from collections.abc import Callable, Iterator
 from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from pyflakes import checker, messages
 
@@ -42,6 +45,7 @@ DISTINCTIVE = re.compile(r"\w{3}")  # a line worth anchoring on: some word, not 
 DEFINED = re.compile(r"^\s*(?:async\s+)?(?:def|class)\s+(\w+)", re.MULTILINE)
 ASSIGNED = re.compile(r"^\s*(?:self\.)?(\w+)\s*(?::[^=\n]*)?=(?!=)", re.MULTILINE)
 OPTION = re.compile(r"[\"']--([\w-]+)[\"']")
+BINDS = re.compile(r"^\s*(?:import\s|from\s|def\s|async\s+def\s|class\s|global\s|nonlocal\s|[\w.,\s*()\[\]]+=(?!=)|for\s|with\s)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,7 +54,7 @@ class HunkPort:
 
     file: str
     hunk: int  # 1-based within its file
-    status: str  # "ported", "moot" or "failed"
+    status: str  # "ported", "moot", "failed" or "not tried" (after one that failed)
     rung: str = ""  # the rung that placed it (RUNGS)
     place: str = ""  # its class/function by qualified name, "<module>" at the top level
     checks: str = ""  # what was verified, or why every rung was refused
@@ -82,13 +86,21 @@ class Port:
         return tuple(hunk for hunk in self.hunks if hunk.status == "failed")
 
 
+@functools.lru_cache(maxsize=16)
+def _tree(text: str) -> ast.Module | None:
+    """`text` parsed once (every check of a candidate reads the same tree); None: a syntax error."""
+    try:
+        return ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+
+
 @functools.lru_cache(maxsize=64)
 def _spans(text: str) -> tuple[tuple[int, int, str], ...] | None:
     """(first line, last line, qualified name) of every class and function of `text`; None: no parse.
     Only statements are walked: a def is one (expressions, most of a module, are skipped)."""
-    try:
-        tree = ast.parse(text)
-    except SyntaxError:
+    tree = _tree(text)
+    if tree is None:
         return None
     spans: list[tuple[int, int, str]] = []
 
@@ -125,7 +137,7 @@ def qualified_names(text: str) -> set[str]:
 @functools.lru_cache(maxsize=64)
 def undefined_names(text: str, path: str) -> frozenset[str]:
     """The undefined names pyflakes finds in `text` (a module that parses)."""
-    found = checker.Checker(ast.parse(text), filename=path).messages
+    found = checker.Checker(_tree(text) or ast.parse(text), filename=path).messages
     return frozenset(message.message_args[0] for message in found
                      if isinstance(message, (messages.UndefinedName, messages.UndefinedLocal)))
 
@@ -162,13 +174,21 @@ class Porter:
         added = "\n".join(line[1:] for line in self.diff.splitlines() if line.startswith("+") and not line.startswith("+++"))
         self.own_words = {*DEFINED.findall(added), *ASSIGNED.findall(added),
                           *(option.replace("-", "_") for option in OPTION.findall(added))}
-        self._words: dict[str, bool] = {}  # whether a word is in the new release, asked of git once
+        self._modules: dict[str, set[str]] = {}  # the words of a module file of the new release, read once
+        self._bound: frozenset[str] = frozenset()  # the names the file being ported binds before its hunks
 
     def port(self) -> Port:
+        """Every hunk ported, or up to the first that cannot be (the patch then stops for a person:
+        the hunks after it are "not tried")."""
         files: dict[str, str | None] = {}
         hunks: list[HunkPort] = []
         with _scratch() as scratch:
             for diff in file_diffs(self.diff):
+                if any(hunk.status == "failed" for hunk in hunks):
+                    hunks += [HunkPort(file=diff.path, hunk=number, status="not tried",
+                                       checks="an earlier hunk of the patch cannot be placed")
+                              for number in range(1, len(diff.hunks) + 1)]
+                    continue
                 content, ported = self._port_file(scratch, diff)
                 files[diff.path] = content
                 hunks += ported
@@ -180,9 +200,12 @@ class Porter:
     def _port_file(self, scratch: Git, diff: FileDiff) -> tuple[str | None, list[HunkPort]]:
         current = self._show(self.new_head, diff.path)
         whole = _apply(scratch, diff, diff.hunks, current, context=3)
-        if whole is not None:  # the file's hunks apply together as they are: git's own result
-            return whole[0], [HunkPort(file=diff.path, hunk=number, status="ported", rung="context-3",
-                                       place="(the file's diff as it is)", checks="applies as is")
+        if whole is not None:  # the file's hunks apply together as they are: git's own rung, for this file
+            left = _new_undefined(current, whole[0], diff.path)
+            return whole[0], [HunkPort(file=diff.path, hunk=number, status="failed" if left else "ported",
+                                       rung="" if left else "context-3", place="(the file's diff as it is)",
+                                       checks=f"applies as is, but leaves undefined: {', '.join(left)}" if left
+                                       else "applies as is; no new undefined name")
                               for number in range(1, len(diff.hunks) + 1)]
         base = self._show(f"{self.old_commit}^", diff.path)
         old = self._show(self.old_commit, diff.path)
@@ -196,15 +219,28 @@ class Porter:
             return current, [HunkPort(file=diff.path, hunk=number, status="failed",
                                       checks="not a .py file: only Python is ported hunk by hunk")
                              for number in range(1, len(diff.hunks) + 1)]
-        ported = []
+        ported: list[HunkPort] = []
+        self._bound = bound_names(current)  # what the file binds before its hunks: the quick undefined-name check
         before = undefined_names(current, diff.path) if places(current, []) is not None else set()
         for number, hunk in enumerate(diff.hunks, start=1):
+            if any(done.status == "failed" for done in ported):
+                ported.append(HunkPort(file=diff.path, hunk=number, status="not tried",
+                                       checks="an earlier hunk of the patch cannot be placed"))
+                continue
             result, current = self._port_hunk(scratch, diff, number, hunk, base=base, old=old, current=current)
             ported.append(result)
-        # A name one hunk uses and another defines passes hunk by hunk: the file as ported must define it.
-        left = undefined_names(current, diff.path) - before if places(current, []) is not None else set()
+        if any(done.status == "failed" for done in ported):
+            return current, ported  # the patch stops for a person: no use checking the file further
+        # A name one hunk uses and another defines passes hunk by hunk: the file as ported must define it,
+        # and compile whole.
+        left = sorted(undefined_names(current, diff.path) - before) if places(current, []) is not None else []
+        try:
+            compile(current, diff.path, "exec", dont_inherit=True)
+        except (SyntaxError, ValueError) as error:
+            left = [f"(it does not compile: {error})"]
         if left:
-            reason = "the file as ported leaves undefined: " + ", ".join(sorted(left))
+            reason = "the file as ported " + (left[0][1:-1] if left[0].startswith("(") else "leaves undefined: "
+                                              + ", ".join(left))
             ported = [HunkPort(file=diff.path, hunk=hunk.hunk, status="failed", checks=reason)
                       if hunk.status == "ported" else hunk for hunk in ported]
         return current, ported
@@ -228,18 +264,16 @@ class Porter:
                             checks="none of its context or removed lines is in the new release's file: "
                                    + "; ".join(f"`{anchor}`" for anchor in anchors[:3])), current
         refusals = []
-        before_names = undefined_names(current, diff.path) if places(current, []) is not None else set()
         for rung, attempt in self._rungs(scratch, diff, hunk, base=base, current=current):
             candidate = attempt()
             if candidate is None or candidate == current:
                 continue
-            problem = self._refuse(diff.path, hunk, current, candidate, expected=expected, before_names=before_names)
+            problem = self._refuse(diff.path, hunk, current, candidate, expected=expected)
             missing = self._unimported(problem, old)
             if missing:  # the release's module lacks an import the old one had: add it to its siblings
                 with_imports = insert_import_lines(missing, candidate)
                 if with_imports is not None:
-                    retried = self._refuse(diff.path, hunk, current, with_imports, expected=expected,
-                                           before_names=before_names)
+                    retried = self._refuse(diff.path, hunk, current, with_imports, expected=expected)
                     if retried is None:
                         rung, candidate, problem = f"{rung} + import", with_imports, None
             if problem is None:
@@ -257,36 +291,48 @@ class Porter:
             found = _apply(scratch, diff, (hunk,), current, context=context)
             return found[0] if found else None
 
-        yield "context-3", lambda: applied(3)
-        yield "3-way", lambda: _merge_one(scratch, diff, hunk, base=base, current=current)
-        yield "context-2", lambda: applied(2)
         def anchored(side: str) -> Callable[[], str | None]:  # one side's context kept, the other's let go
             return lambda: _apply_one_sided(scratch, diff, hunk, current, keep=side)
 
+        yield "context-3", lambda: applied(3)
+        yield "3-way", lambda: _merge_one(scratch, diff, hunk, base=base, current=current)
+        yield "context-2", lambda: applied(2)
         yield "context-1", lambda: applied(1)
         yield "import", lambda: _insert_imports(hunk, current)
         yield "trailing anchor", anchored("trailing")
         yield "leading anchor", anchored("leading")
 
-    def _refuse(self, path: str, hunk: Hunk, current: str, candidate: str, *, expected: set[str] | None,
-                before_names: AbstractSet[str]) -> str | None:
+    def _refuse(self, path: str, hunk: Hunk, current: str, candidate: str, *, expected: set[str] | None) -> str | None:
         """Why `candidate` is not an acceptable port of `hunk`; None when it is."""
-        try:
-            compile(candidate, path, "exec", dont_inherit=True)
-        except (SyntaxError, ValueError) as error:
-            return f"does not compile ({error.msg if isinstance(error, SyntaxError) else error})"
+        tree = _tree(candidate)
+        if tree is None:
+            try:
+                compile(candidate, path, "exec", dont_inherit=True)  # for git's own words about it
+            except (SyntaxError, ValueError) as error:
+                return f"does not compile ({error.msg if isinstance(error, SyntaxError) else error})"
+            return "does not parse"
         added, removed = _changed_lines(current, candidate)
         landed = _landed(hunk, current, candidate)
         if expected is not None and landed != expected:
             return (f"lands in {', '.join(sorted(landed or {'?'}))}, "
                     f"not in {', '.join(sorted(expected))} as on the old release")
+        try:  # what parsing leaves to the compiler, for the statements the hunk is in (the file: _port_file)
+            compile(ast.Module(body=_touched(tree, set(added) | set(removed)), type_ignores=[]), path, "exec",
+                    dont_inherit=True)
+        except (SyntaxError, ValueError) as error:
+            return f"does not compile ({error.msg if isinstance(error, SyntaxError) else error})"
         stray = _stray_import(candidate, added)
         if stray:
             return stray
-        new_names = undefined_names(candidate, path) - before_names - self.own_words  # the patch's own: see _port_file
+        # pyflakes (a quarter second on a large module) only where a name on the added lines may be unbound;
+        # _port_file checks the file as ported with pyflakes in any case.
+        new_names: AbstractSet[str] = set()
+        if _may_leave_undefined(candidate, hunk, set(added), bound=self._bound):
+            before = undefined_names(current, path) if _tree(current) is not None else frozenset()
+            new_names = undefined_names(candidate, path) - before - self.own_words  # the patch's own: see _port_file
         if new_names:
             return "leaves undefined: " + ", ".join(sorted(new_names))
-        missing = sorted(name for name in _attributes(candidate, set(added)) if not self._exists(name))
+        missing = sorted(name for name, module in _reaches(candidate, set(added), path) if not self._exists(name, module))
         if missing:
             return "names what the new release lacks: " + ", ".join(missing)
         return None
@@ -299,7 +345,7 @@ class Porter:
             return []
         names = set(problem[len(prefix):].split(", "))
         lines = []
-        for node in ast.parse(old).body:
+        for node in (_tree(old) or ast.Module(body=[], type_ignores=[])).body:
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 for alias in node.names:
                     bound = alias.asname or alias.name.split(".")[0]
@@ -310,12 +356,23 @@ class Porter:
                                      if isinstance(node, ast.ImportFrom) else f"import {name}")
         return [] if names else lines
 
-    def _exists(self, word: str) -> bool:
-        if word in self.own_words or word in self.known:
+    def _exists(self, name: str, module: str) -> bool:
+        """Whether the module file `module` of the new release defines or mentions `name` (or the patch, or
+        the series' guards, define it)."""
+        if name in self.own_words or name in self.known:
             return True
-        if word not in self._words:  # only for a placement that passed every other check: a few words a patch
-            self._words[word] = self.repo.has_word(self.new_head, word)
-        return self._words[word]
+        if module not in self._modules:  # a module, or a package's __init__
+            text = self._show(self.new_head, module) or self._show(self.new_head, module[:-3] + "/__init__.py") or ""
+            self._modules[module] = set(re.findall(r"\w+", text))
+        return name in self._modules[module]
+
+
+def _new_undefined(before: str | None, after: str | None, path: str) -> list[str]:
+    """Names a .py file's new text leaves undefined that its old text did not."""
+    if not path.endswith(".py") or after is None or places(after, []) is None:
+        return []
+    known = undefined_names(before, path) if before is not None and places(before, []) is not None else frozenset()
+    return sorted(undefined_names(after, path) - known)
 
 
 def _removed_at(hunk: Hunk) -> list[int]:
@@ -355,10 +412,84 @@ def _stray_import(text: str, added: list[int]) -> str | None:
     return None
 
 
-def _attributes(text: str, lines: set[int]) -> set[str]:
-    """The attribute names (`x.NAME`) on `lines` of `text`."""
-    return {node.attr for node in ast.walk(ast.parse(text))
-            if isinstance(node, ast.Attribute) and node.lineno in lines}
+class _Names(NamedTuple):
+    """What one walk of some statements finds: every name they bind, the names loaded and the
+    `NAME.attribute`s on each line, and each parameter annotated with a plain name."""
+
+    bound: frozenset[str]
+    loads: dict[int, set[str]]
+    attributes: dict[int, set[tuple[str, str]]]
+    annotated: dict[str, str]
+
+
+def _scan(nodes: list[ast.stmt]) -> _Names:
+    bound: set[str] = set()
+    loads: dict[int, set[str]] = defaultdict(set)
+    attributes: dict[int, set[tuple[str, str]]] = defaultdict(set)
+    annotated: dict[str, str] = {}
+    for node in (inner for top in nodes for inner in ast.walk(top)):
+        if isinstance(node, ast.Name):
+            if isinstance(node.ctx, ast.Load):
+                loads[node.lineno].add(node.id)
+            else:
+                bound.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            attributes[node.lineno].add((node.value.id, node.attr))
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+            if isinstance(node.annotation, ast.Name):
+                annotated[node.arg] = node.annotation.id
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound.add(node.name)
+    return _Names(bound=frozenset(bound), loads=dict(loads), attributes=dict(attributes), annotated=annotated)
+
+
+@functools.lru_cache(maxsize=16)
+def bound_names(text: str) -> frozenset[str]:
+    """Every name `text` binds anywhere, and the builtins."""
+    tree = _tree(text)
+    return frozenset(dir(builtins)) | (_scan(tree.body).bound if tree else frozenset())
+
+
+def _touched(tree: ast.Module, lines: set[int]) -> list[ast.stmt]:
+    """The top-level statements that hold any of `lines`."""
+    return [node for node in tree.body
+            if any(node.lineno <= line <= (node.end_lineno or node.lineno) for line in lines)]
+
+
+def _may_leave_undefined(text: str, hunk: Hunk, lines: set[int], *, bound: frozenset[str]) -> bool:
+    """Whether a name loaded on `lines` is bound neither in `bound` (the file's names before the hunk)
+    nor by the statements it sits in, or the hunk removes a line that may bind one."""
+    tree = _tree(text)
+    if tree is None or any(kind == "-" and BINDS.search(line) for kind, line in hunk.lines):
+        return True
+    names = _scan(_touched(tree, lines))
+    known = bound | names.bound
+    return any(not names.loads.get(line, set()) <= known for line in lines)
+
+
+def _reaches(text: str, lines: set[int], path: str) -> set[tuple[str, str]]:
+    """(attribute, module file) for each `NAME.attribute` on `lines` of `text` whose NAME the module
+    imports from its own package (`envs.X`, an enum member, a class's option), or a parameter annotated
+    with such a class (`server_args: ServerArgs` -> `server_args.x`): what the hunk reaches for upstream."""
+    tree = _tree(text)
+    if tree is None:
+        return set()
+    package = path.split("/")
+    imported: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.split(".")[0] in package:
+            root = "/".join(package[:package.index(node.module.split(".")[0])])
+            module = f"{root}/{node.module.replace('.', '/')}.py".lstrip("/")
+            imported.update((alias.asname or alias.name, module) for alias in node.names)
+    names = _scan(_touched(tree, lines))
+    bound = {**{arg: imported[kind] for arg, kind in names.annotated.items() if kind in imported}, **imported}
+    return {(attribute, bound[base]) for line in lines for base, attribute in names.attributes.get(line, ())
+            if base in bound}
 
 
 @contextmanager
