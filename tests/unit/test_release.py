@@ -9,7 +9,6 @@ import base64
 import hashlib
 import http.server
 import json
-import shutil
 import subprocess
 import sys
 import threading
@@ -18,9 +17,10 @@ import zipfile
 from pathlib import Path
 
 import pytest
+
 from fixtures import commit_spec, make_upstream_repo
 from forkbuild.cli import main as cli_main
-from test_testpatch import ALPHA, BETA, GUARDS, SERIES_TOML, TEST_ALPHA, TEST_BETA, TEST_GUARDS, UPSTREAM
+from test_testpatch import ALPHA, BETA, GUARDS, SERIES_TOML, UPSTREAM, write_feature_tests
 
 REPO = Path(__file__).resolve().parents[2]
 # 1.1 adds a module constant above the code the features change: alpha's and beta's hunks move.
@@ -85,11 +85,7 @@ def series(tmp_path: Path, wheels: dict[str, Path]) -> Path:
         "\n[features.guards]", f'\n[[upstream.wheels]]\npython_tag = "py3"\nfilename = "{pinned.name}"\n'
                                f'sha256 = "{sha}"\nurl = "{pinned.as_uri()}"\n\n[features.guards]', 1)
     (root / "series.toml").write_text(text)
-    tests = root / "tests" / "patches"
-    tests.mkdir(parents=True)
-    shutil.copy(REPO / "tests" / "patches" / "conftest.py", tests / "conftest.py")
-    for name, body in {"test_alpha.py": TEST_ALPHA, "test_beta.py": TEST_BETA, "test_guards.py": TEST_GUARDS}.items():
-        (tests / name).write_text(body)
+    write_feature_tests(root)
     return root
 
 

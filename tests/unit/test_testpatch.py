@@ -245,13 +245,17 @@ def _make(tmp_path: Path, *, specs=(ALPHA, BETA), beta_default: str = "0") -> Pa
     entries = "".join(f'\n[[patches]]\nfile = "{spec.file}"\nfeature = "{spec.feature}"\n' for spec in specs)
     (root / "series.toml").write_text(SERIES_TOML.format(repo=repo.path, commit=commit, patches=entries,
                                                          beta_default=beta_default))
+    write_feature_tests(root)
+    return root
+
+
+def write_feature_tests(root: Path) -> None:
+    """tests/patches of the fixture features, with the repository's own conftest: the contract under test."""
     tests = root / "tests" / "patches"
     tests.mkdir(parents=True)
-    # The repository's own conftest: the contract under test.
     shutil.copy(REPO / "tests" / "patches" / "conftest.py", tests / "conftest.py")
     for name, text in {"test_alpha.py": TEST_ALPHA, "test_beta.py": TEST_BETA, "test_guards.py": TEST_GUARDS}.items():
         (tests / name).write_text(text)
-    return root
 
 
 def _run(root: Path, variant: str, *extra: str) -> tuple[int, dict[tuple[str, str], dict]]:
@@ -452,8 +456,7 @@ def test_a_patch_reading_no_guard_fails_unless_marked_unguarded(tmp_path):
     ("", "not a generated guards module"),
 ])
 def test_reading_the_generated_module(tmp_path, text, problem):
-    from forkbuild.config import load_series
-    from forkbuild.config import Guard
+    from forkbuild.config import Guard, load_series
     from forkbuild.testpatch.structure import mismatch, read_declarations
 
     root = _make(tmp_path)
