@@ -6,6 +6,8 @@ is checked out once. A file a patch leaves empty is removed, as GNU patch -E doe
 from __future__ import annotations
 
 import email.utils
+import hashlib
+import json
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import nullcontext
@@ -19,9 +21,10 @@ from forkbuild.context import Context
 from forkbuild.dep3 import Description, parse_dep3, split_patch, stripspace
 from forkbuild.emptydirs import find_empty_dirs, recreate_empty_dirs
 from forkbuild.errors import ApplyError, ConfigError, DirtyTreeError, ForkbuildError
+from forkbuild.fsutil import write_atomic
 from forkbuild.git import IDENTITY, Author, FileCommit, Git, GitFailed, PathChange, TreeEntry
 from forkbuild.importer import check_incoming, guard_trailers, with_trailers, write_imported
-from forkbuild.layout import SERIES_TREE
+from forkbuild.layout import SERIES_TREE, WORK_DIR
 from forkbuild.patchfile import check_safe
 from forkbuild.quiltdiff import EMPTY_BLOB, GitReadyDiff, git_ready
 from forkbuild.worktree.smallindex import apply_small, disjoint_run, parents
@@ -223,9 +226,53 @@ def read_quilt_series(path: Path) -> tuple[list[tuple[str, int]], list[str]]:
     return entries, problems
 
 
+def _journal(context: Context) -> Path:
+    """What an import wrote, kept until its series tree is checked out: a re-run after a kill in
+    between finishes the checkout instead of refusing the patches it wrote as "exists already"."""
+    return context.series_dir / WORK_DIR / "import-quilt.json"
+
+
+def _sources(patches: list[QuiltPatch]) -> list[list[str]]:
+    return [[patch.source, hashlib.sha256(patch.path.read_bytes()).hexdigest()] for patch in patches]
+
+
+def _finish_interrupted(context: Context, patches: list[QuiltPatch]) -> QuiltImport | None:
+    """The import of these very patches, written by a run killed before its tree checkout, finished."""
+    journal = _journal(context)
+    if not journal.is_file():
+        return None
+    try:
+        record = json.loads(journal.read_text())
+        written = record["written"]
+        ok = record["sources"] == _sources(patches) and all(
+            (context.series.patches_dir / name).is_file()
+            and hashlib.sha256((context.series.patches_dir / name).read_bytes()).hexdigest() == digest
+            for name, digest in written.items()) and set(written) <= {entry.file for entry in context.series.patches}
+    except (OSError, ValueError, KeyError, TypeError):
+        ok = False
+    if not ok:  # another import's, or the series write never happened: not this run's to finish
+        journal.unlink(missing_ok=True)
+        return None
+    cache_git = context.upstream.git()
+    with tree_guard(context.series_dir / SERIES_TREE, "apply") as guard:
+        recover_killed_change(guard, cache_git)
+        tree, note = (_check_out_series(context, cache_git, base=record["base"], head=record["head"],
+                                        files=record["files"], empty_dirs=tuple(record["empty_dirs"]))
+                      if cache_git.has_object(record["head"]) else
+                      (None, "its commits are gone from the cache: `forkbuild apply --all` rebuilds the tree"))
+    journal.unlink(missing_ok=True)
+    outcomes = tuple(PatchOutcome(source=source, file=file, notes=tuple(notes))
+                     for source, file, notes in record["outcomes"])
+    return QuiltImport(patches=outcomes, empty_dirs=tuple(record["new_empty_dirs"]), tree=tree,
+                       tree_note=note or "an interrupted run had written the series; its tree is checked out now")
+
+
 def import_quilt(*, context: Context, directory: Path, feature: str, source_tree: Path | None = None) -> QuiltImport:
     series = context.series
     patches = read_quilt_dir(directory, feature=feature)
+    finished = _finish_interrupted(context, patches)
+    if finished is not None:
+        return finished
     check_incoming(series, patches)
     resolved = directory.resolve()
     if source_tree is None and resolved.parts[-2:] == ("debian", "patches") and (resolved.parent / "control").is_file():
@@ -251,10 +298,18 @@ def import_quilt(*, context: Context, directory: Path, feature: str, source_tree
             empty_dirs = () if source_tree is None else tuple(
                 name for name in find_empty_dirs(source_tree) if name not in series.upstream.empty_dirs
                 and not (source_tree / name).resolve().is_relative_to(resolved))
-            write_imported(series, imported, texts, empty_dirs=empty_dirs)
             all_files = [entry.file for entry in series.patches] + [patch.name for patch in imported]
+            journal = _journal(context)
+            journal.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(journal, json.dumps({
+                "sources": _sources(patches), "base": base, "head": head, "files": all_files,
+                "empty_dirs": [*series.upstream.empty_dirs, *empty_dirs], "new_empty_dirs": list(empty_dirs),
+                "written": {name: hashlib.sha256(text).hexdigest() for name, text in texts.items()},
+                "outcomes": [[outcome.source, outcome.file, list(outcome.notes)] for outcome in outcomes]}))
+            write_imported(series, imported, texts, empty_dirs=empty_dirs)
             tree, note = _check_out_series(context, cache_git, base=base, head=head, files=all_files,
                                            empty_dirs=(*series.upstream.empty_dirs, *empty_dirs))
+            journal.unlink(missing_ok=True)
     return QuiltImport(patches=tuple(outcomes), empty_dirs=empty_dirs, tree=tree, tree_note=note)
 
 
