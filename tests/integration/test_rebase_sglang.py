@@ -143,7 +143,7 @@ def write_series(root: Path, cache: Path) -> None:
             text = target.read_text()
             assert text.count(old) == 1, (path, old)
             target.write_text(text.replace(old, new))
-        work.run("commit", "--quiet", "-a", "-m", f"{patch.subject}\n\nFixture patch.\n\nFeature: {patch.feature}\n", env=env)
+        work.run("commit", "--quiet", "-a", "-m", f"{patch.subject}\n\nFixture patch.\n\nFeature: {patch.feature}\nForwarded: no\n", env=env)
         (root / "patches" / patch.file).write_text(work.format_patch(work.head()))
         entries.append(f'\n[[patches]]\nfile = "{patch.file}"\nfeature = "{patch.feature}"\n')
     cache_git.remove_worktree(tree)
