@@ -147,3 +147,21 @@ def test_drop_of_a_patch_whose_tree_commit_was_amended_is_refused(series_fx: Ser
     assert (fx.patches_dir / "alpha-scale.patch").exists()
     assert fx.cli("export") == 0  # the hint: keep the change, then drop
     assert "value * 4" in (fx.patches_dir / "alpha-scale.patch").read_text()
+
+
+def test_apply_reads_the_series_under_its_lock_so_a_drop_cannot_pull_a_patch_from_under_it(
+        series_fx: SeriesFixture) -> None:
+    # A drop (or export, or new) holding the series lock: apply --all waits for it instead of reading a
+    # series that is being rewritten (before: a FileNotFoundError traceback when a drop removed a patch
+    # file between apply's plan and git reading it, and a tree the next export called killed).
+    fx = series_fx
+    assert fx.cli("fetch") == 0
+    tree = fx.root / ".forkbuild-work" / "series"
+    with series_transaction(fx.root):
+        apply = subprocess.Popen([sys.executable, "-m", "forkbuild", "-C", str(fx.root), "--cache", str(fx.cache),
+                                  "apply", "--all"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(2.0)
+        assert apply.poll() is None and not tree.exists()  # waiting for the lock, nothing read or built
+    out, err = apply.communicate(timeout=120)
+    assert apply.returncode == 0, err
+    assert "Traceback" not in err and (tree / "python/pkg/core.py").is_file()

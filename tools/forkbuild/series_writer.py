@@ -113,6 +113,24 @@ def series_transaction(series_dir: Path) -> Iterator[SeriesTransaction]:
             _HELD.discard(series_dir)
 
 
+@contextmanager
+def reading_series(series_dir: Path) -> Iterator[None]:
+    """Hold the series lock while a command reads series.toml and patches/ over time (apply: its plan,
+    then each patch as git applies it): a concurrent drop or export waits instead of pulling a patch
+    from under it. Nothing when this process holds it already."""
+    series_dir = Path(series_dir).resolve()
+    if series_dir in _HELD:
+        yield
+        return
+    with series_lock(series_dir):
+        _HELD.add(series_dir)
+        try:
+            _recover_locked(series_dir)
+            yield
+        finally:
+            _HELD.discard(series_dir)
+
+
 def write_series(series_dir: Path, change: SeriesChange) -> None:
     """One transaction of one write, for a caller that read nothing of the series first."""
     with series_transaction(series_dir) as transaction:

@@ -13,6 +13,7 @@ from forkbuild.commands import add_command
 from forkbuild.errors import ConfigError
 from forkbuild.layout import SERIES_TREE
 from forkbuild.matrix import arguments
+from forkbuild.series_writer import reading_series
 
 
 def add_parser(subparsers) -> None:
@@ -40,6 +41,11 @@ def add_parser(subparsers) -> None:
 
 
 def run(args, context) -> int:
+    with reading_series(context.series_dir):  # drop, export and new wait until the tree is applied
+        return _run(args, context)
+
+
+def _run(args, context) -> int:
     if (args.all or args.resume) and arguments.chosen(args):
         raise ConfigError(["--all and --continue/--skip/--abort take the whole series: --features/--with/--without "
                            "choose a combination"], source="command line")
