@@ -348,3 +348,18 @@ def test_a_hand_reorder_of_series_toml_is_refused_by_export_and_honoured_by_appl
     assert fx.cli("apply", "--all") == 0  # the hint: re-apply, in the new order
     assert fx.cli("export") == 0
     assert [file for file, _ in toml_patches(fx)] == ["guards.patch", "beta-limit.patch", "alpha-scale.patch"]
+
+
+def test_a_copy_patch_applies_and_exports_with_its_trailers(series_fx: SeriesFixture) -> None:
+    # A `copy from`/`copy to` section (format-patch -C): apply --all takes it, and export writes the commit
+    # forkbuild made from it (the copy as a new file) with its Feature:/Guard: trailers; then the series is stable.
+    fx = series_fx
+    patch = fx.patches_dir / "beta-limit.patch"
+    patch.write_text(patch.read_text().rstrip("\n") + "\ndiff --git a/python/pkg/util.py b/python/pkg/util_copy.py\n"
+                     "similarity index 100%\ncopy from python/pkg/util.py\ncopy to python/pkg/util_copy.py\n")
+    assert fx.cli("apply", "--all") == 0
+    assert fx.cli("export") == 0
+    info = read_patch(patch)
+    assert info.trailer("Feature") == ["beta"] and "python/pkg/util_copy.py" in {change.path for change in info.files}
+    assert fx.cli("apply", "--all", "--dir", str(fx.root / "again")) == 0
+    assert fx.cli("export", "--check", "--dir", str(fx.root / "again")) == 0
