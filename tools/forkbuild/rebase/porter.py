@@ -40,7 +40,6 @@ from pyflakes import checker, messages
 from forkbuild.git import Git
 from forkbuild.patchfile import FileDiff, Hunk, file_diffs
 
-RUNGS = ("context-3", "3-way", "context-2", "context-1", "import", "trailing anchor", "leading anchor")
 IMPORT_LINE = re.compile(r"^(?:from\s+(?P<from>[\w.]+)\s+import\b|import\s+(?P<import>[\w.]+))")
 DISTINCTIVE = re.compile(r"\w{3}")  # a line worth anchoring on: some word, not just brackets
 DEFINED = re.compile(r"^\s*(?:async\s+)?(?:def|class)\s+(\w+)", re.MULTILINE)
@@ -56,7 +55,7 @@ class HunkPort:
     file: str
     hunk: int  # 1-based within its file
     status: str  # "ported", "moot", "failed" or "not tried" (after one that failed)
-    rung: str = ""  # the rung that placed it (RUNGS)
+    rung: str = ""  # the rung that placed it (Porter._rungs' names; "+ import" where one was brought along)
     place: str = ""  # its class/function by qualified name, "<module>" at the top level
     checks: str = ""  # what was verified, or why every rung was refused
 
@@ -73,10 +72,6 @@ class Port:
 
     files: dict[str, str | None]
     hunks: tuple[HunkPort, ...]
-
-    @property
-    def complete(self) -> bool:
-        return all(hunk.status == "ported" for hunk in self.hunks)
 
     @property
     def moot(self) -> tuple[HunkPort, ...]:

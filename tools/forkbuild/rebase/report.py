@@ -11,6 +11,7 @@ from pathlib import Path
 
 from forkbuild.fsutil import write_atomic
 from forkbuild.git import Git
+from forkbuild.rebase.porter import HunkPort
 from forkbuild.rebase.state import RebaseState
 from forkbuild.worktree.engine import Outcome
 
@@ -82,7 +83,7 @@ def markdown(report: dict) -> str:
                   "each hunk's rung, its class/function and the checks it passed, or why it was refused.", ""]
         for patch in ported:
             lines += [f"- `{patch['file']}` ({label(patch['outcome'])}):",
-                      *(f"  - {_hunk_text(hunk)}" for hunk in patch["port"])]
+                      *(f"  - {HunkPort(**hunk).describe()}" for hunk in patch["port"])]
         lines.append("")
     lost = [patch for patch in report["patches"] if patch["lost"]]
     if lost:
@@ -107,13 +108,6 @@ def markdown(report: dict) -> str:
         body = patch["range_diff"] or "(no new commit: the patch is not in the new series)"
         lines += [f"### `{patch['file']}`: {label(patch['outcome'])}", "", "```diff", body.rstrip(), "```", ""]
     return "\n".join(lines)
-
-
-def _hunk_text(hunk: dict) -> str:
-    where = f"`{hunk['file']}` hunk {hunk['hunk']}"
-    if hunk["status"] == "ported":
-        return f"{where}: ported ({hunk['rung']}) in `{hunk['place']}`; {hunk['checks']}"
-    return f"{where}: {hunk['status']}: {hunk['checks']}"
 
 
 def write(repo: Git, state: RebaseState, md_path: Path, *, check: dict | None, final: bool) -> None:
