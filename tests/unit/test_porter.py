@@ -214,3 +214,23 @@ def test_an_import_the_new_release_lacks_is_added_to_its_siblings(tmp_path) -> N
     [hunk] = result.hunks
     assert hunk.status == "ported" and hunk.rung.endswith("+ import") and hunk.place == "build", hunk
     assert "from sglang.srt.utils import add_prefix, is_cuda\nfrom sglang.srt.environ import envs\n" in result.files[PATH]
+
+
+def test_a_port_is_a_proposal_that_continue_accepts(git_series_fx) -> None:
+    # 2.0 rewrites the line after alpha's insertion: git's rungs stop; the porter places it after
+    # `def scale(value):` (its leading context), stages it, and stops; --continue makes it "ported".
+    import json
+
+    from rebase_fixtures import NEW_VERSION, rebase_args, release, tree
+
+    fx = git_series_fx
+    commit = release(fx, (("python/pkg/core.py", "    return value * 2\n", "    return value * 2  # doubled in 2.0\n"),))
+    assert fx.cli(*rebase_args(commit)) == 9
+    staged = (tree(fx).path / "python/pkg/core.py").read_text()
+    assert "<<<<<<<" not in staged and "    if envs.DSV41_ALPHA:\n        return value * 3\n    return value * 2  # doubled" in staged
+    assert fx.cli("rebase", "--continue") == 0
+    report = json.loads((fx.root / "build" / "rebase" / f"1.0-to-{NEW_VERSION}.json").read_text())
+    alpha = next(patch for patch in report["patches"] if patch["file"] == "alpha-scale.patch")
+    assert alpha["outcome"] == "ported" and alpha["port"][0]["place"] == "scale"
+    md = (fx.root / "build" / "rebase" / f"1.0-to-{NEW_VERSION}.md").read_text()
+    assert "## Ported hunk by hunk" in md and "python/pkg/core.py hunk 1: ported (leading anchor) in scale" in md
