@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 from forkbuild.fsutil import write_atomic
@@ -70,21 +71,12 @@ def markdown(report: dict) -> str:
         files = "<br>".join(f"`{path}`" for path in patch["files"])
         lines.append(f"| {number} | `{patch['file']}` | {patch['feature']} | {outcome} | {files} | {patch['detail']} |")
     lines.append("")
-    evidence = [patch for patch in report["patches"] if patch["evidence"]]
-    if evidence:
-        lines += ["## Evidence for dropped patches", ""]
-        for patch in evidence:
-            lines += [f"- `{patch['file']}` ({label(patch['outcome'])}): {patch['detail']}",
-                      *(f"  - {item}" for item in patch["evidence_text"])]
-        lines.append("")
-    ported = [patch for patch in report["patches"] if patch["port"]]
-    if ported:
-        lines += ["## Ported hunk by hunk", "", "What git's rungs stopped on, placed by the porter (rebase/porter.py): "
-                  "each hunk's rung, its class/function and the checks it passed, or why it was refused.", ""]
-        for patch in ported:
-            lines += [f"- `{patch['file']}` ({label(patch['outcome'])}):",
-                      *(f"  - {HunkPort(**hunk).describe()}" for hunk in patch["port"])]
-        lines.append("")
+    lines += _per_patch(report, "evidence", "## Evidence for dropped patches", [],
+                        lambda patch: (f": {patch['detail']}", patch["evidence_text"]))
+    lines += _per_patch(report, "port", "## Ported hunk by hunk", [
+        "What git's rungs stopped on, placed by the porter (rebase/porter.py): each hunk's rung, its "
+        "class/function and the checks it passed, or why it was refused.", ""],
+        lambda patch: (":", [HunkPort(**hunk).describe() for hunk in patch["port"]]))
     lost = [patch for patch in report["patches"] if patch["lost"]]
     if lost:
         lines += ["## Lines the rebased series lacks", "", "Added by the patch on the old release, still there at the "
@@ -108,6 +100,17 @@ def markdown(report: dict) -> str:
         body = patch["range_diff"] or "(no new commit: the patch is not in the new series)"
         lines += [f"### `{patch['file']}`: {label(patch['outcome'])}", "", "```diff", body.rstrip(), "```", ""]
     return "\n".join(lines)
+
+
+def _per_patch(report: dict, key: str, title: str, intro: list[str],
+               items: Callable[[dict], tuple[str, list[str]]]) -> list[str]:
+    """A section listing, for each patch with `key`, its line and its items (`items(patch)`: the
+    line's tail and the items); none when no patch has any."""
+    lines = []
+    for patch in (patch for patch in report["patches"] if patch[key]):
+        tail, listed = items(patch)
+        lines += [f"- `{patch['file']}` ({label(patch['outcome'])}){tail}", *(f"  - {item}" for item in listed)]
+    return [title, "", *intro, *lines, ""] if lines else []
 
 
 def write(repo: Git, state: RebaseState, md_path: Path, *, check: dict | None, final: bool) -> None:
