@@ -19,12 +19,12 @@ from packaging.version import Version
 from forkbuild import pypi
 from forkbuild.combination import of_variant
 from forkbuild.context import Context
-from forkbuild.errors import ForkbuildError, RebaseStopped
+from forkbuild.errors import RebaseStopped
 from forkbuild.fsutil import write_atomic
 from forkbuild.patchfile import read_patch
 from forkbuild.rebase.engine import Rebase
 from forkbuild.rebase.report import label
-from forkbuild.rebase.state import RebaseState
+from forkbuild.rebase.state import PatchState, Phase, RebaseState
 from forkbuild.rebase.target import resolve
 from forkbuild.testpatch.runner import Options, run_variant
 from forkbuild.wheel.builder import WheelRequest, build_wheels
@@ -70,9 +70,13 @@ def release(context: Context, *, version: str, non_interactive: bool, python: Pa
     except RebaseStopped:
         write(context, rebase.journal.load(), old=old, new=version, proofs=None)
         raise
-    if state is None:
-        raise ForkbuildError(f"the series is on {context.series.upstream.name} {version} already")
     fresh = Context(series_dir=context.series_dir, cache_dir=context.cache_dir, reporter=context.reporter)
+    if state is None:  # on `version` already (a release killed during its proof, run again): the proof is owed
+        context.reporter.info(f"the series is on {fresh.series.upstream.name} {version} already: proving it")
+        state = RebaseState(id="", phase=Phase.DONE, step="", worktree=fresh.series_dir, accept_drops=False,
+                            old=fresh.series.upstream, target=fresh.series.upstream,
+                            patches=tuple(PatchState(file=entry.file, feature=entry.feature, commit="pinned")
+                                          for entry in fresh.series.patches))
     proofs = [_prove(fresh, name, python=python, from_tree=from_tree) for name in fresh.series.variants]
     return write(fresh, state, old=old, new=version, proofs=proofs)
 
@@ -99,11 +103,12 @@ def document(context: Context, state: RebaseState, *, old: str, new: str, proofs
         failing = [f"{proof.variant}: {row['check']}: {row['reason']}" for proof in proofs or ()
                    for row in proof.failed if row.get("feature") == patch.feature]
         tests = "not run" if proofs is None else ("failed" if failing else "passed")
-        if patch.outcome is None or not patch.commit:
+        if not patch.commit or (patch.outcome is None and patch.commit != "pinned"):
             tests = "not in the series" if proofs is not None else tests
         rungs = sorted({hunk.rung for hunk in patch.port if hunk.status == "ported"})
         patches.append({
-            "file": patch.file, "feature": patch.feature, "outcome": label(patch.outcome), "detail": patch.detail,
+            "file": patch.file, "feature": patch.feature, "detail": patch.detail,
+        "outcome": label(patch.outcome) if patch.outcome or patch.commit != "pinned" else "on the release",
             "rung": ", ".join(rungs) or (label(patch.outcome) if patch.outcome else ""),
             "hunks": [hunk.describe() for hunk in patch.port],
             "provenance": _provenance(context.series.patches_dir / patch.file), "tests": tests, "failing": failing})

@@ -40,7 +40,8 @@ def run(args, context) -> int:
                              hint="name the commit: forkbuild rebase --onto COMMIT --version X")
         newest = newest_release(upstream.name, upstream.version)
         if newest is None:
-            context.reporter.info(f"{upstream.name} {upstream.version} is the newest release the index lists: nothing to do")
+            context.reporter.info(f"{upstream.name} {upstream.version} is the newest release the index lists: nothing to "
+                                  f"do (`forkbuild release {upstream.version}` proves it again)")
             return 0
         version = newest
     context.reporter.info(f"release: {upstream.name} {upstream.version} -> {version}")
