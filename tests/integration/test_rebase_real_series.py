@@ -70,7 +70,7 @@ def test_port_then_skip_every_stop_then_check_passes(onto: str, cache: Path, tmp
             old_text = repo.show_file(patch["old_commit"], old.path)
             new_text = repo.show_file(patch["new_commit"], old.path)
             parent = f"{patch['new_commit']}^"
-            release = repo.show_file(parent, old.path) if repo.has_file(parent, old.path) else ""  # a file it creates
+            release = repo.file_at(parent, old.path) or ""  # a file it creates
             # Same places: where its added lines sit on 0.5.23 and on the new release.
             old_places = places(old_text, [n for hunk in old.hunks for n in _code(hunk)])
             new_places = places(new_text, [n for hunk in new_files[old.path].hunks for n in _code(hunk)])

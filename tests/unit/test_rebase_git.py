@@ -63,13 +63,13 @@ def test_am_abort_raises_when_git_cannot_abort(repo: Git, tmp_path: Path) -> Non
     assert not repo.am_in_progress()
 
 
-def test_show_file_and_has_file(repo: Git) -> None:
-    assert repo.show_file("HEAD", "f") == "a\n"
-    assert repo.has_file("HEAD", "f") and not repo.has_file("HEAD", "missing")
+def test_show_file_and_file_at(repo: Git) -> None:
+    assert repo.show_file("HEAD", "f") == "a\n" == repo.file_at("HEAD", "f")
+    assert repo.file_at("HEAD", "missing") is None
     with pytest.raises(GitFailed):
         repo.show_file("HEAD", "missing")
-    with pytest.raises(GitFailed):
-        repo.has_file("0" * 40, "f")
+    with pytest.raises(GitFailed):  # no such commit: an error, not "no such file"
+        repo.file_at("0" * 40, "f")
 
 
 def test_remove_worktree_leaves_unknown_paths_alone(repo: Git, tmp_path: Path) -> None:

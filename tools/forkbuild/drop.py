@@ -31,7 +31,7 @@ class Dropped:
 def drop_patches(context: Context, names: list[str]) -> tuple[list[Dropped], tuple[str, ...]]:
     """The patches dropped, and what changed of the features left without a patch."""
     with series_transaction(context.series_dir) as transaction:
-        context.series = series = load_series(context.series_file)  # read under the lock
+        series = load_series(context.series_file)  # read under the lock
         known = {entry.file: entry for entry in series.patches}
         unknown = [f"{name}: no such patch in series.toml{near_miss(name, known)}" for name in names if name not in known]
         if unknown:

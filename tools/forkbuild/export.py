@@ -7,22 +7,23 @@ from __future__ import annotations
 
 import re
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from forkbuild.apply import file_hashes, refuse_unsaved_work, series_hashes
 from forkbuild.chaos import chaos_point
-from forkbuild.config import PatchEntry, Series, load_series, near_miss
+from forkbuild.config import PatchEntry, Series, load_series, near_miss, parse_series
 from forkbuild.context import Context
 from forkbuild.errors import ConfigError, DirtyTreeError, ExportDriftError, ForkbuildError, quoted
 from forkbuild.fsutil import write_atomic
 from forkbuild.git import Git
 from forkbuild.guards_module import generated_commit_problems, is_generated
-from forkbuild.layout import DROPPED_DIR
+from forkbuild.layout import DROPPED_DIR, PATCHES_DIR
 from forkbuild.new_feature import PATCH_NAME, PATCH_TRAILER
 from forkbuild.patchfile import PatchInfo, parse_patch, read_patch, read_text
 from forkbuild.series_edit import EntrySpec, quilt_series_text, unported, updated_series_toml
-from forkbuild.series_writer import SeriesChange, series_transaction
+from forkbuild.series_writer import SeriesChange, SeriesTransaction, series_transaction
 from forkbuild.worktree.state import WorktreeState, read_state, write_state
 from forkbuild.worktrees import tree_guard
 
@@ -70,14 +71,16 @@ class ExportPlan:
 
 def export_series(*, context: Context, tree: Path, check: bool = False, refresh: bool = False,
                   drops: tuple[str, ...] = (), keeps: tuple[str, ...] = (),
-                  series_toml: str | None = None) -> ExportPlan:
+                  series_toml: str | None = None, transaction: SeriesTransaction | None = None) -> ExportPlan:
     """Plan the export of `tree`; with check, raise ExportDriftError on any change, else write it.
     series_toml: the text to write the entries into instead of the file's (the rebase's moved pin:
-    `context.series` is parsed from it)."""
-    with series_transaction(context.series_dir) as transaction, tree_guard(tree, "export") as guard:  # no apply beside
-        if series_toml is None:  # read under the lock, not before it
-            context.series = load_series(context.series_file)
-        series = context.series
+    the series is parsed from it). transaction: the caller's, open (the rebase's finish restores the
+    series first in it)."""
+    with (nullcontext(transaction) if transaction else series_transaction(context.series_dir)) as transaction, \
+            tree_guard(tree, "export") as guard:  # no apply beside
+        # Read under the lock, not before it (or the rebase's moved pin, parsed from its text).
+        series = load_series(context.series_file) if series_toml is None else \
+            parse_series(series_toml, path=context.series_file.resolve())
         killed = guard.killed
         if killed is not None and killed.phase == "changing":  # the tree holds part of the series
             raise DirtyTreeError(
@@ -85,7 +88,7 @@ def export_series(*, context: Context, tree: Path, check: bool = False, refresh:
                 "its commits are only part of the series",
                 hint=f"rebuild it: `forkbuild {killed.command} --all --dir {quoted(tree)}` (that run had checked the "
                      "tree held nothing unsaved before it started: it holds only what it made from patches/)")
-        worktree, state = _open_tree(context=context, tree=tree, drops=drops)
+        worktree, state = _open_tree(context=context, series=series, tree=tree, drops=drops)
         chaos_point("export:checked")
         plan = plan_export(series, worktree=worktree, base=state.base, refresh=refresh,
                            decisions=_decisions(series, drops=drops, keeps=keeps), state=state,
@@ -109,7 +112,7 @@ def export_series(*, context: Context, tree: Path, check: bool = False, refresh:
     return plan
 
 
-def _open_tree(*, context: Context, tree: Path, drops: tuple[str, ...]) -> tuple[Git, WorktreeState]:
+def _open_tree(*, context: Context, series: Series, tree: Path, drops: tuple[str, ...]) -> tuple[Git, WorktreeState]:
     """The full-series work tree at `tree` and its state, refusing any state export could lose."""
     if not (tree / ".git").exists():
         raise ForkbuildError(f"{tree} is not a work tree", hint=f"make it with `forkbuild apply --all --dir {quoted(tree)}`")
@@ -121,12 +124,12 @@ def _open_tree(*, context: Context, tree: Path, drops: tuple[str, ...]) -> tuple
                              hint="export the whole series' tree: `forkbuild apply --all` (default .forkbuild-work/series)")
     worktree = Git(tree)
     refuse_unsaved_work(worktree)
-    _refuse_stale_tree(context, state=state, worktree=worktree, dropped=set(drops))
+    _refuse_stale_tree(context, series, state=state, worktree=worktree, dropped=set(drops))
     base = state.base
     # The verified import, not the tag: a moved tag must not keep the user's work from being saved.
-    pinned = context.upstream.verified(context.series.upstream) or context.upstream.ensure(context.series.upstream)
+    pinned = context.upstream.verified(series.upstream) or context.upstream.ensure(series.upstream)
     if pinned and pinned != base:
-        raise ForkbuildError(f"{tree} is built on {base[:12]}, but series.toml pins {context.series.upstream.tag} = {pinned[:12]}",
+        raise ForkbuildError(f"{tree} is built on {base[:12]}, but series.toml pins {series.upstream.tag} = {pinned[:12]}",
                              hint="re-apply the series onto the pinned upstream (forkbuild apply --all) and redo the change there")
     head = worktree.head()
     if not worktree.is_ancestor(base, head):
@@ -136,14 +139,14 @@ def _open_tree(*, context: Context, tree: Path, drops: tuple[str, ...]) -> tuple
     return worktree, state
 
 
-def _refuse_stale_tree(context: Context, *, state: WorktreeState, worktree: Git, dropped: set[str]) -> None:
+def _refuse_stale_tree(context: Context, series: Series, *, state: WorktreeState, worktree: Git, dropped: set[str]) -> None:
     """Refuse a tree made from other patch files than patches/ holds: its commits would overwrite them."""
     tree, recorded = worktree.path, state.sha256
     if recorded is None:
         context.reporter.warn(f"{tree} records no patch hashes (made by an older forkbuild): export cannot tell "
                               f"whether patches/ changed since it was applied")
         return
-    current = series_hashes(context.series)
+    current = series_hashes(series)
     changes = [f"patches/{name} (changed)" for name in current if name in recorded and recorded[name] != current[name]]
     changes += [f"patches/{name} (added to series.toml)" for name in current if name not in recorded]
     # A patch `forkbuild drop` removed is gone from series.toml on purpose.
@@ -155,7 +158,7 @@ def _refuse_stale_tree(context: Context, *, state: WorktreeState, worktree: Git,
     if not changes:
         return
     try:  # an export killed before it recorded its write in the tree: nothing to overwrite
-        if not plan_export(context.series, worktree=worktree, base=state.base, refresh=False).changes():
+        if not plan_export(series, worktree=worktree, base=state.base, refresh=False).changes():
             return
     except ForkbuildError:
         pass
@@ -287,7 +290,7 @@ def save_aside(context: Context, names: tuple[str, ...]) -> Path:
         return target
     target.mkdir(parents=True, exist_ok=True)
     for name in names:
-        source = context.series.patches_dir / name
+        source = context.series_dir / PATCHES_DIR / name
         if source.is_file():
             write_atomic(target / name, source.read_bytes())
     return target

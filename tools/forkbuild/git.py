@@ -233,11 +233,17 @@ class Git:
             index.unlink(missing_ok=True)
         return self.out("commit-tree", tree, "-m", message, env=env)
 
-    def add_worktree(self, path: Path, commit: str, *, checkout: bool = True, parallel: bool = False) -> Git:
-        """A detached work tree at `commit` (checkout=False: no files or index yet; parallel: a worker per core)."""
+    def add_worktree(self, path: Path, commit: str, *, checkout: bool = True, parallel: bool = False,
+                     only: Sequence[str] | None = None) -> Git:
+        """A detached work tree at `commit` (checkout=False: no files or index yet; parallel: a worker per core;
+        only: a sparse tree of just these files, the rest of `commit` in its index, marked skip-worktree)."""
         self.run(*(["-c", "checkout.workers=0"] if parallel else []), "worktree", "add", "--force", "--detach",
-                 *([] if checkout else ["--no-checkout"]), "--", str(path), _revision(commit))
-        return Git(path)
+                 *([] if checkout and only is None else ["--no-checkout"]), "--", str(path), _revision(commit))
+        tree = Git(path)
+        if only is not None:  # anchored, every wildcard escaped: each pattern is one file
+            patterns = "".join("/" + re.sub(r"([\\*?\[!#])", r"\\\1", name) + "\n" for name in only)
+            tree.run("sparse-checkout", "set", "--no-cone", "--stdin", input=patterns or "/.forkbuild-nothing\n")
+        return tree
 
     def remove_worktree(self, path: Path) -> None:
         """Unregister and delete a work tree of this repository (forced twice: a killed checkout locks it)."""
@@ -314,8 +320,14 @@ class Git:
         listing = self.out("for-each-ref", "--format=%(refname) %(objectname)")
         return dict(line.split(" ", 1) for line in listing.splitlines())
 
-    def has_file(self, commit: str, path: str) -> bool:
-        return bool(self.out("ls-tree", "--name-only", "--end-of-options", commit, "--", path))
+    def file_at(self, commit: str, path: str) -> str | None:
+        """`path`'s content at `commit` (not stripped), None where `commit` has no such path."""
+        shown = self.run("cat-file", "blob", "--end-of-options", f"{commit}:{path}", check=False)
+        if shown.status == 0:
+            return shown.stdout
+        if f"path '{path}' does not exist in" in shown.stderr:
+            return None
+        raise GitFailed(["git", "cat-file", "blob", f"{commit}:{path}"], shown.status, shown.stdout, shown.stderr)
 
     def show_file(self, commit: str, path: str) -> str:
         """`path`'s content at `commit`, not stripped."""

@@ -116,7 +116,7 @@ def plan_new_feature(series: Series, *, name: str, description: str, guards: lis
 def new_feature(context: Context, **asked) -> tuple[NewFeature, Path]:
     """Plan (plan_new_feature's arguments) and write, in one series transaction; the template's path."""
     with series_transaction(context.series_dir) as transaction:
-        context.series = series = load_series(context.series_file)  # read under the lock
+        series = load_series(context.series_file)  # read under the lock
         feature = plan_new_feature(series, **asked)
         transaction.write(SeriesChange(series_toml=feature.series_toml))
     template = series.root / WORK_DIR / f"{feature.name}.commit"

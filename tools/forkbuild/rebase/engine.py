@@ -44,6 +44,7 @@ from forkbuild.rebase.porter import Porter
 from forkbuild.rebase.state import PatchState, Phase, RebaseState, RefMove
 from forkbuild.rebase.target import moved_pin
 from forkbuild.rebase.upstreamed import HunkEvidence, evidence, upstream_collisions
+from forkbuild.series_writer import series_transaction
 from forkbuild.worktree.engine import Engine, Outcome, PatchJob, PatchResult
 from forkbuild.worktrees import TreeGuard, remove_dead_tree, tree_guard
 
@@ -191,7 +192,9 @@ class Rebase:
         state = self._move_ref(state, state.own_ref(OLD_SERIES), old_series.head)
         state = replace(state, patches=tuple(replace(patch, old_commit=result.commit)
                                              for patch, result in zip(state.patches, made, strict=True)))
-        cache_git.add_worktree(state.worktree, state.new_base)
+        # Sparse: only the files the series changes (the rest of the release would be most of the rebase's time).
+        touched = sorted({path for _, path in cache_git.changed_files(state.old_base, old_series.head)})
+        cache_git.add_worktree(state.worktree, state.new_base, only=touched)
         checkpoint("worktree")
         return self.journal.save(replace(state, phase=Phase.REPLAY, cursor=0), "prepared")
 
@@ -335,7 +338,8 @@ class Rebase:
                                                "`forkbuild rebase` writes them all in its report)"]
         raise RebaseStopped(
             f"{patch.file} does not apply to {state.target.version}: {patch.detail}\n"
-            f"  conflicted: {', '.join(patch.conflicts) or 'see `git status`'}\n  work tree: {tree}\n"
+            f"  conflicted: {', '.join(patch.conflicts) or 'see `git status`'}\n"
+            f"  work tree: {tree} (the series' files; `git sparse-checkout disable` there brings the rest)\n"
             f"  the upstream change it collided with ({state.old.version} -> {state.target.version}):\n"
             + "\n".join(f"    {line}" for line in lines),
             hint=f"resolve in {tree} (edit, `git add`), then `forkbuild rebase --continue`; "
@@ -368,22 +372,21 @@ class Rebase:
                      "restores the series from before the rebase and saves the edited files under .forkbuild-work/")
         state = self.journal.save(replace(state, writing=True), "finalize:writing")
         worktree = Git(state.worktree)
-        self.journal.restore_series()  # a known start: redoing this phase writes the same result
-        checkpoint("finalize:restored")
         state = self._move_ref(state, state.own_ref(NEW_SERIES), worktree.head())
-        series_toml = self.context.series_file
-        # Export writes the moved pin with the patches in one transaction, never a new pin over old patches.
-        pinned = moved_pin(series_toml.read_text(), state.target)
-        context = self._fresh_context()
-        context.series = parse_series(pinned, path=series_toml.resolve())
         kept = [patch.file for patch in state.patches if patch.commit]
-        # patches/ holds the backup again (restored above): the files the work tree was built from.
-        record_series_tree(worktree, base=state.new_base, head=worktree.head(), patches=kept,
-                           hashes=series_hashes(context.series))
-        with self.reporter.step("Exporting the rebased patches"):
-            # Every patch rewritten against the new pin; those left out dropped (series_edit.unported).
-            plan = export_series(context=context, tree=worktree.path, refresh=True, series_toml=pinned,
-                          drops=tuple(patch.file for patch in state.patches if not patch.commit))
+        with series_transaction(self.context.series_dir) as transaction:
+            transaction.write(self.journal.restore_change())  # a known start: redoing this phase writes the same result
+            checkpoint("finalize:restored")
+            # Export writes the moved pin with the patches in one write, never a new pin over old patches.
+            pinned = moved_pin(self.context.series_file.read_text(), state.target)
+            # patches/ holds the backup again (restored above): the files the work tree was built from.
+            record_series_tree(worktree, base=state.new_base, head=worktree.head(), patches=kept,
+                               hashes=series_hashes(parse_series(pinned, path=self.context.series_file.resolve())))
+            with self.reporter.step("Exporting the rebased patches"):
+                # Every patch rewritten against the new pin; those left out dropped (series_edit.unported).
+                plan = export_series(context=self._fresh_context(), tree=worktree.path, refresh=True, series_toml=pinned,
+                                     drops=tuple(patch.file for patch in state.patches if not patch.commit),
+                                     transaction=transaction)
         checkpoint("finalize:exported")
         exported = replace(state, written=self.journal.series_hashes(), writing=False, phase=Phase.CHECKED,
                            unported=plan.unported)
@@ -444,7 +447,8 @@ class Rebase:
         cache_git = self.cache.git()
         remove_dead_tree(cache_git, state.worktree)  # with a stopped merge's state and a killed git's index.lock
         checkpoint("abort:tree")
-        self.journal.restore_series()
+        with series_transaction(self.context.series_dir) as transaction:
+            transaction.write(self.journal.restore_change())
         checkpoint("abort:series")
         with self.cache.locked():
             for ref in restore_refs(cache_git, state.refs):

@@ -19,7 +19,7 @@ from forkbuild.errors import ForkbuildError
 from forkbuild.fsutil import fsync_directory, sync_files, write_atomic
 from forkbuild.layout import PATCHES_DIR, SERIES_FILE, WORK_DIR
 from forkbuild.rebase.state import SCHEMA, RebaseState
-from forkbuild.series_writer import remove_dir
+from forkbuild.series_writer import SeriesChange, remove_dir
 
 JOURNAL_DIR = "rebase-journal"
 STATE_FILE = "state.json"
@@ -118,21 +118,24 @@ class Journal:
                 shutil.copy2(self.series_dir / relative, target / relative)
         return target
 
-    def restore_series(self) -> None:
-        """Put series.toml and patches/ back exactly as they were (bytes and file set)."""
+    def restore_change(self) -> SeriesChange:
+        """What puts series.toml and patches/ back exactly as they were (bytes and file set): for the
+        series writer, computed under its lock."""
         hashes = self.backed_up_hashes()
         damaged = [relative for relative, digest in file_hashes(self.backup, hashes).items() if digest != hashes[relative]]
         if damaged:
             raise ForkbuildError(f"the journal's backup of {', '.join(damaged)} is damaged (sha256 mismatch)",
                                  hint=f"recover it by hand from {self.backup} or from git")
         current = self.series_hashes()
-        for relative in current.keys() - hashes.keys():
-            (self.series_dir / relative).unlink()
-        for relative in (relative for relative, digest in hashes.items() if current.get(relative) != digest):
-            source, target = self.backup / relative, self.series_dir / relative
-            target.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(target, source.read_bytes())
-            shutil.copystat(source, target)
+        differ = [relative for relative, digest in hashes.items() if current.get(relative) != digest]
+        prefix = f"{PATCHES_DIR}/"
+        return SeriesChange(
+            series_toml=(self.backup / SERIES_FILE).read_bytes().decode("utf-8", "surrogateescape")
+            if SERIES_FILE in differ else None,
+            patches={relative.removeprefix(prefix): (self.backup / relative).read_bytes()
+                     for relative in differ if relative != SERIES_FILE},
+            removed=tuple(sorted(relative.removeprefix(prefix) for relative in current.keys() - hashes.keys()
+                                 if relative != SERIES_FILE)))
 
     def remove(self) -> None:
         remove_dir(self.path)

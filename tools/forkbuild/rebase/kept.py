@@ -19,9 +19,7 @@ def with_lost_lines(repo: Git, state: RebaseState, *, old_head: str, new_head: s
 
     @cache
     def lines_at(commit: str, path: str) -> frozenset[str]:
-        if not repo.has_file(commit, path):
-            return frozenset()
-        return frozenset(line.rstrip() for line in repo.show_file(commit, path).splitlines())
+        return frozenset(line.rstrip() for line in (repo.file_at(commit, path) or "").splitlines())
 
     patches = []
     for patch in state.patches:

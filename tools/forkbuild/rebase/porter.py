@@ -25,10 +25,11 @@ import builtins
 import copy
 import difflib
 import functools
+import gc
 import re
 import tempfile
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -113,7 +114,7 @@ def _spans(text: str) -> tuple[tuple[int, int, str], ...] | None:
     return tuple(spans)
 
 
-def places(text: str, lines: list[int]) -> set[str] | None:
+def places(text: str, lines: Iterable[int]) -> set[str] | None:
     """The qualified names of the innermost class/function holding each of `lines`; None: no parse."""
     spans = _spans(text)
     if spans is None:
@@ -132,27 +133,35 @@ def qualified_names(text: str) -> set[str]:
 
 @functools.lru_cache(maxsize=64)
 def undefined_names(text: str, path: str, keep: frozenset[str] | None = None) -> frozenset[str]:
-    """The undefined names pyflakes finds in `text` (a module that parses); with `keep`, in its
-    top-level statements with the functions and classes not named in `keep` reduced to stubs that
-    keep their names bound (a quarter second becomes a few milliseconds on a large module)."""
+    """The undefined names pyflakes finds in `text` (a module that parses); with `keep` (qualified
+    names), in its statements with every function and class not in `keep` reduced to a stub that
+    keeps its name bound (a quarter second becomes a few milliseconds on a large module)."""
     tree = _tree(text) or ast.parse(text)
     if keep is not None:
-        body = []
-        for node in tree.body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name not in keep:
-                node = copy.copy(node)
-                node.body = [ast.copy_location(ast.Pass(), node)]
-            body.append(node)
-        tree = ast.Module(body=body, type_ignores=[])
+        tree = ast.Module(body=[_stubbed(node, keep, "") for node in tree.body], type_ignores=[])
     found = checker.Checker(tree, filename=path).messages
     return frozenset(message.message_args[0] for message in found
                      if isinstance(message, (messages.UndefinedName, messages.UndefinedLocal)))
 
 
+def _stubbed(node: ast.stmt, keep: frozenset[str], prefix: str) -> ast.stmt:
+    """`node` with each function and class not in `keep` a stub; a kept class's members likewise (a
+    method's names are its own: the class's scope is not theirs)."""
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return node
+    name = prefix + node.name
+    if name in keep and not isinstance(node, ast.ClassDef):
+        return node
+    node = copy.copy(node)
+    node.body = [_stubbed(child, keep, name + ".") for child in node.body] if name in keep \
+        else [ast.copy_location(ast.Pass(), node)]
+    return node
+
+
 def new_undefined(before: str | None, after: str, path: str) -> frozenset[str]:
-    """Names `after` leaves undefined that `before` did not: both checked on the functions and classes
-    the change touches (and every other top-level statement), or whole where it removes a line at the
-    module's top level that may bind a name others use."""
+    """Names `after` leaves undefined that `before` did not: both checked on the functions and methods
+    the change touches (and every other statement outside a function), or whole where it removes a
+    line at the module's top level that may bind a name others use."""
     after_tree = _tree(after)
     if after_tree is None:
         return frozenset()
@@ -162,18 +171,25 @@ def new_undefined(before: str | None, after: str, path: str) -> frozenset[str]:
     old_lines = before.splitlines()
     keep: frozenset[str] | None = None
     if not any(BINDS.search(old_lines[number - 1]) and not old_lines[number - 1][:1].isspace() for number in removed):
-        keep = frozenset(_top_names(after_tree, added) | _top_names(_tree(before), removed))
+        keep = frozenset(_holding(after_tree.body, added, "") | _holding(_tree(before).body, removed, ""))  # type: ignore[union-attr]
     return undefined_names(after, path, keep) - undefined_names(before, path, keep)
 
 
-def _top_names(tree: ast.Module | None, lines: list[int]) -> set[str]:
-    """The top-level functions and classes holding any of `lines`."""
-    return {node.name for node in (tree.body if tree else ())
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-            and any(node.lineno <= line <= (node.end_lineno or node.lineno) for line in lines)}
+def _holding(nodes: list[ast.stmt], lines: Sequence[int], prefix: str) -> set[str]:
+    """The qualified names of the functions and classes among `nodes` (and the members of such a
+    class) that hold any of `lines`."""
+    found = set()
+    for node in nodes:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and \
+                any(node.lineno <= line <= (node.end_lineno or node.lineno) for line in lines):
+            found.add(prefix + node.name)
+            if isinstance(node, ast.ClassDef):
+                found |= _holding(node.body, lines, f"{prefix}{node.name}.")
+    return found
 
 
-def _changed_lines(before: str, after: str) -> tuple[list[int], list[int]]:
+@functools.lru_cache(maxsize=16)
+def _changed_lines(before: str, after: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """1-based lines `after` adds and lines of `before` it removes (non-blank ones)."""
     old, new = before.splitlines(), after.splitlines()
     head = 0  # a hunk changes one region: diff only what lies between the common head and tail
@@ -189,7 +205,7 @@ def _changed_lines(before: str, after: str) -> tuple[list[int], list[int]]:
             added += [head + number + 1 for number in range(j1, j2) if middle_new[number].strip()]
         if tag in ("delete", "replace"):
             removed += [head + number + 1 for number in range(i1, i2) if middle_old[number].strip()]
-    return added, removed
+    return tuple(added), tuple(removed)
 
 
 class Porter:
@@ -206,14 +222,13 @@ class Porter:
         self.own_words = {*DEFINED.findall(added), *ASSIGNED.findall(added),
                           *(option.replace("-", "_") for option in OPTION.findall(added))}
         self._modules: dict[str, set[str]] = {}  # the words of a module file of the new release, read once
-        self._bound: frozenset[str] = frozenset()  # the names the file being ported binds before its hunks
 
     def port(self) -> Port:
         """Every hunk ported, or up to the first that cannot be (the patch then stops for a person:
         the hunks after it are "not tried")."""
         files: dict[str, str | None] = {}
         hunks: list[HunkPort] = []
-        with _scratch() as scratch:
+        with _scratch() as scratch, _no_cycle_collection():
             for diff in file_diffs(self.diff):
                 if any(hunk.status == "failed" for hunk in hunks):
                     hunks += [HunkPort(file=diff.path, hunk=number, status="not tried",
@@ -225,11 +240,8 @@ class Porter:
                 hunks += ported
         return Port(files=files, hunks=tuple(hunks))
 
-    def _show(self, commit: str, path: str) -> str | None:
-        return self.repo.show_file(commit, path) if self.repo.has_file(commit, path) else None
-
     def _port_file(self, scratch: Git, diff: FileDiff) -> tuple[str | None, list[HunkPort]]:
-        current = self._show(self.new_head, diff.path)
+        current = self.repo.file_at(self.new_head, diff.path)
         whole = _apply(scratch, diff, diff.hunks, current, context=3)
         if whole is not None:  # the file's hunks apply together as they are: git's own rung, for this file
             left = _new_undefined(current, whole[0], diff.path)
@@ -238,8 +250,8 @@ class Porter:
                                        checks=f"applies as is, but leaves undefined: {', '.join(left)}" if left
                                        else "applies as is; no new undefined name")
                               for number in range(1, len(diff.hunks) + 1)]
-        base = self._show(f"{self.old_commit}^", diff.path)
-        old = self._show(self.old_commit, diff.path)
+        base = self.repo.file_at(f"{self.old_commit}^", diff.path)
+        old = self.repo.file_at(self.old_commit, diff.path)
         if current is None or base is None or old is None or diff.deleted:
             reason = "its file is not in the new release" if current is None and not diff.created else \
                 "a created or deleted file that does not apply as is"
@@ -251,7 +263,6 @@ class Porter:
                                       checks="not a .py file: only Python is ported hunk by hunk")
                              for number in range(1, len(diff.hunks) + 1)]
         ported: list[HunkPort] = []
-        self._bound = bound_names(current)  # what the file binds before its hunks: the quick undefined-name check
         start = current
         for number, hunk in enumerate(diff.hunks, start=1):
             if any(done.status == "failed" for done in ported):
@@ -358,7 +369,8 @@ class Porter:
         # pyflakes (a quarter second on a large module) only where a name on the added lines may be unbound;
         # _port_file checks the file as ported with pyflakes in any case.
         new_names: AbstractSet[str] = set()
-        if _may_leave_undefined(candidate, hunk, set(added), bound=self._bound):
+        # (the patch's own names: checked on the file as ported, in _port_file)
+        if _may_leave_undefined(candidate, hunk, set(added), bound=bound_names(current) | self.own_words):
             new_names = new_undefined(current, candidate, path) - self.own_words  # the patch's own: see _port_file
         if new_names:
             return "leaves undefined: " + ", ".join(sorted(new_names))
@@ -392,7 +404,7 @@ class Porter:
         if name in self.own_words or name in self.known:
             return True
         if module not in self._modules:  # a module, or a package's __init__
-            text = self._show(self.new_head, module) or self._show(self.new_head, module[:-3] + "/__init__.py") or ""
+            text = self.repo.file_at(self.new_head, module) or self.repo.file_at(self.new_head, module[:-3] + "/__init__.py") or ""
             self._modules[module] = set(re.findall(r"\w+", text))
         return name in self._modules[module]
 
@@ -422,11 +434,11 @@ def _landed(hunk: Hunk, current: str, candidate: str) -> set[str] | None:
         return places(current, removed)
     if not any(kind == "+" and IMPORT_LINE.match(text) for kind, text in hunk.lines):
         lines = candidate.splitlines()
-        added = [number for number in added if not IMPORT_LINE.match(lines[number - 1])]
+        added = tuple(number for number in added if not IMPORT_LINE.match(lines[number - 1]))
     return places(candidate, added)
 
 
-def _stray_import(text: str, added: list[int]) -> str | None:
+def _stray_import(text: str, added: Sequence[int]) -> str | None:
     """An added top-level import whose neighbouring imports share no package with it (the wrong list)."""
     lines = text.splitlines()
     for number in added:
@@ -451,7 +463,10 @@ class _Names(NamedTuple):
     annotated: dict[str, str]
 
 
-def _scan(nodes: list[ast.stmt]) -> _Names:
+@functools.lru_cache(maxsize=16)
+def _scan(text: str, lines: frozenset[int]) -> _Names:
+    """One walk of the top-level statements of `text` (it parses) that hold any of `lines`."""
+    nodes = _touched(_tree(text), lines)  # type: ignore[arg-type]
     bound: set[str] = set()
     loads: dict[int, set[str]] = defaultdict(set)
     attributes: dict[int, set[tuple[str, str]]] = defaultdict(set)
@@ -494,7 +509,7 @@ def bound_names(text: str) -> frozenset[str]:
     return frozenset(found)
 
 
-def _touched(tree: ast.Module, lines: set[int]) -> list[ast.stmt]:
+def _touched(tree: ast.Module, lines: AbstractSet[int]) -> list[ast.stmt]:
     """The top-level statements that hold any of `lines`."""
     return [node for node in tree.body
             if any(node.lineno <= line <= (node.end_lineno or node.lineno) for line in lines)]
@@ -506,7 +521,7 @@ def _may_leave_undefined(text: str, hunk: Hunk, lines: set[int], *, bound: froze
     tree = _tree(text)
     if tree is None or any(kind == "-" and BINDS.search(line) for kind, line in hunk.lines):
         return True
-    names = _scan(_touched(tree, lines))
+    names = _scan(text, frozenset(lines))
     known = bound | names.bound
     return any(not names.loads.get(line, set()) <= known for line in lines)
 
@@ -525,10 +540,24 @@ def _reaches(text: str, lines: set[int], path: str) -> set[tuple[str, str]]:
             root = "/".join(package[:package.index(node.module.split(".")[0])])
             module = f"{root}/{node.module.replace('.', '/')}.py".lstrip("/")
             imported.update((alias.asname or alias.name, module) for alias in node.names)
-    names = _scan(_touched(tree, lines))
+    names = _scan(text, frozenset(lines))
     bound = {**{arg: imported[kind] for arg, kind in names.annotated.items() if kind in imported}, **imported}
     return {(attribute, bound[base]) for line in lines for base, attribute in names.attributes.get(line, ())
             if base in bound}
+
+
+@contextmanager
+def _no_cycle_collection() -> Iterator[None]:
+    """The cycle collector paused: each parse of a large module makes a few hundred thousand nodes,
+    and the collections they set off walk every tree kept (a third of the porter's time, measured by
+    bench/bench_rebase.py); the trees hold no cycles, reference counting frees them."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 @contextmanager

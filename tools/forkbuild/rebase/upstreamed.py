@@ -59,12 +59,13 @@ def evidence(repo: Git, *, commit: str, patch_text: str) -> list[HunkEvidence]:
     found = []
     for patched in parse_diff(patch_text):
         path = patched.path
-        present = repo.has_file(commit, path)
-        if patched.is_removed_file or not present:
+        text = repo.file_at(commit, path)
+        present = text is not None
+        if patched.is_removed_file or text is None:
             found.append(HunkEvidence(file=path, hunk=0, found=patched.is_removed_file and not present,
                                       how="file absent" if patched.is_removed_file else "not found"))
             continue
-        lines = repo.show_file(commit, path).splitlines(keepends=True)
+        lines = text.splitlines(keepends=True)
         if patched.is_added_file:
             wanted = [line.value for hunk in patched for line in hunk.target_lines()]
             found.append(HunkEvidence(file=path, hunk=0, found=wanted == lines, how="file identical"))
