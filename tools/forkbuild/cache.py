@@ -74,7 +74,7 @@ class UpstreamCache:
         repo = Git(self.repo_path)
         tag = f"refs/tags/{upstream.tag}"
         commit = repo.rev(tag)
-        if commit is None and repo.run("show-ref", "--verify", "--quiet", "--end-of-options", tag, check=False).status == 0:
+        if commit is None and repo.ref_exists(tag):
             raise self.damaged(f"its tag {upstream.tag} names a commit git cannot read")
         if commit is not None:
             expected = self.verified(upstream)
@@ -138,7 +138,7 @@ class UpstreamCache:
     def check_readable(self, commit: str) -> None:
         """`fetch`: every file of `commit` reads (damage is named here, not in a later command)."""
         try:
-            self.git().run("archive", "--format=tar", f"--output={os.devnull}", "--end-of-options", commit)
+            self.git().check_readable(commit)
         except GitFailed as error:
             raise self.explain(error) or self.damaged(error.stderr) from None
 
@@ -159,7 +159,7 @@ class UpstreamCache:
                 if tagged is not None and tagged != commit:  # a tag from before imports were recorded
                     raise self.moved(upstream, tagged, commit)
                 if tagged is None:
-                    repo.run("tag", "--no-sign", "--end-of-options", upstream.tag, commit)
+                    repo.tag(upstream.tag, commit)
                 self._record(upstream, commit)
             return commit
 
@@ -180,7 +180,7 @@ class UpstreamCache:
                 checked.append(f"{pin.filename}: sha256 matches the pin")
         if (self.repo_path / "HEAD").exists():
             try:
-                self.git().run("fsck", "--no-dangling", "--no-progress")
+                self.git().fsck()
             except GitFailed as error:
                 raise UpstreamError(f"{self.repo_path} is damaged (git fsck):\n{error.stderr or error.stdout}",
                                     hint=f"move {self.repo_path} aside and run `forkbuild fetch` to import it anew") from None

@@ -102,11 +102,10 @@ class Fleet:
     # -- ship --
     def ship(self, image: str, *, local: Docker) -> list[str]:
         """The image on every node (same ID): loaded where missing; a line per node."""
-        found = local.run("image", "inspect", "--format", "{{.Id}}", image, check=False)
-        if found.status != 0:
+        image_id = local.image_id(image)
+        if not image_id:
             raise FleetError(f"{image} is not in this machine's image store ({local.env.get('DOCKER_HOST', 'default')})",
                              hint="build it first (forkbuild build-image), or name another with --image")
-        image_id = found.stdout.strip()
         dockers = self.reachable()
 
         def ship_one(node: Node) -> str:
@@ -129,7 +128,7 @@ class Fleet:
 
     @staticmethod
     def _image_id(docker: Docker, image: str) -> str:
-        return docker.run("image", "inspect", "--format", "{{.Id}}", image, check=False).stdout.strip()
+        return docker.image_id(image)
 
     # -- preflight --
     def preflight(self, files: Sequence[NodeFile], *, timeout: float) -> list[str]:
@@ -180,8 +179,7 @@ class Fleet:
     def running(self) -> list[str]:
         """The nodes where this cluster's container exists (a started or half-started cluster)."""
         dockers = self.reachable()
-        found = in_parallel(self.nodes, lambda node: dockers[node.name].run(
-            "container", "inspect", self.container, check=False, timeout=60).status == 0)
+        found = in_parallel(self.nodes, lambda node: dockers[node.name].container_exists(self.container))
         return [node.name for node, there in found if there is True]
 
     # -- up / down --
@@ -225,26 +223,18 @@ class Fleet:
         def remove(node: Node) -> str:
             if node.name not in dockers:
                 return "not reachable"
-            docker = dockers[node.name]
-            if docker.run("container", "inspect", name, check=False, timeout=60).status != 0:
-                return f"no {name} there"
-            done = docker.run("rm", "--force", name, check=False, timeout=120)
-            if done.status != 0:
-                raise FleetError(f"docker rm --force {name} failed: {tail(done.stderr)}")
-            return f"removed {name}"
+            return dockers[node.name].remove_container(name)
         return {node.name: str(result) for node, result in in_parallel(self.nodes, remove)}
 
     # -- status / logs --
     def status(self, *, image: str, health: str, local: Docker | None) -> list[str]:
         dockers = self.reachable()
-        wanted = local.run("image", "inspect", "--format", "{{.Id}}", image, check=False).stdout.strip() \
-            if local else ""
+        wanted = local.image_id(image) if local else ""
 
         def look(node: Node) -> str:
-            found = dockers[node.name].run("inspect", self.container, check=False)
-            if found.status != 0:
+            info = dockers[node.name].inspect_container(self.container)
+            if info is None:
                 return f"{node.name:<16} rank {node.rank}  no container"
-            info = json.loads(found.stdout)[0]
             env = dict(item.split("=", 1) for item in info["Config"]["Env"] if "=" in item)
             same = "image matches" if info["Image"] == wanted else \
                 f"image {info['Image'][7:19]} (this machine's {image}: {wanted[7:19] or 'absent'})"
@@ -269,8 +259,7 @@ class Fleet:
                               source="command line")
 
         def read(node: Node) -> str:
-            done = dockers[node.name].run("logs", "--tail", str(lines), self.container, check=False, timeout=60)
-            text = (done.stdout + done.stderr).rstrip() or "(no output)"
+            text = dockers[node.name].logs(self.container, lines=lines) or "(no output)"
             return f"== {node.name} (rank {node.rank}) ==\n{text}"
         return [str(result) for _, result in in_parallel(chosen, read)]
 

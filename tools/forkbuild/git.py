@@ -215,6 +215,39 @@ class Git:
     def update_ref(self, ref: str, commit: str) -> None:
         self.run("update-ref", "--end-of-options", ref, commit)
 
+    def move_head(self, commit: str) -> None:
+        """HEAD (detached) at `commit`; the index and the work tree stay as they are."""
+        self.run("update-ref", "--no-deref", "--end-of-options", "HEAD", commit)
+
+    def ref_exists(self, ref: str) -> bool:
+        """Whether `ref` exists, whatever it names (rev() is None also for a ref to an unreadable commit)."""
+        return self.run("show-ref", "--verify", "--quiet", "--end-of-options", ref, check=False).status == 0
+
+    def tag(self, name: str, commit: str) -> None:
+        """A lightweight tag, never signed."""
+        self.run("tag", "--no-sign", "--end-of-options", name, commit)
+
+    def check_readable(self, commit: str) -> None:
+        """Every file of `commit` reads (an archive written to nowhere); GitFailed where one does not."""
+        self.run("archive", "--format=tar", f"--output={os.devnull}", "--end-of-options", commit)
+
+    def fsck(self) -> None:
+        """`git fsck` of every object; GitFailed naming the damage."""
+        self.run("fsck", "--no-dangling", "--no-progress")
+
+    def merge_tree(self, ours: str, theirs: str) -> tuple[bool, str, list[str], str]:
+        """`git merge-tree --write-tree` of two commits: (clean, the tree, the conflicted paths, git's messages)."""
+        result = self.run("merge-tree", "--write-tree", "--name-only", "--messages", "--end-of-options", ours, theirs,
+                          check=False)
+        # --write-tree --name-only --messages: the tree, the conflicted paths, a blank line, the messages
+        head, _, messages = result.stdout.partition("\n\n")
+        tree, *conflicted = head.splitlines() or [""]
+        return result.status == 0, tree, [path for path in conflicted if path], messages
+
+    def cherry_pick_no_commit(self, commit: str) -> Completed:
+        """`git cherry-pick --no-commit` (conflicts left in the work tree); the result, not raised."""
+        return self.run("cherry-pick", "--no-commit", "--allow-empty", "--end-of-options", commit, check=False)
+
     def delete_ref(self, ref: str) -> None:
         self.run("update-ref", "-d", "--end-of-options", ref)
 
@@ -255,6 +288,10 @@ class Git:
         """Every work tree of this repository (the main one first)."""
         listing = self.out("worktree", "list", "--porcelain")
         return [Path(line.removeprefix("worktree ")) for line in listing.splitlines() if line.startswith("worktree ")]
+
+    def unlock_worktree(self, path: Path) -> None:
+        """Unlock a work tree (a killed `worktree add` leaves it locked); nothing where it is not."""
+        self.run("worktree", "unlock", str(Path(path).resolve()), check=False)
 
     def prune_worktrees(self) -> None:
         self.run("worktree", "prune")

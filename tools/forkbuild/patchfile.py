@@ -7,6 +7,7 @@ import email
 import email.header
 import email.message
 import re
+from collections.abc import Set as AbstractSet
 from pathlib import Path, PurePosixPath
 from typing import NamedTuple
 
@@ -358,6 +359,13 @@ class FileDiff(NamedTuple):
     created: bool
     deleted: bool
     hunks: tuple[Hunk, ...]
+
+
+def only_files(text: str, paths: AbstractSet[str]) -> str | None:
+    """A patch file's text with its mail part and the diffs of `paths` only; None where it changes none of them."""
+    head, *chunks = re.split(r"(?m)^(?=diff --git )", text)
+    kept = [chunk for chunk in chunks if any(diff.path in paths for diff in file_diffs(chunk))]
+    return head + "".join(kept) if kept else None
 
 
 def file_diffs(diff: str) -> list[FileDiff]:

@@ -182,7 +182,7 @@ def remove_dead_tree(cache_git: Git, tree: Path) -> None:
     """Remove a dead owner's work tree: directory, registration (even a locked one), index.lock."""
     tree = Path(tree)
     clear_stale_index_lock(tree)
-    cache_git.run("worktree", "unlock", str(tree.resolve()), check=False)  # a killed `worktree add` locks it
+    cache_git.unlock_worktree(tree)  # a killed `worktree add` locks it
     if tree.exists():
         shutil.rmtree(tree, ignore_errors=True)
     cache_git.prune_worktrees()

@@ -80,9 +80,7 @@ def build_image(*, docker: Docker, context: ImageContext, mode: str, base: str, 
 
 def layers_above(docker: Docker, image: str, base: str) -> tuple[Layer, ...]:
     def history(ref: str) -> list[Layer]:
-        output = docker.run("history", "--no-trunc", "--human=false", "--format", "{{.Size}}\t{{.CreatedBy}}", ref)
-        lines = [line.partition("\t") for line in output.stdout.splitlines()]
-        return [Layer(size=int(size), created_by=created_by) for size, _, created_by in reversed(lines)]
+        return [Layer(size=size, created_by=created_by) for size, created_by in docker.history(ref)]
 
     below = len(history(base)) if docker.image_exists(base) else 0
     return tuple(history(image)[below:])

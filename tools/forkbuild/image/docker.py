@@ -4,6 +4,7 @@ echoed with -v, a missing one a ToolMissing, a failure a BuildError. /usr/bin/do
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from forkbuild import process
 from forkbuild.console import Reporter
-from forkbuild.errors import BuildError, ToolMissing
+from forkbuild.errors import BuildError, FleetError, ToolMissing
 
 DEBIAN_CLIENT = Path("/usr/bin/docker")
 CLIENT_HINT = "run `.ci/dockerd.sh start` (installs docker.io) or set FORKBUILD_DOCKER to a docker client"
@@ -91,6 +92,38 @@ class Docker:
 
     def image_exists(self, ref: str) -> bool:
         return self.run("image", "inspect", ref, check=False).status == 0
+
+    def image_id(self, ref: str) -> str:
+        """`sha256:...` of an image in this daemon's store, "" where it has none of that name."""
+        found = self.run("image", "inspect", "--format", "{{.Id}}", ref, check=False)
+        return found.stdout.strip() if found.status == 0 else ""
+
+    def history(self, ref: str) -> list[tuple[int, str]]:
+        """(size, created by) of each layer of an image, oldest first."""
+        output = self.run("history", "--no-trunc", "--human=false", "--format", "{{.Size}}\t{{.CreatedBy}}", ref)
+        return [(int(size), created_by) for size, _, created_by in
+                reversed([line.partition("\t") for line in output.stdout.splitlines()])]
+
+    def inspect_container(self, name: str) -> dict | None:
+        """`docker inspect` of a container; None where there is none of that name."""
+        found = self.run("inspect", name, check=False)
+        return json.loads(found.stdout)[0] if found.status == 0 else None
+
+    def container_exists(self, name: str) -> bool:
+        return self.run("container", "inspect", name, check=False, timeout=60).status == 0
+
+    def remove_container(self, name: str) -> str:
+        """`docker rm --force` of a container: what was done ("no NAME there" where there was none)."""
+        if not self.container_exists(name):
+            return f"no {name} there"
+        done = self.run("rm", "--force", name, check=False, timeout=120)
+        if done.status != 0:
+            raise FleetError(f"docker rm --force {name} failed: {tail(done.stderr)}")
+        return f"removed {name}"
+
+    def logs(self, container: str, *, lines: int) -> str:
+        done = self.run("logs", "--tail", str(lines), container, check=False, timeout=60)
+        return (done.stdout + done.stderr).rstrip()
 
     def platform_of(self, ref: str) -> str:
         """`linux/arm64` of an image in this daemon's store."""

@@ -46,6 +46,7 @@ DISTINCTIVE = re.compile(r"\w{3}")  # a line worth anchoring on: some word, not 
 DEFINED = re.compile(r"^\s*(?:async\s+)?(?:def|class)\s+(\w+)", re.MULTILINE)
 ASSIGNED = re.compile(r"^\s*(?:self\.)?(\w+)\s*(?::[^=\n]*)?=(?!=)", re.MULTILINE)
 OPTION = re.compile(r"[\"']--([\w-]+)[\"']")
+STATEMENT_LISTS = ("body", "orelse", "finalbody", "handlers", "cases")  # the fields of a node that hold statements
 BINDS = re.compile(r"^\s*(?:import\s|from\s|def\s|async\s+def\s|class\s|global\s|nonlocal\s|[\w.,\s*()\[\]]+=(?!=)|for\s|with\s)")
 
 
@@ -102,13 +103,14 @@ def _spans(text: str) -> tuple[tuple[int, int, str], ...] | None:
     spans: list[tuple[int, int, str]] = []
 
     def walk(node: ast.AST, prefix: str) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                start = min([decorator.lineno for decorator in child.decorator_list] + [child.lineno])
-                spans.append((start, child.end_lineno or child.lineno, prefix + child.name))
-                walk(child, f"{prefix}{child.name}.")
-            elif isinstance(child, (ast.stmt, ast.excepthandler, ast.match_case)):
-                walk(child, prefix)
+        for field in STATEMENT_LISTS:  # statements hold statements only in these (an expression holds none)
+            for child in getattr(node, field, ()):
+                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    start = min([decorator.lineno for decorator in child.decorator_list] + [child.lineno])
+                    spans.append((start, child.end_lineno or child.lineno, prefix + child.name))
+                    walk(child, f"{prefix}{child.name}.")
+                else:
+                    walk(child, prefix)
 
     walk(tree, "")
     return tuple(spans)
@@ -298,7 +300,7 @@ class Porter:
         # The class/function it belongs in was there before the patch and is gone from the new release
         # (one the hunk itself adds is not "gone").
         targets = (expected or set()) - {"<module>"}
-        if targets and targets <= qualified_names(base) and not targets & qualified_names(current):
+        if targets and not targets & qualified_names(current) and targets <= qualified_names(base):
             return HunkPort(file=diff.path, hunk=number, status="moot",
                             checks=f"the new release's file has no {', '.join(sorted(targets))}, where it belongs"), current
         if not targets and anchors and not any(anchor in present for anchor in anchors):  # module level: by its lines

@@ -7,6 +7,7 @@ exception (counted apart); a missing DSV41_* name is a harness error. guard_off 
 from __future__ import annotations
 
 import re
+import tempfile
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import Executor
@@ -16,9 +17,8 @@ from pathlib import Path, PurePosixPath
 from forkbuild.config import GUARD_PREFIX, Series
 from forkbuild.context import Context
 from forkbuild.errors import ApplyError
-from forkbuild.git import GitFailed
 from forkbuild.guards_module import write_module
-from forkbuild.patchfile import parse_diff, split_mail
+from forkbuild.patchfile import only_files, parse_diff, read_text, split_mail
 from forkbuild.testpatch import behaviour
 from forkbuild.testpatch.behaviour import TestPython
 from forkbuild.testpatch.records import (
@@ -32,6 +32,7 @@ from forkbuild.testpatch.records import (
     Record,
 )
 from forkbuild.testpatch.structure import environ_path
+from forkbuild.worktree.engine import Engine, Outcome, PatchJob
 from forkbuild.worktrees import temporary_worktree
 
 ASSERTION = "assertion"
@@ -56,16 +57,22 @@ def declarations_tree(*, context: Context) -> Iterator[Path]:
     cache = context.upstream
     base = cache.ensure(series.upstream)
     environ = environ_path(series)
-    with temporary_worktree(cache, purpose="declarations") as dest:
-        tree = cache.git().add_worktree(dest, base)
+    with temporary_worktree(cache, purpose="declarations") as dest, \
+            tempfile.TemporaryDirectory(prefix="forkbuild-environ-") as parts:
+        engine = Engine(cache.git().add_worktree(dest, base))
         for entry in series.patches:
-            try:
-                tree.run("apply", f"--include={environ}", "--", str(entry.path))  # only the environ part
-            except GitFailed as error:
+            part = only_files(read_text(entry.path), {environ})  # only the environ part
+            if part is None:
+                continue
+            job = PatchJob(name=entry.file, path=Path(parts) / entry.file)
+            job.path.write_text(part, encoding="utf-8", errors="surrogateescape")
+            result = engine.run([job], stop=False)[0]
+            if result.outcome not in (Outcome.EXACT, Outcome.OFFSET):  # as it is, never merged
                 raise ApplyError(f"patches/{entry.file}: its {environ} part does not apply on upstream plus "
-                                 f"the declarations of the patches before it:\n{error.stderr}",
+                                 f"the declarations of the patches before it: {result.detail}",
                                  hint="run `forkbuild check`; the feature patches must apply on the guards "
-                                      "patch and each other in series order") from error
+                                      "patch and each other in series order")
+        engine.finish()
         write_module(dest, series=series, features=series.features)
         yield dest / series.upstream.package_root
 

@@ -345,12 +345,8 @@ class Engine:
         git = self.worktree
         ours = git.commit_tree(git.tree_of(self.head), parents=[f"{job.source}^"], message="forkbuild merge base\n",
                                author=MERGE_AUTHOR)
-        result = git.run("merge-tree", "--write-tree", "--name-only", "--messages", "--end-of-options", ours,
-                         job.source, check=False)
-        # --write-tree --name-only --messages: the tree, the conflicted paths, a blank line, the messages
-        head, _, messages = result.stdout.partition("\n\n")
-        tree, *conflicted = head.splitlines() or [""]
-        if result.status == 0 and tree:
+        clean, tree, conflicted, messages = git.merge_tree(ours, job.source)
+        if clean and tree:
             if tree == git.tree_of(self.head):
                 if not self.detect_upstreamed:  # a failure, never an empty commit
                     return PatchResult(name=job.name, outcome=Outcome.CONFLICT, detail=ALREADY_APPLIED)
@@ -360,7 +356,7 @@ class Engine:
             return PatchResult(name=job.name, outcome=Outcome.THREE_WAY, commit=commit,
                                detail=f"merged its commit {job.source[:12]} (merge-ort)")
         report = read_report(messages)
-        return PatchResult(name=job.name, outcome=Outcome.CONFLICT, conflicts=tuple(filter(None, conflicted)) or report.conflicts,
+        return PatchResult(name=job.name, outcome=Outcome.CONFLICT, conflicts=tuple(conflicted) or report.conflicts,
                            detail=report.reason or f"its commit {job.source[:12]} conflicts with the base")
 
     def _merge_by_index_lines(self, job: PatchJob) -> PatchResult:
@@ -384,7 +380,7 @@ class Engine:
         self.materialize()
         git = self.worktree
         if job.source:
-            result = git.run("cherry-pick", "--no-commit", "--allow-empty", "--end-of-options", job.source, check=False)
+            result = git.cherry_pick_no_commit(job.source)
         else:
             result = git.apply_worktree(job.path, three_way=True)
             if read_report(result.stdout + result.stderr).no_preimage or not git.unmerged_paths():
@@ -443,7 +439,7 @@ class Engine:
             author, message = git.authored(job.source) if job.source \
                 else patch_author_message(self._read(job.path))
             commit = git.commit_tree(git.write_tree(), parents=[self.head], message=message, author=author)
-            git.run("update-ref", "--no-deref", "--end-of-options", "HEAD", commit)  # index and work tree stay
+            git.move_head(commit)  # index and work tree stay
         else:
             git.reset_hard(self.head)
             return PatchResult(name=job.name, outcome=Outcome.EMPTIED,
