@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from forkbuild.combination import Combination
 from forkbuild.config import GUARD_PREFIX, Hazard, Series
 from forkbuild.envfile import read_env_file
 from forkbuild.image.runtime import migration
@@ -38,8 +39,8 @@ def closest(name: str, known: Iterable[str], *, cutoff: float = 0.6) -> str:
     return f" (perhaps you meant {matches[0]}?)" if matches else ""
 
 
-def doctor_env(series: Series, *, variant: str, env_file: Path) -> EnvReport:
-    chosen = series.variant(variant)
+def doctor_env(series: Series, *, variant: Combination, env_file: Path) -> EnvReport:
+    chosen = variant
     values = read_env_file(env_file)
     plain = {key: item.value for key, item in values.items()}
     built = [{"env": g.env, "type": g.type, "default": g.default} for g in series.guards_for(chosen.features)]
@@ -60,7 +61,7 @@ def doctor_env(series: Series, *, variant: str, env_file: Path) -> EnvReport:
     guards = {g.env: g for g in series.all_guards()}
     known = {*series.runtime_env, *chosen.env, *migration.SETTING_NOTES}
     unused = [f"{env_file}:{item.line}: {key}={item.value!r}: feature {guards[key].feature} is not in variant "
-              f"{variant}: no effect" for key, item in values.items()
+              f"{variant.name}: no effect" for key, item in values.items()
               if key in guards and key not in {g["env"] for g in built}]
     unknown = [f"{env_file}:{item.line}: {key}={item.value!r}: not a guard of series {series.name}"
                + closest(key, guards) for key, item in values.items()
@@ -73,7 +74,7 @@ def doctor_env(series: Series, *, variant: str, env_file: Path) -> EnvReport:
     effective = {**{g.env: g.default for g in series.guards_for(chosen.features)}, **environ}
     hazards = tuple(hazard for hazard in series.hazards
                     if all(env in guards and guards[env].feature in chosen.features for env in hazard.when)
-                    and hazard.holds(guards, effective, variant=variant))
+                    and hazard.holds(guards, effective, variant=variant.name))
     notes = [f"{env_file}:{values[line.split('=', 1)[0]].line}: {line}"
              for line in migration.setting_notes(plain)]
     return EnvReport(values=plain, lines=tuple(lines), changed=tuple(changed), refused=tuple(refused),

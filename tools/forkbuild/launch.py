@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from forkbuild.combination import Combination
 from forkbuild.config import Series, image_platforms
 from forkbuild.doctor import EnvReport, doctor_env, hazard_line
 from forkbuild.errors import ConfigError
@@ -48,12 +49,12 @@ def container_name(variant: str) -> str:
     return f"forkbuild-{variant}"
 
 
-def plan(series: Series, *, variant: str, env_file: Path, hosts: list[str], image: str | None = None,
+def plan(series: Series, *, variant: Combination, env_file: Path, hosts: list[str], image: str | None = None,
          platform: str | None = None, allow_unknown: bool = False,
          accepted: tuple[str, ...] = ()) -> tuple[EnvReport, list[NodeFile]]:
     """Every node's compose file; ConfigError for a bad node list, a .env doctor stops on, an unknown
     DSV41_* name (unless `allow_unknown`) or a hazard not `accepted`."""
-    chosen = series.variant(variant)
+    chosen = variant
     report = doctor_env(series, variant=variant, env_file=env_file)
     unknown = () if allow_unknown else tuple(f"{line} (--allow-unknown to pass it on)" for line in report.unknown)
     hazards = tuple(f"{hazard_line(hazard)} (--accept-hazard {hazard.name} to launch it anyway)"
@@ -66,7 +67,7 @@ def plan(series: Series, *, variant: str, env_file: Path, hosts: list[str], imag
     if len(set(hosts)) != len(hosts):
         problems.append(f"--nodes: a host is named twice: {','.join(hosts)}")
     if tp_size is None or not tp_size.isdigit() or int(tp_size) != len(hosts):
-        problems.append(f"--nodes names {len(hosts)} node(s), but TP_SIZE is {tp_size!r} (variant {variant}"
+        problems.append(f"--nodes names {len(hosts)} node(s), but TP_SIZE is {tp_size!r} (variant {variant.name}"
                         f"{', ' + str(env_file) if 'TP_SIZE' in values else ''}): one node per tensor-parallel rank")
     if problems:
         raise ConfigError(problems, source="forkbuild launch")
@@ -89,8 +90,8 @@ def plan(series: Series, *, variant: str, env_file: Path, hosts: list[str], imag
         environment = {key: value.replace("$", "$$") for key, value in environment.items()}
         # The fleet's platform: the variant's first (tp3/tp4: linux/arm64, the GB10's).
         platform = platform or image_platforms(chosen.platforms or ("linux/arm64",))[0]
-        service = {"image": image or default_tag(variant, "wheel", platform), "platform": platform,
-                   "container_name": container_name(variant), "command": ["serve"], "network_mode": "host",
+        service = {"image": image or default_tag(variant.name, "wheel", platform), "platform": platform,
+                   "container_name": container_name(variant.name), "command": ["serve"], "network_mode": "host",
                    "ipc": "host", "environment": environment, **(GPU_SERVICE if gpus else {})}
         if model:
             service["volumes"] = [f"{model}:{model}:ro"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from forkbuild.combination import resolve
 from forkbuild.commands import add_command
 from forkbuild.console import styled
 from forkbuild.doctor import doctor_env, hazard_line
@@ -27,9 +28,9 @@ def add_parser(subparsers) -> None:
 
 
 def run(args, context) -> int:
-    variant = args.variant or context.series.default_variant
+    variant = resolve(context.series, variant=args.variant)
     report = doctor_env(context.series, variant=variant, env_file=args.env)
-    print(f"variant {variant}: how this build reads {args.env}")
+    print(f"variant {variant.name}: how this build reads {args.env}")
     print("\n".join(report.lines))
     reporter = context.reporter
     for line in report.refused:

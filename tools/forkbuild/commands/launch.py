@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from forkbuild import launch
+from forkbuild.combination import Combination, resolve
 from forkbuild.commands import add_command
 from forkbuild.config import PLATFORMS
 from forkbuild.doctor import hazard_line
@@ -64,9 +65,9 @@ def add_parser(subparsers) -> None:
 
 
 def run(args, context) -> int:
-    variant = args.variant or context.series.default_variant
+    variant = resolve(context.series, variant=args.variant)
     nodes = parse_nodes(args.nodes)
-    fleet = Fleet(nodes=tuple(nodes), variant=variant, reporter=context.reporter)
+    fleet = Fleet(nodes=tuple(nodes), variant=variant.name, reporter=context.reporter)
     if args.action in ("status", "logs", "down"):
         return _look(args, context, fleet, variant)
     if args.env is None:
@@ -84,7 +85,7 @@ def run(args, context) -> int:
         for name, text in texts.items():
             print(f"--- {name}\n{text}", end="")
         return 0
-    out = args.out or context.build_dir / "launch" / variant
+    out = args.out or context.build_dir / "launch" / variant.name
     out.mkdir(parents=True, exist_ok=True)
     if others := sorted(path.name for path in out.glob("node*-*.compose.yaml") if path.name not in texts):
         # Another cluster's files (perhaps edited by hand): never removed or mixed with this one's.
@@ -102,7 +103,7 @@ def run(args, context) -> int:
         # Its ranks would hold DIST_INIT_ADDR: a preflight cannot run beside them.
         if args.action != "up":
             raise FleetError(f"{fleet.container} exists on {', '.join(there)}: the cluster (or part of it) runs",
-                             hint=f"`forkbuild launch --variant {variant} --nodes ... --down` first, or --up to "
+                             hint=f"`forkbuild launch --variant {variant.name} --nodes ... --down` first, or --up to "
                                   "replace it")
         _show("replaced", fleet.down())  # an earlier (or killed) --up of this cluster
     with context.reporter.step(f"ship {image} to {len(nodes)} node(s)"):
@@ -116,15 +117,15 @@ def run(args, context) -> int:
     return 0
 
 
-def _look(args, context, fleet: Fleet, variant: str) -> int:
+def _look(args, context, fleet: Fleet, variant: Combination) -> int:
     if args.action == "down":
         _show("down", fleet.down())
         return 0
     if args.action == "logs":
         print("\n".join(fleet.logs(lines=args.lines, node_name=args.node)))
         return 0
-    platform = args.platform or context.series.variant(variant).platforms[0]
-    image = args.image or default_tag(variant, "wheel", platform)
+    platform = args.platform or variant.platforms[0]
+    image = args.image or default_tag(variant.name, "wheel", platform)
     head = args.env and launch.plan(context.series, variant=variant, env_file=args.env,
                                     hosts=[node.name for node in fleet.nodes], image=image, platform=platform,
                                     allow_unknown=True, accepted=tuple(h.name for h in context.series.hazards))[1]

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from rich.table import Table
 
+from forkbuild.combination import resolve
 from forkbuild.commands import add_command
 from forkbuild.config import arch_of, image_platforms
 from forkbuild.console import styled
@@ -63,7 +64,7 @@ def add_parser(subparsers) -> None:
 
 def run(args, context) -> int:
     series = context.series
-    base = series.variant(args.variant).name if args.variant else ""
+    base = resolve(series, variant=args.variant).name if args.variant else ""
     matrix = build_matrix(series, args.strategy, base=base, force=args.force, limit=args.limit)
     summary = f"{len(matrix.combinations)} combinations ({matrix.strategy}; lower bound {matrix.lower_bound})"
     summary += f"; {matrix.note}" if matrix.note else ""

@@ -10,7 +10,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from forkbuild.combination import of_variant
+from forkbuild.combination import Combination, resolve
 from forkbuild.commands import add_command
 from forkbuild.config import PatchEntry, Series, near_miss
 from forkbuild.errors import MutationError
@@ -61,9 +61,9 @@ def run(args, context) -> int:
 
 def _run(args, context) -> int:
     series = context.series
-    variant = args.variant or series.default_variant
-    combination = of_variant(series, variant)  # an unknown one stops here, with its near miss
-    entries = select(series, variant, args.patch)
+    combination = resolve(series, variant=args.variant)  # an unknown one stops here, with its near miss
+    variant = combination.name
+    entries = select(series, combination, args.patch)
     data = results.load(series.root)
     recorded = data["variants"].setdefault(variant, {"patches": {}})["patches"]
     _apply_moves(context, recorded)  # those a killed run recorded, before this run records anew
@@ -104,11 +104,11 @@ class PatchPlan:
     skipped: tuple[Skipped, ...] = ()
 
 
-def select(series: Series, variant: str, names: list[str]) -> tuple[PatchEntry, ...]:
+def select(series: Series, variant: Combination, names: list[str]) -> tuple[PatchEntry, ...]:
     """The variant's patches, or those of them named by file (with or without .patch)."""
-    by_file = {entry.file: entry for entry in series.patches_for(variant)}
+    by_file = {entry.file: entry for entry in variant.patches(series)}
     files = {name: Path(name if name.endswith(".patch") else f"{name}.patch").name for name in names}
-    if problems := [f"--patch {name}: not a patch of variant {variant}{near_miss(file, by_file)}"
+    if problems := [f"--patch {name}: not a patch of variant {variant.name}{near_miss(file, by_file)}"
                     for name, file in files.items() if file not in by_file]:
         raise MutationError("; ".join(problems))
     return tuple(by_file[file] for file in files.values()) if names else tuple(by_file.values())
