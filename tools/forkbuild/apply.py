@@ -22,6 +22,7 @@ from forkbuild.git import Git
 from forkbuild.guards_module import add_generated_commit, module_path
 from forkbuild.patchfile import PatchInfo, check_patches, read_patch
 from forkbuild.worktree.engine import ALREADY_APPLIED, Engine, Outcome, PatchJob, PatchResult
+from forkbuild.worktree.sequence import Sequencer
 from forkbuild.worktree.smallindex import TreeListing
 from forkbuild.worktree.state import (
     STATE_FILE,
@@ -157,7 +158,7 @@ def _apply_prepared(context: Context, plan: ApplyPlan, worktree: Git, previous: 
         # What the tree shows: the HEAD prepare_worktree checked, or nothing (a new tree).
         engine = Engine(worktree, head=base, shown=previous.head if previous else base, checked_out=bool(previous),
                         before_change=before_change, listing=listing, parsed=plan.parsed)
-        results = _run(engine, run, stop=stop, context=context, features=plan.features)
+        results = _run(Sequencer(engine, run.jobs, stop=stop), run, context=context, features=plan.features)
     return _result(context, plan, dest=dest, base=base, head=engine.head, results=results, report=report_offsets)
 
 
@@ -171,10 +172,9 @@ def resume_apply(*, context: Context, dest: Path, action: str) -> ApplyResult | 
         state = read_stop(worktree)
         if state is None:
             raise ApplyError(f"no apply is stopped in {dest}", hint="`forkbuild apply --all` starts one")
-        engine = Engine(worktree)
+        sequencer = Sequencer(Engine(worktree), state.jobs)
         if action == "abort":
-            engine.skip(state.stopped)
-            worktree.reset_hard(state.started_from)
+            sequencer.abort(state.cursor, back_to=state.started_from)
             if state.previous_state is None:
                 (worktree.git_dir / STATE_FILE).unlink(missing_ok=True)
             else:
@@ -182,22 +182,23 @@ def resume_apply(*, context: Context, dest: Path, action: str) -> ApplyResult | 
             clear_stop(worktree)
             context.reporter.info(f"apply aborted: {dest} is back at {state.started_from[:12]}")
             return None
-        settled = engine.settle(state.stopped) if action == "continue" else engine.skip(state.stopped)
+        settled = sequencer.continue_(state.cursor) if action == "continue" else sequencer.skip(state.cursor)
         context.reporter.info(f"{settled.name}: {settled.outcome} {settled.detail}".rstrip())
         resumed = replace(state, cursor=state.cursor + 1, results=(*state.results, settled))
         series = context.series
         plan = plan_variant(series, of_variant(series, state.variant) if state.variant else whole_series(series))
-        results = _run(engine, resumed, stop=True, context=context, features=plan.features)
-        return _result(context, plan, dest=dest, base=state.base, head=engine.head, results=results)
+        results = _run(sequencer, resumed, context=context, features=plan.features)
+        return _result(context, plan, dest=dest, base=state.base, head=sequencer.engine.head, results=results)
 
 
-def _run(engine: Engine, state: StopState, *, stop: bool, context: Context, features: tuple[str, ...]) -> list[PatchResult]:
-    """Apply state.jobs[state.cursor:]; on a conflict with stop, save the state and raise. Then the
-    generated guards commit of `features`, and one checkout."""
-    results = list(state.results)
-    for result in engine.run(state.jobs[state.cursor:], stop=stop, write=False):
-        if result.outcome is Outcome.CONFLICT and stop:  # the commits before it are written
-            cursor = state.cursor + len(results) - len(state.results)
+def _run(sequencer: Sequencer, state: StopState, *, context: Context, features: tuple[str, ...]) -> list[PatchResult]:
+    """Apply state.jobs[state.cursor:]; on a conflict where the sequencer stops, save the state and
+    raise. Then the generated guards commit of `features`, and one checkout."""
+    engine = sequencer.engine
+
+    def took(cursor: int, result: PatchResult) -> PatchResult:
+        if result.outcome is Outcome.CONFLICT and sequencer.stop:  # the commits before it are written
+            results = [*state.results, *taken]
             stopped = replace(state, cursor=cursor, results=tuple(results))
             write_stop(engine.worktree, stopped)
             _record_applied(engine.worktree, stopped, results, head=engine.head)
@@ -213,7 +214,12 @@ def _run(engine: Engine, state: StopState, *, stop: bool, context: Context, feat
                      "puts the tree back")
             error.label = "stopped"  # the tree waits for a person
             raise error
-        results.append(result)
+        taken.append(result)
+        return result
+
+    taken: list[PatchResult] = []
+    sequencer.run(state.cursor, took=took)
+    results = [*state.results, *taken]
     if state.jobs:  # a build of no patches is upstream as it is
         add_generated_commit(engine, series=context.series, features=features)
     engine.finish()  # writes the pending commits, then the one checkout

@@ -46,6 +46,7 @@ from forkbuild.rebase.target import moved_pin
 from forkbuild.rebase.upstreamed import HunkEvidence, evidence, upstream_collisions
 from forkbuild.series_writer import series_transaction
 from forkbuild.worktree.engine import Engine, Outcome, PatchJob, PatchResult
+from forkbuild.worktree.sequence import Sequencer
 from forkbuild.worktrees import TreeGuard, remove_dead_tree, tree_guard
 
 OLD_SERIES = "old-series"  # the series applied on the old pin (its blobs feed the 3-way merges)
@@ -103,7 +104,7 @@ class Rebase:
         with self.one_at_a_time():
             state = self.journal.load()
             if action == "abort":
-                return self.abort(state)
+                return self.roll_back(state)
             if action == "skip":
                 if state.phase is not Phase.CONFLICT:
                     raise ForkbuildError(f"--skip: the rebase is not stopped at a conflict (phase {state.phase})",
@@ -122,7 +123,7 @@ class Rebase:
                     raise
                 self.reporter.warn("the rebase could not start; putting everything back")
                 # From the journal: it holds every ref the prepare recorded before it failed.
-                self.abort(self.journal.load())
+                self.roll_back(self.journal.load())
                 raise
             state = state.timed("prepare", time.monotonic() - started)
         if state.phase is Phase.CONFLICT:
@@ -235,29 +236,42 @@ class Rebase:
         elif state.tip and worktree.head() != state.tip:
             # Killed between patches: the commits made so far were not checked out yet.
             worktree.reset_hard(state.tip)
-        engine = Engine(worktree, detect_upstreamed=True)
-        while state.cursor < len(state.patches):
-            patch = state.patches[state.cursor]
+        sequencer = self._sequencer(worktree, state, detect_upstreamed=True)
+        engine = sequencer.engine
+
+        def decide(cursor: int) -> PatchResult | None:  # each patch journaled before git touches the tree
+            nonlocal state
+            patch = state.patches[cursor]
             state = self.journal.save(replace(state, phase=Phase.APPLYING, head_before=engine.head),
                                       "applying", at=patch.file)
             applied = applied_upstream(read_patch(self._backup(patch)).trailer_map())
             if applied and _at_or_below(applied, state.target.version):  # its header says upstream has it
-                result = PatchResult(name=patch.file, outcome=Outcome.UPSTREAMED,
-                                     detail=f"Applied-Upstream: {applied}, at or below {state.target.version}")
-            else:
-                result = engine.run([self._job(patch)], stop=True)[0]
-            patch = self._record(state, patch, result)
-            state = state.with_patch(state.cursor, patch)
+                return PatchResult(name=patch.file, outcome=Outcome.UPSTREAMED,
+                                   detail=f"Applied-Upstream: {applied}, at or below {state.target.version}")
+            return None
+
+        def took(cursor: int, result: PatchResult) -> PatchResult:
+            nonlocal state
+            patch = self._record(state, state.patches[cursor], result)
+            state = state.with_patch(cursor, patch)
             if result.outcome is Outcome.CONFLICT:
-                state, patch = self._port_or_stop(state, patch)
-                engine = Engine(worktree, detect_upstreamed=True)  # at the ported commit, or where it was
+                state, patch = self._port_or_stop(state, patch, sequencer)
             self.reporter.info(f"{patch.file}: {report.label(patch.outcome)} {patch.detail}".rstrip())
-            state = self.journal.save(replace(state, phase=Phase.REPLAY, cursor=state.cursor + 1, tip=engine.head),
+            state = self.journal.save(replace(state, phase=Phase.REPLAY, cursor=cursor + 1, tip=engine.head),
                                       "applied", at=patch.file)
+            return result
+
+        sequencer.run(state.cursor, took=took, decide=decide)
         engine.finish()
         return self.journal.save(replace(state, phase=Phase.REPLAYED), "replayed")
 
-    def _port_or_stop(self, state: RebaseState, patch: PatchState) -> tuple[RebaseState, PatchState]:
+    def _sequencer(self, worktree: Git, state: RebaseState, *, detect_upstreamed: bool = False,
+                   head: str = "") -> Sequencer:
+        """The series' patches, one at a time (each journaled), on `head` (default: the tree's HEAD)."""
+        return Sequencer(Engine(worktree, detect_upstreamed=detect_upstreamed, head=head),
+                         [self._job(patch) for patch in state.patches], one_by_one=True)
+
+    def _port_or_stop(self, state: RebaseState, patch: PatchState, sequencer: Sequencer) -> tuple[RebaseState, PatchState]:
         """git's rungs stopped on patches[cursor]: the porter's try; accepted (--accept-ported,
         --accept-moot), proposed at a stop, or the conflict stop where it cannot place every hunk."""
         guards = frozenset(guard.env for guard in self.context.series.all_guards())
@@ -303,7 +317,7 @@ class Rebase:
                 hint="`forkbuild rebase --continue` accepts it as staged (edit and `git add` first to change it; "
                      "moot hunks are left out); `--skip` leaves the patch out; `--abort` puts everything back. "
                      "`rebase --accept-ported --accept-moot` accepts such proposals up front")
-        result = Engine(worktree, head=state.head_before).settle(self._job(patch))
+        result = sequencer.continue_(state.cursor)
         patch = self._record(state, patch, result)
         return state.with_patch(state.cursor, patch), patch
 
@@ -348,16 +362,16 @@ class Rebase:
     def _go_on(self, state: RebaseState, action: str) -> RebaseState:
         """--continue (the person's resolution committed) or --skip (the patch left out) at a stop."""
         patch = state.patches[state.cursor]
-        engine = Engine(Git(state.worktree), head=state.head_before)
+        sequencer = self._sequencer(Git(state.worktree), state, head=state.head_before)
         try:
-            result = engine.settle(self._job(patch)) if action == "continue" else engine.skip(self._job(patch))
+            result = sequencer.continue_(state.cursor) if action == "continue" else sequencer.skip(state.cursor)
         except ApplyError as error:  # not resolved yet: the rebase stays stopped
             raise RebaseStopped(error.message, hint=(error.hint or "").replace(
                 "--continue", "`forkbuild rebase --continue`")) from error
         patch = self._record(state, patch, result)
         self.reporter.info(f"{patch.file}: {report.label(patch.outcome)}")
         went_on = replace(state.with_patch(state.cursor, patch), phase=Phase.REPLAY, cursor=state.cursor + 1,
-                          tip=engine.head)
+                          tip=sequencer.engine.head)
         return self.journal.save(went_on, "settled" if action == "continue" else "skipped", at=patch.file)
 
     def _finalize(self, state: RebaseState) -> RebaseState:
@@ -437,7 +451,7 @@ class Rebase:
         self.journal.remove()
         return replace(state, phase=Phase.DONE)
 
-    def abort(self, state: RebaseState) -> RebaseState:
+    def roll_back(self, state: RebaseState) -> RebaseState:
         """Everything as before the rebase; series files edited meanwhile are saved aside first."""
         edits = self.journal.foreign_edits(state)
         if edits:

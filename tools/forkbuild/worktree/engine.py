@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from forkbuild.childgroup import process_exists
-from forkbuild.errors import ApplyError, ForkbuildError, quoted
+from forkbuild.errors import ForkbuildError
 from forkbuild.git import IDENTITY, Author, FileCommit, Git, PathChange, TreeEntry
 from forkbuild.patchfile import PatchInfo, git_am_subject, read_patch
 from forkbuild.worktree.smallindex import TreeListing, apply_small, disjoint_run
@@ -413,48 +413,13 @@ class Engine:
         self._small = None
         self._index_at = None
 
-    def settle(self, job: PatchJob) -> PatchResult:
-        """The person's resolution of the stopped `job` becomes its commit (or EMPTIED)."""
-        git = self.worktree
-        unmerged = git.unmerged_paths()
-        if unmerged:
-            raise ApplyError(f"{job.name}: still unmerged: {', '.join(unmerged)}", hint=f"resolve the conflict "
-                             f"markers in {git.path}, `git add` the files, then --continue")
-        # Untracked files count: they would stay behind in the tree, outside every patch.
-        leftovers = tuple(git.untracked("*.rej")) + tuple(line[3:] for line in git.status_porcelain().splitlines()
-                                           if line[1:2] not in (" ", "") and not line.endswith(".rej"))
-        if leftovers:
-            raise ApplyError(f"{job.name}: the work tree has changes that are not staged (or .rej files): "
-                             f"{', '.join(leftovers)}", hint=f"`git -C {quoted(git.path)} add` what belongs to the "
-                             "patch and remove the rest (the .rej files too, once their hunks are in), then --continue")
-        made = git.commits(self.head, git.head())
-        if len(made) > 1:
-            raise ApplyError(f"{job.name}: {len(made)} commits were made for one patch",
-                             hint=f"squash them into one (git -C {quoted(git.path)} reset --soft {self.head[:12]} "
-                                  "&& git commit), then --continue")
-        git.sequencer_quit()
-        if made:
-            commit = made[0]
-        elif git.out("diff", "--cached", "--name-only", "HEAD"):  # staged changes
-            author, message = git.authored(job.source) if job.source \
-                else patch_author_message(self._read(job.path))
-            commit = git.commit_tree(git.write_tree(), parents=[self.head], message=message, author=author)
-            git.move_head(commit)  # index and work tree stay
-        else:
-            git.reset_hard(self.head)
-            return PatchResult(name=job.name, outcome=Outcome.EMPTIED,
-                               detail="the resolution kept the base's side: nothing of the patch is left")
+    def adopt(self, commit: str) -> None:
+        """`commit` (made in the work tree, on `head`) is the new head, shown as it is."""
         self._head = self.shown = commit
         self._listing = None
-        return PatchResult(name=job.name, outcome=Outcome.RESOLVED, commit=commit, detail="conflict resolved by hand")
 
-    def skip(self, job: PatchJob) -> PatchResult:
-        """Leave the stopped patch out: the work tree goes back to `head`."""
-        self.worktree.sequencer_quit()
-        self.worktree.reset_hard(self.head)
-        self.worktree.clean_untracked()
-        self.shown = self.head
-        return PatchResult(name=job.name, outcome=Outcome.SKIPPED, detail="left out with --skip at a conflict")
+    def read(self, path: Path) -> PatchInfo:
+        return self._read(path)
 
 
 def patch_author_message(info: PatchInfo) -> tuple[Author, str]:
