@@ -255,7 +255,7 @@ class Rebase:
             patch = self._record(state, state.patches[cursor], result)
             state = state.with_patch(cursor, patch)
             if result.outcome is Outcome.CONFLICT:
-                state, patch = self._port_or_stop(state, patch, sequencer)
+                state, patch = self._port_or_stop(state, patch, sequencer, result)
             self.reporter.info(f"{patch.file}: {report.label(patch.outcome)} {patch.detail}".rstrip())
             state = self.journal.save(replace(state, phase=Phase.REPLAY, cursor=cursor + 1, tip=engine.head),
                                       "applied", at=patch.file)
@@ -267,13 +267,16 @@ class Rebase:
 
     def _sequencer(self, worktree: Git, state: RebaseState, *, detect_upstreamed: bool = False,
                    head: str = "") -> Sequencer:
-        """The series' patches, one at a time (each journaled), on `head` (default: the tree's HEAD)."""
+        """The series' patches, one at a time (each journaled), on `head` (default: the tree's HEAD); a
+        conflict is left in the tree only where the porter cannot place the patch (_port_or_stop)."""
         return Sequencer(Engine(worktree, detect_upstreamed=detect_upstreamed, head=head),
-                         [self._job(patch) for patch in state.patches], one_by_one=True)
+                         [self._job(patch) for patch in state.patches], one_by_one=True, stop=False)
 
-    def _port_or_stop(self, state: RebaseState, patch: PatchState, sequencer: Sequencer) -> tuple[RebaseState, PatchState]:
-        """git's rungs stopped on patches[cursor]: the porter's try; accepted (--accept-ported,
-        --accept-moot), proposed at a stop, or the conflict stop where it cannot place every hunk."""
+    def _port_or_stop(self, state: RebaseState, patch: PatchState, sequencer: Sequencer,
+                      conflict: PatchResult) -> tuple[RebaseState, PatchState]:
+        """git's rungs stopped on patches[cursor] (`conflict`, not yet in the tree): the porter's try;
+        accepted (--accept-ported, --accept-moot), proposed at a stop, or the conflict left in the tree
+        for a person where it cannot place every hunk."""
         guards = frozenset(guard.env for guard in self.context.series.all_guards())
         port = Porter(self.cache.git(), old_commit=patch.old_commit, new_head=state.head_before, known=guards).port()
         patch = replace(patch, port=port.hunks)
@@ -283,13 +286,12 @@ class Rebase:
                 placed = sum(hunk.status == "ported" for hunk in port.hunks)
                 patch = replace(patch, detail=f"{patch.detail}; the porter placed {placed} of {len(port.hunks)} hunks, "
                                 f"not {port.failed[0].describe()}" + (" (the report lists each)" if len(port.failed) > 1 else ""))
-                state = state.with_patch(state.cursor, patch)
-            state = self.journal.save(replace(state, phase=Phase.CONFLICT), "conflict")
+            stopped = sequencer.engine.stop_in_worktree(sequencer.jobs[state.cursor], conflict)
+            patch = replace(patch, conflicts=stopped.conflicts)
+            state = self.journal.save(replace(state.with_patch(state.cursor, patch), phase=Phase.CONFLICT), "conflict")
             self._stop_at_conflict(state, patch)
         worktree = Git(state.worktree)
-        worktree.sequencer_quit()
-        worktree.reset_hard(state.head_before)
-        worktree.clean_untracked()
+        sequencer.engine.materialize()  # the tree at the patches before it, for the proposal
         if not any(hunk.status == "ported" for hunk in port.hunks):  # every hunk moot: a drop proposal
             patch = self._record(state, patch, PatchResult(
                 name=patch.file, outcome=Outcome.MOOT, detail="none of its hunks' code is in the new release"))

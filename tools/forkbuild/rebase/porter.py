@@ -467,8 +467,11 @@ class _Names(NamedTuple):
 
 @functools.lru_cache(maxsize=16)
 def _scan(text: str, lines: frozenset[int]) -> _Names:
-    """One walk of the top-level statements of `text` (it parses) that hold any of `lines`."""
-    nodes = _touched(_tree(text), lines)  # type: ignore[arg-type]
+    """One walk of the scopes of `text` (it parses) that hold any of `lines`: the outermost function
+    holding a line (a method, not its whole class), else its top-level statement."""
+    tree = _tree(text)
+    scopes = [scope for line in sorted(lines) if tree and (scope := _scope(tree, line))]
+    nodes = list({id(scope): scope for scope in scopes}.values())
     bound: set[str] = set()
     loads: dict[int, set[str]] = defaultdict(set)
     attributes: dict[int, set[tuple[str, str]]] = defaultdict(set)
@@ -509,6 +512,20 @@ def bound_names(text: str) -> frozenset[str]:
             found.update(target.id for target in ast.walk(node) if isinstance(target, ast.Name)
                          and not isinstance(target.ctx, ast.Load))
     return frozenset(found)
+
+
+def _scope(tree: ast.Module, line: int) -> ast.stmt | None:
+    """The outermost function holding `line` (into classes), else the top-level statement holding it."""
+    nodes: list[ast.stmt] = tree.body
+    found = None
+    while True:
+        holding = [node for node in nodes if node.lineno <= line <= (node.end_lineno or node.lineno)]
+        if not holding:
+            return found
+        found = holding[0]
+        if not isinstance(found, ast.ClassDef):
+            return found
+        nodes = found.body
 
 
 def _touched(tree: ast.Module, lines: AbstractSet[int]) -> list[ast.stmt]:

@@ -330,7 +330,7 @@ class Engine:
             self.materialize()  # nothing to resolve: the tree shows HEAD, for --skip (or drop)
         if merged.outcome is not Outcome.CONFLICT or not stop or merged.detail == ALREADY_APPLIED:
             return merged
-        return self._stop_in_worktree(job, merged)
+        return self.stop_in_worktree(job, merged)
 
     def _commit(self, tree: str, meta: tuple[Author, str]) -> str:
         author, message = meta
@@ -375,7 +375,7 @@ class Engine:
             detail += "; no 3-way merge: git lacks the preimage blobs its index lines name"
         return PatchResult(name=job.name, outcome=Outcome.CONFLICT, detail=detail, conflicts=report.conflicts)
 
-    def _stop_in_worktree(self, job: PatchJob, merged: PatchResult) -> PatchResult:
+    def stop_in_worktree(self, job: PatchJob, merged: PatchResult) -> PatchResult:
         """Redo the failed merge in the work tree so a person can resolve it."""
         self.materialize()
         git = self.worktree
