@@ -29,8 +29,8 @@ def _variants() -> list[str]:
     """The variants as forkbuild resolves them (its config module: the standard library only). A
     series.toml it refuses gives none here: `nox -s check` then says what is wrong."""
     sys.path.insert(0, str(ROOT / "tools"))
-    from forkbuild.config import load_series
     from forkbuild.errors import ForkbuildError
+    from forkbuild.series.config import load_series
 
     try:
         return list(load_series(ROOT / "series.toml").variants)

@@ -39,8 +39,8 @@ from pathlib import Path
 
 import forkbuild
 from forkbuild.cache import UpstreamCache
-from forkbuild.config import load_series
-from forkbuild.series_edit import quilt_series_text
+from forkbuild.series.config import load_series
+from forkbuild.series.edit import quilt_series_text
 
 ROOT = Path(__file__).resolve().parents[1]
 

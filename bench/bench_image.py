@@ -20,14 +20,14 @@ import argparse
 import time
 from pathlib import Path
 
-from forkbuild.combination import of_variant
 from forkbuild.commands.compose import compose_build
 from forkbuild.console import Reporter
 from forkbuild.context import Context
 from forkbuild.image import build
 from forkbuild.image.base import ensure_bases
-from forkbuild.image.context import prepare_context
+from forkbuild.image.build_context import prepare_context
 from forkbuild.image.docker import Docker
+from forkbuild.series.combination import of_variant
 
 REPOSITORY = "forkbuild-bench/sglang"
 

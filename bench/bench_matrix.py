@@ -29,10 +29,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from forkbuild.combination import closure, from_features
 from forkbuild.console import Reporter
 from forkbuild.context import Context
 from forkbuild.matrix import strategies
+from forkbuild.series.combination import closure, from_features
 from forkbuild.wheel.builder import WheelRequest, build_wheels
 
 

@@ -18,9 +18,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from forkbuild.combination import of_variant
 from forkbuild.console import Reporter
 from forkbuild.context import Context
+from forkbuild.series.combination import of_variant
 from forkbuild.wheel import builder, overlay, validate, zipraw
 from forkbuild.wheel.builder import WheelRequest, build_wheels
 

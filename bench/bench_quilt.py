@@ -36,7 +36,7 @@ from bench_apply import timed  # noqa: E402
 from quilt_corpus import extract, make_project, missing_tools, packages  # noqa: E402
 
 from forkbuild.cache import UpstreamCache  # noqa: E402
-from forkbuild.config import load_series  # noqa: E402
+from forkbuild.series.config import load_series  # noqa: E402
 
 
 def main() -> int:

@@ -28,10 +28,10 @@ import time
 from pathlib import Path
 
 from forkbuild.cache import UpstreamCache
-from forkbuild.config import load_series
 from forkbuild.errors import RebaseStopped
-from forkbuild.git import Git
+from forkbuild.io.git import Git
 from forkbuild.rebase.target import resolve
+from forkbuild.series.config import load_series
 
 ROOT = Path(__file__).resolve().parents[1]
 GOAL = 2.0

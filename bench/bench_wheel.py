@@ -29,11 +29,11 @@ from forkbuild import manifest as manifest_module
 from forkbuild import naming
 from forkbuild.apply import scratch_tree
 from forkbuild.cache import UpstreamCache
-from forkbuild.combination import Combination, of_variant
-from forkbuild.config import native_platform
 from forkbuild.console import Reporter
 from forkbuild.context import Context
-from forkbuild.git import Git
+from forkbuild.io.git import Git
+from forkbuild.series.combination import Combination, of_variant
+from forkbuild.series.config import native_platform
 from forkbuild.wheel import builder
 from forkbuild.wheel.builder import WheelRequest, build_wheels, variant_version
 from forkbuild.wheel.overlay import Overlay, write_overlay

@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT / "tests" / "unit"))
 
 from fixtures import make_quilt_project as make_project  # noqa: E402
 from forkbuild.emptydirs import find_empty_dirs  # noqa: E402
-from forkbuild.git import Git  # noqa: E402
+from forkbuild.io.git import Git  # noqa: E402
 
 CORPUS = Path(os.environ.get("FORKBUILD_QUILT_CORPUS") or ROOT / ".cache" / "quilt-corpus")
 # Debian 12 packages with quilt series of 3 to 206 patches (grub2: 206, the bench's).

@@ -23,13 +23,13 @@ from pathlib import Path
 import pytest
 
 from forkbuild.cli import main
-from forkbuild.combination import of_variant
 from forkbuild.console import Reporter
 from forkbuild.context import Context
 from forkbuild.image import build
 from forkbuild.image.base import ensure_bases
-from forkbuild.image.context import prepare_context
+from forkbuild.image.build_context import prepare_context
 from forkbuild.image.docker import Docker
+from forkbuild.series.combination import of_variant
 
 REPO = Path(__file__).resolve().parents[2]
 HOST = os.environ.get("FORKBUILD_DOCKER_HOST", "")

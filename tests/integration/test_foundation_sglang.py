@@ -11,10 +11,10 @@ import pytest
 
 from forkbuild.apply import apply_variant
 from forkbuild.cache import UpstreamCache
-from forkbuild.combination import of_variant
 from forkbuild.console import Reporter
 from forkbuild.context import Context
-from forkbuild.patchfile import read_patch
+from forkbuild.series.combination import of_variant
+from forkbuild.series.patchfile import read_patch
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""One switch rule: forkbuild's validation of variant env values (forkbuild.guards)
+"""One switch rule: forkbuild's validation of variant env values (forkbuild.series.guards)
 and the patched sglang's EnvSwitch (patches/guards-env-switch.patch) agree.
 
 The patched environ.py is stdlib-only: it is built from the pinned upstream's
@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from forkbuild.cache import UpstreamCache
-from forkbuild.config import load_series
-from forkbuild.git import Git
-from forkbuild.guards import parse_switch
 from forkbuild.guards_module import write_module
+from forkbuild.io.git import Git
+from forkbuild.series.config import load_series
+from forkbuild.series.guards import parse_switch
 
 REPO = Path(__file__).resolve().parents[2]
 ENVIRON = "python/sglang/srt/environ.py"
@@ -86,7 +86,7 @@ def test_envswitch_and_forkbuild_agree(patched_environ, monkeypatch, value, defa
 
 @pytest.mark.integration
 def test_the_rule_sets_are_the_same(patched_environ):
-    from forkbuild import guards
+    from forkbuild.series import guards
 
     assert patched_environ._SWITCH_ON == guards.SWITCH_ON
     assert patched_environ._SWITCH_OFF == guards.SWITCH_OFF

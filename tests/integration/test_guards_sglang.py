@@ -14,12 +14,12 @@ import pytest
 
 from forkbuild.apply import ApplyPlan, apply_plan, plan_variant
 from forkbuild.cache import UpstreamCache
-from forkbuild.combination import from_features, whole_series
-from forkbuild.config import Series, load_series
 from forkbuild.console import Reporter
 from forkbuild.context import Context
 from forkbuild.guards_module import module_path, read_module
-from forkbuild.patchfile import read_patch
+from forkbuild.series.combination import from_features, whole_series
+from forkbuild.series.config import Series, load_series
+from forkbuild.series.patchfile import read_patch
 from forkbuild.testpatch.structure import environ_path
 from forkbuild.worktree.engine import Outcome
 

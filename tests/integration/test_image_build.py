@@ -19,15 +19,15 @@ from pathlib import Path
 import pytest
 
 from forkbuild import manifest
-from forkbuild.combination import of_variant
 from forkbuild.commands.compose import compose_build
 from forkbuild.console import Reporter
 from forkbuild.errors import BuildError
 from forkbuild.image import build
 from forkbuild.image.base import ensure_bases
-from forkbuild.image.context import labels, prepare_context
+from forkbuild.image.build_context import labels, prepare_context
 from forkbuild.image.docker import Docker
 from forkbuild.image.runtime import records
+from forkbuild.series.combination import of_variant
 
 REPO = Path(__file__).resolve().parents[2]
 HOST = os.environ.get("FORKBUILD_DOCKER_HOST", "")

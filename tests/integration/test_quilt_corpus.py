@@ -13,7 +13,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from quilt_corpus import Unusable, missing_tools, packages, run_package
 
 pytestmark = [pytest.mark.integration, pytest.mark.quilt_corpus,

@@ -14,9 +14,9 @@ import pytest
 
 from forkbuild.cli import main as cli_main
 from forkbuild.errors import RebaseStopped
-from forkbuild.git import Git
-from forkbuild.patchfile import file_diffs
+from forkbuild.io.git import Git
 from forkbuild.rebase.porter import IMPORT_LINE, places, undefined_names
+from forkbuild.series.patchfile import file_diffs
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]

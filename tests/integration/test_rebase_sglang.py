@@ -15,9 +15,9 @@ import pytest
 
 from forkbuild.cache import UpstreamCache
 from forkbuild.cli import main as cli_main
-from forkbuild.config import Upstream, WheelPin, load_series
 from forkbuild.errors import RebaseStopped
-from forkbuild.git import Git
+from forkbuild.io.git import Git
+from forkbuild.series.config import Upstream, WheelPin, load_series
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]

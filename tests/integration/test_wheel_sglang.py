@@ -16,13 +16,14 @@ import zipfile
 from pathlib import Path
 
 import pytest
+
 from forkbuild import manifest as manifest_module
 from forkbuild.apply import scratch_tree
-from forkbuild.combination import of_variant
 from forkbuild.console import Reporter
 from forkbuild.context import Context
 from forkbuild.errors import BuildError
-from forkbuild.git import Git
+from forkbuild.io.git import Git
+from forkbuild.series.combination import of_variant
 from forkbuild.wheel.builder import WheelRequest, build_wheels, variant_version
 from forkbuild.wheel.validate import validate_wheel
 from forkbuild.wheel.zipraw import ZipSource, ZipWriter

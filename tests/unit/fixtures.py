@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Callable
 
 from forkbuild.cli import main as cli_main
-from forkbuild.config import Series, load_series
 from forkbuild.console import Reporter
 from forkbuild.context import Context
-from forkbuild.git import Git
+from forkbuild.io.git import Git
+from forkbuild.series.config import Series, load_series
 
 AUTHOR = "Fixture Author <author@example.com>"
 DATE = "1700000000 +0000"

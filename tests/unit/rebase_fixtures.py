@@ -10,8 +10,8 @@ import subprocess
 import sys
 
 from fixtures import DEFAULT_PATCHES, PatchSpec, SeriesFixture, commit_all, edit
-from forkbuild.git import Git
-from forkbuild.chaos import CHAOS_ENV
+from forkbuild.io.chaos import CHAOS_ENV
+from forkbuild.io.git import Git
 
 NEW_VERSION = "2.0"
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from fixtures import commit_all
-from forkbuild.git import Git, PathChange, TreeEntry
+from forkbuild.io.git import Git, PathChange, TreeEntry
 from forkbuild.worktree.smallindex import TreeListing, disjoint_run, parents
 
 

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from fixtures import SeriesFixture, commit_all, edit
-from forkbuild import fsutil, series_writer
 from forkbuild.errors import DiskError
-from forkbuild.git import Git
+from forkbuild.io import fsutil
+from forkbuild.io.git import Git
+from forkbuild.series import writer as series_writer
 from rebase_fixtures import fingerprint
 
 DISK = DiskError.return_code

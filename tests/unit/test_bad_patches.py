@@ -10,9 +10,9 @@ import pytest
 
 from fixtures import SeriesFixture, write_through_upstream_symlink
 from forkbuild.errors import UnsafePatchError
-from forkbuild.git import Git
-from forkbuild.patchfile import git_mode, safety_problems
-from forkbuild.series_edit import quilt_series_text
+from forkbuild.io.git import Git
+from forkbuild.series.edit import quilt_series_text
+from forkbuild.series.patchfile import git_mode, safety_problems
 
 APPLY = UnsafePatchError.return_code
 

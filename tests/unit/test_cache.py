@@ -13,8 +13,8 @@ import pytest
 
 from forkbuild import cache as cache_module
 from forkbuild.cache import UpstreamCache
-from forkbuild.config import GitPin, Upstream, WheelPin
 from forkbuild.errors import UpstreamError
+from forkbuild.series.config import GitPin, Upstream, WheelPin
 
 
 def make_wheel(directory: Path, version: str, files: dict[str, str]) -> WheelPin:
@@ -131,7 +131,7 @@ def test_two_processes_share_the_cache_through_the_lock(tmp_path):
     script = textwrap.dedent(f"""
         from pathlib import Path
         from forkbuild.cache import UpstreamCache
-        from forkbuild.config import Upstream, WheelPin
+        from forkbuild.series.config import Upstream, WheelPin
         pin = WheelPin(python_tag="py3", filename={pin.filename!r}, sha256={pin.sha256!r}, url={pin.url!r})
         upstream = Upstream(name="demo", version="1.0", package_root="python", source="wheel", git=None, wheels=(pin,))
         print(UpstreamCache(Path({str(tmp_path / 'cache')!r})).ensure(upstream))

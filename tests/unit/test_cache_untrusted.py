@@ -12,7 +12,7 @@ import pytest
 from fixtures import SeriesFixture
 from forkbuild.cli import main as cli_main
 from forkbuild.errors import ConfigError, UnsafePatchError, UpstreamError
-from forkbuild.git import Git
+from forkbuild.io.git import Git
 
 EVIL = ("From 1111111111111111111111111111111111111111 Mon Sep 17 00:00:00 2001\n"
         "From: Someone <someone@example.com>\nDate: Tue, 14 Nov 2023 22:13:20 +0000\n"
@@ -122,7 +122,7 @@ def test_a_wheel_changed_in_place_with_its_size_and_mtime_kept_is_hashed_again(t
     import zipfile
 
     from forkbuild.cache import UpstreamCache
-    from forkbuild.config import WheelPin
+    from forkbuild.series.config import WheelPin
 
     source = tmp_path / "demo-1.0-py3-none-any.whl"
     with zipfile.ZipFile(source, "w") as archive:

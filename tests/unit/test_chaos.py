@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 
 from fixtures import SeriesFixture, commit_all, edit, make_series
-from forkbuild.chaos import CHAOS_ENV, SIGNAL_ENV
-from forkbuild.git import Git
-from forkbuild.series_edit import quilt_series_text
-from forkbuild.series_writer import STEPS, recover_series
+from forkbuild.io.chaos import CHAOS_ENV, SIGNAL_ENV
+from forkbuild.io.git import Git
+from forkbuild.series.edit import quilt_series_text
+from forkbuild.series.writer import STEPS, recover_series
 from rebase_fixtures import LADDER_CHANGES, rebase_args, release
 
 SERIES_STEPS = list(STEPS)
@@ -183,9 +183,8 @@ def test_kill_then_rerun(tmp_path: Path, command: str, step: str | None, seconds
 
 @pytest.mark.parametrize(("step", "seconds"), chosen("build-wheel", [("wheel:validated", None), (None, 1.5)]))
 def test_build_wheel_killed_leaves_no_partial_wheel(tmp_path: Path, step: str | None, seconds: float | None) -> None:
-    from wheelkit import wheel_series
-
     from forkbuild.wheel.validate import validate_wheel
+    from wheelkit import wheel_series
 
     series_dir, cache, _ = wheel_series(tmp_path)
     out = tmp_path / "dist"

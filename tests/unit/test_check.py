@@ -8,7 +8,7 @@ from fixtures import SeriesFixture, commit_all, edit, write_through_upstream_sym
 from forkbuild.cache import UpstreamCache
 from forkbuild.check import check_series, raise_on_failures
 from forkbuild.errors import ApplyError, UnsafePatchError
-from forkbuild.git import Git
+from forkbuild.io.git import Git
 from forkbuild.worktree.state import read_state
 
 

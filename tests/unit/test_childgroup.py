@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from forkbuild.childgroup import GROUP, members, stop_orphans
+from forkbuild.io.childgroup import GROUP, members, stop_orphans
 
 
 def _start_time(pid: int) -> str:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+
 from fixtures import SeriesFixture
 
 
@@ -45,7 +46,7 @@ def test_a_command_that_writes_to_stderr_runs_with_stdout_closed(series_fx: Seri
 
 def test_ctrl_c_while_forkbuild_starts_is_130_without_a_traceback(series_fx: SeriesFixture) -> None:
     """The Ctrl-C comes while cli.py is imported (the chaos point "start"): before main() is there."""
-    from forkbuild.chaos import CHAOS_ENV, SIGNAL_ENV
+    from forkbuild.io.chaos import CHAOS_ENV, SIGNAL_ENV
 
     # SIGINT at its default, as in a terminal's foreground job (a job started in the background
     # of a script inherits it ignored, and then Python installs no KeyboardInterrupt for it).

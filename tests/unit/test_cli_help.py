@@ -13,8 +13,8 @@ import pytest
 
 from forkbuild import errors
 from forkbuild.cli import build_parser, command_name, exit_codes, main
-from forkbuild.config import parse_series
 from forkbuild.errors import ConfigError
+from forkbuild.series.config import parse_series
 from test_cli import MODULES
 
 README = Path(__file__).resolve().parents[2] / "README.md"

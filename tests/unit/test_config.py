@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from forkbuild.combination import of_variant
-from forkbuild.config import load_series
 from forkbuild.errors import ConfigError
+from forkbuild.series.combination import of_variant
+from forkbuild.series.config import load_series
 
 SHA = "0" * 64
 

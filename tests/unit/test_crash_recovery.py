@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from fixtures import SeriesFixture, make_series
-from forkbuild.chaos import CHAOS_ENV
-from forkbuild.git import Git
-from forkbuild.series_edit import quilt_series_text
-from forkbuild.worktrees import Owner, clear_stale_index_lock, tree_guard
+from forkbuild.io.chaos import CHAOS_ENV
+from forkbuild.io.git import Git
+from forkbuild.series.edit import quilt_series_text
+from forkbuild.worktree.guard import Owner, clear_stale_index_lock, tree_guard
 from rebase_fixtures import LADDER_CHANGES, fingerprint, rebase_args, release, run_killed
 
 
@@ -137,7 +137,7 @@ def test_killed_scratch_trees_are_cleared_by_the_next_run(series_fx: SeriesFixtu
 
 def test_a_live_owners_scratch_tree_is_left_alone(series_fx: SeriesFixture) -> None:
     from forkbuild.cache import UpstreamCache
-    from forkbuild.worktrees import clear_dead_scratch_trees, temporary_worktree
+    from forkbuild.worktree.guard import clear_dead_scratch_trees, temporary_worktree
 
     cache = UpstreamCache(series_fx.cache)
     base = cache.ensure(series_fx.load().upstream)

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from forkbuild.cli import main
-from forkbuild.config import load_series
-from forkbuild.envfile import parse_env
 from forkbuild.errors import ConfigError
+from forkbuild.fleet.envfile import parse_env
 from forkbuild.image.runtime import doctor as image_doctor
 from forkbuild.image.runtime import migration
+from forkbuild.series.config import load_series
 
 REPO = Path(__file__).resolve().parents[2]
 SERIES = load_series(REPO / "series.toml")

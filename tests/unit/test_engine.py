@@ -13,10 +13,10 @@ import tomllib
 from fixtures import PatchSpec, SeriesFixture, commit_all, make_series
 from forkbuild.apply import apply_plan, apply_variant, plan_variant
 from forkbuild.cache import UpstreamCache
-from forkbuild.combination import of_variant
 from forkbuild.errors import ApplyError, DirtyTreeError, LockBusy, RebaseStopped
-from forkbuild.git import Git
-from forkbuild.worktrees import tree_guard
+from forkbuild.io.git import Git
+from forkbuild.series.combination import of_variant
+from forkbuild.worktree.guard import tree_guard
 from rebase_fixtures import CONFLICT_CHANGES, NEW_VERSION, rebase_args, release, tree
 
 INDEX_LINE = re.compile(r"^index ([0-9a-f]+)\.\.", re.MULTILINE)

@@ -7,13 +7,13 @@ import tomllib
 import pytest
 
 from fixtures import SeriesFixture, commit_all, edit
-from forkbuild.combination import of_variant, whole_series
 from forkbuild.apply import apply_variant
 from forkbuild.errors import ConfigError, DirtyTreeError, ExportDriftError, ForkbuildError
 from forkbuild.export import export_series, normalized, patch_name
-from forkbuild.git import Git
-from forkbuild.patchfile import read_patch
-from forkbuild.series_edit import quilt_series_text
+from forkbuild.io.git import Git
+from forkbuild.series.combination import of_variant, whole_series
+from forkbuild.series.edit import quilt_series_text
+from forkbuild.series.patchfile import read_patch
 
 
 def make_tree(fx: SeriesFixture, *, variant: str | None = None) -> Git:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from forkbuild import fsutil
-from forkbuild.combination import of_variant
-from forkbuild.fsutil import write_atomic
+from forkbuild.io import fsutil
+from forkbuild.io.fsutil import write_atomic
+from forkbuild.series.combination import of_variant
 
 
 def mode(path: Path) -> int:
@@ -65,7 +65,7 @@ def test_apply_writes_its_work_tree_state_atomically(series_fx, tmp_path: Path, 
     # The state file had a fixed "<name>.tmp" (two writers clobbered each other, and
     # a failed rename left it behind); now it goes through write_atomic.
     from forkbuild.apply import apply_variant
-    from forkbuild.git import Git
+    from forkbuild.io.git import Git
     from forkbuild.worktree.state import STATE_FILE
 
     written = []

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fixtures import SeriesFixture, commit_all, edit
-from forkbuild.git import Git
+from forkbuild.io.git import Git
 from test_import import make_source_range
 
 # What a careless or curious user has in ~/.gitconfig, each of which changed exported bytes.

@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from fixtures import SeriesFixture
 
-from forkbuild import process
+from fixtures import SeriesFixture
 from forkbuild.errors import ForkbuildError
-from forkbuild.git import Git
+from forkbuild.io import process
+from forkbuild.io.git import Git
 
 IDENTITY = ["-c", "user.name=someone", "-c", "user.email=someone@example.com"]
 

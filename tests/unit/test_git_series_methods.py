@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from fixtures import commit_all, edit, make_upstream_repo
-from forkbuild.git import Git, GitFailed
+from forkbuild.io.git import Git, GitFailed
 
 
 @pytest.fixture

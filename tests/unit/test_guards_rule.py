@@ -1,4 +1,4 @@
-"""One switch rule: forkbuild's validation of variant env values (forkbuild.guards):
+"""One switch rule: forkbuild's validation of variant env values (forkbuild.series.guards):
 the issue's table, garbage refused, and series.toml's variant env checked by it.
 That the patched sglang's EnvSwitch reads every value the same way:
 tests/integration/test_guards_rule_sglang.py (it needs the pinned wheel).
@@ -12,7 +12,7 @@ import pytest
 
 from fixtures import make_series
 from forkbuild.errors import ConfigError
-from forkbuild.guards import check_value, parse_switch
+from forkbuild.series.guards import check_value, parse_switch
 
 
 @pytest.mark.parametrize("value, expected", [("0", False), ("1", True), ("off", False), ("on", True),

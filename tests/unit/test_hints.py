@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from fixtures import SeriesFixture, commit_all, edit
-from forkbuild.chaos import CHAOS_ENV
-from forkbuild.git import Git
-from forkbuild.series_edit import quilt_series_text
-from forkbuild.series_writer import SeriesChange, write_series
+from forkbuild.io.chaos import CHAOS_ENV
+from forkbuild.io.git import Git
+from forkbuild.series.edit import quilt_series_text
+from forkbuild.series.writer import SeriesChange, write_series
 from rebase_fixtures import fingerprint
 
 
@@ -75,7 +75,7 @@ def test_a_pending_write_over_an_edit_take_forkbuilds_version(series_fx: SeriesF
     """The other branch of the pending-journal hint: undo your edit and run any forkbuild command."""
     fx = series_fx
     old = fx.series_toml.read_text()
-    code = ("from pathlib import Path; from forkbuild.series_writer import SeriesChange, write_series;"
+    code = ("from pathlib import Path; from forkbuild.series.writer import SeriesChange, write_series;"
             "write_series(Path(%r), SeriesChange(series_toml=%r))") % (str(fx.root), old + "# forkbuild's\n")
     assert subprocess.run([sys.executable, "-c", code], env={**os.environ, CHAOS_ENV: "series:committed"}).returncode == -9
     fx.series_toml.write_text(old + "# mine\n")

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from forkbuild.config import WheelPin
 from forkbuild.console import Reporter
 from forkbuild.image import base
+from forkbuild.series.config import WheelPin
 
 DOCKER_DIR = Path(__file__).parents[2] / "docker"
 PIN = WheelPin(python_tag="cp311", filename="sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl", sha256="aa" * 32)

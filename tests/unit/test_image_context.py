@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from forkbuild.config import PackagePin
 from forkbuild.errors import BuildError
-from forkbuild.image import context as image_context
+from forkbuild.image import build_context as image_context
 from forkbuild.image.runtime import doctor, migration
 from forkbuild.manifest import DIST_INFO_FILE
+from forkbuild.series.config import PackagePin
 from test_image_dockerfile import manifest
 
 DOCKER_DIR = Path(__file__).parents[2] / "docker"

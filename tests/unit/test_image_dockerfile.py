@@ -9,8 +9,8 @@ import pytest
 
 from forkbuild.errors import BuildError
 from forkbuild.image import build
-from forkbuild.image import context as image_context
-from forkbuild.image.context import ImageContext
+from forkbuild.image import build_context as image_context
+from forkbuild.image.build_context import ImageContext
 from forkbuild.manifest import Manifest, parse
 
 TEMPLATE = (Path(__file__).parents[2] / "docker" / "Dockerfile").read_text()

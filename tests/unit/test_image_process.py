@@ -13,7 +13,7 @@ from forkbuild.commands.compose import compose_build
 from forkbuild.console import Reporter
 from forkbuild.errors import BuildError, ToolMissing
 from forkbuild.image import base, build
-from forkbuild.image.context import ImageContext
+from forkbuild.image.build_context import ImageContext
 from forkbuild.image.docker import Docker, find_client, run_program
 from test_image_dockerfile import typed
 

@@ -1,15 +1,16 @@
 """The in-image runtime (forkbuild.image.runtime, stdlib only, runs without
 forkbuild installed) keeps its own copies of two rules; they must stay equal
 to forkbuild's: the manifest file names (forkbuild.manifest) and the guard
-value rule (forkbuild.guards, the third copy next to the patched EnvSwitch of
+value rule (forkbuild.series.guards, the third copy next to the patched EnvSwitch of
 tests/unit/test_guards_rule.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from forkbuild import guards, manifest
+from forkbuild import manifest
 from forkbuild.image.runtime import migration, records
+from forkbuild.series import guards
 
 SWITCH_VALUES = ["0", "1", "off", "on", "false", "true", "", "garbage", "OFF", " On ", "yes", "n", "2", "enabled"]
 TYPED_VALUES = ["0", "16", "-3", " 7 ", "1.5", "1e-3", "-0.25", "nan", "inf", "", "garbage", "b12x", "0x10", "1_000"]

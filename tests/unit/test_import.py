@@ -9,14 +9,14 @@ import pytest
 
 from fixtures import SeriesFixture, commit_all, edit
 from forkbuild.apply import apply_variant
-from forkbuild.combination import whole_series
-from forkbuild.dep3 import parse_dep3
 from forkbuild.errors import ApplyError, ConfigError
 from forkbuild.export import export_series
-from forkbuild.git import Git
 from forkbuild.importer import git_range_incoming
-from forkbuild.patchfile import read_patch
+from forkbuild.io.git import Git
 from forkbuild.quiltimport import import_quilt, read_quilt_dir
+from forkbuild.series.combination import whole_series
+from forkbuild.series.dep3 import parse_dep3
+from forkbuild.series.patchfile import read_patch
 
 QUILT_PATCH = """\
 Description: core: offset by ten
@@ -223,7 +223,7 @@ def test_a_bad_dep3_date_is_a_config_error_naming_each_patch(series_fx: SeriesFi
 
 def test_a_failure_before_series_toml_is_written_removes_the_patches_written(series_fx: SeriesFixture, tmp_path: Path,
                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    from forkbuild import fsutil
+    from forkbuild.io import fsutil
 
     directory = quilt_dir(tmp_path, {"offset.patch": QUILT_PATCH, "guarded.patch": QUILT_GUARDED},
                           "offset.patch\nguarded.patch\n")

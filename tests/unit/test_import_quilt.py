@@ -18,17 +18,17 @@ from pathlib import Path
 import pytest
 
 from fixtures import cli_main, make_quilt_project
-from forkbuild.combination import whole_series
 from forkbuild.apply import apply_variant
-from forkbuild.config import load_series
 from forkbuild.console import Reporter
 from forkbuild.context import Context
-from forkbuild.dep3 import git_am_subject, parse_dep3
 from forkbuild.errors import ApplyError
 from forkbuild.export import export_series
-from forkbuild.git import Git
-from forkbuild.patchfile import read_patch
+from forkbuild.io.git import Git
 from forkbuild.quiltimport import QuiltImport, import_quilt
+from forkbuild.series.combination import whole_series
+from forkbuild.series.config import load_series
+from forkbuild.series.dep3 import git_am_subject, parse_dep3
+from forkbuild.series.patchfile import read_patch
 
 QUILT = shutil.which("quilt")
 UPSTREAM = {

@@ -14,7 +14,7 @@ import pytest
 
 from fixtures import SeriesFixture
 from forkbuild.errors import DiskError, UnsafePatchError
-from forkbuild.patchfile import MAX_PATCH_BYTES
+from forkbuild.series.patchfile import MAX_PATCH_BYTES
 
 
 def forkbuild(fx: SeriesFixture, *args: str, file_limit: int | None = None) -> subprocess.CompletedProcess:

@@ -9,8 +9,8 @@ import math
 import pytest
 
 from fixtures import DEFAULT_PATCHES, PatchSpec, make_series
-from forkbuild.config import Series
-from forkbuild.git import Git
+from forkbuild.io.git import Git
+from forkbuild.series.config import Series
 
 MANY = 64
 

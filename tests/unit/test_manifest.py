@@ -11,12 +11,12 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from wheelkit import wheel_series
 
 from forkbuild import manifest
-from forkbuild.combination import of_variant
-from forkbuild.config import load_series
 from forkbuild.errors import BuildError
+from forkbuild.series.combination import of_variant
+from forkbuild.series.config import load_series
+from wheelkit import wheel_series
 
 
 @pytest.fixture

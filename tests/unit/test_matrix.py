@@ -14,11 +14,11 @@ import pytest
 
 from forkbuild import cli
 from forkbuild.apply import read_state
-from forkbuild.combination import closure, of_variant, resolve
-from forkbuild.config import parse_series
 from forkbuild.errors import ConfigError
 from forkbuild.manifest import read_wheel
 from forkbuild.matrix import strategies
+from forkbuild.series.combination import closure, of_variant, resolve
+from forkbuild.series.config import parse_series
 from forkbuild.wheel.builder import variant_version
 from test_testpatch import BETA
 from test_testpatch import _make as make_testpatch_series

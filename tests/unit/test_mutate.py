@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from forkbuild.config import PatchEntry
 from forkbuild.errors import MutationError
 from forkbuild.mutate import results
 from forkbuild.mutate.mutants import HUNK, NO_CODE, STATEMENT, Mutant, mutants_of
 from forkbuild.mutate.results import Reasons, feature_of_test, load_reasons, patch_key
 from forkbuild.mutate.runner import OVERLAY, run_all
+from forkbuild.series.config import PatchEntry
 
 ORIGINAL = textwrap.dedent("""\
     import os
@@ -243,7 +243,7 @@ def test_a_mutant_runs_the_test_that_killed_it_last_time_first(tmp_path, monkeyp
 
 def _series(tmp_path: Path):
     """A real series.toml with one feature patch, and its feature test."""
-    from forkbuild.config import load_series
+    from forkbuild.series.config import load_series
 
     (tmp_path / "patches").mkdir()
     (tmp_path / "patches" / "feat.patch").write_text("From 0\nSubject: s\n\n" + _diff("python/pkg/mod.py", "A = 1\n", "A = 2\n"))
@@ -488,7 +488,7 @@ def test_a_run_records_the_moves_of_the_patch_it_records(tmp_path):
 def test_the_key_follows_the_imported_platforms_pins_not_another_platforms():
     import dataclasses
 
-    from forkbuild.config import load_series
+    from forkbuild.series.config import load_series
 
     series = load_series(Path(__file__).resolve().parents[2] / "series.toml")
     entry = series.patches[0]

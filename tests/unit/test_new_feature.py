@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from fixtures import SeriesFixture, make_series
-from forkbuild.combination import whole_series
 from forkbuild.errors import ConfigError, ForkbuildError
 from forkbuild.new_feature import NewFeature, commit_template, parse_guard, plan_new_feature
+from forkbuild.series.combination import whole_series
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -162,9 +162,9 @@ def test_a_guard_default_may_hold_colons():
 
 
 def test_export_of_an_unknown_feature_points_at_new(series_fx, capsys):
-    from forkbuild.apply import apply_variant
-    from forkbuild.git import Git
     from fixtures import commit_all, edit
+    from forkbuild.apply import apply_variant
+    from forkbuild.io.git import Git
 
     tree = series_fx.root / ".forkbuild-work" / "series"
     apply_variant(context=series_fx.context(), variant=whole_series(series_fx.load()), dest=tree)
@@ -192,7 +192,7 @@ def test_the_template_names_the_patch_and_every_guard():
 def test_export_warns_about_a_feature_in_no_variant(series_fx, capsys):
     from fixtures import commit_all, edit
     from forkbuild.apply import apply_variant
-    from forkbuild.git import Git
+    from forkbuild.io.git import Git
 
     assert series_fx.cli("new", "gamma", "--variant", "stock") == 0
     text = series_fx.series_toml.read_text().replace('features = ["gamma"]', "features = []")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from forkbuild.patchfile import _message, parse_trailers, strip_prefix
+from forkbuild.series.patchfile import _message, parse_trailers, strip_prefix
 
 
 def test_strip_prefix() -> None:

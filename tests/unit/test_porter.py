@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from forkbuild.git import Git
+from forkbuild.io.git import Git
 from forkbuild.rebase.porter import Porter, places
 
 PATH = "python/sglang/srt/models/deepseek_v4.py"

@@ -1,4 +1,4 @@
-"""One process runner: every program forkbuild starts goes through forkbuild.process (git
+"""One process runner: every program forkbuild starts goes through forkbuild.io.process (git
 through the git gateway on top of it), so each child gets the same clean environment."""
 
 from __future__ import annotations

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from fixtures import DEFAULT_PATCHES, PatchSpec, SeriesFixture, make_series
-from forkbuild.combination import whole_series
 from forkbuild.apply import apply_variant
 from forkbuild.cache import UpstreamCache
 from forkbuild.export import export_series
-from forkbuild.git import Git
+from forkbuild.io.git import Git
+from forkbuild.series.combination import whole_series
 
 QUILT = shutil.which("quilt")
 pytestmark = pytest.mark.skipif(QUILT is None, reason="quilt is not installed (apt-get install quilt)")

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from wheelkit import wheel_series
 from forkbuild.cli import build_parser
+from wheelkit import wheel_series
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"

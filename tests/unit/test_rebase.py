@@ -7,12 +7,22 @@ import json
 import tomllib
 
 from filelock import FileLock
+
 from fixtures import SeriesFixture, make_series
 from forkbuild.errors import DirtyTreeError, LockBusy, LockTimeout, RebaseStopped
-from forkbuild.worktrees import TreeGuard
-from forkbuild.git import Git
-from rebase_fixtures import (CONFLICT_CHANGES, LADDER_CHANGES, NEW_VERSION, UPSTREAMED_CHANGES, WITH_DOCS, fingerprint,
-                             rebase_args, release, tree)
+from forkbuild.io.git import Git
+from forkbuild.worktree.guard import TreeGuard
+from rebase_fixtures import (
+    CONFLICT_CHANGES,
+    LADDER_CHANGES,
+    NEW_VERSION,
+    UPSTREAMED_CHANGES,
+    WITH_DOCS,
+    fingerprint,
+    rebase_args,
+    release,
+    tree,
+)
 
 
 def report_of(fx: SeriesFixture) -> dict:
@@ -177,7 +187,7 @@ def test_failing_check_keeps_the_journal_for_continue_or_abort(git_series_fx: Se
     fx.cli("fetch")
     before = fingerprint(fx)
     verdicts = iter([{"ok": False, "detail": "lite: beta-limit.patch: does not apply"}, {"ok": True, "detail": "ok"}])
-    monkeypatch.setattr("forkbuild.rebase.engine._check_every_variant", lambda context, tree: next(verdicts))
+    monkeypatch.setattr("forkbuild.rebase.phases._check_every_variant", lambda context, tree: next(verdicts))
     assert fx.cli(*rebase_args(commit)) == RebaseStopped.return_code
     assert report_of(fx)["check"] == {"ok": False, "detail": "lite: beta-limit.patch: does not apply"}
     assert (fx.root / ".forkbuild-work" / "rebase-journal").exists()
@@ -193,7 +203,7 @@ def test_abort_after_a_failing_check_restores(git_series_fx: SeriesFixture, monk
     commit = release(fx, LADDER_CHANGES)
     fx.cli("fetch")
     before = fingerprint(fx)
-    monkeypatch.setattr("forkbuild.rebase.engine._check_every_variant", lambda context, tree: {"ok": False, "detail": "x"})
+    monkeypatch.setattr("forkbuild.rebase.phases._check_every_variant", lambda context, tree: {"ok": False, "detail": "x"})
     assert fx.cli(*rebase_args(commit)) == RebaseStopped.return_code
     assert fx.cli("rebase", "--abort") == 0
     assert fingerprint(fx) == before
@@ -258,7 +268,7 @@ def test_abort_saves_series_edits_made_while_stopped(git_series_fx: SeriesFixtur
     commit = release(fx, LADDER_CHANGES)
     fx.cli("fetch")
     before = fingerprint(fx)
-    monkeypatch.setattr("forkbuild.rebase.engine._check_every_variant", lambda context, tree: {"ok": False, "detail": "x"})
+    monkeypatch.setattr("forkbuild.rebase.phases._check_every_variant", lambda context, tree: {"ok": False, "detail": "x"})
     assert fx.cli(*rebase_args(commit)) == RebaseStopped.return_code  # written, then the check failed
     alpha = fx.patches_dir / "alpha-scale.patch"
     alpha.write_text(alpha.read_text() + "-- \nfixed by hand\n")
@@ -319,7 +329,7 @@ def test_ctrl_c_early_or_late_exits_130_and_the_next_command_recovers(git_series
         assert fx.cli(*rebase_args(commit)) == 130
     assert "Traceback" not in capsys.readouterr().err
     with monkeypatch.context() as patch:  # while the rebase imports the upstreams: the journal exists
-        patch.setattr("forkbuild.rebase.engine.Rebase._import", interrupted)
+        patch.setattr("forkbuild.rebase.phases.Rebase._import", interrupted)
         assert fx.cli(*rebase_args(commit)) == 130
     err = capsys.readouterr().err
     assert "Traceback" not in err and "`forkbuild rebase --continue` goes on" in err

@@ -8,7 +8,7 @@ import json
 
 from fixtures import DEFAULT_PATCHES, PatchSpec, SeriesFixture, commit_all, make_series
 from forkbuild.errors import RebaseStopped
-from forkbuild.git import Git
+from forkbuild.io.git import Git
 from rebase_fixtures import CONFLICT_CHANGES, NEW_VERSION, rebase_args, release, tree
 
 MORE = PatchSpec(file="alpha-offset.patch", feature="alpha", subject="core: offset by two", body="Offset by two.",

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from fixtures import SeriesFixture, make_series
-from forkbuild.chaos import CHAOS_ENV
 from forkbuild.errors import RebaseStopped
-from forkbuild.git import Git
-from forkbuild.series_writer import recover_series
+from forkbuild.io.chaos import CHAOS_ENV
+from forkbuild.io.git import Git
+from forkbuild.series.writer import recover_series
 from rebase_fixtures import CONFLICT_CHANGES, LADDER_CHANGES, NEW_VERSION, fingerprint, rebase_args, release, run_killed
 
 # Every kind of step: before/after the import, the work tree, mid-patch, between

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from fixtures import SeriesFixture, make_series
-from forkbuild import statefile
-from forkbuild.config import GitPin, Upstream, WheelPin
 from forkbuild.errors import ForkbuildError, RebaseStopped
+from forkbuild.io import statefile
 from forkbuild.rebase.journal import Journal
 from forkbuild.rebase.state import PatchState, Phase, RebaseState, RefMove
 from forkbuild.rebase.upstreamed import HunkEvidence
+from forkbuild.series.config import GitPin, Upstream, WheelPin
 from forkbuild.worktree.engine import Outcome
 from rebase_fixtures import CONFLICT_CHANGES, UPSTREAMED_CHANGES, WITH_DOCS, fingerprint, rebase_args, release, tree
 from test_rebase import outcomes, pinned, report_of

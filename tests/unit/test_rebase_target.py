@@ -8,9 +8,9 @@ import tomllib
 import pytest
 
 from forkbuild import pypi
-from forkbuild.config import GitPin, Upstream, WheelPin
 from forkbuild.errors import UpstreamError
 from forkbuild.rebase.target import looks_like_commit, moved_pin, resolve
+from forkbuild.series.config import GitPin, Upstream, WheelPin
 
 SHA_A, SHA_B = "a" * 64, "b" * 64
 CURRENT = Upstream(

@@ -12,12 +12,11 @@ from pathlib import Path
 import pytest
 
 from fixtures import SeriesFixture
-from forkbuild.combination import whole_series
 from forkbuild.apply import apply_variant
 from forkbuild.errors import ConfigError, DirtyTreeError, ForkbuildError
-from forkbuild.git import Git
-from forkbuild.series_writer import SeriesChange, series_transaction
-
+from forkbuild.io.git import Git
+from forkbuild.series.combination import whole_series
+from forkbuild.series.writer import SeriesChange, series_transaction
 from test_export import amend, edit
 
 # A forkbuild CLI run whose chaos points call `hook(step)` (defined in the snippet) instead.
@@ -71,7 +70,7 @@ def test_two_exports_at_once_lose_no_edit(series_fx: SeriesFixture, tmp_path: Pa
         "        (signals / 'two-checked').touch()\n"
         "        wait_for('go')\n"))
     _wait_for(signals / "two-checked", second)
-    first = _start(fx, signals, module="series_writer", args=["export", "--dir", str(one.path)], hook=(
+    first = _start(fx, signals, module="series.writer", args=["export", "--dir", str(one.path)], hook=(
         "    if step == 'series:waiting':\n"
         "        (signals / 'one-waiting').touch()\n"))
     _wait_for(signals / "one-waiting", first)  # blocked on the lock, or (before the fix) done

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from forkbuild.errors import ForkbuildError
-from forkbuild.chaos import CHAOS_ENV
-from forkbuild.series_writer import JOURNAL, STEPS, WORK_DIR, SeriesChange, recover_series, write_series
+from forkbuild.io.chaos import CHAOS_ENV
+from forkbuild.series.writer import JOURNAL, STEPS, WORK_DIR, SeriesChange, recover_series, write_series
 
 OLD = {"series.toml": b"old toml\n", "patches/a.patch": b"A old\n", "patches/b.patch": b"B\n",
        "patches/series": b"a.patch\nb.patch\n"}
@@ -53,7 +53,7 @@ def test_only_series_files_can_be_written(tmp_path: Path) -> None:
 
 def _killed_write(root: Path, step: str) -> int:
     code = ("import sys; from pathlib import Path; sys.path.insert(0, %r);"
-            "from test_series_writer import CHANGE; from forkbuild.series_writer import write_series;"
+            "from test_series_writer import CHANGE; from forkbuild.series.writer import write_series;"
             "write_series(Path(%r), CHANGE)") % (str(Path(__file__).parent), str(root))
     return subprocess.run([sys.executable, "-c", code], env={**os.environ, CHAOS_ENV: step}).returncode
 
@@ -94,7 +94,7 @@ def test_every_command_recovers_first(series_fx) -> None:
     """A killed transaction is finished by whatever forkbuild command runs next."""
     root = series_fx.root
     old = (root / "series.toml").read_text()
-    code = ("from pathlib import Path; from forkbuild.series_writer import SeriesChange, write_series;"
+    code = ("from pathlib import Path; from forkbuild.series.writer import SeriesChange, write_series;"
             "write_series(Path(%r), SeriesChange(series_toml=%r))") % (str(root), old + "\n# rewritten\n")
     assert subprocess.run([sys.executable, "-c", code],
                           env={**os.environ, CHAOS_ENV: "series:committed"}).returncode == -9
@@ -108,7 +108,7 @@ def test_a_large_transaction_pays_for_durability_once_not_per_file(tmp_path: Pat
     # An import writes hundreds of patches: one fsync after another for each (journal copy,
     # file, directory) was ~600 journal commits. The journal's bytes are one file; the
     # files' fsyncs are issued together (one sync_files), before any file is renamed into place.
-    from forkbuild import fsutil
+    from forkbuild.io import fsutil
 
     root = _make(tmp_path)
     inside = [False]

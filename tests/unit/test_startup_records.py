@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from fixtures import SeriesFixture
-from forkbuild.git import Git
+from forkbuild.io.git import Git
 
 PROBE = """
 import sys

@@ -12,7 +12,7 @@ import pytest
 
 from fixtures import SeriesFixture
 from forkbuild.commands.status import series_status
-from forkbuild.config import load_series
+from forkbuild.series.config import load_series
 
 
 def test_patches_and_variants(series_fx: SeriesFixture) -> None:

@@ -456,7 +456,7 @@ def test_a_patch_reading_no_guard_fails_unless_marked_unguarded(tmp_path):
     ("", "not a generated guards module"),
 ])
 def test_reading_the_generated_module(tmp_path, text, problem):
-    from forkbuild.config import Guard, load_series
+    from forkbuild.series.config import Guard, load_series
     from forkbuild.testpatch.structure import mismatch, read_declarations
 
     root = _make(tmp_path)
@@ -493,7 +493,7 @@ def test_judge_a_guard_on_failure_without_the_patch(exception, added, kind):
 
 
 def test_added_names_are_what_the_features_patches_define(tmp_path):
-    from forkbuild.config import load_series
+    from forkbuild.series.config import load_series
     from forkbuild.testpatch.proof import added_names
 
     series = load_series(_make(tmp_path) / "series.toml")

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from fixtures import make_series
-from forkbuild.config import parse_series
 from forkbuild.errors import ConfigError
+from forkbuild.series.config import parse_series
 
 
 def test_a_variant_holding_an_unported_feature_or_a_patch_of_one_is_refused(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
 """-v shows git's own output: Git.run logs every command and its output to
-"forkbuild.git" at DEBUG, and cli.main sends forkbuild's logs to stderr (DEBUG with -v)."""
+"forkbuild.io.git" at DEBUG, and cli.main sends forkbuild's logs to stderr (DEBUG with -v)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from fixtures import make_upstream_repo
-from forkbuild import git as git_module
-from forkbuild.git import GitFailed
+from forkbuild.io import git as git_module
+from forkbuild.io.git import GitFailed
 
 
 @pytest.fixture(autouse=True)
@@ -24,9 +24,9 @@ def restore_forkbuild_logger():
 
 def test_every_git_command_and_its_output_is_logged_at_debug(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     repo = make_upstream_repo(tmp_path / "repo")[0]
-    caplog.set_level(logging.DEBUG, logger="forkbuild.git")
+    caplog.set_level(logging.DEBUG, logger="forkbuild.io.git")
     repo.run("log", "-1", "--format=%s")
-    assert [record.name for record in caplog.records] == ["forkbuild.git", "forkbuild.git"]
+    assert [record.name for record in caplog.records] == ["forkbuild.io.git", "forkbuild.io.git"]
     assert caplog.records[0].getMessage() == f"$ git -C {repo.path} log -1 --format=%s"
     assert caplog.records[1].getMessage() == "exit 0\npkg 1.0"
     caplog.clear()
@@ -38,7 +38,7 @@ def test_every_git_command_and_its_output_is_logged_at_debug(tmp_path: Path, cap
 def test_long_output_is_clipped(tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     repo = make_upstream_repo(tmp_path / "repo")[0]
     monkeypatch.setattr(git_module, "LOGGED_LINES", 3)
-    caplog.set_level(logging.DEBUG, logger="forkbuild.git")
+    caplog.set_level(logging.DEBUG, logger="forkbuild.io.git")
     repo.run("show", "HEAD:python/pkg/core.py")
     assert caplog.records[-1].getMessage().splitlines()[-1].endswith("more lines)")
     assert len(caplog.records[-1].getMessage().splitlines()) == 1 + 3 + 1

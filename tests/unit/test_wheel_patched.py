@@ -13,11 +13,11 @@ import zipfile
 import pytest
 
 from forkbuild.apply import scratch_tree
-from forkbuild.combination import from_features, of_variant
 from forkbuild.console import Reporter
 from forkbuild.context import Context
 from forkbuild.errors import ApplyError, BuildError
-from forkbuild.git import Git
+from forkbuild.io.git import Git
+from forkbuild.series.combination import from_features, of_variant
 from forkbuild.wheel.builder import WheelRequest, build_wheels
 from forkbuild.wheel.plan import WheelLayout, collect_changes, patched_changes
 from forkbuild.wheel.validate import validate_wheel

@@ -6,11 +6,11 @@ import os
 from pathlib import Path
 
 import pytest
-from wheelkit import DEMO_FILES, layout, make_patch
 
-from forkbuild.config import PatchEntry
 from forkbuild.errors import BuildError
+from forkbuild.series.config import PatchEntry
 from forkbuild.wheel.plan import WheelLayout, collect_changes, refuse_compiled
+from wheelkit import DEMO_FILES, layout, make_patch
 
 LAYOUT = WheelLayout(package_root="python", members=frozenset(
     [*DEMO_FILES, "demo/", "demo/_ext.cpython-311-x86_64-linux-gnu.so", "demo-1.0.dist-info/RECORD"]))

@@ -6,15 +6,15 @@ from __future__ import annotations
 import zipfile
 
 import pytest
-from wheelkit import VERSION_MODULE, git, make_series, write_tree
 
 from forkbuild import manifest as manifest_module
-from forkbuild.combination import of_variant
 from forkbuild.console import Reporter
 from forkbuild.context import Context
 from forkbuild.errors import BuildError
+from forkbuild.series.combination import of_variant
 from forkbuild.wheel.builder import WheelRequest, build_wheels, variant_version
 from forkbuild.wheel.validate import validate_wheel
+from wheelkit import VERSION_MODULE, git, make_series, write_tree
 
 PYPROJECT = b"""\
 [build-system]

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from fixtures import SeriesFixture
-from forkbuild import statefile
 from forkbuild.errors import ApplyError, DirtyTreeError
-from forkbuild.git import Git
-from forkbuild.series_edit import quilt_series_text
+from forkbuild.io import statefile
+from forkbuild.io.git import Git
+from forkbuild.series.edit import quilt_series_text
 from forkbuild.worktree.engine import Outcome
 from forkbuild.worktree.state import STATE_FILE, STOP_FILE, WorktreeState, read_state
 from rebase_fixtures import CONFLICT_CHANGES, release

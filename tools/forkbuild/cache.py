@@ -17,10 +17,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from forkbuild.config import FilePin, Upstream
 from forkbuild.console import Reporter
 from forkbuild.errors import LockTimeout, UpstreamError
-from forkbuild.git import Git, GitFailed
+from forkbuild.io.git import Git, GitFailed
+from forkbuild.series.config import FilePin, Upstream
 
 LOCK_TIMEOUT_SECONDS = 900
 # What git says when an object it needs cannot be read (truncated, corrupt, missing).
@@ -106,7 +106,7 @@ class UpstreamCache:
         return {key: value for key, value in data.items() if isinstance(key, str) and isinstance(value, str)}
 
     def _record(self, upstream: Upstream, commit: str) -> None:
-        from forkbuild.fsutil import write_atomic
+        from forkbuild.io.fsutil import write_atomic
 
         write_atomic(self.verified_path, json.dumps({**self._verified(), upstream.tag: commit}, indent=1) + "\n")
 

@@ -7,13 +7,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from forkbuild.apply import PatchRecord, apply_plan, plan_variant, upstream_listing
-from forkbuild.combination import Combination, of_variant, whole_series
-from forkbuild.config import Series
 from forkbuild.context import Context
-from forkbuild.dep3 import provenance_problem
 from forkbuild.errors import ApplyError
-from forkbuild.patchfile import check_patches, read_patch
-from forkbuild.worktrees import temporary_worktree
+from forkbuild.series.combination import Combination, of_variant, whole_series
+from forkbuild.series.config import Series
+from forkbuild.series.dep3 import provenance_problem
+from forkbuild.series.patchfile import check_patches, read_patch
+from forkbuild.worktree.guard import temporary_worktree
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -11,11 +11,11 @@ import sys
 from pathlib import Path
 
 from forkbuild import __version__, commands
-from forkbuild.chaos import chaos_point
-from forkbuild.childgroup import Terminated, handle_termination
 from forkbuild.console import OutputError, Reporter, configure_logging, guard_standard_streams
 from forkbuild.context import Context, directory_argument
 from forkbuild.errors import ForkbuildError, disk_error
+from forkbuild.io.chaos import chaos_point
+from forkbuild.io.childgroup import Terminated, handle_termination
 
 chaos_point("start")  # the chaos test's Ctrl-C while forkbuild starts
 

@@ -9,11 +9,11 @@ from functools import cached_property
 from pathlib import Path
 
 from forkbuild.cache import UpstreamCache
-from forkbuild.config import Series, load_series
 from forkbuild.console import Reporter
 from forkbuild.errors import ConfigError
-from forkbuild.layout import BUILD_DIR, DIST_DIR, DOCKER_DIR, SERIES_FILE, WORK_DIR
-from forkbuild.series_writer import recover_series
+from forkbuild.series.config import Series, load_series
+from forkbuild.series.layout import BUILD_DIR, DIST_DIR, DOCKER_DIR, SERIES_FILE, WORK_DIR
+from forkbuild.series.writer import recover_series
 
 
 def directory_argument(text: str) -> Path:

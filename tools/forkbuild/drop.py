@@ -6,15 +6,15 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from forkbuild.config import Series, load_series, near_miss
 from forkbuild.context import Context
 from forkbuild.errors import ConfigError, DirtyTreeError, quoted
 from forkbuild.export import normalized, save_aside
-from forkbuild.git import Git
-from forkbuild.layout import SERIES_TREE
-from forkbuild.patchfile import read_patch, read_text
-from forkbuild.series_edit import EntrySpec, quilt_series_text, unported, updated_series_toml
-from forkbuild.series_writer import SeriesChange, series_transaction
+from forkbuild.io.git import Git
+from forkbuild.series.config import Series, load_series, near_miss
+from forkbuild.series.edit import EntrySpec, quilt_series_text, unported, updated_series_toml
+from forkbuild.series.layout import SERIES_TREE
+from forkbuild.series.patchfile import read_patch, read_text
+from forkbuild.series.writer import SeriesChange, series_transaction
 from forkbuild.worktree.state import WorktreeState, read_state, write_state
 
 

@@ -12,20 +12,20 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from forkbuild.apply import file_hashes, refuse_unsaved_work, series_hashes
-from forkbuild.chaos import chaos_point
-from forkbuild.config import PatchEntry, Series, load_series, near_miss, parse_series
 from forkbuild.context import Context
 from forkbuild.errors import ConfigError, DirtyTreeError, ExportDriftError, ForkbuildError, quoted
-from forkbuild.fsutil import write_atomic
-from forkbuild.git import Git
 from forkbuild.guards_module import generated_commit_problems, is_generated
-from forkbuild.layout import DROPPED_DIR, PATCHES_DIR
+from forkbuild.io.chaos import chaos_point
+from forkbuild.io.fsutil import write_atomic
+from forkbuild.io.git import Git
 from forkbuild.new_feature import PATCH_NAME, PATCH_TRAILER
-from forkbuild.patchfile import PatchInfo, parse_patch, read_patch, read_text
-from forkbuild.series_edit import EntrySpec, quilt_series_text, unported, updated_series_toml
-from forkbuild.series_writer import SeriesChange, SeriesTransaction, series_transaction
+from forkbuild.series.config import PatchEntry, Series, load_series, near_miss, parse_series
+from forkbuild.series.edit import EntrySpec, quilt_series_text, unported, updated_series_toml
+from forkbuild.series.layout import DROPPED_DIR, PATCHES_DIR
+from forkbuild.series.patchfile import PatchInfo, parse_patch, read_patch, read_text
+from forkbuild.series.writer import SeriesChange, SeriesTransaction, series_transaction
+from forkbuild.worktree.guard import tree_guard
 from forkbuild.worktree.state import WorktreeState, read_state, write_state
-from forkbuild.worktrees import tree_guard
 
 # What changes in a patch when only its position moved: `index` blob ids, hunk header line numbers.
 NOISE = (

@@ -10,8 +10,8 @@ from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, NamedTuple
 
-from forkbuild.config import Series
-from forkbuild.patchfile import PatchInfo
+from forkbuild.series.config import Series
+from forkbuild.series.patchfile import PatchInfo
 
 if TYPE_CHECKING:
     from forkbuild.worktree.engine import Engine

@@ -9,15 +9,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from forkbuild.apply import scratch_tree
-from forkbuild.combination import whole_series
-from forkbuild.config import Series, near_miss
 from forkbuild.context import Context
 from forkbuild.errors import ApplyError, ConfigError, ForkbuildError
 from forkbuild.export import patch_name
-from forkbuild.git import Git
-from forkbuild.patchfile import parse_trailers
-from forkbuild.series_edit import EntrySpec, quilt_series_text, updated_series_toml, with_empty_dirs
-from forkbuild.series_writer import SeriesChange, write_series
+from forkbuild.io.git import Git
+from forkbuild.series.combination import whole_series
+from forkbuild.series.config import Series, near_miss
+from forkbuild.series.edit import EntrySpec, quilt_series_text, updated_series_toml, with_empty_dirs
+from forkbuild.series.patchfile import parse_trailers
+from forkbuild.series.writer import SeriesChange, write_series
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -11,9 +11,9 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from forkbuild.combination import Combination
-from forkbuild.config import Guard, Series, WheelPin
 from forkbuild.errors import BuildError
+from forkbuild.series.combination import Combination
+from forkbuild.series.config import Guard, Series, WheelPin
 
 SCHEMA = 1
 PACKAGE_FILE = "_forkbuild_manifest.json"

@@ -11,14 +11,23 @@ from pathlib import Path
 import tomlkit
 from tomlkit.items import Table
 
-from forkbuild.config import FEATURE_NAME, GUARD_NAME, GUARD_PREFIX, Guard, Series, load_series, near_miss, parse_series
 from forkbuild.context import Context
 from forkbuild.errors import ConfigError, ForkbuildError
-from forkbuild.fsutil import write_atomic
-from forkbuild.guards import GUARD_TYPES, check_value
-from forkbuild.layout import WORK_DIR
-from forkbuild.series_edit import split_tail
-from forkbuild.series_writer import SeriesChange, series_transaction
+from forkbuild.io.fsutil import write_atomic
+from forkbuild.series.config import (
+    FEATURE_NAME,
+    GUARD_NAME,
+    GUARD_PREFIX,
+    Guard,
+    Series,
+    load_series,
+    near_miss,
+    parse_series,
+)
+from forkbuild.series.edit import split_tail
+from forkbuild.series.guards import GUARD_TYPES, check_value
+from forkbuild.series.layout import WORK_DIR
+from forkbuild.series.writer import SeriesChange, series_transaction
 
 PATCH_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\.patch")
 PATCH_TRAILER = "Patch"  # export names a new patch file after it

@@ -15,20 +15,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from forkbuild.apply import file_hashes, prepare_worktree, record_series_tree, scratch_tree
-from forkbuild.combination import whole_series
-from forkbuild.config import Series
 from forkbuild.context import Context
-from forkbuild.dep3 import Description, parse_dep3, split_patch, stripspace
 from forkbuild.emptydirs import find_empty_dirs, recreate_empty_dirs
 from forkbuild.errors import ApplyError, ConfigError, DirtyTreeError, ForkbuildError
-from forkbuild.fsutil import write_atomic
-from forkbuild.git import IDENTITY, Author, FileCommit, Git, GitFailed, PathChange, TreeEntry
 from forkbuild.importer import check_incoming, guard_trailers, with_trailers, write_imported
-from forkbuild.layout import SERIES_TREE, WORK_DIR
-from forkbuild.patchfile import check_safe
-from forkbuild.quiltdiff import EMPTY_BLOB, GitReadyDiff, git_ready
+from forkbuild.io.fsutil import write_atomic
+from forkbuild.io.git import IDENTITY, Author, FileCommit, Git, GitFailed, PathChange, TreeEntry
+from forkbuild.series.combination import whole_series
+from forkbuild.series.config import Series
+from forkbuild.series.dep3 import Description, parse_dep3, split_patch, stripspace
+from forkbuild.series.layout import SERIES_TREE, WORK_DIR
+from forkbuild.series.patchfile import check_safe
+from forkbuild.series.quiltdiff import EMPTY_BLOB, GitReadyDiff, git_ready
+from forkbuild.worktree.guard import recover_killed_change, tree_guard
 from forkbuild.worktree.smallindex import apply_small, disjoint_run, parents
-from forkbuild.worktrees import recover_killed_change, tree_guard
 
 # Patches per `git apply` process: a group that fails is redone one by one, so not unbounded.
 GROUP_MAX = 24

@@ -17,15 +17,15 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
 from forkbuild import pypi
-from forkbuild.combination import of_variant
 from forkbuild.context import Context
 from forkbuild.errors import RebaseStopped
-from forkbuild.fsutil import write_atomic
-from forkbuild.patchfile import read_patch
-from forkbuild.rebase.engine import Rebase
+from forkbuild.io.fsutil import write_atomic
+from forkbuild.rebase.phases import Rebase
 from forkbuild.rebase.report import label
 from forkbuild.rebase.state import PatchState, Phase, RebaseState
 from forkbuild.rebase.target import resolve
+from forkbuild.series.combination import of_variant
+from forkbuild.series.patchfile import read_patch
 from forkbuild.testpatch.runner import Options, run_variant
 from forkbuild.wheel.builder import WheelRequest, build_wheels
 

@@ -8,12 +8,12 @@ from pathlib import Path
 from rich.table import Table
 
 from forkbuild.apply import apply_variant, resume_apply
-from forkbuild.combination import whole_series
 from forkbuild.commands import add_command
 from forkbuild.errors import ConfigError
-from forkbuild.layout import SERIES_TREE
 from forkbuild.matrix import arguments
-from forkbuild.series_writer import reading_series
+from forkbuild.series.combination import whole_series
+from forkbuild.series.layout import SERIES_TREE
+from forkbuild.series.writer import reading_series
 
 
 def add_parser(subparsers) -> None:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from forkbuild.commands import add_command
-from forkbuild.config import native_platform
 from forkbuild.image.base import ensure_bases
 from forkbuild.image.docker import Docker
 from forkbuild.matrix import arguments
+from forkbuild.series.config import native_platform
 
 
 def add_parser(subparsers) -> None:

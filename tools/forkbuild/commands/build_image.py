@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from forkbuild.commands import add_command
-from forkbuild.config import ANY_PLATFORM, image_platforms, native_platform, platform_of_tags
 from forkbuild.errors import ConfigError
 from forkbuild.image import build
 from forkbuild.image.base import ensure_bases
-from forkbuild.image.context import prepare_context
+from forkbuild.image.build_context import prepare_context
 from forkbuild.image.docker import Docker
 from forkbuild.matrix import arguments
+from forkbuild.series.config import ANY_PLATFORM, image_platforms, native_platform, platform_of_tags
 
 
 def add_parser(subparsers) -> None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from forkbuild.combination import resolve
 from forkbuild.commands import add_command
 from forkbuild.console import styled
-from forkbuild.doctor import doctor_env, hazard_line
+from forkbuild.fleet.envcheck import doctor_env, hazard_line
+from forkbuild.series.combination import resolve
 
 
 def add_parser(subparsers) -> None:

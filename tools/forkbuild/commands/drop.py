@@ -5,7 +5,7 @@ from __future__ import annotations
 from forkbuild.commands import add_command
 from forkbuild.drop import drop_patches
 from forkbuild.errors import quoted
-from forkbuild.layout import SERIES_TREE
+from forkbuild.series.layout import SERIES_TREE
 
 
 def add_parser(subparsers) -> None:

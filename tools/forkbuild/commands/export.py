@@ -7,11 +7,11 @@ from pathlib import Path
 from rich.table import Table
 
 from forkbuild.apply import apply_variant
-from forkbuild.combination import whole_series
 from forkbuild.commands import add_command
 from forkbuild.console import styled
 from forkbuild.export import export_series
-from forkbuild.layout import SERIES_TREE
+from forkbuild.series.combination import whole_series
+from forkbuild.series.layout import SERIES_TREE
 
 ACTION_STYLE = {"unchanged": "dim", "noise": "dim", "changed": "yellow", "new": "green"}
 

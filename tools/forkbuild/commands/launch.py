@@ -5,16 +5,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from forkbuild import launch
-from forkbuild.combination import Combination, resolve
 from forkbuild.commands import add_command
-from forkbuild.config import PLATFORMS
-from forkbuild.doctor import hazard_line
 from forkbuild.errors import ConfigError, FleetError, ForkbuildError
-from forkbuild.fleet import Fleet, parse_nodes
-from forkbuild.fsutil import write_atomic_many
+from forkbuild.fleet import launch
+from forkbuild.fleet.envcheck import hazard_line
+from forkbuild.fleet.nodes import Fleet, parse_nodes
 from forkbuild.image.build import default_tag
 from forkbuild.image.docker import Docker
+from forkbuild.io.fsutil import write_atomic_many
+from forkbuild.series.combination import Combination, resolve
+from forkbuild.series.config import PLATFORMS
 
 
 def add_parser(subparsers) -> None:

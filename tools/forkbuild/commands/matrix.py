@@ -11,15 +11,15 @@ from pathlib import Path
 
 from rich.table import Table
 
-from forkbuild.combination import resolve
 from forkbuild.commands import add_command
-from forkbuild.config import arch_of, image_platforms
 from forkbuild.console import styled
 from forkbuild.errors import ForkbuildError
-from forkbuild.fsutil import write_atomic
 from forkbuild.image import build
-from forkbuild.image.context import prepare_context
+from forkbuild.image.build_context import prepare_context
+from forkbuild.io.fsutil import write_atomic
 from forkbuild.matrix.strategies import ALL_LIMIT, STRATEGIES, Matrix, build_matrix, build_order
+from forkbuild.series.combination import resolve
+from forkbuild.series.config import arch_of, image_platforms
 from forkbuild.testpatch.records import FAIL, PASS, SKIP
 from forkbuild.testpatch.runner import Options, run_variant
 

@@ -10,13 +10,13 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from forkbuild.combination import Combination, resolve
 from forkbuild.commands import add_command
-from forkbuild.config import PatchEntry, Series, near_miss
 from forkbuild.errors import MutationError
 from forkbuild.mutate import report, results
 from forkbuild.mutate.mutants import Mutant, Skipped, mutants_of
 from forkbuild.mutate.runner import Outcome, run_all
+from forkbuild.series.combination import Combination, resolve
+from forkbuild.series.config import PatchEntry, Series, near_miss
 
 
 def add_parser(subparsers) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 
 from forkbuild.commands import add_command
-from forkbuild.layout import SERIES_TREE
 from forkbuild.new_feature import new_feature
+from forkbuild.series.layout import SERIES_TREE
 
 
 def add_parser(subparsers) -> None:

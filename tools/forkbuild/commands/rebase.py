@@ -47,7 +47,7 @@ def run(args, context) -> int:
     from rich.table import Table
 
     from forkbuild.rebase import report
-    from forkbuild.rebase.engine import Rebase
+    from forkbuild.rebase.phases import Rebase
     from forkbuild.rebase.state import Phase, RebaseState
     from forkbuild.rebase.target import resolve
 

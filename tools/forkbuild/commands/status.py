@@ -9,9 +9,9 @@ from rich.console import Console
 from rich.table import Column, Table
 
 from forkbuild.commands import add_command
-from forkbuild.config import Series
 from forkbuild.console import styled
-from forkbuild.patchfile import read_patch
+from forkbuild.series.config import Series
+from forkbuild.series.patchfile import read_patch
 
 WIDE = 100_000
 

@@ -16,11 +16,11 @@ from typing import Any
 
 from filelock import FileLock
 
-from forkbuild.config import WheelPin, arch_of
 from forkbuild.console import Reporter
 from forkbuild.context import Context
-from forkbuild.fsutil import link_or_copy
 from forkbuild.image.docker import Docker, require, run_program
+from forkbuild.io.fsutil import link_or_copy
+from forkbuild.series.config import WheelPin, arch_of
 
 # mmdebstrap leaves out apt's package lists, its downloaded .debs and the logs (~100 MB).
 ROOTFS_RECIPE: dict[str, Any] = {"tool": "mmdebstrap", "suite": "bookworm", "variant": "minbase",

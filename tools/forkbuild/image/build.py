@@ -10,10 +10,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from forkbuild.config import arch_of
 from forkbuild.errors import BuildError
-from forkbuild.image.context import ImageContext
+from forkbuild.image.build_context import ImageContext
 from forkbuild.image.docker import Docker
+from forkbuild.series.config import arch_of
 
 MODES = ("wheel", "delta")
 TARGET = "image"

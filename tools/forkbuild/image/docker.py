@@ -12,9 +12,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from forkbuild import process
 from forkbuild.console import Reporter
 from forkbuild.errors import BuildError, FleetError, ToolMissing
+from forkbuild.io import process
 
 DEBIAN_CLIENT = Path("/usr/bin/docker")
 CLIENT_HINT = "run `.ci/dockerd.sh start` (installs docker.io) or set FORKBUILD_DOCKER to a docker client"

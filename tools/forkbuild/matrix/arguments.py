@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from forkbuild.combination import Combination, resolve
-from forkbuild.config import PLATFORMS
+from forkbuild.series.combination import Combination, resolve
+from forkbuild.series.config import PLATFORMS
 
 
 def feature_list(text: str) -> tuple[str, ...]:

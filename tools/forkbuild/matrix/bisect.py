@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from forkbuild.errors import BisectError
-from forkbuild.fsutil import write_atomic
+from forkbuild.io.fsutil import write_atomic
 
 
 def _import_picire() -> types.ModuleType:

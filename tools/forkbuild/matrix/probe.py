@@ -10,16 +10,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from forkbuild import process
-from forkbuild.combination import Combination, from_features
-from forkbuild.config import Guard, Series, native_platform
 from forkbuild.context import Context
 from forkbuild.errors import BisectError, ToolMissing
-from forkbuild.guards import parse_switch
 from forkbuild.image import build
 from forkbuild.image.base import ensure_bases
-from forkbuild.image.context import prepare_context
+from forkbuild.image.build_context import prepare_context
 from forkbuild.image.docker import Docker
+from forkbuild.io import process
+from forkbuild.series.combination import Combination, from_features
+from forkbuild.series.config import Guard, Series, native_platform
+from forkbuild.series.guards import parse_switch
 from forkbuild.wheel.builder import WheelRequest, build_wheels
 
 FEATURES_ENV = "FORKBUILD_FEATURES"

@@ -10,9 +10,9 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from forkbuild.combination import Combination, closure, coexist, from_features, of_variant
-from forkbuild.config import Series
 from forkbuild.errors import ConfigError
+from forkbuild.series.combination import Combination, closure, coexist, from_features, of_variant
+from forkbuild.series.config import Series
 
 STRATEGIES = ("variants", "each", "pairwise", "all")
 ALL_LIMIT = 64  # `all` refuses more combinations than this unless forced

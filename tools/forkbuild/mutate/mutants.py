@@ -13,9 +13,9 @@ from pathlib import PurePosixPath
 
 import unidiff
 
-from forkbuild.config import PatchEntry
 from forkbuild.errors import MutationError
-from forkbuild.patchfile import parse_diff, split_mail
+from forkbuild.series.config import PatchEntry
+from forkbuild.series.patchfile import parse_diff, split_mail
 
 HUNK = "hunk"
 STATEMENT = "statement"

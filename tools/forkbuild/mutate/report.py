@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from forkbuild.fsutil import write_atomic
+from forkbuild.io.fsutil import write_atomic
 from forkbuild.mutate.mutants import HUNK
 from forkbuild.mutate.results import KILLED, SURVIVED, Reasons
 

@@ -13,9 +13,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from forkbuild.config import PatchEntry, Series
 from forkbuild.errors import MutationError
-from forkbuild.fsutil import write_atomic
+from forkbuild.io.fsutil import write_atomic
+from forkbuild.series.config import PatchEntry, Series
 
 RESULTS_FILE = Path("mutation") / "results.json"
 REASONS_FILE = Path("mutation") / "reasons.toml"

@@ -14,8 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from forkbuild import process
 from forkbuild.errors import MutationError
+from forkbuild.io import process
 from forkbuild.mutate.mutants import Mutant
 from forkbuild.mutate.results import KILLED, SURVIVED
 

@@ -1,1 +1,1 @@
-"""`forkbuild rebase`: the series moved onto another upstream, resumably (engine.py ties the modules together)."""
+"""`forkbuild rebase`: the series moved onto another upstream, resumably (phases.py ties the modules together)."""

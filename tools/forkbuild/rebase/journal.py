@@ -12,14 +12,14 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from forkbuild import statefile
 from forkbuild.apply import file_hashes
-from forkbuild.chaos import chaos_point
 from forkbuild.errors import ForkbuildError
-from forkbuild.fsutil import fsync_directory, sync_files, write_atomic
-from forkbuild.layout import PATCHES_DIR, SERIES_FILE, WORK_DIR
+from forkbuild.io import statefile
+from forkbuild.io.chaos import chaos_point
+from forkbuild.io.fsutil import fsync_directory, sync_files, write_atomic
 from forkbuild.rebase.state import SCHEMA, RebaseState
-from forkbuild.series_writer import SeriesChange, remove_dir
+from forkbuild.series.layout import PATCHES_DIR, SERIES_FILE, WORK_DIR
+from forkbuild.series.writer import SeriesChange, remove_dir
 
 JOURNAL_DIR = "rebase-journal"
 STATE_FILE = "state.json"

@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import cache
 
-from forkbuild.git import Git
-from forkbuild.patchfile import added_lines
+from forkbuild.io.git import Git
 from forkbuild.rebase.state import RebaseState
+from forkbuild.series.patchfile import added_lines
 
 
 def with_lost_lines(repo: Git, state: RebaseState, *, old_head: str, new_head: str) -> RebaseState:

@@ -38,8 +38,8 @@ from typing import NamedTuple
 
 from pyflakes import checker, messages
 
-from forkbuild.git import Git
-from forkbuild.patchfile import FileDiff, Hunk, file_diffs
+from forkbuild.io.git import Git
+from forkbuild.series.patchfile import FileDiff, Hunk, file_diffs
 
 IMPORT_LINE = re.compile(r"^(?:from\s+(?P<from>[\w.]+)\s+import\b|import\s+(?P<import>[\w.]+))")
 DISTINCTIVE = re.compile(r"\w{3}")  # a line worth anchoring on: some word, not just brackets

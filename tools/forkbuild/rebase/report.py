@@ -10,8 +10,8 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from forkbuild.fsutil import write_atomic
-from forkbuild.git import Git
+from forkbuild.io.fsutil import write_atomic
+from forkbuild.io.git import Git
 from forkbuild.rebase.porter import HunkPort
 from forkbuild.rebase.state import RebaseState
 from forkbuild.worktree.engine import Outcome

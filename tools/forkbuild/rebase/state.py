@@ -8,9 +8,9 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 
-from forkbuild.config import Upstream
 from forkbuild.rebase.porter import HunkPort
 from forkbuild.rebase.upstreamed import HunkEvidence
+from forkbuild.series.config import Upstream
 from forkbuild.worktree.engine import Outcome
 
 # 2: cache refs recorded in the state as the rebase makes them (1 snapshotted all of them).
@@ -18,7 +18,7 @@ SCHEMA = 2
 
 
 class Phase(StrEnum):
-    """Where the rebase is (rebase/engine.py's docstring says what each means)."""
+    """Where the rebase is (rebase/phases.py's docstring says what each means)."""
 
     PREPARE = "prepare"
     REPLAY = "replay"

@@ -13,8 +13,8 @@ from packaging.utils import parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from forkbuild import pypi
-from forkbuild.config import GitPin, Upstream, WheelPin
 from forkbuild.errors import ConfigError, UpstreamError
+from forkbuild.series.config import GitPin, Upstream, WheelPin
 
 COMMIT = re.compile(r"[0-9a-f]{7,40}")
 VERSION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import unidiff
 
-from forkbuild.git import Git
-from forkbuild.patchfile import parse_diff
+from forkbuild.io.git import Git
+from forkbuild.series.patchfile import parse_diff
 
 # Lines around a patch hunk that still count as its region: earlier fork patches shift lines a little.
 MARGIN = 10

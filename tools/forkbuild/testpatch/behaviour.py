@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from forkbuild import manifest as manifest_module
-from forkbuild import process
-from forkbuild.combination import Combination
-from forkbuild.config import native_platform
 from forkbuild.context import Context
 from forkbuild.errors import BuildError
+from forkbuild.io import process
+from forkbuild.series.combination import Combination
+from forkbuild.series.config import native_platform
 from forkbuild.wheel.builder import WheelRequest, build_wheels
 
 TESTS_DIR = "tests/patches"

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from forkbuild import process
 from forkbuild.errors import BuildError
+from forkbuild.io import process
 
 DEVICE_ENV = "FORKBUILD_TEST_DEVICE"
 DEVICES = ("cpu", "cuda")

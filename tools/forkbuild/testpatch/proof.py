@@ -14,11 +14,11 @@ from concurrent.futures import Executor
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
-from forkbuild.config import GUARD_PREFIX, Series
 from forkbuild.context import Context
 from forkbuild.errors import ApplyError
 from forkbuild.guards_module import write_module
-from forkbuild.patchfile import only_files, parse_diff, read_text, split_mail
+from forkbuild.series.config import GUARD_PREFIX, Series
+from forkbuild.series.patchfile import only_files, parse_diff, read_text, split_mail
 from forkbuild.testpatch import behaviour
 from forkbuild.testpatch.behaviour import TestPython
 from forkbuild.testpatch.records import (
@@ -33,7 +33,7 @@ from forkbuild.testpatch.records import (
 )
 from forkbuild.testpatch.structure import environ_path
 from forkbuild.worktree.engine import Engine, Outcome, PatchJob
-from forkbuild.worktrees import temporary_worktree
+from forkbuild.worktree.guard import temporary_worktree
 
 ASSERTION = "assertion"
 MISSING_NAME = "missing_name"

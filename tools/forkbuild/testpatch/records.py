@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from forkbuild.console import styled
-from forkbuild.fsutil import write_atomic
+from forkbuild.io.fsutil import write_atomic
 
 STRUCTURE = "structure"
 GUARD_OFF = "guard_off"

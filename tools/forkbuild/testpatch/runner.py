@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from forkbuild.apply import scratch_tree
-from forkbuild.combination import Combination
 from forkbuild.context import Context
 from forkbuild.errors import BuildError
+from forkbuild.series.combination import Combination
 from forkbuild.testpatch import behaviour, proof, records
 from forkbuild.testpatch import device as device_module
 from forkbuild.testpatch.behaviour import TestPython

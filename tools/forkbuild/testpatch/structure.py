@@ -10,11 +10,11 @@ from pathlib import Path
 
 from forkbuild import naming
 from forkbuild.apply import ApplyResult, PatchRecord
-from forkbuild.combination import Combination
-from forkbuild.config import GUARD_PREFIX, Guard, Series
-from forkbuild.git import Git
 from forkbuild.guards_module import GeneratedEntry, module_path, read_module
-from forkbuild.patchfile import parse_diff
+from forkbuild.io.git import Git
+from forkbuild.series.combination import Combination
+from forkbuild.series.config import GUARD_PREFIX, Guard, Series
+from forkbuild.series.patchfile import parse_diff
 from forkbuild.testpatch.records import FAIL, PASS, SKIP, STRUCTURE, Record
 
 ENVIRON = "srt/environ.py"  # inside the package: where sglang's envs registry lives

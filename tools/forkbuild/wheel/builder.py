@@ -17,18 +17,19 @@ from pathlib import Path
 from typing import BinaryIO
 
 from forkbuild import manifest as manifest_module
-from forkbuild import naming, process
+from forkbuild import naming
 from forkbuild.apply import scratch_tree
 from forkbuild.cache import sha256_of
-from forkbuild.chaos import chaos_point
-from forkbuild.combination import COMBO_LABEL, Combination
-from forkbuild.config import Series, WheelPin, native_platform
 from forkbuild.console import Reporter
 from forkbuild.context import Context
 from forkbuild.errors import BuildError, ToolMissing
-from forkbuild.fsutil import write_atomic
-from forkbuild.git import Git
+from forkbuild.io import process
+from forkbuild.io.chaos import chaos_point
+from forkbuild.io.fsutil import write_atomic
+from forkbuild.io.git import Git
 from forkbuild.manifest import Manifest
+from forkbuild.series.combination import COMBO_LABEL, Combination
+from forkbuild.series.config import Series, WheelPin, native_platform
 from forkbuild.wheel.overlay import Overlay, write_overlay
 from forkbuild.wheel.plan import OverlayChanges, WheelLayout, collect_changes, patched_changes, refuse_compiled
 from forkbuild.wheel.validate import validate_wheel

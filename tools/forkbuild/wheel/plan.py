@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from forkbuild.apply import apply_in_index, plan_variant
-from forkbuild.combination import Combination
-from forkbuild.config import PatchEntry
 from forkbuild.context import Context
 from forkbuild.errors import BuildError
-from forkbuild.patchfile import read_patch
+from forkbuild.series.combination import Combination
+from forkbuild.series.config import PatchEntry
+from forkbuild.series.patchfile import read_patch
 
 # Sources of compiled extensions and their build files: the wheel holds only the built .so.
 COMPILED_SUFFIXES = frozenset({".rs", ".c", ".cc", ".cpp", ".cxx", ".cu", ".cuh", ".h", ".hh", ".hpp",

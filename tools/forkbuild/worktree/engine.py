@@ -21,10 +21,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import NamedTuple
 
-from forkbuild.childgroup import process_exists
 from forkbuild.errors import ForkbuildError
-from forkbuild.git import IDENTITY, Author, FileCommit, Git, PathChange, TreeEntry
-from forkbuild.patchfile import PatchInfo, git_am_subject, read_patch
+from forkbuild.io.childgroup import process_exists
+from forkbuild.io.git import IDENTITY, Author, FileCommit, Git, PathChange, TreeEntry
+from forkbuild.series.patchfile import PatchInfo, git_am_subject, read_patch
 from forkbuild.worktree.smallindex import TreeListing, apply_small, disjoint_run
 
 _ENGINES = itertools.count(1)  # numbers this process's engines (their small index files)
@@ -292,7 +292,7 @@ class Engine:
     def commit_files(self, files: Mapping[str, bytes], *, message: str) -> None:
         """Commit `files` (path -> content) on `head` as forkbuild, at HEAD's date (the guards module)."""
         date = self._pending[-1][1].author.date if self._head.startswith("pending:") else \
-            self.worktree.out("log", "-1", "--format=%cd", "--date=raw", self._head)
+            self.worktree.log1("%cd", self._head)
         modes = self._listing.entries_for(files) if self._listing else {}
         changes = tuple(PathChange(path=path, mode=modes[path].mode if path in modes else 0o100644, content=content)
                         for path, content in files.items())

@@ -64,7 +64,7 @@ class Sequencer:
         git.sequencer_quit()
         if made:
             commit = made[0]
-        elif git.out("diff", "--cached", "--name-only", "HEAD"):  # staged changes
+        elif git.staged():
             author, message = git.authored(job.source) if job.source \
                 else patch_author_message(self.engine.read(job.path))
             commit = git.commit_tree(git.write_tree(), parents=[head], message=message, author=author)

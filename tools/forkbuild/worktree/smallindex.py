@@ -9,8 +9,8 @@ from itertools import islice
 from pathlib import Path
 from typing import TypeVar
 
-from forkbuild.git import Git, PathChange, TreeEntry
-from forkbuild.patchfile import S_IFDIR, S_IFLNK
+from forkbuild.io.git import Git, PathChange, TreeEntry
+from forkbuild.series.patchfile import S_IFDIR, S_IFLNK
 
 T = TypeVar("T")
 

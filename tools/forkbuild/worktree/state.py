@@ -8,10 +8,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from forkbuild import statefile
 from forkbuild.errors import DirtyTreeError, quoted
-from forkbuild.fsutil import write_atomic
-from forkbuild.git import Git
+from forkbuild.io import statefile
+from forkbuild.io.fsutil import write_atomic
+from forkbuild.io.git import Git
 from forkbuild.worktree.engine import Outcome, PatchJob, PatchResult
 
 STATE_FILE = "forkbuild-worktree.json"

@@ -76,7 +76,7 @@ def problem(kind: str, value: str) -> str | None:
         number = {"int": int, "float": float}.get(kind, str)(value)
     except ValueError:
         return f"not a valid {kind}"
-    # as forkbuild's own rule (forkbuild.guards.check_value): finite, and an int that fits 64 bits
+    # as forkbuild's own rule (forkbuild.series.guards.check_value): finite, and an int that fits 64 bits
     if kind == "float" and not math.isfinite(number):
         return "not a finite float"
     if kind == "int" and (len(value.strip()) > 30 or not -2**63 <= number < 2**63):

@@ -9,12 +9,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from forkbuild.combination import Combination
-from forkbuild.config import Series, image_platforms
-from forkbuild.doctor import EnvReport, doctor_env, hazard_line
 from forkbuild.errors import ConfigError
-from forkbuild.guards import parse_switch
+from forkbuild.fleet.envcheck import EnvReport, doctor_env, hazard_line
 from forkbuild.image.build import default_tag
+from forkbuild.series.combination import Combination
+from forkbuild.series.config import Series, image_platforms
+from forkbuild.series.guards import parse_switch
 
 HEAD_ONLY = ("HEAD_MEM_FRACTION_STATIC",)  # start.sh gave it to rank 0 only
 # Multi-node serving over the GB10's ConnectX-7 (RoCE): the RDMA devices, pinned memory. On unless

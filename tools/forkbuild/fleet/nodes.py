@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from forkbuild import process
 from forkbuild.console import Reporter
 from forkbuild.errors import ConfigError, FleetError, ForkbuildError
+from forkbuild.fleet.launch import HOST, NodeFile, container_name
 from forkbuild.image.docker import Docker, find_client, run_program, tail
-from forkbuild.launch import HOST, NodeFile, container_name
+from forkbuild.io import process
 
 URL = re.compile(r"^(?:ssh://[A-Za-z0-9._@:-]+|unix:///[^\s]+|tcp://[A-Za-z0-9.:\[\]-]+|fd://\S*)$")
 ANSWER_SECONDS = 20  # a node's daemon must answer `docker version` within this

@@ -10,10 +10,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from forkbuild.combination import Combination
-from forkbuild.config import GUARD_PREFIX, Hazard, Series
-from forkbuild.envfile import read_env_file
+from forkbuild.fleet.envfile import read_env_file
 from forkbuild.image.runtime import migration
+from forkbuild.series.combination import Combination
+from forkbuild.series.config import GUARD_PREFIX, Hazard, Series
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import unidiff
 from unidiff.errors import UnidiffParseError
 
-from forkbuild.patchfile import parse_diff
+from forkbuild.series.patchfile import parse_diff
 
 DEV_NULL = "/dev/null"
 GIT_HEADER = re.compile(r"^diff --git (?P<old>\S+) (?P<new>\S+)\s*$")

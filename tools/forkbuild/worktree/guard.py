@@ -18,10 +18,10 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from forkbuild import statefile
-from forkbuild.childgroup import GROUP, proc_stat, process_exists, stop_orphans
 from forkbuild.errors import ForkbuildError, LockBusy
-from forkbuild.git import Git
+from forkbuild.io import statefile
+from forkbuild.io.childgroup import GROUP, proc_stat, process_exists, stop_orphans
+from forkbuild.io.git import Git
 
 if TYPE_CHECKING:
     from forkbuild.cache import UpstreamCache

@@ -15,11 +15,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from forkbuild import process
 from forkbuild.errors import ForkbuildError, GitFailed, git_disk_error
-from forkbuild.process import Completed
+from forkbuild.io import process
+from forkbuild.io.process import Completed
 
-LOG = logging.getLogger("forkbuild.git")  # every command and its output, at DEBUG (-v)
+LOG = logging.getLogger("forkbuild.io.git")  # every command and its output, at DEBUG (-v)
 LOGGED_LINES = 200  # per command: `log -p` of a whole series would flood the terminal
 ENGLISH = {"LANGUAGE": "C", "LC_ALL": "C"}  # git's messages, which forkbuild reads and shows
 IDENTITY = {"user.name": "forkbuild", "user.email": "forkbuild@localhost"}
@@ -393,6 +393,10 @@ class Git:
 
     def merge_commits(self, base: str, head: str) -> list[str]:
         return self.out("rev-list", "--merges", "--end-of-options", f"{base}..{head}").split()
+
+    def staged(self) -> list[str]:
+        """The paths whose index differs from HEAD (changes staged for a commit)."""
+        return self.out("diff", "--cached", "--name-only", "HEAD").splitlines()
 
     def log1(self, format: str, commit: str = "HEAD") -> str:
         """`commit`'s fields in a `git log --format` (dates raw), e.g. "%s" its subject, "%B" its message."""

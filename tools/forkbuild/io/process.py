@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from forkbuild.childgroup import GROUP
 from forkbuild.errors import ToolMissing
+from forkbuild.io.childgroup import GROUP
 
 # `git rev-parse --local-env-vars` (git 2.39), and GIT_NAMESPACE (another view of the refs).
 GIT_LOCAL_ENV = frozenset({

@@ -13,7 +13,7 @@ import email.utils
 import re
 from dataclasses import dataclass
 
-from forkbuild.patchfile import git_am_subject
+from forkbuild.series.patchfile import git_am_subject
 
 FIELD = re.compile(r"^(?P<key>[A-Za-z][A-Za-z0-9-]*):[ \t]*(?P<value>.*)$")
 SUBJECT_FIELDS = ("description", "subject")

@@ -4,7 +4,7 @@ phase         what the journal means                          on --continue
 prepare       backup taken; nothing else is certain           import + old series + work tree, again
 replay        patches[:cursor] are done, HEAD is their top     go on at cursor
 applying      a kill hit patch `cursor` mid-way                reset to head_before, redo it
-conflict      the engine stopped at patch `cursor` (markers)   settle the user's resolution, go on
+conflict      stopped at patch `cursor` (markers in the tree)  the sequencer settles the resolution, go on
 replayed      every patch replayed                             stop for review, or finalize
 review        drop proposals await a yes                       accept the drops, finalize
 finalize      writing the new series                           restore the backup, write it all again
@@ -29,14 +29,10 @@ from packaging.version import InvalidVersion, Version
 
 from forkbuild.apply import FULL_SERIES_REF, record_series_tree, series_hashes
 from forkbuild.check import check_series, consistency, describe, provenance
-from forkbuild.config import Upstream, parse_series
 from forkbuild.context import Context
-from forkbuild.dep3 import applied_upstream
 from forkbuild.errors import ApplyError, DirtyTreeError, ForkbuildError, LockBusy, RebaseStopped
 from forkbuild.export import export_series
-from forkbuild.git import Git
-from forkbuild.layout import REBASE_TREE
-from forkbuild.patchfile import read_patch
+from forkbuild.io.git import Git
 from forkbuild.rebase import report
 from forkbuild.rebase.journal import Journal, checkpoint
 from forkbuild.rebase.kept import with_lost_lines
@@ -44,10 +40,14 @@ from forkbuild.rebase.porter import Porter
 from forkbuild.rebase.state import PatchState, Phase, RebaseState, RefMove
 from forkbuild.rebase.target import moved_pin
 from forkbuild.rebase.upstreamed import HunkEvidence, evidence, upstream_collisions
-from forkbuild.series_writer import series_transaction
+from forkbuild.series.config import Upstream, parse_series
+from forkbuild.series.dep3 import applied_upstream
+from forkbuild.series.layout import REBASE_TREE
+from forkbuild.series.patchfile import read_patch
+from forkbuild.series.writer import series_transaction
 from forkbuild.worktree.engine import Engine, Outcome, PatchJob, PatchResult
+from forkbuild.worktree.guard import TreeGuard, remove_dead_tree, tree_guard
 from forkbuild.worktree.sequence import Sequencer
-from forkbuild.worktrees import TreeGuard, remove_dead_tree, tree_guard
 
 OLD_SERIES = "old-series"  # the series applied on the old pin (its blobs feed the 3-way merges)
 NEW_SERIES = "new-series"  # the replayed series (the report's range-diffs read it)

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import tomlkit
 from tomlkit.items import AoT, Table
 
-from forkbuild.config import Series
 from forkbuild.errors import ConfigError
+from forkbuild.series.config import Series
 
 QUILT_SERIES = "series"
 QUILT_HEADER = (

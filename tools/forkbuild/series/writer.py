@@ -17,12 +17,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from forkbuild.chaos import chaos_point
 from forkbuild.errors import DirtyTreeError, ForkbuildError, LockTimeout
-from forkbuild.fsutil import fsync_directory, link_or_copy, sync_files, write_atomic_many
-from forkbuild.layout import PATCHES_DIR as PATCHES
-from forkbuild.layout import SERIES_FILE as SERIES_TOML
-from forkbuild.layout import WORK_DIR
+from forkbuild.io.chaos import chaos_point
+from forkbuild.io.fsutil import fsync_directory, link_or_copy, sync_files, write_atomic_many
+from forkbuild.series.layout import PATCHES_DIR as PATCHES
+from forkbuild.series.layout import SERIES_FILE as SERIES_TOML
+from forkbuild.series.layout import WORK_DIR
 
 JOURNAL = "series-transaction"
 MANIFEST = "manifest.json"

@@ -16,7 +16,7 @@ from types import MappingProxyType
 from typing import Any
 
 from forkbuild.errors import ConfigError
-from forkbuild.guards import GUARD_TYPES, check_value, parse_switch
+from forkbuild.series.guards import GUARD_TYPES, check_value, parse_switch
 
 UPSTREAM_SOURCES = ("wheel", "git")
 UPSTREAM_STATUSES = ("local", "submitted", "upstreamed")

@@ -10,8 +10,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from forkbuild.config import Guard, PatchEntry, Series, unknown
 from forkbuild.errors import ConfigError
+from forkbuild.series.config import Guard, PatchEntry, Series, unknown
 
 COMBO_LABEL = "combo"  # the local-version label of a combination that is no named variant
 WHOLE_SERIES = "the whole series"  # the whole series' name in messages (never looked up as a variant)

@@ -24,12 +24,12 @@ from pathlib import Path
 
 from forkbuild import manifest as manifest_module
 from forkbuild import naming
-from forkbuild.combination import Combination
-from forkbuild.config import ANY_PLATFORM, PackagePin, arch_of, platform_of_tags
 from forkbuild.context import Context
 from forkbuild.errors import BuildError
-from forkbuild.fsutil import link_or_copy
+from forkbuild.io.fsutil import link_or_copy
 from forkbuild.manifest import Manifest
+from forkbuild.series.combination import Combination
+from forkbuild.series.config import ANY_PLATFORM, PackagePin, arch_of, platform_of_tags
 from forkbuild.wheel.builder import WheelRequest, build_wheels
 
 RUNTIME_PACKAGE = Path(__file__).parent / "runtime"
