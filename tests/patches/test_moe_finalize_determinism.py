@@ -88,8 +88,8 @@ def _run_cutlass_moe(module, monkeypatch) -> dict:
     runner hands FlashInfer for a bf16 batch."""
     import torch
     from sglang.srt.layers.moe.moe_runner.base import MoeRunnerConfig
-    from sglang.srt.layers.moe.token_dispatcher.standard import StandardDispatchOutput
     from sglang.srt.layers.moe.topk import StandardTopKOutput
+    from sglang.srt.layers.moe.token_dispatcher.standard import StandardDispatchOutput
 
     calls = []
 
@@ -135,8 +135,8 @@ def _run_cutlass_mxfp4_moe(module, monkeypatch) -> dict:
     stub that records its arguments: the second call site of use_fused_finalize."""
     import torch
     from sglang.srt.layers.moe.moe_runner.base import MoeRunnerConfig
-    from sglang.srt.layers.moe.token_dispatcher.standard import StandardDispatchOutput
     from sglang.srt.layers.moe.topk import StandardTopKOutput
+    from sglang.srt.layers.moe.token_dispatcher.standard import StandardDispatchOutput
 
     calls = []
 
