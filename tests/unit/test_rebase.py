@@ -11,6 +11,7 @@ from filelock import FileLock
 from fixtures import SeriesFixture, make_series
 from forkbuild.errors import DirtyTreeError, LockBusy, LockTimeout, RebaseStopped
 from forkbuild.io.git import Git
+from forkbuild.series.writer import SeriesChange, SeriesTransaction
 from forkbuild.worktree.guard import TreeGuard
 from rebase_fixtures import (
     CONFLICT_CHANGES,
@@ -207,6 +208,38 @@ def test_abort_after_a_failing_check_restores(git_series_fx: SeriesFixture, monk
     assert fx.cli(*rebase_args(commit)) == RebaseStopped.return_code
     assert fx.cli("rebase", "--abort") == 0
     assert fingerprint(fx) == before
+
+
+def test_finish_and_abort_write_the_series_through_the_series_writer(git_series_fx: SeriesFixture, monkeypatch) -> None:
+    fx = git_series_fx
+    commit = release(fx, LADDER_CHANGES)
+    fx.cli("fetch")
+    before = fingerprint(fx)
+    writes: list[SeriesChange] = []
+    real = SeriesTransaction.write
+    monkeypatch.setattr(SeriesTransaction, "write", lambda self, change: (writes.append(change), real(self, change))[1])
+    monkeypatch.setattr("forkbuild.rebase.phases._check_every_variant", lambda context, tree: {"ok": False, "detail": "x"})
+    assert fx.cli(*rebase_args(commit)) == RebaseStopped.return_code  # written, then the check failed
+    assert any(change.series_toml and NEW_VERSION in change.series_toml for change in writes)  # the moved pin
+    writes.clear()
+    assert fx.cli("rebase", "--abort") == 0
+    restored = [change for change in writes if change.series_toml]
+    assert restored and NEW_VERSION not in restored[0].series_toml  # the backup's series.toml, by the writer
+    assert fingerprint(fx) == before
+
+
+def test_the_rebase_tree_holds_the_files_the_series_changes(git_series_fx: SeriesFixture) -> None:
+    fx = git_series_fx
+    commit = release(fx, CONFLICT_CHANGES)
+    assert fx.cli(*rebase_args(commit)) == RebaseStopped.return_code
+    work = tree(fx)
+    tracked = work.out("ls-files").splitlines()
+    changed = {path for _, path in work.changed_files(work.rev("HEAD~1") or "", "HEAD")}  # guards.patch's
+    absent = [path for path in tracked if not (work.path / path).exists()]
+    assert (work.path / "python/pkg/core.py").is_file() and changed <= set(tracked) - set(absent)
+    status = work.status_porcelain().splitlines()
+    assert absent and "UU python/pkg/core.py" in status and not [line for line in status if "D" in line[:2]]
+    # (sparse: the files left out do not show as deleted)
 
 
 def test_abort_while_another_process_holds_the_cache_lock(git_series_fx: SeriesFixture, monkeypatch) -> None:
