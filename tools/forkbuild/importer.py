@@ -5,6 +5,7 @@ its commit's `git format-patch` output with `Feature:`/`Guard:` trailers."""
 from __future__ import annotations
 
 import re
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from forkbuild.series.config import Series, near_miss
 from forkbuild.series.edit import EntrySpec, quilt_series_text, updated_series_toml, with_empty_dirs
 from forkbuild.series.patchfile import parse_trailers
 from forkbuild.series.writer import SeriesChange, write_series
+from forkbuild.worktree.engine import Engine, Outcome, PatchJob
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,28 +77,22 @@ def git_range_incoming(repo: Path, revisions: str, *, feature: str | None) -> li
     return incoming
 
 
-def _am(tree: Git, series: Series, item: Incoming) -> str:
-    """`item` committed in `tree` with `git am`, its Feature:/Guard: trailers added."""
-    patch = tree.git_dir / "FORKBUILD_IMPORT.patch"
+def _commit(engine: Engine, series: Series, item: Incoming, scratch: Path) -> str:
+    """`item` committed on the engine's head (as it is or at an offset: never merged), its
+    Feature:/Guard:/Forwarded: trailers added; the commit."""
+    patch = scratch / item.name
     patch.write_text(item.text)
-    try:
-        result = tree.am([patch], three_way=False, committer_date_is_author_date=True)
-    finally:
-        patch.unlink(missing_ok=True)
-    if result.status != 0:
-        tree.am_abort()
-        output = (result.stderr + result.stdout).strip().splitlines()
-        raise ApplyError(f"{item.source} does not apply on top of the series: {output[0] if output else 'git am failed'}")
-    message = tree.log1("%B")
+    result = engine.run([PatchJob(name=item.name, path=patch)], stop=False)[0]
+    if result.outcome not in (Outcome.EXACT, Outcome.OFFSET):
+        raise ApplyError(f"{item.source} does not apply on top of the series: {result.detail}")
+    tree = engine.worktree
+    message = tree.log1("%B", result.commit)
     present = {value for key, value in parse_trailers(message) if key.lower() == "guard"}
     extra = [] if item.has_feature else [("Feature", item.feature)]
     extra += [trailer for trailer in guard_trailers(series, item.feature, item.text) if trailer[1] not in present]
     if not any(key.lower() == "forwarded" for key, _ in parse_trailers(message)):
         extra.append(("Forwarded", "no"))  # DEP-3's default: not sent upstream (`forkbuild check` needs it said)
-    if extra:
-        # Same committer date as am gave it: re-importing gives the same commit ids.
-        return tree.commit(with_trailers(message, extra), env={"GIT_COMMITTER_DATE": tree.log1("%ad")}, amend=True)
-    return tree.head()
+    return engine.reword(with_trailers(message, extra)) if extra else result.commit
 
 
 def check_incoming(series: Series, incoming: list) -> None:
@@ -122,10 +118,13 @@ def import_patches(*, context: Context, incoming: list[Incoming]) -> list[tuple[
     each with the subject of its commit."""
     series = context.series
     check_incoming(series, incoming)
-    with scratch_tree(context=context, variant=whole_series(series), strict=True) as applied:
+    with scratch_tree(context=context, variant=whole_series(series), strict=True) as applied, \
+            tempfile.TemporaryDirectory(prefix="forkbuild-import-") as scratch:
         tree = Git(applied.dest)
+        engine = Engine(tree)
         with context.reporter.step(f"Committing {len(incoming)} incoming patch(es) on top of the series"):
-            made = [(item, _am(tree, series, item)) for item in incoming]
+            made = [(item, _commit(engine, series, item, Path(scratch))) for item in incoming]
+        engine.close()
         texts = {item.name: tree.format_patch(sha).encode("utf-8", errors="surrogateescape") for item, sha in made}
         subjects = [(item, tree.log1("%s", sha)) for item, sha in made]
     write_imported(series, incoming, texts)

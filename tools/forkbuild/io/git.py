@@ -511,6 +511,9 @@ class Git:
         stream += "".join(f"get-mark :{number}\n" for number in range(1, len(commits) + 1)).encode()
         return self.run("fast-import", "--quiet", "--force", f"--date-format={date_format}", input=bytes(stream)).stdout.split()
 
+    def parents(self, commit: str) -> list[str]:
+        return self.log1("%P", commit).split()
+
     def tree_of(self, commit: str) -> str:
         return self.out("rev-parse", "--verify", "--end-of-options", f"{commit}^{{tree}}")
 

@@ -418,6 +418,15 @@ class Engine:
         self._head = self.shown = commit
         self._listing = None
 
+    def reword(self, message: str) -> str:
+        """The head commit again with `message` (same tree, parents, author and dates); the new head."""
+        git, old = self.worktree, self.head
+        author, _ = git.authored(old)
+        self._head = git.commit_tree(git.tree_of(old), parents=git.parents(old), message=message, author=author)
+        if self._index_at == old:
+            self._index_at = self._head  # the same tree
+        return self._head
+
     def read(self, path: Path) -> PatchInfo:
         return self._read(path)
 
