@@ -37,7 +37,7 @@ class Sequencer:
             batch = [decided] if decided is not None else \
                 self.engine.run(self.jobs[at:at + 1] if self.one_by_one else self.jobs[at:], stop=self.stop, write=False)
             for result in batch:
-                results.append(took(at, self.engine.written(result)))
+                results.append(took(at, result))
                 at += 1
         return results
 
