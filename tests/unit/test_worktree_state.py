@@ -54,7 +54,7 @@ def write_previous_stop(tree: Git) -> dict:
         "results": [{"commit": result["commit"], "conflicts": list(result["conflicts"]), "detail": result["detail"],
                      "name": result["name"], "offsets": list(result["offsets"]), "outcome": result["outcome"]}
                     for result in live["results"]],
-        "schema": 1, "started_from": live["started_from"], "variant": live["variant"]}
+        "schema": 1, "started_from": live["started_from"], "variant": ""}  # the previous one named none
     path.write_text(json.dumps(previous, indent=2, sort_keys=True) + "\n")
     write_previous_tree_state(tree)
     return previous

@@ -18,7 +18,7 @@ from forkbuild.errors import ApplyError, DirtyTreeError, ForkbuildError, quoted
 from forkbuild.guards_module import add_generated_commit, module_path
 from forkbuild.io.chaos import chaos_point
 from forkbuild.io.git import Git
-from forkbuild.series.combination import Combination, of_variant, whole_series
+from forkbuild.series.combination import WHOLE_SERIES, Combination, whole_series
 from forkbuild.series.config import PatchEntry, Series
 from forkbuild.series.patchfile import PatchInfo, check_patches, read_patch
 from forkbuild.worktree.engine import ALREADY_APPLIED, Engine, Outcome, PatchJob, PatchResult
@@ -57,16 +57,15 @@ class PatchRecord(NamedTuple):
 class ApplyPlan(NamedTuple):
     """What an apply will do: the patches it applies and those the variant leaves out."""
 
-    variant: str  # a variant name, or "" for the whole series
+    combination: Combination  # its features' guards go into the guards module
     entries: tuple[PatchEntry, ...]
     left_out: tuple[PatchEntry, ...]
     parsed: Mapping[Path, PatchInfo]  # each patch file as the safety check read it
-    features: tuple[str, ...] = ()  # what the build holds: its guards module declares their guards
 
 
 class ApplyResult(NamedTuple):
     dest: Path
-    variant: str
+    combination: Combination
     base_commit: str
     head_commit: str
     records: tuple[PatchRecord, ...] = ()
@@ -81,9 +80,8 @@ def plan_variant(series: Series, combination: Combination) -> ApplyPlan:
     entries = series.patches if combination.whole else combination.patches(series)
     parsed = check_patches([entry.path for entry in entries])  # every problem of every patch at once
     chosen = set(entries)
-    return ApplyPlan(variant="" if combination.whole else combination.name, entries=entries,
-                     left_out=tuple(entry for entry in series.patches if entry not in chosen), parsed=parsed,
-                     features=combination.features)
+    return ApplyPlan(combination=combination, entries=entries,
+                     left_out=tuple(entry for entry in series.patches if entry not in chosen), parsed=parsed)
 
 
 def apply_variant(*, context: Context, variant: Combination, dest: Path, stop: bool = False) -> ApplyResult:
@@ -91,7 +89,7 @@ def apply_variant(*, context: Context, variant: Combination, dest: Path, stop: b
     one, conflict markers in `dest`, until `resume_apply`)."""
     result = apply_plan(context=context, plan=plan_variant(context.series, variant), dest=dest, stop=stop)
     if result.failures:
-        lines = [f"{len(result.failures)} patch(es) of {result.variant or 'the series'} do not apply:"]
+        lines = [f"{len(result.failures)} patch(es) of {result.combination.name} do not apply:"]
         lines += [f"  - {record.entry.file}: {record.detail}" for record in result.failures]
         raise ApplyError("\n".join(lines), hint="fix the patch, or run `forkbuild check` to see every variant")
     return result
@@ -144,11 +142,11 @@ def _apply_prepared(context: Context, plan: ApplyPlan, worktree: Git, previous: 
                     report_offsets: bool) -> ApplyResult:
     dest = worktree.path
     chaos_point("apply:prepared")
-    run = StopState(variant=plan.variant, base=base, started_from=previous.head if previous else base,
+    assert plan.combination.whole or not stop, "only apply --all stops (its state names no variant)"
+    run = StopState(base=base, started_from=previous.head if previous else base,
                     previous_state=previous, jobs=jobs, cursor=0, results=(),
                     hashes=series_hashes(context.series))
-    label = plan.variant or "the whole series"
-    with context.reporter.step(f"Applying {len(plan.entries)} patches of {label} into {dest}"):
+    with context.reporter.step(f"Applying {len(plan.entries)} patches of {plan.combination.name} into {dest}"):
         def before_change() -> None:  # once, before the engine first touches the tree
             if previous is not None:  # unsaved work is refused first; a kill before this leaves it to the user
                 refuse_unsaved_work(worktree)
@@ -158,7 +156,7 @@ def _apply_prepared(context: Context, plan: ApplyPlan, worktree: Git, previous: 
         # What the tree shows: the HEAD prepare_worktree checked, or nothing (a new tree).
         engine = Engine(worktree, head=base, shown=previous.head if previous else base, checked_out=bool(previous),
                         before_change=before_change, listing=listing, parsed=plan.parsed)
-        results = _run(Sequencer(engine, run.jobs, stop=stop), run, context=context, features=plan.features)
+        results = _run(Sequencer(engine, run.jobs, stop=stop), run, context=context, combination=plan.combination)
     return _result(context, plan, dest=dest, base=base, head=engine.head, results=results, report=report_offsets)
 
 
@@ -185,15 +183,14 @@ def resume_apply(*, context: Context, dest: Path, action: str) -> ApplyResult | 
         settled = sequencer.continue_(state.cursor) if action == "continue" else sequencer.skip(state.cursor)
         context.reporter.info(f"{settled.name}: {settled.outcome} {settled.detail}".rstrip())
         resumed = replace(state, cursor=state.cursor + 1, results=(*state.results, settled))
-        series = context.series
-        plan = plan_variant(series, of_variant(series, state.variant) if state.variant else whole_series(series))
-        results = _run(sequencer, resumed, context=context, features=plan.features)
+        plan = plan_variant(context.series, whole_series(context.series))  # a stop is only ever apply --all's
+        results = _run(sequencer, resumed, context=context, combination=plan.combination)
         return _result(context, plan, dest=dest, base=state.base, head=sequencer.engine.head, results=results)
 
 
-def _run(sequencer: Sequencer, state: StopState, *, context: Context, features: tuple[str, ...]) -> list[PatchResult]:
+def _run(sequencer: Sequencer, state: StopState, *, context: Context, combination: Combination) -> list[PatchResult]:
     """Apply state.jobs[state.cursor:]; on a conflict where the sequencer stops, save the state and
-    raise. Then the generated guards commit of `features`, and one checkout."""
+    raise. Then the generated guards commit of the combination's features, and one checkout."""
     engine = sequencer.engine
 
     def took(cursor: int, result: PatchResult) -> PatchResult:
@@ -201,7 +198,7 @@ def _run(sequencer: Sequencer, state: StopState, *, context: Context, features: 
             results = [*state.results, *taken]
             stopped = replace(state, cursor=cursor, results=tuple(results))
             write_stop(engine.worktree, stopped)
-            _record_applied(engine.worktree, stopped, results, head=engine.head)
+            _record_applied(engine.worktree, stopped, results, head=engine.head, combination=combination)
             job, dest = state.jobs[cursor], engine.worktree.path
             detail = _failure_detail(engine.worktree, job.path, result.detail,
                                      earlier=[(other.name, other.path) for other in state.jobs[:cursor]])
@@ -221,21 +218,22 @@ def _run(sequencer: Sequencer, state: StopState, *, context: Context, features: 
     sequencer.run(state.cursor, took=took)
     results = [*state.results, *taken]
     if state.jobs:  # a build of no patches is upstream as it is
-        add_generated_commit(engine, series=context.series, features=features)
+        add_generated_commit(engine, series=context.series, features=combination.features)
     engine.finish()  # writes the pending commits, then the one checkout
     results = [engine.written(result) for result in results]
     recreate_empty_dirs(engine.worktree.path, context.series.upstream.empty_dirs)  # upstream has them, git cannot track them
     chaos_point("apply:applied")
-    _record_applied(engine.worktree, state, results, head=engine.head)
+    _record_applied(engine.worktree, state, results, head=engine.head, combination=combination)
     clear_stop(engine.worktree)
     return results
 
 
-def _record_applied(worktree: Git, state: StopState, results: list[PatchResult], *, head: str) -> None:
+def _record_applied(worktree: Git, state: StopState, results: list[PatchResult], *, head: str,
+                    combination: Combination) -> None:
     """The tree's state: what export compares it with."""
     applied = [result for result in results if result.outcome.applied]
     write_state(worktree, WorktreeState(
-        variant=state.variant, base=state.base, head=head, patches=tuple(result.name for result in applied),
+        variant="" if combination.whole else combination.name, base=state.base, head=head, patches=tuple(result.name for result in applied),
         commits={result.name: result.commit for result in applied},
         missing={result.name: result.outcome for result in results if not result.outcome.applied},
         sha256=state.hashes))
@@ -251,7 +249,7 @@ def _result(context: Context, plan: ApplyPlan, *, dest: Path, base: str, head: s
             earlier = plan.entries[:plan.entries.index(entry)]
             result = result._replace(detail=_failure_detail(
                 Git(dest), entry.path, result.detail, earlier=[(other.file, other.path) for other in earlier],
-                left_out=plan.left_out, variant=plan.variant))
+                left_out=plan.left_out, variant=plan.combination.name))
         records.append(PatchRecord(entry, *result[1:]))
     moved = [record for record in records if record.offsets]
     if report and moved:
@@ -262,7 +260,7 @@ def _result(context: Context, plan: ApplyPlan, *, dest: Path, base: str, head: s
     for record in records:
         if report and record.outcome is Outcome.THREE_WAY:
             context.reporter.info(f"{record.entry.file}: 3-way ({record.detail})")
-    return ApplyResult(dest=dest, variant=plan.variant, base_commit=base, head_commit=head, records=tuple(records))
+    return ApplyResult(dest=dest, combination=plan.combination, base_commit=base, head_commit=head, records=tuple(records))
 
 
 @contextmanager
@@ -337,7 +335,7 @@ def prepare_worktree(cache_git: Git, *, dest: Path, base: str, guard: TreeGuard 
 
 
 def _failure_detail(worktree: Git, path: Path, reason: str, *, earlier: list[tuple[str, Path]],
-                    left_out: tuple[PatchEntry, ...] = (), variant: str = "") -> str:
+                    left_out: tuple[PatchEntry, ...] = (), variant: str = WHOLE_SERIES) -> str:
     """Why a patch does not apply, in more words than git's: a duplicate, the fuzz it needs
     (forkbuild never fuzzes), or the left-out patches it needs."""
     touched = {change.path for change in read_patch(path).files}
@@ -352,7 +350,7 @@ def _failure_detail(worktree: Git, path: Path, reason: str, *, earlier: list[tup
                 "fuzzes: refresh the patch")
     needs = [other.file for other in left_out if touched & {change.path for change in read_patch(other.path).files}]
     if needs:
-        return f"{reason}; it needs {', '.join(needs)} (left out of {variant or 'the series'}; same files)"
+        return f"{reason}; it needs {', '.join(needs)} (left out of {variant}; same files)"
     return reason
 
 
@@ -382,7 +380,7 @@ def apply_in_index(*, context: Context, plan: ApplyPlan) -> tuple[str, str] | No
     """The engine's index-only mode: `plan` and its guards commit applied in the bare cache, as
     apply_plan commits it; (base, head), or None when a patch does not apply."""
     base, cache_git, listing, jobs = _jobs(context, plan)
-    head, failed = _in_index(cache_git, base, list(jobs), generated=(context.series, plan.features) if jobs else None,
+    head, failed = _in_index(cache_git, base, list(jobs), generated=(context.series, plan.combination.features) if jobs else None,
                              listing=listing, parsed=plan.parsed)
     return None if failed else (base, head)
 

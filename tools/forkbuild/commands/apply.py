@@ -58,7 +58,7 @@ def _run(args, context) -> int:
             return 0
     else:
         result = apply_variant(context=context, variant=combination, dest=dest, stop=combination.whole)
-    table = Table("patch", "feature", "outcome", "detail", title=f"{result.variant or 'series'} -> {dest}")
+    table = Table("patch", "feature", "outcome", "detail", title=f"{result.combination.name} -> {dest}")
     for record in result.records:
         table.add_row(record.entry.file, record.entry.feature, str(record.outcome), record.detail)
     context.reporter.console.print(table)

@@ -56,7 +56,6 @@ def write_state(worktree: Git, state: WorktreeState) -> None:
 class StopState:
     """A stopped `apply --all` (`apply --continue/--skip/--abort` go on from it)."""
 
-    variant: str
     base: str
     started_from: str  # the tree's HEAD before this apply: --abort goes back there
     previous_state: WorktreeState | None  # the tree's forkbuild state before this apply (None: a new tree)
