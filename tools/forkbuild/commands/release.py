@@ -1,13 +1,36 @@
-"""`forkbuild release`: the newest upstream release (or a named one), rebased with the porter,
-proved (every variant's wheel built and test-patch run) and reported in one go."""
+"""`forkbuild release`, release day in one command: the newest upstream release (or a named one),
+the rebase with the porter, then proof on the new release (every variant's wheel built, every
+variant's test-patch run) and one report, `build/release/<old>-to-<new>.md` (a pull-request body)
+and `.json`.
+
+--non-interactive accepts verified ports and upstreamed proposals; at the first stop a person must
+settle it ends with the report so far (series.toml and patches/ untouched, the work tree kept);
+`forkbuild rebase --continue` (then `release` again) goes on from there.
+"""
 
 from __future__ import annotations
 
+import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.version import Version
+
+from forkbuild import pypi
 from forkbuild.commands import add_command
-from forkbuild.errors import BuildError
+from forkbuild.context import Context
+from forkbuild.errors import BuildError, RebaseStopped
+from forkbuild.io.fsutil import write_atomic
+from forkbuild.rebase.phases import Rebase
+from forkbuild.rebase.report import label
+from forkbuild.rebase.state import PatchState, Phase, RebaseState
+from forkbuild.rebase.target import resolve
+from forkbuild.series.combination import of_variant
+from forkbuild.series.patchfile import read_patch
+from forkbuild.testpatch.runner import Options, run_variant
+from forkbuild.wheel.builder import WheelRequest, build_wheels
 
 
 def add_parser(subparsers) -> None:
@@ -30,8 +53,6 @@ def add_parser(subparsers) -> None:
 
 
 def run(args, context) -> int:
-    from forkbuild.release import newest_release, release
-
     upstream = context.series.upstream
     version = args.target
     if version == "latest":
@@ -54,3 +75,129 @@ def run(args, context) -> int:
                               "failed check(s); the report names them")
         return 1
     return 0
+
+
+SCHEMA = 1
+
+
+def newest_release(name: str, pinned: str) -> str | None:
+    """The newest final release of `name` the index lists a wheel of, above `pinned`; None: none is."""
+    found = set()
+    for entry in pypi.project_files(name):
+        try:
+            _, version, _, _ = parse_wheel_filename(entry.filename)
+        except InvalidWheelFilename:
+            continue
+        if not version.is_prerelease and not version.is_devrelease and version > Version(pinned):
+            found.add(version)
+    return str(max(found)) if found else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Proof:
+    """One variant on the new release: its wheels, and its test-patch rows that failed."""
+
+    variant: str
+    wheels: tuple[str, ...]
+    failed: tuple[dict, ...]
+    report: str
+
+
+def release(context: Context, *, version: str, non_interactive: bool, python: Path, from_tree: bool) -> dict:
+    """Rebase onto `version` (or go on with a stopped one), prove it, write the report; its document."""
+    old = context.series.upstream.version
+    rebase = Rebase(context)
+    state: RebaseState | None
+    try:
+        if rebase.journal.exists():
+            state = rebase.resume("continue")
+        else:
+            target = resolve(context.series.upstream, onto=version)
+            state = rebase.start(target=target, tree=None, accept_drops=non_interactive,
+                                 accept_ported=non_interactive)
+    except RebaseStopped:
+        write(context, rebase.journal.load(), old=old, new=version, proofs=None)
+        raise
+    fresh = Context(series_dir=context.series_dir, cache_dir=context.cache_dir, reporter=context.reporter)
+    if state is None:  # on `version` already (a release killed during its proof, run again): the proof is owed
+        context.reporter.info(f"the series is on {fresh.series.upstream.name} {version} already: proving it")
+        state = RebaseState(id="", phase=Phase.DONE, step="", worktree=fresh.series_dir, accept_drops=False,
+                            old=fresh.series.upstream, target=fresh.series.upstream,
+                            patches=tuple(PatchState(file=entry.file, feature=entry.feature, commit="pinned")
+                                          for entry in fresh.series.patches))
+    proofs = [_prove(fresh, name, python=python, from_tree=from_tree) for name in fresh.series.variants]
+    return write(fresh, state, old=old, new=version, proofs=proofs)
+
+
+def _prove(context: Context, name: str, *, python: Path, from_tree: bool) -> Proof:
+    combination = of_variant(context.series, name)
+    with context.reporter.step(f"Proving {name} on the new release: its wheels, then test-patch"):
+        wheels = build_wheels(context=context, request=WheelRequest(variant=combination, out_dir=context.dist_dir))
+        outcome = run_variant(context=context, options=Options(variant=combination, python=python, from_tree=from_tree))
+    return Proof(variant=name, wheels=tuple(wheel.path.name for wheel in wheels), failed=tuple(outcome.failed),
+                 report=str(outcome.report))
+
+
+def _provenance(path: Path) -> dict[str, str]:
+    if not path.is_file():
+        return {}
+    trailers = read_patch(path).trailer_map()
+    return {key: values[-1] for key, values in trailers.items() if key in ("forwarded", "applied-upstream")}
+
+
+def document(context: Context, state: RebaseState, *, old: str, new: str, proofs: list[Proof] | None) -> dict:
+    patches = []
+    for patch in state.patches:
+        failing = [f"{proof.variant}: {row['check']}: {row['reason']}" for proof in proofs or ()
+                   for row in proof.failed if row.get("feature") == patch.feature]
+        tests = "not run" if proofs is None else ("failed" if failing else "passed")
+        if not patch.commit or (patch.outcome is None and patch.commit != "pinned"):
+            tests = "not in the series" if proofs is not None else tests
+        rungs = sorted({hunk.rung for hunk in patch.port if hunk.status == "ported"})
+        patches.append({
+            "file": patch.file, "feature": patch.feature, "detail": patch.detail,
+        "outcome": label(patch.outcome) if patch.outcome or patch.commit != "pinned" else "on the release",
+            "rung": ", ".join(rungs) or (label(patch.outcome) if patch.outcome else ""),
+            "hunks": [hunk.describe() for hunk in patch.port],
+            "provenance": _provenance(context.series.patches_dir / patch.file), "tests": tests, "failing": failing})
+    ported_failing = [patch["file"] for patch in patches if patch["outcome"] == "ported" and patch["failing"]]
+    return {
+        "schema": SCHEMA, "from": old, "to": new, "finished": proofs is not None,
+        "phase": str(state.phase), "patches": patches,
+        "proof": [{"variant": proof.variant, "wheels": list(proof.wheels), "failed": list(proof.failed),
+                   "report": proof.report} for proof in proofs or ()],
+        "ok": proofs is not None and not any(proof.failed for proof in proofs),
+        "ported_failing": ported_failing,
+    }
+
+
+def markdown(report: dict) -> str:
+    status = ("proved: every variant built and tested" if report["ok"] else
+              "FAILED: a variant's tests fail on the new release" if report["finished"] else
+              "stopped: a patch needs a person (`forkbuild rebase --continue` after settling it, then release again)")
+    lines = [f"# sglang {report['from']} -> {report['to']}", "", f"Status: {status}.", "",
+             "| # | patch | feature | outcome | rung | provenance | tests |", "|---|---|---|---|---|---|---|"]
+    for number, patch in enumerate(report["patches"], start=1):
+        provenance = ", ".join(f"{key}: {value}" for key, value in patch["provenance"].items()) or "-"
+        lines.append(f"| {number} | `{patch['file']}` | {patch['feature']} | {patch['outcome']} | {patch['rung']} "
+                     f"| {provenance} | {patch['tests']} |")
+    lines.append("")
+    for patch in report["patches"]:
+        if patch["hunks"] or patch["failing"]:
+            lines += [f"### `{patch['file']}`", "", *(f"- {hunk}" for hunk in patch["hunks"]),
+                      *(f"- test failing: {failure}" for failure in patch["failing"]), ""]
+    if report["proof"]:
+        lines += ["## Proof on the new release", "", "| variant | wheels | failed checks |", "|---|---|---|"]
+        lines += [f"| {proof['variant']} | {len(proof['wheels'])} | {len(proof['failed'])} |" for proof in report["proof"]]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write(context: Context, state: RebaseState, *, old: str, new: str, proofs: list[Proof] | None) -> dict:
+    report = document(context, state, old=old, new=new, proofs=proofs)
+    path = context.build_dir / "release" / f"{old}-to-{new}.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path.with_suffix(".json"), json.dumps(report, indent=2, sort_keys=True) + "\n")
+    write_atomic(path, markdown(report) + "\n")
+    context.reporter.info(f"release report: {path}")
+    return report
