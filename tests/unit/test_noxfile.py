@@ -1,6 +1,6 @@
-"""noxfile.py: uv gets the sources and constraints pip is configured with, so the test
+"""noxfile.py's machinery (.ci/nox_support.py): uv gets the sources and constraints pip is configured with, so the test
 venv takes the same (local) wheels pip would, never a download pip would not make; and
-`_beside` runs image-tests beside test-patch (the `variants` session), as one session."""
+`beside` runs image-tests beside test-patch (the `variants` session), as one session."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-NOXFILE = Path(__file__).resolve().parents[2] / "noxfile.py"
+SUPPORT = Path(__file__).resolve().parents[2] / ".ci" / "nox_support.py"
 
 PIP_CONFIG = """\
 :env:.cert='/etc/ssl/certs/ca-certificates.crt'
@@ -26,9 +26,9 @@ install.index-url='https://mirror.example/simple'
 """
 
 
-@functools.cache  # once: loading it registers its sessions with nox
+@functools.cache
 def _noxfile():
-    spec = importlib.util.spec_from_file_location("noxfile_under_test", NOXFILE)
+    spec = importlib.util.spec_from_file_location("nox_support_under_test", SUPPORT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -59,7 +59,7 @@ def test_without_pip_configuration_uv_keeps_its_defaults(monkeypatch):
 
 
 class _Session:
-    """What `_beside` uses of a nox session; `error` raises as nox's does."""
+    """What `beside` uses of a nox session; `error` raises as nox's does."""
 
     def __init__(self):
         self.logs: list[str] = []
@@ -75,7 +75,7 @@ def test_a_side_that_fails_fails_the_session_after_the_block_with_its_output(tmp
     noxfile, session, started = _noxfile(), _Session(), tmp_path / "started"
     command = ["sh", "-c", 'echo from the side; touch "$0"; exit 3', str(started)]
     with pytest.raises(RuntimeError, match=r"image-tests failed \(exit 3\)"):
-        with noxfile._beside(session, command, env={}, log=tmp_path / "side.log", name="image-tests"):
+        with noxfile.beside(session, command, env={}, log=tmp_path / "side.log", name="image-tests"):
             deadline = time.monotonic() + 30
             while not started.exists():  # both run at once: the side is going while the block is
                 assert time.monotonic() < deadline
@@ -87,7 +87,7 @@ def test_a_failed_command_in_the_block_lets_the_side_finish_and_report(tmp_path,
     noxfile, session = _noxfile(), _Session()
     command = ["sh", "-c", "sleep 0.5; echo the side finished"]
     with pytest.raises(noxfile.nox.command.CommandFailed):
-        with noxfile._beside(session, command, env={}, log=tmp_path / "side.log", name="image-tests"):
+        with noxfile.beside(session, command, env={}, log=tmp_path / "side.log", name="image-tests"):
             raise noxfile.nox.command.CommandFailed("test-patch failed")
     assert "the side finished" in capsys.readouterr().out
     assert session.logs[-1] == "image-tests ended (exit 0); its output:"
@@ -102,7 +102,7 @@ def test_ctrl_c_in_the_block_stops_the_side_and_its_exit_trap_runs(tmp_path, cap
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         with pytest.raises(KeyboardInterrupt):
-            with noxfile._beside(session, command, env={}, log=log, name="image-tests"):
+            with noxfile.beside(session, command, env={}, log=log, name="image-tests"):
                 while "waiting" not in log.read_text():
                     assert time.monotonic() - began < 30
                     time.sleep(0.01)
@@ -117,13 +117,13 @@ def test_nox_killed_with_kill_9_stops_the_side_and_its_exit_trap_runs(tmp_path):
     trapped, log = tmp_path / "trapped", tmp_path / "side.log"
     nox_like = f"""
 import importlib.util, pathlib, time
-spec = importlib.util.spec_from_file_location("noxfile_under_test", {str(NOXFILE)!r})
+spec = importlib.util.spec_from_file_location("nox_support_under_test", {str(SUPPORT)!r})
 noxfile = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(noxfile)
 class Session:
     def log(self, message): pass
 command = ["bash", "-c", "trap 'touch \\"$0\\"' EXIT; echo waiting; sleep 60", {str(trapped)!r}]
-with noxfile._beside(Session(), command, env={{}}, log=pathlib.Path({str(log)!r}), name="image-tests"):
+with noxfile.beside(Session(), command, env={{}}, log=pathlib.Path({str(log)!r}), name="image-tests"):
     time.sleep(60)
 """
     nox = subprocess.Popen([sys.executable, "-c", nox_like])
@@ -144,7 +144,7 @@ with noxfile._beside(Session(), command, env={{}}, log=pathlib.Path({str(log)!r}
 def test_a_killed_runs_side_still_writing_does_not_reach_the_new_runs_output(tmp_path, capsys):
     noxfile, log = _noxfile(), tmp_path / "side.log"
     with log.open("ab") as left_running:  # the side of a killed run, still writing at the end of its log
-        with noxfile._beside(_Session(), ["echo", "this run's side"], env={}, log=log, name="image-tests"):
+        with noxfile.beside(_Session(), ["echo", "this run's side"], env={}, log=log, name="image-tests"):
             deadline = time.monotonic() + 30
             while not log.read_text():
                 assert time.monotonic() < deadline
