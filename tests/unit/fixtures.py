@@ -217,6 +217,13 @@ def commit_all(repo: Git, message: str, *, author: str = AUTHOR, date: str = DAT
     return repo.head()
 
 
+def git_am(tree: Git, patches: list[Path], *, three_way: bool = False, committer_date_is_author_date: bool = False):
+    """`git am` of mbox patches, the baseline forkbuild's commits are held against; the result, not raised."""
+    return tree.run("am", "--keep-non-patch", "--no-signoff", *(["--3way"] if three_way else []),
+                    *(["--committer-date-is-author-date"] if committer_date_is_author_date else []),
+                    "--", *map(str, patches), check=False)
+
+
 def commit_spec(repo: Git, spec: PatchSpec) -> str:
     for path, old, new in spec.edits:
         edit(repo.path, path, old, new)

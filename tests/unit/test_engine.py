@@ -10,7 +10,7 @@ import os
 import re
 import tomllib
 
-from fixtures import PatchSpec, SeriesFixture, commit_all, make_series
+from fixtures import PatchSpec, SeriesFixture, commit_all, git_am, make_series
 from forkbuild.apply import apply_plan, apply_variant, plan_variant
 from forkbuild.cache import UpstreamCache
 from forkbuild.errors import ApplyError, DirtyTreeError, LockBusy, RebaseStopped
@@ -45,7 +45,7 @@ def test_plumbing_commits_are_the_commits_git_am_makes(series_fx: SeriesFixture,
     result = apply_variant(context=series_fx.context(), variant=of_variant(series_fx.load(), "full"), dest=tmp_path / "w")
     cache_git = UpstreamCache(series_fx.cache).git()
     am_tree = cache_git.add_worktree(tmp_path / "am", result.base_commit)
-    am = am_tree.am([record.entry.path for record in result.records], three_way=False,
+    am = git_am(am_tree, [record.entry.path for record in result.records], three_way=False,
                     committer_date_is_author_date=True)
     assert am.status == 0, am.stderr
     # Same author, date, message, committer and tree: the same commit ids.
@@ -69,9 +69,9 @@ def test_stale_index_lines_do_not_turn_off_the_3_way_rung(git_series_fx: SeriesF
     # The fixture is what it claims: `git am -3` of beta without alpha has no preimage to merge with.
     assert fx.cli(*rebase_args(commit)) == RebaseStopped.return_code
     guards_only = UpstreamCache(fx.cache).git().add_worktree(tmp_path / "am", tree(fx).head())
-    am = guards_only.am([fx.patches_dir / "beta-limit.patch"], three_way=True)
+    am = git_am(guards_only, [fx.patches_dir / "beta-limit.patch"], three_way=True)
     assert am.status != 0 and "lacks necessary blobs" in am.stderr
-    guards_only.am_abort()
+    guards_only.run("am", "--abort")
     # After --skip, beta (whose context holds alpha's guard line) merges from its commit on the old pin.
     assert fx.cli("rebase", "--skip") == 0
     report = json.loads((fx.root / "build" / "rebase" / f"1.0-to-{NEW_VERSION}.json").read_text())
@@ -291,7 +291,7 @@ def test_patches_of_different_files_apply_in_one_git_run_with_the_commits_git_am
     assert [run[0] for run in runs].count("apply") == 1
     assert [run[0] for run in runs].count("fast-import") == 1
     am_tree = UpstreamCache(fx.cache).git().add_worktree(tmp_path / "am", result.base_commit)
-    assert am_tree.am([record.entry.path for record in result.records], three_way=False,
+    assert git_am(am_tree, [record.entry.path for record in result.records], three_way=False,
                       committer_date_is_author_date=True).status == 0
     assert [record.commit for record in result.records] == am_tree.commits(result.base_commit, am_tree.head())
     assert (tmp_path / "w/python/pkg/extra.py").read_text() == "EXTRA = 1\n"
@@ -389,7 +389,7 @@ def test_deletions_and_mode_changes_make_the_commits_git_am_makes(tmp_path) -> N
     result = apply_variant(context=fx.context(), variant=of_variant(fx.load(), "full"), dest=tmp_path / "w")
     assert [record.outcome.value for record in result.records] == ["exact"] * 4
     am_tree = UpstreamCache(fx.cache).git().add_worktree(tmp_path / "am", result.base_commit)
-    assert am_tree.am([record.entry.path for record in result.records], three_way=False,
+    assert git_am(am_tree, [record.entry.path for record in result.records], three_way=False,
                       committer_date_is_author_date=True).status == 0
     assert [record.commit for record in result.records] == am_tree.commits(result.base_commit, am_tree.head())
     assert not (tmp_path / "w/python/pkg/environ.py").exists()
@@ -413,7 +413,7 @@ def test_a_later_group_applies_on_the_small_index_the_first_one_wrote_with_the_c
     assert commands.count("apply") == 2  # core.py is named again by the third patch: a second group
     assert commands.count("update-index") == 1  # the index is written once, for the files of both
     am_tree = UpstreamCache(fx.cache).git().add_worktree(tmp_path / "am", result.base_commit)
-    assert am_tree.am([record.entry.path for record in result.records], three_way=False,
+    assert git_am(am_tree, [record.entry.path for record in result.records], three_way=False,
                       committer_date_is_author_date=True).status == 0
     assert [record.commit for record in result.records] == am_tree.commits(result.base_commit, am_tree.head())
     assert "return value * 4" in (tmp_path / "w/python/pkg/core.py").read_text()

@@ -6,7 +6,7 @@ import tomllib
 
 import pytest
 
-from fixtures import SeriesFixture, commit_all, edit
+from fixtures import SeriesFixture, commit_all, edit, git_am
 from forkbuild.apply import apply_variant
 from forkbuild.errors import ConfigError, DirtyTreeError, ExportDriftError, ForkbuildError
 from forkbuild.export import export_series, normalized, patch_name
@@ -242,7 +242,7 @@ def test_apply_and_export_refuse_unsaved_work_with_the_same_advice(series_fx: Se
 
     tree.run("checkout", "--", ".")
     stale = series_fx.patches_dir / "beta-limit.patch"  # applied already: `git am` stops on it
-    assert tree.am([stale], three_way=False).status != 0
+    assert git_am(tree, [stale]).status != 0
     by_export, by_apply = refusals()
     assert (by_export.message, by_export.hint) == (by_apply.message, by_apply.hint)
     assert "`git am` is in progress" in by_export.message and "am --abort" in by_export.hint

@@ -48,21 +48,6 @@ def write_patch(path: Path, old: str, new: str) -> Path:
     return path
 
 
-def test_am_abort_raises_when_git_cannot_abort(repo: Git, tmp_path: Path) -> None:
-    repo.am_abort()  # nothing in progress: nothing to do
-    mail = tmp_path / "0001.patch"
-    mail.write_text("From: A <a@example.invalid>\nDate: Thu, 1 Jan 2004 00:00:00 +0000\nSubject: change\n\n---\n"
-                    + write_patch(tmp_path / "plain.patch", "x", "y").read_text())
-    assert repo.am([mail], three_way=False).status != 0 and repo.am_in_progress()
-    # Another git process holds the index: the abort fails, and says so instead of passing silently.
-    (repo.git_dir / "index.lock").write_text("")
-    with pytest.raises(GitFailed, match="index.lock"):
-        repo.am_abort()
-    (repo.git_dir / "index.lock").unlink()
-    repo.am_abort()
-    assert not repo.am_in_progress()
-
-
 def test_show_file_and_file_at(repo: Git) -> None:
     assert repo.show_file("HEAD", "f") == "a\n" == repo.file_at("HEAD", "f")
     assert repo.file_at("HEAD", "missing") is None

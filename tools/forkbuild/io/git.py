@@ -313,16 +313,6 @@ class Git:
         """Commits in base..head, oldest first."""
         return self.out("rev-list", "--reverse", "--end-of-options", f"{base}..{head}").split()
 
-    def am(self, patches: list[Path], *, three_way: bool, committer_date_is_author_date: bool = False) -> Completed:
-        """`git am` of mbox patches; the result, not raised."""
-        args = ["am", "--keep-non-patch", "--no-signoff", *(["--3way"] if three_way else []),
-                *(["--committer-date-is-author-date"] if committer_date_is_author_date else [])]
-        return self.run(*args, "--", *map(str, patches), check=False)
-
-    def am_abort(self) -> None:
-        if self.am_in_progress():
-            self.run("am", "--abort")
-
     def am_in_progress(self) -> bool:
         return (self.git_dir / "rebase-apply").exists()
 
