@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from fixtures import DEFAULT_PATCHES, PatchSpec, SeriesFixture, commit_all, make_series
+from fixtures import DEFAULT_PATCHES, PatchSpec, SeriesFixture, commit_all, edit, make_series
 from forkbuild.errors import RebaseStopped
 from forkbuild.io.git import Git
 from rebase_fixtures import CONFLICT_CHANGES, NEW_VERSION, rebase_args, release, tree
@@ -61,3 +61,29 @@ def test_a_replay_that_lost_a_patchs_lines_stops_for_review(git_series_fx: Serie
     assert (fx.series_toml.read_text(), (fx.patches_dir / "alpha-scale.patch").read_text()) == before
     assert fx.cli("rebase", "--continue") == 0  # the user's yes: written as replayed
     assert "return value * 3" not in (fx.patches_dir / "alpha-scale.patch").read_text()
+
+
+def test_a_conflict_in_a_file_upstream_renamed_is_resolved_under_its_new_name(git_series_fx: SeriesFixture,
+                                                                               capfd) -> None:
+    fx = git_series_fx
+    repo = Git(fx.upstream_repo)
+    repo.run("checkout", "--quiet", "main")
+    repo.run("mv", "python/pkg/core.py", "python/pkg/compute.py")
+    (_, old, new), = CONFLICT_CHANGES
+    edit(repo.path, "python/pkg/compute.py", old, new)
+    assert fx.cli(*rebase_args(commit_all(repo, f"pkg {NEW_VERSION}", date="1710000000 +0000"))) \
+        == RebaseStopped.return_code
+    err = capfd.readouterr().err
+    # The porter tried the new name (not "moot: its file is not in the new release"); upstream's change is shown.
+    assert "conflicted: python/pkg/compute.py" in err and "not in the new release" not in err
+    assert "python/pkg/compute.py:\n    @@" in err and "\n    -def scale(value):\n" in err  # the rename's own change
+    work = tree(fx)
+    moved = work.path / "python/pkg/compute.py"  # outside the sparse tree's files: the person can still add it
+    text = moved.read_text()
+    start, end = text.index("<<<<<<<"), text.index("\n", text.index(">>>>>>>")) + 1
+    moved.write_text(text[:start] + "def scale(value):  # 2.0\n    if envs.DSV41_ALPHA:\n        return value * 3\n"
+                     "    return value * 2  # doubled in 2.0\n" + text[end:])
+    work.run("add", "python/pkg/compute.py")
+    assert fx.cli("rebase", "--continue") == 0
+    scale = (fx.patches_dir / "alpha-scale.patch").read_text()
+    assert "+++ b/python/pkg/compute.py" in scale and "+        return value * 3" in scale

@@ -154,6 +154,11 @@ def _revision(value: str) -> str:
     return value
 
 
+def _file_patterns(paths: Iterable[str]) -> str:
+    """sparse-checkout patterns of exactly these files: anchored, every wildcard escaped."""
+    return "".join("/" + re.sub(r"([\\*?\[!#])", r"\\\1", name) + "\n" for name in paths)
+
+
 def _find_git_dir(path: Path) -> Path:
     """The git dir of the work tree or bare repository at `path` (not its parents)."""
     dot_git = path / ".git"
@@ -273,10 +278,15 @@ class Git:
         self.run(*(["-c", "checkout.workers=0"] if parallel else []), "worktree", "add", "--force", "--detach",
                  *([] if checkout and only is None else ["--no-checkout"]), "--", str(path), _revision(commit))
         tree = Git(path)
-        if only is not None:  # anchored, every wildcard escaped: each pattern is one file
-            patterns = "".join("/" + re.sub(r"([\\*?\[!#])", r"\\\1", name) + "\n" for name in only)
-            tree.run("sparse-checkout", "set", "--no-cone", "--stdin", input=patterns or "/.forkbuild-nothing\n")
+        if only is not None:
+            tree.run("sparse-checkout", "set", "--no-cone", "--stdin", input=_file_patterns(only) or "/.forkbuild-nothing\n")
         return tree
+
+    def widen(self, paths: Iterable[str]) -> None:
+        """A sparse tree (add_worktree's `only`) holds `paths` too, so a person can edit and `git add`
+        them (a conflict in a file upstream renamed); nothing in a full tree."""
+        if (self.git_dir / "info" / "sparse-checkout").is_file() and (patterns := _file_patterns(paths)):
+            self.run("sparse-checkout", "add", "--stdin", input=patterns)
 
     def remove_worktree(self, path: Path) -> None:
         """Unregister and delete a work tree of this repository (forced twice: a killed checkout locks it)."""
@@ -549,8 +559,9 @@ class Git:
         """Untracked (not ignored) files matching the pathspec `pattern`."""
         return self.out("ls-files", "--others", "--exclude-standard", "--", pattern).splitlines()
 
-    def diff_between(self, old: str, new: str, paths: Iterable[str]) -> str:
-        return self.run("diff", "--no-color", "--no-renames", "--end-of-options", old, new, "--", *paths).stdout
+    def diff_between(self, old: str, new: str, paths: Iterable[str], *, renames: bool = False) -> str:
+        return self.run("diff", "--no-color", "-M" if renames else "--no-renames", "--end-of-options", old, new, "--",
+                        *paths).stdout
 
 
 

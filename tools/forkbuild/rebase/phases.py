@@ -278,7 +278,9 @@ class Rebase:
         accepted (--accept-ported, --accept-moot), proposed at a stop, or the conflict left in the tree
         for a person where it cannot place every hunk."""
         guards = frozenset(guard.env for guard in self.context.series.all_guards())
-        port = Porter(self.cache.git(), old_commit=patch.old_commit, new_head=state.head_before, known=guards).port()
+        cache_git = self.cache.git()
+        port = Porter(cache_git, old_commit=patch.old_commit, new_head=state.head_before, known=guards,
+                      renamed=cache_git.renamed(state.old_base, state.new_base)).port()
         patch = replace(patch, port=port.hunks)
         state = state.with_patch(state.cursor, patch)
         if port.failed or not port.hunks:
@@ -288,6 +290,7 @@ class Rebase:
                                 f"not {port.failed[0].describe()}" + (" (the report lists each)" if len(port.failed) > 1 else ""))
             stopped = sequencer.engine.stop_in_worktree(sequencer.jobs[state.cursor], conflict)
             patch = replace(patch, conflicts=stopped.conflicts)
+            Git(state.worktree).widen(stopped.conflicts)  # for the person's `git add`
             state = self.journal.save(replace(state.with_patch(state.cursor, patch), phase=Phase.CONFLICT), "conflict")
             self._stop_at_conflict(state, patch)
         worktree = Git(state.worktree)
@@ -306,6 +309,7 @@ class Rebase:
             else:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_text(text, encoding="utf-8", errors="surrogateescape")
+        worktree.widen(changed)  # the proposal may be edited and added
         if changed:
             worktree.stage(changed)
         patch = replace(patch, port_tree=worktree.write_tree())

@@ -29,7 +29,7 @@ import gc
 import re
 import tempfile
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -213,10 +213,12 @@ def _changed_lines(before: str, after: str) -> tuple[tuple[int, ...], tuple[int,
 class Porter:
     """Ports one patch's hunks onto `new_head` (the new release plus the patches ported so far)."""
 
-    def __init__(self, repo: Git, *, old_commit: str, new_head: str, known: frozenset[str] = frozenset()) -> None:
+    def __init__(self, repo: Git, *, old_commit: str, new_head: str, known: frozenset[str] = frozenset(),
+                 renamed: Mapping[str, str] | None = None) -> None:
         """`known`: names that exist without being in the release's files (the series' guards: the
-        generated guards module defines them)."""
+        generated guards module defines them); `renamed`: upstream's renames (old path -> new path)."""
         self.repo, self.old_commit, self.new_head, self.known = repo, old_commit, new_head, known
+        self.renamed = renamed or {}
         self.diff = repo.diff_tree_patch(old_commit)
         # Names the patch defines anywhere (an attribute its hunks reach for may be one of them): a def or
         # class, an assignment's target (an env setting, an enum member, `self.x = ...`), a `--an-option`.
@@ -237,13 +239,16 @@ class Porter:
                                        checks="an earlier hunk of the patch cannot be placed")
                               for number in range(1, len(diff.hunks) + 1)]
                     continue
-                content, ported = self._port_file(scratch, diff)
-                files[diff.path] = content
+                target = diff.path  # a file upstream renamed: ported to its new name
+                if not diff.created and diff.path in self.renamed and self.repo.file_at(self.new_head, diff.path) is None:
+                    target = self.renamed[diff.path]
+                content, ported = self._port_file(scratch, diff, target)
+                files[target] = content
                 hunks += ported
         return Port(files=files, hunks=tuple(hunks))
 
-    def _port_file(self, scratch: Git, diff: FileDiff) -> tuple[str | None, list[HunkPort]]:
-        current = self.repo.file_at(self.new_head, diff.path)
+    def _port_file(self, scratch: Git, diff: FileDiff, target: str) -> tuple[str | None, list[HunkPort]]:
+        current = self.repo.file_at(self.new_head, target)
         whole = _apply(scratch, diff, diff.hunks, current, context=3)
         if whole is not None:  # the file's hunks apply together as they are: git's own rung, for this file
             left = _new_undefined(current, whole[0], diff.path)

@@ -78,10 +78,13 @@ def upstream_collisions(repo: Git, *, old_base: str, new_base: str, patch: Path,
     """Upstream's hunks (old_base -> new_base) near the patch's hunks in `files`, as diff text ("" if none)."""
     if not files:
         return ""
-    ours = {patched.path: [(hunk.source_start, hunk.source_start + hunk.source_length) for hunk in patched]
+    renamed = repo.renamed(old_base, new_base)  # a file upstream renamed: its hunks against the new name
+    ours = {renamed.get(patched.path, patched.path): [(hunk.source_start, hunk.source_start + hunk.source_length)
+                                                       for hunk in patched]
             for patched in parse_diff(patch.read_text(encoding="utf-8", errors="surrogateescape"))}
+    before = {new: old for old, new in renamed.items() if new in files}
     shown = []
-    for patched in parse_diff(repo.diff_between(old_base, new_base, files)):
+    for patched in parse_diff(repo.diff_between(old_base, new_base, [*files, *before.values()], renames=bool(before))):
         near = [hunk for hunk in patched if any(hunk.source_start <= end + MARGIN
                                                 and start <= hunk.source_start + hunk.source_length + MARGIN
                                                 for start, end in ours.get(patched.path, []))]
