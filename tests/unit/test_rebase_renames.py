@@ -87,3 +87,15 @@ def test_a_conflict_in_a_file_upstream_renamed_is_resolved_under_its_new_name(gi
     assert fx.cli("rebase", "--continue") == 0
     scale = (fx.patches_dir / "alpha-scale.patch").read_text()
     assert "+++ b/python/pkg/compute.py" in scale and "+        return value * 3" in scale
+
+
+def test_a_file_upstream_removed_is_named_not_shown_line_by_line(git_series_fx: SeriesFixture) -> None:
+    fx = git_series_fx
+    repo = Git(fx.upstream_repo)
+    repo.run("checkout", "--quiet", "main")
+    repo.run("rm", "--quiet", "python/pkg/core.py")
+    assert fx.cli(*rebase_args(commit_all(repo, f"pkg {NEW_VERSION}", date="1710000000 +0000"))) \
+        == RebaseStopped.return_code  # alpha's core.py hunk is moot: the porter's proposal leaves it out
+    journaled = json.loads((fx.root / ".forkbuild-work/rebase-journal/state.json").read_text())
+    alpha, = (patch for patch in journaled["patches"] if patch["file"] == "alpha-scale.patch")
+    assert alpha["collided"].startswith("python/pkg/core.py: removed upstream (all ")  # what the report shows

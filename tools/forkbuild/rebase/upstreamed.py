@@ -85,6 +85,9 @@ def upstream_collisions(repo: Git, *, old_base: str, new_base: str, patch: Path,
     before = {new: old for old, new in renamed.items() if new in files}
     shown = []
     for patched in parse_diff(repo.diff_between(old_base, new_base, [*files, *before.values()], renames=bool(before))):
+        if patched.is_removed_file and patched.path in ours:  # its lines say nothing the file's absence does not
+            shown.append(f"{patched.path}: removed upstream (all {patched.removed} lines)")
+            continue
         near = [hunk for hunk in patched if any(hunk.source_start <= end + MARGIN
                                                 and start <= hunk.source_start + hunk.source_length + MARGIN
                                                 for start, end in ours.get(patched.path, []))]
