@@ -89,7 +89,7 @@ def test_a_conflict_in_a_file_upstream_renamed_is_resolved_under_its_new_name(gi
     assert "+++ b/python/pkg/compute.py" in scale and "+        return value * 3" in scale
 
 
-def test_a_file_upstream_removed_is_named_not_shown_line_by_line(git_series_fx: SeriesFixture) -> None:
+def test_a_file_upstream_removed_is_named_not_shown_line_by_line(git_series_fx: SeriesFixture, capfd) -> None:
     fx = git_series_fx
     repo = Git(fx.upstream_repo)
     repo.run("checkout", "--quiet", "main")
@@ -99,3 +99,7 @@ def test_a_file_upstream_removed_is_named_not_shown_line_by_line(git_series_fx: 
     journaled = json.loads((fx.root / ".forkbuild-work/rebase-journal/state.json").read_text())
     alpha, = (patch for patch in journaled["patches"] if patch["file"] == "alpha-scale.patch")
     assert alpha["collided"].startswith("python/pkg/core.py: removed upstream (all ")  # what the report shows
+    capfd.readouterr()
+    # The proposal accepted as staged, its moot hunk with it: said, and not asked about again as lost lines.
+    assert fx.cli("rebase", "--continue") == 0
+    assert "alpha-scale.patch: ported hunk by hunk (2 hunks, 1 moot left out)" in capfd.readouterr().err

@@ -11,6 +11,7 @@ from functools import cache
 from forkbuild.io.git import Git
 from forkbuild.rebase.state import RebaseState
 from forkbuild.series.patchfile import added_lines
+from forkbuild.worktree.engine import Outcome
 
 
 def with_lost_lines(repo: Git, state: RebaseState, *, old_head: str, new_head: str) -> RebaseState:
@@ -24,7 +25,8 @@ def with_lost_lines(repo: Git, state: RebaseState, *, old_head: str, new_head: s
     patches = []
     for patch in state.patches:
         lost: list[str] = []
-        moot = any(hunk.status == "moot" for hunk in patch.port) and state.accept_moot  # left out with consent
+        # Left out with consent: up front (--accept-moot), or the porter's proposal accepted as staged.
+        moot = any(hunk.status == "moot" for hunk in patch.port) and (state.accept_moot or patch.outcome is Outcome.PORTED)
         if patch.old_commit and patch.commit and not moot:
             for path, lines in added_lines(repo.diff_tree_patch(patch.old_commit)).items():
                 target = renamed.get(path, path)

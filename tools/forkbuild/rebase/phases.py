@@ -345,7 +345,7 @@ class Rebase:
         if result.outcome is Outcome.RESOLVED and patch.port_tree and \
                 self.cache.git().tree_of(result.commit) == patch.port_tree:  # the porter's proposal, as it was
             moot = sum(hunk.status == "moot" for hunk in patch.port)
-            result = result._replace(outcome=Outcome.PORTED, detail=f"ported hunk by hunk ({len(patch.port)} hunks"
+            result = result._replace(outcome=Outcome.PORTED, detail=f"hunk by hunk ({len(patch.port)} hunks"
                                      + (f", {moot} moot left out" if moot else "") + ")")
         return replace(patch, outcome=result.outcome, commit=result.commit, detail=result.detail, evidence=found,
                        conflicts=conflicts, collided=collided)
@@ -375,7 +375,7 @@ class Rebase:
             raise RebaseStopped(error.message, hint=(error.hint or "").replace(
                 "--continue", "`forkbuild rebase --continue`")) from error
         patch = self._record(state, patch, result)
-        self.reporter.info(f"{patch.file}: {report.label(patch.outcome)}")
+        self.reporter.info(f"{patch.file}: {report.label(patch.outcome)} {patch.detail}".rstrip())
         went_on = replace(state.with_patch(state.cursor, patch), phase=Phase.REPLAY, cursor=state.cursor + 1,
                           tip=sequencer.engine.head)
         return self.journal.save(went_on, "settled" if action == "continue" else "skipped", at=patch.file)
