@@ -178,8 +178,9 @@ def test_a_hunk_whose_module_lacks_its_import_is_refused(tmp_path) -> None:
     new = IMPORTS_NEW.replace("def build():\n", "def build(lazy=False):\n")
     result = port(tmp_path, base=IMPORTS, patched=patched, new=new, extra=ENVIRON)
     [hunk] = result.hunks
-    assert hunk.status == "failed" and "3-way: leaves undefined: envs" in hunk.checks, hunk
-    assert "context-1: leaves undefined: envs" in hunk.checks and "envs" not in result.files[PATH]
+    # Each rung refused it for the same reason: said once, with the rungs that gave it.
+    assert hunk.status == "failed" and hunk.checks == "3-way, context-1, trailing anchor: leaves undefined: envs", hunk
+    assert "envs" not in result.files[PATH]
 
 
 def test_a_name_the_new_release_lacks_is_refused(tmp_path) -> None:

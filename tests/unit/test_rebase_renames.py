@@ -102,4 +102,4 @@ def test_a_file_upstream_removed_is_named_not_shown_line_by_line(git_series_fx: 
     capfd.readouterr()
     # The proposal accepted as staged, its moot hunk with it: said, and not asked about again as lost lines.
     assert fx.cli("rebase", "--continue") == 0
-    assert "alpha-scale.patch: ported hunk by hunk (2 hunks, 1 moot left out)" in capfd.readouterr().err
+    assert "alpha-scale.patch: ported: hunk by hunk (2 hunks, 1 moot left out)" in capfd.readouterr().err

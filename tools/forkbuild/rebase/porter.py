@@ -312,7 +312,7 @@ class Porter:
             return HunkPort(file=diff.path, hunk=number, status="moot",
                             checks="none of its context or removed lines is in the new release's file: "
                                    + "; ".join(f"`{anchor}`" for anchor in anchors[:3])), current
-        refusals = []
+        refusals: dict[str, list[str]] = {}  # why a rung was refused -> the rungs
         for rung, attempt in self._rungs(scratch, diff, hunk, base=base, current=current):
             candidate = attempt()
             if candidate is None or candidate == current:
@@ -330,9 +330,10 @@ class Porter:
                 return HunkPort(file=diff.path, hunk=number, status="ported", rung=rung, place=place,
                                 checks="same place as on the old release; compiles; no new undefined name; "
                                        "every name it reaches for exists"), candidate
-            refusals.append(f"{rung}: {problem}")
-        return HunkPort(file=diff.path, hunk=number, status="failed",
-                        checks="; ".join(refusals) or "no rung places it"), current
+            refusals.setdefault(problem, []).append(rung)
+        # One reason once, with every rung that gave it: "context-3, 3-way: lands in X, not in Y".
+        return HunkPort(file=diff.path, hunk=number, status="failed", checks="; ".join(
+            f"{', '.join(rungs)}: {problem}" for problem, rungs in refusals.items()) or "no rung places it"), current
 
     def _rungs(self, scratch: Git, diff: FileDiff, hunk: Hunk, *, base: str,
                current: str) -> Iterator[tuple[str, Callable[[], str | None]]]:
