@@ -13,6 +13,7 @@ from forkbuild.apply import apply_plan, apply_variant, plan_variant, read_state
 from forkbuild.errors import ApplyError, DirtyTreeError, UnsafePatchError
 from forkbuild.io.git import Git
 from forkbuild.series.combination import of_variant
+from forkbuild.io.fsutil import flocked
 
 
 def log(tree) -> list[str]:
@@ -160,15 +161,13 @@ def test_a_failing_patch_keeps_the_ones_applied_before_it(series_fx, tmp_path):
 
 
 def test_a_held_cache_lock_is_a_lock_timeout_not_a_traceback(series_fx, tmp_path, monkeypatch):
-    from filelock import FileLock
-
     from forkbuild import cache as cache_module
     from forkbuild.errors import LockTimeout
 
     apply_variant(context=series_fx.context(), variant=of_variant(series_fx.load(), "full"), dest=tmp_path / "full")  # upstream imported
     monkeypatch.setattr(cache_module, "LOCK_TIMEOUT_SECONDS", 0.1)
     # "lite" leaves alpha out: the whole series' blobs are made under the lock first.
-    with FileLock(str(series_fx.cache / "lock")), pytest.raises(LockTimeout, match="held by another process"):
+    with flocked(series_fx.cache / "lock"), pytest.raises(LockTimeout, match="held by another process"):
         apply_variant(context=series_fx.context(), variant=of_variant(series_fx.load(), "lite"), dest=tmp_path / "lite")
 
 

@@ -15,6 +15,7 @@ from forkbuild import cache as cache_module
 from forkbuild.cache import UpstreamCache
 from forkbuild.errors import UpstreamError
 from forkbuild.series.config import GitPin, Upstream, WheelPin
+from forkbuild.io.fsutil import flocked
 
 
 def make_wheel(directory: Path, version: str, files: dict[str, str]) -> WheelPin:
@@ -145,8 +146,6 @@ def test_two_processes_share_the_cache_through_the_lock(tmp_path):
 
 
 def test_a_held_lock_becomes_lock_timeout_with_a_hint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from filelock import FileLock
-
     from forkbuild import cache as cache_module
     from forkbuild.errors import LockTimeout
 
@@ -155,7 +154,7 @@ def test_a_held_lock_becomes_lock_timeout_with_a_hint(tmp_path: Path, monkeypatc
     cache = UpstreamCache(tmp_path / "cache")
     monkeypatch.setattr(cache_module, "LOCK_TIMEOUT_SECONDS", 0.1)
     cache.path.mkdir(parents=True)
-    with FileLock(str(cache.path / "lock")):  # another process importing
+    with flocked(cache.path / "lock"):  # another process importing
         with pytest.raises(LockTimeout, match="held by another process") as caught:
             cache.wheel(pin)
         with pytest.raises(LockTimeout):

@@ -7,12 +7,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from filelock import FileLock
 
 from forkbuild.cli import main
 from forkbuild.errors import MutationError
 from forkbuild.mutate import runner
 from forkbuild.mutate.runner import run_all
+from forkbuild.io.fsutil import flocked
 
 
 def test_a_run_clears_what_a_killed_run_left_and_removes_its_scratch_when_it_ends(tmp_path, monkeypatch):
@@ -41,6 +41,6 @@ def test_a_run_clears_what_a_killed_run_left_and_removes_its_scratch_when_it_end
 def test_a_second_mutate_run_on_the_same_tree_stops_while_the_first_holds_the_lock(series_fx, capsys):
     lock = series_fx.root / "build" / "mutate" / ".lock"
     lock.parent.mkdir(parents=True)
-    with FileLock(lock):
+    with flocked(lock):
         assert main(["-C", str(series_fx.root), "mutate"]) == MutationError.return_code
     assert "another `forkbuild mutate` is running" in capsys.readouterr().err

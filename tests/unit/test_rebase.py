@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import tomllib
 
-from filelock import FileLock
 
 from fixtures import SeriesFixture, make_series
 from forkbuild.errors import DirtyTreeError, LockBusy, LockTimeout, RebaseStopped
 from forkbuild.io.git import Git
 from forkbuild.series.writer import SeriesChange, SeriesTransaction
 from forkbuild.worktree.guard import TreeGuard
+from forkbuild.io.fsutil import flocked
 from rebase_fixtures import (
     CONFLICT_CHANGES,
     LADDER_CHANGES,
@@ -249,9 +249,8 @@ def test_abort_while_another_process_holds_the_cache_lock(git_series_fx: SeriesF
     before = fingerprint(fx)
     assert fx.cli(*rebase_args(commit)) == RebaseStopped.return_code
     monkeypatch.setattr("forkbuild.cache.LOCK_TIMEOUT_SECONDS", 0.2)
-    holder = FileLock(str(fx.cache / "lock"))
-    with holder:
-        # A LockTimeout (exit 10, with a hint), not a filelock traceback; the journal stays for a retry.
+    with flocked(fx.cache / "lock"):
+        # A LockTimeout (exit 10, with a hint), not a traceback; the journal stays for a retry.
         assert fx.cli("rebase", "--abort") == LockTimeout.return_code
     assert (fx.root / ".forkbuild-work" / "rebase-journal").exists()
     assert fx.cli("rebase", "--abort") == 0

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from forkbuild.console import Reporter
 from forkbuild.errors import LockTimeout, UpstreamError
+from forkbuild.io.fsutil import flocked, write_atomic
 from forkbuild.io.git import Git, GitFailed
 from forkbuild.series.config import FilePin, Upstream
 
@@ -44,20 +45,11 @@ class UpstreamCache:
     @contextmanager
     def locked(self) -> Iterator[None]:
         """Hold the cache lock; waiting longer than LOCK_TIMEOUT_SECONDS raises LockTimeout."""
-        from filelock import FileLock, Timeout
-
-        self.path.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(str(self.path / "lock"), timeout=LOCK_TIMEOUT_SECONDS)
-        try:
-            lock.acquire()
-        except Timeout as error:
-            raise LockTimeout(f"{self.path / 'lock'} is held by another process for over {LOCK_TIMEOUT_SECONDS}s",
-                              hint="wait for the other forkbuild/nox run to finish (the lock is an flock: "
-                                   "the system releases it when its process ends, so it is never stale)") from error
-        try:
+        busy = LockTimeout(f"{self.path / 'lock'} is held by another process for over {LOCK_TIMEOUT_SECONDS}s",
+                           hint="wait for the other forkbuild/nox run to finish (the lock is an flock: "
+                                "the system releases it when its process ends, so it is never stale)")
+        with flocked(self.path / "lock", wait_s=LOCK_TIMEOUT_SECONDS, busy=busy):
             yield
-        finally:
-            lock.release()
 
     def git(self) -> Git:
         if not (self.repo_path / "HEAD").exists():
@@ -106,8 +98,6 @@ class UpstreamCache:
         return {key: value for key, value in data.items() if isinstance(key, str) and isinstance(value, str)}
 
     def _record(self, upstream: Upstream, commit: str) -> None:
-        from forkbuild.io.fsutil import write_atomic
-
         write_atomic(self.verified_path, json.dumps({**self._verified(), upstream.tag: commit}, indent=1) + "\n")
 
     def moved(self, upstream: Upstream, commit: str, expected: str) -> UpstreamError:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from forkbuild.commands import add_command
 from forkbuild.errors import MutationError
+from forkbuild.io.fsutil import flocked
 from forkbuild.mutate import report, results
 from forkbuild.mutate.mutants import Mutant, Skipped, mutants_of
 from forkbuild.mutate.runner import Outcome, run_all
@@ -46,17 +47,12 @@ def run(args, context) -> int:
         raise MutationError(f"--jobs {args.jobs}: needs at least 1")
     if args.check:
         return _check(context)
-    from filelock import FileLock, Timeout
-
     lock_path = context.build_dir / "mutate" / ".lock"
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        # Two runs on one tree would each write results.json from what they read.
-        with FileLock(lock_path, timeout=0):
-            return _run(args, context)
-    except Timeout as error:
-        raise MutationError(f"another `forkbuild mutate` is running on {context.series_dir} ({lock_path} is held)",
-                            hint="wait for it to finish; its results land in mutation/results.json") from error
+    # Two runs on one tree would each write results.json from what they read.
+    with flocked(lock_path, wait_s=0, busy=MutationError(
+            f"another `forkbuild mutate` is running on {context.series_dir} ({lock_path} is held)",
+            hint="wait for it to finish; its results land in mutation/results.json")):
+        return _run(args, context)
 
 
 def _run(args, context) -> int:

@@ -14,12 +14,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock
-
 from forkbuild.console import Reporter
 from forkbuild.context import Context
 from forkbuild.image.docker import Docker, require, run_program
-from forkbuild.io.fsutil import link_or_copy
+from forkbuild.io.fsutil import flocked, link_or_copy
 from forkbuild.series.config import WheelPin, arch_of
 
 # mmdebstrap leaves out apt's package lists, its downloaded .debs and the logs (~100 MB).
@@ -60,7 +58,7 @@ def rootfs_tarball(cache_dir: Path, platform: str, *, reporter: Reporter) -> Pat
     directory = cache_dir / "docker"
     directory.mkdir(parents=True, exist_ok=True)
     tarball = directory / f"rootfs-{rootfs_key(platform)}.tar"
-    with FileLock(str(directory / "rootfs.lock")):
+    with flocked(directory / "rootfs.lock"):
         if not tarball.is_file():
             with reporter.step(f"mmdebstrap {ROOTFS_RECIPE['suite']} ({ROOTFS_RECIPE['variant']}, "
                                f"{arch_of(platform)}) -> {tarball.name}"):

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import fcntl
+import math
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 NEW_FILE_MODE = 0o644
@@ -90,3 +94,29 @@ def _fsync_path(path: Path) -> None:
         os.fsync(descriptor)
     finally:
         os.close(descriptor)
+
+
+@contextmanager
+def flocked(path: Path, *, wait_s: float = math.inf, busy: Exception | None = None,
+            waiting: Callable[[], None] | None = None) -> Iterator[None]:
+    """An exclusive flock on `path`, forkbuild's one kind of lock: the system releases it when its
+    process ends, so it is never stale. Waits up to `wait_s` seconds (`waiting` is called once when
+    it must), then raises `busy` (default TimeoutError)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, NEW_FILE_MODE)
+    try:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise (busy or TimeoutError(f"{path} is locked by another process")) from None
+                if waiting is not None:
+                    waiting()
+                    waiting = None
+                time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)  # releases the lock

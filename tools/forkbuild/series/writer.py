@@ -19,7 +19,7 @@ from pathlib import Path
 
 from forkbuild.errors import DirtyTreeError, ForkbuildError, LockTimeout
 from forkbuild.io.chaos import chaos_point
-from forkbuild.io.fsutil import fsync_directory, link_or_copy, sync_files, write_atomic_many
+from forkbuild.io.fsutil import flocked, fsync_directory, link_or_copy, sync_files, write_atomic_many
 from forkbuild.series.layout import PATCHES_DIR as PATCHES
 from forkbuild.series.layout import SERIES_FILE as SERIES_TOML
 from forkbuild.series.layout import WORK_DIR
@@ -155,24 +155,11 @@ def _snapshot(series_dir: Path) -> dict[str, str | None]:
 @contextmanager
 def series_lock(series_dir: Path) -> Iterator[None]:
     """One writer at a time; an flock, so a killed writer leaves no lock behind."""
-    from filelock import FileLock, Timeout
-
-    work = Path(series_dir) / WORK_DIR
-    work.mkdir(exist_ok=True)
-    lock = FileLock(str(work / LOCK))
-    try:
-        try:
-            lock.acquire(timeout=0)
-        except Timeout:
-            chaos_point("series:waiting")  # another forkbuild holds it: wait
-            lock.acquire(timeout=LOCK_WAIT_S)
-    except Timeout as error:
-        raise LockTimeout(f"another forkbuild has been working on {series_dir}/series.toml and patches/ for over "
-                          f"{LOCK_WAIT_S} s", hint="wait for it to finish, then run the command again") from error
-    try:
+    busy = LockTimeout(f"another forkbuild has been working on {series_dir}/series.toml and patches/ for over "
+                       f"{LOCK_WAIT_S} s", hint="wait for it to finish, then run the command again")
+    with flocked(Path(series_dir) / WORK_DIR / LOCK, wait_s=LOCK_WAIT_S, busy=busy,
+                 waiting=lambda: chaos_point("series:waiting")):  # another forkbuild holds it: wait
         yield
-    finally:
-        lock.release()
 
 
 def _prepare(series_dir: Path, writes: dict[str, bytes], removals: list[str]) -> Path:
