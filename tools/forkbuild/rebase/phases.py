@@ -256,7 +256,7 @@ class Rebase:
             state = state.with_patch(cursor, patch)
             if result.outcome is Outcome.CONFLICT:
                 state, patch = self._port_or_stop(state, patch, sequencer, result)
-            self.reporter.info(f"{patch.file}: {report.label(patch.outcome)}" + (f": {patch.detail}" if patch.detail else ""))
+            self._tell(patch)
             state = self.journal.save(replace(state, phase=Phase.REPLAY, cursor=cursor + 1, tip=engine.head),
                                       "applied", at=patch.file)
             return result
@@ -327,6 +327,9 @@ class Rebase:
         patch = self._record(state, patch, result)
         return state.with_patch(state.cursor, patch), patch
 
+    def _tell(self, patch: PatchState) -> None:
+        self.reporter.info(f"{patch.file}: {report.label(patch.outcome)}" + (f": {patch.detail}" if patch.detail else ""))
+
     def _record(self, state: RebaseState, patch: PatchState, result: PatchResult) -> PatchState:
         """`patch` (patches[cursor]) with the engine's `result` for it."""
         found: tuple[HunkEvidence, ...] = ()
@@ -375,7 +378,7 @@ class Rebase:
             raise RebaseStopped(error.message, hint=(error.hint or "").replace(
                 "--continue", "`forkbuild rebase --continue`")) from error
         patch = self._record(state, patch, result)
-        self.reporter.info(f"{patch.file}: {report.label(patch.outcome)}" + (f": {patch.detail}" if patch.detail else ""))
+        self._tell(patch)
         went_on = replace(state.with_patch(state.cursor, patch), phase=Phase.REPLAY, cursor=state.cursor + 1,
                           tip=sequencer.engine.head)
         return self.journal.save(went_on, "settled" if action == "continue" else "skipped", at=patch.file)
