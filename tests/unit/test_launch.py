@@ -183,6 +183,16 @@ def test_a_mistyped_knob_is_refused_naming_the_closest_and_writes_nothing(tmp_pa
     assert all(service["environment"]["DSV41_FOO"] == "1" for service in _services(out))
 
 
+def test_every_problem_of_a_launch_is_said_at_once_with_the_near_misses(tmp_path, capsys):
+    code, out = _launch(tmp_path, RECIPE_ENV + "DSV41_WO_A_W8_DORP=1\nMAX_RUNING_REQUESTS=8\n", [*HOSTS, HOSTS[0]])
+    assert code == 2 and not out.exists()
+    err = capsys.readouterr().err
+    # The .env's knob, the node list and (a warning only, but said now) the mistyped setting: one run shows them.
+    assert "not a guard of series dsv41 (perhaps you meant DSV41_WO_A_W8_DROP?)" in err
+    assert "--nodes: a host is named twice" in err
+    assert "(a warning) " in err and "MAX_RUNING_REQUESTS='8': not a setting serve reads" in err
+
+
 def test_doctor_refuses_a_mistyped_knob_and_warns_of_a_mistyped_setting(tmp_path, capsys):
     env = tmp_path / "tp4.env"
     env.write_text(RECIPE_ENV + "DSV41_WO_A_W8_DORP=1\nMAX_RUNING_REQUESTS=8\nHF_TOKEN=hf_x\n")

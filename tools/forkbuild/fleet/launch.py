@@ -59,18 +59,17 @@ def plan(series: Series, *, variant: Combination, env_file: Path, hosts: list[st
     unknown = () if allow_unknown else tuple(f"{line} (--allow-unknown to pass it on)" for line in report.unknown)
     hazards = tuple(f"{hazard_line(hazard)} (--accept-hazard {hazard.name} to launch it anyway)"
                     for hazard in report.hazards if hazard.name not in accepted)
-    if report.refused or report.changed or unknown or hazards:
-        raise ConfigError([*report.refused, *report.changed, *unknown, *hazards], source=str(env_file))
     values = report.values
     tp_size = values.get("TP_SIZE") or chosen.env.get("TP_SIZE")
-    problems = [f"--nodes: {host!r} is not a host name or IPv4 address" for host in hosts if not HOST.match(host)]
+    problems = [*report.refused, *report.changed, *unknown, *hazards]
+    problems += [f"--nodes: {host!r} is not a host name or IPv4 address" for host in hosts if not HOST.match(host)]
     if len(set(hosts)) != len(hosts):
         problems.append(f"--nodes: a host is named twice: {','.join(hosts)}")
     if tp_size is None or not tp_size.isdigit() or int(tp_size) != len(hosts):
         problems.append(f"--nodes names {len(hosts)} node(s), but TP_SIZE is {tp_size!r} (variant {variant.name}"
                         f"{', ' + str(env_file) if 'TP_SIZE' in values else ''}): one node per tensor-parallel rank")
-    if problems:
-        raise ConfigError(problems, source="forkbuild launch")
+    if problems:  # every one at once, and the near misses that would only warn (a typo'd setting)
+        raise ConfigError([*problems, *(f"(a warning) {line}" for line in report.suspect)], source=str(env_file))
     knobs = {guard.env: values.get(guard.env, chosen.env.get(guard.env, guard.default))
              for guard in series.guards_for(chosen.features)}
     try:
