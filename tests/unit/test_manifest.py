@@ -25,9 +25,17 @@ def series(tmp_path):
     return load_series(series_dir / "series.toml")
 
 
+def _built(series, name: str, version: str, pin=None) -> manifest.Manifest:
+    """build-wheel's way: the content hash once, then the manifest of each pinned wheel."""
+    combination = of_variant(series, name)
+    built = manifest.build_manifest(series=series, variant=combination, version=version,
+                                    content_hash=combination.content_hash(series))
+    return built.from_pin(pin) if pin else built
+
+
 def test_manifest_describes_the_variant(series):
     pin = series.upstream.wheels[0]
-    built = manifest.build_manifest(series=series, variant=of_variant(series, "full"), version="1.0+full.x", pin=pin)
+    built = _built(series, "full", "1.0+full.x", pin)
     assert list(built.to_json()) == list(manifest.KEYS)
     assert built.series == "demo-series" and built.variant == "full" and built.version == "1.0+full.x"
     assert built.base_variant == "full"  # a named variant carries its own defaults
@@ -47,22 +55,22 @@ def test_manifest_describes_the_variant(series):
 
 
 def test_variant_without_features_still_lists_the_series_guards(series):
-    built = manifest.build_manifest(series=series, variant=of_variant(series, "stock"), version="1.0+stock.x", pin=None)
+    built = _built(series, "stock", "1.0+stock.x")
     assert built.features == () and built.guards == () and built.patches == ()
     assert [guard.env for guard in built.series_guards] == ["DSV41_FAST"]
     assert built.upstream.wheel == "" and built.upstream.sha256 == ""
 
 
 def test_dumps_is_stable_and_parses_back(series):
-    built = manifest.build_manifest(series=series, variant=of_variant(series, "full"), version="1.0+full.x", pin=None)
-    again = manifest.build_manifest(series=series, variant=of_variant(series, "full"), version="1.0+full.x", pin=None)
+    built = _built(series, "full", "1.0+full.x")
+    again = _built(series, "full", "1.0+full.x")
     assert manifest.dumps(built) == manifest.dumps(again)
     assert manifest.parse(manifest.dumps(built), source="m") == built
     assert manifest.dumps(manifest.parse(manifest.dumps(built), source="m")) == manifest.dumps(built)
 
 
 def test_a_manifest_from_before_combinations_reads_without_base_variant(series):
-    built = manifest.build_manifest(series=series, variant=of_variant(series, "full"), version="1.0+full.x", pin=None)
+    built = _built(series, "full", "1.0+full.x")
     older = {key: value for key, value in built.to_json().items() if key != "base_variant"}
     read = manifest.parse(json.dumps(older), source="old.json")
     assert read.base_variant == "" and read != built  # so a wheel with it is rebuilt, not taken as current
@@ -95,7 +103,7 @@ def test_parse_rejects_what_is_not_a_manifest(data, message):
 
 
 def test_read_wheel(tmp_path, series):
-    built = manifest.build_manifest(series=series, variant=of_variant(series, "full"), version="1.0+full.x", pin=None)
+    built = _built(series, "full", "1.0+full.x")
     path = tmp_path / "demo-1.0+full.x-py3-none-any.whl"
     with zipfile.ZipFile(path, "w") as archive:
         archive.writestr("demo-1.0+full.x.dist-info/forkbuild_manifest.json", manifest.dumps(built))
@@ -120,7 +128,7 @@ def test_test_patch_reads_the_installed_manifest_typed(tmp_path, monkeypatch, se
     monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
     python = Path(sys.executable)
     assert behaviour.installed_manifest(python) is None
-    built = manifest.build_manifest(series=series, variant=of_variant(series, "full"), version="1.0+full.x", pin=None)
+    built = _built(series, "full", "1.0+full.x")
     (package / manifest.PACKAGE_FILE).write_bytes(manifest.dumps(built))
     assert behaviour.installed_manifest(python) == built
     (package / manifest.PACKAGE_FILE).write_text('{"schema": 1, "series": "x"}')

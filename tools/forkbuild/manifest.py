@@ -7,7 +7,7 @@ import hashlib
 import json
 import zipfile
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +67,10 @@ class Manifest:
     def to_json(self) -> dict[str, Any]:
         return {key: list(value) if isinstance(value, tuple) else value for key, value in asdict(self).items()}
 
+    def from_pin(self, pin: WheelPin) -> Manifest:
+        """The same build's manifest for the wheel made from `pin` (each Python tag's and platform's)."""
+        return replace(self, upstream=replace(self.upstream, wheel=pin.filename, sha256=pin.sha256))
+
     def without_upstream(self) -> dict[str, Any]:
         """What the wheels of one build for several Pythons share."""
         return {key: value for key, value in self.to_json().items() if key != "upstream"}
@@ -80,17 +84,17 @@ def _guard_record(guard: Guard) -> GuardRecord:
     return GuardRecord(env=guard.env, feature=guard.feature, type=guard.type, default=guard.default)
 
 
-def build_manifest(*, series: Series, variant: Combination, version: str, pin: WheelPin | None) -> Manifest:
-    """The manifest of `variant` built as `version` from `pin` (None: built from git)."""
+def build_manifest(*, series: Series, variant: Combination, version: str, content_hash: str) -> Manifest:
+    """The manifest of `variant` built as `version` (its content hash computed once, by the caller);
+    from a release wheel: `from_pin` of it."""
     upstream = series.upstream
     guard_envs = {guard.env for guard in series.all_guards()}
     # Settings: what an image sets that is no guard (MODEL_PATH, TP_SIZE ...).
     settings = tuple(dict.fromkeys([*series.runtime_env, *(key for key in variant.env if key not in guard_envs)]))
     return Manifest(
         series=series.name, variant=variant.name, base_variant=variant.base, version=version,
-        series_hash=variant.content_hash(series),
+        series_hash=content_hash,
         upstream=UpstreamRecord(name=upstream.name, version=upstream.version, source=upstream.source,
-                                wheel=pin.filename if pin else "", sha256=pin.sha256 if pin else "",
                                 git_url=upstream.git.url if upstream.git else "",
                                 commit=upstream.git.commit if upstream.git else ""),
         features=tuple(variant.features),

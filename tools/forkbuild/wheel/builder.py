@@ -55,22 +55,25 @@ class BuiltWheel:
     rebuilt: bool
 
 
-def variant_version(series: Series, combination: Combination) -> str:
+def variant_version(series: Series, combination: Combination, content_hash: str | None = None) -> str:
     """`<upstream>+<variant>.<hash>`; a combination that is no named variant: `<upstream>+combo.<hash>`."""
     label = combination.name if combination.is_variant else COMBO_LABEL
     return naming.local_version(upstream_version=series.upstream.version, variant=label,
-                                content_hash=combination.content_hash(series))
+                                content_hash=content_hash or combination.content_hash(series))
 
 
 def build_wheels(*, context: Context, request: WheelRequest) -> tuple[BuiltWheel, ...]:
-    version = variant_version(context.series, request.variant)
-    upstream = context.series.upstream
+    series, upstream = context.series, context.series.upstream
+    content_hash = request.variant.content_hash(series)  # once a build: every wheel's version and manifest
+    version = variant_version(series, request.variant, content_hash)
+    manifest = manifest_module.build_manifest(series=series, variant=request.variant, version=version,
+                                              content_hash=content_hash)
     if (request.mode or ("overlay" if upstream.source == "wheel" else "source")) == "source":
-        return _build_source(context=context, request=request, version=version)
+        return _build_source(context=context, request=request, manifest=manifest)
     if not upstream.wheels:
         raise BuildError("overlay mode starts from a release wheel, and series.toml pins none",
                          hint="add [[upstream.wheels]] pins, or build with --mode source")
-    return _build_overlay(context=context, request=request, version=version)
+    return _build_overlay(context=context, request=request, manifest=manifest)
 
 
 def digest_file(wheel: Path) -> Path:
@@ -131,16 +134,16 @@ def _pins(series: Series, request: WheelRequest) -> list[WheelPin]:
     return list(dict.fromkeys(pins))  # a pure wheel's pin serves every platform: once
 
 
-def _build_overlay(*, context: Context, request: WheelRequest, version: str) -> tuple[BuiltWheel, ...]:
-    series, reporter = context.series, context.reporter
+def _build_overlay(*, context: Context, request: WheelRequest, manifest: Manifest) -> tuple[BuiltWheel, ...]:
+    series, reporter, version = context.series, context.reporter, manifest.version
     targets = []
     for pin in _pins(series, request):
         name = naming.wheel_filename(name=series.upstream.name, version=version, tags=naming.wheel_tags(pin.filename))
-        manifest = manifest_module.build_manifest(series=series, variant=request.variant, version=version, pin=pin)
-        stale = request.force or not up_to_date(request.out_dir / name, manifest)
+        made_from = manifest.from_pin(pin)
+        stale = request.force or not up_to_date(request.out_dir / name, made_from)
         if not stale:
             reporter.info(f"{name}: up to date (same upstream wheel and series content)")
-        targets.append((pin, request.out_dir / name, manifest, stale))
+        targets.append((pin, request.out_dir / name, made_from, stale))
     sources = {}
     for pin, _, _, stale in targets:
         if stale:
@@ -149,10 +152,10 @@ def _build_overlay(*, context: Context, request: WheelRequest, version: str) -> 
     if sources:
         # One plan for every platform and Python tag: the patched files are the same in each.
         changes = _changes(context=context, combination=request.variant, sources=list(sources.values()))
-    for pin, path, manifest, stale in targets:
+    for pin, path, made_from, stale in targets:
         if stale:
             overlay = Overlay(name=series.upstream.name, package=naming.distribution_part(series.upstream.name),
-                              version=version, manifest=manifest_module.dumps(manifest), changes=changes.changes,
+                              version=version, manifest=manifest_module.dumps(made_from), changes=changes.changes,
                               executable=changes.executable)
             with reporter.step(f"Building {path.name} (overlay, {len(changes.changes)} changed files)"):
                 source = sources[pin]
@@ -215,8 +218,8 @@ def _blob_id(content: bytes, like: str) -> str:
     return algorithm(b"blob %d\0" % len(content) + content).hexdigest()
 
 
-def _build_source(*, context: Context, request: WheelRequest, version: str) -> tuple[BuiltWheel, ...]:
-    series, reporter = context.series, context.reporter
+def _build_source(*, context: Context, request: WheelRequest, manifest: Manifest) -> tuple[BuiltWheel, ...]:
+    series, reporter, version = context.series, context.reporter, manifest.version
     running = f"cp{sys.version_info.major}{sys.version_info.minor}"
     if any(tag != running for tag in request.python_tags):
         raise BuildError(f"source mode builds for the running interpreter ({running}), "
@@ -226,7 +229,6 @@ def _build_source(*, context: Context, request: WheelRequest, version: str) -> t
         raise BuildError(f"source mode builds for this machine ({native_platform()}), "
                          f"not {', '.join(request.platforms)}",
                          hint="run the source build on a machine of that platform")
-    manifest = manifest_module.build_manifest(series=series, variant=request.variant, version=version, pin=None)
     package = naming.distribution_part(series.upstream.name)
     current = [path for path in sorted(request.out_dir.glob(f"{package}-{version}-*.whl")) if up_to_date(path, manifest)]
     if current and not request.force:
