@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 
 import forkbuild
-from forkbuild.cache import UpstreamCache
+from forkbuild.upstream.cache import UpstreamCache
 from forkbuild.series.config import load_series
 from forkbuild.series.edit import quilt_series_text
 

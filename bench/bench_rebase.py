@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from forkbuild.cache import UpstreamCache
+from forkbuild.upstream.cache import UpstreamCache
 from forkbuild.errors import RebaseStopped
 from forkbuild.io.git import Git
 from forkbuild.rebase.target import resolve

@@ -25,10 +25,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from forkbuild import manifest as manifest_module
-from forkbuild import naming
+from forkbuild.wheel import manifest as manifest_module
+from forkbuild.wheel import naming
 from forkbuild.apply import scratch_tree
-from forkbuild.cache import UpstreamCache
+from forkbuild.upstream.cache import UpstreamCache
 from forkbuild.console import Reporter
 from forkbuild.context import Context
 from forkbuild.io.git import Git

@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(ROOT / "tests" / "unit"))
 
 from fixtures import make_quilt_project as make_project  # noqa: E402
-from forkbuild.emptydirs import find_empty_dirs  # noqa: E402
+from forkbuild.worktree.emptydirs import find_empty_dirs  # noqa: E402
 from forkbuild.io.git import Git  # noqa: E402
 
 CORPUS = Path(os.environ.get("FORKBUILD_QUILT_CORPUS") or ROOT / ".cache" / "quilt-corpus")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from forkbuild.apply import apply_variant
-from forkbuild.cache import UpstreamCache
+from forkbuild.upstream.cache import UpstreamCache
 from forkbuild.console import Reporter
 from forkbuild.context import Context
 from forkbuild.series.combination import of_variant

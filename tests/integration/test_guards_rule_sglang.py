@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from forkbuild.cache import UpstreamCache
-from forkbuild.guards_module import write_module
+from forkbuild.upstream.cache import UpstreamCache
+from forkbuild.worktree.guards_module import write_module
 from forkbuild.io.git import Git
 from forkbuild.series.config import load_series
 from forkbuild.series.guards import parse_switch

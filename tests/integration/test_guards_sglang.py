@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from forkbuild.apply import ApplyPlan, apply_plan, plan_variant
-from forkbuild.cache import UpstreamCache
+from forkbuild.upstream.cache import UpstreamCache
 from forkbuild.console import Reporter
 from forkbuild.context import Context
-from forkbuild.guards_module import module_path, read_module
+from forkbuild.worktree.guards_module import module_path, read_module
 from forkbuild.series.combination import from_features, whole_series
 from forkbuild.series.config import Series, load_series
 from forkbuild.series.patchfile import read_patch

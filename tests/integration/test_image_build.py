@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from forkbuild import manifest
+from forkbuild.wheel import manifest
 from forkbuild.commands.compose import compose_build
 from forkbuild.console import Reporter
 from forkbuild.errors import BuildError

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from forkbuild.cache import UpstreamCache
+from forkbuild.upstream.cache import UpstreamCache
 from forkbuild.cli import main as cli_main
 from forkbuild.errors import RebaseStopped
 from forkbuild.io.git import Git

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from forkbuild import manifest as manifest_module
+from forkbuild.wheel import manifest as manifest_module
 from forkbuild.apply import scratch_tree
 from forkbuild.console import Reporter
 from forkbuild.context import Context

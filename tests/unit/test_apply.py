@@ -161,7 +161,7 @@ def test_a_failing_patch_keeps_the_ones_applied_before_it(series_fx, tmp_path):
 
 
 def test_a_held_cache_lock_is_a_lock_timeout_not_a_traceback(series_fx, tmp_path, monkeypatch):
-    from forkbuild import cache as cache_module
+    from forkbuild.upstream import cache as cache_module
     from forkbuild.errors import LockTimeout
 
     apply_variant(context=series_fx.context(), variant=of_variant(series_fx.load(), "full"), dest=tmp_path / "full")  # upstream imported

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from forkbuild import cache as cache_module
-from forkbuild.cache import UpstreamCache
+from forkbuild.upstream import cache as cache_module
+from forkbuild.upstream.cache import UpstreamCache
 from forkbuild.errors import UpstreamError
 from forkbuild.series.config import GitPin, Upstream, WheelPin
 from forkbuild.io.fsutil import flocked
@@ -131,7 +131,7 @@ def test_two_processes_share_the_cache_through_the_lock(tmp_path):
     pin = make_wheel(tmp_path, "1.0", {f"m{i}.py": f"x = {i}\n" for i in range(200)})
     script = textwrap.dedent(f"""
         from pathlib import Path
-        from forkbuild.cache import UpstreamCache
+        from forkbuild.upstream.cache import UpstreamCache
         from forkbuild.series.config import Upstream, WheelPin
         pin = WheelPin(python_tag="py3", filename={pin.filename!r}, sha256={pin.sha256!r}, url={pin.url!r})
         upstream = Upstream(name="demo", version="1.0", package_root="python", source="wheel", git=None, wheels=(pin,))
@@ -146,7 +146,7 @@ def test_two_processes_share_the_cache_through_the_lock(tmp_path):
 
 
 def test_a_held_lock_becomes_lock_timeout_with_a_hint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from forkbuild import cache as cache_module
+    from forkbuild.upstream import cache as cache_module
     from forkbuild.errors import LockTimeout
 
     (tmp_path / "dist").mkdir()

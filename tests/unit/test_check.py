@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fixtures import SeriesFixture, commit_all, edit, write_through_upstream_symlink
-from forkbuild.cache import UpstreamCache
+from forkbuild.upstream.cache import UpstreamCache
 from forkbuild.check import check_series, raise_on_failures
 from forkbuild.errors import ApplyError, UnsafePatchError
 from forkbuild.io.git import Git

@@ -136,7 +136,7 @@ def test_killed_scratch_trees_are_cleared_by_the_next_run(series_fx: SeriesFixtu
 
 
 def test_a_live_owners_scratch_tree_is_left_alone(series_fx: SeriesFixture) -> None:
-    from forkbuild.cache import UpstreamCache
+    from forkbuild.upstream.cache import UpstreamCache
     from forkbuild.worktree.guard import clear_dead_scratch_trees, temporary_worktree
 
     cache = UpstreamCache(series_fx.cache)

@@ -11,7 +11,7 @@ from forkbuild.errors import BuildError
 from forkbuild.image import build
 from forkbuild.image import build_context as image_context
 from forkbuild.image.build_context import ImageContext
-from forkbuild.manifest import Manifest, parse
+from forkbuild.wheel.manifest import Manifest, parse
 
 TEMPLATE = (Path(__file__).parents[2] / "docker" / "Dockerfile").read_text()
 

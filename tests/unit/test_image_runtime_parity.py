@@ -1,6 +1,6 @@
 """The in-image runtime (forkbuild.image.runtime, stdlib only, runs without
 forkbuild installed) keeps its own copies of two rules; they must stay equal
-to forkbuild's: the manifest file names (forkbuild.manifest) and the guard
+to forkbuild's: the manifest file names (forkbuild.wheel.manifest) and the guard
 value rule (forkbuild.series.guards, the third copy next to the patched EnvSwitch of
 tests/unit/test_guards_rule.py)."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from forkbuild import manifest
+from forkbuild.wheel import manifest
 from forkbuild.image.runtime import migration, records
 from forkbuild.series import guards
 

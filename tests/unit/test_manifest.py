@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from forkbuild import manifest
+from forkbuild.wheel import manifest
 from forkbuild.errors import BuildError
 from forkbuild.series.combination import of_variant
 from forkbuild.series.config import load_series

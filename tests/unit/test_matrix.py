@@ -15,7 +15,7 @@ import pytest
 from forkbuild import cli
 from forkbuild.apply import read_state
 from forkbuild.errors import ConfigError
-from forkbuild.manifest import read_wheel
+from forkbuild.wheel.manifest import read_wheel
 from forkbuild.matrix import strategies
 from forkbuild.series.combination import closure, of_variant, resolve
 from forkbuild.series.config import parse_series

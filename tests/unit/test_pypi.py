@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from forkbuild import pypi
+from forkbuild.upstream import pypi
 from forkbuild.errors import UpstreamError
 
 PAGE = {"files": [

@@ -12,7 +12,7 @@ import pytest
 
 from fixtures import DEFAULT_PATCHES, PatchSpec, SeriesFixture, make_series
 from forkbuild.apply import apply_variant
-from forkbuild.cache import UpstreamCache
+from forkbuild.upstream.cache import UpstreamCache
 from forkbuild.export import export_series
 from forkbuild.io.git import Git
 from forkbuild.series.combination import whole_series

@@ -248,7 +248,7 @@ def test_abort_while_another_process_holds_the_cache_lock(git_series_fx: SeriesF
     fx.cli("fetch")
     before = fingerprint(fx)
     assert fx.cli(*rebase_args(commit)) == RebaseStopped.return_code
-    monkeypatch.setattr("forkbuild.cache.LOCK_TIMEOUT_SECONDS", 0.2)
+    monkeypatch.setattr("forkbuild.upstream.cache.LOCK_TIMEOUT_SECONDS", 0.2)
     with flocked(fx.cache / "lock"):
         # A LockTimeout (exit 10, with a hint), not a traceback; the journal stays for a retry.
         assert fx.cli("rebase", "--abort") == LockTimeout.return_code

@@ -7,7 +7,7 @@ import tomllib
 
 import pytest
 
-from forkbuild import pypi
+from forkbuild.upstream import pypi
 from forkbuild.errors import UpstreamError
 from forkbuild.rebase.target import looks_like_commit, moved_pin, resolve
 from forkbuild.series.config import GitPin, Upstream, WheelPin

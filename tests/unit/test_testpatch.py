@@ -401,7 +401,7 @@ def test_a_guard_on_test_that_passes_on_stock_fails_the_proof(tmp_path):
 def test_the_generated_guards_are_checked_against_series_toml(tmp_path, monkeypatch):
     """The structure check reads the module the tree holds: a generator that leaves a guard
     out (or writes another default) fails it, naming the guard."""
-    import forkbuild.guards_module as guards_module
+    import forkbuild.worktree.guards_module as guards_module
 
     root = _make(tmp_path)
     code, cells = _run(root, "full", "--structure-only")

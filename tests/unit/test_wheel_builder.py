@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from forkbuild import cli
-from forkbuild import manifest as manifest_module
+from forkbuild.wheel import manifest as manifest_module
 from forkbuild.console import Reporter
 from forkbuild.context import Context
 from forkbuild.errors import BuildError

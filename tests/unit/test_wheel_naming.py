@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from packaging.version import Version
 
-from forkbuild import naming
+from forkbuild.wheel import naming
 from forkbuild.errors import BuildError
 
 

@@ -7,7 +7,7 @@ import zipfile
 
 import pytest
 
-from forkbuild import manifest as manifest_module
+from forkbuild.wheel import manifest as manifest_module
 from forkbuild.console import Reporter
 from forkbuild.context import Context
 from forkbuild.errors import BuildError

@@ -11,18 +11,18 @@ from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
 
-from forkbuild.cache import UpstreamCache
 from forkbuild.context import Context
-from forkbuild.emptydirs import recreate_empty_dirs
 from forkbuild.errors import ApplyError, DirtyTreeError, ForkbuildError, quoted
-from forkbuild.guards_module import add_generated_commit, module_path
 from forkbuild.io.chaos import chaos_point
 from forkbuild.io.git import Git
 from forkbuild.series.combination import WHOLE_SERIES, Combination, whole_series
 from forkbuild.series.config import PatchEntry, Series
 from forkbuild.series.patchfile import PatchInfo, check_patches, read_patch
+from forkbuild.upstream.cache import UpstreamCache
+from forkbuild.worktree.emptydirs import recreate_empty_dirs
 from forkbuild.worktree.engine import ALREADY_APPLIED, Engine, Outcome, PatchJob, PatchResult
 from forkbuild.worktree.guard import TreeGuard, recover_killed_change, remove_dead_tree, temporary_worktree, tree_guard
+from forkbuild.worktree.guards_module import add_generated_commit, module_path
 from forkbuild.worktree.sequence import Sequencer
 from forkbuild.worktree.smallindex import TreeListing
 from forkbuild.worktree.state import (

@@ -8,12 +8,12 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from forkbuild.cache import UpstreamCache
 from forkbuild.console import Reporter
 from forkbuild.errors import ConfigError
 from forkbuild.series.config import Series, load_series
 from forkbuild.series.layout import BUILD_DIR, DIST_DIR, DOCKER_DIR, SERIES_FILE, WORK_DIR
 from forkbuild.series.writer import recover_series
+from forkbuild.upstream.cache import UpstreamCache
 
 
 def directory_argument(text: str) -> Path:

@@ -14,7 +14,6 @@ from pathlib import Path
 from forkbuild.apply import file_hashes, refuse_unsaved_work, series_hashes
 from forkbuild.context import Context
 from forkbuild.errors import ConfigError, DirtyTreeError, ExportDriftError, ForkbuildError, quoted
-from forkbuild.guards_module import generated_commit_problems, is_generated
 from forkbuild.io.chaos import chaos_point
 from forkbuild.io.fsutil import write_atomic
 from forkbuild.io.git import Git
@@ -25,6 +24,7 @@ from forkbuild.series.layout import DROPPED_DIR, PATCHES_DIR
 from forkbuild.series.patchfile import PatchInfo, parse_patch, read_patch, read_text
 from forkbuild.series.writer import SeriesChange, SeriesTransaction, series_transaction
 from forkbuild.worktree.guard import tree_guard
+from forkbuild.worktree.guards_module import generated_commit_problems, is_generated
 from forkbuild.worktree.state import WorktreeState, read_state, write_state
 
 # What changes in a patch when only its position moved: `index` blob ids, hunk header line numbers.

@@ -16,7 +16,6 @@ from pathlib import Path
 
 from forkbuild.apply import file_hashes, prepare_worktree, record_series_tree, scratch_tree
 from forkbuild.context import Context
-from forkbuild.emptydirs import find_empty_dirs, recreate_empty_dirs
 from forkbuild.errors import ApplyError, ConfigError, DirtyTreeError, ForkbuildError
 from forkbuild.importer import check_incoming, guard_trailers, with_trailers, write_imported
 from forkbuild.io.fsutil import write_atomic
@@ -27,6 +26,7 @@ from forkbuild.series.dep3 import Description, parse_dep3, split_patch, stripspa
 from forkbuild.series.layout import SERIES_TREE, WORK_DIR
 from forkbuild.series.patchfile import check_safe
 from forkbuild.series.quiltdiff import EMPTY_BLOB, GitReadyDiff, git_ready
+from forkbuild.worktree.emptydirs import find_empty_dirs, recreate_empty_dirs
 from forkbuild.worktree.guard import recover_killed_change, tree_guard
 from forkbuild.worktree.smallindex import apply_small, disjoint_run, parents
 

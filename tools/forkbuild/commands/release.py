@@ -18,7 +18,6 @@ from pathlib import Path
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
-from forkbuild import pypi
 from forkbuild.commands import add_command
 from forkbuild.context import Context
 from forkbuild.errors import BuildError, RebaseStopped
@@ -30,6 +29,7 @@ from forkbuild.rebase.target import resolve
 from forkbuild.series.combination import of_variant
 from forkbuild.series.patchfile import read_patch
 from forkbuild.testpatch.runner import Options, run_variant
+from forkbuild.upstream import pypi
 from forkbuild.wheel.builder import WheelRequest, build_wheels
 
 

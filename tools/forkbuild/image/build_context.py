@@ -22,15 +22,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from forkbuild import manifest as manifest_module
-from forkbuild import naming
 from forkbuild.context import Context
 from forkbuild.errors import BuildError
 from forkbuild.io.fsutil import link_or_copy
-from forkbuild.manifest import Manifest
 from forkbuild.series.combination import Combination
 from forkbuild.series.config import ANY_PLATFORM, PackagePin, arch_of, platform_of_tags
+from forkbuild.wheel import manifest as manifest_module
+from forkbuild.wheel import naming
 from forkbuild.wheel.builder import WheelRequest, build_wheels
+from forkbuild.wheel.manifest import Manifest
 
 RUNTIME_PACKAGE = Path(__file__).parent / "runtime"
 

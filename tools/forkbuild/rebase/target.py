@@ -12,9 +12,9 @@ import tomlkit
 from packaging.utils import parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from forkbuild import pypi
 from forkbuild.errors import ConfigError, UpstreamError
 from forkbuild.series.config import GitPin, Upstream, WheelPin
+from forkbuild.upstream import pypi
 
 COMMIT = re.compile(r"[0-9a-f]{7,40}")
 VERSION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")

@@ -12,12 +12,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from forkbuild import manifest as manifest_module
 from forkbuild.context import Context
 from forkbuild.errors import BuildError
 from forkbuild.io import process
 from forkbuild.series.combination import Combination
 from forkbuild.series.config import native_platform
+from forkbuild.wheel import manifest as manifest_module
 from forkbuild.wheel.builder import WheelRequest, build_wheels
 
 TESTS_DIR = "tests/patches"

@@ -16,7 +16,6 @@ from pathlib import Path, PurePosixPath
 
 from forkbuild.context import Context
 from forkbuild.errors import ApplyError
-from forkbuild.guards_module import write_module
 from forkbuild.series.config import GUARD_PREFIX, Series
 from forkbuild.series.patchfile import only_files, parse_diff, read_text, split_mail
 from forkbuild.testpatch import behaviour
@@ -34,6 +33,7 @@ from forkbuild.testpatch.records import (
 from forkbuild.testpatch.structure import environ_path
 from forkbuild.worktree.engine import Engine, Outcome, PatchJob
 from forkbuild.worktree.guard import temporary_worktree
+from forkbuild.worktree.guards_module import write_module
 
 ASSERTION = "assertion"
 MISSING_NAME = "missing_name"

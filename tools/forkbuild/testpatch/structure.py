@@ -8,14 +8,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from forkbuild import naming
 from forkbuild.apply import ApplyResult, PatchRecord
-from forkbuild.guards_module import GeneratedEntry, module_path, read_module
 from forkbuild.io.git import Git
 from forkbuild.series.combination import Combination
 from forkbuild.series.config import GUARD_PREFIX, Guard, Series
 from forkbuild.series.patchfile import parse_diff
 from forkbuild.testpatch.records import FAIL, PASS, SKIP, STRUCTURE, Record
+from forkbuild.wheel import naming
+from forkbuild.worktree.guards_module import GeneratedEntry, module_path, read_module
 
 ENVIRON = "srt/environ.py"  # inside the package: where sglang's envs registry lives
 GUARD_READ = re.compile(r"\benvs\.(?P<env>[A-Z][A-Z0-9_]*)\b")

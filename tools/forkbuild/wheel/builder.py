@@ -16,10 +16,7 @@ from functools import partial
 from pathlib import Path
 from typing import BinaryIO
 
-from forkbuild import manifest as manifest_module
-from forkbuild import naming
 from forkbuild.apply import scratch_tree
-from forkbuild.cache import sha256_of
 from forkbuild.console import Reporter
 from forkbuild.context import Context
 from forkbuild.errors import BuildError, ToolMissing
@@ -27,9 +24,12 @@ from forkbuild.io import process
 from forkbuild.io.chaos import chaos_point
 from forkbuild.io.fsutil import write_atomic
 from forkbuild.io.git import Git
-from forkbuild.manifest import Manifest
 from forkbuild.series.combination import COMBO_LABEL, Combination
 from forkbuild.series.config import Series, WheelPin, native_platform
+from forkbuild.upstream.cache import sha256_of
+from forkbuild.wheel import manifest as manifest_module
+from forkbuild.wheel import naming
+from forkbuild.wheel.manifest import Manifest
 from forkbuild.wheel.overlay import Overlay, write_overlay
 from forkbuild.wheel.plan import OverlayChanges, WheelLayout, collect_changes, patched_changes, refuse_compiled
 from forkbuild.wheel.validate import validate_wheel

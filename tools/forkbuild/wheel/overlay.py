@@ -15,9 +15,9 @@ from typing import BinaryIO
 
 from installer.records import InvalidRecordEntry, RecordEntry, parse_record_file
 
-from forkbuild import naming
 from forkbuild.errors import BuildError
-from forkbuild.manifest import DIST_INFO_FILE, PACKAGE_FILE
+from forkbuild.wheel import naming
+from forkbuild.wheel.manifest import DIST_INFO_FILE, PACKAGE_FILE
 from forkbuild.wheel.zipraw import FILE_MODE, Member, ZipSource, ZipWriter
 
 EXECUTABLE_MODE = 0o100755 << 16

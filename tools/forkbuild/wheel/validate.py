@@ -12,8 +12,8 @@ from installer.records import InvalidRecordEntry, RecordEntry, parse_record_file
 from installer.sources import WheelFile
 from packaging.utils import parse_wheel_filename
 
-from forkbuild import naming
 from forkbuild.errors import BuildError
+from forkbuild.wheel import naming
 
 _ERRORS = (InstallerError, ValueError, zipfile.BadZipFile, KeyError)
 

@@ -24,7 +24,7 @@ from forkbuild.io.childgroup import GROUP, proc_stat, process_exists, stop_orpha
 from forkbuild.io.git import Git
 
 if TYPE_CHECKING:
-    from forkbuild.cache import UpstreamCache
+    from forkbuild.upstream.cache import UpstreamCache
 
 OWNERS_DIR = "forkbuild-owners"
 

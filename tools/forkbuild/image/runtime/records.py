@@ -16,7 +16,7 @@ from pathlib import Path
 
 from . import ImageError
 
-# forkbuild.manifest.PACKAGE_FILE / DIST_INFO_FILE, copied: forkbuild is not installed in
+# forkbuild.wheel.manifest.PACKAGE_FILE / DIST_INFO_FILE, copied: forkbuild is not installed in
 # images (a unit test keeps them equal).
 MANIFEST = "_forkbuild_manifest.json"
 DIST_INFO_MANIFEST = "forkbuild_manifest.json"

@@ -213,7 +213,7 @@ class UpstreamCache:
         import urllib.error  # here, with the index client: only a download needs them
         import urllib.request
 
-        from forkbuild.pypi import find_file
+        from forkbuild.upstream.pypi import find_file
 
         url = pin.url or find_file(pin.filename.split("-")[0], pin.filename).url
         handle, partial_name = tempfile.mkstemp(dir=self.wheels_dir, prefix=f".{pin.filename}.", suffix=".part")

@@ -68,7 +68,7 @@ def set_version_module(content: bytes, version: str, *, source: str) -> bytes:
     for pattern in (_VERSION_LINE, _TUPLE_LINE):
         if len(pattern.findall(text)) != 1:
             raise BuildError(f"{source}: expected exactly one line like {pattern.pattern!r}",
-                             hint="the version module changed shape upstream; update forkbuild.naming")
+                             hint="the version module changed shape upstream; update forkbuild.wheel.naming")
     text = _VERSION_LINE.sub(lambda m: f"{m.group(1)}{m.group(2)}{version}{m.group(2)}", text)
     parsed = Version(version)
     parts = [*map(str, parsed.release), *([repr(parsed.local)] if parsed.local is not None else [])]
