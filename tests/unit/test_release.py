@@ -105,12 +105,21 @@ def test_release_latest_rebases_builds_tests_and_reports(tmp_path: Path, index, 
     assert (root / "dist").is_dir() and any((root / "dist").glob("sglang-1.1+full.*.whl"))
     md = (root / "build" / "release" / "1.0-to-1.1.md").read_text()
     assert md.startswith("# sglang 1.0 -> 1.1") and "| 2 | `alpha.patch` | alpha | offset |" in md
-    # Killed during its proof, run again: the series is on 1.1; the proof (and its report) is still owed.
+    # Killed during its proof (or its last stop settled with `rebase --continue`/`--skip`), run again: the
+    # series is on 1.1; the proof is owed, and the report is the rebase's, from 1.0, with what became of each patch.
     (root / "build" / "release" / "1.0-to-1.1.json").unlink()
     assert cli_main([*cli, "release", "1.1", "--from-tree"]) == 0
-    again = json.loads((root / "build" / "release" / "1.1-to-1.1.json").read_text())
-    assert again["ok"] and {patch["outcome"] for patch in again["patches"]} == {"on the release"}
-    assert all(patch["tests"] == "passed" for patch in again["patches"])
+    again = json.loads((root / "build" / "release" / "1.0-to-1.1.json").read_text())
+    assert again["ok"] and again["from"] == "1.0" and not (root / "build" / "release" / "1.1-to-1.1.json").exists()
+    assert {patch["file"]: patch["outcome"] for patch in again["patches"]} == {
+        "guards.patch": "exact", "alpha.patch": "offset", "beta.patch": "offset"}
+    # Without the rebase's report: proved against the release alone.
+    for path in (root / "build" / "rebase").iterdir():
+        path.unlink()
+    assert cli_main([*cli, "release", "1.1", "--from-tree"]) == 0
+    alone = json.loads((root / "build" / "release" / "1.1-to-1.1.json").read_text())
+    assert alone["ok"] and {patch["outcome"] for patch in alone["patches"]} == {"on the release"}
+    assert all(patch["tests"] == "passed" for patch in alone["patches"])
     capsys.readouterr()
     assert cli_main([*cli, "release", "latest"]) == 0  # on the newest: nothing to do
     assert "sglang 1.1 is the newest release the index lists: nothing to do" in capsys.readouterr().err

@@ -21,6 +21,7 @@ from packaging.version import Version
 from forkbuild.commands import add_command
 from forkbuild.context import Context
 from forkbuild.errors import BuildError, RebaseStopped
+from forkbuild.io import statefile
 from forkbuild.io.fsutil import write_atomic
 from forkbuild.rebase.phases import Rebase
 from forkbuild.rebase.report import label
@@ -119,14 +120,33 @@ def release(context: Context, *, version: str, non_interactive: bool, python: Pa
         write(context, rebase.journal.load(), old=old, new=version, proofs=None)
         raise
     fresh = Context(series_dir=context.series_dir, cache_dir=context.cache_dir, reporter=context.reporter)
-    if state is None:  # on `version` already (a release killed during its proof, run again): the proof is owed
-        context.reporter.info(f"the series is on {fresh.series.upstream.name} {version} already: proving it")
+    if state is None:  # on `version` already: the rebase was settled by hand, or the proof was killed
+        rebased = _rebased_to(fresh, version)
+        old, patches = rebased or (old, tuple(PatchState(file=entry.file, feature=entry.feature, commit="pinned")
+                                             for entry in fresh.series.patches))
+        context.reporter.info(f"the series is on {fresh.series.upstream.name} {version} already"
+                              + (f" (rebased from {old})" if rebased else "") + ": proving it")
         state = RebaseState(id="", phase=Phase.DONE, step="", worktree=fresh.series_dir, accept_drops=False,
-                            old=fresh.series.upstream, target=fresh.series.upstream,
-                            patches=tuple(PatchState(file=entry.file, feature=entry.feature, commit="pinned")
-                                          for entry in fresh.series.patches))
+                            old=fresh.series.upstream, target=fresh.series.upstream, patches=patches)
     proofs = [_prove(fresh, name, python=python, from_tree=from_tree) for name in fresh.series.variants]
     return write(fresh, state, old=old, new=version, proofs=proofs)
+
+
+def _rebased_to(context: Context, version: str) -> tuple[str, tuple[PatchState, ...]] | None:
+    """The finished rebase that brought the series to `version` (its report under build/rebase/), while
+    the series still holds the patches it kept: (the version it came from, what became of each patch)."""
+    for path in sorted((context.build_dir / "rebase").glob(f"*-to-{version}.json"), key=lambda path: path.stat().st_mtime,
+                       reverse=True):
+        try:
+            data = json.loads(path.read_text())
+            patches = tuple(statefile.decode(PatchState, {**entry, "commit": entry["new_commit"] or ""})
+                            for entry in data["patches"])
+            kept = [patch.file for patch in patches if patch.commit] == [entry.file for entry in context.series.patches]
+            if data["final"] and data["to"]["version"] == version and kept:
+                return str(data["from"]["version"]), patches
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # not such a report: the proof is reported against the pinned release alone
+    return None
 
 
 def _prove(context: Context, name: str, *, python: Path, from_tree: bool) -> Proof:
