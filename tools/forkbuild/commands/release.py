@@ -66,7 +66,8 @@ def run(args, context) -> int:
                                   f"do (`forkbuild release {upstream.version}` proves it again)")
             return 0
         version = newest
-    context.reporter.info(f"release: {upstream.name} {upstream.version} -> {version}")
+    if version != upstream.version:
+        context.reporter.info(f"release: {upstream.name} {upstream.version} -> {version}")
     report = release(context, version=version, non_interactive=args.non_interactive, python=args.python,
                      from_tree=args.from_tree)
     for name in report["ported_failing"]:
@@ -112,6 +113,8 @@ def release(context: Context, *, version: str, non_interactive: bool, python: Pa
     try:
         if rebase.journal.exists():
             state = rebase.resume("continue")
+        elif version == old:
+            state = None  # the proof alone is owed
         else:
             target = resolve(context.series.upstream, onto=version)
             state = rebase.start(target=target, tree=None, accept_drops=non_interactive,
