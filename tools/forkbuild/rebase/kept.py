@@ -5,6 +5,7 @@ them out, stops the rebase for review with the lines named."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from functools import cache
 
@@ -14,9 +15,10 @@ from forkbuild.series.patchfile import added_lines
 from forkbuild.worktree.engine import Outcome
 
 
-def with_lost_lines(repo: Git, state: RebaseState, *, old_head: str, new_head: str) -> RebaseState:
-    """`state` with each kept patch's `lost`: the lines it added that the rebased series lacks."""
-    renamed = repo.renamed(state.old_base, state.new_base)
+def with_lost_lines(repo: Git, state: RebaseState, *, renamed: Mapping[str, str], old_head: str,
+                    new_head: str) -> RebaseState:
+    """`state` with each kept patch's `lost`: the lines it added that the rebased series lacks
+    (`renamed`: upstream's renames, old path -> new path)."""
 
     @cache
     def lines_at(commit: str, path: str) -> frozenset[str]:

@@ -60,6 +60,7 @@ class Rebase:
         self.reporter = context.reporter
         self.journal = Journal(context.series_dir)
         self.cache = context.upstream
+        self._renames: Mapping[str, str] | None = None
 
     @contextmanager
     def one_at_a_time(self) -> Iterator[None]:
@@ -134,7 +135,7 @@ class Rebase:
         proposals = [patch for patch in state.patches if patch.outcome in report.DROP_OUTCOMES]
         if state.phase is Phase.REPLAYED:
             cache_git = self.cache.git()
-            state = with_lost_lines(cache_git, state, old_head=cache_git.rev(state.own_ref(OLD_SERIES)) or "",
+            state = with_lost_lines(cache_git, state, renamed=self._renamed(state), old_head=cache_git.rev(state.own_ref(OLD_SERIES)) or "",
                                     new_head=Git(state.worktree).head())
             lost = any(patch.lost for patch in state.patches)
             waiting = [patch for patch in proposals if not (state.accept_moot if patch.outcome is Outcome.MOOT
@@ -278,9 +279,8 @@ class Rebase:
         accepted (--accept-ported, --accept-moot), proposed at a stop, or the conflict left in the tree
         for a person where it cannot place every hunk."""
         guards = frozenset(guard.env for guard in self.context.series.all_guards())
-        cache_git = self.cache.git()
-        port = Porter(cache_git, old_commit=patch.old_commit, new_head=state.head_before, known=guards,
-                      renamed=cache_git.renamed(state.old_base, state.new_base)).port()
+        port = Porter(self.cache.git(), old_commit=patch.old_commit, new_head=state.head_before, known=guards,
+                      renamed=lambda: self._renamed(state)).port()
         patch = replace(patch, port=port.hunks)
         state = state.with_patch(state.cursor, patch)
         if port.failed or not port.hunks:
@@ -327,6 +327,12 @@ class Rebase:
         patch = self._record(state, patch, result)
         return state.with_patch(state.cursor, patch), patch
 
+    def _renamed(self, state: RebaseState) -> Mapping[str, str]:
+        """Upstream's renames, old release to new (old path -> new path): asked of git once a run."""
+        if self._renames is None:
+            self._renames = self.cache.git().renamed(state.old_base, state.new_base)
+        return self._renames
+
     def _tell(self, patch: PatchState) -> None:
         self.reporter.info(f"{patch.file}: {report.label(patch.outcome)}" + (f": {patch.detail}" if patch.detail else ""))
 
@@ -342,6 +348,7 @@ class Rebase:
         if result.outcome is Outcome.CONFLICT:
             conflicts = tuple(result.conflicts)
             collided = upstream_collisions(self.cache.git(), old_base=state.old_base, new_base=state.new_base,
+                                           renamed=self._renamed(state),
                                            patch=self._backup(patch), files=result.conflicts)
         elif result.outcome.automatic or result.outcome is Outcome.UPSTREAMED:
             collided, conflicts = "", ()

@@ -214,11 +214,12 @@ class Porter:
     """Ports one patch's hunks onto `new_head` (the new release plus the patches ported so far)."""
 
     def __init__(self, repo: Git, *, old_commit: str, new_head: str, known: frozenset[str] = frozenset(),
-                 renamed: Mapping[str, str] | None = None) -> None:
+                 renamed: Callable[[], Mapping[str, str]] = dict) -> None:
         """`known`: names that exist without being in the release's files (the series' guards: the
-        generated guards module defines them); `renamed`: upstream's renames (old path -> new path)."""
+        generated guards module defines them); `renamed`: upstream's renames (old path -> new path),
+        asked for only when a file the patch changes is not in the new release."""
         self.repo, self.old_commit, self.new_head, self.known = repo, old_commit, new_head, known
-        self.renamed = renamed or {}
+        self.renamed = renamed
         self.diff = repo.diff_tree_patch(old_commit)
         # Names the patch defines anywhere (an attribute its hunks reach for may be one of them): a def or
         # class, an assignment's target (an env setting, an enum member, `self.x = ...`), a `--an-option`.
@@ -239,16 +240,19 @@ class Porter:
                                        checks="an earlier hunk of the patch cannot be placed")
                               for number in range(1, len(diff.hunks) + 1)]
                     continue
-                target = diff.path  # a file upstream renamed: ported to its new name
-                if not diff.created and diff.path in self.renamed and self.repo.file_at(self.new_head, diff.path) is None:
-                    target = self.renamed[diff.path]
-                content, ported = self._port_file(scratch, diff, target)
+                target, content, ported = self._port_file(scratch, diff)
                 files[target] = content
                 hunks += ported
         return Port(files=files, hunks=tuple(hunks))
 
-    def _port_file(self, scratch: Git, diff: FileDiff, target: str) -> tuple[str | None, list[HunkPort]]:
-        current = self.repo.file_at(self.new_head, target)
+    def _port_file(self, scratch: Git, diff: FileDiff) -> tuple[str, str | None, list[HunkPort]]:
+        """Where the file's hunks go (a file upstream renamed: its new name), its content then, each hunk's port."""
+        target, current = diff.path, self.repo.file_at(self.new_head, diff.path)
+        if current is None and not diff.created and diff.path in (renamed := self.renamed()):
+            target, current = renamed[diff.path], self.repo.file_at(self.new_head, renamed[diff.path])
+        return target, *self._port_hunks(scratch, diff, current)
+
+    def _port_hunks(self, scratch: Git, diff: FileDiff, current: str | None) -> tuple[str | None, list[HunkPort]]:
         whole = _apply(scratch, diff, diff.hunks, current, context=3)
         if whole is not None:  # the file's hunks apply together as they are: git's own rung, for this file
             left = _new_undefined(current, whole[0], diff.path)

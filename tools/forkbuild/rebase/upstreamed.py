@@ -4,6 +4,7 @@ a patch that stopped."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,11 +75,12 @@ def evidence(repo: Git, *, commit: str, patch_text: str) -> list[HunkEvidence]:
     return found
 
 
-def upstream_collisions(repo: Git, *, old_base: str, new_base: str, patch: Path, files: tuple[str, ...]) -> str:
-    """Upstream's hunks (old_base -> new_base) near the patch's hunks in `files`, as diff text ("" if none)."""
+def upstream_collisions(repo: Git, *, old_base: str, new_base: str, renamed: Mapping[str, str], patch: Path,
+                        files: tuple[str, ...]) -> str:
+    """Upstream's hunks (old_base -> new_base) near the patch's hunks in `files`, as diff text ("" if none);
+    a file upstream renamed (`renamed`: old path -> new path) is shown against its new name."""
     if not files:
         return ""
-    renamed = repo.renamed(old_base, new_base)  # a file upstream renamed: its hunks against the new name
     ours = {renamed.get(patched.path, patched.path): [(hunk.source_start, hunk.source_start + hunk.source_length)
                                                        for hunk in patched]
             for patched in parse_diff(patch.read_text(encoding="utf-8", errors="surrogateescape"))}
