@@ -58,7 +58,8 @@ def git_am_rebase(cache_git: Git, *, old_base: str, new_base: str, patches: list
     """(seconds, stops, commits kept): a checkout at old_base, git am, git rebase --onto, --skip at every stop."""
     start = time.perf_counter()
     tree = cache_git.add_worktree(dest, old_base)
-    made = tree.am(patches, three_way=False, committer_date_is_author_date=True)
+    made = tree.run("am", "--keep-non-patch", "--no-signoff", "--committer-date-is-author-date", "--",
+                    *map(str, patches), check=False)
     if made.status != 0:
         sys.exit(f"bench: the series does not apply on its own base:\n{made.stderr}")
     result = tree.run("rebase", "--onto", new_base, old_base, check=False)
