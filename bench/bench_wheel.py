@@ -107,11 +107,12 @@ def main() -> int:
     source = ZipSource(source_path)
     layout = WheelLayout(package_root=series.upstream.package_root, members=frozenset(source.by_name))
     changes = variant_changes(context, variant, layout)
-    version = variant_version(series, variant)
+    content_hash = variant.content_hash(series)
+    version = variant_version(series, variant, content_hash)
     overlay = Overlay(name=series.upstream.name, package=naming.distribution_part(series.upstream.name),
                       version=version, changes=changes.changes, executable=changes.executable,
                       manifest=manifest_module.dumps(manifest_module.build_manifest(
-                          series=series, variant=variant, version=version, pin=pin)))
+                          series=series, variant=variant, version=version, content_hash=content_hash).from_pin(pin)))
     print(f"{source_path.name}: {len(source.members)} members, {source_path.stat().st_size / 1e6:.1f} MB; "
           f"variant {variant.name}: {len(changes.changes)} changed files (+ version, manifest)")
     with tempfile.TemporaryDirectory(prefix="bench-wheel-") as scratch:
