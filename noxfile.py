@@ -49,7 +49,7 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def lint(session: nox.Session) -> None:
-    """ruff (pyflakes, import order, bugbear, pyupgrade; config in pyproject.toml) and mypy on tools/."""
+    """ruff (pyflakes, import order, bugbear, pyupgrade; config in pyproject.toml) and mypy on tools/ and bench/."""
     _install_forkbuild(session)
     session.run("ruff", "check", "tools", *session.posargs)
     session.run("mypy")

@@ -2,7 +2,7 @@
 parallel, in one run.
 
     eval "$(.ci/dockerd.sh env)"   # after `.ci/dockerd.sh start`
-    python bench/bench_image.py [-C SERIES_DIR] [--python-tag cp311] [--no-parallel]
+    python bench/bench_image.py [-C SERIES_DIR] [--python-tag cp311] [--platform P] [--no-parallel]
 
 Both modes build on the same local stock base (`forkbuild build-base --stock`:
 the pinned sglang wheel installed --no-deps), so the comparison is the layer
@@ -28,6 +28,7 @@ from forkbuild.image.base import ensure_bases
 from forkbuild.image.build_context import prepare_context
 from forkbuild.image.docker import Docker
 from forkbuild.series.combination import of_variant
+from forkbuild.series.config import PLATFORMS, native_platform
 
 REPOSITORY = "forkbuild-bench/sglang"
 
@@ -41,6 +42,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-C", "--series-dir", type=Path, default=Path(__file__).resolve().parents[1])
     parser.add_argument("--python-tag", default="cp311")
+    parser.add_argument("--platform", choices=tuple(PLATFORMS), default=native_platform(),
+                        help="the images' platform (default: this machine's; another runs under emulation)")
     parser.add_argument("--no-parallel", action="store_true", help="skip the all-images parallel build")
     args = parser.parse_args()
     reporter = Reporter()
@@ -48,8 +51,11 @@ def main() -> None:
     docker = Docker.connect(reporter=reporter)
 
     start = time.monotonic()
-    stock_base = ensure_bases(context=context, docker=docker, stock=True)[-1]
-    contexts = [prepare_context(context, variant=of_variant(context.series, name), python_tags=[args.python_tag]) for name in context.series.variants]
+    platform = args.platform
+    stock_base = ensure_bases(context=context, docker=docker, stock=True, platform=platform,
+                              python_tag=args.python_tag)[-1]
+    contexts = [prepare_context(context, variant=of_variant(context.series, name), platform=platform,
+                                python_tags=[args.python_tag]) for name in context.series.variants]
     print(f"setup (bases, wheels, contexts; cached when present): {time.monotonic() - start:.1f}s")
     print(f"base: {stock_base}\n")
 
@@ -59,7 +65,8 @@ def main() -> None:
         variant = image_context.manifest.variant
         for mode in build.MODES:
             built = build.build_image(docker=docker, context=image_context, mode=mode, base=stock_base,
-                                      tag=build.default_tag(variant, mode, repository=REPOSITORY), no_cache=True)
+                                      tag=build.default_tag(variant, mode, platform, repository=REPOSITORY),
+                                      no_cache=True)
             results[variant, mode] = built
             print(_row(variant, built), flush=True)
     print()
@@ -73,7 +80,7 @@ def main() -> None:
         return
 
     out = context.build_dir / "compose-bench.yaml"
-    out.write_text(build.compose_file(contexts, modes=build.MODES, bases={"wheel": stock_base, "delta": stock_base},
+    out.write_text(build.compose_file(contexts, modes=build.MODES, bases={(mode, platform): stock_base for mode in build.MODES},
                                       relative_to=out.parent, repository=REPOSITORY,
                                       header="bench/bench_image.py: every image, built in parallel"))
     start = time.monotonic()
