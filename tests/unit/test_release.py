@@ -138,3 +138,26 @@ def test_the_release_watch_validates_and_runs_the_command_tested_above() -> None
     noxfile = (REPO / "noxfile.py").read_text()
     session = noxfile[noxfile.index('@nox.session(name="release"'):].split("\n\n\n")[0]
     assert '"-m", "forkbuild", "release", *session.posargs' in session  # the command the test above runs
+
+
+def test_the_report_names_a_porter_rung_only_where_the_port_went_in(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from forkbuild.commands.release import document
+    from forkbuild.rebase.porter import HunkPort
+    from forkbuild.rebase.state import PatchState, Phase, RebaseState
+    from forkbuild.series.config import Upstream
+    from forkbuild.worktree.engine import Outcome
+
+    placed = (HunkPort(file="a.py", hunk=1, status="ported", rung="context-2"),
+              HunkPort(file="a.py", hunk=2, status="failed", checks="no rung places it"))
+    upstream = Upstream(name="sglang", version="1.1", package_root="python", source="wheel", git=None, wheels=())
+    state = RebaseState(id="", phase=Phase.DONE, step="", worktree=tmp_path, accept_drops=False, old=upstream,
+                        target=upstream, patches=(
+                            PatchState(file="kept.patch", feature="f", outcome=Outcome.PORTED, commit="c1",
+                                       port=placed[:1]),
+                            PatchState(file="left.patch", feature="g", outcome=Outcome.SKIPPED, port=placed)))
+    report = document(SimpleNamespace(series=SimpleNamespace(patches_dir=tmp_path)), state, old="1.0", new="1.1",
+                      proofs=None)
+    assert [(patch["file"], patch["rung"]) for patch in report["patches"]] == [
+        ("kept.patch", "context-2"), ("left.patch", "skipped")]  # the half-placed, skipped one: not a rung

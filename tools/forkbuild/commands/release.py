@@ -32,6 +32,7 @@ from forkbuild.series.patchfile import read_patch
 from forkbuild.testpatch.runner import Options, run_variant
 from forkbuild.upstream import pypi
 from forkbuild.wheel.builder import WheelRequest, build_wheels
+from forkbuild.worktree.engine import Outcome
 
 
 def add_parser(subparsers) -> None:
@@ -176,10 +177,12 @@ def document(context: Context, state: RebaseState, *, old: str, new: str, proofs
         tests = "not run" if proofs is None else ("failed" if failing else "passed")
         if not patch.commit or (patch.outcome is None and patch.commit != "pinned"):
             tests = "not in the series" if proofs is not None else tests
-        rungs = sorted({hunk.rung for hunk in patch.port if hunk.status == "ported"})
+        # The porter's rungs where its placement is what went in (a patch left out after a partial port: its outcome).
+        rungs = sorted({hunk.rung for hunk in patch.port if hunk.status == "ported"}) \
+            if patch.outcome is Outcome.PORTED else []
         patches.append({
             "file": patch.file, "feature": patch.feature, "detail": patch.detail,
-        "outcome": label(patch.outcome) if patch.outcome or patch.commit != "pinned" else "on the release",
+            "outcome": label(patch.outcome) if patch.outcome or patch.commit != "pinned" else "on the release",
             "rung": ", ".join(rungs) or (label(patch.outcome) if patch.outcome else ""),
             "hunks": [hunk.describe() for hunk in patch.port],
             "provenance": _provenance(context.series.patches_dir / patch.file), "tests": tests, "failing": failing})
