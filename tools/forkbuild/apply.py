@@ -233,7 +233,8 @@ def _record_applied(worktree: Git, state: StopState, results: list[PatchResult],
     """The tree's state: what export compares it with."""
     applied = [result for result in results if result.outcome.applied]
     write_state(worktree, WorktreeState(
-        variant="" if combination.whole else combination.name, base=state.base, head=head, patches=tuple(result.name for result in applied),
+        variant="" if combination.whole else combination.name, base=state.base, head=head,
+        patches=tuple(result.name for result in applied),
         commits={result.name: result.commit for result in applied},
         missing={result.name: result.outcome for result in results if not result.outcome.applied},
         sha256=state.hashes))
@@ -260,7 +261,8 @@ def _result(context: Context, plan: ApplyPlan, *, dest: Path, base: str, head: s
     for record in records:
         if report and record.outcome is Outcome.THREE_WAY:
             context.reporter.info(f"{record.entry.file}: 3-way ({record.detail})")
-    return ApplyResult(dest=dest, combination=plan.combination, base_commit=base, head_commit=head, records=tuple(records))
+    return ApplyResult(dest=dest, combination=plan.combination, base_commit=base, head_commit=head,
+                       records=tuple(records))
 
 
 @contextmanager

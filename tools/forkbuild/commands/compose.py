@@ -77,6 +77,6 @@ def compose_build(*, docker: Docker, compose_file: Path, reporter, no_cache: boo
     """`docker-compose build --parallel` with our docker client first on PATH (compose 1.29 runs
     `docker build` from PATH when COMPOSE_DOCKER_CLI_BUILD=1); no_cache: every layer built anew."""
     env = docker.compose_env()
-    run_program(["docker-compose", "-f", str(compose_file), "build", "--parallel", *(["--no-cache"] if no_cache else [])],
-                reporter=reporter,
+    run_program(["docker-compose", "-f", str(compose_file), "build", "--parallel",
+                 *(["--no-cache"] if no_cache else [])], reporter=reporter,
                 missing_hint="apt-get install docker-compose", env=env, stream=True)

@@ -21,10 +21,9 @@ from packaging.version import Version
 from forkbuild.commands import add_command
 from forkbuild.context import Context
 from forkbuild.errors import BuildError, RebaseStopped
-from forkbuild.io import statefile
 from forkbuild.io.fsutil import write_atomic
 from forkbuild.rebase.phases import Rebase
-from forkbuild.rebase.report import label
+from forkbuild.rebase.report import finished, label
 from forkbuild.rebase.state import PatchState, Phase, RebaseState
 from forkbuild.rebase.target import resolve
 from forkbuild.series.combination import of_variant
@@ -137,20 +136,11 @@ def release(context: Context, *, version: str, non_interactive: bool, python: Pa
 
 
 def _rebased_to(context: Context, version: str) -> tuple[str, tuple[PatchState, ...]] | None:
-    """The finished rebase that brought the series to `version` (its report under build/rebase/), while
-    the series still holds the patches it kept: (the version it came from, what became of each patch)."""
-    for path in sorted((context.build_dir / "rebase").glob(f"*-to-{version}.json"), key=lambda path: path.stat().st_mtime,
-                       reverse=True):
-        try:
-            data = json.loads(path.read_text())
-            patches = tuple(statefile.decode(PatchState, {**entry, "commit": entry["new_commit"] or ""})
-                            for entry in data["patches"])
-            kept = [patch.file for patch in patches if patch.commit] == [entry.file for entry in context.series.patches]
-            if data["final"] and data["to"]["version"] == version and kept:
-                return str(data["from"]["version"]), patches
-        except (OSError, ValueError, KeyError, TypeError):
-            continue  # not such a report: the proof is reported against the pinned release alone
-    return None
+    """The finished rebase that brought the series to `version` (its report), while the series still
+    holds the patches it kept: (the version it came from, what became of each patch)."""
+    series = [entry.file for entry in context.series.patches]
+    return next(((old, patches) for old, patches in finished(context.build_dir / "rebase", version)
+                 if [patch.file for patch in patches if patch.commit] == series), None)
 
 
 def _prove(context: Context, name: str, *, python: Path, from_tree: bool) -> Proof:

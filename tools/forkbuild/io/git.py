@@ -279,7 +279,8 @@ class Git:
                  *([] if checkout and only is None else ["--no-checkout"]), "--", str(path), _revision(commit))
         tree = Git(path)
         if only is not None:
-            tree.run("sparse-checkout", "set", "--no-cone", "--stdin", input=_file_patterns(only) or "/.forkbuild-nothing\n")
+            patterns = _file_patterns(only) or "/.forkbuild-nothing\n"  # none: still sparse, with no file
+            tree.run("sparse-checkout", "set", "--no-cone", "--stdin", input=patterns)
         return tree
 
     def widen(self, paths: Iterable[str]) -> None:

@@ -28,7 +28,8 @@ def with_lost_lines(repo: Git, state: RebaseState, *, renamed: Mapping[str, str]
     for patch in state.patches:
         lost: list[str] = []
         # Left out with consent: up front (--accept-moot), or the porter's proposal accepted as staged.
-        moot = any(hunk.status == "moot" for hunk in patch.port) and (state.accept_moot or patch.outcome is Outcome.PORTED)
+        consented = state.accept_moot or patch.outcome is Outcome.PORTED
+        moot = consented and any(hunk.status == "moot" for hunk in patch.port)
         if patch.old_commit and patch.commit and not moot:
             for path, lines in added_lines(repo.diff_tree_patch(patch.old_commit)).items():
                 target = renamed.get(path, path)

@@ -135,7 +135,8 @@ class Rebase:
         proposals = [patch for patch in state.patches if patch.outcome in report.DROP_OUTCOMES]
         if state.phase is Phase.REPLAYED:
             cache_git = self.cache.git()
-            state = with_lost_lines(cache_git, state, renamed=self._renamed(state), old_head=cache_git.rev(state.own_ref(OLD_SERIES)) or "",
+            state = with_lost_lines(cache_git, state, renamed=self._renamed(state),
+                                    old_head=cache_git.rev(state.own_ref(OLD_SERIES)) or "",
                                     new_head=Git(state.worktree).head())
             lost = any(patch.lost for patch in state.patches)
             waiting = [patch for patch in proposals if not (state.accept_moot if patch.outcome is Outcome.MOOT

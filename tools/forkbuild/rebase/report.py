@@ -10,10 +10,11 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+from forkbuild.io import statefile
 from forkbuild.io.fsutil import write_atomic
 from forkbuild.io.git import Git
 from forkbuild.rebase.porter import HunkPort
-from forkbuild.rebase.state import RebaseState
+from forkbuild.rebase.state import PatchState, RebaseState
 from forkbuild.worktree.engine import Outcome
 
 LABELS: dict[str | None, str] = {None: "not replayed", Outcome.RESOLVED: "resolved by hand",
@@ -119,3 +120,20 @@ def write(repo: Git, state: RebaseState, md_path: Path, *, check: dict | None, f
     md_path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(md_path.with_suffix(".json"), json.dumps(report, indent=2, sort_keys=True) + "\n")
     write_atomic(md_path, markdown(report) + "\n")
+
+
+def finished(directory: Path, version: str) -> list[tuple[str, tuple[PatchState, ...]]]:
+    """The final reports `write` left in `directory` of rebases onto `version`, newest first: the
+    version each came from and its patches as the rebase left them. A file that does not read as
+    one is passed over."""
+    found = []
+    for path in sorted(directory.glob(f"*-to-{version}.json"), key=lambda path: path.stat().st_mtime, reverse=True):
+        try:
+            data = json.loads(path.read_text())
+            if data["final"] and data["to"]["version"] == version:
+                found.append((str(data["from"]["version"]), tuple(
+                    statefile.decode(PatchState, {**entry, "commit": entry["new_commit"] or ""})
+                    for entry in data["patches"])))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return found
