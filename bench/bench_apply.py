@@ -38,9 +38,9 @@ import time
 from pathlib import Path
 
 import forkbuild
-from forkbuild.upstream.cache import UpstreamCache
 from forkbuild.series.config import load_series
 from forkbuild.series.edit import quilt_series_text
+from forkbuild.upstream.cache import UpstreamCache
 
 ROOT = Path(__file__).resolve().parents[1]
 

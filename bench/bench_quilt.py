@@ -35,8 +35,8 @@ sys.path.insert(0, str(ROOT / "tests" / "integration"))
 from bench_apply import timed  # noqa: E402
 from quilt_corpus import extract, make_project, missing_tools, packages  # noqa: E402
 
-from forkbuild.upstream.cache import UpstreamCache  # noqa: E402
 from forkbuild.series.config import load_series  # noqa: E402
+from forkbuild.upstream.cache import UpstreamCache  # noqa: E402
 
 
 def main() -> int:

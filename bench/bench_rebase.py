@@ -27,11 +27,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from forkbuild.upstream.cache import UpstreamCache
 from forkbuild.errors import RebaseStopped
 from forkbuild.io.git import Git
 from forkbuild.rebase.target import resolve
 from forkbuild.series.config import load_series
+from forkbuild.upstream.cache import UpstreamCache
 
 ROOT = Path(__file__).resolve().parents[1]
 GOAL = 2.0

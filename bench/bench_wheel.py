@@ -25,16 +25,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from forkbuild.wheel import manifest as manifest_module
-from forkbuild.wheel import naming
-from forkbuild.apply import scratch_tree
-from forkbuild.upstream.cache import UpstreamCache
+from forkbuild.applier import scratch_tree
 from forkbuild.console import Reporter
 from forkbuild.context import Context
 from forkbuild.io.git import Git
 from forkbuild.series.combination import Combination, of_variant
 from forkbuild.series.config import native_platform
-from forkbuild.wheel import builder
+from forkbuild.upstream.cache import UpstreamCache
+from forkbuild.wheel import builder, naming
+from forkbuild.wheel import manifest as manifest_module
 from forkbuild.wheel.builder import WheelRequest, build_wheels, variant_version
 from forkbuild.wheel.overlay import Overlay, write_overlay
 from forkbuild.wheel.plan import OverlayChanges, WheelLayout, collect_changes

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from forkbuild.apply import apply_variant
+from forkbuild.applier import apply_variant
 from forkbuild.upstream.cache import UpstreamCache
 from forkbuild.console import Reporter
 from forkbuild.context import Context

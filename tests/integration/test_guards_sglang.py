@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from forkbuild.apply import ApplyPlan, apply_plan, plan_variant
+from forkbuild.applier import ApplyPlan, apply_plan, plan_variant
 from forkbuild.upstream.cache import UpstreamCache
 from forkbuild.console import Reporter
 from forkbuild.context import Context

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from forkbuild.wheel import manifest as manifest_module
-from forkbuild.apply import scratch_tree
+from forkbuild.applier import scratch_tree
 from forkbuild.console import Reporter
 from forkbuild.context import Context
 from forkbuild.errors import BuildError

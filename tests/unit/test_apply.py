@@ -9,7 +9,7 @@ import re
 import pytest
 
 from fixtures import DEFAULT_PATCHES, FEATURES_TOML, VARIANTS_TOML, PatchSpec, make_series
-from forkbuild.apply import apply_plan, apply_variant, plan_variant, read_state
+from forkbuild.applier import apply_plan, apply_variant, plan_variant, read_state
 from forkbuild.errors import ApplyError, DirtyTreeError, UnsafePatchError
 from forkbuild.io.git import Git
 from forkbuild.series.combination import of_variant

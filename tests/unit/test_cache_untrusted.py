@@ -92,10 +92,10 @@ def test_a_damaged_cache_is_named_with_a_hint_and_plain_fetch_notices(series_fx:
 @pytest.mark.parametrize("step", ["apply:prepared", "apply:applied"])
 def test_a_cache_removed_during_apply_is_a_clear_error_and_a_rerun_recovers(series_fx: SeriesFixture, capsys,
                                                                             monkeypatch, step: str) -> None:
-    import forkbuild.apply
+    import forkbuild.applier
 
     assert series_fx.cli("fetch") == 0
-    monkeypatch.setattr(forkbuild.apply, "chaos_point",
+    monkeypatch.setattr(forkbuild.applier, "chaos_point",
                         lambda at: shutil.rmtree(series_fx.cache) if at == step else None)
     assert series_fx.cli("apply", "--all", "--dir", str(series_fx.root / "t")) == UpstreamError.return_code
     assert "was removed while forkbuild was using it" in " ".join(capsys.readouterr().err.split())

@@ -6,7 +6,7 @@ import pytest
 
 from fixtures import SeriesFixture, commit_all, edit, write_through_upstream_symlink
 from forkbuild.upstream.cache import UpstreamCache
-from forkbuild.check import check_series, raise_on_failures
+from forkbuild.checker import check_series, raise_on_failures
 from forkbuild.errors import ApplyError, UnsafePatchError
 from forkbuild.io.git import Git
 from forkbuild.worktree.state import read_state

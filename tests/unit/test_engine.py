@@ -11,7 +11,7 @@ import re
 import tomllib
 
 from fixtures import PatchSpec, SeriesFixture, commit_all, git_am, make_series
-from forkbuild.apply import apply_plan, apply_variant, plan_variant
+from forkbuild.applier import apply_plan, apply_variant, plan_variant
 from forkbuild.upstream.cache import UpstreamCache
 from forkbuild.errors import ApplyError, DirtyTreeError, LockBusy, RebaseStopped
 from forkbuild.io.git import Git

@@ -7,9 +7,9 @@ import tomllib
 import pytest
 
 from fixtures import SeriesFixture, commit_all, edit, git_am
-from forkbuild.apply import apply_variant
+from forkbuild.applier import apply_variant
 from forkbuild.errors import ConfigError, DirtyTreeError, ExportDriftError, ForkbuildError
-from forkbuild.export import export_series, normalized, patch_name
+from forkbuild.exporter import export_series, normalized, patch_name
 from forkbuild.io.git import Git
 from forkbuild.series.combination import of_variant, whole_series
 from forkbuild.series.edit import quilt_series_text

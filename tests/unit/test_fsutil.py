@@ -64,7 +64,7 @@ def test_every_write_uses_its_own_temporary_in_the_same_directory(tmp_path: Path
 def test_apply_writes_its_work_tree_state_atomically(series_fx, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The state file had a fixed "<name>.tmp" (two writers clobbered each other, and
     # a failed rename left it behind); now it goes through write_atomic.
-    from forkbuild.apply import apply_variant
+    from forkbuild.applier import apply_variant
     from forkbuild.io.git import Git
     from forkbuild.worktree.state import STATE_FILE
 
@@ -148,7 +148,7 @@ def test_an_apply_flushes_the_trees_state_to_disk(
     real = os.fsync
     monkeypatch.setattr(os, "fsync", lambda descriptor: synced.append(os.readlink(f"/proc/self/fd/{descriptor}"))
                         or real(descriptor))
-    from forkbuild.apply import apply_variant
+    from forkbuild.applier import apply_variant
 
     apply_variant(context=series_fx.context(), variant=of_variant(series_fx.load(), "full"), dest=tmp_path / "w")
     assert any("/.forkbuild-worktree.json." in path for path in synced)  # its temporary, before the rename

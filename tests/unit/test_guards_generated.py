@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from fixtures import DEFAULT_PATCHES, PatchSpec, make_series
-from forkbuild.apply import ApplyPlan, apply_plan, apply_variant, plan_variant, read_state
+from forkbuild.applier import ApplyPlan, apply_plan, apply_variant, plan_variant, read_state
 from forkbuild.errors import ConfigError
-from forkbuild.export import export_series
+from forkbuild.exporter import export_series
 from forkbuild.worktree.guards_module import GENERATED_TRAILER, module_path
 from forkbuild.io.git import Git
 from forkbuild.series.combination import from_features, of_variant, whole_series

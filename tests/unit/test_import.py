@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from fixtures import SeriesFixture, commit_all, edit
-from forkbuild.apply import apply_variant
+from forkbuild.applier import apply_variant
 from forkbuild.errors import ApplyError, ConfigError
-from forkbuild.export import export_series
+from forkbuild.exporter import export_series
 from forkbuild.importer import git_range_incoming
 from forkbuild.io.git import Git
 from forkbuild.quiltimport import import_quilt, read_quilt_dir
@@ -188,11 +188,11 @@ def test_a_subject_with_brackets_is_printed_as_it_is(series_fx: SeriesFixture, c
 
 def test_import_and_export_suggest_features_through_config_near_miss(series_fx: SeriesFixture, tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    from forkbuild import export, importer
+    from forkbuild import exporter, importer
 
     # One "perhaps you meant" for series.toml, export and import (no inline difflib copies).
     monkeypatch.setattr(importer, "near_miss", lambda name, known: " (suggested by config.near_miss)")
-    monkeypatch.setattr(export, "near_miss", lambda name, known: " (suggested by config.near_miss)")
+    monkeypatch.setattr(exporter, "near_miss", lambda name, known: " (suggested by config.near_miss)")
     directory = quilt_dir(tmp_path, {"offset.patch": QUILT_PATCH}, "offset.patch\n")
     with pytest.raises(ConfigError, match="suggested by config.near_miss"):
         import_quilt(context=series_fx.context(), directory=directory, feature="betta")

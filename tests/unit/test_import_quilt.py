@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 
 from fixtures import cli_main, make_quilt_project
-from forkbuild.apply import apply_variant
+from forkbuild.applier import apply_variant
 from forkbuild.console import Reporter
 from forkbuild.context import Context
 from forkbuild.errors import ApplyError
-from forkbuild.export import export_series
+from forkbuild.exporter import export_series
 from forkbuild.io.git import Git
 from forkbuild.quiltimport import QuiltImport, import_quilt
 from forkbuild.series.combination import whole_series

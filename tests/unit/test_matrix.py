@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 
 from forkbuild import cli
-from forkbuild.apply import read_state
+from forkbuild.applier import read_state
 from forkbuild.errors import ConfigError
 from forkbuild.wheel.manifest import read_wheel
 from forkbuild.matrix import strategies

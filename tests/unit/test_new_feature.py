@@ -163,7 +163,7 @@ def test_a_guard_default_may_hold_colons():
 
 def test_export_of_an_unknown_feature_points_at_new(series_fx, capsys):
     from fixtures import commit_all, edit
-    from forkbuild.apply import apply_variant
+    from forkbuild.applier import apply_variant
     from forkbuild.io.git import Git
 
     tree = series_fx.root / ".forkbuild-work" / "series"
@@ -191,7 +191,7 @@ def test_the_template_names_the_patch_and_every_guard():
 
 def test_export_warns_about_a_feature_in_no_variant(series_fx, capsys):
     from fixtures import commit_all, edit
-    from forkbuild.apply import apply_variant
+    from forkbuild.applier import apply_variant
     from forkbuild.io.git import Git
 
     assert series_fx.cli("new", "gamma", "--variant", "stock") == 0

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from fixtures import DEFAULT_PATCHES, PatchSpec, SeriesFixture, make_series
-from forkbuild.apply import apply_variant
+from forkbuild.applier import apply_variant
 from forkbuild.upstream.cache import UpstreamCache
-from forkbuild.export import export_series
+from forkbuild.exporter import export_series
 from forkbuild.io.git import Git
 from forkbuild.series.combination import whole_series
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fixtures import SeriesFixture
-from forkbuild.apply import apply_variant
+from forkbuild.applier import apply_variant
 from forkbuild.errors import ConfigError, DirtyTreeError, ForkbuildError
 from forkbuild.io.git import Git
 from forkbuild.series.combination import whole_series
@@ -65,7 +65,7 @@ def test_two_exports_at_once_lose_no_edit(series_fx: SeriesFixture, tmp_path: Pa
           lambda t: edit(t.path, "python/pkg/util.py", "ceiling = 50", "ceiling = 40"))
     signals = tmp_path / "signals"
     signals.mkdir()
-    second = _start(fx, signals, module="export", args=["export", "--dir", str(two.path)], hook=(
+    second = _start(fx, signals, module="exporter", args=["export", "--dir", str(two.path)], hook=(
         "    if step == 'export:checked':\n"
         "        (signals / 'two-checked').touch()\n"
         "        wait_for('go')\n"))

@@ -12,7 +12,7 @@ import zipfile
 
 import pytest
 
-from forkbuild.apply import scratch_tree
+from forkbuild.applier import scratch_tree
 from forkbuild.console import Reporter
 from forkbuild.context import Context
 from forkbuild.errors import ApplyError, BuildError

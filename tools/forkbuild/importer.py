@@ -9,10 +9,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from forkbuild.apply import scratch_tree
+from forkbuild.applier import scratch_tree
 from forkbuild.context import Context
 from forkbuild.errors import ApplyError, ConfigError, ForkbuildError
-from forkbuild.export import patch_name
+from forkbuild.exporter import patch_name
 from forkbuild.io.git import Git
 from forkbuild.series.combination import whole_series
 from forkbuild.series.config import Series, near_miss

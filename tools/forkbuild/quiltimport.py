@@ -14,7 +14,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
-from forkbuild.apply import file_hashes, prepare_worktree, record_series_tree, scratch_tree
+from forkbuild.applier import file_hashes, prepare_worktree, record_series_tree, scratch_tree
 from forkbuild.context import Context
 from forkbuild.errors import ApplyError, ConfigError, DirtyTreeError, ForkbuildError
 from forkbuild.importer import check_incoming, guard_trailers, with_trailers, write_imported

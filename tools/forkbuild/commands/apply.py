@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rich.table import Table
-
-from forkbuild.apply import apply_variant, resume_apply
+from forkbuild.applier import apply_variant, resume_apply
 from forkbuild.commands import add_command
 from forkbuild.errors import ConfigError
 from forkbuild.matrix import arguments
@@ -58,9 +56,10 @@ def _run(args, context) -> int:
             return 0
     else:
         result = apply_variant(context=context, variant=combination, dest=dest, stop=combination.whole)
-    table = Table("patch", "feature", "outcome", "detail", title=f"{result.combination.name} -> {dest}")
-    for record in result.records:
-        table.add_row(record.entry.file, record.entry.feature, str(record.outcome), record.detail)
-    context.reporter.console.print(table)
+    width = max((len(record.entry.file) for record in result.records), default=0)
+    lines = [f"{result.combination.name} -> {dest}"]
+    lines += [f"  {record.outcome!s:<10} {record.entry.file:<{width}}  {record.entry.feature}"
+              + (f": {record.detail}" if record.detail else "") for record in result.records]
+    context.reporter.console.print("\n".join(lines))
     context.reporter.info(f"HEAD {result.head_commit[:12]} on upstream {result.base_commit[:12]}")
     return 0

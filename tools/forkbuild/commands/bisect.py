@@ -1,5 +1,5 @@
 """`forkbuild bisect`: the smallest set of a combination's features for which a
-command fails while stock passes (delta debugging; see forkbuild.matrix.bisect)."""
+command fails while stock passes (delta debugging; see forkbuild.matrix.ddmin)."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def add_parser(subparsers) -> None:
 
 def run(args, context) -> int:
     # Here, not at the top: every forkbuild command builds the parser, only bisect needs these.
-    from forkbuild.matrix.bisect import FAIL, ProbeLog, bisect
+    from forkbuild.matrix.ddmin import FAIL, ProbeLog, bisect
     from forkbuild.matrix.probe import Probes, running_tag
 
     if args.retries < 0:

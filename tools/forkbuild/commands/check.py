@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from forkbuild.check import check_series, consistency, provenance, raise_on_failures
+from forkbuild.checker import check_series, consistency, provenance, raise_on_failures
 from forkbuild.commands import add_command
 from forkbuild.console import styled
 from forkbuild.errors import ConfigError

@@ -9,7 +9,7 @@ from pathlib import Path
 from forkbuild.commands import add_command
 from forkbuild.context import Context
 from forkbuild.errors import ConfigError, DirtyTreeError, quoted
-from forkbuild.export import normalized, save_aside
+from forkbuild.exporter import normalized, save_aside
 from forkbuild.io.git import Git
 from forkbuild.series.config import Series, load_series, near_miss
 from forkbuild.series.edit import EntrySpec, quilt_series_text, unported, updated_series_toml

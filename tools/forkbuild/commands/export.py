@@ -6,10 +6,10 @@ from pathlib import Path
 
 from rich.table import Table
 
-from forkbuild.apply import apply_variant
+from forkbuild.applier import apply_variant
 from forkbuild.commands import add_command
 from forkbuild.console import styled
-from forkbuild.export import export_series
+from forkbuild.exporter import export_series
 from forkbuild.series.combination import whole_series
 from forkbuild.series.layout import SERIES_TREE
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from forkbuild.commands import add_command
 from forkbuild.errors import ConfigError, FleetError, ForkbuildError
-from forkbuild.fleet import launch
+from forkbuild.fleet import composefiles
 from forkbuild.fleet.envcheck import hazard_line
 from forkbuild.fleet.nodes import Fleet, parse_nodes
 from forkbuild.image.build import default_tag
@@ -73,7 +73,7 @@ def run(args, context) -> int:
     if args.env is None:
         raise ConfigError(["--env FILE is needed to write the node files (and for --preflight / --up)"],
                           source="command line")
-    report, files = launch.plan(context.series, variant=variant, env_file=args.env,
+    report, files = composefiles.plan(context.series, variant=variant, env_file=args.env,
                                 hosts=[node.name for node in nodes], image=args.image, platform=args.platform,
                                 allow_unknown=args.allow_unknown, accepted=tuple(args.accept_hazard))
     for line in report.unused + report.notes + report.suspect + (report.unknown if args.allow_unknown else ()):
@@ -126,14 +126,14 @@ def _look(args, context, fleet: Fleet, variant: Combination) -> int:
         return 0
     platform = args.platform or variant.platforms[0]
     image = args.image or default_tag(variant.name, "wheel", platform)
-    head = args.env and launch.plan(context.series, variant=variant, env_file=args.env,
+    head = args.env and composefiles.plan(context.series, variant=variant, env_file=args.env,
                                     hosts=[node.name for node in fleet.nodes], image=image, platform=platform,
                                     allow_unknown=True, accepted=tuple(h.name for h in context.series.hazards))[1]
     try:
         local: Docker | None = Docker.connect(reporter=context.reporter)
     except ForkbuildError:  # no daemon here: the nodes' image IDs are not compared with this machine's
         local = None
-    health = _head_url(head) if head else f"http://{fleet.nodes[0].name}:{launch.SERVE_PORT}"
+    health = _head_url(head) if head else f"http://{fleet.nodes[0].name}:{composefiles.SERVE_PORT}"
     _show("status", fleet.status(image=image, health=health, local=local))
     return 0
 
@@ -142,7 +142,7 @@ def _head_url(files) -> str:
     """The head's HTTP address: DIST_INIT_ADDR's host (the .env's, else the head's name), serve's PORT."""
     environment = files[0].compose["services"]["sglang"]["environment"]
     host = environment["DIST_INIT_ADDR"].rpartition(":")[0]
-    return f"http://{host}:{environment.get('PORT', launch.SERVE_PORT)}"
+    return f"http://{host}:{environment.get('PORT', composefiles.SERVE_PORT)}"
 
 
 def _show(what: str, lines: list[str]) -> None:

@@ -21,7 +21,7 @@ from typing import TypeVar
 
 from forkbuild.console import Reporter
 from forkbuild.errors import ConfigError, FleetError, ForkbuildError
-from forkbuild.fleet.launch import HOST, NodeFile, container_name
+from forkbuild.fleet.composefiles import HOST, NodeFile, container_name
 from forkbuild.image.docker import Docker, find_client, run_program, tail
 from forkbuild.io import process
 

@@ -12,7 +12,7 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from forkbuild.apply import file_hashes
+from forkbuild.applier import file_hashes
 from forkbuild.errors import ForkbuildError
 from forkbuild.io import statefile
 from forkbuild.io.chaos import chaos_point

@@ -27,11 +27,11 @@ from typing import NoReturn
 
 from packaging.version import InvalidVersion, Version
 
-from forkbuild.apply import FULL_SERIES_REF, record_series_tree, series_hashes
-from forkbuild.check import check_series, consistency, describe, provenance
+from forkbuild.applier import FULL_SERIES_REF, record_series_tree, series_hashes
+from forkbuild.checker import check_series, consistency, describe, provenance
 from forkbuild.context import Context
 from forkbuild.errors import ApplyError, DirtyTreeError, ForkbuildError, LockBusy, RebaseStopped
-from forkbuild.export import export_series
+from forkbuild.exporter import export_series
 from forkbuild.io.git import Git
 from forkbuild.rebase import report
 from forkbuild.rebase.journal import Journal, checkpoint

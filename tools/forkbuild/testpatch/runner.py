@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from forkbuild.apply import scratch_tree
+from forkbuild.applier import scratch_tree
 from forkbuild.context import Context
 from forkbuild.errors import BuildError
 from forkbuild.series.combination import Combination

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from forkbuild.apply import ApplyResult, PatchRecord
+from forkbuild.applier import ApplyResult, PatchRecord
 from forkbuild.io.git import Git
 from forkbuild.series.combination import Combination
 from forkbuild.series.config import GUARD_PREFIX, Guard, Series

@@ -16,7 +16,7 @@ from functools import partial
 from pathlib import Path
 from typing import BinaryIO
 
-from forkbuild.apply import scratch_tree
+from forkbuild.applier import scratch_tree
 from forkbuild.console import Reporter
 from forkbuild.context import Context
 from forkbuild.errors import BuildError, ToolMissing

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from forkbuild.apply import apply_in_index, plan_variant
+from forkbuild.applier import apply_in_index, plan_variant
 from forkbuild.context import Context
 from forkbuild.errors import BuildError
 from forkbuild.series.combination import Combination

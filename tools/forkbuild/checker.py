@@ -6,7 +6,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
-from forkbuild.apply import PatchRecord, apply_plan, plan_variant, upstream_listing
+from forkbuild.applier import PatchRecord, apply_plan, plan_variant, upstream_listing
 from forkbuild.context import Context
 from forkbuild.errors import ApplyError
 from forkbuild.series.combination import Combination, of_variant, whole_series

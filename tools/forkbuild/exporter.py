@@ -11,7 +11,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from forkbuild.apply import file_hashes, refuse_unsaved_work, series_hashes
+from forkbuild.applier import file_hashes, refuse_unsaved_work, series_hashes
 from forkbuild.context import Context
 from forkbuild.errors import ConfigError, DirtyTreeError, ExportDriftError, ForkbuildError, quoted
 from forkbuild.io.chaos import chaos_point
