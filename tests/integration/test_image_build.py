@@ -26,7 +26,7 @@ from forkbuild.image import build
 from forkbuild.image.base import ensure_bases
 from forkbuild.image.build_context import labels, prepare_context
 from forkbuild.image.docker import Docker
-from forkbuild.image.runtime import records
+from forkbuild_runtime import records
 from forkbuild.series.combination import of_variant
 
 REPO = Path(__file__).resolve().parents[2]

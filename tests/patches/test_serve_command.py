@@ -33,7 +33,7 @@ def _serve_dry_run(tmp_path: Path, **settings: str) -> list[str]:
     """The argv after `python -m sglang.launch_server` that serve --dry-run prints."""
     runtime = tmp_path / "forkbuild_runtime"
     if not runtime.exists():
-        runtime.symlink_to(REPO / "tools" / "forkbuild" / "image" / "runtime")
+        runtime.symlink_to(REPO / "tools" / "forkbuild_runtime")
     env = {key: value for key, value in os.environ.items()
            if key not in ("SPEC_ALGO", "DSPARK_BLOCK_SIZE", "CHUNKED_PREFILL_SIZE", "MAX_TOTAL_TOKENS",
                           "SERVED_MODEL_NAME", "CUDA_GRAPH_MAX_BS_DECODE", "MEM_FRACTION_STATIC",

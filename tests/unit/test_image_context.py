@@ -10,7 +10,7 @@ import pytest
 
 from forkbuild.errors import BuildError
 from forkbuild.image import build_context as image_context
-from forkbuild.image.runtime import doctor, migration
+from forkbuild_runtime import doctor, migration
 from forkbuild.wheel.manifest import DIST_INFO_FILE
 from forkbuild.series.config import PackagePin
 from test_image_dockerfile import manifest

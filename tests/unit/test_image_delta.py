@@ -1,4 +1,4 @@
-"""The delta-layer planner (forkbuild.image.runtime.delta) on a tiny fake
+"""The delta-layer planner (forkbuild_runtime.delta) on a tiny fake
 installation: what it copies, removes and compiles, and the installed RECORD
 it writes, checked by applying the plan to a real directory."""
 
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from forkbuild.image.runtime import ImageError, delta, records
-from forkbuild.image.runtime import __main__ as runtime_main
+from forkbuild_runtime import ImageError, delta, records
+from forkbuild_runtime import __main__ as runtime_main
 
 CACHE_TAG = sys.implementation.cache_tag
 STOCK_FILES = {

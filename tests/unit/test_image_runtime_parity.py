@@ -1,4 +1,4 @@
-"""The in-image runtime (forkbuild.image.runtime, stdlib only, runs without
+"""The in-image runtime (forkbuild_runtime, stdlib only, runs without
 forkbuild installed) keeps its own copies of two rules; they must stay equal
 to forkbuild's: the manifest file names (forkbuild.wheel.manifest) and the guard
 value rule (forkbuild.series.guards, the third copy next to the patched EnvSwitch of
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from forkbuild.wheel import manifest
-from forkbuild.image.runtime import migration, records
+from forkbuild_runtime import migration, records
 from forkbuild.series import guards
 
 SWITCH_VALUES = ["0", "1", "off", "on", "false", "true", "", "garbage", "OFF", " On ", "yes", "n", "2", "enabled"]

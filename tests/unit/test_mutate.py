@@ -17,7 +17,7 @@ from forkbuild.errors import MutationError
 from forkbuild.mutate import results
 from forkbuild.mutate.mutants import HUNK, NO_CODE, STATEMENT, Mutant, mutants_of
 from forkbuild.mutate.results import Reasons, feature_of_test, load_reasons, patch_key
-from forkbuild.mutate.runner import OVERLAY, run_all
+from forkbuild.mutate.workers import OVERLAY, run_all
 from forkbuild.series.config import PatchEntry
 
 ORIGINAL = textwrap.dedent("""\
@@ -355,7 +355,7 @@ def test_results_file_round_trips(tmp_path):
 
 
 def test_the_behavioural_kill_rate_leaves_out_only_survivors_whose_reason_says_equivalent() -> None:
-    from forkbuild.mutate import report
+    from forkbuild.mutate import summary
 
     def mutant(number: int, status: str) -> dict:
         return {"id": f"pkg/mod.py:h{number}", "kind": HUNK, "status": status, "summary": "", "lines": [1, 2],
@@ -365,14 +365,14 @@ def test_the_behavioural_kill_rate_leaves_out_only_survivors_whose_reason_says_e
                                                        mutant(4, "survived"), mutant(5, "survived")]}}
     reasons = Reasons({"a.patch": {"pkg/mod.py:h4": "equivalent: a trailing `return None`",
                                    "pkg/mod.py:h5": "CUDA only: the side stream"}})
-    row, = report.feature_rows(patches, reasons)
+    row, = summary.feature_rows(patches, reasons)
     assert (row["survived"], row["equivalent"]) == (2, 1)
     assert row["rate"] == 60.0  # 3 of 5
     assert row["behavioural_rate"] == 75.0  # 3 of 4: the CUDA-only survivor still counts against it
-    assert report.totals([row])["behavioural_rate"] == 75.0
+    assert summary.totals([row])["behavioural_rate"] == 75.0
     # Without reasons nothing is taken for equivalent.
-    assert report.feature_rows(patches, Reasons({}))[0]["behavioural_rate"] == 60.0
-    assert "| 2 | 1 | 60.0 % | 75.0 % |" in report.markdown([row], [], patches, variant="tp4")
+    assert summary.feature_rows(patches, Reasons({}))[0]["behavioural_rate"] == 60.0
+    assert "| 2 | 1 | 60.0 % | 75.0 % |" in summary.markdown([row], [], patches, variant="tp4")
 
 
 # -- reasons follow a renumbered statement ----------------------------------------------------
@@ -467,7 +467,7 @@ def test_check_names_a_recorded_move_not_yet_in_reasons_toml_and_mutate_applies_
 def test_a_run_records_the_moves_of_the_patch_it_records(tmp_path):
     # _record, where every run writes a patch's results: the moves go with them.
     from forkbuild.commands.mutate import PatchPlan, _record
-    from forkbuild.mutate.runner import Outcome
+    from forkbuild.mutate.workers import Outcome
 
     series = _series(tmp_path)
     (entry,) = series.patches

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from forkbuild.cli import main
 from forkbuild.errors import MutationError
-from forkbuild.mutate import runner
-from forkbuild.mutate.runner import run_all
+from forkbuild.mutate import workers
+from forkbuild.mutate.workers import run_all
 from forkbuild.io.fsutil import flocked
 
 
@@ -30,7 +30,7 @@ def test_a_run_clears_what_a_killed_run_left_and_removes_its_scratch_when_it_end
         def close(self) -> None:
             pass
 
-    monkeypatch.setattr(runner, "Worker", NoWorker)
+    monkeypatch.setattr(workers, "Worker", NoWorker)
     assert run_all({}, [], root=tmp_path, site_packages=tmp_path, python=Path(sys.executable), preload=[], workers=1,
                    scratch=scratch,
                    done=lambda *_: None) == {}

@@ -1,4 +1,4 @@
-"""The rebase's typed state (rebase/state.py): a rebase stopped by the forkbuild before
+"""The rebase's typed state (rebase/journal.py): a rebase stopped by the forkbuild before
 it (journal schema 2 as that version wrote it) goes on and aborts with this one;
 the JSON form round-trips; a damaged or foreign state.json is one error naming it."""
 
@@ -14,7 +14,7 @@ from fixtures import SeriesFixture, make_series
 from forkbuild.errors import ForkbuildError, RebaseStopped
 from forkbuild.io import statefile
 from forkbuild.rebase.journal import Journal
-from forkbuild.rebase.state import PatchState, Phase, RebaseState, RefMove
+from forkbuild.rebase.journal import PatchState, Phase, RebaseState, RefMove
 from forkbuild.rebase.upstreamed import HunkEvidence
 from forkbuild.series.config import GitPin, Upstream, WheelPin
 from forkbuild.worktree.engine import Outcome
@@ -165,7 +165,7 @@ def test_the_json_form_round_trips_every_field() -> None:
     written = json.loads(statefile.dump(state, schema=2))
     assert statefile.read(RebaseState, written, (2,)) == state
     # An upstream field the state's reader does not know would be lost on the way: teach
-    # rebase/state.py's _upstream the new one (and this list).
+    # rebase/journal.py's _upstream the new one (and this list).
     assert sorted(dataclasses.asdict(state.old)) == ["empty_dirs", "git", "name", "package_root", "source",
                                                       "version", "wheels"]
     assert {field.name for field in dataclasses.fields(RebaseState)} == \

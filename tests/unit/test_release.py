@@ -145,7 +145,7 @@ def test_the_report_names_a_porter_rung_only_where_the_port_went_in(tmp_path: Pa
 
     from forkbuild.commands.release import document
     from forkbuild.rebase.porter import HunkPort
-    from forkbuild.rebase.state import PatchState, Phase, RebaseState
+    from forkbuild.rebase.journal import PatchState, Phase, RebaseState
     from forkbuild.series.config import Upstream
     from forkbuild.worktree.engine import Outcome
 

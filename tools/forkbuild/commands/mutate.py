@@ -13,9 +13,9 @@ from pathlib import Path
 from forkbuild.commands import add_command
 from forkbuild.errors import MutationError
 from forkbuild.io.fsutil import flocked
-from forkbuild.mutate import report, results
+from forkbuild.mutate import results, summary
 from forkbuild.mutate.mutants import Mutant, Skipped, mutants_of
-from forkbuild.mutate.runner import Outcome, run_all
+from forkbuild.mutate.workers import Outcome, run_all
 from forkbuild.series.combination import Combination, resolve
 from forkbuild.series.config import PatchEntry, Series, near_miss
 
@@ -80,11 +80,11 @@ def _run(args, context) -> int:
     results.write(series.root, data)
     _apply_moves(context, recorded)
     reasons = results.load_reasons(series.root)
-    context.reporter.console.print(report.table(report.feature_rows(recorded, reasons), variant=variant))
-    for item in report.survivors(recorded, reasons):
+    context.reporter.console.print(summary.table(summary.feature_rows(recorded, reasons), variant=variant))
+    for item in summary.survivors(recorded, reasons):
         context.reporter.info(f"survived: {item['patch']} {item['id']} {item['summary']!r}: "
                               f"{item['reason'] or 'NO REASON RECORDED'}")
-    for path in report.write(context.build_dir, variant=variant, patches=recorded, reasons=reasons, seconds=seconds):
+    for path in summary.write(context.build_dir, variant=variant, patches=recorded, reasons=reasons, seconds=seconds):
         context.reporter.info(f"written: {path}")
     context.reporter.info(f"mutants run in {seconds:.0f} s with {args.jobs} worker(s); "
                           f"results in {results.RESULTS_FILE}")

@@ -47,8 +47,8 @@ def run(args, context) -> int:
     from rich.table import Table
 
     from forkbuild.rebase import report
+    from forkbuild.rebase.journal import Phase, RebaseState
     from forkbuild.rebase.phases import Rebase
-    from forkbuild.rebase.state import Phase, RebaseState
     from forkbuild.rebase.target import resolve
 
     rebase = Rebase(context)

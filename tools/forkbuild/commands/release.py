@@ -22,9 +22,9 @@ from forkbuild.commands import add_command
 from forkbuild.context import Context
 from forkbuild.errors import BuildError, RebaseStopped
 from forkbuild.io.fsutil import write_atomic
+from forkbuild.rebase.journal import PatchState, Phase, RebaseState
 from forkbuild.rebase.phases import Rebase
 from forkbuild.rebase.report import finished, label
-from forkbuild.rebase.state import PatchState, Phase, RebaseState
 from forkbuild.rebase.target import resolve
 from forkbuild.series.combination import of_variant
 from forkbuild.series.patchfile import read_patch

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from forkbuild.fleet.envfile import read_env_file
-from forkbuild.image.runtime import migration
 from forkbuild.series.combination import Combination
 from forkbuild.series.config import GUARD_PREFIX, Hazard, Series
+from forkbuild_runtime import migration
 
 
 @dataclass(frozen=True, kw_only=True)

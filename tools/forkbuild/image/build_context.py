@@ -3,7 +3,7 @@ so builds run with --network none and compose/bake can use it.
 
   Dockerfile             docker/Dockerfile + the variant's ENV/LABEL/check lines (from its wheel's manifest)
   entrypoint.sh          docker/entrypoint.sh
-  forkbuild_runtime/     forkbuild.image.runtime (runs inside the image)
+  forkbuild_runtime/     tools/forkbuild_runtime (runs inside the image)
   wheels/                the variant's patched wheel(s) of the context's platform, one per Python tag
   upstream/<tag>.RECORD  RECORD of each pinned stock wheel (delta's base check)
   packages/              series.toml's [[runtime.packages]] wheels and pins.json (their sha256 and
@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import forkbuild_runtime
 from forkbuild.context import Context
 from forkbuild.errors import BuildError
 from forkbuild.io.fsutil import link_or_copy
@@ -32,7 +33,7 @@ from forkbuild.wheel import naming
 from forkbuild.wheel.builder import WheelRequest, build_wheels
 from forkbuild.wheel.manifest import Manifest
 
-RUNTIME_PACKAGE = Path(__file__).parent / "runtime"
+RUNTIME_PACKAGE = Path(forkbuild_runtime.__file__).parent
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -10,7 +10,7 @@ from dataclasses import replace
 from functools import cache
 
 from forkbuild.io.git import Git
-from forkbuild.rebase.state import RebaseState
+from forkbuild.rebase.journal import RebaseState
 from forkbuild.series.patchfile import added_lines
 from forkbuild.worktree.engine import Outcome
 

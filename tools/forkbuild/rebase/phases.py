@@ -1,4 +1,4 @@
-"""The rebase as a journaled state machine (its state: rebase/state.py).
+"""The rebase as a journaled state machine (its state: rebase/journal.py).
 
 phase         what the journal means                          on --continue
 prepare       backup taken; nothing else is certain           import + old series + work tree, again
@@ -34,10 +34,9 @@ from forkbuild.errors import ApplyError, DirtyTreeError, ForkbuildError, LockBus
 from forkbuild.exporter import export_series
 from forkbuild.io.git import Git
 from forkbuild.rebase import report
-from forkbuild.rebase.journal import Journal, checkpoint
+from forkbuild.rebase.journal import Journal, PatchState, Phase, RebaseState, RefMove, checkpoint
 from forkbuild.rebase.kept import with_lost_lines
 from forkbuild.rebase.porter import Porter
-from forkbuild.rebase.state import PatchState, Phase, RebaseState, RefMove
 from forkbuild.rebase.target import moved_pin
 from forkbuild.rebase.upstreamed import HunkEvidence, evidence, upstream_collisions
 from forkbuild.series.config import Upstream, parse_series

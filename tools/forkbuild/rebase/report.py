@@ -13,8 +13,8 @@ from pathlib import Path
 from forkbuild.io import statefile
 from forkbuild.io.fsutil import write_atomic
 from forkbuild.io.git import Git
+from forkbuild.rebase.journal import PatchState, RebaseState
 from forkbuild.rebase.porter import HunkPort
-from forkbuild.rebase.state import PatchState, RebaseState
 from forkbuild.worktree.engine import Outcome
 
 LABELS: dict[str | None, str] = {None: "not replayed", Outcome.RESOLVED: "resolved by hand",

@@ -1,5 +1,5 @@
-"""The part of forkbuild that runs inside an image, with the image's own Python: standard
-library and relative imports only. An image build copies it to /opt/forkbuild/forkbuild_runtime;
+"""forkbuild's program inside an image, run by the image's own Python: standard library and
+relative imports only. An image build copies it to /opt/forkbuild/forkbuild_runtime;
 docker/entrypoint.sh runs `python3 -m forkbuild_runtime {delta-plan,check,doctor}`."""
 
 
