@@ -59,6 +59,17 @@ def test_offsets_are_applied_and_reported(series_fx, tmp_path):
     assert "python/pkg/util.py hunk 1: -2 lines" in record.detail
 
 
+def test_apply_reports_one_line_a_patch_with_outcome_feature_and_detail(series_fx, tmp_path, capsys):
+    patch = series_fx.patches_dir / "beta-limit.patch"
+    patch.write_text(_shift_hunks(patch.read_text(), 2))
+    assert series_fx.cli("apply", "--variant", "full", "--dir", str(tmp_path / "w")) == 0
+    lines = [line.split() for line in capsys.readouterr().err.splitlines()]
+    assert [words[:3] for words in lines if words and words[0] in ("exact", "offset")] == [
+        ["exact", "guards.patch", "guards"], ["exact", "alpha-scale.patch", "alpha"],
+        ["offset", "beta-limit.patch", "beta:"]]
+    assert "python/pkg/util.py hunk 1: -2 lines" in " ".join(lines[-2])
+
+
 def test_a_patch_whose_context_does_not_match_is_never_fuzzed_in(series_fx, tmp_path):
     patch = series_fx.patches_dir / "beta-limit.patch"
     patch.write_text(patch.read_text().replace(" def limit(value, ceiling=100):", " def limit(value, ceiling=99):"))
