@@ -621,7 +621,10 @@ def _parse_variants(problems: _Problems, value: Any, upstream: Upstream) -> dict
 
 
 def unknown(name: str, known: Iterable[str], kind: str = "feature") -> str:
-    return f"unknown {kind} {name!r}{near_miss(name, known)}"
+    """"unknown variant 'x'", with the closest known name, or else the known ones (up to 20)."""
+    known = sorted(known)
+    listed = f" (known: {', '.join(known)})" if 0 < len(known) <= 20 else ""
+    return f"unknown {kind} {name!r}{near_miss(name, known) or listed}"
 
 
 def _check_references(problems: _Problems, series: Series) -> None:
