@@ -57,8 +57,15 @@ def test_unknown_release_and_bad_target(monkeypatch: pytest.MonkeyPatch) -> None
     index(monkeypatch, [])
     with pytest.raises(UpstreamError, match="lists no wheels"):
         resolve(CURRENT, onto="9.9.9")
-    with pytest.raises(UpstreamError, match="neither a version"):
+    with pytest.raises(UpstreamError, match="is not a version"):
         resolve(CURRENT, onto="not a version!")
+
+
+def test_a_version_is_looked_up_as_the_index_spells_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    index(monkeypatch, [("sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl", SHA_A),
+                        ("sglang-0.5.23-cp312-cp312-manylinux_2_34_x86_64.whl", SHA_A)])
+    # A git tag's spelling (the --onto of a user who reads GitHub's releases) is the release.
+    assert resolve(CURRENT, onto="v0.5.23").version == "0.5.23"
 
 
 def test_commit_targets() -> None:

@@ -25,7 +25,7 @@ from forkbuild.io.fsutil import write_atomic
 from forkbuild.rebase.journal import PatchState, Phase, RebaseState
 from forkbuild.rebase.phases import Rebase
 from forkbuild.rebase.report import finished, label
-from forkbuild.rebase.target import resolve
+from forkbuild.rebase.target import release_version, resolve
 from forkbuild.series.combination import of_variant
 from forkbuild.series.patchfile import read_patch
 from forkbuild.testpatch.runner import Options, run_variant
@@ -66,6 +66,7 @@ def run(args, context) -> int:
                                   f"do (`forkbuild release {upstream.version}` proves it again)")
             return 0
         version = newest
+    version = release_version(version)
     if version != upstream.version:
         context.reporter.info(f"release: {upstream.name} {upstream.version} -> {version}")
     report = release(context, version=version, non_interactive=args.non_interactive, python=args.python,

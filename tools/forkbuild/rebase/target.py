@@ -25,13 +25,18 @@ def looks_like_commit(onto: str) -> bool:
     return bool(COMMIT.fullmatch(onto)) and "." not in onto
 
 
+def release_version(text: str) -> str:
+    """`text` as the index spells a version (v0.5.22 and 0.5.022 are 0.5.22); UpstreamError otherwise."""
+    try:
+        return str(Version(text))
+    except InvalidVersion as error:
+        raise UpstreamError(f"{text!r} is not a version (like 0.5.23) or a commit id") from error
+
+
 def resolve(current: Upstream, *, onto: str, version: str | None = None) -> Upstream:
     if looks_like_commit(onto):
         return _git_target(current, commit=onto, version=version)
-    try:
-        Version(onto)
-    except InvalidVersion as error:
-        raise UpstreamError(f"--onto {onto!r} is neither a version (like 0.5.23) nor a commit id") from error
+    onto = release_version(onto)
     if current.source == "git":
         raise UpstreamError(f"--onto {onto}: this series builds from git (upstream.source = 'git'); "
                             "rebase onto a commit: --onto <full commit id> --version X")
