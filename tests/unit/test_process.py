@@ -6,7 +6,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 import forkbuild
+from forkbuild.errors import ToolMissing
+from forkbuild.io import process
 
 PACKAGE = Path(forkbuild.__file__).parent
 # process.py is the runner; childgroup.py starts its keeper; mutate/overlay/ runs inside the
@@ -21,3 +25,13 @@ def test_no_module_but_the_runner_starts_a_program() -> None:
              if path.name not in RUNNER and "overlay" not in path.relative_to(PACKAGE).parts
              for number, line in enumerate(path.read_text().splitlines(), start=1) if STARTS.search(line)]
     assert found == []
+
+
+def test_a_program_missing_by_name_or_by_path_is_tool_missing_with_a_hint_that_fits(tmp_path: Path) -> None:
+    with pytest.raises(ToolMissing, match="forkbuild-no-such-tool is not installed") as by_name:
+        process.run(["forkbuild-no-such-tool"])
+    assert "apt-get install forkbuild-no-such-tool" in (by_name.value.hint or "")
+    # A path (test-patch --python, FORKBUILD_PYTHON) is not a package to install.
+    with pytest.raises(ToolMissing, match=f"{tmp_path}/python does not exist") as by_path:
+        process.run([str(tmp_path / "python"), "-V"])
+    assert "apt-get" not in (by_path.value.hint or "")

@@ -55,6 +55,8 @@ def _popen(command: Sequence[str], *, cwd: Path | None, env: Environment | None,
     except FileNotFoundError as error:
         if cwd is not None and not Path(cwd).is_dir():
             raise
+        if "/" in command[0]:  # a path given (--python, FORKBUILD_PYTHON): no package makes it
+            raise ToolMissing(f"{command[0]} does not exist", hint="give the path of a program that exists") from error
         raise ToolMissing(f"{command[0]} is not installed",
                           hint=f"install {command[0]} (apt-get install {command[0]})") from error
     except OSError as error:  # not runnable: no permission, another architecture
