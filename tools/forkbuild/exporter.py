@@ -115,7 +115,9 @@ def export_series(*, context: Context, tree: Path, check: bool = False, refresh:
 def _open_tree(*, context: Context, series: Series, tree: Path, drops: tuple[str, ...]) -> tuple[Git, WorktreeState]:
     """The full-series work tree at `tree` and its state, refusing any state export could lose."""
     if not (tree / ".git").exists():
-        raise ForkbuildError(f"{tree} is not a work tree", hint=f"make it with `forkbuild apply --all --dir {quoted(tree)}`")
+        hint = (f"make it with `forkbuild apply --all --dir {quoted(tree)}`" if not tree.exists() else
+                "export reads a tree `forkbuild apply --all` made (its own, or one at a new --dir)")
+        raise ForkbuildError(f"{tree} is not a work tree", hint=hint)
     state = read_state(tree)
     if state is None:
         raise ForkbuildError(f"{tree} was not made by `forkbuild apply`", hint="make one with `forkbuild apply --all --dir <new dir>`")
