@@ -18,9 +18,10 @@ from forkbuild.context import Context
 from forkbuild.errors import ApplyError, BuildError
 from forkbuild.io.git import Git
 from forkbuild.series.combination import from_features, of_variant
+from forkbuild.upstream.cache import sha256_of
 from forkbuild.wheel.builder import WheelRequest, build_wheels
 from forkbuild.wheel.plan import WheelLayout, collect_changes, patched_changes
-from forkbuild.wheel.validate import validate_wheel
+from forkbuild.wheel.validate import RECORD_CHECKED, PinnedWheel, validate_wheel
 from wheelkit import wheel_series
 
 
@@ -61,6 +62,11 @@ def built(tmp_path):
     return wheel.path, upstream
 
 
+def _pinned(path):
+    """`path` as the upstream cache hands a release wheel over: hashed."""
+    return PinnedWheel(path=path, sha256=sha256_of(path))
+
+
 def _rewrite(wheel, tmp_path, change):
     """A copy of `wheel` with `change(name, data) -> data` applied to every member (RECORD unchanged)."""
     target = tmp_path / "bad" / wheel.name
@@ -73,10 +79,10 @@ def _rewrite(wheel, tmp_path, change):
 
 def test_validation_against_the_source_still_checks_the_patched_members(built, tmp_path):
     wheel, upstream = built
-    validate_wheel(wheel, verified_source=upstream)
+    validate_wheel(wheel, verified_source=_pinned(upstream))
     bad = _rewrite(wheel, tmp_path, lambda name, data: data + b"# x\n" if name == "demo/core.py" else data)
     with pytest.raises(BuildError, match="demo/core.py didn't match RECORD"):
-        validate_wheel(bad, verified_source=upstream)
+        validate_wheel(bad, verified_source=_pinned(upstream))
 
 
 def test_validation_against_the_source_still_checks_copied_members_that_changed(built, tmp_path):
@@ -84,7 +90,7 @@ def test_validation_against_the_source_still_checks_copied_members_that_changed(
     # tool.sh is copied from upstream; changed here, its bytes are no longer the source's: hashed, and caught.
     bad = _rewrite(wheel, tmp_path, lambda name, data: b"#!/bin/sh\necho bye\n" if name == "demo/tool.sh" else data)
     with pytest.raises(BuildError, match="demo/tool.sh didn't match RECORD"):
-        validate_wheel(bad, verified_source=upstream)
+        validate_wheel(bad, verified_source=_pinned(upstream))
 
 
 def test_a_member_missing_from_record_is_reported(built, tmp_path):
@@ -96,7 +102,7 @@ def test_a_member_missing_from_record_is_reported(built, tmp_path):
             out.writestr(info, source.read(info))
         out.writestr("demo/smuggled.py", b"X = 1\n")
     with pytest.raises(BuildError, match="smuggled.py is not mentioned in RECORD"):
-        validate_wheel(target, verified_source=upstream)
+        validate_wheel(target, verified_source=_pinned(upstream))
 
 
 def test_a_combination_is_patched_by_the_engine_in_the_cache_without_a_work_tree(series_fx, monkeypatch):
@@ -138,4 +144,26 @@ def test_validation_against_the_source_catches_a_copied_members_record_row_that_
         return ("\n".join(lines) + "\n").encode()
     bad = _rewrite(wheel, tmp_path, change)
     with pytest.raises(BuildError, match="demo/tool.sh didn't match RECORD"):
-        validate_wheel(bad, verified_source=upstream)
+        validate_wheel(bad, verified_source=_pinned(upstream))
+
+
+def test_a_release_wheel_is_validated_in_full_once_and_its_sha256_marked_beside_it(built):
+    wheel, upstream = built
+    source = _pinned(upstream)
+    marker = upstream.with_name(upstream.name + RECORD_CHECKED)
+    marker.unlink(missing_ok=True)
+    validate_wheel(wheel, verified_source=source)
+    assert marker.read_text() == f"{source.sha256}\n"
+
+
+def test_a_release_wheel_whose_record_is_wrong_is_refused_and_never_marked(built, tmp_path):
+    wheel, upstream = built
+    source = _pinned(_rewrite(upstream, tmp_path, lambda name, data: data + b"# x\n" if name == "demo/tool.sh" else data))
+    marker = source.path.with_name(source.path.name + RECORD_CHECKED)
+    with pytest.raises(BuildError, match="the wheel the overlay starts from"):
+        validate_wheel(wheel, verified_source=source)
+    assert not marker.exists()
+    # A mark naming other bytes (the wheel changed since it was validated) proves nothing: in full again.
+    marker.write_text("0" * 64 + "\n")
+    with pytest.raises(BuildError, match="demo/tool.sh didn't match RECORD"):
+        validate_wheel(wheel, verified_source=source)

@@ -32,7 +32,7 @@ from forkbuild.wheel import naming
 from forkbuild.wheel.manifest import Manifest
 from forkbuild.wheel.overlay import Overlay, write_overlay
 from forkbuild.wheel.plan import OverlayChanges, WheelLayout, collect_changes, patched_changes, refuse_compiled
-from forkbuild.wheel.validate import validate_wheel
+from forkbuild.wheel.validate import PinnedWheel, validate_wheel
 from forkbuild.wheel.zipraw import ZipSource
 
 MODES = ("overlay", "source")
@@ -94,7 +94,8 @@ def up_to_date(target: Path, manifest: Manifest) -> bool:
         return False
 
 
-def install_validated(target: Path, write: Callable[[BinaryIO], None], *, verified_source: Path | None = None) -> None:
+def install_validated(target: Path, write: Callable[[BinaryIO], None], *,
+                      verified_source: PinnedWheel | None = None) -> None:
     """Write a wheel next to `target` under its final name, validate it, then rename it into place."""
     target.parent.mkdir(parents=True, exist_ok=True)
     for dead in target.parent.glob(".forkbuild-*-*"):  # scratch of a build that was killed
@@ -159,7 +160,8 @@ def _build_overlay(*, context: Context, request: WheelRequest, manifest: Manifes
                               executable=changes.executable)
             with reporter.step(f"Building {path.name} (overlay, {len(changes.changes)} changed files)"):
                 source = sources[pin]
-                install_validated(path, partial(write_overlay, source, overlay), verified_source=source.path)
+                install_validated(path, partial(write_overlay, source, overlay),
+                                  verified_source=PinnedWheel(path=source.path, sha256=pin.sha256))
     return tuple(BuiltWheel(path=path, rebuilt=stale) for _, path, _, stale in targets)
 
 

@@ -3,9 +3,11 @@ install a wrong RECORD without a word, pypa/pip#4705); file name, .dist-info and
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import zipfile
 from pathlib import Path
+from typing import NamedTuple
 
 from installer.exceptions import InstallerError
 from installer.records import InvalidRecordEntry, RecordEntry, parse_record_file
@@ -13,12 +15,24 @@ from installer.sources import WheelFile
 from packaging.utils import parse_wheel_filename
 
 from forkbuild.errors import BuildError
+from forkbuild.io.fsutil import write_atomic
 from forkbuild.wheel import naming
 
 _ERRORS = (InstallerError, ValueError, zipfile.BadZipFile, KeyError)
+# Beside a pinned release wheel in the cache: its sha256, written once installer validated that
+# wheel's RECORD in full. The same bytes validate the same: a later process whose wheel hashes to
+# the sha256 named reads only its RECORD and central directory (bench/bench_memos.py: the saving).
+RECORD_CHECKED = ".record-checked"
 
 
-def validate_wheel(path: Path, *, verified_source: Path | None = None) -> None:
+class PinnedWheel(NamedTuple):
+    """A release wheel the upstream cache has just hashed: its bytes are the ones `sha256` pins."""
+
+    path: Path
+    sha256: str
+
+
+def validate_wheel(path: Path, *, verified_source: PinnedWheel | None = None) -> None:
     """Raise BuildError naming every problem installer finds in `path`. verified_source: the
     wheel `path` was overlaid on, validated once per process; its members are not hashed again."""
     try:
@@ -42,25 +56,32 @@ def _rows(source: WheelFile) -> dict[str, tuple[str, str, str]]:
 
 
 @functools.lru_cache(maxsize=8)
-def _verified_members_of(path: str, size: int, mtime_ns: int) -> frozenset[tuple]:
+def _verified_members_of(path: str, size: int, mtime_ns: int, checked: bool) -> frozenset[tuple]:
     with zipfile.ZipFile(path) as archive:
         source = WheelFile(archive)
-        source.validate_record(validate_contents=True)
+        source.validate_record(validate_contents=not checked)
         rows = _rows(source)
         return frozenset((item.CRC, item.compress_size, item.file_size, *rows[item.filename][1:3])
                          for item in archive.infolist() if item.filename in rows)
 
 
-def _verified_members(path: Path) -> frozenset[tuple]:
-    """(CRC-32, compressed size, size, RECORD hash, RECORD size) of the members of `path`,
-    after installer validated its RECORD in full."""
-    status = path.stat()
+def _verified_members(source: PinnedWheel) -> frozenset[tuple]:
+    """(CRC-32, compressed size, size, RECORD hash, RECORD size) of the members of `source`,
+    whose RECORD installer validated in full (in this process, or in one that marked its sha256)."""
+    path, status = source.path, source.path.stat()
+    marker, checked = path.with_name(path.name + RECORD_CHECKED), False
+    with contextlib.suppress(OSError):
+        checked = marker.read_text().strip() == source.sha256
     try:
-        return _verified_members_of(str(path), status.st_size, status.st_mtime_ns)
+        members = _verified_members_of(str(path), status.st_size, status.st_mtime_ns, checked)
     except _ERRORS as error:
         issues = getattr(error, "issues", None) or [str(error)]
         raise BuildError(f"{path.name} (the wheel the overlay starts from) failed RECORD validation:\n"
                          + "\n".join(f"  - {issue}" for issue in issues)) from error
+    if not checked:
+        with contextlib.suppress(OSError):  # a read-only cache: validated in full again next time
+            write_atomic(marker, f"{source.sha256}\n")
+    return members
 
 
 def _changed_issues(archive: zipfile.ZipFile, source: WheelFile, *, trusted: frozenset[tuple]) -> list[str]:
