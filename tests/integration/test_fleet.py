@@ -211,6 +211,10 @@ def test_a_node_whose_daemon_is_stopped_fails_naming_it_and_starts_nothing(image
         err = capsys.readouterr().err
         assert code == 16 and took < 60
         assert "not every node answers" in err and f"n4 (rank 3, {nodes['n4']})" in err
+        # docker's own lines stand indented under the node they are about.
+        said = err.split(f"n4 (rank 3, {nodes['n4']}): ", 1)[1].split("\nhint:", 1)[0].splitlines()
+        assert said[0].startswith("the docker daemon does not answer") and len(said) > 1
+        assert all(line.startswith("      ") for line in said[1:]), said
         assert all(containers(nodes[name]) == [] for name in ("n1", "n2", "n3"))
     finally:
         assert dockerd("start", state).returncode == 0

@@ -67,7 +67,8 @@ def in_parallel(nodes: Sequence[Node], action: Callable[[Node], T]) -> list[tupl
 
 
 def _failed(results: Sequence[tuple[Node, object]]) -> list[str]:
-    return [f"{node.name} (rank {node.rank}, {node.url}): {result.message if isinstance(result, ForkbuildError) else result}"
+    """A line a node that failed (its message's further lines indented under it)."""
+    return [f"{node.name} (rank {node.rank}, {node.url}): " + result.message.replace("\n", "\n      ")
             for node, result in results if isinstance(result, ForkbuildError)]
 
 
@@ -90,7 +91,7 @@ class Fleet:
         try:
             return Docker.connect(reporter=self.reporter, host=node.url, timeout=ANSWER_SECONDS)
         except ForkbuildError as error:
-            raise FleetError(f"its docker daemon does not answer: {error.message}") from None
+            raise FleetError(error.message) from None
 
     def reachable(self) -> dict[str, Docker]:
         results = in_parallel(self.nodes, self.docker)
