@@ -181,6 +181,38 @@ def test_export_of_an_unknown_feature_points_at_new(series_fx, capsys):
     assert "hello_log" in series_fx.load().variants["full"].features
 
 
+def test_a_message_left_as_the_template_wrote_it_is_refused_by_export_and_check(series_fx, capsys):
+    """git commit -t aborts only while the whole message is the template's: a commit whose subject
+    or body still holds a placeholder (-F, a body left as it was) is no patch to export or keep."""
+    from fixtures import commit_all, edit
+    from forkbuild.applier import apply_variant
+    from forkbuild.io.git import Git
+
+    assert series_fx.cli("new", "hello_log", "--guard", "DSV41_HELLO_LOG:switch:0", "--variant", "full") == 0
+    template = (series_fx.root / ".forkbuild-work" / "hello_log.commit").read_text()
+    message = "\n".join(line for line in template.splitlines() if not line.startswith("#"))
+    tree = Git(apply_variant(context=series_fx.context(), variant=whole_series(series_fx.load()),
+                             dest=series_fx.root / ".forkbuild-work" / "series").dest)
+    edit(tree.path, "python/pkg/util.py", "def limit(", "def limited(")
+    commit_all(tree, message.replace("hello_log: <what the patch changes, one line>", "util: limited()"))
+    capsys.readouterr()
+    assert series_fx.cli("export") == 2
+    err = capsys.readouterr().err
+    assert "still holds the commit template's '<why: the problem" in err and "git commit --amend" in err
+    assert not (series_fx.patches_dir / "hello-log.patch").exists()
+    # The hint followed (the message reworded), the export goes through.
+    tree.out("commit", "--amend", "-m", message.replace("hello_log: <what the patch changes, one line>", "util: limited()")
+             .replace("<why: the problem, how the guard switches it, what was measured>", "A shorter name."))
+    assert series_fx.cli("export") == 0
+    # A patch file that holds a placeholder (written by hand) fails check.
+    patch = series_fx.patches_dir / "hello-log.patch"
+    patch.write_text(patch.read_text().replace("A shorter name.", "<why: the problem, how the guard switches it, "
+                                                                  "what was measured>"))
+    capsys.readouterr()
+    assert series_fx.cli("check") != 0
+    assert "patches/hello-log.patch: its message still holds the commit template's" in capsys.readouterr().err
+
+
 def test_the_template_names_the_patch_and_every_guard():
     feature = NewFeature(name="x", description="", variants=("tp4",), requires=(), patch="x.patch",
                          guards=(parse_guard("DSV41_X:switch:0"), parse_guard("DSV41_X_MAX:int:4")))

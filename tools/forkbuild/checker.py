@@ -11,7 +11,7 @@ from forkbuild.context import Context
 from forkbuild.errors import ApplyError
 from forkbuild.series.combination import Combination, of_variant, whole_series
 from forkbuild.series.config import Series
-from forkbuild.series.dep3 import provenance_problem
+from forkbuild.series.dep3 import placeholder_problem, provenance_problem
 from forkbuild.series.patchfile import check_patches, read_patch
 from forkbuild.worktree.guard import temporary_worktree
 
@@ -48,13 +48,15 @@ def consistency(series: Series) -> tuple[list[str], list[str]]:
 
 
 def provenance(series: Series) -> list[str]:
-    """A patch without its DEP-3 `Forwarded:` (where it was sent upstream, if anywhere), one line each;
-    run after the patches passed check_patches (whose problems come first)."""
+    """A patch without its DEP-3 `Forwarded:` (where it was sent upstream, if anywhere), or whose
+    message is still the commit template's, one line each; run after the patches passed
+    check_patches (whose problems come first)."""
     problems = []
     for entry in series.patches:
-        problem = provenance_problem(read_patch(entry.path).trailer_map())
-        if problem:
-            problems.append(f"patches/{entry.file}: {problem}")
+        info = read_patch(entry.path)
+        for problem in (provenance_problem(info.trailer_map()), placeholder_problem(f"{info.subject}\n{info.message}")):
+            if problem:
+                problems.append(f"patches/{entry.file}: {problem}")
     return problems
 
 

@@ -19,6 +19,7 @@ from forkbuild.io.fsutil import write_atomic
 from forkbuild.io.git import Git
 from forkbuild.new_feature import PATCH_NAME, PATCH_TRAILER
 from forkbuild.series.config import PatchEntry, Series, load_series, near_miss, parse_series
+from forkbuild.series.dep3 import placeholder_problem
 from forkbuild.series.edit import EntrySpec, quilt_series_text, unported, updated_series_toml
 from forkbuild.series.layout import DROPPED_DIR, PATCHES_DIR
 from forkbuild.series.patchfile import PatchInfo, parse_patch, read_patch, read_text
@@ -333,13 +334,16 @@ def match_commits(commits: list[_Commit], entries: tuple[PatchEntry, ...]) -> li
 
 
 def _check_trailers(series: Series, commits: list[_Commit], matches: list[PatchEntry | None], *, where: Path) -> None:
-    problems = []
+    problems, unwritten = [], False
     for commit, entry in zip(commits, matches, strict=True):
         features = commit.info.trailer("Feature")
         if len(features) != 1:
             problems.append(f"{commit.label}: needs exactly one `Feature: <name>` trailer (has {len(features)})")
             continue
         feature = features[0]
+        if problem := placeholder_problem(f"{commit.info.subject}\n{commit.info.message}"):
+            problems.append(f"{commit.label}: {problem}")
+            unwritten = True
         names = commit.info.trailer(PATCH_TRAILER)
         if len(names) > 1 or (names and not PATCH_NAME.fullmatch(names[0])):
             problems.append(f"{commit.label}: needs at most one `{PATCH_TRAILER}: <name>.patch` trailer, a plain "
@@ -359,7 +363,8 @@ def _check_trailers(series: Series, commits: list[_Commit], matches: list[PatchE
     if problems:
         unknown = sorted({feature for commit in commits for feature in commit.info.trailer("Feature")
                           if feature not in series.features})
-        hint = None
+        hint = ("reword it in the work tree (`git commit --amend`; an earlier commit: `git rebase -i`), then export"
+                if unwritten else None)
         if unknown:
             hint = ("add the feature to series.toml and a variant first (each guard's TYPE:DEFAULT as the code "
                     "reads it): " + "; ".join(_new_command(series, commits, feature) for feature in unknown))

@@ -24,6 +24,7 @@ from forkbuild.series.config import (
     near_miss,
     parse_series,
 )
+from forkbuild.series.dep3 import PLACEHOLDERS
 from forkbuild.series.edit import split_tail
 from forkbuild.series.guards import GUARD_TYPES, check_value
 from forkbuild.series.layout import WORK_DIR
@@ -169,9 +170,9 @@ def commit_template(feature: NewFeature) -> str:
                 "Forwarded: no", f"{PATCH_TRAILER}: {feature.patch}"]
     guards = ", ".join(f"envs.{guard.env}" for guard in feature.guards) or "no guard (series.toml: unguarded = \"why\")"
     return "\n".join([
-        f"{feature.name}: <what the patch changes, one line>",
+        f"{feature.name}: {PLACEHOLDERS[0]}",
         "",
-        "<why: the problem, how the guard switches it, what was measured>",
+        PLACEHOLDERS[1],
         "",
         *trailers,
         "",

@@ -205,6 +205,17 @@ def stripspace(text: str) -> str:
 FORWARDED_VALUES = ("no", "not-needed", "yes")  # or a URL (DEP-3; "yes" as Debian's patches write it)
 
 
+# What `forkbuild new`'s commit template asks to be replaced (subject, body): a message holding one
+# was never written, and export and check refuse it.
+PLACEHOLDERS = ("<what the patch changes, one line>", "<why: the problem, how the guard switches it, what was measured>")
+
+
+def placeholder_problem(message: str) -> str | None:
+    """What is wrong with a patch message (subject and body) that still holds a template placeholder."""
+    found = next((text for text in PLACEHOLDERS if text in message), None)
+    return f"its message still holds the commit template's {found!r}: say what it changes and why" if found else None
+
+
 def provenance_problem(trailers: dict[str, list[str]]) -> str | None:
     """What is wrong with a patch's DEP-3 provenance (its message's `Forwarded:`, `Applied-Upstream:`), if anything."""
     forwarded = trailers.get("forwarded", [])
