@@ -243,6 +243,30 @@ def test_drop_says_what_it_removes_and_its_hint_keeps_export_from_bringing_it_ba
     assert changed_lines((fx.patches_dir / "beta-limit.patch").read_text()) == changed_lines(beta.decode())
 
 
+def test_a_patch_exported_from_the_tree_then_dropped_is_not_brought_back_by_export(series_fx, capfd) -> None:
+    """export records the commit of every patch it writes: drop of a patch exported after the tree was
+    applied names its commit, and export (and export --check, whose hint is export) refuses to
+    write it back; the hint given (re-apply) leaves the drop standing."""
+    fx = series_fx
+    assert fx.cli("apply", "--all") == 0
+    work = Git(fx.root / ".forkbuild-work" / "series")
+    (work.path / "python/pkg/core.py").write_text((work.path / "python/pkg/core.py").read_text() + "# more\n")
+    commit_all(work, "core: a comment\n\nFeature: alpha\nForwarded: no\n")
+    assert fx.cli("export") == 0
+    assert "alpha-core-a-comment.patch" in listed(fx)
+    capfd.readouterr()
+    assert fx.cli("drop", "alpha-core-a-comment.patch") == 0
+    assert f"still holds its commit {work.head()[:12]}" in capfd.readouterr().err
+    for args in (("export", "--check"), ("export",)):
+        assert fx.cli(*args) == 5
+        err = capfd.readouterr().err
+        assert "is patches/alpha-core-a-comment.patch, which `forkbuild drop` removed" in err
+    assert not (fx.patches_dir / "alpha-core-a-comment.patch").exists() and "alpha-core-a-comment.patch" not in listed(fx)
+    command = re.search(r"`(forkbuild apply --all --dir \S+)`", err)[1]
+    assert fx.cli(*command.split()[1:]) == 0
+    assert fx.cli("export", "--check") == 0 and "alpha-core-a-comment.patch" not in listed(fx)
+
+
 # -- --onto ---------------------------------------------------------------------------
 
 def test_onto_the_pinned_version_is_a_no_op_and_an_older_one_warns(git_series_fx, capfd) -> None:

@@ -138,8 +138,9 @@ def test_apply_s_discard_hint_quotes_a_tree_with_a_space(tmp_path: Path) -> None
 
 
 def test_export_of_a_directory_that_is_no_tree_hints_only_what_works(series_fx: SeriesFixture, tmp_path: Path) -> None:
-    """A missing --dir: the hint makes it, and export then works. An existing directory that is
-    not a tree: the hint names no `apply --dir` of it (apply leaves a directory it did not make alone)."""
+    """A missing --dir: the hint makes it, and export then works (an empty one: the same, in
+    test_a_hint_quotes_a_path_with_a_space_...). A directory holding files that is not a tree: the
+    hint names no `apply --dir` of it (apply leaves a directory it did not make alone)."""
     fx = series_fx
     missing = tmp_path / "new tree"
     (command,) = backquoted(hint_of(forkbuild(fx, "export", "--dir", str(missing))))
@@ -147,5 +148,6 @@ def test_export_of_a_directory_that_is_no_tree_hints_only_what_works(series_fx: 
     assert forkbuild(fx, "export", "--dir", str(missing)).returncode == 0
     other = tmp_path / "other"
     other.mkdir()
+    (other / "notes.txt").write_text("mine\n")
     refused = forkbuild(fx, "export", "--dir", str(other))
     assert refused.returncode == 1 and not any(str(other) in command for command in backquoted(hint_of(refused)))

@@ -109,6 +109,7 @@ def export_series(*, context: Context, tree: Path, check: bool = False, refresh:
         # The tree's commits are the series now: apply may refresh it, export write from it.
         files = [patch.file for patch in plan.patches]
         write_state(worktree, replace(state, head=plan.head, patches=tuple(files),
+                                      commits={patch.file: patch.commit for patch in plan.patches},
                                       sha256=file_hashes(series.patches_dir, files)))
     return plan
 
@@ -116,7 +117,8 @@ def export_series(*, context: Context, tree: Path, check: bool = False, refresh:
 def _open_tree(*, context: Context, series: Series, tree: Path, drops: tuple[str, ...]) -> tuple[Git, WorktreeState]:
     """The full-series work tree at `tree` and its state, refusing any state export could lose."""
     if not (tree / ".git").exists():
-        hint = (f"make it with `forkbuild apply --all --dir {quoted(tree)}`" if not tree.exists() else
+        empty = not tree.exists() or (tree.is_dir() and not any(tree.iterdir()))  # where apply makes a tree
+        hint = (f"make it with `forkbuild apply --all --dir {quoted(tree)}`" if empty else
                 "export reads a tree `forkbuild apply --all` made (its own, or one at a new --dir)")
         raise ForkbuildError(f"{tree} is not a work tree", hint=hint)
     state = read_state(tree)
@@ -197,6 +199,8 @@ def plan_export(series: Series, *, worktree: Git, base: str, refresh: bool,
     matches = match_commits(commits, series.patches)
     _check_trailers(series, commits, matches, where=worktree.path)
     names = _new_names(series, commits, matches)
+    if state is not None:
+        _refuse_revived(commits, matches, names, state=state, worktree=worktree)
     patches = []
     for commit, entry in zip(commits, matches, strict=True):
         file = entry.file if entry else names[commit.sha]
@@ -226,6 +230,22 @@ def plan_export(series: Series, *, worktree: Git, base: str, refresh: bool,
                       removed=removed, kept=kept, unported=left,
                       series_toml=None if new_toml == current_toml else new_toml,
                       quilt_series=None if quilt == old_quilt else quilt)
+
+
+def _refuse_revived(commits: list[_Commit], matches: list[PatchEntry | None], names: dict[str, str], *,
+                    state: WorktreeState, worktree: Git) -> None:
+    """A commit of a patch `forkbuild drop` removed is no new patch: exporting it would undo the drop."""
+    revived = [commit for commit, entry in zip(commits, matches, strict=True)
+               if entry is None and names[commit.sha] in state.dropped]
+    if not revived:
+        return
+    tree = quoted(worktree.path)
+    hint = (f"re-apply the tree, which holds nothing else of yours: `forkbuild apply --all --dir {tree}`"
+            if worktree.head() == state.head else "remove the commit from the tree: " + "; ".join(
+                f"`git -C {tree} rebase --onto {commit.sha[:12]}^ {commit.sha[:12]}`" for commit in revived))
+    raise DirtyTreeError("\n".join(f"{commit.label}: is patches/{names[commit.sha]}, which `forkbuild drop` removed "
+                                   "from the series; exporting it would bring it back" for commit in revived),
+                         hint=hint + " (to keep it after all: give its commit another `Patch: <name>.patch` trailer)")
 
 
 def _decisions(series: Series, *, drops: tuple[str, ...], keeps: tuple[str, ...]) -> dict[str, str]:

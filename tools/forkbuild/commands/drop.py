@@ -37,8 +37,9 @@ def run(args, context) -> int:
                               f"-{dropped.removed} lines) and its series.toml entry; a copy is in {dropped.saved}")
         if dropped.tree_commit:
             context.reporter.warn(
-                f"{tree} still holds its commit {dropped.tree_commit[:12]}: `forkbuild export` would add it back; "
-                f"remove it there: git -C {quoted(tree)} rebase --onto {dropped.tree_commit[:12]}^ {dropped.tree_commit[:12]}")
+                f"{tree} still holds its commit {dropped.tree_commit[:12]}: export refuses the tree until it is gone; "
+                f"remove it there: git -C {quoted(tree)} rebase --onto {dropped.tree_commit[:12]}^ {dropped.tree_commit[:12]}"
+                " (or `forkbuild apply --all`, if the tree holds nothing else of yours)")
     for note in unported:
         context.reporter.warn(note)
     return 0
