@@ -121,10 +121,26 @@ def test_dropping_a_features_last_patch_leaves_a_series_check_accepts(series_fx:
     assert features["beta"]["guards"] == [{"env": "DSV41_BETA", "type": "switch", "default": "0"}]
     assert variants == {"full": ["guards", "alpha"], "lite": ["guards"], "stock": []}
     assert fx.cli("check") == 0
-    if how == "drop":  # the tree still holds beta's commit: export brings it back, and the marker goes
+    if how == "drop":  # the tree still holds beta's commit: export refuses to bring it back ...
+        assert fx.cli("export") == DirtyTreeError.return_code
+        assert "ported" in _features(fx)[0]["beta"]
+        # ... unless its commit is made a patch of another name, on purpose: then the marker goes.
+        tree = Git(fx.root / ".forkbuild-work/series")
+        tree.run("commit", "--quiet", "--amend", "-m", tree.log1("%B", "HEAD").rstrip() + "\nPatch: beta-again.patch\n")
         assert fx.cli("export") == 0
-        assert "ported" not in _features(fx)[0]["beta"]
+        assert "ported" not in _features(fx)[0]["beta"] and (fx.patches_dir / "beta-again.patch").is_file()
         assert fx.cli("check") == 0
+
+
+def test_new_for_a_feature_that_lost_its_last_patch_ports_it_again(series_fx: SeriesFixture) -> None:
+    fx = series_fx
+    assert fx.cli("drop", "beta-limit.patch") == 0
+    assert _features(fx)[0]["beta"]["ported"] is False
+    # Its next patch starts as any feature's does: back in the variant, the marker gone.
+    assert fx.cli("new", "beta", "--variant", "full", "--name", "beta-again") == 0
+    features, variants = _features(fx)
+    assert "ported" not in features["beta"] and "beta" in variants["full"]
+    assert features["beta"]["guards"] == [{"env": "DSV41_BETA", "type": "switch", "default": "0"}]
 
 
 def test_dropping_a_feature_another_needs_is_refused(series_fx: SeriesFixture) -> None:

@@ -234,17 +234,20 @@ def plan_export(series: Series, *, worktree: Git, base: str, refresh: bool,
 
 def _refuse_revived(commits: list[_Commit], matches: list[PatchEntry | None], names: dict[str, str], *,
                     state: WorktreeState, worktree: Git) -> None:
-    """A commit of a patch `forkbuild drop` removed is no new patch: exporting it would undo the drop."""
+    """A commit of a patch `forkbuild drop` removed (the very commit the tree recorded for it, or one
+    that would be written under its name) is no new patch: exporting it would undo the drop."""
+    dropped = {state.commits[name]: name for name in state.dropped if name in state.commits}
     revived = [commit for commit, entry in zip(commits, matches, strict=True)
-               if entry is None and names[commit.sha] in state.dropped]
+               if entry is None and (commit.sha in dropped or names[commit.sha] in state.dropped)]
     if not revived:
         return
     tree = quoted(worktree.path)
     hint = (f"re-apply the tree, which holds nothing else of yours: `forkbuild apply --all --dir {tree}`"
             if worktree.head() == state.head else "remove the commit from the tree: " + "; ".join(
                 f"`git -C {tree} rebase --onto {commit.sha[:12]}^ {commit.sha[:12]}`" for commit in revived))
-    raise DirtyTreeError("\n".join(f"{commit.label}: is patches/{names[commit.sha]}, which `forkbuild drop` removed "
-                                   "from the series; exporting it would bring it back" for commit in revived),
+    raise DirtyTreeError("\n".join(f"{commit.label}: is patches/{dropped.get(commit.sha, names[commit.sha])}, which "
+                                   "`forkbuild drop` removed from the series; exporting it would bring it back"
+                                   for commit in revived),
                          hint=hint + " (to keep it after all: give its commit another `Patch: <name>.patch` trailer)")
 
 

@@ -110,6 +110,8 @@ def plan_new_feature(series: Series, *, name: str, description: str, guards: lis
             where = f"features.{name}" + (f" (line {line})" if line else "")
             raise ConfigError([f"{where} exists already with " + "; ".join(differences)], source=str(series.path),
                               hint="change it in series.toml, or give `new` the same guards and requires")
+        if not existing.ported:  # it lost its last patch (drop, a rebase): this one ports it again
+            del document["features"][name]["ported"]  # type: ignore[index,union-attr]
     else:
         _add_feature_table(document, feature)
     added_to = tuple(variant for variant in chosen if name not in series.variants[variant].features)
