@@ -178,6 +178,20 @@ def test_import_git_range_uses_each_commits_feature(series_fx: SeriesFixture) ->
     assert series_fx.cli("check") == 0
 
 
+def test_a_git_range_commit_making_a_symlink_is_refused_and_nothing_is_written(
+        series_fx: SeriesFixture, capfd: pytest.CaptureFixture[str]) -> None:
+    """The rule every patch of the series is held to (check, apply) holds at the import: it used to
+    write the patch, and the series it left failed `forkbuild check`."""
+    repo, _, start = make_source_range(series_fx)
+    (repo.path / "python/pkg/link").symlink_to("/etc/passwd")
+    commit_all(repo, "pkg: a link\n\nFeature: alpha\n")
+    toml, files = series_fx.series_toml.read_bytes(), sorted(series_fx.patches_dir.iterdir())
+    assert series_fx.cli("import", "--git-range", str(repo.path), f"{start}..{repo.head()}") == 7
+    assert f"{repo.path}@{repo.head()[:12]}: creates or changes a symbolic link" in capfd.readouterr().err
+    assert series_fx.series_toml.read_bytes() == toml and sorted(series_fx.patches_dir.iterdir()) == files
+    assert series_fx.cli("check") == 0
+
+
 def test_a_subject_with_brackets_is_printed_as_it_is(series_fx: SeriesFixture, capfd: pytest.CaptureFixture[str]) -> None:
     """A subject is the user's text, not rich markup: "[fix]" is kept and "[/b]" does not crash the table."""
     repo, start, _ = make_source_range(series_fx)

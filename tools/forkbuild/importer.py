@@ -11,13 +11,13 @@ from pathlib import Path
 
 from forkbuild.applier import scratch_tree
 from forkbuild.context import Context
-from forkbuild.errors import ApplyError, ConfigError, ForkbuildError
+from forkbuild.errors import ApplyError, ConfigError, ForkbuildError, UnsafePatchError
 from forkbuild.exporter import patch_name
 from forkbuild.io.git import Git
 from forkbuild.series.combination import whole_series
 from forkbuild.series.config import Series, near_miss
 from forkbuild.series.edit import EntrySpec, quilt_series_text, updated_series_toml, with_empty_dirs
-from forkbuild.series.patchfile import parse_trailers
+from forkbuild.series.patchfile import parse_trailers, safety_problems
 from forkbuild.series.writer import SeriesChange, write_series
 from forkbuild.worktree.engine import Engine, Outcome, PatchJob
 
@@ -118,6 +118,12 @@ def import_patches(*, context: Context, incoming: list[Incoming]) -> list[tuple[
     each with the subject of its commit."""
     series = context.series
     check_incoming(series, incoming)
+    unsafe = [f"{item.source}: {problem}" for item in incoming for problem in safety_problems(item.text)]
+    if unsafe:  # the same rule as every patch of the series (patchfile.check_patches), before anything is written
+        lines = "\n".join(f"  - {problem}" for problem in unsafe)
+        raise UnsafePatchError(f"import: {len(unsafe)} problem(s):\n{lines}",
+                               hint="patches may only change regular files inside the upstream tree: leave these "
+                                    "commits out of the range, or change them in their repository")
     with scratch_tree(context=context, variant=whole_series(series), strict=True) as applied, \
             tempfile.TemporaryDirectory(prefix="forkbuild-import-") as scratch:
         tree = Git(applied.dest)
