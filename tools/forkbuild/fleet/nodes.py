@@ -67,7 +67,7 @@ def in_parallel(nodes: Sequence[Node], action: Callable[[Node], T]) -> list[tupl
 
 
 def _failed(results: Sequence[tuple[Node, object]]) -> list[str]:
-    """A line a node that failed (its message's further lines indented under it)."""
+    """One line per node that failed (its message's further lines indented under it)."""
     return [f"{node.name} (rank {node.rank}, {node.url}): " + result.message.replace("\n", "\n      ")
             for node, result in results if isinstance(result, ForkbuildError)]
 
