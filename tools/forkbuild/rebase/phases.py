@@ -286,8 +286,9 @@ class Rebase:
         if port.failed or not port.hunks:
             if port.hunks:
                 placed = sum(hunk.status == "ported" for hunk in port.hunks)
-                patch = replace(patch, detail=f"{patch.detail}; the porter placed {placed} of {len(port.hunks)} hunks, "
-                                f"not {port.failed[0].describe()}" + (" (the report lists each)" if len(port.failed) > 1 else ""))
+                patch = replace(patch, detail=f"{patch.detail}; the porter placed {placed} of {len(port.hunks)} hunks "
+                                f"(the first it could not: {port.failed[0].describe()}"
+                                + ("; the report lists each)" if len(port.failed) > 1 else ")"))
             stopped = sequencer.engine.stop_in_worktree(sequencer.jobs[state.cursor], conflict)
             patch = replace(patch, conflicts=stopped.conflicts)
             Git(state.worktree).widen(stopped.conflicts)  # for the person's `git add`
