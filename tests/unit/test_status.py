@@ -49,6 +49,17 @@ def test_tables(series_fx: SeriesFixture, capsys: pytest.CaptureFixture[str], mo
     assert "alpha-scale.patch" in out and "DSV41_BETA" in out and "lite" in out
 
 
+def test_a_feature_that_lost_its_last_patch_is_listed_as_not_ported(series_fx: SeriesFixture,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    assert series_status(series_fx.load())["unported"] == []
+    assert series_fx.cli("drop", "beta-limit.patch") == 0
+    assert series_status(series_fx.load())["unported"] == ["beta"]
+    capsys.readouterr()
+    assert series_fx.cli("status") == 0
+    assert "not ported to 1.0 (no patch, in no variant; `forkbuild new FEATURE` starts its next one): beta" in \
+        " ".join(capsys.readouterr().out.split())
+
+
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -46,7 +46,9 @@ def series_status(series: Series) -> dict:
     upstream = series.upstream
     return {"name": series.name,
             "upstream": {key: getattr(upstream, key) for key in ("name", "version", "source", "tag", "package_root")},
-            "default_variant": series.default_variant, "patches": patches, "variants": variants}
+            "default_variant": series.default_variant, "patches": patches, "variants": variants,
+            # Features that lost their last patch (drop, a rebase): declared, in no variant, to be ported.
+            "unported": [name for name, feature in series.features.items() if not feature.ported]}
 
 
 def run(args, context) -> int:
@@ -60,6 +62,9 @@ def run(args, context) -> int:
         console, tables = Console(highlight=False, markup=False), [narrow_patch_table(status), narrow_variant_table(status)]
     for table in tables:
         console.print(table, crop=False)
+    if status["unported"]:
+        console.print(styled(("not ported", "yellow"), f" to {status['upstream']['version']} (no patch, in no variant; "
+                             "`forkbuild new FEATURE` starts its next one): " + " ".join(status["unported"])))
     return 0
 
 
