@@ -134,12 +134,16 @@ def test_a_flaky_command_needs_retries(demo, capsys, tmp_path):
     counter = tmp_path / "runs"
     # Every first try fails: without retries the very first probe (stock) "fails".
     assert bisect(demo, "--json", "--", sys.executable, str(script), "a,c", str(counter)) == 15
-    assert "fails on stock" in capsys.readouterr().err
+    err = " ".join(capsys.readouterr().err.split())
+    (log,) = (demo[0] / "build" / "bisect").glob("*.json")
+    assert "fails on stock" in err and f"(its exit codes: {log})" in err and "then run it with --restart" in err
+    # Run again as it is, the log answers for the command: it says so, and how to go on.
+    assert bisect(demo, "--json", "--", sys.executable, str(script), "a,c", str(counter)) == 15
+    assert "this bisect did not finish" in capsys.readouterr().err
     counter.unlink()
-    root = demo[0]
-    for log in (root / "build" / "bisect").glob("*.json"):
-        log.unlink()  # a new bisect of the same command (the old log holds the flaky answers)
-    assert bisect(demo, "--json", "--retries", "1", "--", sys.executable, str(script), "a,c", str(counter)) == 0
+    # The hint followed: --restart (the old log holds the flaky answers).
+    assert bisect(demo, "--json", "--restart", "--retries", "1", "--", sys.executable, str(script), "a,c",
+                  str(counter)) == 0
     found = result(capsys)
     assert found["minimal"] == ["a", "c"]
     assert all(probe["exit_codes"][0] == 5 for probe in found["probes"])  # each probe's first try flaked

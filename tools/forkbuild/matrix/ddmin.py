@@ -71,8 +71,9 @@ class ProbeLog:
             raise BisectError(f"{path}: unreadable probe log ({error})",
                               hint="start over with --restart (the log is replaced)") from error
         if self.minimal is None and not resume:
-            raise BisectError(f"{path}: this bisect stopped before it finished",
-                              hint="resume it with --continue, or start over with --restart")
+            raise BisectError(f"{path}: this bisect did not finish (it was stopped, or its first two probes "
+                              "left nothing to bisect)", hint="resume it with --continue (its probes are replayed), "
+                              "or start over with --restart (after changing the command: a probe is asked once)")
 
     def record(self, probe: Probe | None = None, *, minimal: Sequence[str] | None = None) -> None:
         """Add `probe`, or the bisect's result, and rewrite the log."""
@@ -120,10 +121,11 @@ def bisect(candidates: Sequence[str], *, run: RunProbe, log: ProbeLog, tries: in
 
     if outcome_of(()) != PASS:
         raise BisectError("the command fails on stock (no feature): the features are not what breaks it",
-                          hint="check the command itself; the probe log shows its exit codes")
+                          hint=f"check the command itself (its exit codes: {log.path}), then run it with --restart")
     if outcome_of(tuple(candidates)) != FAIL:
         raise BisectError(f"the command passes with every feature ({len(candidates)}): nothing to bisect",
-                          hint="check that the command fails where you expect it to (--retries for a flaky one)")
+                          hint="check that the command fails where you expect it to (--retries for a flaky one), "
+                               "then run it with --restart")
     picire = _import_picire()
 
     def test(config: list[str], config_id: tuple) -> Any:  # a picire.Outcome
