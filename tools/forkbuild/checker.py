@@ -54,7 +54,7 @@ def provenance(series: Series) -> list[str]:
     problems = []
     for entry in series.patches:
         info = read_patch(entry.path)
-        for problem in (provenance_problem(info.trailer_map()), placeholder_problem(f"{info.subject}\n{info.message}")):
+        for problem in (provenance_problem(info.trailer_map()), placeholder_problem(info)):
             if problem:
                 problems.append(f"patches/{entry.file}: {problem}")
     return problems

@@ -364,7 +364,7 @@ def _check_trailers(series: Series, commits: list[_Commit], matches: list[PatchE
             problems.append(f"{commit.label}: needs exactly one `Feature: <name>` trailer (has {len(features)})")
             continue
         feature = features[0]
-        if problem := placeholder_problem(f"{commit.info.subject}\n{commit.info.message}"):
+        if problem := placeholder_problem(commit.info):
             problems.append(f"{commit.label}: {problem}")
             unwritten = True
         names = commit.info.trailer(PATCH_TRAILER)

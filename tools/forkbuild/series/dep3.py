@@ -13,7 +13,7 @@ import email.utils
 import re
 from dataclasses import dataclass
 
-from forkbuild.series.patchfile import git_am_subject
+from forkbuild.series.patchfile import PatchInfo, git_am_subject
 
 FIELD = re.compile(r"^(?P<key>[A-Za-z][A-Za-z0-9-]*):[ \t]*(?P<value>.*)$")
 SUBJECT_FIELDS = ("description", "subject")
@@ -210,9 +210,9 @@ FORWARDED_VALUES = ("no", "not-needed", "yes")  # or a URL (DEP-3; "yes" as Debi
 PLACEHOLDERS = ("<what the patch changes, one line>", "<why: the problem, how the guard switches it, what was measured>")
 
 
-def placeholder_problem(message: str) -> str | None:
-    """What is wrong with a patch message (subject and body) that still holds a template placeholder."""
-    found = next((text for text in PLACEHOLDERS if text in message), None)
+def placeholder_problem(info: PatchInfo) -> str | None:
+    """What is wrong with a patch whose subject or body still holds a template placeholder."""
+    found = next((text for text in PLACEHOLDERS if text in info.subject or text in info.message), None)
     return f"its message still holds the commit template's {found!r}: say what it changes and why" if found else None
 
 
