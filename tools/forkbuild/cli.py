@@ -113,8 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         for caught in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(caught, signal.SIG_DFL)
         signum = interrupt.signum if isinstance(interrupt, Terminated) else int(signal.SIGINT)
-        reporter.console.print("interrupted" if signum == signal.SIGINT else f"terminated ({signal.Signals(signum).name})",
-                               style="red")
+        reporter.line(("interrupted" if signum == signal.SIGINT else f"terminated ({signal.Signals(signum).name})",
+                       "red"))
         return 128 + signum
     except (OutputError, BrokenPipeError) as error:
         return _output_failed(error, reporter)

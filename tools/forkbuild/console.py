@@ -1,6 +1,8 @@
-"""All terminal output: steps with durations, warnings, errors (rich, on stderr, imported
-when the first line is printed). Markup is off: messages quote TOML, git and patch subjects
-("[[patches]]", "[fix] ..."), which rich would swallow or choke on; styles are given as Text."""
+"""All terminal output: steps with durations, warnings, errors, on stderr. rich draws tables and
+styles lines on a terminal (imported then: it costs ~70 ms, a fifth of an apply); where stderr is
+no terminal, a line is its text, as rich would write it there. Markup is off: messages quote TOML,
+git and patch subjects ("[[patches]]", "[fix] ..."), which rich would swallow or choke on; styles
+are given as (text, style) parts."""
 
 from __future__ import annotations
 
@@ -26,6 +28,10 @@ class OutputError(Exception):
     def __init__(self, error: OSError) -> None:
         super().__init__(error.strerror or str(error))
         self.error = error
+
+
+# What rich removes from text it prints (rich.control.STRIP_CONTROL_CODES: BEL, BS, VT, FF, CR).
+_STRIPPED = dict.fromkeys((7, 8, 11, 12, 13))
 
 
 def styled(*parts: str | Text | tuple[str, str], style: str = "") -> Text:
@@ -72,10 +78,33 @@ def guard_standard_streams() -> None:
     sys.stdout = _Stdout(sys.stdout)  # type: ignore[assignment]
 
 
+def _terminal() -> bool:
+    """Whether rich styles stderr (its Console.is_terminal: TTY_COMPATIBLE, FORCE_COLOR, isatty)."""
+    compatible = os.environ.get("TTY_COMPATIBLE", "")
+    if compatible in ("0", "1"):
+        return compatible == "1"
+    if (force := os.environ.get("FORCE_COLOR")) is not None:
+        return force != ""
+    try:
+        return sys.stderr.isatty()
+    except ValueError:  # closed
+        return False
+
+
 class Reporter:
     def __init__(self, *, verbose: bool = False) -> None:
         self.verbose = verbose
         self._console: Console | None = None
+        self.plain = not _terminal()  # lines without rich
+
+    def line(self, *parts: str | tuple[str, str], style: str = "") -> None:
+        """One line (or lines) from plain parts and (text, style) pairs."""
+        text = "".join(part if isinstance(part, str) else part[0] for part in parts)
+        if not self.plain or "\t" in text:  # a tab's stop depends on the cells before it: rich counts them
+            self.console.print(styled(*parts, style=style))
+            return
+        sys.stderr.write(text.translate(_STRIPPED) + "\n")
+        sys.stderr.flush()
 
     @property
     def console(self) -> Console:
@@ -89,26 +118,26 @@ class Reporter:
     def step(self, title: str) -> Iterator[None]:
         """A named step; its duration is printed when it ends."""
         start = time.monotonic()
-        self.console.print(styled((">", "bold"), f" {title}"))
+        self.line((">", "bold"), f" {title}")
         yield
-        self.console.print(f"  {title}: {time.monotonic() - start:.2f}s", style="dim")
+        self.line(f"  {title}: {time.monotonic() - start:.2f}s", style="dim")
 
     def info(self, message: str) -> None:
-        self.console.print(f"  {message}")
+        self.line(f"  {message}")
 
     def detail(self, message: str) -> None:
         """Tool output and other noise: shown with -v only."""
         if self.verbose:
-            self.console.print(message, style="dim")
+            self.line(message, style="dim")
 
     def warn(self, message: str) -> None:
-        self.console.print(styled(("warning:", "yellow"), f" {message}"))
+        self.line(("warning:", "yellow"), f" {message}")
 
     def error(self, error: ForkbuildError) -> None:
         color = "red" if error.label == "error" else "yellow"
-        self.console.print(styled((f"{error.label}:", f"bold {color}"), f" {error.message}"))
+        self.line((f"{error.label}:", f"bold {color}"), f" {error.message}")
         if error.hint:
-            self.console.print(styled(("hint:", "cyan"), f" {error.hint}"))
+            self.line(("hint:", "cyan"), f" {error.hint}")
 
     def download_progress(self) -> Progress:
         from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn

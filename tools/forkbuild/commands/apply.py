@@ -60,6 +60,6 @@ def _run(args, context) -> int:
     lines = [f"{result.combination.name} -> {dest}"]
     lines += [f"  {record.outcome!s:<10} {record.entry.file:<{width}}  {record.entry.feature}"
               + (f": {record.detail}" if record.detail else "") for record in result.records]
-    context.reporter.console.print("\n".join(lines))
+    context.reporter.line("\n".join(lines))
     context.reporter.info(f"HEAD {result.head_commit[:12]} on upstream {result.base_commit[:12]}")
     return 0

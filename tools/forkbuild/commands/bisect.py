@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 
 from forkbuild.commands import add_command
-from forkbuild.console import styled
 from forkbuild.errors import BisectError
 from forkbuild.matrix import arguments
 
@@ -77,7 +76,7 @@ def run(args, context) -> int:
     def report(probe, replayed: bool) -> None:
         mark = ("FAIL", "red") if probe.outcome == FAIL else ("pass", "green")
         source = " (from the log)" if replayed else f" ({probe.seconds:.1f}s, exit {list(probe.exit_codes)})"
-        context.reporter.console.print(styled("  probe ", mark, f" {', '.join(probe.features) or 'stock'}{source}"))
+        context.reporter.line("  probe ", mark, f" {', '.join(probe.features) or 'stock'}{source}")
 
     result = bisect(candidates, run=probes, log=log, tries=1 + args.retries, report=report)
     if args.json:

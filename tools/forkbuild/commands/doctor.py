@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from forkbuild.commands import add_command
-from forkbuild.console import styled
 from forkbuild.fleet.envcheck import doctor_env, hazard_line
 from forkbuild.series.combination import resolve
 
@@ -34,12 +33,12 @@ def run(args, context) -> int:
     print("\n".join(report.lines))
     reporter = context.reporter
     for line in report.refused:
-        reporter.console.print(styled(("refused:", "bold red"), f" {line}"))
+        reporter.line(("refused:", "bold red"), f" {line}")
     for line in report.changed:
         reporter.warn(f"meaning changed: {line}")
     unknown = () if args.allow_unknown else report.unknown
     for line in unknown:
-        reporter.console.print(styled(("refused:", "bold red"), f" {line} (--allow-unknown to pass it on)"))
+        reporter.line(("refused:", "bold red"), f" {line} (--allow-unknown to pass it on)")
     for line in report.unused + report.notes + report.suspect + (report.unknown if args.allow_unknown else ()):
         reporter.warn(line)
     for hazard in report.hazards:

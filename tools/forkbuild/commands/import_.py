@@ -53,10 +53,10 @@ def run(args, context) -> int:
 
 
 def _report_quilt(context, result) -> int:
-    """Per patch: where it went, what was normalised or skipped (one print: many rich rows take seconds)."""
+    """Per patch: where it went, what was normalised or skipped (lines, not a table: many rich rows take seconds)."""
     lines = [line for outcome in result.patches for line in (f"  {outcome.source} -> {outcome.file or '(not imported)'}",
                                                               *(f"      {note}" for note in outcome.notes))]
-    context.reporter.console.print("\n".join(lines), markup=False, highlight=False)
+    context.reporter.line("\n".join(lines))
     imported = sum(1 for outcome in result.patches if outcome.file)
     changed = sum(1 for outcome in result.patches if outcome.notes)
     context.reporter.info(f"{imported} of {len(result.patches)} patch(es) imported into {context.series.patches_dir}, "
