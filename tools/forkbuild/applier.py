@@ -251,7 +251,7 @@ def _result(context: Context, plan: ApplyPlan, *, dest: Path, base: str, head: s
             result = result._replace(detail=_failure_detail(
                 Git(dest), entry.path, result.detail, earlier=[(other.file, other.path) for other in earlier],
                 left_out=plan.left_out, variant=plan.combination.name))
-        records.append(PatchRecord(entry, *result[1:]))
+        records.append(PatchRecord(entry, result.outcome, result.commit, result.detail, result.conflicts, result.offsets))
     moved = [record for record in records if record.offsets]
     if report and moved:
         context.reporter.info(f"{len(moved)} patch(es) applied at an offset ({sum(len(r.offsets) for r in moved)} "

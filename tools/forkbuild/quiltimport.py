@@ -1,15 +1,15 @@
 """`import --quilt`: a quilt series (Debian `debian/patches`, quilt's `patches/`) becomes new
-entries at the end of the series: every patch checked first, applied by `Applier` on private
-indexes, committed with one fast-import, written by one `format-patch`; the series' work tree
+entries at the end of the series: every patch checked first, applied by the engine as bare
+diffs (their -p level, GNU patch -E), committed with one fast-import, written by one `format-patch`; the series' work tree
 is checked out once. A file a patch leaves empty is removed, as GNU patch -E does."""
 
 from __future__ import annotations
 
+import datetime
 import email.utils
 import hashlib
 import json
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,133 +19,16 @@ from forkbuild.context import Context
 from forkbuild.errors import ApplyError, ConfigError, DirtyTreeError, ForkbuildError
 from forkbuild.importer import check_incoming, guard_trailers, with_trailers, write_imported
 from forkbuild.io.fsutil import write_atomic
-from forkbuild.io.git import IDENTITY, Author, FileCommit, Git, GitFailed, PathChange, TreeEntry
+from forkbuild.io.git import IDENTITY, Author, Git, GitFailed
 from forkbuild.series.combination import whole_series
 from forkbuild.series.config import Series
 from forkbuild.series.dep3 import Description, parse_dep3, split_patch, stripspace
 from forkbuild.series.layout import SERIES_TREE, WORK_DIR
 from forkbuild.series.patchfile import check_safe
-from forkbuild.series.quiltdiff import EMPTY_BLOB, GitReadyDiff, git_ready
+from forkbuild.series.quiltdiff import GitReadyDiff, git_ready
 from forkbuild.worktree.emptydirs import find_empty_dirs, recreate_empty_dirs
+from forkbuild.worktree.engine import Bare, Engine, Outcome, PatchJob
 from forkbuild.worktree.guard import recover_killed_change, tree_guard
-from forkbuild.worktree.smallindex import apply_small, disjoint_run, parents
-
-# Patches per `git apply` process: a group that fails is redone one by one, so not unbounded.
-GROUP_MAX = 24
-
-Changes = dict[str, TreeEntry | None]  # path -> its new entry; None: deleted
-REGULAR_MODES = (0o100644, 0o100755)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Applied:
-    """What one patch did: its changes ({}: nothing), and the files it left empty, removed."""
-
-    changes: Changes
-    emptied: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, kw_only=True)
-class Applicable:
-    source: Path  # the quilt file, for messages
-    patch: Path  # the git-ready diff (quiltdiff.git_ready), written out
-    strip: int
-    unidiff_zero: bool
-    paths: frozenset[str] | None  # every path it names; None: not known
-
-
-class Applier:
-    """What each patch changes on `start` (`items`: its files); ApplyError at the first that does not
-    apply. Patches of disjoint files share one small index; names unknown or a file/directory clash: a full one."""
-
-    def __init__(self, git: Git, *, start: str, items: Mapping[str, TreeEntry], scratch: Path) -> None:
-        self.git, self.start = git, start
-        self.small_index, self.full_index = scratch / "small.index", scratch / "full.index"
-        self.base = dict(items)
-        self.state = dict(self.base)  # the tree after the patches so far
-        self.directories = {parent for path in self.state for parent in parents(path)}
-
-    def run(self, patches: Sequence[Applicable]) -> list[Applied]:
-        out: list[Applied] = []
-        at = 0
-        while at < len(patches):
-            group = self._group(patches, at)
-            found = self._apply_small(group) if len(group) > 1 else None
-            if found is None:
-                found = [self._apply_one(patch) for patch in (group or patches[at:at + 1])]
-            out += found
-            at += max(len(group), 1)
-        return out
-
-    def _group(self, patches: Sequence[Applicable], at: int) -> list[Applicable]:
-        """The patches from `at` on that can share one small index: [] when the one at `at`
-        needs the whole tree."""
-        first = patches[at]
-
-        def alike() -> Iterator[Applicable]:  # one `git apply` has one -p level and --unidiff-zero
-            for patch in patches[at:]:
-                if (patch.paths is None or patch.strip != first.strip or patch.unidiff_zero != first.unidiff_zero
-                        or self._needs_whole_tree(patch.paths)):
-                    return
-                yield patch
-
-        return disjoint_run(alike(), lambda patch: patch.paths or frozenset(), limit=GROUP_MAX, directories=True)
-
-    def _needs_whole_tree(self, paths: frozenset[str]) -> bool:
-        """A name that is a directory of the tree, or under one of its files: how git
-        settles that depends on the entries around it."""
-        return any(path in self.directories or any(parent in self.state for parent in parents(path))
-                   for path in paths)
-
-    def _apply_one(self, patch: Applicable) -> Applied:
-        if patch.paths is not None and not self._needs_whole_tree(patch.paths):
-            found = self._apply_small([patch])
-            if found is not None:
-                return found[0]
-        return self._apply_whole(patch)
-
-    def _apply_small(self, group: list[Applicable]) -> list[Applied] | None:
-        """Each patch's changes, from one `git apply` on an index of just the files they
-        name; None when that does not settle it (the caller goes patch by patch)."""
-        named = frozenset().union(*(patch.paths or () for patch in group))
-        applied = apply_small(self.git, [patch.patch for patch in group], index=self.small_index,
-                              entries={path: self.state[path] for path in named if path in self.state},
-                              strip=group[0].strip, unidiff_zero=group[0].unidiff_zero)
-        if applied is None or not applied[0].keys() <= named:  # or git patched a name the diff spells otherwise
-            return None
-        return [self._record({path: applied[0].get(path) for path in sorted(patch.paths or ())}) for patch in group]
-
-    def _apply_whole(self, patch: Applicable) -> Applied:
-        self.git.read_tree(self.start, index=self.full_index)
-        so_far = {path: self.state.get(path) for path in self.base.keys() | self.state.keys()
-                  if self.base.get(path) != self.state.get(path)}
-        if so_far:
-            self.git.update_index(self.full_index, so_far)
-        applied = self.git.apply_to_index(patch.patch, index=self.full_index, strip=patch.strip,
-                                          unidiff_zero=patch.unidiff_zero)
-        if applied.status != 0:
-            raise ApplyError(f"{patch.source} does not apply on top of the series: {applied.stderr or applied.stdout}",
-                             hint="refresh it against the series first (quilt push/refresh), "
-                                  "or fix its -p level in `series`")
-        after = self.git.tree_entries(self.git.write_tree(index=self.full_index))
-        return self._record({path: after.get(path) for path in sorted(after.keys() | self.state.keys())})
-
-    def _record(self, after: Changes) -> Applied:
-        """The patch's entries `after` it (of the paths it may have changed) into the state,
-        a file it left empty removed; what changed."""
-        changed = {path: item for path, item in after.items() if item != self.state.get(path)}
-        emptied = tuple(path for path, item in changed.items()
-                        if item and item.blob == EMPTY_BLOB and item.mode in REGULAR_MODES)
-        changed.update(dict.fromkeys(emptied))
-        # A new file left empty is not made at all (GNU patch -E): no change.
-        changes = {path: item for path, item in changed.items() if item != self.state.get(path)}
-        for path, item in changes.items():
-            if item is None:
-                self.state.pop(path, None)
-            else:
-                self.state[path] = item
-                self.directories.update(parents(path))  # a deleted file's directories stay: at worst a whole-tree apply
-        return Applied(changes=changes, emptied=emptied)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -314,50 +197,58 @@ def import_quilt(*, context: Context, directory: Path, feature: str, source_tree
 
 
 def _commit_all(git: Git, series: Series, patches: list[QuiltPatch], *, start: str) -> tuple[list[PatchOutcome], str]:
-    """Each patch made git-ready (quiltdiff), what it changes found (Applier), every
-    commit made with one `git fast-import`."""
-    items = git.tree_entries(start)
-    existing = set(items)
+    """Each patch made git-ready (quiltdiff) and applied by the engine as GNU patch -E would,
+    every commit made with one `git fast-import`."""
+    existing = set(git.tree_entries(start))
     readies: list[GitReadyDiff] = []
-    applicable = []
-    with tempfile.TemporaryDirectory(prefix="forkbuild-quilt-") as scratch_name:
-        scratch = Path(scratch_name)
+    jobs = []
+    with tempfile.TemporaryDirectory(prefix="forkbuild-quilt-") as scratch:
         for number, patch in enumerate(patches):
             ready = git_ready(patch.diff, strip=patch.strip, existing=existing)
             existing = (existing - ready.removed) | ready.added  # only names a diff adds or removes decide the next's
             readies.append(ready)
             if not ready.empty:
-                (scratch / f"{number}.patch").write_bytes(ready.data)
-                applicable.append(Applicable(source=patch.path, patch=scratch / f"{number}.patch", strip=patch.strip,
-                                             unidiff_zero=ready.unidiff_zero, paths=ready.paths))
-        found = iter(Applier(git, start=start, items=items, scratch=scratch).run(applicable))
+                path = Path(scratch, f"{number}.patch")
+                path.write_bytes(ready.data)
+                jobs.append(PatchJob(name=str(patch.path), path=path, strip=patch.strip,
+                                     unidiff_zero=ready.unidiff_zero, bare=_commit_of(series, patch, ready.paths)))
+        engine = Engine(git, head=start, shown=start, checked_out=False, gnu_emptied=True)
+        try:
+            results = iter(engine.run(jobs, stop=False))
+        finally:
+            engine.close()
     outcomes: list[PatchOutcome] = []
-    commits: list[FileCommit] = []
     for patch, ready in zip(patches, readies, strict=True):
-        applied = Applied(changes={}) if ready.empty else next(found)
-        changes = applied.changes
-        notes = (*patch.description.notes, *ready.notes,
-                 *(f"leaves {path} empty: removed, as GNU patch -E does for dpkg-source -x" for path in applied.emptied))
+        result = None if ready.empty else next(results)
+        if result and result.outcome is Outcome.CONFLICT:
+            raise ApplyError(f"{patch.path} does not apply on top of the series: {result.detail}",
+                             hint="refresh it against the series first (quilt push/refresh), "
+                                  "or fix its -p level in `series`")
+        notes = (*patch.description.notes, *ready.notes, *(f"leaves {path} empty: removed, as GNU patch -E does for "
+                                                            "dpkg-source -x" for path in (result.emptied if result else ())))
         # format-patch of an empty commit is a patch git am refuses: nothing to keep.
-        outcomes.append(PatchOutcome(source=patch.source, file=patch.name if changes else "",
-                                     notes=notes if changes else (*notes, "changes nothing: not imported")))
-        if not changes:
-            continue
-        header = patch.description
-        name, address = email.utils.parseaddr(header.author)  # forkbuild's own identity where it names none
-        author = Author(name=name.strip() or address or IDENTITY["user.name"],
-                        email=address if "@" in address else IDENTITY["user.email"],
-                        date=header.date or f"{int(patch.path.stat().st_mtime)} +0000")
-        forwarded = [] if any(key.lower() == "forwarded" for key, _ in header.trailers) else [("Forwarded", "no")]
-        trailers = [*header.trailers, *forwarded, ("Feature", patch.feature),
-                    *guard_trailers(series, patch.feature, patch.diff.decode("latin-1"))]
-        message = stripspace(with_trailers(f"{header.subject}\n\n{header.body}" if header.body else header.subject,
-                                           trailers))
-        commits.append(FileCommit(parent=start if not commits else "", author=author, message=message,
-                                  changes=tuple(PathChange(path=path, mode=entry.mode, blob=entry.blob) if entry
-                                                else PathChange(path=path, mode=0) for path, entry in changes.items())))
-    made = git.commit_changes(commits, date_format="raw")  # dep3 and the file's mtime give raw dates
-    return outcomes, made[-1] if made else start
+        changed = bool(result and result.commit)
+        outcomes.append(PatchOutcome(source=patch.source, file=patch.name if changed else "",
+                                     notes=notes if changed else (*notes, "changes nothing: not imported")))
+    return outcomes, engine.head
+
+
+def _commit_of(series: Series, patch: QuiltPatch, paths: frozenset[str] | None) -> Bare:
+    """The commit a quilt patch makes: its DEP-3 header's author, date and message, trailers added."""
+    header = patch.description
+    name, address = email.utils.parseaddr(header.author)  # forkbuild's own identity where it names none
+    seconds, zone = (header.date or f"{int(patch.path.stat().st_mtime)} +0000").split()
+    offset = datetime.timedelta(hours=int(zone[1:3]), minutes=int(zone[3:5])) * (-1 if zone[0] == "-" else 1)
+    author = Author(name=name.strip() or address or IDENTITY["user.name"],
+                    email=address if "@" in address else IDENTITY["user.email"],
+                    date=email.utils.format_datetime(datetime.datetime.fromtimestamp(int(seconds),
+                                                                                     datetime.timezone(offset))))
+    forwarded = [] if any(key.lower() == "forwarded" for key, _ in header.trailers) else [("Forwarded", "no")]
+    trailers = [*header.trailers, *forwarded, ("Feature", patch.feature),
+                *guard_trailers(series, patch.feature, patch.diff.decode("latin-1"))]
+    message = stripspace(with_trailers(f"{header.subject}\n\n{header.body}" if header.body else header.subject,
+                                       trailers))
+    return Bare(author=author, message=message, paths=paths)
 
 
 def _check_out_series(context: Context, cache_git: Git, *, base: str, head: str, files: list[str],

@@ -23,6 +23,7 @@ LOG = logging.getLogger("forkbuild.io.git")  # every command and its output, at 
 LOGGED_LINES = 200  # per command: `log -p` of a whole series would flood the terminal
 ENGLISH = {"LANGUAGE": "C", "LC_ALL": "C"}  # git's messages, which forkbuild reads and shows
 IDENTITY = {"user.name": "forkbuild", "user.email": "forkbuild@localhost"}
+EMPTY_BLOB = "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"  # the blob of an empty file
 # A user's config must not change what forkbuild produces, nor a hook or signing prompt stop it,
 # nor a repository's config (an imported contributor's included) run a program of its choosing.
 PINNED_CONFIG = {

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import unidiff
 from unidiff.errors import UnidiffParseError
 
+from forkbuild.io.git import EMPTY_BLOB
 from forkbuild.series.patchfile import parse_diff
 
 DEV_NULL = "/dev/null"
@@ -22,7 +23,6 @@ GIT_EXTENDED = re.compile(r"^(?:index |similarity index |dissimilarity index |re
                           r"(?:old|new) mode |new file mode |deleted file mode )")
 RENAME = re.compile(r"^(?P<kind>rename|copy) (?P<end>from|to) (?P<name>[^\r\n]*)")
 INDEX = re.compile(r"^index (?P<old>[0-9a-f]+)\.\.(?P<new>[0-9a-f]+)")
-EMPTY_BLOB = "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"
 # A name followed by a timestamp without a tab ("--- a/x  2022-12-11 15:41:56 +0000").
 SPACED_TIMESTAMP = re.compile(r"\s+(?:\d{4}-\d\d-\d\d \d\d:\d\d|[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d).*$")
 

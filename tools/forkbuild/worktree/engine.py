@@ -8,6 +8,10 @@
 4. conflict    recorded (stop=False), or redone in the work tree with markers (stop=True)
 
 No work tree is touched until `finish` checks the result out once (or a stop).
+
+A bare diff (import --quilt: its commit's author and message given, any -p level, hunks without
+context) takes the first two rungs only: it applies as GNU patch would, or not at all. With
+`gnu_emptied`, a file a patch leaves empty is removed, as GNU patch -E does (dpkg-source).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import NamedTuple
 
 from forkbuild.errors import ForkbuildError
 from forkbuild.io.childgroup import process_exists
-from forkbuild.io.git import IDENTITY, Author, FileCommit, Git, PathChange, TreeEntry
+from forkbuild.io.git import EMPTY_BLOB, IDENTITY, Author, FileCommit, Git, PathChange, TreeEntry
 from forkbuild.series.patchfile import PatchInfo, git_am_subject, read_patch
 from forkbuild.worktree.smallindex import TreeListing, apply_small, disjoint_run
 
@@ -46,6 +50,7 @@ REASONS = (
     re.compile(r"^CONFLICT .*$"),
     re.compile(r"^(?:error|fatal): .*$"),
 )
+REGULAR_MODES = (0o100644, 0o100755)
 MISSING_BLOB = ("lacks the necessary blob", "lacks necessary blobs", "sha1 information is lacking", "invalid object")
 
 
@@ -72,12 +77,23 @@ class Outcome(StrEnum):
         return self in (Outcome.EXACT, Outcome.OFFSET, Outcome.THREE_WAY)
 
 
+class Bare(NamedTuple):
+    """A diff without a mail's headers: the commit it makes, and every path it names (None: not known)."""
+
+    author: Author
+    message: str
+    paths: frozenset[str] | None
+
+
 class PatchJob(NamedTuple):
     """One patch of a plan; `source`: its commit in a series on another base (the 3-way rung)."""
 
     name: str
     path: Path
     source: str = ""
+    strip: int = 1  # git apply -p
+    unidiff_zero: bool = False  # some hunk has no context lines
+    bare: Bare | None = None
 
 
 class PatchResult(NamedTuple):
@@ -89,6 +105,7 @@ class PatchResult(NamedTuple):
     detail: str = ""
     conflicts: tuple[str, ...] = ()
     offsets: tuple[str, ...] = ()
+    emptied: tuple[str, ...] = ()  # left empty, removed (gnu_emptied)
 
 
 class _Planned(NamedTuple):
@@ -134,8 +151,10 @@ class Engine:
 
     def __init__(self, worktree: Git, *, detect_upstreamed: bool = False, head: str = "", shown: str = "",
                  checked_out: bool = True, before_change: Callable[[], None] | None = None,
-                 listing: TreeListing | None = None, parsed: Mapping[Path, PatchInfo] | None = None) -> None:
+                 listing: TreeListing | None = None, parsed: Mapping[Path, PatchInfo] | None = None,
+                 gnu_emptied: bool = False) -> None:
         self.worktree = worktree
+        self.gnu_emptied = gnu_emptied
         for path in worktree.git_dir.glob("forkbuild-engine-*.index*"):  # what killed engines left
             match = ENGINE_FILE.fullmatch(path.name)
             if match and int(match["pid"]) != os.getpid() and not process_exists(int(match["pid"])):
@@ -215,6 +234,9 @@ class Engine:
         """What the fast rung needs of `job`; None when it must not take it."""
         if self.detect_upstreamed:
             return None  # the reverse check needs the whole index: a file the patch deletes must be absent
+        if job.bare:
+            author, message, paths = job.bare
+            return _Planned(job=job, author=author, message=message, paths=paths) if paths else None
         info = self._read(job.path)
         author, message = patch_author_message(info)
         paths = frozenset(change.path for change in info.files)
@@ -224,8 +246,10 @@ class Engine:
 
     def _group(self, jobs: list[PatchJob], limit: int | None = None) -> list[_Planned]:
         """The first jobs (at most `limit`) that one `git apply` can take together: each names files
-        none of the others does (so each one's result is its own)."""
-        planned = itertools.takewhile(lambda plan: plan is not None, map(self._plan, jobs))
+        none of the others does (so each one's result is its own), all with one -p and --unidiff-zero."""
+        options = (jobs[0].strip, jobs[0].unidiff_zero)
+        planned = itertools.takewhile(lambda plan: plan is not None and (plan.job.strip, plan.job.unidiff_zero) == options,
+                                      map(self._plan, jobs))
         return disjoint_run(planned, lambda plan: plan.paths, limit=limit)  # type: ignore[arg-type,union-attr]
 
     def _fast(self, group: list[_Planned], *, upcoming: Sequence[PatchJob] = ()) -> list[PatchResult]:
@@ -243,8 +267,9 @@ class Engine:
             named = paths | self._paths_of(upcoming)
             before, written = listing.entries_for(named), False
         self._small = None  # until git's run below is read back: the index may hold anything
+        first = group[0].job
         applied = apply_small(self.worktree, [planned.job.path for planned in group], index=self._small_index,
-                              entries=before, written=written)
+                              entries=before, written=written, strip=first.strip, unidiff_zero=first.unidiff_zero)
         if applied is None:
             self._small = (listing, named, dict(before))  # git applies all or nothing: the index is as it was
             return []  # does not apply there: the full rungs take it
@@ -263,15 +288,24 @@ class Engine:
         for offset in offsets:
             moved[id(owner[_offset_path(offset)])].append(offset)
         for planned in group:
-            own = tuple(mine[id(planned)])
+            own, emptied = self._empty_removed(mine[id(planned)], before)
             token = self._add_pending(FileCommit(parent=self._parent(), author=planned.author,
-                                                 message=planned.message, changes=own))
+                                                 message=planned.message, changes=own)) if own or not planned.job.bare else ""
             listing.update(own)
             offsets_of = tuple(moved[id(planned)])
             results.append(PatchResult(name=planned.job.name, outcome=Outcome.OFFSET if offsets_of else Outcome.EXACT,
-                                       commit=token, offsets=offsets_of, detail="; ".join(offsets_of)))
-        self._small = (listing, named, after)
+                                       commit=token, offsets=offsets_of, detail="; ".join(offsets_of), emptied=emptied))
+        # A file removed for being left empty is still in the index: it is written anew next time.
+        self._small = None if any(result.emptied for result in results) else (listing, named, after)
         return results
+
+    def _empty_removed(self, changes: Sequence[PathChange], before: Mapping[str, TreeEntry]
+                       ) -> tuple[tuple[PathChange, ...], tuple[str, ...]]:
+        """`changes` with the regular files they leave empty removed (none made), and those files (gnu_emptied)."""
+        emptied = tuple(change.path for change in changes if self.gnu_emptied and change.blob == EMPTY_BLOB
+                        and change.mode in REGULAR_MODES)
+        kept = tuple(change for change in changes if change.path not in emptied)
+        return (*kept, *(PathChange(path=path, mode=0) for path in emptied if path in before)), emptied
 
     def _read(self, path: Path) -> PatchInfo:
         """`path` parsed; an engine reads each patch once (the files do not change while it runs)."""
@@ -283,6 +317,9 @@ class Engine:
         """The files `jobs` name (a patch that does not read is the full rungs' to judge)."""
         named: set[str] = set()
         for job in jobs:
+            if job.bare:
+                named.update(job.bare.paths or ())
+                continue
             try:
                 named.update(change.path for change in self._read(job.path).files)
             except (ForkbuildError, OSError):
@@ -318,19 +355,38 @@ class Engine:
                                                                  reverse=True).status == 0:
             return PatchResult(name=job.name, outcome=Outcome.UPSTREAMED,
                                detail="the base already holds the patch's result (it reverse-applies)")
-        applied = self.worktree.apply_to_index(job.path, index=self._index)
+        applied = self.worktree.apply_to_index(job.path, index=self._index, strip=job.strip,
+                                               unidiff_zero=job.unidiff_zero)
         report = read_report(applied.stdout + applied.stderr)
         if applied.status == 0:
-            commit = self._commit(self.worktree.write_tree(index=self._index), patch_author_message(self._read(job.path)))
+            emptied = self._remove_emptied()
+            tree = self.worktree.write_tree(index=self._index)
+            meta = job.bare[:2] if job.bare else patch_author_message(self._read(job.path))
+            commit = "" if job.bare and tree == self.worktree.tree_of(self.head) else self._commit(tree, meta)
             outcome = Outcome.OFFSET if report.offsets else Outcome.EXACT
             return PatchResult(name=job.name, outcome=outcome, commit=commit, offsets=report.offsets,
-                               detail="; ".join(report.offsets))
+                               detail="; ".join(report.offsets), emptied=emptied)
+        if job.bare:  # as GNU patch would, or not at all
+            self._index_at = None
+            return PatchResult(name=job.name, outcome=Outcome.CONFLICT, detail=report.reason or "does not apply")
         merged = self._merge_source(job) if job.source else self._merge_by_index_lines(job)
         if merged.detail == ALREADY_APPLIED and stop:
             self.materialize()  # nothing to resolve: the tree shows HEAD, for --skip (or drop)
         if merged.outcome is not Outcome.CONFLICT or not stop or merged.detail == ALREADY_APPLIED:
             return merged
         return self.stop_in_worktree(job, merged)
+
+    def _remove_emptied(self) -> tuple[str, ...]:
+        """The regular files of the private index that the patch just applied left empty, removed (gnu_emptied)."""
+        if not self.gnu_emptied:
+            return ()
+        empty = {path: entry for path, entry in self.worktree.read_index(self._index).items()
+                 if entry.blob == EMPTY_BLOB and entry.mode in REGULAR_MODES}
+        held = self.worktree.tree_entries(self.head, empty) if empty else {}
+        emptied = tuple(sorted(path for path, entry in empty.items() if held.get(path) != entry))
+        if emptied:
+            self.worktree.update_index(self._index, dict.fromkeys(emptied))
+        return emptied
 
     def _commit(self, tree: str, meta: tuple[Author, str]) -> str:
         author, message = meta
