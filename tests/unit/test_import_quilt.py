@@ -10,6 +10,7 @@ seen in Debian's debian/patches, imported through the CLI, then
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -418,6 +419,20 @@ def test_a_patch_that_does_not_apply_writes_nothing_and_leaves_no_tree(tmp_path:
     assert not (project.root / ".forkbuild-work" / "series").exists()  # made while importing, removed again
 
 
+def test_a_patch_whose_context_an_earlier_one_changed_is_refused_not_merged(tmp_path: Path) -> None:
+    # dpkg-source applies with patch -F 0: a hunk whose context moved is a failure. Its index
+    # line names upstream's blob, so git could merge it (line 4, two lines from the earlier
+    # change of line 2): import must not.
+    blob = hashlib.sha1(b"blob %d\0" % len(UPSTREAM["a.txt"]) + UPSTREAM["a.txt"]).hexdigest()
+    later = (b"Description: later\ndiff --git a/a.txt b/a.txt\nindex %s..1111111 100644\n--- a/a.txt\n+++ b/a.txt\n"
+             b"@@ -2,4 +2,4 @@\n line 2\n line 3\n-line 4\n+line four\n line 5\n" % blob[:12].encode())
+    project = Project(tmp_path, {"earlier.patch": b"Description: earlier\n\n--- a/a.txt\n+++ b/a.txt\n"
+                                                  b"@@ -1,3 +1,3 @@\n line 1\n-line 2\n+line two\n line 3\n",
+                                 "later.patch": later})
+    with pytest.raises(ApplyError, match="later.patch does not apply"):
+        project.import_()
+
+
 def test_a_lone_carriage_return_inside_a_line_round_trips(tmp_path: Path) -> None:
     # mksh's debian-changes: a "\r" in the middle of a line; read as text with universal
     # newlines it would split the hunk line in two.
@@ -492,6 +507,31 @@ diff --git "a/caf\\303\\251.txt" "b/caf\\303\\251.txt"
     tree = project.round_trip()
     assert (tree / cafe).read_bytes() == b"new\n"
     assert b"line three\n" in (tree / "a.txt").read_bytes()
+
+
+def test_a_file_left_empty_on_the_whole_tree_is_removed_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The quoted name again (it goes the whole-tree way), its one line removed: GNU patch -E
+    # removes the file there as in a small index; the upstream's own empty file stays.
+    cafe = "caf\u00e9.txt"
+    patch = b"""\
+Description: empties a quoted name
+diff --git "a/caf\\303\\251.txt" "b/caf\\303\\251.txt"
+--- "a/caf\\303\\251.txt"
++++ "b/caf\\303\\251.txt"
+@@ -1 +0,0 @@
+-old
+"""
+    project = Project(tmp_path, {"quoted.patch": patch}, extra={cafe: b"old\n", "keep.txt": b""})
+    whole_tree = []
+    real = Git.read_tree
+    monkeypatch.setattr(Git, "read_tree", lambda self, tree, *, index: whole_tree.append(tree) or real(self, tree, index=index))
+    result = project.import_()
+    assert len(whole_tree) == 1
+    assert f"leaves {cafe} empty: removed, as GNU patch -E does for dpkg-source -x" in result.patches[0].notes
+    series_tree = project.root / ".forkbuild-work" / "series"
+    assert not (series_tree / cafe).exists() and (series_tree / "keep.txt").read_bytes() == b""
+    tree = project.round_trip()
+    assert not (tree / cafe).exists() and (tree / "keep.txt").exists()
 
 
 def test_patches_of_disjoint_files_share_one_git_apply(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
