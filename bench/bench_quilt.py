@@ -5,14 +5,14 @@ The series: Debian 12's grub2 (206 patches in debian/patches), from the quilt
 corpus (tests/integration/quilt_corpus.py fetch; offline afterwards).
 
   forkbuild  `forkbuild import --quilt debian/patches` into a fresh project (the
-             CLI end to end: read + normalise every patch, find what each changes
-             with `git apply --cached` on small private indexes, every commit from
+             CLI end to end: read + normalise every patch, apply each through the
+             engine (`git apply --cached` on small private indexes), every commit from
              one fast-import, format-patch, write patches/ + series.toml as one
              transaction, check the series work tree out once) — the imported
              series applied, in a tree
   quilt      `quilt push -a` on a fresh copy of the unpatched tree
   apply      `forkbuild apply --all` of the imported files into a fresh dir (for
-             information: apply's engine, git am, is not the import's)
+             information: the same engine, on the exported mail-format patches)
 
 Median of --repeat runs, the tools interleaved. Goal: forkbuild <= 1.0x quilt.
 
@@ -80,7 +80,7 @@ def main() -> int:
           f"after: {' '.join(f'{value:.2f}' for value in os.getloadavg())} on {os.cpu_count()} cores")
     print(f"{'':28} time   vs quilt push -a")
     labels = {"forkbuild": "forkbuild import (+checkout)", "quilt": "quilt push -a",
-              "apply": "forkbuild apply --all (am)"}
+              "apply": "forkbuild apply --all"}
     for name in ("forkbuild", "quilt", "apply"):
         print(f"{labels[name]:28} {median[name]:5.2f}s  {median[name] / median['quilt']:5.2f}x"
               f"   (runs: {' '.join(f'{value:.2f}' for value in times[name])})")
