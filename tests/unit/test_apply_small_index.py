@@ -20,17 +20,6 @@ def test_a_run_ends_at_the_first_patch_naming_a_file_named_before() -> None:
     assert disjoint_run(patches, lambda paths: paths) == [named("a"), named("b", "c")]
 
 
-def test_directories_end_a_run_at_a_file_below_or_above_one_named_before() -> None:
-    below = [named("sub"), named("sub/new.txt")]
-    above = [named("sub/x/y.c"), named("sub/x")]
-    for patches in (below, above):
-        assert disjoint_run(patches, lambda paths: paths) == patches  # names alone are disjoint
-        assert disjoint_run(patches, lambda paths: paths, directories=True) == patches[:1]
-    # Siblings in one directory share a run.
-    siblings = [named("sub/a"), named("sub/b")]
-    assert disjoint_run(siblings, lambda paths: paths, directories=True) == siblings
-
-
 def test_candidates_are_read_lazily_and_at_most_limit() -> None:
     read: list[int] = []
 

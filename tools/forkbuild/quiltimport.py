@@ -1,7 +1,7 @@
 """`import --quilt`: a quilt series (Debian `debian/patches`, quilt's `patches/`) becomes new
-entries at the end of the series: every patch checked first, applied by the engine as bare
-diffs (their -p level, GNU patch -E), committed with one fast-import, written by one `format-patch`; the series' work tree
-is checked out once. A file a patch leaves empty is removed, as GNU patch -E does."""
+entries at the end of the series: every patch checked first, applied by the engine as a bare
+diff (its -p level), committed with one fast-import, written by one `format-patch`; the series'
+work tree is checked out once. A file a patch leaves empty is removed, as GNU patch -E does."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Patches applied in a private index of only the files they name (the engine's fast rung,
-`import --quilt`): one `git apply --cached` per run of patches on disjoint files.
+"""Patches applied in a private index of only the files they name (the engine's fast rung):
+one `git apply --cached` per run of patches on disjoint files.
 `TreeListing`: HEAD's tree as the fast rung knows it: the paths the patches name, asked of git once."""
 
 from __future__ import annotations
@@ -21,22 +21,16 @@ def parents(path: str) -> list[str]:
     return ["/".join(parts[:depth]) for depth in range(1, len(parts))]
 
 
-def disjoint_run(candidates: Iterable[T], paths_of: Callable[[T], frozenset[str]], *, limit: int | None = None,
-                 directories: bool = False) -> list[T]:
-    """The leading candidates (at most `limit`, read lazily) that name no file one before names;
-    directories: nor a file where one before has a directory, or the other way round."""
+def disjoint_run(candidates: Iterable[T], paths_of: Callable[[T], frozenset[str]], *,
+                 limit: int | None = None) -> list[T]:
+    """The leading candidates (at most `limit`, read lazily) that name no file one before names
+    (a file below or above one named before is TreeListing.changes' to judge)."""
     run: list[T] = []
     named: set[str] = set()
-    named_dirs: set[str] = set()
     for candidate in islice(candidates, limit):
         paths = paths_of(candidate)
         if not paths.isdisjoint(named):
             break
-        if directories:
-            above = {parent for path in paths for parent in parents(path)}
-            if not paths.isdisjoint(named_dirs) or not above.isdisjoint(named):
-                break
-            named_dirs |= above
         run.append(candidate)
         named |= paths
     return run
