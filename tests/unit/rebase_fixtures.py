@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
 import sys
 
@@ -43,6 +44,12 @@ def release(fx: SeriesFixture, changes: tuple[tuple[str, str, str], ...]) -> str
     for path, old, new in changes:
         edit(repo.path, path, old, new)
     return commit_all(repo, f"pkg {NEW_VERSION}", date="1710000000 +0000")
+
+
+def move_pin(fx: SeriesFixture, commit: str) -> None:
+    """Pin the series to another upstream commit (patches unchanged: they no longer all fit)."""
+    text = fx.series_toml.read_text().replace('version = "1.0"', f'version = "{NEW_VERSION}"')
+    fx.series_toml.write_text(re.sub(r'commit = "[0-9a-f]+"', f'commit = "{commit}"', text))
 
 
 def rebase_args(commit: str) -> list[str]:

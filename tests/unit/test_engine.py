@@ -12,12 +12,12 @@ import tomllib
 
 from fixtures import PatchSpec, SeriesFixture, commit_all, git_am, make_series
 from forkbuild.applier import apply_plan, apply_variant, plan_variant
-from forkbuild.upstream.cache import UpstreamCache
 from forkbuild.errors import ApplyError, DirtyTreeError, LockBusy, RebaseStopped
 from forkbuild.io.git import Git
 from forkbuild.series.combination import of_variant
+from forkbuild.upstream.cache import UpstreamCache
 from forkbuild.worktree.guard import tree_guard
-from rebase_fixtures import CONFLICT_CHANGES, NEW_VERSION, rebase_args, release, tree
+from rebase_fixtures import CONFLICT_CHANGES, NEW_VERSION, move_pin, rebase_args, release, tree
 
 INDEX_LINE = re.compile(r"^index ([0-9a-f]+)\.\.", re.MULTILINE)
 
@@ -110,12 +110,6 @@ def test_after_a_skip_a_later_conflict_stops_with_markers_and_names_the_upstream
 
 
 # -- repair: apply --all stops at the failing patch ----------------------------------
-
-def move_pin(fx: SeriesFixture, commit: str) -> None:
-    """Pin the series to another upstream commit (patches unchanged: they no longer all fit)."""
-    text = fx.series_toml.read_text().replace('version = "1.0"', f'version = "{NEW_VERSION}"')
-    fx.series_toml.write_text(re.sub(r'commit = "[0-9a-f]+"', f'commit = "{commit}"', text))
-
 
 def stopped_at_alpha(fx: SeriesFixture, capfd) -> str:
     assert fx.cli("apply", "--all") == 0  # 1.0 in the cache: the patches' preimage blobs are there

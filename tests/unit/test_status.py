@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,9 @@ import pytest
 
 from fixtures import SeriesFixture
 from forkbuild.commands.status import series_status
+from forkbuild.errors import ApplyError, RebaseStopped
 from forkbuild.series.config import load_series
+from rebase_fixtures import CONFLICT_CHANGES, NEW_VERSION, move_pin, rebase_args, release
 
 
 def test_patches_and_variants(series_fx: SeriesFixture) -> None:
@@ -99,3 +102,38 @@ def test_status_wide_shows_every_file_whole():
     for variant in series.variants.values():
         for key, value in variant.env.items():
             assert f"{key}={value}" in out
+
+
+def _in_progress(fx: SeriesFixture, capsys: pytest.CaptureFixture[str]) -> list[dict]:
+    capsys.readouterr()
+    assert fx.cli("status", "--json") == 0
+    return json.loads(capsys.readouterr().out)["in_progress"]
+
+
+def test_a_stopped_rebase_is_named_with_its_patch_and_what_goes_on(git_series_fx: SeriesFixture,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    fx = git_series_fx
+    assert _in_progress(fx, capsys) == []
+    assert fx.cli(*rebase_args(release(fx, CONFLICT_CHANGES))) == RebaseStopped.return_code
+    [item] = _in_progress(fx, capsys)
+    assert (item["command"], item["phase"], item["patch"], item["position"], item["onto"]) == (
+        "rebase", "conflict", "alpha-scale.patch", [2, 3], NEW_VERSION)
+    assert "`forkbuild rebase --continue`" in item["next"] and "`--abort`" in item["next"]
+    assert fx.cli("status") == 0
+    assert "rebase in progress: onto 2.0, stopped at alpha-scale.patch (2 of 3)" in capsys.readouterr().out
+    assert fx.cli("rebase", "--abort") == 0  # the hint's way out
+    assert _in_progress(fx, capsys) == []
+
+
+def test_a_stopped_apply_is_named_with_its_patch_and_what_goes_on(git_series_fx: SeriesFixture,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    fx = git_series_fx
+    assert fx.cli("apply", "--all") == 0
+    move_pin(fx, release(fx, CONFLICT_CHANGES))
+    assert fx.cli("apply", "--all") == ApplyError.return_code
+    [item] = _in_progress(fx, capsys)
+    assert (item["command"], item["patch"], item["position"]) == ("apply", "alpha-scale.patch", [2, 3])
+    command = item["next"].split("`")[3]  # forkbuild apply --continue --dir <tree>
+    assert command.startswith("forkbuild apply --continue --dir ")
+    assert fx.cli("apply", "--abort", "--dir", shlex.split(command)[-1]) == 0
+    assert _in_progress(fx, capsys) == []

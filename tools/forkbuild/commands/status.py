@@ -1,4 +1,5 @@
-"""`forkbuild status`: the series' patches and variants, as tables or JSON (stdout)."""
+"""`forkbuild status`: what waits for a person (a stopped rebase or `apply --all`), the series'
+patches and variants, as tables or JSON (stdout)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,13 @@ from rich.table import Column, Table
 
 from forkbuild.commands import add_command
 from forkbuild.console import styled
+from forkbuild.errors import ForkbuildError, quoted
+from forkbuild.io.git import Git
+from forkbuild.rebase.journal import Journal, Phase, RebaseState
 from forkbuild.series.config import Series
+from forkbuild.series.layout import SERIES_TREE
 from forkbuild.series.patchfile import read_patch
+from forkbuild.worktree.state import read_stop
 
 WIDE = 100_000
 
@@ -19,7 +25,7 @@ WIDE = 100_000
 def add_parser(subparsers) -> None:
     parser = add_command(
         subparsers, "status", help="list patches (feature, guards, files, +/-) and variants",
-        description='Lists the patches (feature, guards, +/-, variants) and the variants (features, patches, env). Fits 80 columns and pipes; --wide shows every column in full (touched files, env values); --json prints everything as JSON on stdout.',
+        description='Says what waits for a person (a stopped rebase or `apply --all`, and the command that goes on), then lists the patches (feature, guards, +/-, variants) and the variants (features, patches, env). Fits 80 columns and pipes; --wide shows every column in full (touched files, env values); --json prints everything as JSON on stdout.',
         examples=['forkbuild status', 'forkbuild status --wide', "forkbuild status --json | jq '.patches[].file'"])
     parser.add_argument("--json", action="store_true", help="print the status as JSON on stdout")
     parser.add_argument("--wide", action="store_true",
@@ -51,8 +57,56 @@ def series_status(series: Series) -> dict:
             "unported": [name for name, feature in series.features.items() if not feature.ported]}
 
 
+def waiting(context) -> list[dict]:
+    """A rebase journaled in the series (stopped or interrupted) and an `apply --all` stopped in the
+    series work tree: where each is and the command that goes on from it."""
+    found: list[dict] = []
+    journal = Journal(context.series_dir)
+    if journal.exists():
+        try:
+            found.append(_rebase_waiting(journal.load()))
+        except ForkbuildError as error:
+            found.append({"command": "rebase", "phase": "unreadable", "state": error.message, "next": error.hint})
+    tree = context.series_dir / SERIES_TREE
+    if (tree / ".git").is_file():
+        try:
+            stop = read_stop(Git(tree))
+        except ForkbuildError as error:
+            found.append({"command": "apply", "phase": "unreadable", "state": error.message, "next": error.hint})
+        else:
+            if stop is not None:
+                position = [stop.cursor + 1, len(stop.jobs)]
+                found.append({
+                    "command": "apply", "phase": "conflict", "tree": str(tree), "patch": stop.stopped.name,
+                    "position": position, "state": f"stopped at {stop.stopped.name} ({position[0]} of "
+                                                   f"{position[1]}) in {tree}",
+                    "next": f"resolve it (`git add`), then `forkbuild apply --continue --dir {quoted(str(tree))}` and "
+                            "`forkbuild export`; `--skip` leaves the patch out of the tree; `--abort` puts the tree back"})
+    return found
+
+
+def _rebase_waiting(state: RebaseState) -> dict:
+    position = [state.cursor + 1, len(state.patches)]
+    stopped = state.phase is Phase.CONFLICT and state.cursor < len(state.patches)
+    patch = state.patches[state.cursor].file if stopped else ""
+    if stopped:
+        where = f"stopped at {patch} ({position[0]} of {position[1]}) in {state.worktree}"
+        then = "resolve it (`git add`), then `forkbuild rebase --continue`; `--skip` leaves the patch out"
+    elif state.phase is Phase.REVIEW:
+        where, then = "every patch replayed, waiting for review", "`forkbuild rebase --continue` writes the series"
+    elif state.phase is Phase.CHECK_FAILED:
+        where = "the series is written, but `forkbuild check` failed"
+        then = "fix series.toml or patches/, then `forkbuild rebase --continue` checks again"
+    else:
+        where = f"interrupted ({state.phase}, at patch {position[0]} of {position[1]})"
+        then = "`forkbuild rebase --continue` goes on"
+    return {"command": "rebase", "phase": str(state.phase), "onto": state.target.version, "tree": str(state.worktree),
+            "patch": patch, "position": position, "state": f"onto {state.target.version}, {where}",
+            "next": f"{then}; `--abort` puts everything back"}
+
+
 def run(args, context) -> int:
-    status = series_status(context.series)
+    status = series_status(context.series) | {"in_progress": waiting(context)}
     if args.json:
         print(json.dumps(status, indent=2))
         return 0
@@ -60,6 +114,8 @@ def run(args, context) -> int:
         console, tables = Console(highlight=False, markup=False, width=WIDE), [patch_table(status), variant_table(status)]
     else:
         console, tables = Console(highlight=False, markup=False), [narrow_patch_table(status), narrow_variant_table(status)]
+    for item in status["in_progress"]:
+        console.print(styled((f"{item['command']} in progress:", "bold yellow"), f" {item['state']}\n  next: {item['next']}"))
     for table in tables:
         console.print(table, crop=False)
     if status["unported"]:
