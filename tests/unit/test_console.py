@@ -21,7 +21,8 @@ def test_an_apply_prints_its_step_table_and_head_in_order(series_fx: SeriesFixtu
 
 
 # What a line may carry from untrusted input: markup and emoji look-alikes, tabs, control characters.
-LINES = ["[bold]not markup[/] :smile: 1.5", "tab\tstop\tx", "ca\rrriage b\x08ell\x07 ff\x0c vt\x0b", "wide 中文\tz", ""]
+LINES = ["[bold]not markup[/] :smile: 1.5", "tab\tstop\tx", "ca\rrriage b\x08ell\x07 ff\x0c vt\x0b", "wide 中文\tz", "",
+         "title \x1b]0;owned\x07 clear \x1b[2J csi \x9b2J del \x7f"]  # a terminal's escapes, from a patch's name
 SCRIPT = """
 import sys
 from forkbuild.console import Reporter
@@ -57,7 +58,9 @@ def test_lines_off_a_terminal_are_what_rich_writes_there_without_importing_rich(
     assert _report("rich") == (plain, True)  # rich off a terminal writes the same bytes
     untabbed = [line for line in LINES if "\t" not in line]
     assert _report("plain", untabbed) == (_report("rich", untabbed)[0], False)  # rich's ~70 ms import spared
-    assert "\x1b[" not in plain and "\r" not in plain and "[bold]not markup[/] :smile: 1.5" in plain
+    assert "\x1b" not in plain and "\r" not in plain and "\x9b" not in plain and "[bold]not markup[/] :smile: 1.5" in plain
+    assert "title \\x1b]0;owned\\x07 clear \\x1b[2J csi \\x9b2J del \\x7f" in plain  # shown, not obeyed
     colored, imported = _report("plain", FORCE_COLOR="1")
     assert imported and "\x1b[" in colored  # a terminal (FORCE_COLOR stands for one): rich styles it
+    assert "\x1b]0;owned" not in colored and "\x1b[2J" not in colored and "\\x1b[2J" in colored
     assert _report("plain", untabbed, FORCE_COLOR="1", TTY_COMPATIBLE="0")[1] is False

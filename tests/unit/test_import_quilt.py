@@ -22,7 +22,7 @@ from fixtures import cli_main, make_quilt_project
 from forkbuild.applier import apply_variant
 from forkbuild.console import Reporter
 from forkbuild.context import Context
-from forkbuild.errors import ApplyError
+from forkbuild.errors import ApplyError, ConfigError
 from forkbuild.exporter import export_series
 from forkbuild.io.git import Git
 from forkbuild.quiltimport import QuiltImport, import_quilt
@@ -585,3 +585,12 @@ def test_a_patch_below_a_file_an_earlier_patch_removes_applies_as_on_the_whole_t
     tree = project.round_trip()
     assert not (tree / "sub").is_file()
     assert (tree / "sub" / "new.txt").read_bytes() == b"new\n"
+
+
+def test_a_patch_name_with_a_terminal_escape_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    name = "title\x1b]0;owned\x07.patch"
+    project = Project(tmp_path, {name: b"Description: a\n\n" + A_TXT_HUNK})
+    toml = (project.root / "series.toml").read_bytes()
+    with pytest.raises(ConfigError, match="has control characters: rename the file"):
+        project.import_()
+    assert (project.root / "series.toml").read_bytes() == toml and not any((project.root / "patches").iterdir())

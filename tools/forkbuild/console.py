@@ -1,8 +1,8 @@
 """All terminal output: steps with durations, warnings, errors, on stderr. rich draws tables and
 styles lines on a terminal (imported then: it costs ~70 ms, a fifth of an apply); where stderr is
-no terminal, a line is its text, as rich would write it there. Markup is off: messages quote TOML,
-git and patch subjects ("[[patches]]", "[fix] ..."), which rich would swallow or choke on; styles
-are given as (text, style) parts."""
+no terminal, a line is its text, as rich would write it there. A line's control characters are
+written out (`printable`), never sent. Markup is off: messages quote TOML, git and patch subjects
+("[[patches]]", "[fix] ..."), which rich would swallow or choke on; styles are (text, style) parts."""
 
 from __future__ import annotations
 
@@ -30,15 +30,22 @@ class OutputError(Exception):
         self.error = error
 
 
-# What rich removes from text it prints (rich.control.STRIP_CONTROL_CODES: BEL, BS, VT, FF, CR).
-_STRIPPED = dict.fromkeys((7, 8, 11, 12, 13))
+# Control characters in a message (a patch's name, git's output: untrusted) are shown, never sent to
+# the terminal: ESC and CSI sequences retitle, hide or rewrite what it shows. Tab and newline stay.
+_ESCAPED = {code: f"\\x{code:02x}" for code in (*range(32), *range(127, 160)) if code not in (9, 10)}
+
+
+def printable(text: str) -> str:
+    """`text` with its control characters written out (\\x1b), tab and newline kept."""
+    return text.translate(_ESCAPED)
 
 
 def styled(*parts: str | Text | tuple[str, str], style: str = "") -> Text:
     """Text from plain parts and (text, style) pairs: styled output that no message can restyle."""
     from rich.text import Text
 
-    return Text.assemble(*parts, style=style)
+    return Text.assemble(*(printable(part) if isinstance(part, str) else (printable(part[0]), part[1])
+                           if isinstance(part, tuple) else part for part in parts), style=style)
 
 
 class _Stdout:
@@ -99,11 +106,11 @@ class Reporter:
 
     def line(self, *parts: str | tuple[str, str], style: str = "") -> None:
         """One line (or lines) from plain parts and (text, style) pairs."""
-        text = "".join(part if isinstance(part, str) else part[0] for part in parts)
+        text = printable("".join(part if isinstance(part, str) else part[0] for part in parts))
         if not self.plain or "\t" in text:  # a tab's stop depends on the cells before it: rich counts them
             self.console.print(styled(*parts, style=style))
             return
-        sys.stderr.write(text.translate(_STRIPPED) + "\n")
+        sys.stderr.write(text + "\n")
         sys.stderr.flush()
 
     @property

@@ -104,7 +104,9 @@ def check_incoming(series: Series, incoming: list) -> None:
         if item.feature not in series.features:
             problems.append(f"{item.source}: feature {item.feature!r} is not in series.toml"
                             + (near_miss(item.feature, series.features) or " (add a [features.NAME] table first)"))
-        if item.name in taken:
+        if not item.name.isprintable():
+            problems.append(f"{item.source}: its name {item.name!r} has control characters: rename the file")
+        elif item.name in taken:
             problems.append(f"{item.source}: patches/{item.name} exists already; import never overwrites (rename one of them)")
         elif item.name in seen:
             problems.append(f"{item.source}: two incoming patches are both named {item.name}")

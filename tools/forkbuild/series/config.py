@@ -587,8 +587,9 @@ def _parse_patches(problems: _Problems, value: Any, patches_dir: Path) -> list[P
         fields = problems.fields(table, "patches", where, near={"upstream": file, "unguarded": file})
         if problems.has(f"{where}.file"):
             continue  # not a string: nothing to check the file of
-        if not file or Path(file).name != file:
-            problems.add(f"{where}.file", f"{file!r} must be a plain file name inside patches/", near=file or "patches")
+        if not file or Path(file).name != file or not file.isprintable():
+            problems.add(f"{where}.file", f"{file!r} must be a plain file name inside patches/ (printable: no "
+                         "control characters)", near=file or "patches")
         status = fields.pop("upstream")
         if status not in UPSTREAM_STATUSES:
             problems.add(f"{where}.upstream", f"{status!r} is not one of {UPSTREAM_STATUSES}", near=file)
