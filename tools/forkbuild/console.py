@@ -31,12 +31,14 @@ class OutputError(Exception):
 
 
 # Control characters in a message (a patch's name, git's output: untrusted) are shown, never sent to
-# the terminal: ESC and CSI sequences retitle, hide or rewrite what it shows. Tab and newline stay.
-_ESCAPED = {code: f"\\x{code:02x}" for code in (*range(32), *range(127, 160)) if code not in (9, 10)}
+# the terminal: ESC and CSI sequences retitle, hide or rewrite what it shows. Tab and newline stay;
+# BEL, BS, VT, FF and CR go, as rich drops them (git's progress lines end in CR).
+_ESCAPED: dict[int, str | None] = {code: f"\\x{code:02x}" for code in (*range(32), *range(127, 160))
+                                   if code not in (9, 10)} | dict.fromkeys((7, 8, 11, 12, 13))
 
 
 def printable(text: str) -> str:
-    """`text` with its control characters written out (\\x1b), tab and newline kept."""
+    """`text` with its control characters written out (\\x1b) or, as rich does, dropped (CR)."""
     return text.translate(_ESCAPED)
 
 
