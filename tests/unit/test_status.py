@@ -137,3 +137,15 @@ def test_a_stopped_apply_is_named_with_its_patch_and_what_goes_on(git_series_fx:
     assert command.startswith("forkbuild apply --continue --dir ")
     assert fx.cli("apply", "--abort", "--dir", shlex.split(command)[-1]) == 0
     assert _in_progress(fx, capsys) == []
+
+
+def test_a_value_with_a_terminal_escape_is_shown_not_sent(series_fx: SeriesFixture,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    # A variant's env value reaches status --wide's table: its ESC is written out, not obeyed.
+    text = series_fx.series_toml.read_text()
+    series_fx.series_toml.write_text(text.replace('env = { DSV41_ALPHA = "1" }',
+                                                  'env = { DSV41_ALPHA = "1", NOTE = "a\\u001b]0;owned\\u0007b" }'))
+    capsys.readouterr()
+    assert series_fx.cli("status", "--wide") == 0
+    out = capsys.readouterr().out
+    assert "NOTE=a\\x1b]0;ownedb" in out and "\x1b" not in out

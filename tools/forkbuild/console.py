@@ -42,6 +42,11 @@ def printable(text: str) -> str:
     return text.translate(_ESCAPED)
 
 
+def cells(*values: str | Text) -> list[str | Text]:
+    """A table row's cells, each string made printable (a Text is: `styled` made it)."""
+    return [printable(value) if isinstance(value, str) else value for value in values]
+
+
 def styled(*parts: str | Text | tuple[str, str], style: str = "") -> Text:
     """Text from plain parts and (text, style) pairs: styled output that no message can restyle."""
     from rich.text import Text

@@ -6,7 +6,7 @@ from rich.table import Table
 
 from forkbuild.checker import check_series, consistency, provenance, raise_on_failures
 from forkbuild.commands import add_command
-from forkbuild.console import styled
+from forkbuild.console import cells, styled
 from forkbuild.errors import ConfigError
 from forkbuild.worktree.engine import Outcome
 
@@ -33,15 +33,15 @@ def run(args, context) -> int:
     for result in results:
         failed = str(len(result.failures)) if not result.error else "not tried"
         counts = (sum(record.outcome is outcome for record in result.records) for outcome in counted)
-        summary.add_row(result.label, str(len(result.records)), *map(str, counts),
-                        styled((failed, "red")) if not result.ok else failed)
+        summary.add_row(*cells(result.label, str(len(result.records)), *map(str, counts),
+                        styled((failed, "red")) if not result.ok else failed))
     context.reporter.console.print(summary)
     failures = Table("variant", "patch", "feature", "why", title="failing patches")
     for result in results:
         if result.error:
-            failures.add_row(result.label, "", "", result.error, style="red")
+            failures.add_row(*cells(result.label, "", "", result.error), style="red")
         for record in result.failures:
-            failures.add_row(result.label, record.entry.file, record.entry.feature, record.detail, style="red")
+            failures.add_row(*cells(result.label, record.entry.file, record.entry.feature, record.detail), style="red")
     if failures.row_count:
         context.reporter.console.print(failures)
     raise_on_failures(results)

@@ -8,7 +8,7 @@ from rich.table import Table
 
 from forkbuild.applier import apply_variant
 from forkbuild.commands import add_command
-from forkbuild.console import styled
+from forkbuild.console import cells, styled
 from forkbuild.exporter import export_series
 from forkbuild.series.combination import whole_series
 from forkbuild.series.layout import SERIES_TREE
@@ -47,11 +47,11 @@ def run(args, context) -> int:
     table = Table("patch", "feature", "commit", "result", title=f"export of {tree}")
     for patch in plan.patches:
         result = "kept (index/offset noise only)" if patch.action == "noise" else patch.action
-        table.add_row(patch.file, patch.feature, patch.commit[:12], styled((result, ACTION_STYLE[patch.action])))
+        table.add_row(*cells(patch.file, patch.feature, patch.commit[:12], styled((result, ACTION_STYLE[patch.action]))))
     for name in plan.removed:
-        table.add_row(name, "", "", styled(("dropped (--drop; a copy is in .forkbuild-work/dropped/)", "red")))
+        table.add_row(*cells(name, "", "", styled(("dropped (--drop; a copy is in .forkbuild-work/dropped/)", "red"))))
     for name in plan.kept:
-        table.add_row(name, "", "", styled(("kept as it is (--keep; no commit in the tree)", "yellow")))
+        table.add_row(*cells(name, "", "", styled(("kept as it is (--keep; no commit in the tree)", "yellow"))))
     context.reporter.console.print(table)
     for note in plan.unported:
         context.reporter.warn(note)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from forkbuild.commands import add_command
+from forkbuild.console import cells
 from forkbuild.errors import ForkbuildError
 
 
@@ -46,7 +47,7 @@ def run(args, context) -> int:
     imported = import_patches(context=context, incoming=incoming)
     table = Table("patch", "feature", "subject", "from", title=f"imported into {series.patches_dir}")
     for item, subject in imported:
-        table.add_row(item.name, item.feature, subject, item.source)
+        table.add_row(*cells(item.name, item.feature, subject, item.source))
     context.reporter.console.print(table)
     context.reporter.info("series.toml and patches/series updated; review, then `forkbuild check`")
     return 0

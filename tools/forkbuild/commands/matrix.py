@@ -12,7 +12,7 @@ from pathlib import Path
 from rich.table import Table
 
 from forkbuild.commands import add_command
-from forkbuild.console import styled
+from forkbuild.console import cells, styled
 from forkbuild.errors import ForkbuildError
 from forkbuild.image import build
 from forkbuild.image.build_context import prepare_context
@@ -75,8 +75,8 @@ def run(args, context) -> int:
         grid = Table("#", "name", "n", "features", "runtime defaults",
                      title=f"forkbuild matrix --strategy {matrix.strategy}", caption=summary)
         for number, combination in enumerate(matrix.combinations, start=1):
-            grid.add_row(str(number), combination.name, str(len(combination.features)),
-                         ", ".join(combination.features) or "-", combination.base or "guard defaults")
+            grid.add_row(*cells(str(number), combination.name, str(len(combination.features)),
+                         ", ".join(combination.features) or "-", combination.base or "guard defaults"))
         context.reporter.console.print(grid)
     elif args.output_format == "bake":
         _bake(args, context, matrix)
@@ -147,9 +147,9 @@ def _test_patch(args, context, matrix: Matrix) -> int:
                  title=f"test-patch over the {matrix.strategy} matrix")
     for row in rows:
         color = "green" if row["outcome"] == PASS else "red"
-        grid.add_row(row["name"], ", ".join(row["features"]) or "-", styled((row["outcome"], color)),
+        grid.add_row(*cells(row["name"], ", ".join(row["features"]) or "-", styled((row["outcome"], color)),
                      *(str(row["counts"].get(key, "")) for key in (PASS, FAIL, SKIP)),
-                     "\n".join(row["failing"]) or row["reason"][:200])
+                     "\n".join(row["failing"]) or row["reason"][:200]))
     context.reporter.console.print(grid)
     context.reporter.info(f"written: {report}")
     if failed := [row for row in rows if row["outcome"] != PASS]:

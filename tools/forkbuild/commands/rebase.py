@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from forkbuild.commands import add_command
-from forkbuild.console import styled
+from forkbuild.console import cells, styled
 from forkbuild.errors import ForkbuildError
 
 OUTCOME_STYLE = {"exact": "green", "offset": "green", "3-way": "yellow", "resolved": "yellow",
@@ -74,7 +74,7 @@ def run(args, context) -> int:
     table = Table("patch", "outcome", "detail", title=f"rebase {state.old.version} -> {state.target.version}")
     for patch in state.patches:
         style = OUTCOME_STYLE.get(patch.outcome or "", "red")
-        table.add_row(patch.file, styled((report.label(patch.outcome), style)), patch.detail)
+        table.add_row(*cells(patch.file, styled((report.label(patch.outcome), style)), patch.detail))
     context.reporter.console.print(table)
     for line in state.unported:
         context.reporter.warn(line)

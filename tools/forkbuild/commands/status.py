@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Column, Table
 
 from forkbuild.commands import add_command
-from forkbuild.console import styled
+from forkbuild.console import cells, styled
 from forkbuild.errors import ForkbuildError, quoted
 from forkbuild.io.git import Git
 from forkbuild.rebase.journal import Journal, Phase, RebaseState
@@ -146,8 +146,8 @@ def narrow_patch_table(status: dict) -> Table:
             guards.append(f" (trailers: {' '.join(patch['guard_trailers']) or 'none'})", style="yellow")
         upstream = () if patch["upstream"] == "local" else (" ", (f"({patch['upstream']})", "cyan"))
         cell = styled(patch["file"], *upstream, "\n", (patch["feature"], "dim"), *((": ", guards) if guards else ()))
-        table.add_row(str(number), cell, styled((f"+{patch['added']}", "green"), " ", (f"-{patch['removed']}", "red")),
-                      str(len(patch["files"])), " ".join(patch["variants"]) or styled(("none", "yellow")))
+        table.add_row(*cells(str(number), cell, styled((f"+{patch['added']}", "green"), " ", (f"-{patch['removed']}", "red")),
+                      str(len(patch["files"])), " ".join(patch["variants"]) or styled(("none", "yellow"))))
     return table
 
 
@@ -157,8 +157,8 @@ def narrow_variant_table(status: dict) -> Table:
                   title=f"variants (default: {status['default_variant']}); --wide: env values and files",
                   pad_edge=False, title_justify="left")
     for variant in status["variants"]:
-        table.add_row(variant["name"], str(len(variant["patches"])), str(len(variant["env"])),
-                      " ".join(variant["features"]) or styled(("none", "dim")))
+        table.add_row(*cells(variant["name"], str(len(variant["patches"])), str(len(variant["env"])),
+                      " ".join(variant["features"]) or styled(("none", "dim"))))
     return table
 
 
@@ -171,10 +171,10 @@ def patch_table(status: dict) -> Table:
         guards = styled("\n".join(patch["guards"]) or (("unguarded", "dim") if patch["unguarded"] else ""))
         if _trailers_differ(patch):
             guards.append(f"\ntrailers: {', '.join(patch['guard_trailers']) or 'none'}", style="yellow")
-        table.add_row(str(number), patch["file"], patch["feature"], guards,
+        table.add_row(*cells(str(number), patch["file"], patch["feature"], guards,
                       "\n".join(path.removeprefix(root) for path in patch["files"]),
                       styled((str(patch["added"]), "green")), styled((str(patch["removed"]), "red")), patch["upstream"],
-                      " ".join(patch["variants"]))
+                      " ".join(patch["variants"])))
     return table
 
 
@@ -183,5 +183,5 @@ def variant_table(status: dict) -> Table:
     for variant in status["variants"]:
         env = "\n".join(f"{key}={value}" for key, value in variant["env"].items())
         features = ", ".join(variant["features"]) or styled(("none", "dim"))
-        table.add_row(variant["name"], features, str(len(variant["patches"])), env)
+        table.add_row(*cells(variant["name"], features, str(len(variant["patches"])), env))
     return table
