@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from forkbuild.commands import add_command
+from forkbuild.console import printable
 from forkbuild.fleet.envcheck import doctor_env, hazard_line
 from forkbuild.series.combination import resolve
 
@@ -29,8 +30,8 @@ def add_parser(subparsers) -> None:
 def run(args, context) -> int:
     variant = resolve(context.series, variant=args.variant)
     report = doctor_env(context.series, variant=variant, env_file=args.env)
-    print(f"variant {variant.name}: how this build reads {args.env}")
-    print("\n".join(report.lines))
+    print(printable(f"variant {variant.name}: how this build reads {args.env}"))
+    print(printable("\n".join(report.lines)))  # the .env's values, shown, never sent to the terminal
     reporter = context.reporter
     for line in report.refused:
         reporter.line(("refused:", "bold red"), f" {line}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from forkbuild.commands import add_command
+from forkbuild.console import printable
 from forkbuild.errors import ConfigError, FleetError, ForkbuildError
 from forkbuild.fleet import composefiles
 from forkbuild.fleet.envcheck import hazard_line
@@ -148,4 +149,4 @@ def _head_url(files) -> str:
 def _show(what: str, lines: list[str]) -> None:
     print(f"{what}:")
     for line in lines:
-        print(f"  {line}")
+        print(f"  {printable(line)}")
