@@ -4,6 +4,7 @@ patches and variants, as tables or JSON (stdout)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from rich import box
 from rich.console import Console
@@ -13,9 +14,8 @@ from forkbuild.commands import add_command
 from forkbuild.console import cells, styled
 from forkbuild.errors import ForkbuildError, quoted
 from forkbuild.io.git import Git
-from forkbuild.rebase.journal import Journal, Phase, RebaseState
 from forkbuild.series.config import Series
-from forkbuild.series.layout import SERIES_TREE
+from forkbuild.series.layout import REBASE_JOURNAL, SERIES_TREE
 from forkbuild.series.patchfile import read_patch
 from forkbuild.worktree.state import read_stop
 
@@ -61,12 +61,8 @@ def waiting(context) -> list[dict]:
     """A rebase journaled in the series (stopped or interrupted) and an `apply --all` stopped in the
     series work tree: where each is and the command that goes on from it."""
     found: list[dict] = []
-    journal = Journal(context.series_dir)
-    if journal.exists():
-        try:
-            found.append(_rebase_waiting(journal.load()))
-        except ForkbuildError as error:
-            found.append({"command": "rebase", "phase": "unreadable", "state": error.message, "next": error.hint})
+    if (context.series_dir / REBASE_JOURNAL).is_dir():  # the rebase's code only then (~25 ms of imports)
+        found += _rebase_waiting(context.series_dir)
     tree = context.series_dir / SERIES_TREE
     if (tree / ".git").is_file():
         try:
@@ -85,7 +81,16 @@ def waiting(context) -> list[dict]:
     return found
 
 
-def _rebase_waiting(state: RebaseState) -> dict:
+def _rebase_waiting(series_dir: Path) -> list[dict]:
+    from forkbuild.rebase.journal import Journal, Phase
+
+    journal = Journal(series_dir)
+    if not journal.exists():
+        return []
+    try:
+        state = journal.load()
+    except ForkbuildError as error:
+        return [{"command": "rebase", "phase": "unreadable", "state": error.message, "next": error.hint}]
     position = [state.cursor + 1, len(state.patches)]
     stopped = state.phase is Phase.CONFLICT and state.cursor < len(state.patches)
     patch = state.patches[state.cursor].file if stopped else ""
@@ -100,9 +105,9 @@ def _rebase_waiting(state: RebaseState) -> dict:
     else:
         where = f"interrupted ({state.phase}, at patch {position[0]} of {position[1]})"
         then = "`forkbuild rebase --continue` goes on"
-    return {"command": "rebase", "phase": str(state.phase), "onto": state.target.version, "tree": str(state.worktree),
-            "patch": patch, "position": position, "state": f"onto {state.target.version}, {where}",
-            "next": f"{then}; `--abort` puts everything back"}
+    return [{"command": "rebase", "phase": str(state.phase), "onto": state.target.version, "tree": str(state.worktree),
+             "patch": patch, "position": position, "state": f"onto {state.target.version}, {where}",
+             "next": f"{then}; `--abort` puts everything back"}]
 
 
 def run(args, context) -> int:

@@ -25,11 +25,11 @@ from forkbuild.io.fsutil import fsync_directory, sync_files, write_atomic
 from forkbuild.rebase.porter import HunkPort
 from forkbuild.rebase.upstreamed import HunkEvidence
 from forkbuild.series.config import Upstream
-from forkbuild.series.layout import PATCHES_DIR, SERIES_FILE, WORK_DIR
+from forkbuild.series.layout import PATCHES_DIR, REBASE_JOURNAL, SERIES_FILE
 from forkbuild.series.writer import SeriesChange, remove_dir
 from forkbuild.worktree.engine import Outcome
 
-JOURNAL_DIR = "rebase-journal"
+JOURNAL_DIR = REBASE_JOURNAL.name
 STATE_FILE = "state.json"
 
 # 2: cache refs recorded in the state as the rebase makes them (1 snapshotted all of them).
@@ -135,7 +135,7 @@ def series_files(root: Path) -> list[str]:
 class Journal:
     def __init__(self, series_dir: Path) -> None:
         self.series_dir = series_dir
-        self.path = series_dir / WORK_DIR / JOURNAL_DIR
+        self.path = series_dir / REBASE_JOURNAL
         self.backup = self.path / "backup"
 
     def exists(self) -> bool:

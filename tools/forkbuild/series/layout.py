@@ -9,6 +9,7 @@ PATCHES_DIR = "patches"
 WORK_DIR = ".forkbuild-work"  # forkbuild's own work trees, journals and set-aside files (git-ignored)
 SERIES_TREE = Path(WORK_DIR) / "series"  # the full-series work tree that export reads
 REBASE_TREE = Path(WORK_DIR) / "rebase"
+REBASE_JOURNAL = Path(WORK_DIR) / "rebase-journal"  # a rebase in progress: state.json and the backup
 DROPPED_DIR = Path(WORK_DIR) / "dropped"  # patches export/drop set aside, one folder a run
 DIST_DIR = "dist"  # built wheels
 BUILD_DIR = "build"  # reports
