@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from fixtures import make_upstream_repo
+from forkbuild.console import Reporter, configure_logging
 from forkbuild.io import git as git_module
 from forkbuild.io.git import GitFailed
 
@@ -57,3 +58,11 @@ def test_cli_verbose_shows_git_apply_output_on_stderr_and_quiet_does_not(series_
     assert "$ git" not in err and "Applied patch" not in err
     assert logging.getLogger("forkbuild").level == logging.WARNING
     assert not logging.getLogger("forkbuild").handlers  # the -v handler removed, not piled up
+
+
+def test_verbose_output_with_a_terminal_escape_is_shown_not_sent(capsys: pytest.CaptureFixture) -> None:
+    # git's output (a commit subject, a file name) reaches -v's log lines: written out, not obeyed.
+    configure_logging(Reporter(verbose=True))
+    logging.getLogger("forkbuild.io.git").debug("exit 0\ntitle \x1b]0;owned\x07 clear \x1b[2J")
+    err = capsys.readouterr().err
+    assert "title \\x1b]0;owned clear \\x1b[2J" in err and "\x1b]" not in err and "\x1b[2J" not in err

@@ -51,8 +51,12 @@ def styled(*parts: str | Text | tuple[str, str], style: str = "") -> Text:
     """Text from plain parts and (text, style) pairs: styled output that no message can restyle."""
     from rich.text import Text
 
-    return Text.assemble(*(printable(part) if isinstance(part, str) else (printable(part[0]), part[1])
-                           if isinstance(part, tuple) else part for part in parts), style=style)
+    def shown(part: str | Text | tuple[str, str]) -> str | Text | tuple[str, str]:
+        if isinstance(part, tuple):
+            return printable(part[0]), part[1]
+        return printable(part) if isinstance(part, str) else part
+
+    return Text.assemble(*map(shown, parts), style=style)
 
 
 class _Stdout:
@@ -160,6 +164,11 @@ class Reporter:
                         TransferSpeedColumn(), console=self.console, transient=True)
 
 
+class _PrintableFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return printable(super().format(record))
+
+
 def configure_logging(reporter: Reporter) -> None:
     """-v: forkbuild's debug log (git's commands and output) through rich on the reporter's console."""
     logger = logging.getLogger("forkbuild")
@@ -172,5 +181,5 @@ def configure_logging(reporter: Reporter) -> None:
         handler = RichHandler(console=reporter.console, show_time=False, show_path=False, markup=False,
                               highlighter=None, rich_tracebacks=False)
         handler.name = "forkbuild"
-        handler.setFormatter(logging.Formatter("%(message)s"))
+        handler.setFormatter(_PrintableFormatter("%(message)s"))  # git's output, shown, never sent
         logger.addHandler(handler)
