@@ -16,6 +16,7 @@ from forkbuild.upstream.cache import UpstreamCache
 from forkbuild.errors import UpstreamError
 from forkbuild.series.config import GitPin, Upstream, WheelPin
 from forkbuild.io.fsutil import flocked
+from forkbuild.io.git import Git
 
 
 def make_wheel(directory: Path, version: str, files: dict[str, str]) -> WheelPin:
@@ -127,7 +128,10 @@ def test_git_mode_unknown_commit_is_an_upstream_error(tmp_path):
         UpstreamCache(tmp_path / "cache").ensure(upstream)
 
 
-def test_two_processes_share_the_cache_through_the_lock(tmp_path):
+@pytest.mark.parametrize("round_", range(4))  # the race on a new cache is narrow: several rounds find it
+def test_two_processes_share_the_cache_through_the_lock(tmp_path, round_):
+    # Both start on an empty cache: one creates the repository while the other looks for it
+    # without the lock (`git init` writes HEAD before objects/: it must never be seen half made).
     pin = make_wheel(tmp_path, "1.0", {f"m{i}.py": f"x = {i}\n" for i in range(200)})
     script = textwrap.dedent(f"""
         from pathlib import Path
@@ -143,6 +147,19 @@ def test_two_processes_share_the_cache_through_the_lock(tmp_path):
     assert [process.returncode for process in processes] == [0, 0], outputs
     assert outputs[0][0] == outputs[1][0]
     assert len(refs(UpstreamCache(tmp_path / "cache")).splitlines()) == 1
+
+
+def test_a_repository_a_kill_left_half_made_is_made_again(tmp_path):
+    # What a `git init` killed between HEAD and objects/ left (before it was made aside): no object
+    # in it, so nothing to keep; the next import makes the repository again instead of refusing it.
+    pin = make_wheel(tmp_path, "1.0", {"m.py": "x = 1\n"})
+    upstream = Upstream(name="demo", version="1.0", package_root="python", source="wheel", git=None, wheels=(pin,))
+    half = tmp_path / "cache" / "upstream.git"
+    half.mkdir(parents=True)
+    (half / "HEAD").write_text("ref: refs/heads/main\n")
+    commit = UpstreamCache(tmp_path / "cache").ensure(upstream)
+    assert Git(half).rev(f"refs/tags/{upstream.tag}") == commit
+    assert [path.name for path in (tmp_path / "cache").iterdir() if path.name.startswith(".upstream.git-")] == []
 
 
 def test_a_held_lock_becomes_lock_timeout_with_a_hint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -51,17 +52,38 @@ class UpstreamCache:
         with flocked(self.path / "lock", wait_s=LOCK_TIMEOUT_SECONDS, busy=busy):
             yield
 
+    def _whole(self) -> bool:
+        """Whether the cache's repository is there (HEAD and objects/: what git needs)."""
+        return (self.repo_path / "HEAD").is_file() and (self.repo_path / "objects").is_dir()
+
     def git(self) -> Git:
-        if not (self.repo_path / "HEAD").exists():
-            return Git.init(self.repo_path, bare=True)
+        if not self._whole():
+            self._create_repo()
         repo = Git(self.repo_path)
         repo.own_attributes()  # a cache made before forkbuild wrote them
         return repo
 
+    def _create_repo(self) -> None:
+        """A new bare repository, made aside and renamed into place: no other process sees, and no kill
+        leaves, half of one (`git init` writes HEAD before objects/)."""
+        if self.repo_path.exists() and not (self.repo_path / "objects").exists():
+            shutil.rmtree(self.repo_path, ignore_errors=True)  # half of one, from before: no object in it
+        self.path.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(dir=self.path, prefix=".upstream.git-"))
+        try:
+            Git.init(scratch, bare=True)
+            try:
+                os.rename(scratch, self.repo_path)
+            except OSError:
+                if not self._whole():  # not another process's, made meanwhile: a real failure
+                    raise
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
     def imported(self, upstream: Upstream) -> str | None:
         """The commit of an already imported version (no lock), checked against what the pin
         imported as; UpstreamError if git cannot read it or the tag was moved."""
-        if not (self.repo_path / "HEAD").exists():
+        if not self._whole():
             return None
         repo = Git(self.repo_path)
         tag = f"refs/tags/{upstream.tag}"
