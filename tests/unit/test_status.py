@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ from fixtures import SeriesFixture
 from forkbuild.commands.status import series_status
 from forkbuild.errors import ApplyError, RebaseStopped
 from forkbuild.series.config import load_series
-from rebase_fixtures import CONFLICT_CHANGES, NEW_VERSION, move_pin, rebase_args, release
+from rebase_fixtures import CONFLICT_CHANGES, LADDER_CHANGES, NEW_VERSION, move_pin, rebase_args, release, run_killed
 
 
 def test_patches_and_variants(series_fx: SeriesFixture) -> None:
@@ -149,3 +150,17 @@ def test_a_value_with_a_terminal_escape_is_shown_not_sent(series_fx: SeriesFixtu
     assert series_fx.cli("status", "--wide") == 0
     out = capsys.readouterr().out
     assert "NOTE=a\\x1b]0;ownedb" in out and "\x1b" not in out
+
+
+def test_a_rebase_a_kill_interrupted_says_how_far_it_got_and_goes_on(git_series_fx: SeriesFixture,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    fx = git_series_fx
+    assert fx.cli("fetch") == 0
+    killed = run_killed(fx, rebase_args(release(fx, LADDER_CHANGES)), step="replayed")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    [item] = _in_progress(fx, capsys)
+    assert (item["phase"], item["patch"], item["position"]) == ("replayed", "", [3, 3])
+    assert item["state"] == "onto 2.0, interrupted (replayed; 3 of 3 patches replayed)"
+    assert item["next"].startswith("`forkbuild rebase --continue` goes on")
+    assert fx.cli("rebase", "--continue") == 0  # the hint, followed
+    assert _in_progress(fx, capsys) == []

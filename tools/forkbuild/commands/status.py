@@ -91,7 +91,7 @@ def _rebase_waiting(series_dir: Path) -> list[dict]:
         state = journal.load()
     except ForkbuildError as error:
         return [{"command": "rebase", "phase": "unreadable", "state": error.message, "next": error.hint}]
-    position = [state.cursor + 1, len(state.patches)]
+    position = [min(state.cursor + 1, len(state.patches)), len(state.patches)]  # the patch at the cursor
     stopped = state.phase is Phase.CONFLICT and state.cursor < len(state.patches)
     patch = state.patches[state.cursor].file if stopped else ""
     if stopped:
@@ -103,7 +103,7 @@ def _rebase_waiting(series_dir: Path) -> list[dict]:
         where = "the series is written, but `forkbuild check` failed"
         then = "fix series.toml or patches/, then `forkbuild rebase --continue` checks again"
     else:
-        where = f"interrupted ({state.phase}, at patch {position[0]} of {position[1]})"
+        where = f"interrupted ({state.phase}; {state.cursor} of {len(state.patches)} patches replayed)"
         then = "`forkbuild rebase --continue` goes on"
     return [{"command": "rebase", "phase": str(state.phase), "onto": state.target.version, "tree": str(state.worktree),
              "patch": patch, "position": position, "state": f"onto {state.target.version}, {where}",
