@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from fixtures import SeriesFixture
+from fixtures import SeriesFixture, commit_all
 from forkbuild.commands.status import series_status
 from forkbuild.errors import ApplyError, RebaseStopped
+from forkbuild.io.git import Git
 from forkbuild.series.config import load_series
 from rebase_fixtures import CONFLICT_CHANGES, LADDER_CHANGES, NEW_VERSION, move_pin, rebase_args, release, run_killed
 
@@ -163,4 +164,26 @@ def test_a_rebase_a_kill_interrupted_says_how_far_it_got_and_goes_on(git_series_
     assert item["state"] == "onto 2.0, interrupted (replayed; 3 of 3 patches replayed)"
     assert item["next"].startswith("`forkbuild rebase --continue` goes on")
     assert fx.cli("rebase", "--continue") == 0  # the hint, followed
+    assert _in_progress(fx, capsys) == []
+
+
+def test_the_series_tree_ahead_of_or_behind_patches_says_which_command_brings_them_together(
+        series_fx: SeriesFixture, capsys: pytest.CaptureFixture[str]) -> None:
+    fx = series_fx
+    assert fx.cli("apply", "--all") == 0
+    assert _in_progress(fx, capsys) == []
+    tree = fx.root / ".forkbuild-work" / "series"
+    (tree / "python/pkg/util.py").write_text((tree / "python/pkg/util.py").read_text() + "# tuned\n")
+    commit_all(Git(tree), "util: say it is tuned\n\nFeature: beta\nForwarded: no")
+    [item] = _in_progress(fx, capsys)
+    assert (item["command"], item["phase"], item["ahead"], item["changed"]) == ("series tree", "ahead", 1, [])
+    assert item["next"].startswith("`forkbuild export`")
+    assert fx.cli("export") == 0  # the hint, followed
+    assert _in_progress(fx, capsys) == []
+    # A patch file edited by hand: the tree is behind patches/.
+    patch = fx.patches_dir / "beta-limit.patch"
+    patch.write_text(patch.read_text().replace("util: lower the limit", "util: lower the ceiling", 1))
+    [item] = _in_progress(fx, capsys)
+    assert (item["phase"], item["ahead"], item["changed"]) == ("behind", 0, ["beta-limit.patch"])
+    assert fx.cli("apply", "--all") == 0  # the hint, followed
     assert _in_progress(fx, capsys) == []

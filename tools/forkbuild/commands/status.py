@@ -1,5 +1,5 @@
-"""`forkbuild status`: what waits for a person (a stopped rebase or `apply --all`), the series'
-patches and variants, as tables or JSON (stdout)."""
+"""`forkbuild status`: what waits for a person (a stopped rebase or `apply --all`, a series tree
+ahead of or behind patches/), the series' patches and variants, as tables or JSON (stdout)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from forkbuild.io.git import Git
 from forkbuild.series.config import Series
 from forkbuild.series.layout import REBASE_JOURNAL, SERIES_TREE
 from forkbuild.series.patchfile import read_patch
-from forkbuild.worktree.state import read_stop
+from forkbuild.worktree.state import read_state, read_stop
 
 WIDE = 100_000
 
@@ -25,7 +25,7 @@ WIDE = 100_000
 def add_parser(subparsers) -> None:
     parser = add_command(
         subparsers, "status", help="list patches (feature, guards, files, +/-) and variants",
-        description='Says what waits for a person (a stopped rebase or `apply --all`, and the command that goes on), then lists the patches (feature, guards, +/-, variants) and the variants (features, patches, env). Fits 80 columns and pipes; --wide shows every column in full (touched files, env values); --json prints everything as JSON on stdout.',
+        description='Says what waits for a person (a stopped rebase or `apply --all`, a series tree with commits not exported or behind patches/, and the command that goes on), then lists the patches (feature, guards, +/-, variants) and the variants (features, patches, env). Fits 80 columns and pipes; --wide shows every column in full (touched files, env values); --json prints everything as JSON on stdout.',
         examples=['forkbuild status', 'forkbuild status --wide', "forkbuild status --json | jq '.patches[].file'"])
     parser.add_argument("--json", action="store_true", help="print the status as JSON on stdout")
     parser.add_argument("--wide", action="store_true",
@@ -70,7 +70,9 @@ def waiting(context) -> list[dict]:
         except ForkbuildError as error:
             found.append({"command": "apply", "phase": "unreadable", "state": error.message, "next": error.hint})
         else:
-            if stop is not None:
+            if stop is None:
+                found += _tree_waiting(context.series, tree)
+            else:
                 position = [stop.cursor + 1, len(stop.jobs)]
                 found.append({
                     "command": "apply", "phase": "conflict", "tree": str(tree), "patch": stop.stopped.name,
@@ -79,6 +81,35 @@ def waiting(context) -> list[dict]:
                     "next": f"resolve it (`git add`), then `forkbuild apply --continue --dir {quoted(str(tree))}` and "
                             "`forkbuild export`; `--skip` leaves the patch out of the tree; `--abort` puts the tree back"})
     return found
+
+
+def _tree_waiting(series: Series, tree: Path) -> list[dict]:
+    """The series work tree against patches/: commits made there and not exported yet, or patch
+    files changed since it was applied (what `export` and `apply --all` would bring together)."""
+    from forkbuild.applier import series_hashes
+
+    try:
+        state = read_state(tree)
+        if state is None or state.variant or state.sha256 is None:  # not the series' tree, or made before hashes
+            return []
+        worktree, recorded, current = Git(tree), state.sha256, series_hashes(series)
+        ahead = len(worktree.commits(state.head, worktree.head()))
+    except (ForkbuildError, OSError) as error:  # its state unreadable, a patch file gone: export and check say more
+        what = getattr(error, "message", None) or str(error)
+        return [{"command": "series tree", "phase": "unreadable", "tree": str(tree), "state": f"{tree}: {what}",
+                 "next": getattr(error, "hint", "") or "`forkbuild check` names what is wrong"}]
+    changed = sorted({name for name, digest in current.items() if recorded.get(name) != digest}
+                     | {name for name in recorded if name not in current and name not in state.dropped})
+    if not ahead and not changed:
+        return []
+    lines = ([f"{ahead} commit(s) made there, not exported to patches/"] if ahead else []) + (
+        [f"patches/ changed since it was applied: {', '.join(changed[:5])}" + (" ..." if len(changed) > 5 else "")]
+        if changed else [])
+    then = ("`forkbuild export` writes them" if not changed else "`forkbuild apply --all` brings it up to date"
+            if not ahead else "`forkbuild export --check` says how to bring the two together")
+    return [{"command": "series tree", "phase": "ahead" if not changed else "behind" if not ahead else "diverged",
+             "tree": str(tree), "ahead": ahead, "changed": changed, "state": f"{tree}: " + "; ".join(lines),
+             "next": then}]
 
 
 def _rebase_waiting(series_dir: Path) -> list[dict]:
@@ -120,7 +151,8 @@ def run(args, context) -> int:
     else:
         console, tables = Console(highlight=False, markup=False), [narrow_patch_table(status), narrow_variant_table(status)]
     for item in status["in_progress"]:
-        console.print(styled((f"{item['command']} in progress:", "bold yellow"), f" {item['state']}\n  next: {item['next']}"))
+        title = item["command"] if item["command"] == "series tree" else f"{item['command']} in progress"
+        console.print(styled((f"{title}:", "bold yellow"), f" {item['state']}\n  next: {item['next']}"))
     for table in tables:
         console.print(table, crop=False)
     if status["unported"]:
