@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterable
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -144,19 +145,24 @@ def _open_tree(*, context: Context, series: Series, tree: Path, drops: tuple[str
     return worktree, state
 
 
+def changed_since_applied(series: Series, state: WorktreeState, *, dropped: Iterable[str] = ()) -> list[tuple[str, str]]:
+    """The patch files that are not those the tree was applied from: (name, how). A patch `forkbuild
+    drop` removed (now or in `dropped`) is gone from series.toml on purpose."""
+    recorded, current, gone = state.sha256 or {}, series_hashes(series), {*dropped, *state.dropped}
+    found = [(name, "changed") for name in current if name in recorded and recorded[name] != current[name]]
+    found += [(name, "added to series.toml") for name in current if name not in recorded]
+    return found + [(name, "no longer in series.toml") for name in recorded if name not in current and name not in gone]
+
+
 def _refuse_stale_tree(context: Context, series: Series, *, state: WorktreeState, worktree: Git, dropped: set[str]) -> None:
     """Refuse a tree made from other patch files than patches/ holds: its commits would overwrite them."""
-    tree, recorded = worktree.path, state.sha256
-    if recorded is None:
+    tree = worktree.path
+    if state.sha256 is None:
         context.reporter.warn(f"{tree} records no patch hashes (made by an older forkbuild): export cannot tell "
                               f"whether patches/ changed since it was applied")
         return
-    current = series_hashes(series)
-    changes = [f"patches/{name} (changed)" for name in current if name in recorded and recorded[name] != current[name]]
-    changes += [f"patches/{name} (added to series.toml)" for name in current if name not in recorded]
-    # A patch `forkbuild drop` removed is gone from series.toml on purpose.
-    changes += [f"patches/{name} (no longer in series.toml)" for name in recorded
-                if name not in current and name not in dropped and name not in state.dropped]
+    changes = [f"patches/{name} ({how})" for name, how in changed_since_applied(series, state, dropped=dropped)]
+    current = [entry.file for entry in series.patches]
     listed = [name for name in current if name in state.patches]
     if listed != [name for name in state.patches if name in current]:
         changes.append("series.toml (the order of [[patches]]: export would put the tree's order back)")

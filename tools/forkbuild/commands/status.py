@@ -86,20 +86,19 @@ def waiting(context) -> list[dict]:
 def _tree_waiting(series: Series, tree: Path) -> list[dict]:
     """The series work tree against patches/: commits made there and not exported yet, or patch
     files changed since it was applied (what `export` and `apply --all` would bring together)."""
-    from forkbuild.applier import series_hashes
+    from forkbuild.exporter import changed_since_applied
 
     try:
         state = read_state(tree)
         if state is None or state.variant or state.sha256 is None:  # not the series' tree, or made before hashes
             return []
-        worktree, recorded, current = Git(tree), state.sha256, series_hashes(series)
+        worktree = Git(tree)
         ahead = len(worktree.commits(state.head, worktree.head()))
+        changed = sorted(name for name, _ in changed_since_applied(series, state))
     except (ForkbuildError, OSError) as error:  # its state unreadable, a patch file gone: export and check say more
         what = getattr(error, "message", None) or str(error)
         return [{"command": "series tree", "phase": "unreadable", "tree": str(tree), "state": f"{tree}: {what}",
                  "next": getattr(error, "hint", "") or "`forkbuild check` names what is wrong"}]
-    changed = sorted({name for name, digest in current.items() if recorded.get(name) != digest}
-                     | {name for name in recorded if name not in current and name not in state.dropped})
     if not ahead and not changed:
         return []
     lines = ([f"{ahead} commit(s) made there, not exported to patches/"] if ahead else []) + (
