@@ -232,3 +232,17 @@ def test_the_generated_module_writes_names_as_data_never_as_code(name, monkeypat
     assert "PWNED" not in __import__("os").environ
     assert namespace["FEATURES"] == (name,)
     assert namespace["GUARDS"] == ((guard.env, "str", name, name),)
+
+
+def test_a_guards_module_upstream_has_is_refused_never_overwritten(tmp_path):
+    from forkbuild.checker import check_series
+
+    fixture = _module_series(tmp_path)
+    fixture.series_toml.write_text(fixture.series_toml.read_text().replace('"pkg.fork_guards"', '"pkg.util"'))
+    context = fixture.context()
+    for attempt in (lambda: apply_variant(context=context, variant=of_variant(context.series, "full"), dest=tmp_path / "w"),
+                    lambda: check_series(context=context)):
+        with pytest.raises(ConfigError) as error:
+            attempt()
+        assert "series.guards_module: 'pkg.util' is upstream's own python/pkg/util.py" in str(error.value)
+    assert not (tmp_path / "w").exists()

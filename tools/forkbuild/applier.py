@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from forkbuild.context import Context
-from forkbuild.errors import ApplyError, DirtyTreeError, ForkbuildError, quoted
+from forkbuild.errors import ApplyError, ConfigError, DirtyTreeError, ForkbuildError, quoted
 from forkbuild.io.chaos import chaos_point
 from forkbuild.io.git import Git
 from forkbuild.series.combination import WHOLE_SERIES, Combination, whole_series
@@ -100,23 +100,28 @@ def _jobs(context: Context, plan: ApplyPlan) -> tuple[str, Git, TreeListing, tup
     cache = context.upstream
     base = cache.ensure(context.series.upstream)
     cache_git = cache.git()
-    listing = upstream_listing(cache_git, base, plan.parsed, also=[module_path(context.series) or ""])
+    listing = upstream_listing(cache_git, base, plan.parsed, series=context.series)
     # The 3-way rung merges each patch's commit of the whole series.
     sources = ensure_series_blobs(context=context, cache=cache, base=base) if plan.left_out and plan.entries else {}
     return base, cache_git, listing, tuple(PatchJob(name=entry.file, path=entry.path,
                                                     source=sources.get(entry.file, "")) for entry in plan.entries)
 
 
-def upstream_listing(cache_git: Git, base: str, parsed: Mapping[Path, PatchInfo], *,
-                     also: Iterable[str] = ()) -> TreeListing:
-    """Upstream's tree as the patches need it (their files, `also`, every directory a header names: one
-    git run); raises if a patch writes through an upstream symlink (git's verdict, every run, never a cache)."""
+def upstream_listing(cache_git: Git, base: str, parsed: Mapping[Path, PatchInfo], *, series: Series) -> TreeListing:
+    """Upstream's tree as the patches need it (their files, the guards module's, every directory a header
+    names: one git run); raises if a patch writes through an upstream symlink (git's verdict, every run,
+    never a cache) or the guards module would replace a file of upstream's."""
     listing = TreeListing(cache_git, base)
+    generated = module_path(series)
     listing.learn({*(change.path for info in parsed.values() for change in info.files),
-                   *(folder for info in parsed.values() for folder in info.dirs), *filter(None, also)})
+                   *(folder for info in parsed.values() for folder in info.dirs), *filter(None, [generated])})
     symlinks = listing.symlinks()
     if symlinks:
         check_patches(list(parsed), symlinks=symlinks)
+    if generated and listing.entries_for([generated]):
+        raise ConfigError([f"series.guards_module: {series.guards_module!r} is upstream's own {generated}: "
+                           "forkbuild would replace it with the generated guards; name a module upstream does not "
+                           "have"], source=str(series.path))
     return listing
 
 

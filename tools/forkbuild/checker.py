@@ -66,7 +66,7 @@ def check_series(*, context: Context, dest: Path | None = None) -> list[VariantC
     cache = context.upstream
     # Every parse and path problem of every patch at once; the same check apply and import run.
     parsed = check_patches([entry.path for entry in series.patches])
-    upstream_listing(cache.git(), cache.ensure(series.upstream), parsed)
+    upstream_listing(cache.git(), cache.ensure(series.upstream), parsed, series=series)
     checks = []
     with nullcontext(dest) if dest else temporary_worktree(cache, purpose="check") as tree:
         for variant in (whole_series(series), *(of_variant(series, name) for name in series.variants)):
