@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import subprocess
 import sys
@@ -51,8 +52,18 @@ def test_wheel_import_lays_packages_under_the_root_and_tags(tmp_path):
     commit = cache.ensure(wheel_upstream(pin, "1.0"))
     files = git("ls-tree", "-r", "--name-only", commit, cwd=cache.repo_path).split()
     assert files == ["python/demo/__init__.py", "python/demo/core.py"]
-    assert git("rev-parse", f"upstream/1.0+{pin.sha256[:16]}^{{commit}}", cwd=cache.repo_path) == commit
+    assert git("rev-parse", f"{wheel_upstream(pin, '1.0').tag}^{{commit}}", cwd=cache.repo_path) == commit
     assert (cache.wheels_dir / pin.filename).is_file()
+
+
+def test_a_changed_package_root_is_imported_anew_never_the_old_tree(tmp_path):
+    # With the old tree, patches of python/... applied and the overlay wheel left them all out (exit 0).
+    pin = make_wheel(tmp_path, "1.0", {"__init__.py": "x = 1\n"})
+    cache = UpstreamCache(tmp_path / "cache")
+    cache.ensure(wheel_upstream(pin, "1.0"))
+    moved = dataclasses.replace(wheel_upstream(pin, "1.0"), package_root="src")
+    commit = cache.ensure(moved)
+    assert git("ls-tree", "-r", "--name-only", commit, cwd=cache.repo_path).split() == ["src/demo/__init__.py"]
 
 
 def test_wheel_import_keeps_the_executable_bit(tmp_path):

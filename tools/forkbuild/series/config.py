@@ -116,8 +116,13 @@ class Upstream:
 
     @property
     def tag(self) -> str:
-        """The cache's tag: keyed by the pin too, so a moved pin is imported anew."""
-        return f"upstream/{self.version}+{self.pin[:16]}" if self.pin else f"upstream/{self.version}"
+        """The cache's tag: keyed by the pin too, so a moved pin is imported anew; a wheel's also by
+        the package_root it is laid out under (a changed root is another import, never the old tree)."""
+        if not self.pin:
+            return f"upstream/{self.version}"
+        key = self.pin if self.source == "git" else \
+            hashlib.sha256(f"{self.pin}\0{self.package_root}".encode()).hexdigest()
+        return f"upstream/{self.version}+{key[:16]}"
 
     @property
     def platforms(self) -> tuple[str, ...]:
