@@ -47,8 +47,10 @@ def release(fx: SeriesFixture, changes: tuple[tuple[str, str, str], ...]) -> str
 
 
 def move_pin(fx: SeriesFixture, commit: str) -> None:
-    """Pin the series to another upstream commit (patches unchanged: they no longer all fit)."""
+    """Pin the series to another upstream commit (patches unchanged: they no longer all fit); the
+    wheels pinned beside the git source are left out, as the rebase leaves them (another version's)."""
     text = fx.series_toml.read_text().replace('version = "1.0"', f'version = "{NEW_VERSION}"')
+    text = re.sub(r"\[\[upstream\.wheels\]\]\n(?:[a-z_0-9]+ = .*\n)+", "", text)
     fx.series_toml.write_text(re.sub(r'commit = "[0-9a-f]+"', f'commit = "{commit}"', text))
 
 

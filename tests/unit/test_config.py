@@ -270,8 +270,8 @@ def test_a_pin_names_a_wheel_of_a_build_platform_and_a_variant_only_pinned_platf
     assert problems_of(write_series(tmp_path, text)) == [
         "upstream.wheels[0].filename (line 13): 'demo-1.0-cp311-cp311-win_amd64.whl' is not a Linux x86_64 or "
         "aarch64 wheel (its platform tag names no build platform)"]
-    arm = VALID.replace('filename = "demo-1.0-py3-none-any.whl"',
-                        'filename = "demo-1.0-cp311-cp311-manylinux_2_34_aarch64.whl"')
+    arm = VALID.replace('python_tag = "py3"\nfilename = "demo-1.0-py3-none-any.whl"',
+                        'python_tag = "cp311"\nfilename = "demo-1.0-cp311-cp311-manylinux_2_34_aarch64.whl"')
     series = load_series(write_series(tmp_path, arm))
     assert series.upstream.platforms == ("linux/arm64",)
     assert all(variant.platforms == ("linux/arm64",) for variant in series.variants.values())  # the default
@@ -281,6 +281,22 @@ def test_a_pin_names_a_wheel_of_a_build_platform_and_a_variant_only_pinned_platf
         f"variants.{name}.platforms: linux/amd64: no [[upstream.wheels]] pin for it (pinned: linux/arm64)",
         f"variants.{name}.platforms: unknown platform 'linux/arm46' (perhaps you meant 'linux/arm64'?) "
         "(one of linux/amd64, linux/arm64)"]
+
+
+def test_a_pin_is_upstreams_release_for_its_python_tag(tmp_path):
+    # A 0.5.23 wheel pinned under version 0.5.22 was built as sglang-0.5.22+tp4 (0.5.23's code).
+    pinned = 'python_tag = "py3"\nfilename = "demo-1.0-py3-none-any.whl"'
+    for wrong, problem in [
+        ('python_tag = "py3"\nfilename = "demo-1.1-py3-none-any.whl"',
+         "upstream.wheels[0].filename (line 13): 'demo-1.1-py3-none-any.whl' is release 1.1, not upstream.version '1.0'"),
+        ('python_tag = "py3"\nfilename = "other-1.0-py3-none-any.whl"',
+         "upstream.wheels[0].filename (line 13): 'other-1.0-py3-none-any.whl' is a wheel of other, not of "
+         "upstream.name 'demo'"),
+        ('python_tag = "cp312"\nfilename = "demo-1.0-cp311-cp311-manylinux_2_34_x86_64.whl"',
+         "upstream.wheels[0].python_tag (line 12): 'cp312' is not the file's Python tag (cp311)")]:
+        assert problems_of(write_series(tmp_path, VALID.replace(pinned, wrong))) == [problem]
+    pure = VALID.replace(pinned, 'python_tag = "cp311"\nfilename = "demo-1.0-py3-none-any.whl"')
+    assert load_series(write_series(tmp_path, pure)).upstream.python_tags("linux/amd64") == ("cp311",)
 
 
 # -- names and values that become code, command lines or environment variables (issue 38) --

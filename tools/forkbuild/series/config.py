@@ -469,7 +469,7 @@ def _parse_upstream(problems: _Problems, value: Any) -> Upstream:
         # check and apply extract the release wheel's packages under it: it stays inside the tree
         problems.add("upstream.package_root", f"{root!r} is not a relative path inside the tree (no leading /, "
                      "no .., no .git)", near="package_root")
-    wheels = _parse_wheels(problems, raw.get("wheels", []))
+    wheels = _parse_wheels(problems, raw.get("wheels", []), name=fields["name"], version=fields["version"])
     if source == "wheel" and not wheels and not problems.has("upstream.wheels"):
         problems.add("upstream.wheels", "source = 'wheel' needs at least one [[upstream.wheels]] pin", near="upstream")
     if source == "git" and not (git and git.url and git.commit):
@@ -482,7 +482,7 @@ def _parse_upstream(problems: _Problems, value: Any) -> Upstream:
     return Upstream(**fields, git=git, wheels=tuple(wheels), empty_dirs=empty_dirs)
 
 
-def _parse_wheels(problems: _Problems, value: Any) -> list[WheelPin]:
+def _parse_wheels(problems: _Problems, value: Any, *, name: str, version: str) -> list[WheelPin]:
     wheels: list[WheelPin] = []
     pinned: dict[tuple[str, str | None], int] = {}
     for index, pin in enumerate(problems.tables(value, "upstream.wheels", near="wheels")):
@@ -496,6 +496,8 @@ def _parse_wheels(problems: _Problems, value: Any) -> list[WheelPin]:
         if filename and not platform and not problems.has(f"{where}.filename"):
             problems.add(f"{where}.filename", f"{filename!r} is not a Linux {' or '.join(PLATFORMS.values())} wheel "
                          "(its platform tag names no build platform)", near=filename)
+        if filename and not problems.has(f"{where}.filename"):
+            _check_wheel_names(problems, fields, where, name=name, version=version)
         if (tag, platform) in pinned:
             # wheel_for() would silently take the first: two pins for one tag and platform are a mistake.
             problems.add(f"{where}.python_tag", f"{tag!r} on {platform} is pinned already by "
@@ -504,6 +506,36 @@ def _parse_wheels(problems: _Problems, value: Any) -> list[WheelPin]:
             pinned[tag, platform] = index
         wheels.append(WheelPin(**fields))
     return wheels
+
+
+def _check_wheel_names(problems: _Problems, fields: Mapping[str, str], where: str, *, name: str, version: str) -> None:
+    """A pin's file is [upstream]'s release for its python_tag: the built wheels take their name and
+    version from [upstream] and their tags from the file (a 0.5.23 wheel pinned under version 0.5.22
+    was built as sglang-0.5.22+tp4)."""
+    from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+    from packaging.version import InvalidVersion, Version
+
+    filename, python_tag = fields["filename"], fields["python_tag"]
+    try:
+        project, release, _, tags = parse_wheel_filename(filename)
+    except InvalidWheelFilename as error:
+        problems.add(f"{where}.filename", str(error), near=filename)
+        return
+    try:
+        same_version = not version or release == Version(version)
+    except InvalidVersion:
+        same_version = False
+    if name and canonicalize_name(project) != canonicalize_name(name):
+        problems.add(f"{where}.filename", f"{filename!r} is a wheel of {project}, not of upstream.name {name!r}",
+                     near=filename)
+    if not same_version:
+        problems.add(f"{where}.filename", f"{filename!r} is release {release}, not upstream.version {version!r}",
+                     near=filename)
+    interpreters = {tag.interpreter for tag in tags}
+    generic = f"py{python_tag[2:3]}"  # a pure py3 wheel serves cp311 and cp312 alike
+    if python_tag and python_tag not in interpreters and generic not in interpreters:
+        problems.add(f"{where}.python_tag", f"{python_tag!r} is not the file's Python tag ({', '.join(sorted(interpreters))})",
+                     near="python_tag")
 
 
 def _check_file_pin(problems: _Problems, fields: Mapping[str, str], where: str) -> None:
