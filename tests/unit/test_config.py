@@ -295,6 +295,11 @@ def test_a_pin_is_upstreams_release_for_its_python_tag(tmp_path):
         ('python_tag = "cp312"\nfilename = "demo-1.0-cp311-cp311-manylinux_2_34_x86_64.whl"',
          "upstream.wheels[0].python_tag (line 12): 'cp312' is not the file's Python tag (cp311)")]:
         assert problems_of(write_series(tmp_path, VALID.replace(pinned, wrong))) == [problem]
+    assert problems_of(write_series(tmp_path, VALID.replace('version = "1.0"', 'version = "1.0;$(x)"'))) == [
+        "upstream.version (line 7): '1.0;$(x)': a version name is letters, digits and . _ + - (like 0.5.24.dev1), "
+        "starting with a letter or digit: it names a cache tag and the report's file",
+        "upstream.wheels[0].filename (line 13): 'demo-1.0-py3-none-any.whl' is release 1.0, not upstream.version "
+        "'1.0;$(x)'"]
     pure = VALID.replace(pinned, 'python_tag = "cp311"\nfilename = "demo-1.0-py3-none-any.whl"')
     assert load_series(write_series(tmp_path, pure)).upstream.python_tags("linux/amd64") == ("cp311",)
 

@@ -151,3 +151,23 @@ def test_export_of_a_directory_that_is_no_tree_hints_only_what_works(series_fx: 
     (other / "notes.txt").write_text("mine\n")
     refused = forkbuild(fx, "export", "--dir", str(other))
     assert refused.returncode == 1 and not any(str(other) in command for command in backquoted(hint_of(refused)))
+
+
+def test_export_s_keep_hint_quotes_a_patch_name_that_is_shell_text(tmp_path: Path) -> None:
+    """A patch's file name comes from series.toml (a pull request's): in a hint it is one word, never code."""
+    from fixtures import make_series
+
+    fx = make_series(tmp_path / "project")
+    name = "beta $(touch pwned).patch"
+    (fx.patches_dir / "beta-limit.patch").rename(fx.patches_dir / name)
+    fx.series_toml.write_text(fx.series_toml.read_text().replace('"beta-limit.patch"', f'"{name}"'))
+    tree = fx.root / "tree"
+    assert forkbuild(fx, "apply", "--all", "--dir", str(tree)).returncode == 0
+    Git(tree).run("reset", "--quiet", "--hard", "HEAD~1")  # the last patch's commit gone from the tree
+    refused = forkbuild(fx, "export", "--dir", str(tree))
+    keep = backquoted(hint_of(refused))[0]
+    assert shlex.split(keep) == ["forkbuild", "export", "--keep", name]
+    result = subprocess.run(keep.replace("forkbuild", f"{shlex.quote(sys.executable)} -m forkbuild -C "
+                                         f"{shlex.quote(str(fx.root))} --cache {shlex.quote(str(fx.cache))}", 1)
+                            + f" --dir {shlex.quote(str(tree))}", shell=True, cwd=tmp_path, capture_output=True)
+    assert result.returncode == 0 and not (tmp_path / "pwned").exists()

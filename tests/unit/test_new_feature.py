@@ -181,6 +181,31 @@ def test_export_of_an_unknown_feature_points_at_new(series_fx, capsys):
     assert "hello_log" in series_fx.load().variants["full"].features
 
 
+@pytest.mark.parametrize("trailers", [
+    "Feature: hello;touch${IFS}pwned\nGuard: DSV41_HELLO_LOG\n",  # not a name `new` takes: shell text in the hint
+    "Feature: hello_log\nGuard: $(touch pwned)\n",  # a guard `new` would not take either
+    "Feature: Full\n",  # a near miss of a known feature: the trailer is the mistake
+], ids=["shell-in-feature", "shell-in-guard", "near-miss"])
+def test_an_unknown_feature_hint_never_carries_trailer_text_new_would_not_take(series_fx, capsys, trailers):
+    from fixtures import commit_all, edit
+    from forkbuild.applier import apply_variant
+    from forkbuild.io.git import Git
+
+    tree = series_fx.root / ".forkbuild-work" / "series"
+    apply_variant(context=series_fx.context(), variant=whole_series(series_fx.load()), dest=tree)
+    series_fx.series_toml.write_text(series_fx.series_toml.read_text().replace("[features.", "[features.full]\n"
+                                     'description = "x"\n\n[features.', 1))
+    edit(tree, "python/pkg/util.py", "def limit(", "def limited(")
+    commit_all(Git(tree), f"util: rename\n\n{trailers}")
+    assert series_fx.cli("export") == 2
+    hint = capsys.readouterr().err.split("hint: ", 1)[1]
+    assert "$" not in hint and ";" not in hint.split("(", 1)[0]
+    if "hello_log" in trailers:
+        assert "forkbuild new hello_log --variant full" in hint
+    else:
+        assert "forkbuild new" not in hint and hint.startswith("reword it in the work tree")
+
+
 def test_a_message_left_as_the_template_wrote_it_is_refused_by_export_and_check(series_fx, capsys):
     """git commit -t aborts only while the whole message is the template's: a commit whose subject
     or body still holds a placeholder (-F, a body left as it was) is no patch to export or keep."""

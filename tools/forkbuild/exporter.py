@@ -19,7 +19,15 @@ from forkbuild.io.chaos import chaos_point
 from forkbuild.io.fsutil import write_atomic
 from forkbuild.io.git import Git
 from forkbuild.new_feature import PATCH_NAME, PATCH_TRAILER
-from forkbuild.series.config import PatchEntry, Series, load_series, near_miss, parse_series
+from forkbuild.series.config import (
+    FEATURE_NAME,
+    GUARD_NAME,
+    PatchEntry,
+    Series,
+    load_series,
+    near_miss,
+    parse_series,
+)
 from forkbuild.series.dep3 import placeholder_problem
 from forkbuild.series.edit import EntrySpec, quilt_series_text, unported, updated_series_toml
 from forkbuild.series.layout import DROPPED_DIR, PATCHES_DIR
@@ -283,7 +291,7 @@ def _refuse_implicit_drops(*, missing: list[PatchEntry], decisions: dict[str, st
     if not undecided:
         return
     lines = [f"  - patches/{entry.file}: {_why_missing(entry, state=state, tree=tree)}" for entry in undecided]
-    names = " ".join(entry.file for entry in undecided)
+    names = " ".join(quoted(entry.file) for entry in undecided)
     raise DirtyTreeError(
         f"{len(undecided)} patch(es) of series.toml have no commit in {tree}; export would lose them:\n"
         + "\n".join(lines),
@@ -390,20 +398,23 @@ def _check_trailers(series: Series, commits: list[_Commit], matches: list[PatchE
                 problems.append(f"{commit.label}: Guard: {guard} is not a guard of feature {feature!r} "
                                 f"(declared: {', '.join(sorted(declared)) or 'none'})")
     if problems:
-        unknown = sorted({feature for commit in commits for feature in commit.info.trailer("Feature")
-                          if feature not in series.features})
+        unknown = {feature for commit in commits for feature in commit.info.trailer("Feature")
+                   if feature not in series.features}
+        # `new` only for a name it takes and no near miss of a known one; the rest is a trailer to reword.
+        new = sorted(feature for feature in unknown if FEATURE_NAME.fullmatch(feature)
+                     and not near_miss(feature, series.features))
         hint = ("reword it in the work tree (`git commit --amend`; an earlier commit: `git rebase -i`), then export"
-                if unwritten else None)
-        if unknown:
+                if unwritten or len(new) < len(unknown) else None)
+        if new and not hint:
             hint = ("add the feature to series.toml and a variant first (each guard's TYPE:DEFAULT as the code "
-                    "reads it): " + "; ".join(_new_command(series, commits, feature) for feature in unknown))
+                    "reads it): " + "; ".join(_new_command(series, commits, feature) for feature in new))
         raise ConfigError(problems, source=f"commits of {where}", hint=hint)
 
 
 def _new_command(series: Series, commits: list[_Commit], feature: str) -> str:
     """`forkbuild new` for a feature the commits name, with the guards their trailers name."""
     guards = dict.fromkeys(guard for commit in commits if feature in commit.info.trailer("Feature")
-                           for guard in commit.info.trailer("Guard"))
+                           for guard in commit.info.trailer("Guard") if GUARD_NAME.fullmatch(guard))
     options = "".join(f" --guard {guard}:switch:0" for guard in guards)
     return f"forkbuild new {feature}{options} --variant {series.default_variant}"
 

@@ -13,11 +13,10 @@ from packaging.utils import parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from forkbuild.errors import ConfigError, UpstreamError
-from forkbuild.series.config import GitPin, Upstream, WheelPin
+from forkbuild.series.config import VERSION_RULE, GitPin, Upstream, WheelPin, is_version_name
 from forkbuild.upstream import pypi
 
 COMMIT = re.compile(r"[0-9a-f]{7,40}")
-VERSION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 
 
 def looks_like_commit(onto: str) -> bool:
@@ -58,9 +57,8 @@ def _git_target(current: Upstream, *, commit: str, version: str | None) -> Upstr
     if not version:
         raise UpstreamError(f"--onto {commit}: name the version this commit is (--version X), "
                             "it becomes the cache tag upstream/X and the series' upstream.version")
-    if not VERSION_NAME.fullmatch(version) or ".." in version or version.endswith((".", ".lock")):
-        raise UpstreamError(f"--version {version!r}: a version name is letters, digits and . _ + - (like 0.5.24.dev1), "
-                            "starting with a letter or digit: it names a cache tag and the report's file")
+    if not is_version_name(version):
+        raise UpstreamError(f"--version {version!r}: {VERSION_RULE}")
     git = GitPin(url=current.git.url, ref=_moved_ref(current, version), commit=commit)
     # Wheels pinned beside a git source are the old version's: new ones only for source = "wheel".
     return dataclasses.replace(current, version=version, git=git, wheels=())

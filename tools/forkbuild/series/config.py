@@ -26,6 +26,9 @@ FEATURE_NAME = re.compile(r"[a-z][a-z0-9_]*")
 VARIANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # a wheel's local version label, an image tag
 GUARD_NAME = re.compile(re.escape(GUARD_PREFIX) + r"[A-Z0-9]+(?:_[A-Z0-9]+)*")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # a variable an image's ENV sets
+VERSION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+VERSION_RULE = ("a version name is letters, digits and . _ + - (like 0.5.24.dev1), starting with a letter or digit: "
+                "it names a cache tag and the report's file")
 COMMIT_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 GIT_SCHEMES = ("https", "http", "ssh", "git", "file")
 # The platforms a build can target (Docker's names) and the machine each is in wheel tags.
@@ -450,6 +453,8 @@ def _parse_upstream(problems: _Problems, value: Any) -> Upstream:
     named = ("name", "version", "package_root")
     fields = problems.fields(raw, "upstream", "upstream", required=named, near=dict.fromkeys(named, "upstream"))
     source = fields["source"]
+    if fields["version"] and not is_version_name(fields["version"]):
+        problems.add("upstream.version", f"{fields['version']!r}: {VERSION_RULE}", near="version")
     if source not in UPSTREAM_SOURCES:
         problems.add("upstream.source", f"must be one of {UPSTREAM_SOURCES}, not {source!r}")
     git = None
@@ -508,12 +513,16 @@ def _parse_wheels(problems: _Problems, value: Any, *, name: str, version: str) -
     return wheels
 
 
+def is_version_name(version: str) -> bool:
+    """Whether `version` may name upstream: a cache tag (upstream/<version>+…) and report files."""
+    return bool(VERSION_NAME.fullmatch(version)) and ".." not in version and not version.endswith((".", ".lock"))
+
+
 def _check_wheel_names(problems: _Problems, fields: Mapping[str, str], where: str, *, name: str, version: str) -> None:
     """A pin's file is [upstream]'s release for its python_tag: the built wheels take their name and
     version from [upstream] and their tags from the file (a 0.5.23 wheel pinned under version 0.5.22
     was built as sglang-0.5.22+tp4)."""
     from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
-    from packaging.version import InvalidVersion, Version
 
     filename, python_tag = fields["filename"], fields["python_tag"]
     try:
@@ -521,14 +530,10 @@ def _check_wheel_names(problems: _Problems, fields: Mapping[str, str], where: st
     except InvalidWheelFilename as error:
         problems.add(f"{where}.filename", str(error), near=filename)
         return
-    try:
-        same_version = not version or release == Version(version)
-    except InvalidVersion:
-        same_version = False
     if name and canonicalize_name(project) != canonicalize_name(name):
         problems.add(f"{where}.filename", f"{filename!r} is a wheel of {project}, not of upstream.name {name!r}",
                      near=filename)
-    if not same_version:
+    if version and str(release) != version:
         problems.add(f"{where}.filename", f"{filename!r} is release {release}, not upstream.version {version!r}",
                      near=filename)
     interpreters = {tag.interpreter for tag in tags}
