@@ -3,6 +3,7 @@ results key, the reasons' moves and the CI check. Fixtures are tiny modules and 
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 import os
@@ -330,6 +331,17 @@ def test_a_patch_without_results_passes_only_with_a_recorded_not_run_reason(tmp_
     # Once the patch has results, a left-over not-run reason is a problem of its own.
     found = results.problems(series, _results(series, status="killed"), Reasons({"feat.patch": {results.NOT_RUN: "old"}}))
     assert any("has results now" in line for line in found)
+
+
+def test_the_rerun_command_quotes_a_patch_name_that_is_shell_text(tmp_path):
+    import shlex
+
+    series = _series(tmp_path)
+    entry = dataclasses.replace(series.patches[0], file="feat $(touch pwned).patch")
+    series = dataclasses.replace(series, patches=(entry,))
+    (missing,) = results.problems(series, {"format": 1, "variants": {"v": {"patches": {}}}}, Reasons({}))
+    command = missing.split("`")[1]
+    assert shlex.split(command)[-2:] == ["--patch", "feat $(touch pwned).patch"]
 
 
 def test_check_wants_the_default_variant_recorded(tmp_path):

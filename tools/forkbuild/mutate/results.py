@@ -13,7 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from forkbuild.errors import MutationError
+from forkbuild.errors import MutationError, quoted
 from forkbuild.io.fsutil import write_atomic
 from forkbuild.series.config import PatchEntry, Series
 
@@ -203,7 +203,7 @@ def problems(series: Series, results: dict, reasons: Reasons) -> list[str]:
             found.append(f"{RESULTS_FILE}: {variant}: {file} is not a patch of the variant any more: "
                          f"run `nox -s mutate -- --variant {variant}` to drop it")
         for file, entry in entries.items():
-            rerun = f"`nox -s mutate -- --variant {variant} --patch {file}`"
+            rerun = f"`nox -s mutate -- --variant {variant} --patch {quoted(file)}`"
             if file not in patches:
                 if not reasons.of(file, NOT_RUN):  # a recorded reason why it has none (the report prints it)
                     found.append(f"{variant}: patches/{file} has no mutation results: run {rerun}")
