@@ -200,3 +200,13 @@ def test_a_corrupt_state_file_is_a_dirty_tree_error_with_a_hint(series_fx, tmp_p
         apply_variant(context=series_fx.context(), variant=of_variant(series_fx.load(), "full"), dest=tmp_path / "w")
     assert "apply again" in caught.value.hint
     assert series_fx.cli("export", "--dir", str(tmp_path / "w")) == DirtyTreeError.return_code
+
+
+@pytest.mark.parametrize("command", [["apply", "--variant", "full"], ["apply", "--all"],
+                                     ["rebase", "--onto", "0" * 40, "--version", "2.0"]])
+def test_no_work_tree_is_made_inside_patches(series_fx, capsys, command):
+    """Every file under patches/ is the series' own: a rebase backs them all up and puts them back."""
+    before = sorted(path.name for path in series_fx.patches_dir.iterdir())
+    assert series_fx.cli(*command, "--dir", str(series_fx.patches_dir / "tree")) == 2
+    assert "a work tree inside" in capsys.readouterr().err
+    assert sorted(path.name for path in series_fx.patches_dir.iterdir()) == before

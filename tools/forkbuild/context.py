@@ -11,7 +11,7 @@ from pathlib import Path
 from forkbuild.console import Reporter
 from forkbuild.errors import ConfigError
 from forkbuild.series.config import Series, load_series
-from forkbuild.series.layout import BUILD_DIR, DIST_DIR, DOCKER_DIR, SERIES_FILE, WORK_DIR
+from forkbuild.series.layout import BUILD_DIR, DIST_DIR, DOCKER_DIR, PATCHES_DIR, SERIES_FILE, WORK_DIR
 from forkbuild.series.writer import recover_series
 from forkbuild.upstream.cache import UpstreamCache
 
@@ -78,3 +78,12 @@ class Context:
     @property
     def build_dir(self) -> Path:
         return self.series_dir / BUILD_DIR
+
+    def tree_dir(self, path: Path) -> Path:
+        """A work tree's directory (--dir), resolved: never in patches/, whose every file is the series'."""
+        path, patches = path.resolve(), (self.series_dir / PATCHES_DIR).resolve()
+        if path == patches or patches in path.parents:
+            raise ConfigError([f"--dir {path}: a work tree inside {patches} would be taken for series files "
+                               "(a rebase backs up and restores every file there): choose a directory outside "
+                               "patches/"], source="command line")
+        return path
