@@ -192,6 +192,21 @@ def test_a_git_range_commit_making_a_symlink_is_refused_and_nothing_is_written(
     assert series_fx.cli("check") == 0
 
 
+def test_a_git_range_commit_changing_the_generated_guards_module_is_refused(
+        series_fx: SeriesFixture, capfd: pytest.CaptureFixture[str]) -> None:
+    """A range from a series work tree holds the generated commit, or a change to it: imported, it
+    became a patch of a file that exists only after the series (check: "applies only with fuzz")."""
+    text = series_fx.series_toml.read_text()
+    series_fx.series_toml.write_text(text.replace("[upstream]", 'guards_module = "pkg.fork_guards"\n\n[upstream]', 1))
+    repo, _, start = make_source_range(series_fx)
+    (repo.path / "python/pkg/fork_guards.py").write_text("GUARDS = ()\n")
+    commit_all(repo, "pkg: guards by hand\n\nFeature: alpha\n")
+    toml, files = series_fx.series_toml.read_bytes(), sorted(series_fx.patches_dir.iterdir())
+    assert series_fx.cli("import", "--git-range", str(repo.path), f"{start}..{repo.head()}") == 7
+    assert f"@{repo.head()[:12]}: changes python/pkg/fork_guards.py, which forkbuild generates" in capfd.readouterr().err
+    assert series_fx.series_toml.read_bytes() == toml and sorted(series_fx.patches_dir.iterdir()) == files
+
+
 def test_a_subject_with_brackets_is_printed_as_it_is(series_fx: SeriesFixture, capfd: pytest.CaptureFixture[str]) -> None:
     """A subject is the user's text, not rich markup: "[fix]" is kept and "[/b]" does not crash the table."""
     repo, start, _ = make_source_range(series_fx)

@@ -17,9 +17,10 @@ from forkbuild.io.git import Git
 from forkbuild.series.combination import whole_series
 from forkbuild.series.config import Series, near_miss
 from forkbuild.series.edit import EntrySpec, quilt_series_text, updated_series_toml, with_empty_dirs
-from forkbuild.series.patchfile import parse_trailers, safety_problems
+from forkbuild.series.patchfile import parse_patch, parse_trailers, safety_problems
 from forkbuild.series.writer import SeriesChange, write_series
 from forkbuild.worktree.engine import Engine, Outcome, PatchJob
+from forkbuild.worktree.guards_module import is_generated, module_path
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,6 +122,12 @@ def import_patches(*, context: Context, incoming: list[Incoming]) -> list[tuple[
     series = context.series
     check_incoming(series, incoming)
     unsafe = [f"{item.source}: {problem}" for item in incoming for problem in safety_problems(item.text)]
+    generated = module_path(series)
+    for item in incoming:  # a range taken from a series work tree may hold the generated commit or a change to it
+        info = parse_patch(item.text, path=Path(item.name))
+        if is_generated(info) or generated in {change.path for change in info.files}:
+            unsafe.append(f"{item.source}: changes {generated}, which forkbuild generates from series.toml (declare "
+                          "guards under their feature there)")
     if unsafe:  # the same rule as every patch of the series (patchfile.check_patches), before anything is written
         lines = "\n".join(f"  - {problem}" for problem in unsafe)
         raise UnsafePatchError(f"import: {len(unsafe)} problem(s):\n{lines}",
