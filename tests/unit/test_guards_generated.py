@@ -246,3 +246,22 @@ def test_a_guards_module_upstream_has_is_refused_never_overwritten(tmp_path):
             attempt()
         assert "series.guards_module: 'pkg.util' is upstream's own python/pkg/util.py" in str(error.value)
     assert not (tmp_path / "w").exists()
+
+
+def test_a_patch_changing_the_generated_module_is_refused_by_name(tmp_path):
+    """It applied before the module existed: check said only "applies only with fuzz 1"."""
+    from forkbuild.checker import check_series
+    from forkbuild.errors import UnsafePatchError
+
+    fixture = _module_series(tmp_path)
+    context = fixture.context()
+    last = context.series.patches[-1].path
+    hunk = ("diff --git a/python/pkg/fork_guards.py b/python/pkg/fork_guards.py\nnew file mode 100644\n"
+            "index 0000000..1111111\n--- /dev/null\n+++ b/python/pkg/fork_guards.py\n@@ -0,0 +1 @@\n+GUARDS = ()\n")
+    text = last.read_text()
+    last.write_text(text.replace("\n-- \n", "\n" + hunk + "-- \n", 1) if "\n-- \n" in text else text + hunk)
+    for attempt in (lambda: apply_variant(context=context, variant=of_variant(context.series, "full"), dest=tmp_path / "w"),
+                    lambda: check_series(context=context)):
+        with pytest.raises(UnsafePatchError) as error:
+            attempt()
+        assert f"{last.name} change(s) python/pkg/fork_guards.py, which forkbuild generates" in str(error.value)

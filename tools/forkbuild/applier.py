@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from forkbuild.context import Context
-from forkbuild.errors import ApplyError, ConfigError, DirtyTreeError, ForkbuildError, quoted
+from forkbuild.errors import ApplyError, ConfigError, DirtyTreeError, ForkbuildError, UnsafePatchError, quoted
 from forkbuild.io.chaos import chaos_point
 from forkbuild.io.git import Git
 from forkbuild.series.combination import WHOLE_SERIES, Combination, whole_series
@@ -122,6 +122,10 @@ def upstream_listing(cache_git: Git, base: str, parsed: Mapping[Path, PatchInfo]
         raise ConfigError([f"series.guards_module: {series.guards_module!r} is upstream's own {generated}: "
                            "forkbuild would replace it with the generated guards; name a module upstream does not "
                            "have"], source=str(series.path))
+    if makers := [path.name for path, info in parsed.items() if generated in {change.path for change in info.files}]:
+        raise UnsafePatchError(f"{', '.join(makers)} change(s) {generated}, which forkbuild generates from series.toml "
+                               "after the patches", hint="declare guards under their feature in series.toml and "
+                               "leave that file out of the patch")
     return listing
 
 
