@@ -16,6 +16,7 @@ import pytest
 
 from fixtures import PatchSpec, commit_spec, make_upstream_repo
 from forkbuild.cli import main as cli_main
+from forkbuild.errors import UnsafePatchError
 
 REPO = Path(__file__).resolve().parents[2]
 ENVIRON = "python/sglang/srt/environ.py"
@@ -421,7 +422,7 @@ def test_the_generated_guards_are_checked_against_series_toml(tmp_path, monkeypa
     assert code == 1 and "DSV41_ALPHA is not declared" in cells["alpha", "structure"]["reason"]
 
 
-def test_a_patch_editing_the_generated_module_fails_structure(tmp_path):
+def test_a_patch_editing_the_generated_module_is_refused_before_structure(tmp_path, capsys):
     root = _make(tmp_path)
     code, cells = _run(root, "full", "--structure-only")
     assert code == 0
@@ -432,10 +433,10 @@ def test_a_patch_editing_the_generated_module_fails_structure(tmp_path):
                 "new file mode 100644\n--- /dev/null\n+++ b/python/sglang/srt/fork_guards.py\n"
                 "@@ -0,0 +1 @@\n+GUARDS = ()\n")
     patch.write_text(text.replace("diff --git", addition + "diff --git", 1))
-    code, cells = _run(root, "full", "--structure-only")
-    assert code == 1
-    assert any("beta.patch changes python/sglang/srt/fork_guards.py, which forkbuild generates" in d["reason"]
-               for d in cells["beta", "structure"]["details"])
+    capsys.readouterr()
+    assert cli_main(["-C", str(root), "--cache", str(root.parent / "cache"), "test-patch", "--variant", "full",
+                     "--from-tree", "--structure-only"]) == UnsafePatchError.return_code
+    assert "beta.patch change(s) python/sglang/srt/fork_guards.py, which forkbuild generates" in capsys.readouterr().err
 
 
 def test_a_patch_reading_no_guard_fails_unless_marked_unguarded(tmp_path):

@@ -95,9 +95,9 @@ def _guard_read_records(series: Series, variant: Combination, tree: Git, applied
 
 def _declaration_records(series: Series, combination: Combination, result: ApplyResult) -> list[Record]:
     """The generated guards module declares exactly the guards of the combination's features
-    (as series.toml says them), and no patch edits it."""
+    (as series.toml says them; a patch that edits it is refused by every apply)."""
     chosen, variant = combination.features, combination.name
-    records = _patches_editing_the_module(series, result)
+    records: list[Record] = []
     if not result.records:  # no patches: upstream as it is, no module
         return records + [_record(name, "guard_decl", PASS if series.features[name].guards else SKIP,
                                   f"not built into {variant}; none of its guards declared") for name in series.features]
@@ -122,17 +122,6 @@ def _declaration_records(series: Series, combination: Combination, result: Apply
         records.append(_record(guard.feature, "guard_decl", FAIL if problem else PASS,
                                problem or f"{guard.env}: {guard.type}, default {guard.default!r} (generated)"))
     return records
-
-
-def _patches_editing_the_module(series: Series, result: ApplyResult) -> list[Record]:
-    path = module_path(series)
-    if path is None:
-        return []
-    tree = Git(result.dest)
-    return [_record(record.entry.feature, "guard_decl", FAIL,
-                    f"{record.entry.file} changes {path}, which forkbuild generates from series.toml; "
-                    "declare the guard in series.toml instead")
-            for record in result.records if record.commit and path in _touched(tree, record.commit)]
 
 
 def read_declarations(series: Series, tree: Path) -> dict[str, GeneratedEntry] | str:
