@@ -1,5 +1,5 @@
 """The upstream cache: pinned wheels (hashed on every use) and a git repository with one
-commit per imported upstream, tagged `upstream/<version>+<pin>`; earlier versions stay
+commit per imported upstream, tagged `upstream/<version>+<key>` (Upstream.tag); earlier versions stay
 (the rebase's 3-way merges need their blobs). A file lock lets processes share it.
 
 The pin verifies what is built from, not only the download: the import of a verified wheel
