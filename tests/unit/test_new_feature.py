@@ -103,15 +103,15 @@ def test_new_places_the_table_after_the_features_and_keeps_the_file_otherwise(se
     assert series_fx.cli("new", "gamma", "--guard", "DSV41_GAMMA:int:3", "--variant", "full", "lite",
                          "--requires", "guards", "--description", "a third one") == 0
     after = series_fx.series_toml.read_text()
-    table = ('[features.gamma]\ndescription = "a third one"\nrequires = ["guards"]\n'
+    table = ('[features.gamma]\ndescription = "a third one"\nported = false\nrequires = ["guards"]\n'
              'guards = [{ env = "DSV41_GAMMA", type = "int", default = "3" }]\n')
     beta_end = 'guards = [{ env = "DSV41_BETA", type = "switch", default = "0" }]\n'
     assert beta_end + "\n" + table in after
-    # Nothing else moved: removing the additions gives the file back.
-    restored = after.replace("\n" + table, "").replace(', "gamma"]', "]")
-    assert restored == before
-    series = series_fx.load()
-    assert "gamma" in series.variants["full"].features and "gamma" in series.variants["lite"].features
+    # Nothing else moved: removing the addition gives the file back. Without a patch, gamma waits in
+    # no variant (every finished command leaves a series `check` accepts); export adds it to these:
+    assert after.replace("\n" + table, "") == before
+    assert (series_fx.root / ".forkbuild-work" / "new" / "gamma.variants").read_text() == "full\nlite\n"
+    assert series_fx.cli("check") == 0
     template = (series_fx.root / ".forkbuild-work" / "gamma.commit").read_text()
     assert "Feature: gamma\nGuard: DSV41_GAMMA\nForwarded: no\nPatch: gamma.patch\n" in template
 
@@ -119,7 +119,7 @@ def test_new_places_the_table_after_the_features_and_keeps_the_file_otherwise(se
 def test_new_defaults_to_the_default_variant_and_a_rerun_changes_nothing(series_fx):
     assert series_fx.cli("new", "gamma", "--requires", "guards") == 0
     first = series_fx.series_toml.read_bytes()
-    assert "gamma" in series_fx.load().variants["full"].features
+    assert (series_fx.root / ".forkbuild-work" / "new" / "gamma.variants").read_text() == "full\n"
     template = series_fx.root / ".forkbuild-work" / "gamma.commit"
     template.unlink()  # as if killed between the two writes
     assert series_fx.cli("new", "gamma", "--requires", "guards") == 0
@@ -252,8 +252,7 @@ def test_export_warns_about_a_feature_in_no_variant(series_fx, capsys):
     from forkbuild.io.git import Git
 
     assert series_fx.cli("new", "gamma", "--variant", "stock") == 0
-    text = series_fx.series_toml.read_text().replace('features = ["gamma"]', "features = []")
-    series_fx.series_toml.write_text(text)  # gamma now in no variant
+    (series_fx.root / ".forkbuild-work" / "new" / "gamma.variants").unlink()  # `new` ran on another machine
     tree = series_fx.root / ".forkbuild-work" / "series"
     apply_variant(context=series_fx.context(), variant=whole_series(series_fx.load()), dest=tree)
     edit(tree, "python/pkg/util.py", "def limit(", "def limited(")
@@ -270,3 +269,23 @@ def test_new_refuses_a_guard_another_feature_owns(series_fx):
                          variants=[], requires=[], patch=None)
     assert series_fx.cli("new", "gamma", "--guard", "DSV41_ALPHA:switch:0") == ConfigError.return_code
     assert series_fx.series_toml.read_bytes() == before
+
+
+def test_export_leaves_a_feature_out_of_a_variant_it_no_longer_fits(series_fx, capsys):
+    """series.toml changed between `new` and the first export: the join would make it invalid."""
+    from fixtures import commit_all, edit
+    from forkbuild.applier import apply_variant
+    from forkbuild.io.git import Git
+
+    assert series_fx.cli("new", "gamma", "--variant", "full", "--requires", "beta") == 0
+    text = series_fx.series_toml.read_text()
+    series_fx.series_toml.write_text(text.replace("[features.gamma]", '[features.gamma]\nconflicts = ["alpha"]', 1))
+    tree = series_fx.root / ".forkbuild-work" / "series"
+    apply_variant(context=series_fx.context(), variant=whole_series(series_fx.load()), dest=tree)
+    edit(tree, "python/pkg/util.py", "def limit(", "def limited(")
+    commit_all(Git(tree), "util: rename\n\nFeature: gamma\nForwarded: no\n")
+    capsys.readouterr()
+    assert series_fx.cli("export") == 0
+    assert "feature gamma does not join full: it requires or conflicts with alpha there" in capsys.readouterr().err
+    assert "gamma" not in series_fx.load().variants["full"].features
+    assert series_fx.cli("check") == 0

@@ -136,11 +136,21 @@ def test_new_for_a_feature_that_lost_its_last_patch_ports_it_again(series_fx: Se
     fx = series_fx
     assert fx.cli("drop", "beta-limit.patch") == 0
     assert _features(fx)[0]["beta"]["ported"] is False
-    # Its next patch starts as any feature's does: back in the variant, the marker gone.
+    # Its next patch starts as any feature's does: marked until the patch is exported (every variant
+    # builds as checked meanwhile), then back in the variant `new` named, the marker gone.
     assert fx.cli("new", "beta", "--variant", "full", "--name", "beta-again") == 0
+    features, variants = _features(fx)
+    assert features["beta"]["ported"] is False and "beta" not in variants["full"]
+    assert fx.cli("check") == 0
+    assert fx.cli("apply", "--all") == 0
+    tree = Git(fx.root / ".forkbuild-work/series")
+    edit(tree.path, "python/pkg/util.py", "def limit(", "def limited(")
+    tree.run("commit", "--quiet", "-a", "-m", "util: limited\n\nFeature: beta\nForwarded: no\nPatch: beta-again.patch\n")
+    assert fx.cli("export") == 0
     features, variants = _features(fx)
     assert "ported" not in features["beta"] and "beta" in variants["full"]
     assert features["beta"]["guards"] == [{"env": "DSV41_BETA", "type": "switch", "default": "0"}]
+    assert fx.cli("check") == 0
 
 
 def test_dropping_a_feature_another_needs_is_refused(series_fx: SeriesFixture) -> None:

@@ -61,7 +61,8 @@ def test_a_feature_that_lost_its_last_patch_is_listed_as_not_ported(series_fx: S
     assert series_status(series_fx.load())["unported"] == ["beta"]
     capsys.readouterr()
     assert series_fx.cli("status") == 0
-    assert "not ported to 1.0 (no patch, in no variant; `forkbuild new FEATURE` starts its next one): beta" in \
+    assert ("no patch on 1.0 (`ported = false`: in no variant until `forkbuild export` writes one; `forkbuild new "
+            "FEATURE` starts it): beta") in \
         " ".join(capsys.readouterr().out.split())
 
 

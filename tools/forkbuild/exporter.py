@@ -30,7 +30,7 @@ from forkbuild.series.config import (
 )
 from forkbuild.series.dep3 import placeholder_problem
 from forkbuild.series.edit import EntrySpec, quilt_series_text, unported, updated_series_toml
-from forkbuild.series.layout import DROPPED_DIR, PATCHES_DIR
+from forkbuild.series.layout import DROPPED_DIR, NEW_DIR, PATCHES_DIR
 from forkbuild.series.patchfile import PatchInfo, parse_patch, read_patch, read_text
 from forkbuild.series.writer import SeriesChange, SeriesTransaction, series_transaction
 from forkbuild.worktree.guard import tree_guard
@@ -115,6 +115,8 @@ def export_series(*, context: Context, tree: Path, check: bool = False, refresh:
         transaction.write(SeriesChange(
             series_toml=plan.series_toml, quilt_series=plan.quilt_series, removed=plan.removed,
             patches={patch.file: patch.text for patch in plan.patches if patch.action in ("new", "changed")}))
+        for feature in {patch.feature for patch in plan.patches}:
+            (series.root / NEW_DIR / f"{feature}.variants").unlink(missing_ok=True)  # joined (or it has patches)
         # The tree's commits are the series now: apply may refresh it, export write from it.
         files = [patch.file for patch in plan.patches]
         write_state(worktree, replace(state, head=plan.head, patches=tuple(files),
@@ -236,7 +238,7 @@ def plan_export(series: Series, *, worktree: Git, base: str, refresh: bool,
                        kept=kept)
     current_toml = series.path.read_text()
     new_toml, left = unported(updated_series_toml(current_toml if series_toml is None else series_toml, specs),
-                              series, specs)
+                              series, specs, joins=new_joins(series))
     quilt_path = series.patches_dir / "series"
     quilt = quilt_series_text(spec.file for spec in specs)
     old_quilt = quilt_path.read_text() if quilt_path.is_file() else None
@@ -244,6 +246,16 @@ def plan_export(series: Series, *, worktree: Git, base: str, refresh: bool,
                       removed=removed, kept=kept, unported=left,
                       series_toml=None if new_toml == current_toml else new_toml,
                       quilt_series=None if quilt == old_quilt else quilt)
+
+
+def new_joins(series: Series) -> dict[str, list[str]]:
+    """The variants `forkbuild new` recorded for each feature still without a patch (NEW_DIR)."""
+    joins = {}
+    for name, feature in series.features.items():
+        path = series.root / NEW_DIR / f"{name}.variants"
+        if not feature.ported and path.is_file():
+            joins[name] = path.read_text().split()
+    return joins
 
 
 def _refuse_revived(commits: list[_Commit], matches: list[PatchEntry | None], names: dict[str, str], *,

@@ -27,7 +27,7 @@ from forkbuild.series.config import (
 from forkbuild.series.dep3 import PLACEHOLDERS
 from forkbuild.series.edit import split_tail
 from forkbuild.series.guards import GUARD_TYPES, check_value
-from forkbuild.series.layout import WORK_DIR
+from forkbuild.series.layout import NEW_DIR, WORK_DIR
 from forkbuild.series.writer import SeriesChange, series_transaction
 
 PATCH_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\.patch")
@@ -43,7 +43,8 @@ class NewFeature:
     requires: tuple[str, ...]
     patch: str  # the patch file export will write
     series_toml: str | None = None  # the new text; None when series.toml already holds it all
-    added_to: tuple[str, ...] = ()  # variants that gain the feature
+    added_to: tuple[str, ...] = ()  # variants that gain the feature now (it has a patch)
+    joins: tuple[str, ...] = ()  # variants it joins with its first exported patch (`ported = false` until then)
 
 
 def parse_guard(spec: str, *, feature: str = "") -> Guard:
@@ -110,19 +111,28 @@ def plan_new_feature(series: Series, *, name: str, description: str, guards: lis
             where = f"features.{name}" + (f" (line {line})" if line else "")
             raise ConfigError([f"{where} exists already with " + "; ".join(differences)], source=str(series.path),
                               hint="change it in series.toml, or give `new` the same guards and requires")
-        if not existing.ported:  # it lost its last patch (drop, a rebase): this one ports it again
-            del document["features"][name]["ported"]  # type: ignore[index,union-attr]
     else:
         _add_feature_table(document, feature)
-    added_to = tuple(variant for variant in chosen if name not in series.variants[variant].features)
-    for variant in added_to:
-        table = document["variants"][variant]  # type: ignore[index]
-        if "features" not in table:
-            table["features"] = tomlkit.array()  # type: ignore[index]
-        table["features"].append(name)  # type: ignore[index,union-attr]
-    new_text = tomlkit.dumps(document)
-    parse_series(new_text, path=series.path)  # every problem reported as for any series.toml
-    return replace(feature, series_toml=None if new_text == text else new_text, added_to=added_to)
+    # Without a patch the feature waits `ported = false`, in no variant, so that every variant builds as
+    # checked; export adds it to `joining` with its first patch. Both texts must be valid series.toml.
+    waits = not any(entry.feature == name for entry in series.patches)
+    table = document["features"][name]  # type: ignore[index]
+    if waits and table.get("ported", True):  # type: ignore[union-attr]
+        table["ported"] = False  # type: ignore[index]
+    waiting = tomlkit.dumps(document)
+    table.pop("ported", None)  # type: ignore[union-attr]
+    joining = tuple(variant for variant in chosen if name not in series.variants[variant].features)
+    for variant in joining:
+        document["variants"][variant].setdefault("features", tomlkit.array()).append(name)  # type: ignore[index,union-attr]
+    joined = tomlkit.dumps(document)
+    parse_series(joined, path=series.path)  # every problem reported as for any series.toml
+    if waits:
+        parse_series(waiting, path=series.path)
+        feature = replace(feature, joins=joining)
+    else:
+        feature = replace(feature, added_to=joining)
+    new_text = waiting if waits else joined
+    return replace(feature, series_toml=None if new_text == text else new_text)
 
 
 def new_feature(context: Context, **asked) -> tuple[NewFeature, Path]:
@@ -131,6 +141,10 @@ def new_feature(context: Context, **asked) -> tuple[NewFeature, Path]:
         series = load_series(context.series_file)  # read under the lock
         feature = plan_new_feature(series, **asked)
         transaction.write(SeriesChange(series_toml=feature.series_toml))
+    joins = series.root / NEW_DIR / f"{feature.name}.variants"
+    if feature.joins:
+        joins.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(joins, "".join(f"{variant}\n" for variant in feature.joins))
     template = series.root / WORK_DIR / f"{feature.name}.commit"
     template.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(template, commit_template(feature))
@@ -143,7 +157,7 @@ def _add_feature_table(document: tomlkit.TOMLDocument, feature: NewFeature) -> N
     def quoted(value: str) -> str:
         return tomlkit.string(value).as_string()
 
-    lines = [f"[features.{feature.name}]", f"description = {quoted(feature.description)}"]
+    lines = [f"[features.{feature.name}]", f"description = {quoted(feature.description)}", "ported = false"]
     if feature.requires:
         lines.append(f"requires = [{', '.join(quoted(name) for name in feature.requires)}]")
     if feature.guards:

@@ -12,8 +12,9 @@ from forkbuild.series.layout import SERIES_TREE
 def add_parser(subparsers) -> None:
     parser = add_command(
         subparsers, "new", help="add a feature to series.toml and write its commit template",
-        description="Adds [features.FEATURE] (with its guards) to series.toml and the feature to the variants "
-                    "(default: the default variant), keeping comments and layout; writes "
+        description="Adds [features.FEATURE] (with its guards) to series.toml, keeping comments and layout, "
+                    "`ported = false` until `forkbuild export` writes its first patch and adds it to the variants "
+                    "(default: the default variant; a feature with a patch joins them at once); writes "
                     ".forkbuild-work/FEATURE.commit, a commit message template with the Feature:, Guard: and "
                     "Patch: trailers filled in, for `git commit -t` in the series work tree. Re-running the "
                     "same command changes nothing and rewrites the template.",
@@ -38,8 +39,11 @@ def run(args, context) -> int:
                                          guards=args.guard, variants=args.variant, requires=args.requires,
                                          patch=args.name)
     reporter = context.reporter
-    if feature.series_toml is None:
+    if feature.series_toml is None and not feature.joins:
         reporter.info(f"series.toml already holds feature {feature.name} in {', '.join(feature.variants)}: unchanged")
+    elif feature.joins:
+        reporter.info(f"series.toml: [features.{feature.name}], `ported = false` until its first patch: "
+                      f"`forkbuild export` adds it to {', '.join(feature.joins)} with it")
     else:
         reporter.info(f"series.toml: [features.{feature.name}]"
                       + (f", added to {', '.join(feature.added_to)}" if feature.added_to else ""))

@@ -155,8 +155,9 @@ def run(args, context) -> int:
     for table in tables:
         console.print(table, crop=False)
     if status["unported"]:
-        console.print(styled(("not ported", "yellow"), f" to {status['upstream']['version']} (no patch, in no variant; "
-                             "`forkbuild new FEATURE` starts its next one): " + " ".join(status["unported"])))
+        console.print(styled(("no patch", "yellow"), f" on {status['upstream']['version']} (`ported = false`: in no "
+                             "variant until `forkbuild export` writes one; `forkbuild new FEATURE` starts it): "
+                             + " ".join(status["unported"])))
     return 0
 
 

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import tomlkit
@@ -102,10 +102,12 @@ def with_empty_dirs(text: str, directories: Iterable[str]) -> str:
     return tomlkit.dumps(document)
 
 
-def unported(text: str, series: Series, entries: Sequence[EntrySpec]) -> tuple[str, tuple[str, ...]]:
+def unported(text: str, series: Series, entries: Sequence[EntrySpec],
+             joins: Mapping[str, Sequence[str]] | None = None) -> tuple[str, tuple[str, ...]]:
     """`text` where each feature left without a patch by `entries` leaves the variants (with
     its guards' env values) and is marked `ported = false` (a feature with a patch again loses
-    the marker), and what changed; ConfigError when a feature staying in a variant requires it."""
+    the marker and joins the variants `joins` names for it), and what changed; ConfigError when a
+    feature staying in a variant requires it."""
     left = sorted({entry.feature for entry in series.patches} - {entry.feature for entry in entries})
     back = sorted({entry.feature for entry in entries if not series.features[entry.feature].ported})
     if not left and not back:
@@ -120,8 +122,22 @@ def unported(text: str, series: Series, entries: Sequence[EntrySpec]) -> tuple[s
     notes = []
     for name in back:
         del document["features"][name]["ported"]  # type: ignore[union-attr]
-        notes.append(f"feature {name} has a patch again: its `ported = false` marker is removed (add it to the "
-                     f"variants that should build it)")
+        feature, added = series.features[name], []
+        for variant in (joins or {}).get(name, ()):
+            held = series.variants[variant].features if variant in series.variants else None
+            if held is None or name in held:
+                continue
+            unfit = [other for other in feature.requires if other not in held] + \
+                [other for other in feature.conflicts if other in held]
+            if unfit:  # series.toml changed since `new` checked it: left to the person
+                notes.append(f"feature {name} does not join {variant}: it requires or conflicts with "
+                             f"{', '.join(unfit)} there")
+                continue
+            document["variants"][variant].setdefault("features", tomlkit.array()).append(name)  # type: ignore[index,union-attr]
+            added.append(variant)
+        notes.append(f"feature {name} has a patch: its `ported = false` marker is removed, "
+                     + (f"and it joins {', '.join(added)} (as `forkbuild new` asked)" if added
+                        else "(add it to the variants that should build it)"))
     for name in left:
         document["features"][name]["ported"] = False  # type: ignore[index]
         notes.append(f"feature {name} has no patch left: it leaves the variants and stays declared with its "

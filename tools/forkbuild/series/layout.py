@@ -11,6 +11,9 @@ SERIES_TREE = Path(WORK_DIR) / "series"  # the full-series work tree that export
 REBASE_TREE = Path(WORK_DIR) / "rebase"
 REBASE_JOURNAL = Path(WORK_DIR) / "rebase-journal"  # a rebase in progress: state.json and the backup
 DROPPED_DIR = Path(WORK_DIR) / "dropped"  # patches export/drop set aside, one folder a run
+# `forkbuild new`'s variants for a feature without a patch yet (<feature>.variants, one a line): export adds it
+# to them with its first patch (series.toml holds it `ported = false` until then: every variant builds as checked)
+NEW_DIR = Path(WORK_DIR) / "new"
 DIST_DIR = "dist"  # built wheels
 BUILD_DIR = "build"  # reports
 DOCKER_DIR = "docker"  # the image's Dockerfile and context
