@@ -163,6 +163,25 @@ def test_each_is_stock_then_every_feature_alone_with_what_it_requires(tmp_path):
         [{"core"}] + [closure(series, [f"f{number}"]) for number in range(8)]
 
 
+@pytest.mark.parametrize("strategy", ["each", "pairwise", "all"])
+def test_a_feature_without_a_patch_is_in_no_combination(tmp_path, strategy):
+    """`forkbuild new`'s feature waits `ported = false` until its patch is exported: a combination
+    holding it (or one that requires it) would be a build claiming a feature it lacks."""
+    text = wide_series(tmp_path).path.read_text()
+    # f4 (required by f3) waits for its patch; the variant leaves both out.
+    text = text.replace('[features.f4]\n', '[features.f4]\nported = false\n').replace('"f3", "f4", ', "")
+    path = tmp_path / "series.toml"
+    path.write_text(text)
+    series = parse_series(text, path=path)
+    held = {name for combination in strategies.build_matrix(series, strategy, force=True).combinations
+            for name in combination.features}
+    assert "f4" not in held and "f3" not in held and "f5" in held
+    for asked in (dict(features=["f3"]), dict(variant="every", with_features=["f4"])):
+        with pytest.raises(ConfigError) as caught:
+            resolve(series, **asked)
+        assert "f4: no patch yet (`ported = false` in series.toml)" in caught.value.message
+
+
 def test_all_is_every_valid_subset_and_refuses_above_the_limit(tmp_path):
     series = wide_series(tmp_path, features=5)
     brute = [row for row in _all_subsets(series) if _valid(series, frozenset(row))]

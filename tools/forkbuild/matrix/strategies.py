@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from forkbuild.errors import ConfigError
-from forkbuild.series.combination import Combination, closure, coexist, from_features, of_variant
+from forkbuild.series.combination import Combination, buildable, closure, coexist, from_features, of_variant
 from forkbuild.series.config import Series
 
 STRATEGIES = ("variants", "each", "pairwise", "all")
@@ -37,6 +37,7 @@ def build_matrix(series: Series, strategy: str, *, base: str = "", force: bool =
     if strategy == "variants":
         combos = tuple(of_variant(series, name) for name in series.variants)
         return Matrix(strategy=strategy, combinations=combos, lower_bound=len(combos))
+    series = buildable(series)  # a feature without a patch yet is in no combination
     if strategy == "pairwise":
         # The greedy rows depend on random tie-breaks: the smallest of a few (seeded) runs.
         rows = min((pairwise_rows(series, seed=attempt) for attempt in range(ATTEMPTS)), key=len)

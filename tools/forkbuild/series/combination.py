@@ -4,6 +4,7 @@ runtime defaults come from the base variant (without one, every guard keeps its 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
@@ -94,6 +95,9 @@ def from_features(series: Series, features: Iterable[str], *, base: str = "", no
                 for name in refused]
     problems += [f"{one} conflicts with {other} (features.{one}.conflicts): choose one of them"
                  for one, other in _conflicts(series, chosen)]
+    problems += [f"{name}: no patch yet (`ported = false` in series.toml): no build holds it until "
+                 "`forkbuild export` writes its patch" for name in _ordered(series, chosen)
+                 if not series.features[name].ported]
     if problems:
         raise ConfigError(problems, source="command line")
     notes = [*notes, *(f"{name} added: required by {', '.join(by)}" for name, by in added.items())]
@@ -133,6 +137,14 @@ def _conflicts(series: Series, chosen: set[str]) -> list[tuple[str, str]]:
 def closure(series: Series, features: Iterable[str]) -> frozenset[str]:
     """`features` plus what they require (no conflict check): for matrix strategies."""
     return frozenset(_close_requires(series, list(features))[0])
+
+
+def buildable(series: Series) -> Series:
+    """The series without the features no build may hold: those without a patch (`ported = false`)
+    and those requiring one (for matrix strategies)."""
+    kept = {name: feature for name, feature in series.features.items()
+            if all(series.features[needed].ported for needed in closure(series, [name]))}
+    return dataclasses.replace(series, features=MappingProxyType(kept))
 
 
 def coexist(series: Series, features: Iterable[str]) -> bool:
