@@ -178,33 +178,33 @@ def test_import_git_range_uses_each_commits_feature(series_fx: SeriesFixture) ->
     assert series_fx.cli("check") == 0
 
 
-def test_a_git_range_commit_making_a_symlink_is_refused_and_nothing_is_written(
-        series_fx: SeriesFixture, capfd: pytest.CaptureFixture[str]) -> None:
-    """The rule every patch of the series is held to (check, apply) holds at the import: it used to
-    write the patch, and the series it left failed `forkbuild check`."""
-    repo, _, start = make_source_range(series_fx)
+def _symlink(repo: Git) -> str:
     (repo.path / "python/pkg/link").symlink_to("/etc/passwd")
-    commit_all(repo, "pkg: a link\n\nFeature: alpha\n")
-    toml, files = series_fx.series_toml.read_bytes(), sorted(series_fx.patches_dir.iterdir())
-    assert series_fx.cli("import", "--git-range", str(repo.path), f"{start}..{repo.head()}") == 7
-    assert f"{repo.path}@{repo.head()[:12]}: creates or changes a symbolic link" in capfd.readouterr().err
-    assert series_fx.series_toml.read_bytes() == toml and sorted(series_fx.patches_dir.iterdir()) == files
-    assert series_fx.cli("check") == 0
+    return "creates or changes a symbolic link"
 
 
-def test_a_git_range_commit_changing_the_generated_guards_module_is_refused(
-        series_fx: SeriesFixture, capfd: pytest.CaptureFixture[str]) -> None:
-    """A range from a series work tree holds the generated commit, or a change to it: imported, it
-    became a patch of a file that exists only after the series (check: "applies only with fuzz")."""
+def _generated_module(repo: Git) -> str:
+    (repo.path / "python/pkg/fork_guards.py").write_text("GUARDS = ()\n")
+    return "changes python/pkg/fork_guards.py, which forkbuild generates"
+
+
+@pytest.mark.parametrize("change", [_symlink, _generated_module], ids=["symlink", "generated-guards-module"])
+def test_a_git_range_commit_the_series_may_not_hold_is_refused_and_nothing_is_written(
+        series_fx: SeriesFixture, capfd: pytest.CaptureFixture[str], change) -> None:
+    """The rule every patch of the series is held to (check, apply) holds at the import: it used to
+    write the patch, and the series it left failed `forkbuild check`. A range from a series work
+    tree may hold the generated guards commit, or a change to it: a patch of a file that exists
+    only after the series (check said "applies only with fuzz 1")."""
     text = series_fx.series_toml.read_text()
     series_fx.series_toml.write_text(text.replace("[upstream]", 'guards_module = "pkg.fork_guards"\n\n[upstream]', 1))
     repo, _, start = make_source_range(series_fx)
-    (repo.path / "python/pkg/fork_guards.py").write_text("GUARDS = ()\n")
-    commit_all(repo, "pkg: guards by hand\n\nFeature: alpha\n")
+    problem = change(repo)
+    commit_all(repo, "pkg: a change\n\nFeature: alpha\n")
     toml, files = series_fx.series_toml.read_bytes(), sorted(series_fx.patches_dir.iterdir())
     assert series_fx.cli("import", "--git-range", str(repo.path), f"{start}..{repo.head()}") == 7
-    assert f"@{repo.head()[:12]}: changes python/pkg/fork_guards.py, which forkbuild generates" in capfd.readouterr().err
+    assert f"{repo.path}@{repo.head()[:12]}: {problem}" in capfd.readouterr().err
     assert series_fx.series_toml.read_bytes() == toml and sorted(series_fx.patches_dir.iterdir()) == files
+    assert series_fx.cli("check") == 0
 
 
 def test_a_subject_with_brackets_is_printed_as_it_is(series_fx: SeriesFixture, capfd: pytest.CaptureFixture[str]) -> None:
