@@ -65,7 +65,7 @@ class ExportDriftError(ForkbuildError):
 
 
 class UnsafePatchError(ForkbuildError):
-    """A patch is unsafe or unreadable: outside the tree, absolute, .git/, a symlink or gitlink; empty or garbled."""
+    """A patch is unsafe or unreadable: outside the tree, absolute, .git/, a symlink or gitlink, the generated guards module; empty or garbled."""
 
     return_code = 7
 
