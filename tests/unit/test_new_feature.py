@@ -286,6 +286,26 @@ def test_export_leaves_a_feature_out_of_a_variant_it_no_longer_fits(series_fx, c
     commit_all(Git(tree), "util: rename\n\nFeature: gamma\nForwarded: no\n")
     capsys.readouterr()
     assert series_fx.cli("export") == 0
-    assert "feature gamma does not join full: it requires or conflicts with alpha there" in capsys.readouterr().err
+    assert "feature gamma does not join full: it conflicts with alpha there" in capsys.readouterr().err
+    assert "gamma" not in series_fx.load().variants["full"].features
+    assert series_fx.cli("check") == 0
+
+
+def test_export_leaves_a_feature_out_of_a_variant_whose_feature_conflicts_with_it(series_fx, capsys):
+    """The conflict is declared by a feature the variant holds, not by the joining one."""
+    from fixtures import commit_all, edit
+    from forkbuild.applier import apply_variant
+    from forkbuild.io.git import Git
+
+    assert series_fx.cli("new", "gamma", "--variant", "full", "--requires", "beta") == 0
+    text = series_fx.series_toml.read_text()
+    series_fx.series_toml.write_text(text.replace("[features.alpha]", '[features.alpha]\nconflicts = ["gamma"]', 1))
+    tree = series_fx.root / ".forkbuild-work" / "series"
+    apply_variant(context=series_fx.context(), variant=whole_series(series_fx.load()), dest=tree)
+    edit(tree, "python/pkg/util.py", "def limit(", "def limited(")
+    commit_all(Git(tree), "util: rename\n\nFeature: gamma\nForwarded: no\n")
+    capsys.readouterr()
+    assert series_fx.cli("export") == 0
+    assert "feature gamma does not join full: alpha conflicts with it there" in capsys.readouterr().err
     assert "gamma" not in series_fx.load().variants["full"].features
     assert series_fx.cli("check") == 0

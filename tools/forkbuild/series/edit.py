@@ -127,11 +127,11 @@ def unported(text: str, series: Series, entries: Sequence[EntrySpec],
             held = series.variants[variant].features if variant in series.variants else None
             if held is None or name in held:
                 continue
-            unfit = [other for other in feature.requires if other not in held] + \
-                [other for other in feature.conflicts if other in held]
+            unfit = [f"it requires {other}" for other in feature.requires if other not in held] + \
+                [f"it conflicts with {other}" for other in feature.conflicts if other in held] + \
+                [f"{other} conflicts with it" for other in held if name in series.features[other].conflicts]
             if unfit:  # series.toml changed since `new` checked it: left to the person
-                notes.append(f"feature {name} does not join {variant}: it requires or conflicts with "
-                             f"{', '.join(unfit)} there")
+                notes.append(f"feature {name} does not join {variant}: {', '.join(unfit)} there")
                 continue
             document["variants"][variant].setdefault("features", tomlkit.array()).append(name)  # type: ignore[index,union-attr]
             added.append(variant)
