@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fixtures import FEATURES_TOML, VARIANTS_TOML, make_series
+from fixtures import FEATURES_TOML, VARIANTS_TOML, commit_all, edit, make_series
+from forkbuild.io.git import Git
 
 EXTRA_FEATURE = '''
 [features.gamma]
@@ -21,6 +22,14 @@ def test_a_variant_holding_a_feature_no_patch_implements_fails(tmp_path: Path, c
     assert fx.cli("check") == 2
     err = capsys.readouterr().err
     assert "variants.lite: holds feature 'gamma', but no patch of series.toml implements it" in " ".join(err.split())
+    # The hint, followed (a series the `new` of before `ported = false` left): a patch of it, exported.
+    assert "a commit with a `Feature:` trailer naming it in the series tree, then `forkbuild export`" in " ".join(err.split())
+    tree = fx.root / ".forkbuild-work" / "series"
+    assert fx.cli("apply", "--all") == 0
+    edit(tree, "python/pkg/util.py", "def limit(", "def limited(")
+    commit_all(Git(tree), "util: rename\n\nFeature: gamma\nForwarded: no\n")
+    assert fx.cli("export") == 0
+    assert fx.cli("check") == 0
 
 
 def test_a_feature_no_variant_holds_is_a_warning(tmp_path: Path, capsys) -> None:

@@ -26,7 +26,8 @@ def run(args, context) -> int:
         for warning in warnings:
             context.reporter.warn(warning)
         if errors:
-            raise ConfigError(errors)
+            raise ConfigError(errors, hint="export a patch of it (a commit with a `Feature:` trailer naming it in the "
+                              "series tree, then `forkbuild export`), or take it out of the variant's features")
         results = check_series(context=context)
     counted = (Outcome.EXACT, Outcome.OFFSET, Outcome.THREE_WAY)
     summary = Table("variant", "patches", *map(str, counted), "failed", title="forkbuild check")
