@@ -9,6 +9,7 @@ import base64
 import hashlib
 import http.server
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -20,6 +21,7 @@ import pytest
 
 from fixtures import commit_spec, make_upstream_repo
 from forkbuild.cli import main as cli_main
+from forkbuild.io.chaos import CHAOS_ENV
 from test_testpatch import ALPHA, BETA, GUARDS, SERIES_TOML, UPSTREAM, write_feature_tests
 
 REPO = Path(__file__).resolve().parents[2]
@@ -125,6 +127,27 @@ def test_release_latest_rebases_builds_tests_and_reports(tmp_path: Path, index, 
     assert "sglang 1.1 is the newest release the index lists: nothing to do" in capsys.readouterr().err
 
 
+def test_release_goes_on_only_with_the_rebase_in_progress(tmp_path: Path, index, capsys, monkeypatch) -> None:
+    """Before, `release VERSION` went on with whatever rebase was stopped (here onto 1.1, asked for 1.0)
+    and reported it as 1.0-to-1.0."""
+    root = series(tmp_path, index)
+    cli = ["-C", str(root), "--cache", str(tmp_path / "cache")]
+    killed = subprocess.run([sys.executable, "-m", "forkbuild", *cli, "rebase", "--onto", "1.1"],
+                            env={**os.environ, CHAOS_ENV: "rebase:applying:alpha.patch"}, capture_output=True, timeout=300)
+    assert killed.returncode == -9 and (root / ".forkbuild-work" / "rebase-journal").is_dir()
+    before = (root / "series.toml").read_bytes()
+    capsys.readouterr()
+    assert cli_main([*cli, "release", "1.0", "--from-tree"]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "a rebase onto 1.1 is in progress, not onto 1.0" in err and "`forkbuild release 1.1` goes on with it" in err
+    assert (root / "series.toml").read_bytes() == before and not (root / "build" / "release").exists()
+    # `latest` is the release the stopped rebase moves to (not looked up again: the index is gone).
+    monkeypatch.setenv("FORKBUILD_INDEX_URL", "http://127.0.0.1:9/simple")
+    assert cli_main([*cli, "release", "latest", "--non-interactive", "--from-tree"]) == 0, capsys.readouterr().err
+    assert tomllib.loads((root / "series.toml").read_text())["upstream"]["version"] == "1.1"
+    assert json.loads((root / "build" / "release" / "1.0-to-1.1.json").read_text())["ok"]
+
+
 WORKFLOW = REPO / ".github" / "workflows" / "release-watch.yml"
 
 
@@ -144,8 +167,8 @@ def test_the_report_names_a_porter_rung_only_where_the_port_went_in(tmp_path: Pa
     from types import SimpleNamespace
 
     from forkbuild.commands.release import document
-    from forkbuild.rebase.porter import HunkPort
     from forkbuild.rebase.journal import PatchState, Phase, RebaseState
+    from forkbuild.rebase.porter import HunkPort
     from forkbuild.series.config import Upstream
     from forkbuild.worktree.engine import Outcome
 

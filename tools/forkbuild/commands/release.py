@@ -20,7 +20,7 @@ from packaging.version import Version
 
 from forkbuild.commands import add_command
 from forkbuild.context import Context
-from forkbuild.errors import BuildError, RebaseStopped
+from forkbuild.errors import BuildError, ForkbuildError, RebaseStopped
 from forkbuild.io.fsutil import write_atomic
 from forkbuild.rebase.journal import PatchState, Phase, RebaseState
 from forkbuild.rebase.phases import Rebase
@@ -56,7 +56,10 @@ def add_parser(subparsers) -> None:
 def run(args, context) -> int:
     upstream = context.series.upstream
     version = args.target
-    if version == "latest":
+    journal = Rebase(context).journal
+    if version == "latest" and journal.exists():  # the release a stopped rebase is moving to, not the index's newest
+        version = journal.load().target.version
+    elif version == "latest":
         if upstream.source != "wheel":
             raise BuildError("`release latest` follows the index: this series builds from git (upstream.source = 'git')",
                              hint="name the commit: forkbuild rebase --onto COMMIT --version X")
@@ -113,6 +116,10 @@ def release(context: Context, *, version: str, non_interactive: bool, python: Pa
     state: RebaseState | None
     try:
         if rebase.journal.exists():
+            if (moving_to := rebase.journal.load().target.version) != version:
+                raise ForkbuildError(f"a rebase onto {moving_to} is in progress, not onto {version}",
+                                     hint=f"`forkbuild release {moving_to}` goes on with it; `forkbuild rebase --abort` "
+                                          "puts everything back")
             state = rebase.resume("continue")
         elif version == old:
             state = None  # the proof alone is owed
