@@ -4,15 +4,15 @@ upstreamed and emptied patches, the pin and the report."""
 from __future__ import annotations
 
 import json
+import shutil
 import tomllib
-
 
 from fixtures import SeriesFixture, make_series
 from forkbuild.errors import DirtyTreeError, LockBusy, LockTimeout, RebaseStopped
+from forkbuild.io.fsutil import flocked
 from forkbuild.io.git import Git
 from forkbuild.series.writer import SeriesChange, SeriesTransaction
 from forkbuild.worktree.guard import TreeGuard
-from forkbuild.io.fsutil import flocked
 from rebase_fixtures import (
     CONFLICT_CHANGES,
     LADDER_CHANGES,
@@ -115,6 +115,23 @@ def test_abort_restores_everything_byte_for_byte(git_series_fx: SeriesFixture) -
     assert fingerprint(fx) == before
     assert not (fx.root / ".forkbuild-work" / "rebase").exists()
     assert fx.cli("rebase", "--continue") != 0  # nothing in progress any more
+
+
+def test_a_removed_work_tree_is_named_and_abort_goes_on(git_series_fx: SeriesFixture, capsys) -> None:
+    """Before, --continue and --skip said only "... is not a git repository"."""
+    fx = git_series_fx
+    commit = release(fx, CONFLICT_CHANGES)
+    fx.cli("fetch")
+    before = fingerprint(fx)
+    assert fx.cli(*rebase_args(commit)) == RebaseStopped.return_code
+    shutil.rmtree(fx.root / ".forkbuild-work" / "rebase")
+    for action in ("--continue", "--skip"):
+        capsys.readouterr()
+        assert fx.cli("rebase", action) == 1
+        err = " ".join(capsys.readouterr().err.split())
+        assert "the rebase's work tree is gone" in err and "`forkbuild rebase --abort` puts series.toml" in err
+    assert fx.cli("rebase", "--abort") == 0
+    assert fingerprint(fx) == before
 
 
 def test_upstreamed_patch_is_proposed_for_dropping_with_evidence(tmp_path) -> None:

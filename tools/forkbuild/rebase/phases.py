@@ -50,6 +50,8 @@ from forkbuild.worktree.sequence import Sequencer
 
 OLD_SERIES = "old-series"  # the series applied on the old pin (its blobs feed the 3-way merges)
 NEW_SERIES = "new-series"  # the replayed series (the report's range-diffs read it)
+# The phases that go on from the work tree's commits (the check's make a scratch tree where it is gone).
+TREE_PHASES = frozenset({Phase.REPLAY, Phase.APPLYING, Phase.CONFLICT, Phase.REPLAYED, Phase.REVIEW, Phase.FINALIZE})
 STOP_DIFF_LINES = 40  # of the upstream change a stopped patch collided with, in the message
 
 
@@ -105,6 +107,10 @@ class Rebase:
             state = self.journal.load()
             if action == "abort":
                 return self.roll_back(state)
+            if state.phase in TREE_PHASES and not (state.worktree / ".git").exists():
+                raise ForkbuildError(f"{state.worktree}: the rebase's work tree is gone (removed while the rebase "
+                                     "was stopped): it holds the replayed patches", hint="`forkbuild rebase --abort` "
+                                     "puts series.toml, patches/ and the cache refs back; then start it again")
             if action == "skip":
                 if state.phase is not Phase.CONFLICT:
                     raise ForkbuildError(f"--skip: the rebase is not stopped at a conflict (phase {state.phase})",
