@@ -11,9 +11,9 @@ import pytest
 from fixtures import DEFAULT_PATCHES, FEATURES_TOML, VARIANTS_TOML, PatchSpec, make_series
 from forkbuild.applier import apply_plan, apply_variant, plan_variant, read_state
 from forkbuild.errors import ApplyError, DirtyTreeError, UnsafePatchError
+from forkbuild.io.fsutil import flocked
 from forkbuild.io.git import Git
 from forkbuild.series.combination import of_variant
-from forkbuild.io.fsutil import flocked
 
 
 def log(tree) -> list[str]:
@@ -172,8 +172,8 @@ def test_a_failing_patch_keeps_the_ones_applied_before_it(series_fx, tmp_path):
 
 
 def test_a_held_cache_lock_is_a_lock_timeout_not_a_traceback(series_fx, tmp_path, monkeypatch):
-    from forkbuild.upstream import cache as cache_module
     from forkbuild.errors import LockTimeout
+    from forkbuild.upstream import cache as cache_module
 
     apply_variant(context=series_fx.context(), variant=of_variant(series_fx.load(), "full"), dest=tmp_path / "full")  # upstream imported
     monkeypatch.setattr(cache_module, "LOCK_TIMEOUT_SECONDS", 0.1)
@@ -202,11 +202,15 @@ def test_a_corrupt_state_file_is_a_dirty_tree_error_with_a_hint(series_fx, tmp_p
     assert series_fx.cli("export", "--dir", str(tmp_path / "w")) == DirtyTreeError.return_code
 
 
-@pytest.mark.parametrize("command", [["apply", "--variant", "full"], ["apply", "--all"],
-                                     ["rebase", "--onto", "0" * 40, "--version", "2.0"]])
-def test_no_work_tree_is_made_inside_patches(series_fx, capsys, command):
-    """Every file under patches/ is the series' own: a rebase backs them all up and puts them back."""
-    before = sorted(path.name for path in series_fx.patches_dir.iterdir())
-    assert series_fx.cli(*command, "--dir", str(series_fx.patches_dir / "tree")) == 2
-    assert "a work tree inside" in capsys.readouterr().err
-    assert sorted(path.name for path in series_fx.patches_dir.iterdir()) == before
+@pytest.mark.parametrize(("command", "place"), [
+    (["apply", "--variant", "full", "--dir"], "patches/tree"), (["apply", "--all", "--dir"], "patches/tree"),
+    (["rebase", "--onto", "0" * 40, "--version", "2.0", "--dir"], "patches/tree"),
+    (["build-wheel", "--out"], "patches/x.patch"), (["compose", "--out"], "patches/c.patch"),
+    (["matrix", "--format", "json", "--out"], "series.toml"), (["matrix", "--format", "bake", "--out"], "patches")])
+def test_no_output_goes_into_the_series_files(series_fx, capsys, command, place):
+    """series.toml and every file under patches/ are the series' own (written by its writer alone; a
+    rebase backs them all up and puts them back): --dir, --out name a place outside them."""
+    before = {path.name: path.read_bytes() for path in [series_fx.series_toml, *series_fx.patches_dir.iterdir()]}
+    assert series_fx.cli(*command, str(series_fx.root / place)) == 2
+    assert "forkbuild would write into the series' own files" in " ".join(capsys.readouterr().err.split())
+    assert {path.name: path.read_bytes() for path in [series_fx.series_toml, *series_fx.patches_dir.iterdir()]} == before

@@ -79,11 +79,12 @@ class Context:
     def build_dir(self) -> Path:
         return self.series_dir / BUILD_DIR
 
-    def tree_dir(self, path: Path) -> Path:
-        """A work tree's directory (--dir), resolved: never in patches/, whose every file is the series'."""
+    def outside_series(self, path: Path, option: str) -> Path:
+        """A path forkbuild writes to (--dir, --out, --log), resolved: never series.toml, patches/ or in it,
+        whose files only the series writer writes."""
         path, patches = path.resolve(), (self.series_dir / PATCHES_DIR).resolve()
-        if path == patches or patches in path.parents:
-            raise ConfigError([f"--dir {path}: a work tree inside {patches} would be taken for series files "
-                               "(a rebase backs up and restores every file there): choose a directory outside "
-                               "patches/"], source="command line")
+        if path == self.series_file.resolve() or path == patches or patches in path.parents:
+            raise ConfigError([f"{option} {path}: forkbuild would write into the series' own files (series.toml, "
+                               "patches/; a rebase backs up and restores every file there): choose a place outside "
+                               "them"], source="command line")
         return path

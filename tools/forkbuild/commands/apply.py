@@ -49,7 +49,8 @@ def _run(args, context) -> int:
                            "choose a combination"], source="command line")
     whole = args.all or args.resume
     combination = whole_series(context.series) if whole else arguments.from_args(args, context)
-    dest = context.tree_dir(args.dir or (context.series_dir / SERIES_TREE if whole else context.work_dir / combination.name))
+    dest = context.outside_series(args.dir or (context.series_dir / SERIES_TREE if whole else context.work_dir / combination.name),
+                                  "--dir")
     if args.resume:
         result = resume_apply(context=context, dest=dest, action=args.resume)
         if result is None:

@@ -68,7 +68,7 @@ def run(args, context) -> int:
            "features": list(target.features), "candidates": list(candidates), "command": list(command),
            "on": probes.on}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
-    log = ProbeLog((args.log or context.build_dir / "bisect" / f"{target.name}-{digest}.json").resolve(), key=key,
+    log = ProbeLog(context.outside_series(args.log or context.build_dir / "bisect" / f"{target.name}-{digest}.json", "--log"), key=key,
                    resume=args.resume, restart=args.restart)
     context.reporter.info(f"bisecting {len(candidates)} features of {target.name} "
                           f"({'runtime guards' if args.runtime else 'a build per probe'}); log: {log.path}")

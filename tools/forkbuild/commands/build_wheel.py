@@ -30,7 +30,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args, context) -> int:
-    request = WheelRequest(variant=arguments.from_args(args, context), out_dir=(args.out or context.dist_dir).resolve(),
+    request = WheelRequest(variant=arguments.from_args(args, context), out_dir=context.outside_series(args.out or context.dist_dir, "--out"),
                            python_tags=tuple(args.python_tag), platforms=tuple(args.platform), mode=args.mode, force=args.force,
                            isolation=not args.no_isolation)
     for wheel in build_wheels(context=context, request=request):

@@ -46,7 +46,7 @@ def run(args, context) -> int:
     series = context.series
     variants = [of_variant(series, name) for name in args.variant or series.variants]  # resolved once
     modes = args.mode or list(build.MODES)
-    out = (args.out or context.build_dir / "compose.yaml").resolve()
+    out = context.outside_series(args.out or context.build_dir / "compose.yaml", "--out")
     docker = Docker.connect(reporter=context.reporter) if (args.local_base or args.build) else None
     official = build.official_base(series.upstream.version)
     platforms = image_platforms(platform for variant in variants for platform in args.platform or variant.platforms)

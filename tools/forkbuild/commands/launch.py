@@ -86,7 +86,7 @@ def run(args, context) -> int:
         for name, text in texts.items():
             print(f"--- {name}\n{text}", end="")
         return 0
-    out = args.out or context.build_dir / "launch" / variant.name
+    out = context.outside_series(args.out or context.build_dir / "launch" / variant.name, "--out")
     out.mkdir(parents=True, exist_ok=True)
     if others := sorted(path.name for path in out.glob("node*-*.compose.yaml") if path.name not in texts):
         # Another cluster's files (perhaps edited by hand): never removed or mixed with this one's.

@@ -81,10 +81,11 @@ def run(args, context) -> int:
     elif args.output_format == "bake":
         _bake(args, context, matrix)
     elif args.output_format == "json":
-        _emit([{"name": item.name, "features": list(item.features)} for item in matrix.combinations], args.out)
+        _emit([{"name": item.name, "features": list(item.features)} for item in matrix.combinations],
+              args.out and context.outside_series(args.out, "--out"))
     else:  # github: a job's `strategy.matrix`; `${{ matrix.features }}` is ready for --features
         _emit({"include": [{"name": item.name, "features": ",".join(item.features)}
-                           for item in matrix.combinations]}, args.out)
+                           for item in matrix.combinations]}, args.out and context.outside_series(args.out, "--out"))
     return 0
 
 
@@ -100,7 +101,7 @@ def _emit(data: object, out: Path | None) -> None:
 
 def _bake(args, context, matrix: Matrix) -> None:
     """docker-bake.json: one target per combination (its build context prepared), all in group `default`."""
-    out = (args.out or context.build_dir / "docker-bake.json").resolve()
+    out = context.outside_series(args.out or context.build_dir / "docker-bake.json", "--out")
     targets = {}
     names = []  # the file lists them in the matrix's order
     for combination in build_order(context.series, matrix.combinations):

@@ -59,7 +59,7 @@ def run(args, context) -> int:
             state: RebaseState | None = rebase.resume(args.resume)
         else:
             target = resolve(context.series.upstream, onto=args.onto, version=args.target_version)
-            state = rebase.start(target=target, tree=args.dir and context.tree_dir(args.dir), accept_drops=args.accept_drops,
+            state = rebase.start(target=target, tree=args.dir and context.outside_series(args.dir, "--dir"), accept_drops=args.accept_drops,
                                  accept_ported=args.accept_ported, accept_moot=args.accept_moot)
     except KeyboardInterrupt:
         if rebase.journal.exists():  # every step is journaled: the next command goes on from the last one
