@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from forkbuild.upstream import cache as cache_module
-from forkbuild.upstream.cache import UpstreamCache
 from forkbuild.errors import UpstreamError
-from forkbuild.series.config import GitPin, Upstream, WheelPin
 from forkbuild.io.fsutil import flocked
 from forkbuild.io.git import Git
+from forkbuild.series.config import GitPin, Upstream, WheelPin
+from forkbuild.upstream import cache as cache_module
+from forkbuild.upstream.cache import UpstreamCache
 
 
 def make_wheel(directory: Path, version: str, files: dict[str, str]) -> WheelPin:
@@ -174,8 +174,8 @@ def test_a_repository_a_kill_left_half_made_is_made_again(tmp_path):
 
 
 def test_a_held_lock_becomes_lock_timeout_with_a_hint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from forkbuild.upstream import cache as cache_module
     from forkbuild.errors import LockTimeout
+    from forkbuild.upstream import cache as cache_module
 
     (tmp_path / "dist").mkdir()
     pin = make_wheel(tmp_path / "dist", "1.0", {"__init__.py": ""})

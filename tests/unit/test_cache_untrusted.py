@@ -121,8 +121,8 @@ def test_a_wheel_changed_in_place_with_its_size_and_mtime_kept_is_hashed_again(t
     import os
     import zipfile
 
-    from forkbuild.upstream.cache import UpstreamCache
     from forkbuild.series.config import WheelPin
+    from forkbuild.upstream.cache import UpstreamCache
 
     source = tmp_path / "demo-1.0-py3-none-any.whl"
     with zipfile.ZipFile(source, "w") as archive:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from fixtures import SeriesFixture, commit_all, edit, write_through_upstream_symlink
-from forkbuild.upstream.cache import UpstreamCache
 from forkbuild.checker import check_series, raise_on_failures
 from forkbuild.errors import ApplyError, UnsafePatchError
 from forkbuild.io.git import Git
+from forkbuild.upstream.cache import UpstreamCache
 from forkbuild.worktree.state import read_state
 
 

@@ -14,9 +14,9 @@ import pytest
 from forkbuild.cli import main
 from forkbuild.errors import ConfigError
 from forkbuild.fleet.envfile import parse_env
+from forkbuild.series.config import load_series
 from forkbuild_runtime import doctor as image_doctor
 from forkbuild_runtime import migration
-from forkbuild.series.config import load_series
 
 REPO = Path(__file__).resolve().parents[2]
 SERIES = load_series(REPO / "series.toml")

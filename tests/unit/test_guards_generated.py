@@ -20,11 +20,11 @@ from fixtures import DEFAULT_PATCHES, PatchSpec, make_series
 from forkbuild.applier import ApplyPlan, apply_plan, apply_variant, plan_variant, read_state
 from forkbuild.errors import ConfigError
 from forkbuild.exporter import export_series
-from forkbuild.worktree.guards_module import GENERATED_TRAILER, module_path
 from forkbuild.io.git import Git
 from forkbuild.series.combination import from_features, of_variant, whole_series
 from forkbuild.series.config import Series
 from forkbuild.worktree.engine import Outcome
+from forkbuild.worktree.guards_module import GENERATED_TRAILER, module_path
 
 ENVIRON = "python/pkg/environ.py"
 HOOK = textwrap.dedent('''\
@@ -218,8 +218,8 @@ def test_guards_module_must_be_a_module_name(tmp_path):
 def test_the_generated_module_writes_names_as_data_never_as_code(name, monkeypatch):
     """Names series.toml's parse would refuse (Series built directly) still cannot inject code
     or break the module: it compiles, runs nothing, and gives every name and value back."""
-    from forkbuild.worktree.guards_module import render
     from forkbuild.series.config import Feature, Guard, Upstream
+    from forkbuild.worktree.guards_module import render
 
     guard = Guard(env="DSV41_" + name, type="str", default=name, feature=name)
     series = Series(path=Path("/x/series.toml"), name="s", default_variant="", guards_module="pkg.fork_guards",

@@ -10,9 +10,9 @@ import pytest
 
 from forkbuild.errors import BuildError
 from forkbuild.image import build_context as image_context
-from forkbuild_runtime import doctor, migration
-from forkbuild.wheel.manifest import DIST_INFO_FILE
 from forkbuild.series.config import PackagePin
+from forkbuild.wheel.manifest import DIST_INFO_FILE
+from forkbuild_runtime import doctor, migration
 from test_image_dockerfile import manifest
 
 DOCKER_DIR = Path(__file__).parents[2] / "docker"

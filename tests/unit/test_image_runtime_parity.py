@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
+from forkbuild.series import guards
 from forkbuild.wheel import manifest
 from forkbuild_runtime import migration, records
-from forkbuild.series import guards
 
 SWITCH_VALUES = ["0", "1", "off", "on", "false", "true", "", "garbage", "OFF", " On ", "yes", "n", "2", "enabled"]
 TYPED_VALUES = ["0", "16", "-3", " 7 ", "1.5", "1e-3", "-0.25", "nan", "inf", "", "garbage", "b12x", "0x10", "1_000"]

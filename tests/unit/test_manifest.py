@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from forkbuild.wheel import manifest
 from forkbuild.errors import BuildError
 from forkbuild.series.combination import of_variant
 from forkbuild.series.config import load_series
+from forkbuild.wheel import manifest
 from wheelkit import wheel_series
 
 

@@ -15,11 +15,11 @@ import pytest
 from forkbuild import cli
 from forkbuild.applier import read_state
 from forkbuild.errors import ConfigError
-from forkbuild.wheel.manifest import read_wheel
 from forkbuild.matrix import strategies
 from forkbuild.series.combination import closure, of_variant, resolve
 from forkbuild.series.config import parse_series
 from forkbuild.wheel.builder import variant_version
+from forkbuild.wheel.manifest import read_wheel
 from test_testpatch import BETA
 from test_testpatch import _make as make_testpatch_series
 from wheelkit import wheel_series

@@ -7,12 +7,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-
 from forkbuild.cli import main
 from forkbuild.errors import MutationError
+from forkbuild.io.fsutil import flocked
 from forkbuild.mutate import workers
 from forkbuild.mutate.workers import run_all
-from forkbuild.io.fsutil import flocked
 
 
 def test_a_run_clears_what_a_killed_run_left_and_removes_its_scratch_when_it_ends(tmp_path, monkeypatch):

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from forkbuild.upstream import pypi
 from forkbuild.errors import UpstreamError
+from forkbuild.upstream import pypi
 
 PAGE = {"files": [
     {"filename": "demo-1.0-py3-none-any.whl", "url": "https://files.invalid/demo.whl", "hashes": {"sha256": "ab" * 32}},

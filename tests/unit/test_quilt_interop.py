@@ -12,10 +12,10 @@ import pytest
 
 from fixtures import DEFAULT_PATCHES, PatchSpec, SeriesFixture, make_series
 from forkbuild.applier import apply_variant
-from forkbuild.upstream.cache import UpstreamCache
 from forkbuild.exporter import export_series
 from forkbuild.io.git import Git
 from forkbuild.series.combination import whole_series
+from forkbuild.upstream.cache import UpstreamCache
 
 QUILT = shutil.which("quilt")
 pytestmark = pytest.mark.skipif(QUILT is None, reason="quilt is not installed (apt-get install quilt)")

@@ -13,8 +13,7 @@ import pytest
 from fixtures import SeriesFixture, make_series
 from forkbuild.errors import ForkbuildError, RebaseStopped
 from forkbuild.io import statefile
-from forkbuild.rebase.journal import Journal
-from forkbuild.rebase.journal import PatchState, Phase, RebaseState, RefMove
+from forkbuild.rebase.journal import Journal, PatchState, Phase, RebaseState, RefMove
 from forkbuild.rebase.upstreamed import HunkEvidence
 from forkbuild.series.config import GitPin, Upstream, WheelPin
 from forkbuild.worktree.engine import Outcome

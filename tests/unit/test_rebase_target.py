@@ -7,10 +7,10 @@ import tomllib
 
 import pytest
 
-from forkbuild.upstream import pypi
 from forkbuild.errors import UpstreamError
 from forkbuild.rebase.target import looks_like_commit, moved_pin, resolve
 from forkbuild.series.config import GitPin, Upstream, WheelPin
+from forkbuild.upstream import pypi
 
 SHA_A, SHA_B = "a" * 64, "b" * 64
 CURRENT = Upstream(

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from forkbuild import cli
-from forkbuild.wheel import manifest as manifest_module
 from forkbuild.console import Reporter
 from forkbuild.context import Context
 from forkbuild.errors import BuildError
 from forkbuild.series.combination import of_variant
+from forkbuild.wheel import manifest as manifest_module
 from forkbuild.wheel.builder import WheelRequest, build_wheels, variant_version
 from forkbuild.wheel.validate import validate_wheel
 from wheelkit import BASE_EDITS, make_patch, wheel_series

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from packaging.version import Version
 
-from forkbuild.wheel import naming
 from forkbuild.errors import BuildError
+from forkbuild.wheel import naming
 
 
 def test_local_version_names_variant_and_series_content():

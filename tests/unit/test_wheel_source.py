@@ -7,11 +7,11 @@ import zipfile
 
 import pytest
 
-from forkbuild.wheel import manifest as manifest_module
 from forkbuild.console import Reporter
 from forkbuild.context import Context
 from forkbuild.errors import BuildError
 from forkbuild.series.combination import of_variant
+from forkbuild.wheel import manifest as manifest_module
 from forkbuild.wheel.builder import WheelRequest, build_wheels, variant_version
 from forkbuild.wheel.validate import validate_wheel
 from wheelkit import VERSION_MODULE, git, make_series, write_tree
