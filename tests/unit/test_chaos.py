@@ -60,6 +60,14 @@ Author: Someone <someone@example.com>
 """
 
 
+def _default_signals() -> None:
+    """The signals the test sends at their defaults in the child, as in a terminal's foreground job: a
+    run under nohup (or in a script's background) hands them on ignored, and forkbuild keeps an ignored
+    signal ignored."""
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
+
+
 def forkbuild(fx_root: Path, cache: Path, *args: str, kill_at: str | None = None,
               kill_after: float | None = None, interrupt: bool | str = False) -> int:
     """Run forkbuild; kill -9 it at step `kill_at` or after `kill_after` seconds (interrupt: True or
@@ -69,7 +77,7 @@ def forkbuild(fx_root: Path, cache: Path, *args: str, kill_at: str | None = None
     env = {**os.environ, **({CHAOS_ENV: kill_at} if kill_at else {}), SIGNAL_ENV: name}
     command = [sys.executable, "-m", "forkbuild", "-C", str(fx_root), "--cache", str(cache), *args]
     process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                               preexec_fn=_default_signals)
     if kill_after is not None:
         try:
             process.wait(timeout=kill_after)
