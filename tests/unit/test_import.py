@@ -161,6 +161,18 @@ def test_import_git_range_feature_disagreement_writes_nothing(series_fx: SeriesF
     assert len(entries(series_fx)) == 3
 
 
+@pytest.mark.parametrize(("shape", "said"), [
+    ("{start}..nope", "'nope' is no commit of"), ("{start}..--all", "'--all' is no commit of"),
+    ("{start}...{end}", "A...B (the commits of either side) is no series")])
+def test_a_range_end_that_is_no_commit_is_named(series_fx: SeriesFixture, capsys, shape, said) -> None:
+    """Before, git's "ambiguous argument" came back under the whole git command line."""
+    repo, start, end = make_source_range(series_fx)
+    assert series_fx.cli("import", "--git-range", str(repo.path), shape.format(start=start, end=end)) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert said in err and "git failed" not in err
+    assert len(entries(series_fx)) == 3
+
+
 def test_import_git_range_uses_each_commits_feature(series_fx: SeriesFixture) -> None:
     repo, start, end = make_source_range(series_fx)
     with pytest.raises(ConfigError, match="has no `Feature:` trailer"):

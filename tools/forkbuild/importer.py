@@ -8,10 +8,11 @@ import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 from forkbuild.applier import scratch_tree
 from forkbuild.context import Context
-from forkbuild.errors import ApplyError, ConfigError, ForkbuildError, UnsafePatchError
+from forkbuild.errors import ApplyError, ConfigError, ForkbuildError, UnsafePatchError, quoted
 from forkbuild.exporter import patch_name
 from forkbuild.io.git import Git
 from forkbuild.series.combination import whole_series
@@ -51,14 +52,24 @@ def guard_trailers(series: Series, feature: str, diff: str) -> list[tuple[str, s
     return [("Guard", guard.env) for guard in series.features[feature].guards if re.search(rf"\b{guard.env}\b", added)]
 
 
+def _no_commit(repo: Path, revisions: str, name: str) -> NoReturn:
+    raise ForkbuildError(f"{revisions!r}: {name!r} is no commit of {repo}",
+                         hint=f"`git -C {quoted(repo)} log --oneline` lists its commits")
+
+
 def git_range_incoming(repo: Path, revisions: str, *, feature: str | None) -> list[Incoming]:
     source = Git(repo)
     if ".." not in revisions:
         raise ForkbuildError(f"{revisions!r} is not a range", hint="give A..B: the commits after A up to B")
     start, end = revisions.split("..", 1)
-    if source.merge_commits(start, end or "HEAD"):
+    if end.startswith("."):
+        raise ForkbuildError(f"{revisions!r}: A...B (the commits of either side) is no series",
+                             hint="give A..B: the commits after A up to B")
+    # Resolved here, each end named when it is no commit (git's own word is "ambiguous argument").
+    start, end = ((source.rev(name) or _no_commit(repo, revisions, name)) for name in (start, end or "HEAD"))
+    if source.merge_commits(start, end):
         raise ForkbuildError(f"{repo} {revisions} holds merge commits, which cannot become patches")
-    commits = source.commits(start, end or "HEAD")
+    commits = source.commits(start, end)
     if not commits:
         raise ForkbuildError(f"{repo} {revisions} holds no commits")
     incoming = []
