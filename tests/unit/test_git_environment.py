@@ -108,3 +108,12 @@ def test_a_fetch_never_reads_a_url_or_ref_as_an_option(git_series_fx: SeriesFixt
     with pytest.raises(ForkbuildError):
         cache.fetch(url.format(**values), ref.format(**values))
     assert not mark.exists()
+
+
+def test_a_failed_git_command_is_shown_as_typed_without_the_pinned_config(tmp_path: Path) -> None:
+    from forkbuild.errors import GitFailed
+
+    repo = Git.init(tmp_path / "repo")
+    with pytest.raises(GitFailed) as caught:
+        repo.run("rev-parse", "--verify", "nope")
+    assert caught.value.message.splitlines()[0] == "git failed (128): git rev-parse --verify nope"

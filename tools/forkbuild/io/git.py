@@ -144,7 +144,9 @@ def _run(command: list[str], *, cwd: Path, env: Mapping[str, str] | None = None,
         if done.status != 0 or lines:
             LOG.debug("exit %s%s%s", done.status, "".join("\n" + line for line in lines[:LOGGED_LINES]), more)
     if check and done.status != 0:
-        raise git_disk_error(done.status, done.stderr, cwd) or GitFailed(command, done.status, done.stdout, done.stderr)
+        shown = command[:1] + command[1 + len(PINNED_ARGS):] if tuple(command[1:1 + len(PINNED_ARGS)]) == PINNED_ARGS \
+            else command  # the command as the person would type it: the pinned config is forkbuild's every time
+        raise git_disk_error(done.status, done.stderr, cwd) or GitFailed(shown, done.status, done.stdout, done.stderr)
     return done
 
 
