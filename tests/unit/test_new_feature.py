@@ -246,19 +246,26 @@ def test_the_template_names_the_patch_and_every_guard():
     assert "Feature: x\nGuard: DSV41_X\nGuard: DSV41_X_MAX\nForwarded: no\nPatch: x.patch\n" in text
 
 
-def test_export_warns_about_a_feature_in_no_variant(series_fx, capsys):
+@pytest.mark.parametrize("record", [None, b"\xff\xfe no-such-variant\n"])
+def test_export_warns_about_a_feature_in_no_variant(series_fx, capsys, record):
     from fixtures import commit_all, edit
     from forkbuild.applier import apply_variant
     from forkbuild.io.git import Git
 
     assert series_fx.cli("new", "gamma", "--variant", "stock") == 0
-    (series_fx.root / ".forkbuild-work" / "new" / "gamma.variants").unlink()  # `new` ran on another machine
+    joins = series_fx.root / ".forkbuild-work" / "new" / "gamma.variants"
+    if record is None:
+        joins.unlink()  # `new` ran on another machine
+    else:
+        joins.write_bytes(record)  # damaged: before, export stopped with a UnicodeDecodeError traceback
     tree = series_fx.root / ".forkbuild-work" / "series"
     apply_variant(context=series_fx.context(), variant=whole_series(series_fx.load()), dest=tree)
     edit(tree, "python/pkg/util.py", "def limit(", "def limited(")
     commit_all(Git(tree), "util: rename\n\nFeature: gamma\n")
     assert series_fx.cli("export") == 0
-    assert "feature gamma is in no variant" in capsys.readouterr().err
+    err = " ".join(capsys.readouterr().err.split())
+    assert "feature gamma is in no variant" in err
+    assert "its `ported = false` marker is removed (add it to the variants that should build it)" in err
 
 
 def test_new_refuses_a_guard_another_feature_owns(series_fx):

@@ -254,7 +254,7 @@ def new_joins(series: Series) -> dict[str, list[str]]:
     for name, feature in series.features.items():
         path = series.root / NEW_DIR / f"{name}.variants"
         if not feature.ported and path.is_file():
-            joins[name] = path.read_text().split()
+            joins[name] = path.read_text(errors="replace").split()  # a name that is no variant is passed over
     return joins
 
 

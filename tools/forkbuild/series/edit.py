@@ -135,9 +135,9 @@ def unported(text: str, series: Series, entries: Sequence[EntrySpec],
                 continue
             document["variants"][variant].setdefault("features", tomlkit.array()).append(name)  # type: ignore[index,union-attr]
             added.append(variant)
-        notes.append(f"feature {name} has a patch: its `ported = false` marker is removed, "
-                     + (f"and it joins {', '.join(added)} (as `forkbuild new` asked)" if added
-                        else "(add it to the variants that should build it)"))
+        notes.append(f"feature {name} has a patch: its `ported = false` marker is removed"
+                     + (f", and it joins {', '.join(added)} (as `forkbuild new` asked)" if added
+                        else " (add it to the variants that should build it)"))
     for name in left:
         document["features"][name]["ported"] = False  # type: ignore[index]
         notes.append(f"feature {name} has no patch left: it leaves the variants and stays declared with its "
