@@ -174,3 +174,7 @@ def test_a_dist_wheel_changed_since_its_build_is_rebuilt_not_up_to_date(fixture)
     assert again.rebuilt and again.path.read_bytes() == good
     (third,) = build(context, out)
     assert not third.rebuilt
+    # A damaged record (not UTF-8: a disk error, an editor): rebuilt, no UnicodeDecodeError traceback.
+    (out / f"{first.path.name}.sha256").write_bytes(b"\xff\xfe")
+    (fourth,) = build(context, out)
+    assert fourth.rebuilt and fourth.path.read_bytes() == good

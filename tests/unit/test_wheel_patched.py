@@ -164,6 +164,7 @@ def test_a_release_wheel_whose_record_is_wrong_is_refused_and_never_marked(built
         validate_wheel(wheel, verified_source=source)
     assert not marker.exists()
     # A mark naming other bytes (the wheel changed since it was validated) proves nothing: in full again.
-    marker.write_text("0" * 64 + "\n")
-    with pytest.raises(BuildError, match="demo/tool.sh didn't match RECORD"):
-        validate_wheel(wheel, verified_source=source)
+    for damaged in (("0" * 64 + "\n").encode(), b"\xff\xfe"):  # other bytes; not even text
+        marker.write_bytes(damaged)
+        with pytest.raises(BuildError, match="demo/tool.sh didn't match RECORD"):
+            validate_wheel(wheel, verified_source=source)

@@ -86,7 +86,7 @@ def up_to_date(target: Path, manifest: Manifest) -> bool:
     beside it) and carries exactly the manifest a rebuild would write (same upstream, series content,
     version and patches); an unreadable or changed wheel is rebuilt."""
     try:
-        recorded = digest_file(target).read_text().split()[0] if digest_file(target).is_file() else ""
+        recorded = digest_file(target).read_text(errors="replace").split()[0] if digest_file(target).is_file() else ""
         if not target.is_file() or not recorded or sha256_of(target) != recorded:
             return False
         return manifest_module.read_wheel(target) == manifest

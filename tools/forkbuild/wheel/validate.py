@@ -71,7 +71,7 @@ def _verified_members(source: PinnedWheel) -> frozenset[tuple]:
     path, status = source.path, source.path.stat()
     marker, checked = path.with_name(path.name + RECORD_CHECKED), False
     with contextlib.suppress(OSError):
-        checked = marker.read_text().strip() == source.sha256
+        checked = marker.read_text(errors="replace").strip() == source.sha256  # damaged: validated again
     try:
         members = _verified_members_of(str(path), status.st_size, status.st_mtime_ns, checked)
     except _ERRORS as error:
