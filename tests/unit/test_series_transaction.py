@@ -3,6 +3,7 @@ the last write (issue 38), and leave a series `check` accepts (issue 36)."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import time
@@ -190,3 +191,19 @@ def test_apply_reads_the_series_under_its_lock_so_a_drop_cannot_pull_a_patch_fro
     out, err = apply.communicate(timeout=120)
     assert apply.returncode == 0, err
     assert "Traceback" not in err and (tree / "python/pkg/core.py").is_file()
+
+
+@pytest.mark.parametrize("manifest", [b"", b"\xff\xfe", b'{"entries": [{"path": "series.toml"}]}'])
+def test_a_damaged_record_of_an_interrupted_write_is_named_not_a_traceback(series_fx: SeriesFixture, capsys,
+                                                                           manifest: bytes) -> None:
+    """Every command finishes a pending write first: a damaged record made each one a traceback."""
+    journal = series_fx.root / ".forkbuild-work" / "series-transaction"
+    journal.mkdir(parents=True)
+    (journal / "manifest.json").write_bytes(manifest)
+    before = series_fx.series_toml.read_bytes()
+    assert series_fx.cli("status") == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "the record of an interrupted write of the series is damaged" in err and "Traceback" not in err
+    assert f"then delete {journal}" in err and series_fx.series_toml.read_bytes() == before
+    shutil.rmtree(journal)  # the hint, followed
+    assert series_fx.cli("status") == 0

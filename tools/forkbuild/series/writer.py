@@ -196,8 +196,21 @@ def _prepare(series_dir: Path, writes: dict[str, bytes], removals: list[str]) ->
     return journal
 
 
+def _entries(journal: Path) -> list[dict]:
+    """The journal's record of the write: every file, its hashes before and after, where its bytes are."""
+    try:
+        entries = json.loads((journal / MANIFEST).read_text())["entries"]
+        for entry in entries:
+            entry["path"], entry["before"], entry["after"]  # noqa: B018  # each is there
+        return entries
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ForkbuildError(f"{journal}: the record of an interrupted write of the series is damaged ({error})",
+                             hint=f"series.toml and patches/ may be half written: compare them with your git history "
+                                  f"(`git status`, `git diff`) and restore what is wrong, then delete {journal}") from None
+
+
 def _apply(series_dir: Path, journal: Path) -> None:
-    entries = json.loads((journal / MANIFEST).read_text())["entries"]
+    entries = _entries(journal)
     foreign = [entry["path"] for entry in entries
                if _sha256(series_dir / entry["path"]) not in (entry["before"], entry["after"])]
     if foreign:
@@ -220,7 +233,7 @@ def _apply(series_dir: Path, journal: Path) -> None:
 
 
 def _roll_back(series_dir: Path, journal: Path) -> None:
-    entries = json.loads((journal / MANIFEST).read_text())["entries"]
+    entries = _entries(journal)
     for entry in entries:
         target = series_dir / entry["path"]
         if entry.get("backup"):
