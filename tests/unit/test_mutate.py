@@ -354,15 +354,19 @@ def test_a_reason_must_be_one_line(tmp_path):
     (tmp_path / "mutation" / "reasons.toml").write_text('["feat.patch"]\n"pkg/mod.py:h1" = ""\n')
     with pytest.raises(MutationError, match="reasons.toml.*one non-empty line"):
         load_reasons(tmp_path)
+    (tmp_path / "mutation" / "reasons.toml").write_bytes(b"\xff\xfe")
+    with pytest.raises(MutationError, match="reasons.toml: .*utf-8"):
+        load_reasons(tmp_path)
 
 
 def test_results_file_round_trips(tmp_path):
     data = {"format": 1, "variants": {"v": {"patches": {}}}}
     results.write(tmp_path, data)
     assert results.load(tmp_path) == data
-    (tmp_path / "mutation" / "results.json").write_text("{")
-    with pytest.raises(MutationError, match="not valid JSON"):
-        results.load(tmp_path)
+    for damaged in (b"{", b"\xff\xfe"):  # a merge's leftovers; not even text (was a UnicodeDecodeError traceback)
+        (tmp_path / "mutation" / "results.json").write_bytes(damaged)
+        with pytest.raises(MutationError, match="not valid JSON"):
+            results.load(tmp_path)
     assert json.loads(json.dumps(data)) == data
 
 

@@ -72,7 +72,7 @@ def load(root: Path) -> dict:
     hint = "restore it from git, or delete it and run `nox -s mutate`"
     try:
         data = json.loads(path.read_text())
-    except json.JSONDecodeError as error:
+    except ValueError as error:  # not JSON, or not UTF-8 text
         raise MutationError(f"{RESULTS_FILE}: not valid JSON: {error}", hint=hint) from error
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("variants"), dict):
         raise MutationError(f"{RESULTS_FILE}: not a format-{FORMAT} results file", hint=hint)
@@ -103,7 +103,7 @@ def load_reasons(root: Path) -> Reasons:
         return Reasons({})
     try:
         raw = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as error:
+    except ValueError as error:  # not TOML, or not UTF-8 text
         raise MutationError(f"{REASONS_FILE}: {error}") from error
     problems = []
     by_patch: dict[str, dict[str, str]] = {}
