@@ -47,7 +47,9 @@ class Context:
         if recover_series(root):  # a write a killed forkbuild left, finished before the series is read
             reporter.warn(f"finished an interrupted write of {root / SERIES_FILE} and patches/ (a killed forkbuild)")
         cache = cache_dir or Path(os.environ.get("FORKBUILD_CACHE") or root / ".cache" / "forkbuild")
-        return cls(series_dir=root, cache_dir=cache.resolve(), reporter=reporter)
+        context = cls(series_dir=root, cache_dir=cache.resolve(), reporter=reporter)
+        context.outside_series(cache, "--cache" if cache_dir else "$FORKBUILD_CACHE")  # a rebase restores patches/
+        return context
 
     @cached_property
     def series(self) -> Series:
