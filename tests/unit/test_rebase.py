@@ -125,6 +125,11 @@ def test_a_removed_work_tree_is_named_and_abort_goes_on(git_series_fx: SeriesFix
     before = fingerprint(fx)
     assert fx.cli(*rebase_args(commit)) == RebaseStopped.return_code
     shutil.rmtree(fx.root / ".forkbuild-work" / "rebase")
+    capsys.readouterr()
+    assert fx.cli("status") == 0  # says so, and no hint to resolve a conflict in a tree that is gone
+    said = " ".join(capsys.readouterr().out.split())
+    assert "its work tree" in said and "is gone" in said and "`--abort` puts everything back" in said
+    assert "resolve it" not in said
     for action in ("--continue", "--skip"):
         capsys.readouterr()
         assert fx.cli("rebase", action) == 1

@@ -52,6 +52,10 @@ class Phase(StrEnum):
     ABORTED = "aborted"
 
 
+# The phases that go on from the work tree's commits (the check's make a scratch tree where it is gone).
+TREE_PHASES = frozenset({Phase.REPLAY, Phase.APPLYING, Phase.CONFLICT, Phase.REPLAYED, Phase.REVIEW, Phase.FINALIZE})
+
+
 @dataclass(frozen=True, kw_only=True)
 class RefMove:
     """A cache ref the rebase created or moved: --abort puts back exactly those."""

@@ -34,7 +34,7 @@ from forkbuild.errors import ApplyError, DirtyTreeError, ForkbuildError, LockBus
 from forkbuild.exporter import export_series
 from forkbuild.io.git import Git
 from forkbuild.rebase import report
-from forkbuild.rebase.journal import Journal, PatchState, Phase, RebaseState, RefMove, checkpoint
+from forkbuild.rebase.journal import TREE_PHASES, Journal, PatchState, Phase, RebaseState, RefMove, checkpoint
 from forkbuild.rebase.kept import with_lost_lines
 from forkbuild.rebase.porter import Porter
 from forkbuild.rebase.target import moved_pin
@@ -50,8 +50,6 @@ from forkbuild.worktree.sequence import Sequencer
 
 OLD_SERIES = "old-series"  # the series applied on the old pin (its blobs feed the 3-way merges)
 NEW_SERIES = "new-series"  # the replayed series (the report's range-diffs read it)
-# The phases that go on from the work tree's commits (the check's make a scratch tree where it is gone).
-TREE_PHASES = frozenset({Phase.REPLAY, Phase.APPLYING, Phase.CONFLICT, Phase.REPLAYED, Phase.REVIEW, Phase.FINALIZE})
 STOP_DIFF_LINES = 40  # of the upstream change a stopped patch collided with, in the message
 
 
