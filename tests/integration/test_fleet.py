@@ -16,6 +16,7 @@ import os
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -115,7 +116,9 @@ def image(tmp_path_factory) -> str:
 @pytest.fixture(scope="module")
 def nodes(tmp_path_factory):
     """NODES private daemons: name -> unix socket URL. Stopped (and their state removed) at the end."""
-    root = Path("/var/tmp/forkbuild-fleet-test")
+    # Short (a unix socket's path is at most 108 bytes) and this run's own: two test runs on one machine
+    # each start and stop their own daemons (a fixed path let one run's teardown stop the other's nodes).
+    root = Path(tempfile.mkdtemp(prefix="fbfleet-", dir="/var/tmp"))
     states = [root / f"node{number}" for number in range(1, NODES + 1)]
     with ThreadPoolExecutor(NODES) as pool:
         started = list(pool.map(lambda state: dockerd("start", state), states))
