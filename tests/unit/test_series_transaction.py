@@ -193,7 +193,8 @@ def test_apply_reads_the_series_under_its_lock_so_a_drop_cannot_pull_a_patch_fro
     assert "Traceback" not in err and (tree / "python/pkg/core.py").is_file()
 
 
-@pytest.mark.parametrize("manifest", [b"", b"\xff\xfe", b'{"entries": [{"path": "series.toml"}]}'])
+@pytest.mark.parametrize("manifest", [b"", b"\xff\xfe", b'{"entries": [{"path": "series.toml"}]}', b'{"entries": [1]}',
+                                      b'{"entries": [{"path": "series.toml", "before": null, "after": "00"}]}'])
 def test_a_damaged_record_of_an_interrupted_write_is_named_not_a_traceback(series_fx: SeriesFixture, capsys,
                                                                            manifest: bytes) -> None:
     """Every command finishes a pending write first: a damaged record made each one a traceback."""

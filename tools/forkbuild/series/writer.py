@@ -201,7 +201,9 @@ def _entries(journal: Path) -> list[dict]:
     try:
         entries = json.loads((journal / MANIFEST).read_text())["entries"]
         for entry in entries:
-            entry["path"], entry["before"], entry["after"]  # noqa: B018  # each is there
+            needed = {"path", "before", "after"} | ({"offset", "size"} if entry["after"] is not None else set())
+            if missing := needed - entry.keys():
+                raise KeyError(", ".join(sorted(missing)))
         return entries
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise ForkbuildError(f"{journal}: the record of an interrupted write of the series is damaged ({error})",
