@@ -173,6 +173,21 @@ def test_a_range_end_that_is_no_commit_is_named(series_fx: SeriesFixture, capsys
     assert len(entries(series_fx)) == 3
 
 
+def test_importing_the_first_patch_of_a_feature_new_made_ends_with_a_series_check_accepts(series_fx: SeriesFixture) -> None:
+    """Before, the feature kept its `ported = false` beside its new patch: every command then refused series.toml."""
+    assert series_fx.cli("new", "gamma", "--variant", "full", "--requires", "beta") == 0
+    repo = Git(series_fx.upstream_repo)
+    repo.run("checkout", "--quiet", "series")
+    start = repo.head()
+    edit(repo.path, "python/pkg/util.py", '"""Helpers."""\n', '"""Helpers."""\nGAMMA = 1\n')
+    commit_all(repo, "util: gamma\n\nFeature: gamma\n")
+    assert series_fx.cli("import", "--git-range", str(repo.path), f"{start}..{repo.head()}") == 0
+    series = series_fx.load()
+    assert series.features["gamma"].ported and "gamma" in series.variants["full"].features  # as `new` asked
+    assert not (series_fx.root / ".forkbuild-work" / "new" / "gamma.variants").exists()
+    assert series_fx.cli("check") == 0
+
+
 def test_import_git_range_uses_each_commits_feature(series_fx: SeriesFixture) -> None:
     repo, start, end = make_source_range(series_fx)
     with pytest.raises(ConfigError, match="has no `Feature:` trailer"):

@@ -11,13 +11,15 @@ from pathlib import Path
 from typing import NoReturn
 
 from forkbuild.applier import scratch_tree
+from forkbuild.console import Reporter
 from forkbuild.context import Context
 from forkbuild.errors import ApplyError, ConfigError, ForkbuildError, UnsafePatchError, quoted
-from forkbuild.exporter import patch_name
+from forkbuild.exporter import new_joins, patch_name
 from forkbuild.io.git import Git
 from forkbuild.series.combination import whole_series
 from forkbuild.series.config import Series, near_miss
-from forkbuild.series.edit import EntrySpec, quilt_series_text, updated_series_toml, with_empty_dirs
+from forkbuild.series.edit import EntrySpec, quilt_series_text, unported, updated_series_toml, with_empty_dirs
+from forkbuild.series.layout import NEW_DIR
 from forkbuild.series.patchfile import parse_patch, parse_trailers, safety_problems
 from forkbuild.series.writer import SeriesChange, write_series
 from forkbuild.worktree.engine import Engine, Outcome, PatchJob
@@ -153,19 +155,26 @@ def import_patches(*, context: Context, incoming: list[Incoming]) -> list[tuple[
         engine.close()
         texts = {item.name: tree.format_patch(sha).encode("utf-8", errors="surrogateescape") for item, sha in made}
         subjects = [(item, tree.log1("%s", sha)) for item, sha in made]
-    write_imported(series, incoming, texts)
+    write_imported(series, incoming, texts, reporter=context.reporter)
     return subjects
 
 
-def write_imported(series: Series, incoming: list, texts: dict[str, bytes], *, empty_dirs: tuple[str, ...] = ()) -> None:
-    """The patch files, series.toml and patches/series, as one series_writer transaction."""
+def write_imported(series: Series, incoming: list, texts: dict[str, bytes], *, reporter: Reporter,
+                   empty_dirs: tuple[str, ...] = ()) -> None:
+    """The patch files, series.toml and patches/series, as one series_writer transaction; a feature
+    `forkbuild new` left waiting (`ported = false`) gets its patch as with export (edit.unported)."""
     entries = [EntrySpec(file=entry.file, feature=entry.feature, upstream=entry.upstream_status) for entry in series.patches]
     entries += [EntrySpec(file=item.name, feature=item.feature, upstream=item.upstream) for item in incoming]
     for item in incoming:
         if (series.patches_dir / item.name).exists():  # appeared while we were applying: still never overwrite
             raise ForkbuildError(f"patches/{item.name} appeared during the import; nothing was written")
-    toml = updated_series_toml(series.path.read_text(), entries)
+    toml, notes = unported(updated_series_toml(series.path.read_text(), entries), series, entries,
+                           joins=new_joins(series))
     write_series(series.path.parent, SeriesChange(
         series_toml=with_empty_dirs(toml, empty_dirs) if empty_dirs else toml,
         quilt_series=quilt_series_text(entry.file for entry in entries),
         patches={item.name: texts[item.name] for item in incoming}))
+    for feature in {item.feature for item in incoming}:
+        (series.root / NEW_DIR / f"{feature}.variants").unlink(missing_ok=True)  # joined
+    for note in notes:
+        reporter.warn(note)

@@ -189,7 +189,7 @@ def import_quilt(*, context: Context, directory: Path, feature: str, source_tree
                 "empty_dirs": [*series.upstream.empty_dirs, *empty_dirs], "new_empty_dirs": list(empty_dirs),
                 "written": {name: hashlib.sha256(text).hexdigest() for name, text in texts.items()},
                 "outcomes": [[outcome.source, outcome.file, list(outcome.notes)] for outcome in outcomes]}))
-            write_imported(series, imported, texts, empty_dirs=empty_dirs)
+            write_imported(series, imported, texts, reporter=context.reporter, empty_dirs=empty_dirs)
             tree, note = _check_out_series(context, cache_git, base=base, head=head, files=all_files,
                                            empty_dirs=(*series.upstream.empty_dirs, *empty_dirs))
             journal.unlink(missing_ok=True)
