@@ -125,6 +125,10 @@ def test_new_defaults_to_the_default_variant_and_a_rerun_changes_nothing(series_
     assert series_fx.cli("new", "gamma", "--requires", "guards") == 0
     assert series_fx.series_toml.read_bytes() == first
     assert template.is_file()
+    # A template the person wrote their message into is theirs: a re-run keeps it and says so.
+    template.write_text("gamma: what I wrote\n\nFeature: gamma\n")
+    assert series_fx.cli("new", "gamma", "--requires", "guards") == 0
+    assert template.read_text() == "gamma: what I wrote\n\nFeature: gamma\n"
 
 
 def test_new_refuses_what_would_make_series_toml_invalid_and_writes_nothing(series_fx):

@@ -1,6 +1,7 @@
 """`forkbuild new`: a feature's [features.X] table and variant membership in series.toml
 (tomlkit keeps comments and layout), validated whole before it is written, and a commit
-template with its trailers. A re-run finds the feature as asked and only rewrites the template."""
+template with its trailers. A re-run finds the feature as asked and only rewrites the template
+(one the person edited is kept)."""
 
 from __future__ import annotations
 
@@ -135,8 +136,9 @@ def plan_new_feature(series: Series, *, name: str, description: str, guards: lis
     return replace(feature, series_toml=None if new_text == text else new_text)
 
 
-def new_feature(context: Context, **asked) -> tuple[NewFeature, Path]:
-    """Plan (plan_new_feature's arguments) and write, in one series transaction; the template's path."""
+def new_feature(context: Context, **asked) -> tuple[NewFeature, Path, bool]:
+    """Plan (plan_new_feature's arguments) and write, in one series transaction; the template's path,
+    and whether it was kept as the person edited it (never overwritten then)."""
     with series_transaction(context.series_dir) as transaction:
         series = load_series(context.series_file)  # read under the lock
         feature = plan_new_feature(series, **asked)
@@ -147,8 +149,11 @@ def new_feature(context: Context, **asked) -> tuple[NewFeature, Path]:
         write_atomic(joins, "".join(f"{variant}\n" for variant in feature.joins))
     template = series.root / WORK_DIR / f"{feature.name}.commit"
     template.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(template, commit_template(feature))
-    return feature, template
+    text = commit_template(feature)
+    kept = template.is_file() and template.read_bytes() != text.encode()
+    if not kept:
+        write_atomic(template, text)
+    return feature, template, kept
 
 
 def _add_feature_table(document: tomlkit.TOMLDocument, feature: NewFeature) -> None:

@@ -17,7 +17,7 @@ def add_parser(subparsers) -> None:
                     "(default: the default variant; a feature with a patch joins them at once); writes "
                     ".forkbuild-work/FEATURE.commit, a commit message template with the Feature:, Guard: and "
                     "Patch: trailers filled in, for `git commit -t` in the series work tree. Re-running the "
-                    "same command changes nothing and rewrites the template.",
+                    "same command changes nothing and rewrites the template (unless you edited it: that is kept).",
         examples=["forkbuild new hello_log --guard DSV41_HELLO_LOG:switch:0 --variant tp4 --requires guards",
                   "forkbuild new draft_tau --guard DSV41_DRAFT_TAU:float:1.0 --variant tp3 tp4 --name dspark-draft-tau"])
     parser.add_argument("feature", metavar="FEATURE", help="the feature's name (lower_case_with_underscores)")
@@ -35,7 +35,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args, context) -> int:
-    feature, template_path = new_feature(context, name=args.feature, description=args.description,
+    feature, template_path, kept = new_feature(context, name=args.feature, description=args.description,
                                          guards=args.guard, variants=args.variant, requires=args.requires,
                                          patch=args.name)
     reporter = context.reporter
@@ -48,7 +48,8 @@ def run(args, context) -> int:
         reporter.info(f"series.toml: [features.{feature.name}]"
                       + (f", added to {', '.join(feature.added_to)}" if feature.added_to else ""))
     template = os.path.relpath(template_path, context.series_dir / SERIES_TREE)
-    reporter.info(f"commit template: {template_path}")
+    reporter.info(f"commit template: {template_path}" + (" (kept as you edited it: delete it for a fresh one)"
+                                                         if kept else ""))
     reporter.info(f"next: forkbuild apply --all; cd .forkbuild-work/series; change sglang; "
                   f"git commit -a -t {template}; cd -; forkbuild export  (writes patches/{feature.patch})")
     return 0
