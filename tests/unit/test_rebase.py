@@ -26,6 +26,15 @@ from rebase_fixtures import (
 )
 
 
+def stopped_at_a_conflict(fx: SeriesFixture) -> dict[str, str]:
+    """A rebase stopped at a conflict; the fingerprint of before it (the pinned upstream fetched)."""
+    commit = release(fx, CONFLICT_CHANGES)
+    fx.cli("fetch")
+    before = fingerprint(fx)
+    assert fx.cli(*rebase_args(commit)) == RebaseStopped.return_code
+    return before
+
+
 def report_of(fx: SeriesFixture) -> dict:
     return json.loads((fx.root / "build" / "rebase" / f"1.0-to-{NEW_VERSION}.json").read_text())
 
@@ -106,10 +115,7 @@ def test_skip_drops_the_stopped_patch(git_series_fx: SeriesFixture) -> None:
 
 def test_abort_restores_everything_byte_for_byte(git_series_fx: SeriesFixture) -> None:
     fx = git_series_fx
-    commit = release(fx, CONFLICT_CHANGES)
-    fx.cli("fetch")
-    before = fingerprint(fx)
-    assert fx.cli(*rebase_args(commit)) == RebaseStopped.return_code
+    before = stopped_at_a_conflict(fx)
     assert fingerprint(fx) != before  # the new upstream's tag at least
     assert fx.cli("rebase", "--abort") == 0
     assert fingerprint(fx) == before
@@ -120,10 +126,7 @@ def test_abort_restores_everything_byte_for_byte(git_series_fx: SeriesFixture) -
 def test_a_removed_work_tree_is_named_and_abort_goes_on(git_series_fx: SeriesFixture, capsys) -> None:
     """Before, --continue and --skip said only "... is not a git repository"."""
     fx = git_series_fx
-    commit = release(fx, CONFLICT_CHANGES)
-    fx.cli("fetch")
-    before = fingerprint(fx)
-    assert fx.cli(*rebase_args(commit)) == RebaseStopped.return_code
+    before = stopped_at_a_conflict(fx)
     shutil.rmtree(fx.root / ".forkbuild-work" / "rebase")
     capsys.readouterr()
     assert fx.cli("status") == 0  # says so, and no hint to resolve a conflict in a tree that is gone
@@ -266,10 +269,7 @@ def test_the_rebase_tree_holds_the_files_the_series_changes(git_series_fx: Serie
 
 def test_abort_while_another_process_holds_the_cache_lock(git_series_fx: SeriesFixture, monkeypatch) -> None:
     fx = git_series_fx
-    commit = release(fx, CONFLICT_CHANGES)
-    fx.cli("fetch")
-    before = fingerprint(fx)
-    assert fx.cli(*rebase_args(commit)) == RebaseStopped.return_code
+    before = stopped_at_a_conflict(fx)
     monkeypatch.setattr("forkbuild.upstream.cache.LOCK_TIMEOUT_SECONDS", 0.2)
     with flocked(fx.cache / "lock"):
         # A LockTimeout (exit 10, with a hint), not a traceback; the journal stays for a retry.
@@ -281,10 +281,7 @@ def test_abort_while_another_process_holds_the_cache_lock(git_series_fx: SeriesF
 
 def test_abort_keeps_refs_other_processes_made_meanwhile(git_series_fx: SeriesFixture) -> None:
     fx = git_series_fx
-    commit = release(fx, CONFLICT_CHANGES)
-    fx.cli("fetch")
-    before = fingerprint(fx)
-    assert fx.cli(*rebase_args(commit)) == RebaseStopped.return_code
+    before = stopped_at_a_conflict(fx)
     # Another forkbuild run sharing the cache imports a version and keeps a ref while the rebase waits.
     cache = Git(fx.cache / "upstream.git")
     base = before[f"ref refs/tags/{fx.load().upstream.tag}"]
