@@ -63,6 +63,19 @@ def test_a_patch_file_that_is_a_symlink_is_refused_and_its_target_never_copied(s
                 and b"TOP-SECRET-VALUE" in path.read_bytes()]
 
 
+def test_a_patches_directory_that_is_a_symlink_is_refused(series_fx: SeriesFixture, tmp_path: Path, capsys) -> None:
+    """The series writer would write (a rebase back up and restore) files wherever it points."""
+    elsewhere = tmp_path / "elsewhere"
+    series_fx.patches_dir.rename(elsewhere)
+    series_fx.patches_dir.symlink_to(elsewhere)
+    before = sorted(path.name for path in elsewhere.iterdir())
+    assert series_fx.cli("check") == ConfigError.return_code
+    assert f"{series_fx.patches_dir} is a symbolic link" in " ".join(capsys.readouterr().err.split())
+    assert series_fx.cli("apply", "--all") == ConfigError.return_code
+    assert series_fx.cli("drop", "beta-limit.patch") == ConfigError.return_code
+    assert sorted(path.name for path in elsewhere.iterdir()) == before
+
+
 def truncate_objects(fx: SeriesFixture, *, kind: str = "") -> None:
     """Cut every loose object of the cache repository (of `kind`: blob, tree, commit; "" = all) in half."""
     repo = fx.cache / "upstream.git"

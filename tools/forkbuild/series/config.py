@@ -688,6 +688,8 @@ def _check_references(problems: _Problems, series: Series) -> None:
         problems.add(f"features.{error.args[1][0]}.requires", "cycle: " + " -> ".join(error.args[1]))
     if series.default_variant not in series.variants and not problems.has("series.default_variant"):
         problems.add("series.default_variant", unknown(series.default_variant, series.variants, "variant"))
+    if series.patches_dir.is_symlink():  # the series writer would write (and a rebase restore) files where it points
+        problems.add("patches", f"{series.patches_dir} is a symbolic link: patches/ is a directory of the series' own")
     seen: dict[str, int] = {}
     for index, entry in enumerate(series.patches):
         if entry.feature not in features and not problems.has(f"patches[{index}].feature"):
