@@ -30,7 +30,7 @@ from forkbuild.series.config import (
 )
 from forkbuild.series.dep3 import placeholder_problem
 from forkbuild.series.edit import EntrySpec, quilt_series_text, unported, updated_series_toml
-from forkbuild.series.layout import DROPPED_DIR, NEW_DIR, PATCHES_DIR
+from forkbuild.series.layout import DROPPED_DIR, PATCHES_DIR, new_variants
 from forkbuild.series.patchfile import PatchInfo, parse_patch, read_patch, read_text
 from forkbuild.series.writer import SeriesChange, SeriesTransaction, series_transaction
 from forkbuild.worktree.guard import tree_guard
@@ -115,8 +115,7 @@ def export_series(*, context: Context, tree: Path, check: bool = False, refresh:
         transaction.write(SeriesChange(
             series_toml=plan.series_toml, quilt_series=plan.quilt_series, removed=plan.removed,
             patches={patch.file: patch.text for patch in plan.patches if patch.action in ("new", "changed")}))
-        for feature in {patch.feature for patch in plan.patches}:
-            (series.root / NEW_DIR / f"{feature}.variants").unlink(missing_ok=True)  # joined (or it has patches)
+        forget_joins(series, {patch.feature for patch in plan.patches})
         # The tree's commits are the series now: apply may refresh it, export write from it.
         files = [patch.file for patch in plan.patches]
         write_state(worktree, replace(state, head=plan.head, patches=tuple(files),
@@ -249,13 +248,19 @@ def plan_export(series: Series, *, worktree: Git, base: str, refresh: bool,
 
 
 def new_joins(series: Series) -> dict[str, list[str]]:
-    """The variants `forkbuild new` recorded for each feature still without a patch (NEW_DIR)."""
+    """The variants `forkbuild new` recorded for each feature still without a patch (layout.new_variants)."""
     joins = {}
     for name, feature in series.features.items():
-        path = series.root / NEW_DIR / f"{name}.variants"
+        path = new_variants(series.root, name)
         if not feature.ported and path.is_file():
             joins[name] = path.read_text(errors="replace").split()  # a name that is no variant is passed over
     return joins
+
+
+def forget_joins(series: Series, features: set[str]) -> None:
+    """Those features have a patch now: they joined (or never waited)."""
+    for feature in features:
+        new_variants(series.root, feature).unlink(missing_ok=True)
 
 
 def _refuse_revived(commits: list[_Commit], matches: list[PatchEntry | None], names: dict[str, str], *,

@@ -14,12 +14,11 @@ from forkbuild.applier import scratch_tree
 from forkbuild.console import Reporter
 from forkbuild.context import Context
 from forkbuild.errors import ApplyError, ConfigError, ForkbuildError, UnsafePatchError, quoted
-from forkbuild.exporter import new_joins, patch_name
+from forkbuild.exporter import forget_joins, new_joins, patch_name
 from forkbuild.io.git import Git
 from forkbuild.series.combination import whole_series
 from forkbuild.series.config import Series, near_miss
 from forkbuild.series.edit import EntrySpec, quilt_series_text, unported, updated_series_toml, with_empty_dirs
-from forkbuild.series.layout import NEW_DIR
 from forkbuild.series.patchfile import parse_patch, parse_trailers, safety_problems
 from forkbuild.series.writer import SeriesChange, write_series
 from forkbuild.worktree.engine import Engine, Outcome, PatchJob
@@ -174,7 +173,6 @@ def write_imported(series: Series, incoming: list, texts: dict[str, bytes], *, r
         series_toml=with_empty_dirs(toml, empty_dirs) if empty_dirs else toml,
         quilt_series=quilt_series_text(entry.file for entry in entries),
         patches={item.name: texts[item.name] for item in incoming}))
-    for feature in {item.feature for item in incoming}:
-        (series.root / NEW_DIR / f"{feature}.variants").unlink(missing_ok=True)  # joined
+    forget_joins(series, {item.feature for item in incoming})
     for note in notes:
         reporter.warn(note)

@@ -28,7 +28,7 @@ from forkbuild.series.config import (
 from forkbuild.series.dep3 import PLACEHOLDERS
 from forkbuild.series.edit import split_tail
 from forkbuild.series.guards import GUARD_TYPES, check_value
-from forkbuild.series.layout import NEW_DIR, WORK_DIR
+from forkbuild.series.layout import WORK_DIR, new_variants
 from forkbuild.series.writer import SeriesChange, series_transaction
 
 PATCH_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\.patch")
@@ -143,7 +143,7 @@ def new_feature(context: Context, **asked) -> tuple[NewFeature, Path, bool]:
         series = load_series(context.series_file)  # read under the lock
         feature = plan_new_feature(series, **asked)
         transaction.write(SeriesChange(series_toml=feature.series_toml))
-    joins = series.root / NEW_DIR / f"{feature.name}.variants"
+    joins = new_variants(series.root, feature.name)
     if feature.joins:
         joins.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(joins, "".join(f"{variant}\n" for variant in feature.joins))

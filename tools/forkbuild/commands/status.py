@@ -112,7 +112,7 @@ def _tree_waiting(series: Series, tree: Path) -> list[dict]:
 
 
 def _rebase_waiting(series_dir: Path) -> list[dict]:
-    from forkbuild.rebase.journal import TREE_PHASES, Journal, Phase
+    from forkbuild.rebase.journal import Journal, Phase
 
     journal = Journal(series_dir)
     if not journal.exists():
@@ -124,7 +124,7 @@ def _rebase_waiting(series_dir: Path) -> list[dict]:
     position = [min(state.cursor + 1, len(state.patches)), len(state.patches)]  # the patch at the cursor
     stopped = state.phase is Phase.CONFLICT and state.cursor < len(state.patches)
     patch = state.patches[state.cursor].file if stopped else ""
-    if state.phase in TREE_PHASES and not (state.worktree / ".git").exists():
+    if state.tree_gone:
         where = f"its work tree {state.worktree} is gone ({state.phase}; {state.cursor} of {len(state.patches)} replayed)"
         then = "it cannot go on without it: start it again after `--abort`"
     elif stopped:

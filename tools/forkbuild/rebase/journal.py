@@ -106,6 +106,11 @@ class RebaseState:
     report: Path | None = None  # the final report, once written
     unported: tuple[str, ...] = ()  # what the finalize did to features left without a patch, in words
 
+    @property
+    def tree_gone(self) -> bool:
+        """Its work tree was removed while it waited, in a phase that goes on from the tree's commits."""
+        return self.phase in TREE_PHASES and not (self.worktree / ".git").exists()
+
     def own_ref(self, name: str) -> str:
         """A cache ref of this rebase alone: two checkouts may rebase against one cache at once."""
         return f"refs/forkbuild/rebase/{self.id}/{name}"

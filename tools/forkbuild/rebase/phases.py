@@ -34,7 +34,7 @@ from forkbuild.errors import ApplyError, DirtyTreeError, ForkbuildError, LockBus
 from forkbuild.exporter import export_series
 from forkbuild.io.git import Git
 from forkbuild.rebase import report
-from forkbuild.rebase.journal import TREE_PHASES, Journal, PatchState, Phase, RebaseState, RefMove, checkpoint
+from forkbuild.rebase.journal import Journal, PatchState, Phase, RebaseState, RefMove, checkpoint
 from forkbuild.rebase.kept import with_lost_lines
 from forkbuild.rebase.porter import Porter
 from forkbuild.rebase.target import moved_pin
@@ -105,7 +105,7 @@ class Rebase:
             state = self.journal.load()
             if action == "abort":
                 return self.roll_back(state)
-            if state.phase in TREE_PHASES and not (state.worktree / ".git").exists():
+            if state.tree_gone:
                 raise ForkbuildError(f"{state.worktree}: the rebase's work tree is gone (removed while the rebase "
                                      "was stopped): it holds the replayed patches", hint="`forkbuild rebase --abort` "
                                      "puts series.toml, patches/ and the cache refs back; then start it again")

@@ -17,3 +17,8 @@ NEW_DIR = Path(WORK_DIR) / "new"
 DIST_DIR = "dist"  # built wheels
 BUILD_DIR = "build"  # reports
 DOCKER_DIR = "docker"  # the image's Dockerfile and context
+
+
+def new_variants(root: Path, feature: str) -> Path:
+    """Where `forkbuild new` keeps the variants a feature without a patch joins with its first one."""
+    return root / NEW_DIR / f"{feature}.variants"
