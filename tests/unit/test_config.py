@@ -385,7 +385,11 @@ def test_hazards_name_guards_of_the_series_with_valid_values_and_known_variants(
     ('package_root = "python"', 'package_root = "../../elsewhere"', "is not a relative path inside the tree"),
     # A terminal's escape in a patch's name would reach every message that names it.
     ('file = "slow.patch"', 'file = "slow\\u001b]0;owned\\u0007.patch"', "(printable: no control characters)"),
-    ('[variants.calm]', '[variants."calm\\u001b[2J;x y"]', "is not a variant name (letters, digits,"),
+    ('[variants.calm]', '[variants."calm\\u001b[2J;x y"]', "is not a variant name (at most 64 letters"),
+    # Each a name check accepted and no wheel could carry: `0.5.23+calm..x.<hash>` is no PEP 440 version.
+    ('[variants.calm]', '[variants."calm..x"]', "is not a variant name"),
+    ('[variants.calm]', '[variants."calm-"]', "is not a variant name"),
+    ('[variants.calm]', '[variants.' + "c" * 65 + ']', "is not a variant name"),
 ])
 def test_values_that_are_no_number_and_paths_that_leave_the_tree_are_refused(tmp_path, old, new, problem):
     assert old in VALID

@@ -23,7 +23,9 @@ UPSTREAM_STATUSES = ("local", "submitted", "upstreamed")
 GUARD_PREFIX = "DSV41_"
 # The one rule for names that reach generated source, commit messages and command lines.
 FEATURE_NAME = re.compile(r"[a-z][a-z0-9_]*")
-VARIANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # a wheel's local version label, an image tag
+# A wheel's local version label (PEP 440: runs of letters and digits, one . _ or - between them) and
+# the start of an image tag (docker's: at most 128 characters; `-<mode>-<arch>` follows).
+VARIANT_NAME = re.compile(r"(?=.{1,64}$)[A-Za-z0-9]+(?:[._-][A-Za-z0-9]+)*")
 GUARD_NAME = re.compile(re.escape(GUARD_PREFIX) + r"[A-Z0-9]+(?:_[A-Z0-9]+)*")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # a variable an image's ENV sets
 VERSION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
@@ -646,8 +648,8 @@ def _parse_variants(problems: _Problems, value: Any, upstream: Upstream) -> dict
         where = f"variants.{name}"
         table = problems.table(item, where, near=f"variants.{name}")
         if not VARIANT_NAME.fullmatch(name):
-            problems.add(where, f"{name!r} is not a variant name (letters, digits, '.', '_' and '-', starting with a "
-                                "letter or digit: it becomes part of wheel versions and image tags)", near="variants")
+            problems.add(where, f"{name!r} is not a variant name (at most 64 letters and digits, one '.', '_' or '-' "
+                                "between two of them: it becomes part of wheel versions and image tags)", near="variants")
         named = _string_list(problems, table["platforms"], f"{where}.platforms") if "platforms" in table else ()
         for platform in named:
             if platform not in PLATFORMS:

@@ -20,7 +20,8 @@ def local_version(*, upstream_version: str, variant: str, content_hash: str) -> 
         version = Version(f"{upstream_version}+{variant}.{content_hash[:HASH_DIGITS]}")
     except InvalidVersion as error:
         raise BuildError(f"cannot make a local version from {upstream_version!r} and variant {variant!r}: {error}",
-                         hint="variant names become part of a PEP 440 local label: use letters, digits, '.', '_' or '-'") from error
+                         hint="variant names become part of a PEP 440 local label: letters and digits, one '.', '_' or '-' "
+                              "between two of them") from error
     if base.local is not None:
         raise BuildError(f"upstream version {upstream_version} already has a local label; it cannot take the variant's")
     return str(version)
