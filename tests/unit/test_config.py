@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import textwrap
 from pathlib import Path
@@ -130,6 +131,9 @@ def test_missing_patch_file(tmp_path):
     path = write_series(tmp_path, patches=("base.patch", "fast.patch"))
     [problem] = problems_of(path)
     assert "patches/slow.patch does not exist" in problem and "(line 40)" in problem
+    # A FIFO or directory in its place exists (ls shows it): the message says what is wrong with it.
+    os.mkfifo(path.parent / "patches" / "slow.patch")
+    assert problems_of(path) == [problem.replace("does not exist", "is not a regular file")]
 
 
 def test_unlisted_patch_file(tmp_path):

@@ -707,7 +707,8 @@ def _check_references(problems: _Problems, series: Series) -> None:
             problems.add(f"patches[{index}].file", f"patches/{entry.file} is a symbolic link: a patch is a regular "
                          "file in patches/ (copy it there)", near=entry.file)
         elif entry.file and not entry.path.is_file():
-            problems.add(f"patches[{index}].file", f"patches/{entry.file} does not exist", near=entry.file)
+            what = "is not a regular file" if entry.path.exists() else "does not exist"
+            problems.add(f"patches[{index}].file", f"patches/{entry.file} {what}", near=entry.file)
     # An entry skipped for a wrong type may be the one listing a file: say nothing then.
     if series.patches_dir.is_dir() and not problems.has_matching(r"patches\[\d+\]\.file"):
         for path in sorted(series.patches_dir.glob("*.patch")):
