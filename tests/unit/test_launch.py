@@ -126,7 +126,12 @@ def test_a_value_doctor_stops_on_writes_nothing(tmp_path, capsys, line, message)
 @pytest.mark.parametrize(("hosts", "message"), [
     (HOSTS[:3], "--nodes names 3 node(s), but TP_SIZE is '4'"),
     ([*HOSTS[:3], "spark1"], "a host is named twice"),
+    ([*HOSTS[:3], "SPARK1"], "spark1 and SPARK1 are one docker daemon"),
+    # Two names of one daemon: two ranks' containers on one node, the second replacing the first.
+    ([*HOSTS[:2], "n3=ssh://ops@Spark9", "n4=ssh://root@spark9"], "n3 and n4 are one docker daemon"),
     ([*HOSTS[:3], "-oProxyCommand=x"], "is not a host name"),
+    ([*HOSTS[:3], "n4=ssh://-Fconfig"], "is not a docker host URL"),
+    ([*HOSTS[:3], "n4=ssh://-oX@spark4"], "is not a docker host URL"),
 ])
 def test_a_bad_node_list_writes_nothing(tmp_path, capsys, hosts, message):
     code, out = _launch(tmp_path, RECIPE_ENV, hosts)

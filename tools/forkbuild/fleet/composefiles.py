@@ -63,7 +63,7 @@ def plan(series: Series, *, variant: Combination, env_file: Path, hosts: list[st
     tp_size = values.get("TP_SIZE") or chosen.env.get("TP_SIZE")
     problems = [*report.refused, *report.changed, *unknown, *hazards]
     problems += [f"--nodes: {host!r} is not a host name or IPv4 address" for host in hosts if not HOST.match(host)]
-    if len(set(hosts)) != len(hosts):
+    if len({host.lower() for host in hosts}) != len(hosts):  # host names are not case-sensitive
         problems.append(f"--nodes: a host is named twice: {','.join(hosts)}")
     if tp_size is None or not tp_size.isdigit() or int(tp_size) != len(hosts):
         problems.append(f"--nodes names {len(hosts)} node(s), but TP_SIZE is {tp_size!r} (variant {variant.name}"

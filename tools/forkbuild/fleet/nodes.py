@@ -25,7 +25,9 @@ from forkbuild.fleet.composefiles import HOST, NodeFile, container_name
 from forkbuild.image.docker import Docker, find_client, run_program, tail
 from forkbuild.io import process
 
-URL = re.compile(r"^(?:ssh://[A-Za-z0-9._@:-]+|unix:///[^\s]+|tcp://[A-Za-z0-9.:\[\]-]+|fd://\S*)$")
+# ssh's user and host never start with '-' (ssh would read `ssh://-Fconfig` as an option).
+URL = re.compile(r"^(?:ssh://(?:(?!-)[A-Za-z0-9._-]+@)?(?!-)[A-Za-z0-9.:_-]+|unix:///[^\s]+|tcp://[A-Za-z0-9.:\[\]-]+"
+                 r"|fd://\S*)$")
 ANSWER_SECONDS = 20  # a node's daemon must answer `docker version` within this
 T = TypeVar("T")
 
@@ -49,9 +51,20 @@ def parse_nodes(text: str) -> list[Node]:
             problems.append(f"--nodes: {name}={url!r} is not a docker host URL (ssh://[user@]host, unix:///path, "
                             "tcp://host:port)")
         nodes.append(Node(name=name, url=url, rank=rank))
+    # Two ranks on one daemon: the second node's `up` would replace the first's container.
+    daemons: dict[str, str] = {}
+    for node in nodes:
+        if (first := daemons.setdefault(_daemon(node.url), node.name)) != node.name:
+            problems.append(f"--nodes: {first} and {node.name} are one docker daemon ({node.url}): one node per rank")
     if problems:
         raise ConfigError(problems, source="--nodes")
     return nodes
+
+
+def _daemon(url: str) -> str:
+    """The daemon a URL reaches: an ssh or tcp host (any user, any case), a socket's path as written."""
+    scheme, _, rest = url.partition("://")
+    return f"{scheme.lower()}://{rest.rsplit('@', 1)[-1].lower()}" if scheme.lower() in ("ssh", "tcp") else url
 
 
 def in_parallel(nodes: Sequence[Node], action: Callable[[Node], T]) -> list[tuple[Node, T | ForkbuildError]]:
