@@ -228,3 +228,39 @@ def test_the_recipes_tp3_hazard_is_reported_by_doctor_and_refused_by_launch(tmp_
     env.write_text(TP3_HAZARD)
     assert main(["-C", str(REPO), "launch", "--variant", "tp4", "--env", str(env), "--nodes", "a,b,c,d",
                  "--out", str(tmp_path / "tp4")]) == 0
+
+
+@pytest.mark.parametrize(("models", "said"), [
+    ('{"object": "list", "data": [{"id": "DeepSeek-V4.1-Flash"}]}', "healthy, serving DeepSeek-V4.1-Flash"),
+    # What a proxy or another server may answer on the head's port: no traceback, no model named.
+    ("<html>502 Bad Gateway</html>", "healthy"),
+    ("[1, 2]", "healthy"),
+    ('{"data": ["DeepSeek"]}', "healthy"),
+    ('{"data": 7}', "healthy"),
+])
+def test_status_reads_any_answer_of_the_heads_port(models, said):
+    import http.server
+    import threading
+
+    from forkbuild.console import Reporter
+    from forkbuild.fleet.nodes import Fleet
+
+    class Head(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = (models if self.path == "/v1/models" else "").encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Head)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        health = f"http://127.0.0.1:{server.server_address[1]}"
+        lines = Fleet(nodes=(), variant="tp4", reporter=Reporter()).status(image="x", health=health, local=None)
+    finally:
+        server.shutdown()
+    assert lines == [f"head {health}: {said}"]

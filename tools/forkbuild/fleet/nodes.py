@@ -259,8 +259,7 @@ class Fleet:
         lines = [str(result) if not isinstance(result, ForkbuildError) else f"{node.name}: {result.message}"
                  for node, result in in_parallel(self.nodes, look)]
         healthy = _get(f"{health}/health")
-        models = _get(f"{health}/v1/models")
-        served = ", ".join(model.get("id", "?") for model in json.loads(models).get("data", [])) if models else ""
+        served = _served(_get(f"{health}/v1/models"))
         lines.append(f"head {health}: " + ("healthy" if healthy is not None else "not answering")
                      + (f", serving {served}" if served else ""))
         return lines
@@ -284,6 +283,14 @@ def _device_options(service: dict) -> list[str]:
     options += [f"--cap-add={cap}" for cap in service.get("cap_add", [])]
     options += [f"--ulimit={name}={limit['soft']}:{limit['hard']}" for name, limit in service.get("ulimits", {}).items()]
     return options + (["--gpus=all"] if "deploy" in service else [])
+
+
+def _served(models: str | None) -> str:
+    """The model ids of an OpenAI `/v1/models` answer; '' for no answer or one of another shape."""
+    try:
+        return ", ".join(str(model["id"]) for model in json.loads(models or "{}").get("data", []))
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return ""
 
 
 def _get(url: str) -> str | None:
