@@ -202,6 +202,14 @@ def test_the_same_bisect_run_twice_prints_the_same_result_and_restart_starts_ove
     assert len(runs.read_text().splitlines()) == probed
     assert bisect(demo, "--restart", *command) == 0
     assert result(capsys)["replayed"] == 0 and len(runs.read_text().splitlines()) == 2 * probed
+    # A damaged log is named with the way on, whatever JSON it holds; the hint followed starts over.
+    (log,) = (demo[0] / "build" / "bisect").glob("*.json")
+    for damaged in ("[]", '{"schema": 1, "probes": [{"nope": 1}]}', '{"sch'):
+        log.write_text(damaged)
+        assert bisect(demo, *command) == 15
+        err = capsys.readouterr().err
+        assert "unreadable probe log" in err or "a probe log of another bisect" in err, err
+    assert bisect(demo, "--restart", *command) == 0 and result(capsys)["minimal"] == ["b", "d"]
 
 
 def test_runtime_mode_toggles_guards_on_one_build(demo, capsys, tmp_path):

@@ -133,3 +133,26 @@ def test_the_finalize_writes_the_new_pin_and_the_rebased_patches_in_one_transact
     assert after != before
     assert fx.cli("rebase", "--continue") == 0
     assert series_files(fx) == reference["files"]
+
+
+@pytest.mark.parametrize("record", ['{"series.toml": ', '["series.toml"]', '{"patches/../../outside": "0"}', None])
+def test_a_damaged_backup_record_is_an_error_naming_it_and_the_backup(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                                     record: str | None) -> None:
+    fx, commit = killed_fixture(tmp_path, CONFLICT_CHANGES)
+    before = fingerprint(fx)
+    assert fx.cli(*rebase_args(commit)) == RebaseStopped.return_code
+    hashes = fx.root / ".forkbuild-work" / "rebase-journal" / "backup" / "hashes.json"
+    saved = hashes.read_text()
+    if record is None:
+        hashes.unlink()
+    else:
+        hashes.write_text(record)
+    for action in ("--abort", "--abort"):  # and again: nothing was touched
+        capsys.readouterr()
+        assert fx.cli("rebase", action) == 1
+        err = capsys.readouterr().err
+        assert "hashes.json: the rebase journal's record of its backup is unreadable" in err, err
+        assert "put them back by hand" in err
+    hashes.write_text(saved)  # the record back: the abort restores the series exactly
+    assert fx.cli("rebase", "--abort") == 0
+    assert fingerprint(fx) == before

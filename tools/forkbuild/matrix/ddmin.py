@@ -67,7 +67,7 @@ class ProbeLog:
                 probe = Probe(**{**item, "features": tuple(item["features"]), "exit_codes": tuple(item["exit_codes"])})
                 self.probes[probe.features] = probe
             self.minimal = data.get("minimal")
-        except (OSError, ValueError, KeyError, TypeError) as error:
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
             raise BisectError(f"{path}: unreadable probe log ({error})",
                               hint="start over with --restart (the log is replaced)") from error
         if self.minimal is None and not resume:

@@ -141,6 +141,13 @@ def series_files(root: Path) -> list[str]:
     return found
 
 
+def _series_file(relative: str) -> bool:
+    """Whether `relative` names series.toml or a file below patches/ (no way out of it)."""
+    parts = relative.split("/")
+    return relative == SERIES_FILE or (parts[0] == PATCHES_DIR and len(parts) > 1 and "\0" not in relative
+                                       and all(part not in ("", ".", "..") for part in parts))
+
+
 class Journal:
     def __init__(self, series_dir: Path) -> None:
         self.series_dir = series_dir
@@ -196,7 +203,19 @@ class Journal:
         checkpoint("begun")
 
     def backed_up_hashes(self) -> dict[str, str]:
-        return json.loads((self.backup / "hashes.json").read_text())
+        """The backup's file -> sha256, as `create` wrote it; a damaged record is an error naming it
+        (its names become paths the abort writes: only series.toml and files under patches/)."""
+        path = self.backup / "hashes.json"
+        try:
+            hashes = json.loads(path.read_text())
+        except (OSError, ValueError):
+            hashes = None
+        if not isinstance(hashes, dict) or not all(isinstance(digest, str) and _series_file(relative)
+                                                   for relative, digest in hashes.items()):
+            raise ForkbuildError(f"{path}: the rebase journal's record of its backup is unreadable",
+                                 hint=f"series.toml and patches/ as they were before the rebase are in {self.backup}: "
+                                      f"put them back by hand, then remove {self.path} (and the work tree it made)")
+        return hashes
 
     def series_hashes(self) -> dict[str, str]:
         return file_hashes(self.series_dir, series_files(self.series_dir))
