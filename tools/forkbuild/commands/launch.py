@@ -3,6 +3,8 @@ Docker: ship, preflight, up, status, logs, down (docs/cluster.md)."""
 
 from __future__ import annotations
 
+import argparse
+import math
 from pathlib import Path
 
 from forkbuild.commands import add_command
@@ -58,11 +60,22 @@ def add_parser(subparsers) -> None:
         actions.add_argument(f"--{action}", dest="action", action="store_const", const=action, help=text)
     parser.add_argument("--node", help="--logs: only this node")
     parser.add_argument("--lines", type=int, default=50, help="--logs: lines per node (default 50)")
-    parser.add_argument("--preflight-timeout", type=float, default=60.0, metavar="S",
+    parser.add_argument("--preflight-timeout", type=_seconds, default=60.0, metavar="S",
                         help="seconds every rank waits for the others (default 60)")
-    parser.add_argument("--health-timeout", type=float, default=1800.0, metavar="S",
+    parser.add_argument("--health-timeout", type=_seconds, default=1800.0, metavar="S",
                         help="--up: seconds to wait for the head's /health (default 1800: the model loads)")
     parser.set_defaults(run=run)
+
+
+def _seconds(text: str) -> float:
+    """A timeout: a finite number above 0 (`nan` would never run out: --up would wait for ever)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
+    return value
 
 
 def run(args, context) -> int:
