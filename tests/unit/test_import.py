@@ -173,7 +173,8 @@ def test_a_range_end_that_is_no_commit_is_named(series_fx: SeriesFixture, capsys
     assert len(entries(series_fx)) == 3
 
 
-def test_importing_the_first_patch_of_a_feature_new_made_ends_with_a_series_check_accepts(series_fx: SeriesFixture) -> None:
+def test_importing_the_first_patch_of_a_feature_new_made_ends_with_a_series_check_accepts(
+        series_fx: SeriesFixture, capsys: pytest.CaptureFixture) -> None:
     """Before, the feature kept its `ported = false` beside its new patch: every command then refused series.toml."""
     assert series_fx.cli("new", "gamma", "--variant", "full", "--requires", "beta") == 0
     repo = Git(series_fx.upstream_repo)
@@ -181,7 +182,11 @@ def test_importing_the_first_patch_of_a_feature_new_made_ends_with_a_series_chec
     start = repo.head()
     edit(repo.path, "python/pkg/util.py", '"""Helpers."""\n', '"""Helpers."""\nGAMMA = 1\n')
     commit_all(repo, "util: gamma\n\nFeature: gamma\n")
+    capsys.readouterr()
     assert series_fx.cli("import", "--git-range", str(repo.path), f"{start}..{repo.head()}") == 0
+    err = capsys.readouterr().err
+    assert "feature gamma has a patch: its `ported = false` marker is removed, and it joins full" in err
+    assert "warning" not in err, err  # what was asked, done: said, not warned of
     series = series_fx.load()
     assert series.features["gamma"].ported and "gamma" in series.variants["full"].features  # as `new` asked
     assert not (series_fx.root / ".forkbuild-work" / "new" / "gamma.variants").exists()

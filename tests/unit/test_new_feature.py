@@ -85,6 +85,9 @@ def test_the_readme_recipe_runs_as_written(tmp_path):
     done = subprocess.run(["bash", "-e", "-c", readme_recipe()], cwd=fx.root, env=env, capture_output=True, text=True)
 
     assert done.returncode == 0, done.stdout + done.stderr
+    # The everyday path warns of nothing; export says what it did with the waiting feature.
+    assert "warning" not in done.stderr, done.stderr
+    assert "feature hello_log has a patch: its `ported = false` marker is removed, and it joins tp4" in done.stderr
     patch = (fx.patches_dir / "hello-log.patch").read_text()
     assert "Feature: hello_log" in patch and "Guard: DSV41_HELLO_LOG" in patch and "+def hello():" in patch
     series = tomllib.loads(fx.series_toml.read_text())

@@ -63,6 +63,7 @@ class ExportPlan:
     removed: tuple[str, ...]
     kept: tuple[str, ...] = ()  # entries with no commit kept as they are (--keep)
     unported: tuple[str, ...] = ()  # what --drop changed of the features it left without a patch
+    joined: tuple[str, ...] = ()  # features `new` left waiting that got their first patch, as asked
     series_toml: str | None  # the new series.toml text, None when unchanged
     quilt_series: str | None  # the new patches/series text, None when unchanged
 
@@ -236,13 +237,13 @@ def plan_export(series: Series, *, worktree: Git, base: str, refresh: bool,
     specs = _with_kept(series, [EntrySpec(file=p.file, feature=p.feature, upstream=p.upstream) for p in patches],
                        kept=kept)
     current_toml = series.path.read_text()
-    new_toml, left = unported(updated_series_toml(current_toml if series_toml is None else series_toml, specs),
-                              series, specs, joins=new_joins(series))
+    new_toml, left, joined = unported(updated_series_toml(current_toml if series_toml is None else series_toml, specs),
+                                      series, specs, joins=new_joins(series))
     quilt_path = series.patches_dir / "series"
     quilt = quilt_series_text(spec.file for spec in specs)
     old_quilt = quilt_path.read_text() if quilt_path.is_file() else None
     return ExportPlan(patches_dir=series.patches_dir, head=head, patches=tuple(patches),
-                      removed=removed, kept=kept, unported=left,
+                      removed=removed, kept=kept, unported=left, joined=joined,
                       series_toml=None if new_toml == current_toml else new_toml,
                       quilt_series=None if quilt == old_quilt else quilt)
 

@@ -167,12 +167,14 @@ def write_imported(series: Series, incoming: list, texts: dict[str, bytes], *, r
     for item in incoming:
         if (series.patches_dir / item.name).exists():  # appeared while we were applying: still never overwrite
             raise ForkbuildError(f"patches/{item.name} appeared during the import; nothing was written")
-    toml, notes = unported(updated_series_toml(series.path.read_text(), entries), series, entries,
-                           joins=new_joins(series))
+    toml, notes, joined = unported(updated_series_toml(series.path.read_text(), entries), series, entries,
+                                   joins=new_joins(series))
     write_series(series.path.parent, SeriesChange(
         series_toml=with_empty_dirs(toml, empty_dirs) if empty_dirs else toml,
         quilt_series=quilt_series_text(entry.file for entry in entries),
         patches={item.name: texts[item.name] for item in incoming}))
     forget_joins(series, {item.feature for item in incoming})
+    for note in joined:
+        reporter.info(note)
     for note in notes:
         reporter.warn(note)

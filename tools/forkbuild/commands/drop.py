@@ -70,7 +70,7 @@ def drop_patches(context: Context, names: list[str]) -> tuple[list[Dropped], tup
         infos = {name: read_patch(known[name].path) for name in names}
         specs = [EntrySpec(file=entry.file, feature=entry.feature, upstream=entry.upstream_status)
                  for entry in series.patches if entry.file not in names]
-        text, left = unported(updated_series_toml(series.path.read_text(), specs), series, specs)
+        text, left, _ = unported(updated_series_toml(series.path.read_text(), specs), series, specs)
         saved = save_aside(context, tuple(names))
         transaction.write(SeriesChange(series_toml=text, quilt_series=quilt_series_text(spec.file for spec in specs),
                                        removed=tuple(names)))

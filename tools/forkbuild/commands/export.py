@@ -53,6 +53,8 @@ def run(args, context) -> int:
     for name in plan.kept:
         table.add_row(*cells(name, "", "", styled(("kept as it is (--keep; no commit in the tree)", "yellow"))))
     context.reporter.console.print(table)
+    for note in plan.joined:
+        context.reporter.info(note)
     for note in plan.unported:
         context.reporter.warn(note)
     changes = plan.changes()

@@ -103,15 +103,15 @@ def with_empty_dirs(text: str, directories: Iterable[str]) -> str:
 
 
 def unported(text: str, series: Series, entries: Sequence[EntrySpec],
-             joins: Mapping[str, Sequence[str]] | None = None) -> tuple[str, tuple[str, ...]]:
+             joins: Mapping[str, Sequence[str]] | None = None) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
     """`text` where each feature left without a patch by `entries` leaves the variants (with
     its guards' env values) and is marked `ported = false` (a feature with a patch again loses
-    the marker and joins the variants `joins` names for it), and what changed; ConfigError when a
-    feature staying in a variant requires it."""
+    the marker and joins the variants `joins` names for it); what changed to warn of, and what
+    went as asked (a feature's first patch); ConfigError when a feature staying in a variant requires it."""
     left = sorted({entry.feature for entry in series.patches} - {entry.feature for entry in entries})
     back = sorted({entry.feature for entry in entries if not series.features[entry.feature].ported})
     if not left and not back:
-        return text, ()
+        return text, (), ()
     needed = [f"variants.{variant.name}: feature {name!r} requires {other!r}, which would have no patch left"
               for variant in series.variants.values() for name in variant.features if name not in left
               for other in series.features[name].requires if other in left]
@@ -119,7 +119,8 @@ def unported(text: str, series: Series, entries: Sequence[EntrySpec],
         raise ConfigError(needed, source=str(series.path),
                           hint="drop the features that require it too, or keep a patch of it")
     document = tomlkit.parse(text)
-    notes = []
+    notes: list[str] = []
+    done: list[str] = []
     for name in back:
         del document["features"][name]["ported"]  # type: ignore[union-attr]
         feature, added = series.features[name], []
@@ -135,9 +136,10 @@ def unported(text: str, series: Series, entries: Sequence[EntrySpec],
                 continue
             document["variants"][variant].setdefault("features", tomlkit.array()).append(name)  # type: ignore[index,union-attr]
             added.append(variant)
-        notes.append(f"feature {name} has a patch: its `ported = false` marker is removed"
-                     + (f", and it joins {', '.join(added)} (as `forkbuild new` asked)" if added
-                        else " (add it to the variants that should build it)"))
+        (done if added else notes).append(
+            f"feature {name} has a patch: its `ported = false` marker is removed"
+            + (f", and it joins {', '.join(added)} (as `forkbuild new` asked)" if added
+               else " (add it to the variants that should build it)"))
     for name in left:
         document["features"][name]["ported"] = False  # type: ignore[index]
         notes.append(f"feature {name} has no patch left: it leaves the variants and stays declared with its "
@@ -153,4 +155,4 @@ def unported(text: str, series: Series, entries: Sequence[EntrySpec],
             notes.append(f"variants.{variant_name}.env.{key} = {env[key]!r} removed (a guard of a feature with "
                          "no patch)")
             del env[key]
-    return tomlkit.dumps(document), tuple(notes)
+    return tomlkit.dumps(document), tuple(notes), tuple(done)
