@@ -134,6 +134,16 @@ def test_export_check_flags_crlf(series_fx: SeriesFixture, capsys) -> None:
     assert "patches/beta-limit.patch: has CRLF line endings" in output(capsys)
 
 
+def test_a_byte_order_mark_is_named_for_what_it_is(series_fx: SeriesFixture, capsys) -> None:
+    """An editor that saves "UTF-8 with BOM": the first line is no `From ` header to git am."""
+    path = series_fx.patches_dir / "beta-limit.patch"
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    assert series_fx.cli("check") == APPLY
+    said = output(capsys)
+    assert "patches/beta-limit.patch: starts with a byte-order mark (save it as UTF-8 without one)" in said
+    assert "From:" not in said  # the author is there, after the mark
+
+
 def test_a_patch_that_needs_fuzz_is_reported_as_needing_fuzz(series_fx: SeriesFixture, capsys) -> None:
     """Context changed two lines away from the hunk, index blobs unknown: git would say
     "sha1 information is lacking"; forkbuild says it needs fuzz."""
