@@ -13,7 +13,7 @@ from forkbuild.applier import apply_plan, apply_variant, plan_variant, read_stat
 from forkbuild.errors import ApplyError, DirtyTreeError, UnsafePatchError
 from forkbuild.io.fsutil import flocked
 from forkbuild.io.git import Git
-from forkbuild.series.combination import of_variant
+from forkbuild.series.combination import of_variant, whole_series
 
 
 def log(tree) -> list[str]:
@@ -188,6 +188,16 @@ def test_dir_naming_an_existing_file_is_refused_and_the_file_kept(series_fx, tmp
         apply_variant(context=series_fx.context(), variant=of_variant(series_fx.load(), "full"), dest=tmp_path / "w")
     assert series_fx.cli("apply", "--dir", str(tmp_path / "w")) == DirtyTreeError.return_code
     assert (tmp_path / "w").read_text() == "mine\n"
+    # No --dir given: the series tree's own place is taken. The hint says to move the file, not to pick a --dir
+    # (export reads the series tree there).
+    tree = series_fx.root / ".forkbuild-work" / "series"
+    tree.parent.mkdir(exist_ok=True)
+    tree.write_text("mine\n")
+    with pytest.raises(DirtyTreeError, match="is not a directory") as caught:
+        apply_variant(context=series_fx.context(), variant=whole_series(series_fx.load()), dest=tree)
+    assert caught.value.hint.startswith(f"move {tree} away")
+    tree.rename(tmp_path / "moved")  # the hint followed
+    assert series_fx.cli("apply", "--all") == 0 and (tmp_path / "moved").read_text() == "mine\n"
 
 
 @pytest.mark.parametrize("text", ["{not json", '{"variant": "", "base": "abc", "patches": []}', '["a list"]'])

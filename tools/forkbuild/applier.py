@@ -324,7 +324,8 @@ def prepare_worktree(cache_git: Git, *, dest: Path, base: str, guard: TreeGuard 
     holds nothing else. With the caller's `guard`, unsaved work is the caller's to refuse
     (`_before_change`). checkout=False: a new tree gets no files yet."""
     if dest.exists() and not dest.is_dir():
-        raise DirtyTreeError(f"{dest} exists and is not a directory", hint="choose another --dir")
+        raise DirtyTreeError(f"{dest} exists and is not a directory",
+                             hint=f"move {quoted(dest)} away (it is not forkbuild's), or choose another --dir")
     if not dest.exists() or not any(dest.iterdir()):
         if guard:
             guard.changing()
