@@ -389,7 +389,7 @@ def test_hazards_name_guards_of_the_series_with_valid_values_and_known_variants(
     ('package_root = "python"', 'package_root = "../../elsewhere"', "is not a relative path inside the tree"),
     # A terminal's escape in a patch's name would reach every message that names it.
     ('file = "slow.patch"', 'file = "slow\\u001b]0;owned\\u0007.patch"', "(printable: no control characters)"),
-    ('[variants.calm]', '[variants."calm\\u001b[2J;x y"]', "is not a variant name (at most 64 letters"),
+    ('[variants.calm]', '[variants."calm\\u001b[2J;x y"]', "is not a variant name (at most 64 characters: letters"),
     # Each a name check accepted and no wheel could carry: `0.5.23+calm..x.<hash>` is no PEP 440 version.
     ('[variants.calm]', '[variants."calm..x"]', "is not a variant name"),
     ('[variants.calm]', '[variants."calm-"]', "is not a variant name"),

@@ -648,8 +648,8 @@ def _parse_variants(problems: _Problems, value: Any, upstream: Upstream) -> dict
         where = f"variants.{name}"
         table = problems.table(item, where, near=f"variants.{name}")
         if not VARIANT_NAME.fullmatch(name):
-            problems.add(where, f"{name!r} is not a variant name (at most 64 letters and digits, one '.', '_' or '-' "
-                                "between two of them: it becomes part of wheel versions and image tags)", near="variants")
+            problems.add(where, f"{name!r} is not a variant name (at most 64 characters: letters and digits, one '.', "
+                                "'_' or '-' between two of them: it becomes part of wheel versions and image tags)", near="variants")
         named = _string_list(problems, table["platforms"], f"{where}.platforms") if "platforms" in table else ()
         for platform in named:
             if platform not in PLATFORMS:
