@@ -31,3 +31,54 @@ def test_the_index_url_is_read_when_called_not_when_imported(monkeypatch: pytest
     monkeypatch.delenv("FORKBUILD_INDEX_URL")
     pypi.project_files("demo")
     assert asked[-1][0] == "https://pypi.org/simple/demo/"
+
+
+@pytest.fixture
+def mirror(monkeypatch: pytest.MonkeyPatch):
+    """A mirror on a local port: its pages as the test sets them, its one file at /packages/."""
+    import http.server
+    import threading
+
+    pages: dict[str, bytes] = {"/packages/demo-1.0-py3-none-any.whl": b"wheel bytes"}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            body = pages.get(self.path)
+            self.send_response(200 if body is not None else 404)
+            self.end_headers()
+            self.wfile.write(body or b"")
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    monkeypatch.setenv("FORKBUILD_INDEX_URL", f"{base}/simple")
+    yield base, pages
+    server.shutdown()
+
+
+def test_a_mirrors_relative_file_url_is_resolved_against_its_page(mirror) -> None:
+    """PEP 691 lets a file's url be relative to the project page (static mirrors write them so)."""
+    import urllib.request
+
+    base, pages = mirror
+    pages["/simple/demo/"] = json.dumps({"files": [
+        {"filename": "demo-1.0-py3-none-any.whl", "url": "../../packages/demo-1.0-py3-none-any.whl",
+         "hashes": {"sha256": "cd" * 32}}]}).encode()
+    found = pypi.find_file("demo", "demo-1.0-py3-none-any.whl")
+    assert found.url == f"{base}/packages/demo-1.0-py3-none-any.whl"
+    with urllib.request.urlopen(found.url) as response:  # what the cache's download then reads
+        assert response.read() == b"wheel bytes"
+
+
+@pytest.mark.parametrize("page", ['["demo-1.0-py3-none-any.whl"]', '{"files": [{"url": "x"}]}',
+                                  '{"files": [{"filename": "demo-1.0-py3-none-any.whl", "url": "x", "hashes": ["x"]}]}',
+                                  '{"meta": {}}'])
+def test_a_page_of_another_shape_is_an_upstream_error_naming_it(mirror, page: str) -> None:
+    base, pages = mirror
+    pages["/simple/demo/"] = page.encode()
+    with pytest.raises(UpstreamError, match=f"{base}/simple/demo/ is not a PEP 691 project page") as caught:
+        pypi.release_wheels("demo", "1.0")
+    assert "FORKBUILD_INDEX_URL" in (caught.value.hint or "")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 
@@ -34,11 +35,17 @@ def project_files(project: str) -> list[IndexFile]:
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
             listing = json.load(response)
+            page = getattr(response, "url", None) or url  # where a redirect led: relative URLs start there
     except (urllib.error.URLError, OSError, ValueError) as error:
         raise UpstreamError(f"cannot read the index page {url}: {error}",
                             hint="check the network, or set FORKBUILD_INDEX_URL to a reachable index") from error
-    return [IndexFile(filename=entry["filename"], url=entry["url"], sha256=entry.get("hashes", {}).get("sha256", ""))
-            for entry in listing.get("files", []) if not entry.get("yanked")]
+    try:  # PEP 691: a file's url may be relative to the page (mirrors serve them so)
+        return [IndexFile(filename=str(entry["filename"]), url=urllib.parse.urljoin(page, str(entry["url"])),
+                          sha256=str((entry.get("hashes") or {}).get("sha256", "")))
+                for entry in listing["files"] if not entry.get("yanked")]
+    except (KeyError, TypeError, AttributeError) as error:
+        raise UpstreamError(f"{url} is not a PEP 691 project page ({type(error).__name__}: {error})",
+                            hint="FORKBUILD_INDEX_URL names a simple index that answers in JSON (PEP 691)") from error
 
 
 def find_file(project: str, filename: str) -> IndexFile:
