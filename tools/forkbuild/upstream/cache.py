@@ -244,7 +244,8 @@ class UpstreamCache:
             try:
                 with os.fdopen(handle, "wb") as out, urllib.request.urlopen(url, timeout=120) as response, \
                         self.reporter.download_progress() as progress:
-                    size = int(response.headers.get("Content-Length") or 0) or None
+                    length = response.headers.get("Content-Length") or ""  # a server's word: a number, or not
+                    size = int(length) if length.isdigit() and int(length) else None
                     task = progress.add_task(pin.filename, total=size)
                     for block in iter(lambda: response.read(1 << 20), b""):
                         out.write(block)
