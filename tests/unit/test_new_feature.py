@@ -306,3 +306,28 @@ def test_export_leaves_a_feature_out_of_a_variant_it_no_longer_fits(series_fx, c
     assert f"feature gamma does not join full: {said}" in capsys.readouterr().err
     assert "gamma" not in series_fx.load().variants["full"].features
     assert series_fx.cli("check") == 0
+
+
+def test_a_message_committed_with_the_templates_comment_lines_is_named_and_the_hint_drops_them(series_fx, capsys):
+    """`git commit -F TEMPLATE` keeps the '#' lines git's editor drops: the trailers above them are then no
+    trailers to git. Export names the lines (not "needs exactly one Feature: trailer (has 0)")."""
+    from fixtures import commit_all, edit
+    from forkbuild.applier import apply_variant
+    from forkbuild.io.git import Git
+
+    assert series_fx.cli("new", "hello_log", "--guard", "DSV41_HELLO_LOG:switch:0", "--variant", "full") == 0
+    template = (series_fx.root / ".forkbuild-work" / "hello_log.commit").read_text()
+    written = template.replace("hello_log: <what the patch changes, one line>", "util: limited()").replace(
+        "<why: the problem, how the guard switches it, what was measured>", "A shorter name.")
+    tree = Git(apply_variant(context=series_fx.context(), variant=whole_series(series_fx.load()),
+                             dest=series_fx.root / ".forkbuild-work" / "series").dest)
+    edit(tree.path, "python/pkg/util.py", "def limit(", "def limited(")
+    commit_all(tree, written)  # as -F leaves it: the '#' lines kept
+    capsys.readouterr()
+    assert series_fx.cli("export") == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "still holds the commit template's '#' lines" in err and "needs exactly one" not in err
+    assert not (series_fx.patches_dir / "hello-log.patch").exists()
+    tree.out("-c", "core.editor=true", "commit", "--amend", "--no-edit", "--cleanup=strip")  # the hint followed
+    assert series_fx.cli("export") == 0 and series_fx.cli("check") == 0
+    assert "#" not in (series_fx.patches_dir / "hello-log.patch").read_text().split("\n---", 1)[0]

@@ -28,7 +28,7 @@ from forkbuild.series.config import (
     near_miss,
     parse_series,
 )
-from forkbuild.series.dep3 import placeholder_problem
+from forkbuild.series.dep3 import placeholder_problem, template_comments
 from forkbuild.series.edit import EntrySpec, quilt_series_text, unported, updated_series_toml
 from forkbuild.series.layout import DROPPED_DIR, PATCHES_DIR, new_variants
 from forkbuild.series.patchfile import PatchInfo, parse_patch, read_patch, read_text
@@ -392,13 +392,14 @@ def _check_trailers(series: Series, commits: list[_Commit], matches: list[PatchE
     problems, unwritten = [], False
     for commit, entry in zip(commits, matches, strict=True):
         features = commit.info.trailer("Feature")
-        if len(features) != 1:
-            problems.append(f"{commit.label}: needs exactly one `Feature: <name>` trailer (has {len(features)})")
-            continue
-        feature = features[0]
         if problem := placeholder_problem(commit.info):
             problems.append(f"{commit.label}: {problem}")
             unwritten = True
+        if len(features) != 1:
+            if not template_comments(commit.info):  # else the '#' lines hide the trailers: said above
+                problems.append(f"{commit.label}: needs exactly one `Feature: <name>` trailer (has {len(features)})")
+            continue
+        feature = features[0]
         names = commit.info.trailer(PATCH_TRAILER)
         if len(names) > 1 or (names and not PATCH_NAME.fullmatch(names[0])):
             problems.append(f"{commit.label}: needs at most one `{PATCH_TRAILER}: <name>.patch` trailer, a plain "

@@ -25,7 +25,7 @@ from forkbuild.series.config import (
     near_miss,
     parse_series,
 )
-from forkbuild.series.dep3 import PLACEHOLDERS
+from forkbuild.series.dep3 import PLACEHOLDERS, TEMPLATE_COMMENT
 from forkbuild.series.edit import split_tail
 from forkbuild.series.guards import GUARD_TYPES, check_value
 from forkbuild.series.layout import WORK_DIR, new_variants
@@ -197,7 +197,7 @@ def commit_template(feature: NewFeature) -> str:
         "",
         *trailers,
         "",
-        f"# Written by `forkbuild new {feature.name}`. Lines starting with '#' are dropped.",
+        f"{TEMPLATE_COMMENT}{feature.name}`. Lines starting with '#' are dropped.",
         f"# The patched code reads {guards}.",
         "# Keep the trailers: export files the commit under Feature:, checks Guard:; Forwarded: says",
         "# where it was sent upstream (no, not-needed or the URL: DEP-3; `forkbuild check` needs it),",

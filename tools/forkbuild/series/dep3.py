@@ -208,12 +208,25 @@ FORWARDED_VALUES = ("no", "not-needed", "yes")  # or a URL (DEP-3; "yes" as Debi
 # What `forkbuild new`'s commit template asks to be replaced (subject, body): a message holding one
 # was never written, and export and check refuse it.
 PLACEHOLDERS = ("<what the patch changes, one line>", "<why: the problem, how the guard switches it, what was measured>")
+# The first of the template's '#' lines: git's editor drops them; `git commit -F`/`-m` keep them,
+# and then the trailers above them are no trailers to git.
+TEMPLATE_COMMENT = "# Written by `forkbuild new "
+
+
+def template_comments(info: PatchInfo) -> bool:
+    return any(line.startswith(TEMPLATE_COMMENT) for line in info.message.splitlines())
 
 
 def placeholder_problem(info: PatchInfo) -> str | None:
-    """What is wrong with a patch whose subject or body still holds a template placeholder."""
+    """What is wrong with a patch whose subject or body still holds a template placeholder or '#' lines."""
     found = next((text for text in PLACEHOLDERS if text in info.subject or text in info.message), None)
-    return f"its message still holds the commit template's {found!r}: say what it changes and why" if found else None
+    if found:
+        return f"its message still holds the commit template's {found!r}: say what it changes and why"
+    if template_comments(info):
+        return ("its message still holds the commit template's '#' lines (git's editor drops them; `git commit "
+                "-F` keeps them, and the trailers above them are then no trailers): `git commit --amend --no-edit "
+                "--cleanup=strip` drops them")
+    return None
 
 
 def provenance_problem(trailers: dict[str, list[str]]) -> str | None:
