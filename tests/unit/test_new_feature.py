@@ -55,6 +55,10 @@ def test_the_readme_recipe_runs_as_written(tmp_path):
         #!{sys.executable}
         import pathlib, sys
         assert len(sys.argv) == 2, sys.argv
+        if sys.argv[1].startswith("tests/patches/"):  # the feature's test module (the fixture has no such folder)
+            pathlib.Path(sys.argv[1]).parent.mkdir(parents=True, exist_ok=True)
+            pathlib.Path(sys.argv[1]).write_text('FEATURE = "hello_log"\\n')
+            sys.exit(0)
         environ = pathlib.Path("python/pkg/environ.py")
         environ.write_text(environ.read_text().replace(
             "    # -- feature: beta\\n",
@@ -98,7 +102,9 @@ def test_the_readme_recipe_runs_as_written(tmp_path):
         "guards": [{"env": "DSV41_HELLO_LOG", "type": "switch", "default": "0"}]}
     assert comment in fx.series_toml.read_text()
     assert "hello-log.patch" in (fx.patches_dir / "series").read_text()
-    assert (tmp_path / "nox-calls").read_text().split() == ["-s", "test-patch(tp4)"]
+    assert (fx.root / "tests" / "patches" / "test_hello_log.py").read_text() == 'FEATURE = "hello_log"\n'
+    assert [line.split() for line in (tmp_path / "nox-calls").read_text().splitlines()] == [
+        ["-s", "test-patch(tp4)"], ["-s", "mutate", "--", "--variant", "tp4", "--patch", "hello-log.patch"]]
 
 
 def test_new_places_the_table_after_the_features_and_keeps_the_file_otherwise(series_fx):
