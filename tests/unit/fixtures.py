@@ -15,8 +15,12 @@ hunk needs the 3-way merge with the series' blobs), stock (nothing).
 from __future__ import annotations
 
 import hashlib
+import http.server
 import textwrap
+import threading
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -349,3 +353,27 @@ def write_through_upstream_symlink(fx: SeriesFixture) -> None:
     fx.series_toml.write_text(fx.series_toml.read_text().replace(fx.upstream_commit, upstream))
     text = (fx.patches_dir / "beta-limit.patch").read_text().replace("python/pkg/util.py", "python/linked/util.py")
     (fx.patches_dir / "beta-limit.patch").write_text(text)
+
+
+@contextmanager
+def http_server(respond: Callable[[str], tuple[int, dict[str, str], bytes]]) -> Iterator[str]:
+    """A server on a local port answering each GET with respond(path) = (status, headers, body); its base URL."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            status, headers, body = respond(self.path)
+            self.send_response(status)
+            for name, value in headers.items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()

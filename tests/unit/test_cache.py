@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from fixtures import http_server
 from forkbuild.errors import UpstreamError
 from forkbuild.io.fsutil import flocked
 from forkbuild.io.git import Git
@@ -243,29 +244,9 @@ def test_moving_the_pin_without_renaming_the_version_imports_anew(tmp_path):
 @pytest.mark.parametrize("length", ["abc", "-1", ""])
 def test_a_download_whose_server_misstates_its_length_is_still_verified_and_kept(tmp_path, length):
     """A mirror's Content-Length is its word, not a number forkbuild trusts: the sha256 is the check."""
-    import http.server
-    import threading
-
     pin = make_wheel(tmp_path, "1.0", {"__init__.py": "VERSION = '1.0'\n"})
     data = Path(pin.url.removeprefix("file://")).read_bytes()
-
-    class Mirror(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802
-            self.send_response(200)
-            if length:
-                self.send_header("Content-Length", length)
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Mirror)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        served = dataclasses.replace(pin, url=f"http://127.0.0.1:{server.server_address[1]}/{pin.filename}")
+    with http_server(lambda path: (200, {"Content-Length": length} if length else {}, data)) as base:
         cache = UpstreamCache(tmp_path / "cache")
-        cache.ensure(wheel_upstream(served, "1.0"))
-    finally:
-        server.shutdown()
+        cache.ensure(wheel_upstream(dataclasses.replace(pin, url=f"{base}/{pin.filename}"), "1.0"))
     assert (cache.wheels_dir / pin.filename).read_bytes() == data

@@ -239,35 +239,10 @@ def test_the_recipes_tp3_hazard_is_reported_by_doctor_and_refused_by_launch(tmp_
     ('{"data": 7}', "healthy"),
 ])
 def test_status_reads_any_answer_of_the_heads_port(models, said):
-    import http.server
-    import threading
-
+    from fixtures import http_server
     from forkbuild.console import Reporter
     from forkbuild.fleet.nodes import Fleet
 
-    class Head(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            body = (models if self.path == "/v1/models" else "").encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Head)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        health = f"http://127.0.0.1:{server.server_address[1]}"
+    with http_server(lambda path: (200, {}, (models if path == "/v1/models" else "").encode())) as health:
         lines = Fleet(nodes=(), variant="tp4", reporter=Reporter()).status(image="x", health=health, local=None)
-    finally:
-        server.shutdown()
     assert lines == [f"head {health}: {said}"]
-
-
-@pytest.mark.parametrize("value", ["nan", "inf", "0", "-5", "soon"])
-def test_a_timeout_that_would_never_run_out_is_a_usage_error(tmp_path, capsys, value):
-    with pytest.raises(SystemExit) as exited:
-        _launch(tmp_path, RECIPE_ENV, HOSTS, "--up", "--health-timeout", value)
-    assert exited.value.code == 2 and f"{value!r} is not a number of seconds above 0" in capsys.readouterr().err

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from fixtures import http_server
 from forkbuild.errors import UpstreamError
 from forkbuild.upstream import pypi
 
@@ -36,27 +37,10 @@ def test_the_index_url_is_read_when_called_not_when_imported(monkeypatch: pytest
 @pytest.fixture
 def mirror(monkeypatch: pytest.MonkeyPatch):
     """A mirror on a local port: its pages as the test sets them, its one file at /packages/."""
-    import http.server
-    import threading
-
     pages: dict[str, bytes] = {"/packages/demo-1.0-py3-none-any.whl": b"wheel bytes"}
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802
-            body = pages.get(self.path)
-            self.send_response(200 if body is not None else 404)
-            self.end_headers()
-            self.wfile.write(body or b"")
-
-        def log_message(self, *args) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    base = f"http://127.0.0.1:{server.server_address[1]}"
-    monkeypatch.setenv("FORKBUILD_INDEX_URL", f"{base}/simple")
-    yield base, pages
-    server.shutdown()
+    with http_server(lambda path: (200, {}, pages[path]) if path in pages else (404, {}, b"")) as base:
+        monkeypatch.setenv("FORKBUILD_INDEX_URL", f"{base}/simple")
+        yield base, pages
 
 
 def test_a_mirrors_relative_file_url_is_resolved_against_its_page(mirror) -> None:
