@@ -7,19 +7,17 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import http.server
 import json
 import os
 import subprocess
 import sys
-import threading
 import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from fixtures import commit_spec, make_upstream_repo
+from fixtures import commit_spec, http_server, make_upstream_repo
 from forkbuild.cli import main as cli_main
 from forkbuild.io.chaos import CHAOS_ENV
 from test_testpatch import ALPHA, BETA, GUARDS, SERIES_TOML, UPSTREAM, write_feature_tests
@@ -54,22 +52,12 @@ def index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     listing = {"files": [{"filename": path.name, "url": path.as_uri(),
                           "hashes": {"sha256": hashlib.sha256(path.read_bytes()).hexdigest()}} for path in wheels.values()]}
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802
-            body = json.dumps(listing).encode() if self.path.rstrip("/") == "/simple/sglang" else b""
-            self.send_response(200 if body else 404)
-            self.send_header("Content-Type", "application/vnd.pypi.simple.v1+json")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    monkeypatch.setenv("FORKBUILD_INDEX_URL", f"http://127.0.0.1:{server.server_address[1]}/simple")
-    yield wheels
-    server.shutdown()
+    page = json.dumps(listing).encode()
+    kind = {"Content-Type": "application/vnd.pypi.simple.v1+json"}
+    with http_server(lambda path: (200, kind, page) if path.rstrip("/") == "/simple/sglang" else (404, {}, b"")) \
+            as base:
+        monkeypatch.setenv("FORKBUILD_INDEX_URL", f"{base}/simple")
+        yield wheels
 
 
 def series(tmp_path: Path, wheels: dict[str, Path]) -> Path:
