@@ -252,7 +252,8 @@ def _text_problems(text: str, path: Path, symlinks: frozenset[str]) -> tuple[lis
     if not text.strip():
         return [f"{label}: is empty"], None
     problems = []
-    if text.startswith("\ufeff"):  # an editor's mark: the first header is no header to git am
+    marked = text.startswith("\ufeff")  # an editor's mark: the first header is no header to git am
+    if marked:
         problems.append(f"{label}: starts with a byte-order mark (save it as UTF-8 without one)")
     if re.search(r"^diff --git [^\n]*\r$", text, flags=re.MULTILINE):
         # A converted file (headers end in CR too, unlike a patch to a CRLF file): git refuses it.
@@ -265,7 +266,7 @@ def _text_problems(text: str, path: Path, symlinks: frozenset[str]) -> tuple[lis
     else:
         if not info.files and "GIT binary patch" not in text and not MODE_LINE.search(text):
             problems.append(f"{label}: holds no diff (not a patch, or cut off before its first `diff --git`)")
-        if not info.author and not text.startswith("\ufeff"):
+        if not info.author and not marked:
             problems.append(f"{label}: has no `From:` header (git am needs an author)")
     problems += [f"{label}: {problem}" for problem in safety_problems(text, symlinks=symlinks)]
     return problems, info
