@@ -246,3 +246,10 @@ def test_status_reads_any_answer_of_the_heads_port(models, said):
     with http_server(lambda path: (200, {}, (models if path == "/v1/models" else "").encode())) as health:
         lines = Fleet(nodes=(), variant="tp4", reporter=Reporter()).status(image="x", health=health, local=None)
     assert lines == [f"head {health}: {said}"]
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "0", "-5", "soon"])
+def test_a_timeout_that_would_never_run_out_is_a_usage_error(tmp_path, capsys, value):
+    with pytest.raises(SystemExit) as exited:
+        _launch(tmp_path, RECIPE_ENV, HOSTS, "--up", "--health-timeout", value)
+    assert exited.value.code == 2 and f"{value!r} is not a number of seconds above 0" in capsys.readouterr().err
