@@ -47,6 +47,7 @@ ensure_packages() {
   [[ -x /usr/bin/qemu-aarch64-static ]] || missing+=(qemu-user-static)
   command -v update-binfmts >/dev/null || missing+=(binfmt-support)
   command -v arch-test >/dev/null || missing+=(arch-test)  # mmdebstrap --arch of a foreign architecture
+  [[ -x /usr/sbin/sshd ]] || missing+=(openssh-server)  # the simulated fleet's ssh:// nodes (test_fleet.py)
   ((${#missing[@]} == 0)) && return 0
   log "installing ${missing[*]}"
   if ! DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" >"$STATE/apt.log" 2>&1; then

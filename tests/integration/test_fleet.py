@@ -84,6 +84,11 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def listening(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
 def dockerd(action: str, state: Path) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", str(REPO / ".ci" / "dockerd.sh"), action], capture_output=True, text=True,
                           env={**os.environ, "FORKBUILD_DOCKERD_DIR": str(state)})
@@ -130,6 +135,47 @@ def nodes(tmp_path_factory):
         with ThreadPoolExecutor(NODES) as pool:
             list(pool.map(lambda state: dockerd("stop", state), states))
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def ssh_nodes(nodes, tmp_path_factory):
+    """The same daemons as a real fleet names them (`--nodes ssh-n1,...`: docker's SSH transport,
+    ssh://ssh-n1): an sshd of its own per node on 127.0.0.1, its DOCKER_HOST set to the node's
+    daemon there. This run's ssh config reaches docker's `ssh` through a wrapper first on PATH
+    (never the user's ~/.ssh). Yields host name -> the daemon's unix URL, and the wrapper's folder."""
+    sshd = Path("/usr/sbin/sshd")
+    if not sshd.is_file():
+        pytest.skip("openssh-server is not installed (.ci/dockerd.sh start installs it)")
+    work = tmp_path_factory.mktemp("ssh")
+    for key in ("host", "id"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(work / key)], check=True)
+    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege separation directory
+    servers, config, ports = [], [], []
+    try:
+        for name, url in nodes.items():
+            ports.append(port := free_port())
+            conf = work / f"sshd-{name}.conf"
+            conf.write_text(f"Port {port}\nListenAddress 127.0.0.1\nHostKey {work / 'host'}\nPidFile {work / name}.pid\n"
+                            f"PermitRootLogin prohibit-password\nPasswordAuthentication no\nUsePAM no\nStrictModes no\n"
+                            f"AuthorizedKeysFile {work / 'id.pub'}\nSetEnv DOCKER_HOST={url}\n")
+            servers.append(subprocess.Popen([str(sshd), "-D", "-f", str(conf), "-E", str(work / f"{name}.log")]))
+            config.append(f"Host ssh-{name}\n  HostName 127.0.0.1\n  Port {port}\n  User root\n"
+                          f"  IdentityFile {work / 'id'}\n  IdentitiesOnly yes\n  StrictHostKeyChecking no\n"
+                          "  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n")
+        (work / "ssh_config").write_text("".join(config))
+        (work / "bin").mkdir()
+        (work / "bin" / "ssh").write_text(f'#!/bin/sh\nexec /usr/bin/ssh -F {work / "ssh_config"} "$@"\n')
+        (work / "bin" / "ssh").chmod(0o755)
+        for port in ports:  # each sshd listens
+            deadline = time.monotonic() + 30
+            while not listening(port):
+                assert time.monotonic() < deadline, f"sshd on port {port} did not start"
+                time.sleep(0.1)
+        yield {f"ssh-{name}": url for name, url in nodes.items()}, work / "bin"
+    finally:
+        for server in servers:
+            server.terminate()
+            server.wait()
 
 
 def containers(url: str) -> list[str]:
@@ -221,3 +267,31 @@ def test_a_node_whose_daemon_is_stopped_fails_naming_it_and_starts_nothing(image
         assert all(containers(nodes[name]) == [] for name in ("n1", "n2", "n3"))
     finally:
         assert dockerd("start", state).returncode == 0
+
+
+def test_nodes_named_by_host_are_reached_over_ssh_by_the_docker_client_alone(image, ssh_nodes, tmp_path, capsys,
+                                                                             monkeypatch):
+    """The fleet's own form, `--nodes spark1,spark2,spark3`: ship, preflight, up, status, logs and down
+    over ssh:// (up ran docker-compose, which reaches no ssh:// node without paramiko)."""
+    hosts, wrapper = ssh_nodes
+    monkeypatch.setenv("PATH", f"{wrapper}{os.pathsep}{os.environ['PATH']}")
+    names = list(hosts)[:3]
+    port = free_port()
+    env = env_file(tmp_path, dist_port=free_port(), port=port, tp=3)
+
+    def launch_over_ssh(*action: str) -> int:
+        return main(["-C", str(REPO), "launch", "--variant", "tp3", "--nodes", ",".join(names), "--image", IMAGE,
+                     "--platform", PLATFORM, "--out", str(tmp_path / "out"), "--env", str(env), *action])
+
+    assert launch_over_ssh("--up", "--health-timeout", "120") == 0
+    printed = capsys.readouterr().out
+    for rank, name in enumerate(names):
+        assert f"rank {rank}  joined 127.0.0.1:" in printed and f"{name}: started forkbuild-tp3 (rank {rank})" in printed
+    assert f"head http://127.0.0.1:{port}/health answers" in printed
+    assert launch_over_ssh("--status") == 0
+    status = capsys.readouterr().out
+    assert all(f"{name:<16} rank {rank}  running  image matches" in status for rank, name in enumerate(names))
+    assert launch_over_ssh("--logs", "--node", names[1]) == 0
+    assert f"== {names[1]} (rank 1) ==" in capsys.readouterr().out
+    assert launch_over_ssh("--down") == 0
+    assert all(containers(hosts[name]) == [] for name in names)

@@ -15,6 +15,11 @@ from pathlib import Path
 import pytest
 
 from forkbuild.cli import main
+from forkbuild.console import Reporter
+from forkbuild.errors import FleetError
+from forkbuild.fleet.composefiles import NodeFile
+from forkbuild.fleet.nodes import _run_service
+from forkbuild.image.docker import Docker, tail
 
 REPO = Path(__file__).resolve().parents[2]
 HOSTS = ["spark1", "spark2", "spark3", "10.0.0.4"]
@@ -240,7 +245,6 @@ def test_the_recipes_tp3_hazard_is_reported_by_doctor_and_refused_by_launch(tmp_
 ])
 def test_status_reads_any_answer_of_the_heads_port(models, said):
     from fixtures import http_server
-    from forkbuild.console import Reporter
     from forkbuild.fleet.nodes import Fleet
 
     with http_server(lambda path: (200, {}, (models if path == "/v1/models" else "").encode())) as health:
@@ -253,3 +257,42 @@ def test_a_timeout_that_would_never_run_out_is_a_usage_error(tmp_path, capsys, v
     with pytest.raises(SystemExit) as exited:
         _launch(tmp_path, RECIPE_ENV, HOSTS, "--up", "--health-timeout", value)
     assert exited.value.code == 2 and f"{value!r} is not a number of seconds above 0" in capsys.readouterr().err
+
+
+def test_up_and_preflight_run_each_nodes_file_through_the_docker_client_alone(tmp_path):
+    """`up` starts what the node file says with `docker run` (docker-compose could not reach an
+    ssh:// node without paramiko), as the preflight does: every key of the service is an option,
+    values travel in the client's environment (`$$` read back as `$`), none on the command line."""
+    from forkbuild.console import Reporter
+
+    code, out = _launch(tmp_path, RECIPE_ENV + "HF_TOKEN='hf_a$b'\n", HOSTS, "--platform", "linux/arm64")
+    assert code == 0
+    client = tmp_path / "docker"
+    client.write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$0.argv"\nprintf "%s" "$HF_TOKEN" > "$0.token"\n')
+    client.chmod(0o755)
+    docker = Docker(executable=str(client), env={"DOCKER_HOST": "ssh://spark2"}, reporter=Reporter())
+    path = out / "node1-spark2.compose.yaml"
+    file = NodeFile(rank=1, host="spark2", name=path.name, compose=_compose(path))
+    service = file.compose["services"]["sglang"]
+    assert {"devices", "cap_add", "ulimits", "deploy", "volumes", "platform"} <= set(service)
+    done = _run_service(docker, file, name="forkbuild-tp4", options=["--detach"], command=["serve"],
+                        reporter=Reporter(), timeout=30)
+    assert done.status == 0
+    argv = (tmp_path / "docker.argv").read_text().splitlines()
+    assert argv[:4] == ["run", "--detach", "--name", "forkbuild-tp4"] and argv[-2:] == [service["image"], "serve"]
+    for option in ("--platform linux/arm64", "--network host", "--ipc host", "--gpus=all", "--cap-add=IPC_LOCK",
+                   "--device=/dev/infiniband:/dev/infiniband", "--ulimit=memlock=-1:-1",
+                   "--volume=/models/DeepSeek-V4.1-Flash:/models/DeepSeek-V4.1-Flash:ro"):
+        assert option in " ".join(argv), option
+    assert {f"--env={key}" for key in service["environment"]} <= set(argv)
+    assert (tmp_path / "docker.token").read_text() == "hf_a$b" and not any("hf_a" in item for item in argv)
+    file.compose["services"]["sglang"]["shm_size"] = "16g"  # a key the files may gain: never dropped silently
+    with pytest.raises(FleetError, match="no docker run option for shm_size"):
+        _run_service(docker, file, name="x", options=[], command=[], reporter=Reporter(), timeout=30)
+
+
+def test_what_docker_says_over_ssh_is_shown_without_its_transports_own_warnings():
+    said = ('docker: Error response from daemon: exec: "preflight": executable file not found in $PATH: unknown.\n'
+            'time="2026-12-07T23:49:55Z" level=warning msg="commandConn.CloseWrite: commandconn: failed to wait: '
+            'signal: killed"\n')
+    assert tail(said).splitlines()[-1].startswith("docker: Error response from daemon: exec: \"preflight\"")

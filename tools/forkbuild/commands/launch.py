@@ -127,7 +127,7 @@ def run(args, context) -> int:
         _show("preflight", fleet.preflight(files, timeout=args.preflight_timeout))
     if args.action == "up":
         with context.reporter.step(f"up: {len(nodes)} node(s), then the head's /health"):
-            _show("up", fleet.up(files, out, health=_head_url(files), timeout=args.health_timeout))
+            _show("up", fleet.up(files, health=_head_url(files), timeout=args.health_timeout))
     return 0
 
 

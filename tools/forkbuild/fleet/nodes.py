@@ -2,9 +2,9 @@
 `--nodes spark1,...` are docker's SSH transport (ssh://spark1); `NAME=URL` is any DOCKER_HOST
 (ssh://ops@10.0.0.2, unix:///run/n1.sock, tcp://...). ship: `docker save` into each node's
 `docker load` where its image store lacks the image ID; preflight: the image's rendezvous with
-the real DIST_INIT_ADDR, world size and ranks, before any model; up: preflight, `docker-compose
-up -d` on every node, the head's /health, and every node stopped again if any part fails;
-status, logs, down. Nodes are worked on in parallel, one thread each."""
+the real DIST_INIT_ADDR, world size and ranks, before any model; up: preflight, every node's
+service started as its file says (`docker run -d`), the head's /health, and every node stopped
+again if any part fails; status, logs, down. Nodes are worked on in parallel, one thread each."""
 
 from __future__ import annotations
 
@@ -16,18 +16,20 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TypeVar
 
 from forkbuild.console import Reporter
 from forkbuild.errors import ConfigError, FleetError, ForkbuildError
-from forkbuild.fleet.composefiles import HOST, NodeFile, container_name
+from forkbuild.fleet.composefiles import HOST, SERVICE, NodeFile, container_name
 from forkbuild.image.docker import Docker, find_client, run_program, tail
 from forkbuild.io import process
 
 # ssh's user and host never start with '-' (ssh would read `ssh://-Fconfig` as an option).
 URL = re.compile(r"^(?:ssh://(?:(?!-)[A-Za-z0-9._-]+@)?(?!-)[A-Za-z0-9.:_-]+|unix:///[^\s]+|tcp://[A-Za-z0-9.:\[\]-]+"
                  r"|fd://\S*)$")
+# The keys of a node file's service that _run_service turns into `docker run` options.
+RUN_KEYS = {"image", "platform", "container_name", "command", "network_mode", "ipc", "environment", "volumes",
+            "devices", "cap_add", "ulimits", "deploy"}
 ANSWER_SECONDS = 20  # a node's daemon must answer `docker version` within this
 T = TypeVar("T")
 
@@ -153,15 +155,9 @@ class Fleet:
         self._remove(dockers, self.preflight_container)  # what a killed run left (its name is ours)
 
         def join(node: Node) -> dict:
-            service = by_rank[node.rank].compose["services"]["sglang"]
-            environment = {key: value.replace("$$", "$") for key, value in service["environment"].items()}
-            docker = dockers[node.name]
-            # -e KEY: docker takes the value from its own environment (no secret on a command line)
-            command = ["run", "--rm", "--name", self.preflight_container, "--network", "host", "--ipc", "host",
-                       *(f"--env={key}" for key in environment), *_device_options(service), service["image"],
-                       "preflight", "--timeout", str(timeout)]
-            done = run_program([docker.executable, *command], reporter=self.reporter, missing_hint="",
-                               env={**docker.env, **environment}, check=False, timeout=timeout + 30)
+            done = _run_service(dockers[node.name], by_rank[node.rank], name=self.preflight_container, options=["--rm"],
+                                command=["preflight", "--timeout", str(timeout)], reporter=self.reporter,
+                                timeout=timeout + 30)
             lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
             try:
                 return json.loads(lines[-1])
@@ -197,20 +193,21 @@ class Fleet:
         return [node.name for node, there in found if there is True]
 
     # -- up / down --
-    def up(self, files: Sequence[NodeFile], out: Path, *, health: str, timeout: float) -> list[str]:
-        """docker-compose up -d of every node's file; then the head's /health. Any failure: every
-        node's container is removed again and FleetError names the node and why."""
+    def up(self, files: Sequence[NodeFile], *, health: str, timeout: float) -> list[str]:
+        """Every node's service started as its file says (`docker run -d`, as the preflight ran); then
+        the head's /health. Any failure: every node's container is removed again and FleetError names
+        the node and why."""
         dockers = self.reachable()
         by_rank = {file.rank: file for file in files}
 
         def start(node: Node) -> str:
-            docker = dockers[node.name]
-            path = out / by_rank[node.rank].name
-            done = run_program(["docker-compose", "-p", self.container, "-f", str(path), "up", "-d"],
-                               reporter=self.reporter, missing_hint="apt-get install docker-compose",
-                               env=docker.compose_env(), check=False, timeout=600)
+            file = by_rank[node.rank]
+            done = _run_service(dockers[node.name], file, name=self.container, options=["--detach"],
+                                command=file.compose["services"][SERVICE]["command"], reporter=self.reporter,
+                                timeout=600)
             if done.status != 0:
-                raise FleetError(f"docker-compose up failed (exit {done.status}): {tail(done.stderr or done.stdout)}")
+                raise FleetError(f"docker run of {file.name} failed (exit {done.status}): "
+                                 f"{tail(done.stderr or done.stdout)}")
             return f"{node.name}: started {self.container} (rank {node.rank})"
 
         results = in_parallel(self.nodes, start)
@@ -277,12 +274,25 @@ class Fleet:
         return [str(result) for _, result in in_parallel(chosen, read)]
 
 
-def _device_options(service: dict) -> list[str]:
-    """The node file's devices, capabilities, ulimits and GPUs, as `docker run` options."""
-    options = [f"--device={device}" for device in service.get("devices", [])]
-    options += [f"--cap-add={cap}" for cap in service.get("cap_add", [])]
-    options += [f"--ulimit={name}={limit['soft']}:{limit['hard']}" for name, limit in service.get("ulimits", {}).items()]
-    return options + (["--gpus=all"] if "deploy" in service else [])
+def _run_service(docker: Docker, file: NodeFile, *, name: str, options: Sequence[str], command: Sequence[str],
+                 reporter: Reporter, timeout: float) -> process.Completed:
+    """`docker run` of a node file's service as container `name`: what `docker-compose up` of the
+    file starts, through nothing but the docker client (ssh:// nodes need no compose there)."""
+    service = file.compose["services"][SERVICE]
+    if unknown := set(service) - RUN_KEYS:  # a key composefiles writes must not be left out here
+        raise FleetError(f"{file.name}: no docker run option for {', '.join(sorted(unknown))}")
+    environment = {key: value.replace("$$", "$") for key, value in service["environment"].items()}
+    arguments = ["run", *options, "--name", name, "--platform", service["platform"], "--network",
+                 service["network_mode"], "--ipc", service["ipc"],
+                 # --env KEY: docker takes the value from its own environment (no secret on a command line)
+                 *(f"--env={key}" for key in environment),
+                 *(f"--volume={volume}" for volume in service.get("volumes", [])),
+                 *(f"--device={device}" for device in service.get("devices", [])),
+                 *(f"--cap-add={cap}" for cap in service.get("cap_add", [])),
+                 *(f"--ulimit={key}={limit['soft']}:{limit['hard']}" for key, limit in service.get("ulimits", {}).items()),
+                 *(["--gpus=all"] if "deploy" in service else []), service["image"], *command]
+    return run_program([docker.executable, *arguments], reporter=reporter, missing_hint="",
+                       env={**docker.env, **environment}, check=False, timeout=timeout)
 
 
 def _served(models: str | None) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 from collections.abc import Mapping, Sequence
@@ -46,8 +47,14 @@ def run_program(command: Sequence[str], *, reporter: Reporter, missing_hint: str
     return done
 
 
+# docker's SSH transport (DOCKER_HOST=ssh://) adds its connection helper's warnings after a
+# command's own output (`commandConn.CloseWrite: ... signal: killed`): left out of what is shown.
+SSH_NOISE = re.compile(r'^time="[^"]*" level=warning msg="commandConn\.')
+
+
 def tail(output: str) -> str:
-    return "\n".join(output.rstrip().splitlines()[-40:]) or "(no output)"
+    return "\n".join([line for line in output.rstrip().splitlines() if not SSH_NOISE.match(line)][-40:]) \
+        or "(no output)"
 
 
 def find_client() -> str:
