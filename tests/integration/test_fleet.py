@@ -57,6 +57,8 @@ exec python3 "$@"
 SERVER = r'''
 import http.server, json, os, sys, time
 args = dict(zip(sys.argv[1::2], sys.argv[2::2]))
+if os.environ.get("STANDIN_EXIT"):  # a server that fails at start (a bad flag, a missing model)
+    sys.exit(int(os.environ["STANDIN_EXIT"]))
 if os.environ.get("NODE_RANK", "0") != "0":
     while True:  # a worker rank: sglang's workers serve no HTTP
         time.sleep(3600)
@@ -213,12 +215,12 @@ def test_ship_preflight_up_status_down(image, nodes, tmp_path, capsys, size):
         assert f"rank {rank}  joined 127.0.0.1:" in printed and f"(world {size}, gloo sum {size * (size + 1) // 2}" \
             in printed
         assert f"{name}: started forkbuild-{variant} (rank {rank})" in printed
-    assert f"head http://127.0.0.1:{port}/health answers" in printed
+    assert "head n1: /health answers" in printed
     assert main(launch(variant, env, names, "--status", out=out)) == 0
     status = capsys.readouterr().out
     for rank, name in enumerate(names):
         assert f"{name:<16} rank {rank}  running  image matches" in status
-    assert f"head http://127.0.0.1:{port}: healthy, serving deepseek-v4.1-flash" in status
+    assert "head n1: healthy, serving deepseek-v4.1-flash" in status
     assert main(launch(variant, None, names, "--logs", "--node", "n1", out=out)) == 0
     assert "== n1 (rank 0) ==" in capsys.readouterr().out
     if size == 3:  # a running cluster: a preflight beside it is refused, an --up again replaces it
@@ -226,7 +228,7 @@ def test_ship_preflight_up_status_down(image, nodes, tmp_path, capsys, size):
         assert f"forkbuild-{variant} exists on n1, n2, n3" in capsys.readouterr().err
         assert main(launch(variant, env, names, "--up", "--health-timeout", "120", out=out)) == 0
         again = capsys.readouterr().out
-        assert "replaced:" in again and f"n1: removed forkbuild-{variant}" in again and "head http" in again
+        assert "replaced:" in again and f"n1: removed forkbuild-{variant}" in again and "head n1: /health" in again
     for _ in range(2):  # safe to re-run
         assert main(launch(variant, None, names, "--down", out=out)) == 0
         assert all(containers(url) == [] for url in names.values())
@@ -245,6 +247,22 @@ def test_a_wrong_dist_init_port_fails_the_preflight_naming_the_nodes_and_starts_
     err = capsys.readouterr().err
     assert code == 16 and took < 60
     assert "preflight: not every rank joined" in err and "n1" in err and "rank 0  FAILED" in err
+    assert all(containers(url) == [] for url in names.values())
+
+
+def test_a_server_that_stops_at_start_ends_the_wait_at_once_naming_the_nodes(image, nodes, tmp_path, capsys):
+    """Not the whole --health-timeout (30 min by default) before a crashed head is said."""
+    names = dict(list(nodes.items())[:3])
+    env = env_file(tmp_path, dist_port=free_port(), port=free_port(), tp=3)
+    env.write_text(env.read_text() + "STANDIN_EXIT=3\n")
+    assert main(launch("tp3", env, names, "--preflight", out=tmp_path / "out")) == 0  # shipped: not timed below
+    start = time.monotonic()
+    code = main(launch("tp3", env, names, "--up", "--health-timeout", "300", out=tmp_path / "out"))
+    took = time.monotonic() - start
+    err = capsys.readouterr().err
+    assert code == 16 and took < 120, took
+    # every rank's server exits: those seen stopped first are named (which, is a race)
+    assert "a node's container stopped before the head answered: n" in err and ": exited (exit 3)" in err
     assert all(containers(url) == [] for url in names.values())
 
 
@@ -287,7 +305,7 @@ def test_nodes_named_by_host_are_reached_over_ssh_by_the_docker_client_alone(ima
     printed = capsys.readouterr().out
     for rank, name in enumerate(names):
         assert f"rank {rank}  joined 127.0.0.1:" in printed and f"{name}: started forkbuild-tp3 (rank {rank})" in printed
-    assert f"head http://127.0.0.1:{port}/health answers" in printed
+    assert f"head {names[0]}: /health answers" in printed
     assert launch_over_ssh("--status") == 0
     status = capsys.readouterr().out
     assert all(f"{name:<16} rank {rank}  running  image matches" in status for rank, name in enumerate(names))

@@ -10,6 +10,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -243,13 +244,31 @@ def test_the_recipes_tp3_hazard_is_reported_by_doctor_and_refused_by_launch(tmp_
     ('{"data": ["DeepSeek"]}', "healthy"),
     ('{"data": 7}', "healthy"),
 ])
-def test_status_reads_any_answer_of_the_heads_port(models, said):
+def test_status_asks_the_heads_server_from_inside_its_container_and_reads_any_answer(tmp_path, monkeypatch, models,
+                                                                                     said):
+    """The head's HOST and PORT are its container's; the GET runs there (`docker exec ... python3`):
+    DIST_INIT_ADDR's fabric address need not be reachable from the machine that launches."""
     from fixtures import http_server
-    from forkbuild.fleet.nodes import Fleet
+    from forkbuild.fleet.nodes import Fleet, Node
 
-    with http_server(lambda path: (200, {}, (models if path == "/v1/models" else "").encode())) as health:
-        lines = Fleet(nodes=(), variant="tp4", reporter=Reporter()).status(image="x", health=health, local=None)
-    assert lines == [f"head {health}: {said}"]
+    with http_server(lambda path: (200, {}, (models if path == "/v1/models" else "").encode())) as server:
+        port = server.rsplit(":", 1)[1]
+        client = tmp_path / "docker"  # a node's daemon: its container runs the PROBE with this python
+        client.write_text(f"""#!{sys.executable}
+import json, subprocess, sys
+verb, *rest = sys.argv[1:]
+if verb == "inspect":
+    print(json.dumps([{{"Config": {{"Env": ["HOST=0.0.0.0", "PORT={port}", "NODE_RANK=0"]}}, "Image": "sha256:1",
+                       "State": {{"Status": "running", "ExitCode": 0}}}}]))
+elif verb == "exec":  # exec CONTAINER python3 -c PROBE URL
+    sys.exit(subprocess.run([sys.executable, *rest[2:]]).returncode if rest[1] == "python3" else 126)
+""")
+        client.chmod(0o755)
+        monkeypatch.setenv("FORKBUILD_DOCKER", str(client))
+        fleet = Fleet(nodes=(Node(name="spark1", url="ssh://spark1", rank=0),), variant="tp4", reporter=Reporter())
+        lines = fleet.status(image="x", local=None)
+    assert lines[-1] == f"head spark1: {said}"
+    assert fleet.status(image="x", local=None)[-1] == "head spark1: not answering"  # the server is gone
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "0", "-5", "soon"])

@@ -127,7 +127,7 @@ def run(args, context) -> int:
         _show("preflight", fleet.preflight(files, timeout=args.preflight_timeout))
     if args.action == "up":
         with context.reporter.step(f"up: {len(nodes)} node(s), then the head's /health"):
-            _show("up", fleet.up(files, health=_head_url(files), timeout=args.health_timeout))
+            _show("up", fleet.up(files, timeout=args.health_timeout))
     return 0
 
 
@@ -138,25 +138,13 @@ def _look(args, context, fleet: Fleet, variant: Combination) -> int:
     if args.action == "logs":
         print("\n".join(fleet.logs(lines=args.lines, node_name=args.node)))
         return 0
-    platform = args.platform or variant.platforms[0]
-    image = args.image or default_tag(variant.name, "wheel", platform)
-    head = args.env and composefiles.plan(context.series, variant=variant, env_file=args.env,
-                                    hosts=[node.name for node in fleet.nodes], image=image, platform=platform,
-                                    allow_unknown=True, accepted=tuple(h.name for h in context.series.hazards))[1]
+    image = args.image or default_tag(variant.name, "wheel", args.platform or variant.platforms[0])
     try:
         local: Docker | None = Docker.connect(reporter=context.reporter)
     except ForkbuildError:  # no daemon here: the nodes' image IDs are not compared with this machine's
         local = None
-    health = _head_url(head) if head else f"http://{fleet.nodes[0].name}:{composefiles.SERVE_PORT}"
-    _show("status", fleet.status(image=image, health=health, local=local))
+    _show("status", fleet.status(image=image, local=local))
     return 0
-
-
-def _head_url(files) -> str:
-    """The head's HTTP address: DIST_INIT_ADDR's host (the .env's, else the head's name), serve's PORT."""
-    environment = files[0].compose["services"]["sglang"]["environment"]
-    host = environment["DIST_INIT_ADDR"].rpartition(":")[0]
-    return f"http://{host}:{environment.get('PORT', composefiles.SERVE_PORT)}"
 
 
 def _show(what: str, lines: list[str]) -> None:

@@ -4,15 +4,14 @@
 `docker load` where its image store lacks the image ID; preflight: the image's rendezvous with
 the real DIST_INIT_ADDR, world size and ranks, before any model; up: preflight, every node's
 service started as its file says (`docker run -d`), the head's /health, and every node stopped
-again if any part fails; status, logs, down. Nodes are worked on in parallel, one thread each."""
+again if any part fails; status, logs, down. The head's server is asked from inside its
+container (its fabric address need not be reachable from here). Nodes are worked on in parallel, one thread each."""
 
 from __future__ import annotations
 
 import json
 import re
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from typing import TypeVar
 
 from forkbuild.console import Reporter
 from forkbuild.errors import ConfigError, FleetError, ForkbuildError
-from forkbuild.fleet.composefiles import HOST, SERVICE, NodeFile, container_name
+from forkbuild.fleet.composefiles import HOST, SERVE_PORT, SERVICE, NodeFile, container_name
 from forkbuild.image.docker import Docker, find_client, run_program, tail
 from forkbuild.io import process
 
@@ -30,6 +29,14 @@ URL = re.compile(r"^(?:ssh://(?:(?!-)[A-Za-z0-9._-]+@)?(?!-)[A-Za-z0-9.:_-]+|uni
 # The keys of a node file's service that _run_service turns into `docker run` options.
 RUN_KEYS = {"image", "platform", "container_name", "command", "network_mode", "ipc", "environment", "volumes",
             "devices", "cap_add", "ulimits", "deploy"}
+# Run by the head container's python3: the body of a GET, exit 1 for no answer.
+PROBE = """import sys, urllib.request
+try:
+    with urllib.request.urlopen(sys.argv[1], timeout=5) as answer:
+        sys.stdout.write(answer.read().decode("utf-8", "replace"))
+except Exception:
+    sys.exit(1)
+"""
 ANSWER_SECONDS = 20  # a node's daemon must answer `docker version` within this
 T = TypeVar("T")
 
@@ -193,10 +200,10 @@ class Fleet:
         return [node.name for node, there in found if there is True]
 
     # -- up / down --
-    def up(self, files: Sequence[NodeFile], *, health: str, timeout: float) -> list[str]:
+    def up(self, files: Sequence[NodeFile], *, timeout: float) -> list[str]:
         """Every node's service started as its file says (`docker run -d`, as the preflight ran); then
-        the head's /health. Any failure: every node's container is removed again and FleetError names
-        the node and why."""
+        the head's /health, until it answers, a node's container stops or `timeout` runs out. Any
+        failure: every node's container is removed again and FleetError names the node and why."""
         dockers = self.reachable()
         by_rank = {file.rank: file for file in files}
 
@@ -216,15 +223,43 @@ class Fleet:
             raise FleetError("starting the cluster failed; every node's container was removed again:\n"
                              + "\n".join(f"  - {line}" for line in failed))
         lines = [str(result) for _, result in results]
-        deadline = time.monotonic() + timeout
-        while (answer := _get(f"{health}/health")) is None:
-            if time.monotonic() > deadline:
+        head, deadline = self.nodes[0], time.monotonic() + timeout
+        while (answer := self.ask_head(dockers[head.name], "/health")) is None:
+            stopped = [f"{node.name} (rank {node.rank}): {state}" for node, state in
+                       in_parallel(self.nodes, lambda node: self._state(dockers[node.name])) if state != "running"]
+            if stopped or time.monotonic() > deadline:
                 logs = self.logs(lines=20)
                 self._remove(dockers, self.container)
-                raise FleetError(f"the head's {health}/health did not answer within {timeout:g} s; every node's "
-                                 "container was removed again. The last lines of each node's log:\n" + "\n".join(logs))
+                why = ("a node's container stopped before the head answered: " + ", ".join(stopped) if stopped else
+                       f"the head's /health did not answer within {timeout:g} s")
+                raise FleetError(f"{why}; every node's container was removed again. The last lines of each node's "
+                                 "log:\n" + "\n".join(logs))
             time.sleep(1)
-        return [*lines, f"head {health}/health answers ({answer.strip() or 'ok'})"]
+        return [*lines, f"head {head.name}: /health answers ({answer.strip() or 'ok'})"]
+
+    def _state(self, docker: Docker) -> str:
+        """"running", "exited (exit N)", ... of this cluster's container on a node ("gone": none)."""
+        info = docker.inspect_container(self.container)
+        if info is None:
+            return "gone"
+        state = info["State"]
+        return state["Status"] + (f" (exit {state['ExitCode']})" if state["Status"] == "exited" else "")
+
+    def ask_head(self, docker: Docker, path: str) -> str | None:
+        """GET `path` of the head's server from inside its container (its HOST and PORT, on the head's
+        own network: DIST_INIT_ADDR's fabric address need not be reachable from this machine); None:
+        no container running there, or no answer."""
+        info = docker.inspect_container(self.container)
+        if info is None or info["State"]["Status"] != "running":
+            return None
+        env = dict(item.split("=", 1) for item in info["Config"]["Env"] if "=" in item)
+        host = env.get("HOST", "")
+        host = "127.0.0.1" if host in ("", "0.0.0.0", "::") else f"[{host}]" if ":" in host else host
+        url = f"http://{host}:{env.get('PORT', SERVE_PORT)}{path}"
+        done = docker.run("exec", self.container, "python3", "-c", PROBE, url, check=False, timeout=30)
+        if done.status in (126, 127):  # docker exec: not runnable, not found
+            raise FleetError(f"the head's container has no python3 to ask {url} with: {tail(done.stderr)}")
+        return done.stdout if done.status == 0 else None
 
     def down(self) -> list[str]:
         dockers = self.reachable()
@@ -238,7 +273,7 @@ class Fleet:
         return {node.name: str(result) for node, result in in_parallel(self.nodes, remove)}
 
     # -- status / logs --
-    def status(self, *, image: str, health: str, local: Docker | None) -> list[str]:
+    def status(self, *, image: str, local: Docker | None) -> list[str]:
         dockers = self.reachable()
         wanted = local.image_id(image) if local else ""
 
@@ -255,11 +290,14 @@ class Fleet:
 
         lines = [str(result) if not isinstance(result, ForkbuildError) else f"{node.name}: {result.message}"
                  for node, result in in_parallel(self.nodes, look)]
-        healthy = _get(f"{health}/health")
-        served = _served(_get(f"{health}/v1/models"))
-        lines.append(f"head {health}: " + ("healthy" if healthy is not None else "not answering")
-                     + (f", serving {served}" if served else ""))
-        return lines
+        head = dockers[self.nodes[0].name]
+        try:
+            healthy = self.ask_head(head, "/health") is not None
+            served = _served(self.ask_head(head, "/v1/models")) if healthy else ""
+        except FleetError as error:
+            return [*lines, f"head {self.nodes[0].name}: {error.message}"]
+        return [*lines, f"head {self.nodes[0].name}: " + ("healthy" if healthy else "not answering")
+                + (f", serving {served}" if served else "")]
 
     def logs(self, *, lines: int, node_name: str | None = None) -> list[str]:
         dockers = self.reachable()
@@ -301,11 +339,3 @@ def _served(models: str | None) -> str:
         return ", ".join(str(model["id"]) for model in json.loads(models or "{}").get("data", []))
     except (ValueError, TypeError, KeyError, AttributeError):
         return ""
-
-
-def _get(url: str) -> str | None:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.read().decode("utf-8", "replace") if response.status == 200 else None
-    except (urllib.error.URLError, OSError, ValueError):
-        return None
