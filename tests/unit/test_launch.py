@@ -236,6 +236,29 @@ def test_the_recipes_tp3_hazard_is_reported_by_doctor_and_refused_by_launch(tmp_
                  "--out", str(tmp_path / "tp4")]) == 0
 
 
+def _node_client(tmp_path: Path, port: str, *, python3: bool = True) -> Path:
+    """A docker client standing for a node's daemon: its container runs (HOST=0.0.0.0, PORT=port) and
+    `exec ... python3 -c PROBE URL` runs the real probe here (exit 126 without python3); each call is
+    logged to docker.calls."""
+    client = tmp_path / "docker"
+    client.write_text(f"""#!{sys.executable}
+import json, subprocess, sys
+with open(sys.argv[0] + ".calls", "a") as log:
+    log.write(" ".join(sys.argv[1:3]) + "\\n")
+verb, *rest = sys.argv[1:]
+if verb == "inspect" or verb == "container":
+    print(json.dumps([{{"Config": {{"Env": ["HOST=0.0.0.0", "PORT={port}", "NODE_RANK=0"]}}, "Image": "sha256:1",
+                       "State": {{"Status": "running", "ExitCode": 0}}}}]))
+elif verb == "exec":  # exec CONTAINER python3 -c PROBE URL
+    if not {python3}:
+        sys.stderr.write('OCI runtime exec failed: exec: "python3": executable file not found in $PATH')
+        sys.exit(126)
+    sys.exit(subprocess.run([sys.executable, *rest[2:]]).returncode)
+""")
+    client.chmod(0o755)
+    return client
+
+
 @pytest.mark.parametrize(("models", "said"), [
     ('{"object": "list", "data": [{"id": "DeepSeek-V4.1-Flash"}]}', "healthy, serving DeepSeek-V4.1-Flash"),
     # What a proxy or another server may answer on the head's port: no traceback, no model named.
@@ -253,17 +276,7 @@ def test_status_asks_the_heads_server_from_inside_its_container_and_reads_any_an
 
     with http_server(lambda path: (200, {}, (models if path == "/v1/models" else "").encode())) as server:
         port = server.rsplit(":", 1)[1]
-        client = tmp_path / "docker"  # a node's daemon: its container runs the PROBE with this python
-        client.write_text(f"""#!{sys.executable}
-import json, subprocess, sys
-verb, *rest = sys.argv[1:]
-if verb == "inspect":
-    print(json.dumps([{{"Config": {{"Env": ["HOST=0.0.0.0", "PORT={port}", "NODE_RANK=0"]}}, "Image": "sha256:1",
-                       "State": {{"Status": "running", "ExitCode": 0}}}}]))
-elif verb == "exec":  # exec CONTAINER python3 -c PROBE URL
-    sys.exit(subprocess.run([sys.executable, *rest[2:]]).returncode if rest[1] == "python3" else 126)
-""")
-        client.chmod(0o755)
+        client = _node_client(tmp_path, port)
         monkeypatch.setenv("FORKBUILD_DOCKER", str(client))
         fleet = Fleet(nodes=(Node(name="spark1", url="ssh://spark1", rank=0),), variant="tp4", reporter=Reporter())
         lines = fleet.status(image="x", local=None)
@@ -315,3 +328,20 @@ def test_what_docker_says_over_ssh_is_shown_without_its_transports_own_warnings(
             'time="2026-12-07T23:49:55Z" level=warning msg="commandConn.CloseWrite: commandconn: failed to wait: '
             'signal: killed"\n')
     assert tail(said).splitlines()[-1].startswith("docker: Error response from daemon: exec: \"preflight\"")
+
+
+def test_up_removes_every_container_when_the_head_cannot_be_asked(tmp_path, monkeypatch):
+    from forkbuild.fleet.nodes import Fleet, Node
+
+    code, out = _launch(tmp_path)
+    assert code == 0
+    files = [NodeFile(rank=rank, host=host, name=f"node{rank}-{host}.compose.yaml",
+                      compose=_compose(out / f"node{rank}-{host}.compose.yaml")) for rank, host in enumerate(HOSTS)]
+    monkeypatch.setenv("FORKBUILD_DOCKER", str(_node_client(tmp_path, "1", python3=False)))
+    fleet = Fleet(nodes=tuple(Node(name=host, url=f"ssh://{host}", rank=rank) for rank, host in enumerate(HOSTS)),
+                  variant="tp4", reporter=Reporter())
+    with pytest.raises(FleetError, match="the head's container has no python3 to ask http://127.0.0.1:1/health") as \
+            raised:
+        fleet.up(files, timeout=60)
+    assert "every node's container was removed again" in raised.value.message
+    assert (tmp_path / "docker.calls").read_text().splitlines().count("rm --force") == len(HOSTS)

@@ -5,7 +5,8 @@
 the real DIST_INIT_ADDR, world size and ranks, before any model; up: preflight, every node's
 service started as its file says (`docker run -d`), the head's /health, and every node stopped
 again if any part fails; status, logs, down. The head's server is asked from inside its
-container (its fabric address need not be reachable from here). Nodes are worked on in parallel, one thread each."""
+container (its fabric address need not be reachable from here). Nodes are worked on in
+parallel, one thread each."""
 
 from __future__ import annotations
 
@@ -224,21 +225,25 @@ class Fleet:
                              + "\n".join(f"  - {line}" for line in failed))
         lines = [str(result) for _, result in results]
         head, deadline = self.nodes[0], time.monotonic() + timeout
-        while (answer := self.ask_head(dockers[head.name], "/health")) is None:
-            stopped = [f"{node.name} (rank {node.rank}): {state}" for node, state in
-                       in_parallel(self.nodes, lambda node: self._state(dockers[node.name])) if state != "running"]
-            if stopped or time.monotonic() > deadline:
+        while True:
+            try:
+                if (answer := self.ask_head(dockers[head.name], "/health")) is not None:
+                    return [*lines, f"head {head.name}: /health answers ({answer.strip() or 'ok'})"]
+                stopped = [f"{node.name} (rank {node.rank}): {state}" for node, state in
+                           in_parallel(self.nodes, lambda node: self._state(dockers[node.name])) if state != "running"]
+                why = ("a node's container stopped before the head answered: " + ", ".join(stopped) if stopped else
+                       f"the head's /health did not answer within {timeout:g} s" if time.monotonic() > deadline else "")
+            except FleetError as error:
+                why = error.message
+            if why:
                 logs = self.logs(lines=20)
                 self._remove(dockers, self.container)
-                why = ("a node's container stopped before the head answered: " + ", ".join(stopped) if stopped else
-                       f"the head's /health did not answer within {timeout:g} s")
                 raise FleetError(f"{why}; every node's container was removed again. The last lines of each node's "
                                  "log:\n" + "\n".join(logs))
             time.sleep(1)
-        return [*lines, f"head {head.name}: /health answers ({answer.strip() or 'ok'})"]
 
     def _state(self, docker: Docker) -> str:
-        """"running", "exited (exit N)", ... of this cluster's container on a node ("gone": none)."""
+        """The state of this cluster's container on a node: running, exited (exit N), ... or gone."""
         info = docker.inspect_container(self.container)
         if info is None:
             return "gone"
