@@ -128,6 +128,10 @@ class Docker:
             raise FleetError(f"docker rm --force {name} failed: {tail(done.stderr)}")
         return f"removed {name}"
 
+    def exec_in(self, container: str, *command: str, timeout: float) -> process.Completed:
+        """`docker exec` of `command` in a running container (its status: 126/127 where it cannot run)."""
+        return self.run("exec", container, *command, check=False, timeout=timeout)
+
     def logs(self, container: str, *, lines: int) -> str:
         done = self.run("logs", "--tail", str(lines), container, check=False, timeout=60)
         return (done.stdout + done.stderr).rstrip()
