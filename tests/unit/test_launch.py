@@ -345,33 +345,3 @@ def test_up_removes_every_container_when_the_head_cannot_be_asked(tmp_path, monk
         fleet.up(files, timeout=60)
     assert "every node's container was removed again" in raised.value.message
     assert (tmp_path / "docker.calls").read_text().splitlines().count("rm --force") == len(HOSTS)
-
-
-def test_ship_saves_the_image_once_for_every_node_that_lacks_it(tmp_path, monkeypatch):
-    from forkbuild.fleet.nodes import Fleet, Node
-
-    client = tmp_path / "docker"  # each DOCKER_HOST's store: a file that holds the image once loaded
-    client.write_text(f"""#!{sys.executable}
-import os, sys
-host = os.environ.get("DOCKER_HOST", "local").replace("/", "_")
-store = os.path.join({str(tmp_path)!r}, host)
-if sys.argv[1] == "save":
-    open(store + ".saves", "a").write("save\\n")
-    sys.stdout.buffer.write(b"layers" * 100000)
-elif sys.argv[1] == "load":
-    open(store, "wb").write(sys.stdin.buffer.read())
-elif sys.argv[1] == "image":
-    print("sha256:" + "1" * 64 if host == "local" or os.path.exists(store) else "", end="")
-    sys.exit(0 if host == "local" or os.path.exists(store) else 1)
-""")
-    client.chmod(0o755)
-    monkeypatch.setenv("FORKBUILD_DOCKER", str(client))
-    (tmp_path / "ssh:__spark2").write_bytes(b"loaded before")
-    nodes = tuple(Node(name=f"spark{rank + 1}", url=f"ssh://spark{rank + 1}", rank=rank) for rank in range(4))
-    local = Docker(executable=str(client), env={}, reporter=Reporter())
-    lines = Fleet(nodes=nodes, variant="tp4", reporter=Reporter()).ship("forkbuild/sglang:tp4-wheel-arm64", local=local)
-    assert (tmp_path / "local.saves").read_text() == "save\n"  # one save, three loads
-    assert [line.split(" (")[0] for line in lines] == [
-        "spark1: shipped forkbuild/sglang:tp4-wheel-arm64", "spark2: has forkbuild/sglang:tp4-wheel-arm64",
-        "spark3: shipped forkbuild/sglang:tp4-wheel-arm64", "spark4: shipped forkbuild/sglang:tp4-wheel-arm64"]
-    assert all((tmp_path / f"ssh:__spark{n}").read_bytes() == b"layers" * 100000 for n in (1, 3, 4))

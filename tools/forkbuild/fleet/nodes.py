@@ -1,7 +1,7 @@
 """A cluster's nodes through each node's own Docker, nothing of ours on them but the image.
 `--nodes spark1,...` are docker's SSH transport (ssh://spark1); `NAME=URL` is any DOCKER_HOST
-(ssh://ops@10.0.0.2, unix:///run/n1.sock, tcp://...). ship: one `docker save` into the `docker
-load` of each node whose image store lacks the image ID; preflight: the image's rendezvous with
+(ssh://ops@10.0.0.2, unix:///run/n1.sock, tcp://...). ship: `docker save` into each node's
+`docker load` where its image store lacks the image ID; preflight: the image's rendezvous with
 the real DIST_INIT_ADDR, world size and ranks, before any model; up: preflight, every node's
 service started as its file says (`docker run -d`), the head's /health, and every node stopped
 again if any part fails; status, logs, down. The head's server is asked from inside its
@@ -131,28 +131,28 @@ class Fleet:
             raise FleetError(f"{image} is not in this machine's image store ({local.env.get('DOCKER_HOST', 'default')})",
                              hint="build it first (forkbuild build-image), or name another with --image")
         dockers = self.reachable()
-        missing = [node for node, there in in_parallel(self.nodes, lambda node: dockers[node.name].image_id(image))
-                   if there != image_id]
-        start, client, done = time.monotonic(), find_client(), {}
-        if missing:  # one `docker save` into every node that lacks the image, not one each (tens of GB)
-            loads = [([client, "load"], dict(dockers[node.name].env)) for node in missing]
-            done = dict(zip(missing, process.fan_out([client, "save", image], loads, first_env=dict(local.env)),
-                            strict=True))
-        seconds = time.monotonic() - start
 
         def ship_one(node: Node) -> str:
-            if node not in done:
+            docker = dockers[node.name]
+            if self._image_id(docker, image) == image_id:
                 return f"{node.name}: has {image} ({image_id[7:19]})"
-            loaded = done[node]
-            if loaded.status != 0 or dockers[node.name].image_id(image) != image_id:
-                raise FleetError(f"docker save | docker load of {image} failed (exit {loaded.status}): "
-                                 f"{tail(loaded.stderr) if loaded.stderr else 'the node lacks the image ID after it'}")
-            return f"{node.name}: shipped {image} ({image_id[7:19]}) in {seconds:.1f} s"
+            start = time.monotonic()
+            client = find_client()
+            done = process.pipe([client, "save", image], [client, "load"], first_env=dict(local.env),
+                                second_env=dict(docker.env))
+            if done.status != 0 or self._image_id(docker, image) != image_id:
+                raise FleetError(f"docker save | docker load of {image} failed (exit {done.status}): "
+                                 f"{tail(done.stderr) if done.stderr else 'the node lacks the image ID after it'}")
+            return f"{node.name}: shipped {image} ({image_id[7:19]}) in {time.monotonic() - start:.1f} s"
 
         results = in_parallel(self.nodes, ship_one)
         if failed := _failed(results):
             raise FleetError("shipping the image failed:\n" + "\n".join(f"  - {line}" for line in failed))
         return [str(result) for _, result in results]
+
+    @staticmethod
+    def _image_id(docker: Docker, image: str) -> str:
+        return docker.image_id(image)
 
     # -- preflight --
     def preflight(self, files: Sequence[NodeFile], *, timeout: float) -> list[str]:

@@ -4,10 +4,8 @@ output is UTF-8 with surrogate escapes; git runs in forkbuild's child group (chi
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,49 +92,33 @@ def run(command: Sequence[str], *, cwd: Path | None = None, env: Environment | N
     return Completed(process.returncode, out, err.removesuffix("\n"))
 
 
-def fan_out(first: Sequence[str], consumers: Sequence[tuple[Sequence[str], Environment]], *,
-            first_env: Environment | None = None) -> list[Completed]:
-    """`first` once, its output into every consumer (docker save into each node's docker load): per
-    consumer, the first's status if it failed (else the consumer's), the consumer's stdout, both's
-    stderr. A consumer that stops reading is left behind; the others go on."""
-    with contextlib.ExitStack() as files:
-        spool = [files.enter_context(tempfile.TemporaryFile()) for _ in range(1 + 2 * len(consumers))]
-        producer = _popen(first, cwd=None, env=first_env, group=False, stdout=subprocess.PIPE, stderr=spool[0],
-                          stdin=subprocess.DEVNULL)
-        sinks: list[subprocess.Popen[bytes]] = []
+def pipe(first: Sequence[str], second: Sequence[str], *, first_env: Environment | None = None,
+         second_env: Environment | None = None) -> Completed:
+    """`first | second` (docker save into another daemon's docker load): the status of the
+    first that failed (else 0), the second's stdout, both's stderr."""
+    producer = _popen(first, cwd=None, env=first_env, group=False, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                      stdin=subprocess.DEVNULL)
+    try:
+        consumer = _popen(second, cwd=None, env=second_env, group=False, stdin=producer.stdout,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except BaseException:
+        producer.kill()
+        producer.wait()
+        raise
+    assert producer.stdout is not None and producer.stderr is not None  # piped above
+    producer.stdout.close()  # the consumer holds it now: the producer sees EPIPE if the consumer dies
+    with producer, consumer:
         try:
-            for index, (command, env) in enumerate(consumers):
-                sinks.append(_popen(command, cwd=None, env=env, group=False, stdin=subprocess.PIPE,
-                                    stdout=spool[1 + 2 * index], stderr=spool[2 + 2 * index]))
-            reading = list(sinks)
-            while reading and (chunk := producer.stdout.read(1 << 20)):  # type: ignore[union-attr]  # piped
-                for sink in list(reading):
-                    try:
-                        sink.stdin.write(chunk)  # type: ignore[union-attr]  # piped
-                    except OSError:  # it exited (or closed its input): its status says why
-                        reading.remove(sink)
-            for sink in sinks:
-                with contextlib.suppress(OSError):
-                    sink.stdin.close()  # type: ignore[union-attr]
-            if not reading:
-                producer.kill()
+            out, err = consumer.communicate()
+            first_err = producer.stderr.read()
             producer.wait()
-            for sink in sinks:
-                sink.wait()
         except BaseException:
-            for child in (producer, *sinks):
-                child.kill()
-                child.wait()
+            producer.kill()
+            consumer.kill()
             raise
-        finally:
-            producer.stdout.close()  # type: ignore[union-attr]
-        texts = []
-        for handle in spool:
-            handle.seek(0)
-            texts.append(handle.read().decode("utf-8", "surrogateescape").strip())
-    return [Completed(producer.returncode or sink.returncode, texts[1 + 2 * index],
-                      "\n".join(part for part in (texts[0], texts[2 + 2 * index]) if part))
-            for index, sink in enumerate(sinks)]
+    status = producer.returncode or consumer.returncode
+    text = b"\n".join(part for part in (first_err.strip(), err.strip()) if part)
+    return Completed(status, out.decode("utf-8", "surrogateescape"), text.decode("utf-8", "surrogateescape"))
 
 
 def popen(command: Sequence[str], *, env: Environment | None = None, **options: object) -> subprocess.Popen:
