@@ -226,11 +226,12 @@ class Fleet:
         lines = [str(result) for _, result in results]
         head, deadline = self.nodes[0], time.monotonic() + timeout
         while True:
+            infos = self.containers(dockers)
             try:
-                if (answer := self.ask_head(dockers[head.name], "/health")) is not None:
+                if (answer := self.ask_head(dockers[head.name], infos[0][1], "/health")) is not None:
                     return [*lines, f"head {head.name}: /health answers ({answer.strip() or 'ok'})"]
-                stopped = [f"{node.name} (rank {node.rank}): {state}" for node, state in
-                           in_parallel(self.nodes, lambda node: self._state(dockers[node.name])) if state != "running"]
+                stopped = [f"{node.name} (rank {node.rank}): {state}" for node, info in infos
+                           if (state := _state(info)) != "running"]
                 why = ("a node's container stopped before the head answered: " + ", ".join(stopped) if stopped else
                        f"the head's /health did not answer within {timeout:g} s" if time.monotonic() > deadline else "")
             except FleetError as error:
@@ -242,22 +243,17 @@ class Fleet:
                                  "log:\n" + "\n".join(logs))
             time.sleep(1)
 
-    def _state(self, docker: Docker) -> str:
-        """The state of this cluster's container on a node: running, exited (exit N), ... or gone."""
-        info = docker.inspect_container(self.container)
-        if info is None:
-            return "gone"
-        state = info["State"]
-        return state["Status"] + (f" (exit {state['ExitCode']})" if state["Status"] == "exited" else "")
+    def containers(self, dockers: dict[str, Docker]) -> list[tuple[Node, dict | None | ForkbuildError]]:
+        """`docker inspect` of this cluster's container on every node (None: none there)."""
+        return in_parallel(self.nodes, lambda node: dockers[node.name].inspect_container(self.container))
 
-    def ask_head(self, docker: Docker, path: str) -> str | None:
-        """GET `path` of the head's server from inside its container (its HOST and PORT, on the head's
-        own network: DIST_INIT_ADDR's fabric address need not be reachable from this machine); None:
-        no container running there, or no answer."""
-        info = docker.inspect_container(self.container)
-        if info is None or info["State"]["Status"] != "running":
+    def ask_head(self, docker: Docker, info: dict | None | ForkbuildError, path: str) -> str | None:
+        """GET `path` of the head's server from inside its container (`info`: its inspect; its HOST and
+        PORT, on the head's own network: DIST_INIT_ADDR's fabric address need not be reachable from
+        this machine); None: no container running there, or no answer."""
+        if not isinstance(info, dict) or _state(info) != "running":
             return None
-        env = dict(item.split("=", 1) for item in info["Config"]["Env"] if "=" in item)
+        env = _environment(info)
         host = env.get("HOST", "")
         host = "127.0.0.1" if host in ("", "0.0.0.0", "::") else f"[{host}]" if ":" in host else host
         url = f"http://{host}:{env.get('PORT', SERVE_PORT)}{path}"
@@ -282,23 +278,21 @@ class Fleet:
         dockers = self.reachable()
         wanted = local.image_id(image) if local else ""
 
-        def look(node: Node) -> str:
-            info = dockers[node.name].inspect_container(self.container)
+        def look(node: Node, info: dict | None | ForkbuildError) -> str:
+            if isinstance(info, ForkbuildError):
+                return f"{node.name}: {info.message}"
             if info is None:
                 return f"{node.name:<16} rank {node.rank}  no container"
-            env = dict(item.split("=", 1) for item in info["Config"]["Env"] if "=" in item)
             same = "image matches" if info["Image"] == wanted else \
                 f"image {info['Image'][7:19]} (this machine's {image}: {wanted[7:19] or 'absent'})"
-            return (f"{node.name:<16} rank {env.get('NODE_RANK', '?')}  {info['State']['Status']}"
-                    f"{' (exit ' + str(info['State']['ExitCode']) + ')' if info['State']['Status'] == 'exited' else ''}"
-                    f"  {same}")
+            return f"{node.name:<16} rank {_environment(info).get('NODE_RANK', '?')}  {_state(info)}  {same}"
 
-        lines = [str(result) if not isinstance(result, ForkbuildError) else f"{node.name}: {result.message}"
-                 for node, result in in_parallel(self.nodes, look)]
+        infos = self.containers(dockers)
+        lines = [look(node, info) for node, info in infos]
         head = dockers[self.nodes[0].name]
         try:
-            healthy = self.ask_head(head, "/health") is not None
-            served = _served(self.ask_head(head, "/v1/models")) if healthy else ""
+            healthy = self.ask_head(head, infos[0][1], "/health") is not None
+            served = _served(self.ask_head(head, infos[0][1], "/v1/models")) if healthy else ""
         except FleetError as error:
             return [*lines, f"head {self.nodes[0].name}: {error.message}"]
         return [*lines, f"head {self.nodes[0].name}: " + ("healthy" if healthy else "not answering")
@@ -336,6 +330,19 @@ def _run_service(docker: Docker, file: NodeFile, *, name: str, options: Sequence
                  *(["--gpus=all"] if "deploy" in service else []), service["image"], *command]
     return run_program([docker.executable, *arguments], reporter=reporter, missing_hint="",
                        env={**docker.env, **environment}, check=False, timeout=timeout)
+
+
+def _state(info: dict | None | ForkbuildError) -> str:
+    """A node's container by its `docker inspect`: running, exited (exit N), ... or gone."""
+    if not isinstance(info, dict):
+        return "gone"
+    state = info["State"]
+    return state["Status"] + (f" (exit {state['ExitCode']})" if state["Status"] == "exited" else "")
+
+
+def _environment(info: dict) -> dict[str, str]:
+    """A container's environment by its `docker inspect`."""
+    return dict(item.split("=", 1) for item in info["Config"]["Env"] if "=" in item)
 
 
 def _served(models: str | None) -> str:
